@@ -1,0 +1,408 @@
+"""The pivot: a Profile holds meta, latency samples and per-layer samples.
+
+Rows, trees and statistics are derived on demand from the per-iteration
+samples, so a loaded profile supports everything a fresh one does.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from layerprof.errors import ProfileFormatError
+from layerprof.files import write_atomic
+from layerprof.records import LayerInfo, LayerSamples, Meta, OpStat, Overhead
+from layerprof.stats import Summary, median
+
+if TYPE_CHECKING:
+    import pandas
+
+SCHEMA = "layerprof.profile/1"
+NS_PER_MS = 1_000_000
+
+
+@dataclass(frozen=True)
+class LayerRow:
+    """Derived per-layer statistics (times per forward, ns, median over iterations)."""
+
+    path: str
+    type: str
+    parent: str | None
+    depth: int
+    calls: float
+    total_ns: float
+    self_ns: float
+    total: Summary | None
+    self_summary: Summary | None
+    share: float
+    params: int
+    params_own: int
+    input_shapes: Any
+    output_shapes: Any
+    device_total_ns: float | None = None
+    device_self_ns: float | None = None
+    backward_total_ns: float | None = None
+    backward_self_ns: float | None = None
+
+    @property
+    def name(self) -> str:
+        return self.path.rsplit(".", 1)[-1] if self.path else self.type
+
+
+@dataclass
+class LayerNode:
+    """A row with its children, for tree renderers and invariant checks."""
+
+    row: LayerRow
+    children: list[LayerNode] = field(default_factory=list)
+
+    def walk(self) -> Iterator[LayerNode]:
+        yield self
+        for child in self.children:
+            yield from child.walk()
+
+    def self_check(self, tolerance_ns: float = 0.0) -> None:
+        """Assert the tree invariant: self >= 0 and total == self + sum(children)."""
+        for node in self.walk():
+            row = node.row
+            if row.calls == 0:
+                continue
+            kids = sum(c.row.total_ns for c in node.children)
+            gap = row.total_ns - row.self_ns - kids
+            assert abs(gap) <= tolerance_ns, (
+                f"{row.path or row.type}: total {row.total_ns} != self {row.self_ns}"
+                f" + children {kids} (gap {gap})"
+            )
+            assert row.self_ns >= -tolerance_ns, f"{row.path or row.type}: self {row.self_ns} < 0"
+
+
+def depth_of(path: str) -> int:
+    return 0 if path == "" else path.count(".") + 1
+
+
+@dataclass
+class Profile:
+    """Everything one profiling run (or one analyzed trace) produced."""
+
+    meta: Meta
+    layers: tuple[LayerInfo, ...] = ()
+    samples: dict[str, LayerSamples] = field(default_factory=dict)
+    latency_ns: tuple[int, ...] = ()
+    first_ns: int | None = None
+    overhead: Overhead | None = None
+    ops: tuple[OpStat, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    # ---- derived --------------------------------------------------------
+    @property
+    def latency(self) -> Summary | None:
+        return Summary.of(self.latency_ns) if self.latency_ns else None
+
+    def rows(self) -> list[LayerRow]:
+        """One row per layer, in module order."""
+        roots_total = sum(
+            median(s.total_ns)
+            for info in self.layers
+            if info.parent is None and (s := self.samples.get(info.path)) and s.total_ns
+        )
+        out: list[LayerRow] = []
+        for info in self.layers:
+            s = self.samples.get(info.path)
+            total = Summary.of(s.total_ns) if s and s.total_ns else None
+            self_s = Summary.of(s.self_ns) if s and s.self_ns else None
+            total_ns = total.median if total else 0.0
+            out.append(
+                LayerRow(
+                    path=info.path,
+                    type=info.type,
+                    parent=info.parent,
+                    depth=depth_of(info.path),
+                    calls=s.calls if s else 0.0,
+                    total_ns=total_ns,
+                    self_ns=self_s.median if self_s else 0.0,
+                    total=total,
+                    self_summary=self_s,
+                    share=total_ns / roots_total if roots_total > 0 else 0.0,
+                    params=info.params,
+                    params_own=info.params_own,
+                    input_shapes=info.input_shapes,
+                    output_shapes=info.output_shapes,
+                    device_total_ns=_med(s.device_total_ns) if s else None,
+                    device_self_ns=_med(s.device_self_ns) if s else None,
+                    backward_total_ns=_med(s.backward_total_ns) if s else None,
+                    backward_self_ns=_med(s.backward_self_ns) if s else None,
+                )
+            )
+        return out
+
+    def tree(self) -> list[LayerNode]:
+        """The module tree (roots first), built from the rows' parent paths."""
+        nodes = {row.path: LayerNode(row) for row in self.rows()}
+        roots: list[LayerNode] = []
+        for node in nodes.values():
+            parent = node.row.parent
+            if parent is not None and parent in nodes:
+                nodes[parent].children.append(node)
+            else:
+                roots.append(node)
+        return roots
+
+    def row(self, path: str) -> LayerRow:
+        for r in self.rows():
+            if r.path == path:
+                return r
+        raise KeyError(path)
+
+    # ---- sinks ------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return profile_to_dict(self)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        return write_atomic(path, orjson.dumps(self.to_dict(), option=orjson.OPT_INDENT_2))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Profile:
+        return load_profile(path)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, source: str = "<dict>") -> Profile:
+        return profile_from_dict(data, source=source)
+
+    def print(self, **options: Any) -> None:
+        from layerprof.render.console import print_profile
+
+        print_profile(self, **options)
+
+    def to_dataframe(self) -> pandas.DataFrame:
+        try:
+            import pandas as pd
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            from layerprof.errors import UsageError
+
+            raise UsageError(
+                "to_dataframe() needs pandas", hint="pip install 'layerprof[pandas]'"
+            ) from exc
+        return pd.DataFrame([layer_to_dict(r) for r in self.rows()])
+
+    def with_notes(self, *notes: str) -> Profile:
+        return replace(self, notes=(*self.notes, *notes))
+
+
+def _med(values: Sequence[int] | None) -> float | None:
+    return median(values) if values else None
+
+
+def _ms(ns: float | None) -> float | None:
+    return None if ns is None else ns / NS_PER_MS
+
+
+def _ms_list(values: Sequence[int] | None) -> list[float] | None:
+    return None if values is None else [v / NS_PER_MS for v in values]
+
+
+def layer_to_dict(row: LayerRow) -> dict[str, Any]:
+    d: dict[str, Any] = {
+        "path": row.path,
+        "type": row.type,
+        "parent": row.parent,
+        "depth": row.depth,
+        "calls": row.calls,
+        "total_ms": row.total_ns / NS_PER_MS,
+        "self_ms": row.self_ns / NS_PER_MS,
+        "share": row.share,
+        "params": row.params,
+        "params_own": row.params_own,
+        "input_shapes": row.input_shapes,
+        "output_shapes": row.output_shapes,
+    }
+    if row.total is not None:
+        d["total_spread_ms"] = {
+            k: v for k, v in row.total.scaled(1 / NS_PER_MS).items() if k != "n"
+        }
+    for key in ("device_total_ns", "device_self_ns", "backward_total_ns", "backward_self_ns"):
+        value = getattr(row, key)
+        if value is not None:
+            d[key.replace("_ns", "_ms")] = value / NS_PER_MS
+    return d
+
+
+def profile_to_dict(p: Profile) -> dict[str, Any]:
+    meta = asdict(p.meta)
+    meta["inputs"] = list(p.meta.inputs)
+    layers = []
+    for row in p.rows():
+        d = layer_to_dict(row)
+        s = p.samples.get(row.path)
+        if s is not None:
+            samples: dict[str, Any] = {
+                "total_ms": _ms_list(s.total_ns),
+                "self_ms": _ms_list(s.self_ns),
+            }
+            for key in ("device_total_ns", "device_self_ns", "backward_total_ns", "backward_self_ns"):
+                values = getattr(s, key)
+                if values is not None:
+                    samples[key.replace("_ns", "_ms")] = _ms_list(values)
+            d["samples"] = samples
+        layers.append(d)
+    lat = p.latency
+    out: dict[str, Any] = {
+        "schema": SCHEMA,
+        "meta": meta,
+        "latency_ms": None,
+        "overhead": None,
+        "layers": layers,
+        "ops": [
+            {
+                "name": o.name,
+                "calls": o.calls,
+                "self_ms": o.self_ns / NS_PER_MS,
+                "total_ms": o.total_ns / NS_PER_MS,
+                **({"device_ms": o.device_ns / NS_PER_MS} if o.device_ns is not None else {}),
+                "layer": o.layer,
+                "input_shapes": o.input_shapes,
+            }
+            for o in p.ops
+        ],
+        "notes": list(p.notes),
+    }
+    if lat is not None:
+        out["latency_ms"] = {
+            **lat.scaled(1 / NS_PER_MS),
+            "first": _ms(p.first_ns),
+            "samples": _ms_list(p.latency_ns),
+        }
+    if p.overhead is not None:
+        o = p.overhead
+        out["overhead"] = {
+            "per_call_us": o.per_call_ns / 1000,
+            "inside_us": o.inside_ns / 1000,
+            "corrected": o.corrected,
+            "calls_per_forward": o.calls_per_forward,
+            "clean_ms": _ms(o.clean_ns),
+            "instrumented_ms": _ms(o.instrumented_ns),
+            "ratio": (o.instrumented_ns / o.clean_ns)
+            if o.clean_ns and o.instrumented_ns
+            else None,
+        }
+    return out
+
+
+def _ns_tuple(values: Any) -> tuple[int, ...] | None:
+    if values is None:
+        return None
+    return tuple(round(float(v) * NS_PER_MS) for v in values)
+
+
+def profile_from_dict(data: Any, *, source: str) -> Profile:
+    if not isinstance(data, dict) or "schema" not in data:
+        raise ProfileFormatError(f"{source}: not a layerprof profile (no 'schema' key)")
+    schema = data["schema"]
+    if schema != SCHEMA:
+        raise ProfileFormatError(
+            f"{source}: schema {schema!r} is not {SCHEMA!r}",
+            hint="re-create the profile with this version of layerprof",
+        )
+    try:
+        meta_d = dict(data["meta"])
+        meta_d["inputs"] = tuple(meta_d.get("inputs") or ())
+        known = set(Meta.__dataclass_fields__)
+        extra = {k: v for k, v in meta_d.items() if k not in known}
+        meta = Meta(**{k: v for k, v in meta_d.items() if k in known})
+        if extra:
+            meta = replace(meta, extra={**meta.extra, **extra})
+        layers: list[LayerInfo] = []
+        samples: dict[str, LayerSamples] = {}
+        for d in data["layers"]:
+            layers.append(
+                LayerInfo(
+                    path=d["path"],
+                    type=d["type"],
+                    parent=d.get("parent"),
+                    params=int(d.get("params") or 0),
+                    params_own=int(d.get("params_own") or 0),
+                    input_shapes=d.get("input_shapes"),
+                    output_shapes=d.get("output_shapes"),
+                )
+            )
+            smp = d.get("samples")
+            if smp:
+                samples[d["path"]] = LayerSamples(
+                    total_ns=_ns_tuple(smp["total_ms"]) or (),
+                    self_ns=_ns_tuple(smp["self_ms"]) or (),
+                    calls=float(d.get("calls", 0)),
+                    device_total_ns=_ns_tuple(smp.get("device_total_ms")),
+                    device_self_ns=_ns_tuple(smp.get("device_self_ms")),
+                    backward_total_ns=_ns_tuple(smp.get("backward_total_ms")),
+                    backward_self_ns=_ns_tuple(smp.get("backward_self_ms")),
+                )
+            elif d.get("calls"):
+                samples[d["path"]] = LayerSamples(
+                    total_ns=(round(d["total_ms"] * NS_PER_MS),),
+                    self_ns=(round(d["self_ms"] * NS_PER_MS),),
+                    calls=float(d["calls"]),
+                )
+        lat = data.get("latency_ms") or {}
+        latency = _ns_tuple(lat.get("samples")) or ()
+        first = lat.get("first")
+        ov = data.get("overhead")
+        overhead = None
+        if ov:
+            overhead = Overhead(
+                per_call_ns=float(ov["per_call_us"]) * 1000,
+                inside_ns=float(ov.get("inside_us") or 0) * 1000,
+                corrected=bool(ov.get("corrected")),
+                calls_per_forward=float(ov.get("calls_per_forward") or 0),
+                clean_ns=ov["clean_ms"] * NS_PER_MS if ov.get("clean_ms") is not None else None,
+                instrumented_ns=ov["instrumented_ms"] * NS_PER_MS
+                if ov.get("instrumented_ms") is not None
+                else None,
+            )
+        ops = tuple(
+            OpStat(
+                name=o["name"],
+                calls=int(o["calls"]),
+                self_ns=round(o["self_ms"] * NS_PER_MS),
+                total_ns=round(o["total_ms"] * NS_PER_MS),
+                device_ns=round(o["device_ms"] * NS_PER_MS) if "device_ms" in o else None,
+                layer=o.get("layer"),
+                input_shapes=o.get("input_shapes"),
+            )
+            for o in data.get("ops") or ()
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ProfileFormatError(f"{source}: malformed profile ({exc!r})") from exc
+    return Profile(
+        meta=meta,
+        layers=tuple(layers),
+        samples=samples,
+        latency_ns=latency,
+        first_ns=round(first * NS_PER_MS) if first is not None else None,
+        overhead=overhead,
+        ops=ops,
+        notes=tuple(data.get("notes") or ()),
+    )
+
+
+def load_profile(path: str | os.PathLike[str]) -> Profile:
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError as exc:
+        raise ProfileFormatError(f"{p}: no such file") from exc
+    except OSError as exc:
+        raise ProfileFormatError(f"{p}: cannot read ({exc.strerror})") from exc
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ProfileFormatError(f"{p}: not JSON ({exc})") from exc
+    return profile_from_dict(data, source=str(p))
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,127 @@
+"""Frozen value objects that every source produces and every sink reads.
+
+No torch import here: a saved profile is re-rendered, diffed and diagnosed
+without torch. Times are integer nanoseconds inside; they become milliseconds
+only at the edges (JSON, CSV, the console).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+Shape = tuple[int, ...]
+ShapeTree = Any  # nested lists of shapes / None for non-tensors, as the hooks saw them
+
+
+@dataclass(frozen=True)
+class LayerCall:
+    """One call of one module's forward, as the Recorder saw it.
+
+    ``parent`` is the index (in the same record list) of the enclosing call,
+    or -1 for a call with no enclosing recorded call. Device times are the
+    CUDA-event times relative to the run's first event, ``None`` on CPU.
+    """
+
+    path: str
+    iteration: int
+    start_ns: int
+    end_ns: int
+    parent: int
+    device_start_ns: int | None = None
+    device_end_ns: int | None = None
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+    @property
+    def device_duration_ns(self) -> int | None:
+        if self.device_start_ns is None or self.device_end_ns is None:
+            return None
+        return self.device_end_ns - self.device_start_ns
+
+
+@dataclass(frozen=True)
+class LayerInfo:
+    """What a layer is, independent of any timing."""
+
+    path: str
+    type: str
+    parent: str | None
+    params: int = 0
+    params_own: int = 0
+    input_shapes: ShapeTree = None
+    output_shapes: ShapeTree = None
+
+
+@dataclass(frozen=True)
+class LayerSamples:
+    """Per-iteration times of one layer, summed over its calls in that iteration.
+
+    ``total_ns[i]``/``self_ns[i]`` belong to iteration ``i``; ``calls`` is the
+    number of calls per iteration (the same in every iteration for a
+    deterministic model; the median otherwise). Self is total minus the totals
+    of the layer's direct child-module calls.
+    """
+
+    total_ns: tuple[int, ...]
+    self_ns: tuple[int, ...]
+    calls: float
+    device_total_ns: tuple[int, ...] | None = None
+    device_self_ns: tuple[int, ...] | None = None
+    backward_total_ns: tuple[int, ...] | None = None
+    backward_self_ns: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class OpStat:
+    """One operator (optionally per input shape, optionally per layer)."""
+
+    name: str
+    calls: int
+    self_ns: int
+    total_ns: int
+    device_ns: int | None = None
+    layer: str | None = None
+    input_shapes: str | None = None
+
+
+@dataclass(frozen=True)
+class Overhead:
+    """Measured cost of the instrumentation itself (see docs/definitions.md).
+
+    ``per_call_ns`` is the whole extra cost one hooked module call adds to a
+    forward; ``inside_ns`` is the part of it that falls inside the call's own
+    measured interval. ``corrected`` says whether layer times had it removed.
+    ``instrumented_ns`` / ``clean_ns`` are median whole-forward times of the
+    instrumented and the clean pass.
+    """
+
+    per_call_ns: float
+    inside_ns: float
+    corrected: bool
+    calls_per_forward: float = 0.0
+    clean_ns: float | None = None
+    instrumented_ns: float | None = None
+
+
+@dataclass(frozen=True)
+class Meta:
+    """Where a profile came from."""
+
+    model: str
+    device: str = "cpu"
+    dtype: str = "float32"
+    torch: str = ""
+    inputs: tuple[str, ...] = ()
+    warmup: int = 0
+    iters: int = 0
+    threads: int | None = None
+    mode: str = "eval"
+    grad: bool = False
+    source: str = "recorder"
+    created: str = ""
+    host: str = ""
+    note: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)

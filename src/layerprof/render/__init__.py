@@ -1,0 +1,1 @@
+"""Sinks: every renderer reads a Profile (or an analysis result) and never captures."""

@@ -1,0 +1,1 @@
+"""Kineto / Chrome trace reader and analyses (no torch import)."""
