@@ -1,5 +1,57 @@
-"""layerprof: where the time and memory of a PyTorch model go, layer by layer."""
+"""layerprof: where the time and memory of a PyTorch model go, layer by layer.
+
+Public API::
+
+    prof = layerprof.profile(model, x, warmup=5, iters=50)   # -> Profile
+    prof.print(depth=3); prof.save("p.json")
+    layerprof.Profile.load("p.json").to_dataframe()
+    with layerprof.Recorder(model) as rec:                     # your own loop
+        model(x)
+    rec.profile().print()
+
+Importing this package does not import torch; running a model does.
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+from layerprof.errors import LayerprofError
+from layerprof.profile import Profile
+from layerprof.recorder import Recorder
+
+if TYPE_CHECKING:
+    import torch
+
 __version__ = "0.1.0"
+__all__ = ["LayerprofError", "Profile", "Recorder", "__version__", "profile"]
+
+
+def profile(
+    model: torch.nn.Module,
+    *args: Any,
+    kwargs: dict[str, Any] | None = None,
+    warmup: int = 5,
+    iters: int = 50,
+    threads: int | None = None,
+    eval: bool = True,
+    inference_mode: bool = True,
+    correct_overhead: bool = True,
+    progress: bool = False,
+) -> Profile:
+    """Profile ``model(*args, **kwargs)``: clean latency pass + per-layer pass.
+
+    See :class:`layerprof.runner.RunOptions` for what each option does.
+    """
+    from layerprof.runner import RunOptions, profile_model
+
+    options = RunOptions(
+        warmup=warmup,
+        iters=iters,
+        threads=threads,
+        eval=eval,
+        inference_mode=inference_mode,
+        correct_overhead=correct_overhead,
+        progress=progress,
+    )
+    return profile_model(model, args, kwargs, options)

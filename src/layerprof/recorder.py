@@ -1,0 +1,273 @@
+"""Hooks on every module of a model, recording one LayerCall per forward call.
+
+Per-module ``forward_pre``/``forward`` hooks keep ``__call__`` semantics intact
+(other hooks, ``torch.compile`` guards, ``__call__`` overrides still work) and
+cost less per call than the global module hooks, which fire for every module
+in the process and need a dictionary lookup to know whether a module is ours
+(measured by ``benchmarks/overhead.py --compare-hooks``). The hooks only read
+the clock and append to a list; everything else happens after the run.
+
+Hooks are always removed in ``detach`` (called from ``__exit__`` and from the
+runner's ``finally``), also when the model raises or on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from layerprof.clocks import Clock, HostClock
+from layerprof.layertimes import Correction, build_samples
+from layerprof.records import LayerCall, LayerInfo, Meta
+from layerprof.shapes import shape_tree
+
+if TYPE_CHECKING:
+    import torch
+
+    from layerprof.profile import Profile
+
+
+def layer_infos(model: torch.nn.Module, shapes: dict[str, tuple[Any, Any]] | None = None) -> tuple[LayerInfo, ...]:
+    """Static description of every module: path, type, parent, parameters, shapes."""
+    infos: list[LayerInfo] = []
+    shapes = shapes or {}
+    for path, module in model.named_modules():
+        parent = None if path == "" else (path.rsplit(".", 1)[0] if "." in path else "")
+        ins, outs = shapes.get(path, (None, None))
+        infos.append(
+            LayerInfo(
+                path=path,
+                type=type(module).__name__,
+                parent=parent,
+                # parameters() de-duplicates, so a tied weight counts once per subtree.
+                params=sum(p.numel() for p in module.parameters()),
+                params_own=sum(p.numel() for p in module.parameters(recurse=False)),
+                input_shapes=ins,
+                output_shapes=outs,
+            )
+        )
+    return tuple(infos)
+
+
+class ShapeCapture:
+    """Records input/output shapes of each module's first call (one pass, then idle)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self.shapes: dict[str, tuple[Any, Any]] = {}
+        self._pending: dict[str, Any] = {}
+        self._handles: list[Any] = []
+
+    def attach(self) -> ShapeCapture:
+        for path, module in self.model.named_modules():
+            self._handles.append(
+                module.register_forward_pre_hook(self._pre(path), with_kwargs=True)
+            )
+            self._handles.append(module.register_forward_hook(self._post(path)))
+        return self
+
+    def detach(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+
+    def _pre(self, path: str) -> Callable[..., None]:
+        def hook(module: Any, args: Any, kwargs: Any) -> None:
+            if path not in self.shapes and path not in self._pending:
+                ins = shape_tree(args)
+                if kwargs:
+                    ins = [*ins, {k: shape_tree(v) for k, v in kwargs.items()}]
+                self._pending[path] = ins
+
+        return hook
+
+    def _post(self, path: str) -> Callable[..., None]:
+        def hook(module: Any, args: Any, output: Any) -> None:
+            if path in self._pending:
+                self.shapes[path] = (self._pending.pop(path), shape_tree(output))
+
+        return hook
+
+    def __enter__(self) -> ShapeCapture:
+        return self.attach()
+
+    def __exit__(self, *exc: object) -> None:
+        self.detach()
+
+
+class Recorder:
+    """Times every module's forward; use as a context manager around your own loop.
+
+    Each outermost call of a recorded module starts a new iteration. With a
+    ``device_clock`` (CUDA events) the device marks are resolved after one
+    synchronize at the end of each outermost call, never per layer.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        *,
+        clock: Clock | None = None,
+        device_clock: Clock | None = None,
+        record_shapes: bool = True,
+    ) -> None:
+        self.model = model
+        self.clock: Clock = clock or HostClock()
+        self.device_clock = device_clock
+        self._handles: list[Any] = []
+        self._raw: list[list[Any]] = []
+        self._stack: list[int] = []
+        self._iteration = -1
+        self._shapes = ShapeCapture(model) if record_shapes else None
+        self._done: list[LayerCall] = []
+        self.correction: Correction | None = None
+
+    # ---- life cycle ---------------------------------------------------------
+    def attach(self) -> Recorder:
+        if self._handles:
+            return self
+        try:
+            for path, module in self.model.named_modules():
+                pre, post = self._hooks(path)
+                self._handles.append(module.register_forward_pre_hook(pre))
+                self._handles.append(module.register_forward_hook(post))
+            if self._shapes is not None:
+                self._shapes.attach()
+        except BaseException:
+            self.detach()
+            raise
+        return self
+
+    def detach(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        if self._shapes is not None:
+            self._shapes.detach()
+
+    def __enter__(self) -> Recorder:
+        return self.attach()
+
+    def __exit__(self, *exc: object) -> None:
+        self.detach()
+
+    # ---- hooks (hot path) -----------------------------------------------------
+    def _hooks(self, path: str) -> tuple[Callable[..., None], Callable[..., None]]:
+        raw = self._raw
+        stack = self._stack
+        mark = self.clock.mark
+        dmark = self.device_clock.mark if self.device_clock is not None else None
+
+        def pre(module: Any, args: Any) -> None:
+            if not stack:
+                self._iteration += 1
+            parent = stack[-1] if stack else -1
+            stack.append(len(raw))
+            if dmark is not None:
+                raw.append([path, self._iteration, 0, 0, parent, dmark(), None])
+                raw[-1][2] = mark()
+            else:
+                raw.append([path, self._iteration, mark(), 0, parent, None, None])
+
+        def post(module: Any, args: Any, output: Any) -> None:
+            t = mark()
+            entry = raw[stack.pop()]
+            entry[3] = t
+            if dmark is not None:
+                entry[6] = dmark()
+                if not stack:
+                    self._flush()
+
+        return pre, post
+
+    def _flush(self) -> None:
+        """Turn completed raw entries into LayerCall records (resolving device marks)."""
+        if self._stack:
+            return
+        raw = self._raw
+        if not raw:
+            return
+        base = len(self._done)
+        host = self.clock.resolve([v for e in raw for v in (e[2], e[3])])
+        dev: list[int] | None = None
+        if self.device_clock is not None and raw[0][5] is not None:
+            dev = self.device_clock.resolve([v for e in raw for v in (e[5], e[6])])
+        for i, e in enumerate(raw):
+            self._done.append(
+                LayerCall(
+                    path=e[0],
+                    iteration=e[1],
+                    start_ns=host[2 * i],
+                    end_ns=host[2 * i + 1],
+                    parent=e[4] + base if e[4] >= 0 else -1,
+                    device_start_ns=dev[2 * i] if dev else None,
+                    device_end_ns=dev[2 * i + 1] if dev else None,
+                )
+            )
+        raw.clear()
+
+    # ---- results ---------------------------------------------------------------
+    def active_path(self) -> str | None:
+        """Innermost module whose forward started but did not finish (after an error)."""
+        return self._raw[self._stack[-1]][0] if self._stack else None
+
+    def abandon_active(self) -> None:
+        """Drop the calls of a forward that raised, so later iterations stay consistent."""
+        if self._stack:
+            first = self._stack[0]
+            del self._raw[first:]
+            self._stack.clear()
+            self._iteration -= 1
+
+    def reset(self) -> None:
+        """Forget everything recorded so far (e.g. after an instrumented warm-up)."""
+        self._flush()
+        self._raw.clear()
+        self._stack.clear()
+        self._done.clear()
+        self._iteration = -1
+
+    def calls(self) -> list[LayerCall]:
+        self._flush()
+        return list(self._done)
+
+    @property
+    def iterations(self) -> int:
+        return self._iteration + 1
+
+    @property
+    def shapes(self) -> dict[str, tuple[Any, Any]]:
+        return self._shapes.shapes if self._shapes is not None else {}
+
+    def profile(self, meta: Meta | None = None) -> Profile:
+        """A Profile of everything recorded (no latency pass: see ``layerprof.profile``)."""
+        from layerprof.profile import Profile
+
+        calls = self.calls()
+        iterations = max((c.iteration for c in calls), default=-1) + 1
+        samples = build_samples(calls, iterations, self.correction)
+        return Profile(
+            meta=meta or default_meta(self.model, iterations),
+            layers=layer_infos(self.model, self.shapes),
+            samples=samples,
+        )
+
+
+def default_meta(model: torch.nn.Module, iterations: int) -> Meta:
+    import torch
+
+    from layerprof.profile import now_iso
+
+    device = "cpu"
+    for p in model.parameters():
+        device = str(p.device)
+        break
+    return Meta(
+        model=type(model).__name__,
+        device=device,
+        torch=torch.__version__,
+        iters=iterations,
+        mode="train" if model.training else "eval",
+        source="recorder",
+        created=now_iso(),
+    )

@@ -1,0 +1,298 @@
+"""Honest measurement of a live model: clean latency pass + instrumented pass.
+
+Order of one run (see docs/definitions.md):
+
+1. cold call — the first forward, timed alone (``first``);
+2. warm-up — ``warmup`` forwards, not timed;
+3. latency — ``iters`` forwards with no hooks, one device synchronize per
+   iteration on CUDA, wall time of each;
+4. shapes — one forward with shape hooks;
+5. calibration — the hooks' own per-call cost, measured on a model of empty
+   layers with the same hooks;
+6. instrumented — one untimed hooked forward, then ``iters`` hooked forwards.
+
+Hooks, threads and train/eval mode are restored in ``finally``, also when
+the model raises or the user presses Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from layerprof.clocks import CudaEventClock, HostClock, synchronizer
+from layerprof.errors import ModelRunError
+from layerprof.layertimes import Correction
+from layerprof.progress import Progress
+from layerprof.recorder import Recorder, ShapeCapture, layer_infos
+from layerprof.records import Meta, Overhead
+from layerprof.stats import median
+
+if TYPE_CHECKING:
+    import torch
+
+    from layerprof.profile import Profile
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run the model.
+
+    ``eval`` puts the model in eval mode for the run (restored after);
+    ``inference_mode`` runs under ``torch.inference_mode()`` (else
+    ``torch.no_grad()`` unless ``grad`` is set); ``correct_overhead`` removes
+    the calibrated hook cost from host self times; ``progress`` shows a bar on
+    stderr once a run takes more than a second.
+    """
+
+    warmup: int = 5
+    iters: int = 50
+    device: str | None = None
+    threads: int | None = None
+    eval: bool = True
+    inference_mode: bool = True
+    grad: bool = False
+    correct_overhead: bool = True
+    progress: bool = False
+    model_name: str | None = None
+    input_descriptions: tuple[str, ...] = ()
+    dtype: str | None = None
+    meta_extra: dict[str, Any] = field(default_factory=dict)
+
+
+def profile_model(
+    model: torch.nn.Module,
+    args: tuple[Any, ...] = (),
+    kwargs: dict[str, Any] | None = None,
+    options: RunOptions | None = None,
+) -> Profile:
+    """Run the whole measurement and return a Profile."""
+    import torch
+
+    from layerprof.profile import Profile, now_iso
+
+    opts = options or RunOptions()
+    kwargs = kwargs or {}
+    device = opts.device or _device_of(model)
+    sync = synchronizer(device)
+    forward = _forward(model, args, kwargs)
+    with _run_state(model, opts):
+        progress = Progress(enabled=opts.progress, total=1 + opts.warmup + 2 * opts.iters)
+        try:
+            first_ns = _timed(forward, sync, model)
+            progress.advance(1)
+            for _ in range(opts.warmup):
+                _guarded(forward, model)
+                progress.advance(1)
+            latency = []
+            for _ in range(opts.iters):
+                latency.append(_timed(forward, sync, model))
+                progress.advance(1)
+            with ShapeCapture(model) as shapes:
+                _guarded(forward, model)
+            calibration = calibrate(device) if opts.correct_overhead else None
+            rec, inst_ns = _instrumented(model, forward, sync, device, opts, progress)
+        finally:
+            progress.close()
+    calls_per_forward = len(rec.calls()) / max(rec.iterations, 1)
+    if calibration is not None:
+        rec.correction = calibration
+    overhead = Overhead(
+        per_call_ns=calibration.per_call_ns if calibration else 0.0,
+        inside_ns=calibration.inside_ns if calibration else 0.0,
+        corrected=calibration is not None,
+        calls_per_forward=calls_per_forward,
+        clean_ns=median(latency) if latency else None,
+        instrumented_ns=median(inst_ns) if inst_ns else None,
+    )
+    recorded = rec.profile()
+    meta = Meta(
+        model=opts.model_name or type(model).__name__,
+        device=device,
+        dtype=opts.dtype or _dtype_of(model),
+        torch=torch.__version__,
+        inputs=opts.input_descriptions or _describe(args, kwargs),
+        warmup=opts.warmup,
+        iters=opts.iters,
+        threads=torch.get_num_threads(),
+        mode="eval" if opts.eval else ("train" if model.training else "eval"),
+        grad=opts.grad,
+        source="layerprof.run",
+        created=now_iso(),
+        extra=dict(opts.meta_extra),
+    )
+    return Profile(
+        meta=meta,
+        layers=layer_infos(model, shapes.shapes),
+        samples=recorded.samples,
+        latency_ns=tuple(latency),
+        first_ns=first_ns,
+        overhead=overhead,
+    )
+
+
+def _instrumented(
+    model: torch.nn.Module,
+    forward: Callable[[], Any],
+    sync: Callable[[], None],
+    device: str,
+    opts: RunOptions,
+    progress: Progress,
+) -> tuple[Recorder, list[int]]:
+    dclock = CudaEventClock(device) if device.startswith("cuda") else None
+    rec = Recorder(model, clock=HostClock(), device_clock=dclock, record_shapes=False)
+    times: list[int] = []
+    with rec:
+        _guarded(forward, model, rec)  # hooks' own warm-up, not recorded
+        rec.reset()
+        for _ in range(opts.iters):
+            times.append(_timed(forward, sync, model, rec))
+            progress.advance(1)
+    return rec, times
+
+
+def _timed(
+    forward: Callable[[], Any],
+    sync: Callable[[], None],
+    model: torch.nn.Module,
+    rec: Recorder | None = None,
+) -> int:
+    sync()
+    t0 = time.perf_counter_ns()
+    _guarded(forward, model, rec)
+    sync()
+    return time.perf_counter_ns() - t0
+
+
+def _guarded(forward: Callable[[], Any], model: torch.nn.Module, rec: Recorder | None = None) -> Any:
+    """Call the model; on error, name the innermost layer it failed in."""
+    try:
+        return forward()
+    except (KeyboardInterrupt, ModelRunError):
+        raise
+    except Exception as exc:
+        path = rec.active_path() if rec is not None else locate_failure(model, forward)
+        raise model_error(model, path, exc) from exc
+
+
+def model_error(model: torch.nn.Module, path: str | None, exc: BaseException) -> ModelRunError:
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if path is None:
+        return ModelRunError(f"{type(model).__name__}: {message}", layer=None)
+    module = model.get_submodule(path) if path else model
+    where = path or type(model).__name__
+    return ModelRunError(
+        f"{where} ({type(module).__name__}): {message}",
+        layer=path,
+        hint="check the --input shapes and dtypes against what this layer expects",
+    )
+
+
+def locate_failure(model: torch.nn.Module, forward: Callable[[], Any]) -> str | None:
+    """Re-run a failing forward with hooks to find the innermost layer that raised."""
+    rec = Recorder(model, record_shapes=False)
+    with rec:
+        try:
+            forward()
+        except Exception:
+            return rec.active_path()
+    return None
+
+
+def calibrate(device: str, *, children: int = 50, repeats: int = 60) -> Correction:
+    """Measure the hooks' cost per module call on a model of empty layers.
+
+    ``per_call_ns`` = (hooked - bare) forward time / hooked calls; ``inside_ns`` =
+    median measured duration of an empty layer, i.e. the part of the hook cost
+    that falls inside a call's own interval. Host clock only: on CUDA the
+    hooks cost host time, not device time.
+    """
+    import torch
+
+    class Empty(torch.nn.Module):
+        def forward(self, x: Any) -> Any:
+            return x
+
+    class Wide(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = torch.nn.ModuleList(Empty() for _ in range(children))
+
+        def forward(self, x: Any) -> Any:
+            for layer in self.layers:
+                x = layer(x)
+            return x
+
+    model = Wide()
+    x = torch.zeros(1)
+
+    def best_of(fn: Callable[[], Any]) -> float:
+        samples = []
+        for _ in range(repeats):
+            t0 = time.perf_counter_ns()
+            fn()
+            samples.append(time.perf_counter_ns() - t0)
+        return median(samples)
+
+    bare = best_of(lambda: model(x))
+    rec = Recorder(model, record_shapes=False)
+    with rec:
+        hooked = best_of(lambda: model(x))
+    calls = rec.calls()
+    inside = median([c.duration_ns for c in calls if c.path != ""])
+    per_call = max((hooked - bare) / (children + 1), 0.0)
+    return Correction(per_call_ns=per_call, inside_ns=min(inside, per_call))
+
+
+@contextlib.contextmanager
+def _run_state(model: torch.nn.Module, opts: RunOptions) -> Iterator[None]:
+    """Eval mode, grad mode and thread count for the run; all restored afterwards."""
+    import torch
+
+    was_training = model.training
+    threads = torch.get_num_threads()
+    if opts.threads:
+        torch.set_num_threads(opts.threads)
+    if opts.eval:
+        model.eval()
+    if opts.grad:
+        grad_ctx: contextlib.AbstractContextManager[Any] = torch.enable_grad()
+    elif opts.inference_mode:
+        grad_ctx = torch.inference_mode()
+    else:
+        grad_ctx = torch.no_grad()
+    try:
+        with grad_ctx:
+            yield
+    finally:
+        model.train(was_training)
+        torch.set_num_threads(threads)
+
+
+def _forward(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], Any]:
+    return lambda: model(*args, **kwargs)
+
+
+def _device_of(model: torch.nn.Module) -> str:
+    for p in model.parameters():
+        return str(p.device)
+    for b in model.buffers():
+        return str(b.device)
+    return "cpu"
+
+
+def _dtype_of(model: torch.nn.Module) -> str:
+    for p in model.parameters():
+        return str(p.dtype).removeprefix("torch.")
+    return "float32"
+
+
+def _describe(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, ...]:
+    from layerprof.shapes import format_shapes, shape_tree
+
+    out = [format_shapes(shape_tree(a)) for a in args]
+    out += [f"{k}={format_shapes(shape_tree(v))}" for k, v in kwargs.items()]
+    return tuple(out)

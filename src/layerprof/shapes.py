@@ -1,0 +1,44 @@
+"""Shapes of (nested) forward inputs and outputs, as plain JSON-able values."""
+
+from __future__ import annotations
+
+from typing import Any
+
+MAX_ITEMS = 16
+
+
+def shape_tree(value: Any, depth: int = 0) -> Any:
+    """Tensor -> list of ints; tuple/list -> list; dict -> dict; other -> its type name.
+
+    Long containers are cut at ``MAX_ITEMS`` with a trailing ``"..."`` marker so a
+    model returning thousands of tensors does not bloat the profile.
+    """
+    shape = getattr(value, "shape", None)
+    if shape is not None and hasattr(value, "dtype"):
+        return [int(d) for d in shape]
+    if depth > 4:
+        return "..."
+    if isinstance(value, (list, tuple)):
+        items = [shape_tree(v, depth + 1) for v in value[:MAX_ITEMS]]
+        return [*items, "..."] if len(value) > MAX_ITEMS else items
+    if isinstance(value, dict):
+        keys = list(value)[:MAX_ITEMS]
+        return {str(k): shape_tree(value[k], depth + 1) for k in keys}
+    if value is None:
+        return None
+    if isinstance(value, (int, float, bool, str)):
+        return type(value).__name__
+    return type(value).__name__
+
+
+def format_shapes(tree: Any) -> str:
+    """Compact text: ``[1, 3, 224, 224]`` -> ``1x3x224x224``; lists joined by commas."""
+    if tree is None:
+        return ""
+    if isinstance(tree, list) and all(isinstance(d, int) for d in tree):
+        return "x".join(str(d) for d in tree) if tree else "scalar"
+    if isinstance(tree, list):
+        return ", ".join(format_shapes(t) for t in tree if t is not None)
+    if isinstance(tree, dict):
+        return ", ".join(f"{k}={format_shapes(v)}" for k, v in tree.items())
+    return str(tree)
