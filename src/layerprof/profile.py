@@ -72,7 +72,7 @@ class LayerNode:
         for node in self.walk():
             row = node.row
             if row.calls == 0:
-                continue
+                continue  # containers: total is the children's sum by construction
             kids = sum(c.row.total_ns for c in node.children)
             gap = row.total_ns - row.self_ns - kids
             assert abs(gap) <= tolerance_ns, (
@@ -80,6 +80,29 @@ class LayerNode:
                 f" + children {kids} (gap {gap})"
             )
             assert row.self_ns >= -tolerance_ns, f"{row.path or row.type}: self {row.self_ns} < 0"
+
+
+def _fill_containers(rows: list[LayerRow], roots_total: float) -> list[LayerRow]:
+    """Give never-called containers (ModuleList, ModuleDict) the sum of their children.
+
+    Their children are called directly by an ancestor, so without this the tree
+    would not add up: the ancestor's total includes them but its listed child
+    (the container) would show nothing. Such rows keep ``calls == 0`` and self 0.
+    """
+    kids: dict[str, list[int]] = {}
+    for i, r in enumerate(rows):
+        if r.parent is not None:
+            kids.setdefault(r.parent, []).append(i)
+    for i in range(len(rows) - 1, -1, -1):  # children come after parents in module order
+        r = rows[i]
+        if r.calls or r.path not in kids:
+            continue
+        total = sum(rows[k].total_ns for k in kids[r.path])
+        if total:
+            rows[i] = replace(
+                r, total_ns=total, share=total / roots_total if roots_total > 0 else 0.0
+            )
+    return rows
 
 
 def depth_of(path: str) -> int:
@@ -139,7 +162,7 @@ class Profile:
                     backward_self_ns=_med(s.backward_self_ns) if s else None,
                 )
             )
-        return out
+        return _fill_containers(out, roots_total)
 
     def tree(self) -> list[LayerNode]:
         """The module tree (roots first), built from the rows' parent paths."""

@@ -60,6 +60,7 @@ class RunOptions:
     model_name: str | None = None
     input_descriptions: tuple[str, ...] = ()
     dtype: str | None = None
+    layers: bool = True
     meta_extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -70,9 +71,7 @@ def profile_model(
     options: RunOptions | None = None,
 ) -> Profile:
     """Run the whole measurement and return a Profile."""
-    import torch
-
-    from layerprof.profile import Profile, now_iso
+    from layerprof.profile import Profile
 
     opts = options or RunOptions()
     kwargs = kwargs or {}
@@ -91,6 +90,8 @@ def profile_model(
             for _ in range(opts.iters):
                 latency.append(_timed(forward, sync, model))
                 progress.advance(1)
+            if not opts.layers:
+                return _latency_only(model, opts, device, latency, first_ns, args, kwargs)
             with ShapeCapture(model) as shapes:
                 _guarded(forward, model)
             calibration = calibrate(device) if opts.correct_overhead else None
@@ -109,7 +110,46 @@ def profile_model(
         instrumented_ns=median(inst_ns) if inst_ns else None,
     )
     recorded = rec.profile()
-    meta = Meta(
+    return Profile(
+        meta=_meta(model, opts, device, args, kwargs),
+        layers=layer_infos(model, shapes.shapes),
+        samples=recorded.samples,
+        latency_ns=tuple(latency),
+        first_ns=first_ns,
+        overhead=overhead,
+    )
+
+
+def _latency_only(
+    model: Any,
+    opts: RunOptions,
+    device: str,
+    latency: list[int],
+    first_ns: int,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Profile:
+    """A Profile with the whole-model latency only (models whose layers cannot be hooked)."""
+    from layerprof.profile import Profile
+    from layerprof.records import LayerInfo
+
+    meta = _meta(model, opts, device, args, kwargs)
+    return Profile(
+        meta=meta,
+        layers=(LayerInfo(path="", type=meta.model, parent=None),),
+        latency_ns=tuple(latency),
+        first_ns=first_ns,
+    )
+
+
+def _meta(
+    model: Any, opts: RunOptions, device: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Meta:
+    import torch
+
+    from layerprof.profile import now_iso
+
+    return Meta(
         model=opts.model_name or type(model).__name__,
         device=device,
         dtype=opts.dtype or _dtype_of(model),
@@ -123,14 +163,6 @@ def profile_model(
         source="layerprof.run",
         created=now_iso(),
         extra=dict(opts.meta_extra),
-    )
-    return Profile(
-        meta=meta,
-        layers=layer_infos(model, shapes.shapes),
-        samples=recorded.samples,
-        latency_ns=tuple(latency),
-        first_ns=first_ns,
-        overhead=overhead,
     )
 
 
@@ -194,11 +226,11 @@ def model_error(model: torch.nn.Module, path: str | None, exc: BaseException) ->
 def locate_failure(model: torch.nn.Module, forward: Callable[[], Any]) -> str | None:
     """Re-run a failing forward with hooks to find the innermost layer that raised."""
     rec = Recorder(model, record_shapes=False)
-    with rec:
-        try:
+    try:
+        with rec:
             forward()
-        except Exception:
-            return rec.active_path()
+    except Exception:
+        return rec.active_path()
     return None
 
 

@@ -170,10 +170,10 @@ def _table(
             label,
             r.type,
             f"{r.calls:g}",
-            unit.fmt(r.total_ns) if r.calls else "-",
+            unit.fmt(r.total_ns) if r.calls or r.total_ns else "-",
             unit.fmt(r.self_ns) if r.calls else "-",
             f"{100 * (r.self_ns if flat else r.total_ns) * r.share / r.total_ns:.1f}"
-            if r.calls and r.total_ns
+            if r.total_ns
             else "-",
         ]
         if device:

@@ -1,0 +1,3 @@
+from layerprof.cli import entry
+
+entry()

@@ -1,0 +1,412 @@
+"""Command line: ``layerprof demo|run|analyze|diff|report``.
+
+Only argparse and the error tree are imported at start-up: ``--help``,
+``analyze``, ``diff`` and ``report`` never import torch. Every command returns
+an exit code; a LayerprofError becomes one line on stderr (plus a hint), exit 2.
+``diff`` keeps exit 1 for "regression found".
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from layerprof.errors import LayerprofError, ProfileFormatError, UsageError
+
+if TYPE_CHECKING:
+    from layerprof.profile import Profile
+
+EXIT_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+DESCRIPTION = """\
+Where the time and memory of a PyTorch model go, layer by layer.
+
+  layerprof demo                                   profile the built-in models
+  layerprof run ckpt.pth --arch pkg.mod:Net --input 8x3x224x224
+  layerprof analyze trace.json.gz                  read a torch.profiler trace
+  layerprof diff base.json new.json --fail-above 5%
+  layerprof report profile.json --html report.html
+"""
+
+
+def _add_output_options(p: argparse.ArgumentParser) -> None:
+    out = p.add_argument_group("output")
+    out.add_argument("--json", metavar="FILE", help="write the profile as JSON (schema layerprof.profile/1)")
+    out.add_argument("--csv", metavar="FILE", help="write one CSV line per layer")
+    out.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
+    out.add_argument("--depth", type=int, metavar="N", help="deepest tree level printed")
+    out.add_argument("--top", type=int, metavar="N", help="print the N layers with most self time, flat")
+    out.add_argument(
+        "--sort", choices=("order", "total", "self", "name"), default="order",
+        help="order of sibling layers in the tree (default: definition order)",
+    )  # fmt: skip
+    out.add_argument("--no-shapes", action="store_true", help="hide the input/output shape columns")
+    out.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
+
+
+def _add_measure_options(p: argparse.ArgumentParser, *, warmup: int, iters: int) -> None:
+    m = p.add_argument_group("measurement")
+    m.add_argument("--warmup", type=int, default=warmup, help=f"untimed warm-up forwards after the cold call (default {warmup})")
+    m.add_argument("--iters", type=int, default=iters, help=f"timed forwards per pass (default {iters})")
+    m.add_argument("--threads", type=int, help="torch.set_num_threads for the run (restored after)")
+    m.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    m.add_argument("--dtype", choices=("float32", "float16", "bfloat16", "float64"), help="cast the model and float inputs")
+    m.add_argument("--train", action="store_true", help="keep train mode (default: eval mode for the run)")
+    m.add_argument("--no-inference-mode", action="store_true", help="run under torch.no_grad() instead of inference_mode()")
+    m.add_argument("--grad", action="store_true", help="run with autograd enabled")
+    m.add_argument("--no-correct", action="store_true", help="do not subtract the calibrated hook cost from self times")
+    m.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from layerprof import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="layerprof", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--version", action="version", version=f"layerprof {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    demo = sub.add_parser("demo", help="profile the built-in example models on CPU", description="Profile the built-in example models (a small CNN and a small transformer encoder) on CPU. With several models, output files get the model name inserted (report.html -> report.cnn.html).")
+    demo.add_argument("--model", choices=("all", "cnn", "transformer"), default="all")
+    _add_measure_options(demo, warmup=3, iters=20)
+    _add_output_options(demo)
+
+    run = sub.add_parser(
+        "run", help="profile a model file or an --arch callable",
+        description="Profile one forward pass of a model, layer by layer. MODEL is a state_dict/checkpoint "
+        "file (needs --arch), a TorchScript archive, a torch.export .pt2 file, or a pickled module "
+        "(needs --trust-pickle). Without MODEL, --arch builds the model with random weights.",
+    )  # fmt: skip
+    run.add_argument("model", nargs="?", metavar="MODEL", help="model file (.pth/.pt/.pt2/TorchScript)")
+    load = run.add_argument_group("model")
+    load.add_argument("--arch", metavar="MODULE:CALLABLE", help="class or factory that builds the model, e.g. mypkg.nets:ResNetish")
+    load.add_argument("--arch-kwargs", metavar="JSON", help="keyword arguments for --arch as a JSON object")
+    load.add_argument("--non-strict", action="store_true", help="load state_dict keys that match, ignore the rest")
+    load.add_argument(
+        "--trust-pickle", action="store_true",
+        help="allow loading a whole pickled module: this runs code from the file, only use it for files you trust",
+    )  # fmt: skip
+    run.add_argument(
+        "--input", "-i", action="append", default=[], metavar="SPEC",
+        help="input spec, repeatable: 1x3x224x224, 4x128:int64[0,30000), 2x8:bfloat16, :bool, name=SPEC (keyword), @file.pt",
+    )  # fmt: skip
+    _add_measure_options(run, warmup=5, iters=50)
+    _add_output_options(run)
+
+    analyze = sub.add_parser("analyze", help="analyze a torch.profiler trace (.json, .json.gz or a directory of ranks)")
+    analyze.add_argument("trace", metavar="TRACE")
+    analyze.add_argument("--json", metavar="FILE", help="write the analysis (schema layerprof.trace/1)")
+    analyze.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
+    analyze.add_argument("--top", type=int, default=10, metavar="N", help="rows per table (default 10)")
+    analyze.add_argument("--group-by-shape", action="store_true", help="group operators by input shapes")
+    analyze.add_argument("--quiet", "-q", action="store_true")
+
+    diff = sub.add_parser("diff", help="compare two profiles or traces; exit 1 on a regression with --fail-above")
+    diff.add_argument("base", metavar="BASE")
+    diff.add_argument("new", metavar="NEW")
+    diff.add_argument("--threshold", default="5%", metavar="PCT", help="smallest relative change reported as significant (default 5%%)")
+    diff.add_argument("--fail-above", metavar="PCT", help="exit 1 if a compared time regressed by more than PCT beyond noise")
+    diff.add_argument("--fail-metric", choices=("any", "latency", "layers", "ops"), default="any")
+    diff.add_argument("--format", choices=("console", "json", "md"), default="console", help="what to print on stdout")
+    diff.add_argument("--top", type=int, default=20, metavar="N")
+    diff.add_argument("--json", metavar="FILE", help="write the diff (schema layerprof.diff/1)")
+    diff.add_argument("--html", metavar="FILE", help="write a self-contained HTML report of the diff")
+
+    report = sub.add_parser("report", help="re-render a saved profile, trace analysis or diff (no torch needed)")
+    report.add_argument("file", metavar="FILE")
+    report.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
+    report.add_argument("--csv", metavar="FILE", help="write one CSV line per layer")
+    report.add_argument("--depth", type=int, metavar="N")
+    report.add_argument("--top", type=int, metavar="N")
+    report.add_argument("--sort", choices=("order", "total", "self", "name"), default="order")
+    report.add_argument("--no-shapes", action="store_true")
+    report.add_argument("--quiet", "-q", action="store_true")
+    return parser
+
+
+# ---- commands ----------------------------------------------------------------------
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from layerprof.demo import DEMOS, build
+
+    names = list(DEMOS) if args.model == "all" else [args.model]
+    for name in names:
+        model = build(name)
+        label = f"demo {name} ({type(model).__name__})"
+        profile = _measure(model, DEMOS[name][1], args, model_name=label)
+        _emit(profile, args, suffix=name if len(names) > 1 else None)
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import json
+
+    from layerprof.loading import load_model
+
+    if not args.model and not args.arch:
+        raise UsageError("give a MODEL file, --arch MODULE:CALLABLE, or both", hint="see layerprof run --help")
+    if not args.input:
+        raise UsageError("no --input given", hint="e.g. --input 1x3x224x224 (repeat for more arguments)")
+    kwargs = None
+    if args.arch_kwargs:
+        try:
+            kwargs = json.loads(args.arch_kwargs)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"--arch-kwargs is not valid JSON: {exc.msg}") from exc
+        if not isinstance(kwargs, dict):
+            raise UsageError("--arch-kwargs must be a JSON object, e.g. '{\"depth\": 18}'")
+    loaded = load_model(
+        args.model, arch=args.arch, arch_kwargs=kwargs, strict=not args.non_strict,
+        trust_pickle=args.trust_pickle, map_location="cpu",
+    )  # fmt: skip
+    profile = _measure(
+        loaded.module, args.input, args, model_name=loaded.name, kind=loaded.kind, notes=loaded.notes
+    )
+    _emit(profile, args)
+    return 0
+
+
+def _measure(
+    model: Any,
+    input_specs: Sequence[str],
+    args: argparse.Namespace,
+    *,
+    model_name: str,
+    kind: str = "eager",
+    notes: Sequence[str] = (),
+) -> Profile:
+    from layerprof.device import prepare_model, resolve_device
+    from layerprof.inputs import build_inputs
+    from layerprof.runner import RunOptions, profile_model
+
+    device = resolve_device(args.device)
+    model = prepare_model(model, device, args.dtype)
+    inputs = build_inputs(list(input_specs), device=device, float_dtype=args.dtype, seed=args.seed)
+    layers = kind == "eager"
+    options = RunOptions(
+        warmup=args.warmup, iters=args.iters, device=device, threads=args.threads,
+        eval=not args.train, inference_mode=not args.no_inference_mode, grad=args.grad,
+        correct_overhead=not args.no_correct, progress=sys.stderr.isatty() and not args.quiet,
+        model_name=model_name, input_descriptions=tuple(inputs.descriptions),
+        dtype=args.dtype, layers=layers, meta_extra={"kind": kind},
+    )  # fmt: skip
+    profile = profile_model(model, tuple(inputs.args), dict(inputs.kwargs), options)
+    extra = list(notes)
+    if kind == "torchscript":
+        extra.append("per-layer rows are not available for TorchScript models yet: latency only")
+    elif kind == "export":
+        extra.append("per-layer rows are not available for torch.export programs yet: latency only")
+    return profile.with_notes(*extra) if extra else profile
+
+
+def _emit(profile: Profile, args: argparse.Namespace, *, suffix: str | None = None) -> None:
+    """Print the console report and write the requested files (each whole or not at all)."""
+    from layerprof.render.console import make_console, print_profile
+
+    if not args.quiet:
+        print_profile(
+            profile, console=make_console(), depth=args.depth, top=args.top, sort=args.sort,
+            shapes=not args.no_shapes,
+        )  # fmt: skip
+    _write_outputs(profile, args, suffix=suffix)
+
+
+def _with_suffix(path: str, suffix: str | None) -> Path:
+    p = Path(path)
+    if suffix is None:
+        return p
+    return p.with_name(f"{p.stem}.{suffix}{p.suffix}") if p.suffix else p.with_name(f"{p.name}.{suffix}")
+
+
+def _write_outputs(profile: Profile, args: argparse.Namespace, *, suffix: str | None = None) -> None:
+    written: list[Path] = []
+    if getattr(args, "json", None):
+        written.append(profile.save(_with_suffix(args.json, suffix)))
+    if getattr(args, "csv", None):
+        from layerprof.files import write_atomic
+        from layerprof.render.table import profile_to_csv
+
+        written.append(write_atomic(_with_suffix(args.csv, suffix), profile_to_csv(profile)))
+    if getattr(args, "html", None):
+        from layerprof.render.html import write_html
+
+        written.append(write_html(_with_suffix(args.html, suffix), profile=profile))
+    for path in written:
+        _info(f"wrote {path}", args)
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from layerprof.render.console import make_console
+    from layerprof.render.trace_console import print_trace_report
+    from layerprof.trace import analyze
+
+    report = analyze(args.trace, group_by_shape=args.group_by_shape)
+    if not args.quiet:
+        print_trace_report(report, make_console(), top=args.top)
+    data = report.to_dict(top=None)
+    if args.json:
+        import orjson
+
+        from layerprof.files import write_atomic
+
+        _info(f"wrote {write_atomic(args.json, orjson.dumps(data, option=orjson.OPT_INDENT_2))}", args)
+    if args.html:
+        from layerprof.render.html import write_html
+
+        _info(f"wrote {write_html(args.html, profile=report.to_profile(), trace=data)}", args)
+    return 0
+
+
+def load_comparable(path: str) -> Profile:
+    """A saved profile, or a trace (file or directory) analyzed into a Profile."""
+    p = Path(path)
+    if p.is_dir() or p.name.endswith(".gz"):
+        from layerprof.trace import analyze
+
+        return analyze(p).to_profile()
+    data = _read_json(p)
+    schema = data.get("schema") if isinstance(data, dict) else None
+    if isinstance(data, dict) and "traceEvents" in data:
+        from layerprof.trace import analyze
+
+        return analyze(p).to_profile()
+    if schema == "layerprof.profile/1":
+        from layerprof.profile import profile_from_dict
+
+        return profile_from_dict(data, source=str(p))
+    if isinstance(schema, str) and schema.startswith("layerprof."):
+        raise ProfileFormatError(
+            f"{p}: a {schema} file cannot be compared",
+            hint="compare saved profiles (run --json) or the traces themselves",
+        )
+    raise ProfileFormatError(f"{p}: neither a layerprof profile nor a torch.profiler trace")
+
+
+def _read_json(p: Path) -> Any:
+    import orjson
+
+    try:
+        return orjson.loads(p.read_bytes())
+    except FileNotFoundError as exc:
+        raise ProfileFormatError(f"{p}: no such file") from exc
+    except IsADirectoryError as exc:
+        raise ProfileFormatError(f"{p}: is a directory") from exc
+    except OSError as exc:
+        raise ProfileFormatError(f"{p}: cannot read ({exc.strerror})") from exc
+    except orjson.JSONDecodeError as exc:
+        raise ProfileFormatError(f"{p}: not JSON ({exc})") from exc
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    import orjson
+
+    from layerprof.diff import diff, parse_percent
+    from layerprof.files import write_atomic
+
+    threshold = parse_percent(args.threshold)
+    fail_above = parse_percent(args.fail_above) if args.fail_above else None
+    result = diff(load_comparable(args.base), load_comparable(args.new), threshold_pct=threshold)
+    gate = result.gate(fail_above, args.fail_metric) if fail_above is not None else None
+    data = result.to_dict()
+    if gate is not None:
+        data["gate"] = {"failed": gate.failed, "reasons": list(gate.reasons), "fail_above_pct": fail_above}
+    if args.format == "json":
+        sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
+    elif args.format == "md":
+        from layerprof.render.markdown import diff_to_markdown
+
+        sys.stdout.write(diff_to_markdown(result, top=args.top))
+    else:
+        from layerprof.render.console import make_console
+        from layerprof.render.diff_console import print_diff
+
+        print_diff(result, make_console(), top=args.top)
+    if args.json:
+        write_atomic(args.json, orjson.dumps(data, option=orjson.OPT_INDENT_2))
+    if args.html:
+        from layerprof.render.html import write_html
+
+        write_html(args.html, diff=data)
+    if gate is not None and gate.failed:
+        for reason in gate.reasons:
+            print(f"layerprof: regression: {reason}", file=sys.stderr)
+        return 1
+    if gate is not None:
+        print(f"layerprof: no regression above {fail_above:g}% beyond noise", file=sys.stderr)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from layerprof.profile import profile_from_dict
+
+    p = Path(args.file)
+    data = _read_json(p)
+    schema = data.get("schema") if isinstance(data, dict) else None
+    if schema == "layerprof.profile/1":
+        profile = profile_from_dict(data, source=str(p))
+        args.json = None
+        _emit(profile, args)
+        return 0
+    if schema in ("layerprof.trace/1", "layerprof.diff/1"):
+        if not args.html:
+            raise UsageError(f"{p}: a {schema} file is re-rendered with --html FILE")
+        from layerprof.render.html import write_html
+
+        key = "trace" if schema == "layerprof.trace/1" else "diff"
+        _info(f"wrote {write_html(args.html, **{key: data})}", args)
+        return 0
+    raise ProfileFormatError(
+        f"{p}: not a layerprof profile, trace analysis or diff (no known 'schema' key)",
+        hint="make one with layerprof run --json, analyze --json or diff --json",
+    )
+
+
+def _info(message: str, args: argparse.Namespace) -> None:
+    if not getattr(args, "quiet", False):
+        print(message, file=sys.stderr)
+
+
+COMMANDS = {
+    "demo": cmd_demo,
+    "run": cmd_run,
+    "analyze": cmd_analyze,
+    "diff": cmd_diff,
+    "report": cmd_report,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_ERROR
+    try:
+        return COMMANDS[args.command](args)
+    except LayerprofError as exc:
+        if args.debug:
+            raise
+        print(f"layerprof: error: {exc}", file=sys.stderr)
+        if exc.hint:
+            print(f"  hint: {exc.hint}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("layerprof: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        if args.debug:
+            raise
+        print(f"layerprof: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print("  hint: run again with --debug for the traceback, and report it", file=sys.stderr)
+        return 3
+
+
+def entry() -> None:
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""Flat tabular sinks of a Profile: CSV (and the rows behind the DataFrame)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import TYPE_CHECKING
+
+from layerprof.profile import NS_PER_MS
+from layerprof.shapes import format_shapes
+
+if TYPE_CHECKING:
+    from layerprof.profile import Profile
+
+CSV_COLUMNS = (
+    "path", "type", "parent", "depth", "calls", "total_ms", "self_ms", "share",
+    "total_p90_ms", "total_std_ms", "device_total_ms", "device_self_ms",
+    "backward_total_ms", "backward_self_ms", "params", "params_own",
+    "input_shapes", "output_shapes",
+)  # fmt: skip
+
+
+def _ms(ns: float | None) -> str:
+    return "" if ns is None else f"{ns / NS_PER_MS:.6f}"
+
+
+def profile_to_csv(profile: Profile) -> str:
+    """One line per layer; times per forward in ms (median over iterations)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for r in profile.rows():
+        writer.writerow(
+            [
+                r.path, r.type, "" if r.parent is None else r.parent, r.depth, f"{r.calls:g}",
+                _ms(r.total_ns), _ms(r.self_ns), f"{r.share:.6f}",
+                _ms(r.total.p90 if r.total else None), _ms(r.total.std if r.total else None),
+                _ms(r.device_total_ns), _ms(r.device_self_ns),
+                _ms(r.backward_total_ns), _ms(r.backward_self_ns),
+                r.params, r.params_own,
+                format_shapes(r.input_shapes), format_shapes(r.output_shapes),
+            ]
+        )  # fmt: skip
+    return out.getvalue()
