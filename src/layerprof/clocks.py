@@ -76,12 +76,13 @@ class CudaEventClock:
 class FakeClock:
     """A clock for tests: ``advance`` moves time; each mark reads the current time."""
 
-    def __init__(self, start_ns: int = 0, tick_ns: int = 0) -> None:
+    def __init__(self, start_ns: int = 0, tick_ns: int = 0, scale: int = 1) -> None:
         self.now_ns = start_ns
         self.tick_ns = tick_ns
+        self.scale = scale
 
     def advance(self, ns: int) -> None:
-        self.now_ns += ns
+        self.now_ns += ns * self.scale
 
     def mark(self) -> int:
         t = self.now_ns

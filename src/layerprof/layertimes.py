@@ -71,6 +71,21 @@ def device_call_times(calls: Sequence[LayerCall]) -> tuple[list[float], list[flo
     return total, self_t
 
 
+def _outermost(calls: Sequence[LayerCall]) -> list[bool]:
+    """False for a call nested (at any depth) inside another call of the same layer.
+
+    A recursive layer's total counts only its outermost calls, else the nested
+    time would be counted twice; its self time still sums over all calls.
+    """
+    out = []
+    for c in calls:
+        p = c.parent
+        while p >= 0 and calls[p].path != c.path:
+            p = calls[p].parent
+        out.append(p < 0)
+    return out
+
+
 def build_samples(
     calls: Sequence[LayerCall],
     iterations: int,
@@ -84,6 +99,7 @@ def build_samples(
     cnt: dict[str, list[int]] = {}
     dtot: dict[str, list[float]] = {}
     dslf: dict[str, list[float]] = {}
+    outermost = _outermost(calls)
     for i, c in enumerate(calls):
         if c.path not in tot:
             tot[c.path] = [0.0] * iterations
@@ -92,11 +108,13 @@ def build_samples(
             dtot[c.path] = [0.0] * iterations
             dslf[c.path] = [0.0] * iterations
         it = c.iteration
-        tot[c.path][it] += total_c[i]
         slf[c.path][it] += self_c[i]
         cnt[c.path][it] += 1
+        if outermost[i]:
+            tot[c.path][it] += total_c[i]
         if dev is not None:
-            dtot[c.path][it] += dev[0][i]
+            if outermost[i]:
+                dtot[c.path][it] += dev[0][i]
             dslf[c.path][it] += dev[1][i]
     out: dict[str, LayerSamples] = {}
     for path in tot:

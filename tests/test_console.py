@@ -1,0 +1,66 @@
+"""Golden console output; the printed numbers must add up."""
+
+from __future__ import annotations
+
+import io
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+from rich.console import Console
+
+from layerprof import Recorder
+from layerprof.clocks import FakeClock
+from layerprof.records import Meta, Overhead
+from layerprof.render.console import print_profile
+from tests import zoo_models as zoo
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def fake_profile():
+    clock = FakeClock(scale=10_000)
+    model = zoo.Containers(clock)
+    with Recorder(model, clock=clock) as rec:
+        for _ in range(3):
+            model(torch.zeros(2, 3))
+    meta = Meta(model="Containers", torch="2.x", inputs=("2x3",), warmup=1, iters=3, created="fixed")
+    prof = rec.profile(meta=meta)
+    return replace(
+        prof,
+        latency_ns=(80_000, 82_000, 90_000),
+        first_ns=500_000,
+        overhead=Overhead(per_call_ns=1500, inside_ns=400, corrected=True, calls_per_forward=6),
+    )
+
+
+def render(**options: object) -> str:
+    buf = io.StringIO()
+    console = Console(file=buf, width=120, color_system=None, force_terminal=False)
+    print_profile(fake_profile(), console=console, **options)  # type: ignore[arg-type]
+    return buf.getvalue()
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("LAYERPROF_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text()
+
+
+def test_tree_golden() -> None:
+    check_golden("console_tree.txt", render())
+
+
+def test_top_golden() -> None:
+    check_golden("console_top.txt", render(top=3))
+
+
+def test_printed_numbers_add_up() -> None:
+    lines = [ln for ln in render(shapes=False).splitlines() if "│" in ln]
+    cells = [[c.strip() for c in ln.split(" │ ")] for ln in lines]
+    values = {c[0].lstrip("├└─│ "): (float(c[3]), c[4]) for c in cells}
+    assert values["Containers"][0] == values["blocks"][0] + values["heads"][0] + float(values["Containers"][1])
+    assert values["blocks"][0] == values["0"][0] + values["1"][0] + values["2"][0]
+    assert values["heads"][0] == values["cls"][0] + values["box"][0]

@@ -1,0 +1,108 @@
+"""The whole measurement on real (small) models."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import layerprof
+from layerprof.errors import ModelRunError
+from layerprof.profile import Profile
+from layerprof.runner import RunOptions, calibrate, profile_model
+from tests import zoo_models as zoo
+
+
+def small_mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 8))
+
+
+def test_profile_has_latency_overhead_and_rows() -> None:
+    model = small_mlp()
+    prof = layerprof.profile(model, torch.randn(4, 32), warmup=2, iters=7)
+    lat = prof.latency
+    assert lat is not None and lat.n == 7
+    assert lat.min <= lat.median <= lat.p90 <= lat.p99 <= lat.max
+    assert prof.first_ns is not None and prof.first_ns > 0
+    assert prof.overhead is not None and prof.overhead.per_call_ns > 0
+    assert prof.overhead.calls_per_forward == 4
+    rows = {r.path: r for r in prof.rows()}
+    assert set(rows) == {"", "0", "1", "2"}
+    assert rows["0"].params == 32 * 64 + 64
+    assert rows["0"].input_shapes == [[4, 32]] and rows["0"].output_shapes == [4, 64]
+    assert all(len(s.total_ns) == 7 for s in prof.samples.values())
+    for root in prof.tree():
+        # medians of per-iteration values: exact per iteration, within noise for medians
+        root.self_check(tolerance_ns=0.05 * root.row.total_ns + 2_000)
+
+
+def test_mode_threads_and_hooks_restored() -> None:
+    model = small_mlp().train()
+    threads = torch.get_num_threads()
+    layerprof.profile(model, torch.randn(2, 32), warmup=0, iters=2, threads=1)
+    assert model.training
+    assert torch.get_num_threads() == threads
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+
+
+def test_eval_mode_during_run() -> None:
+    seen: list[bool] = []
+
+    class Spy(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen.append(self.training)
+            return x
+
+    layerprof.profile(Spy().train(), torch.zeros(1), warmup=0, iters=1)
+    assert seen and not any(seen)
+
+
+def test_model_error_names_layer_and_leaves_no_hooks() -> None:
+    model = zoo.Raises().train()
+    with pytest.raises(ModelRunError) as info:
+        layerprof.profile(model, torch.zeros(2, 4), warmup=0, iters=1)
+    assert info.value.layer == "block2.1"
+    assert str(info.value).startswith("block2.1 (Linear): mat1 and mat2 shapes cannot be multiplied")
+    assert model.training
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+
+
+def test_latency_only_for_unhookable_models() -> None:
+    scripted = torch.jit.script(small_mlp())
+    prof = profile_model(scripted, (torch.randn(2, 32),), None, RunOptions(warmup=0, iters=3, layers=False))
+    assert prof.latency is not None and prof.latency.n == 3
+    assert [r.path for r in prof.rows()] == [""]
+
+
+def test_calibration_is_positive_and_inside_part_smaller() -> None:
+    c = calibrate("cpu", children=10, repeats=10)
+    assert c.per_call_ns > 0
+    assert 0 <= c.inside_ns <= c.per_call_ns
+
+
+def test_save_load_round_trip(tmp_path) -> None:
+    prof = layerprof.profile(small_mlp(), torch.randn(2, 32), warmup=0, iters=3)
+    path = prof.save(tmp_path / "p.json")
+    again = Profile.load(path)
+    assert again.to_dict() == prof.to_dict() or _close(again, prof)
+    assert again.meta.inputs == prof.meta.inputs
+    df = again.to_dataframe()
+    assert list(df["path"]) == ["", "0", "1", "2"]
+
+
+def _close(a: Profile, b: Profile) -> bool:
+    ra, rb = a.rows(), b.rows()
+    return all(
+        x.path == y.path and x.total_ns == pytest.approx(y.total_ns, abs=1) for x, y in zip(ra, rb, strict=True)
+    )
+
+
+def test_recorder_with_user_loop() -> None:
+    model = small_mlp()
+    with layerprof.Recorder(model) as rec:
+        for _ in range(3):
+            model(torch.randn(2, 32))
+    prof = rec.profile()
+    assert prof.row("").calls == 1
+    assert len(prof.samples["0"].total_ns) == 3
