@@ -1,0 +1,30 @@
+"""Models the CLI tests load with --arch tests.cli_models:NAME."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self, width: int = 8) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(4, width)
+        self.block2 = nn.Sequential(nn.ReLU(), nn.Linear(width, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block2(self.fc1(x))
+
+
+class TwoInputs(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(100, 8)
+        self.fc = nn.Linear(8, 2)
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.embed(ids) * mask.unsqueeze(-1))
+
+
+def not_a_module() -> int:
+    return 3

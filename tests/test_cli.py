@@ -1,0 +1,179 @@
+"""The command line as a user meets it: outputs, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from layerprof.cli import main
+from tests.cli_models import Net
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _cwd(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)  # --arch tests.cli_models:... is imported from the current dir
+
+
+FAST = ["--warmup", "1", "--iters", "3"]
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_error(err: str, *needles: str) -> None:
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert lines[0].startswith("layerprof: error: "), err
+    assert "Traceback" not in err
+    assert len(lines) <= 2  # the error and an optional hint
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+
+
+def test_help_does_not_import_torch() -> None:
+    code = (
+        "import sys; from layerprof.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+
+def test_demo_writes_json_csv(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(
+        capsys, "demo", "--model", "cnn", *FAST, "--json", str(tmp_path / "d.json"),
+        "--csv", str(tmp_path / "d.csv"),
+    )  # fmt: skip
+    assert code == 0
+    assert "SmallCNN" in out and "latency median" in out
+    data = json.loads((tmp_path / "d.json").read_text())
+    assert data["schema"] == "layerprof.profile/1"
+    assert {"median", "mean", "p90", "p99", "min", "max", "std", "n", "first"} <= set(data["latency_ms"])
+    assert data["overhead"]["per_call_us"] > 0
+    assert data["layers"][0]["path"] == "" and data["layers"][0]["parent"] is None
+    csv_lines = (tmp_path / "d.csv").read_text().splitlines()
+    assert csv_lines[0].startswith("path,type,parent")
+    assert len(csv_lines) == len(data["layers"]) + 1
+
+
+def test_run_arch_only_with_kwargs(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(
+        capsys, "run", "--arch", "tests.cli_models:Net", "--arch-kwargs", '{"width": 16}',
+        "--input", "2x4", *FAST, "--top", "2",
+    )  # fmt: skip
+    assert code == 0, out
+    assert "top by self time" in out
+
+
+def test_run_state_dict_and_keyword_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.cli_models import TwoInputs
+
+    torch.save({"model_state_dict": TwoInputs().state_dict()}, tmp_path / "ckpt.pt")
+    code, out, err = run_cli(
+        capsys, "run", str(tmp_path / "ckpt.pt"), "--arch", "tests.cli_models:TwoInputs",
+        "--input", "ids=4x16:int64[0,100)", "--input", "mask=4x16:bool", *FAST,
+    )  # fmt: skip
+    assert code == 0, err
+    assert "embed" in out
+
+
+def test_wrong_keys_listed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sd = Net().state_dict()
+    sd["extra.weight"] = torch.zeros(1)
+    del sd["fc1.bias"]
+    torch.save(sd, tmp_path / "bad.pth")
+    code, _, err = run_cli(capsys, "run", str(tmp_path / "bad.pth"), "--arch", "tests.cli_models:Net", "--input", "2x4")
+    assert code == 2
+    assert "fc1.bias" in err and "extra.weight" in err and "Traceback" not in err
+
+
+def test_bad_input_shape_names_layer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out_file = tmp_path / "out.json"
+    code, _, err = run_cli(
+        capsys, "run", "--arch", "tests.cli_models:Net", "--input", "2x5", *FAST, "--json", str(out_file)
+    )
+    assert code == 2
+    assert_one_line_error(err, "fc1 (Linear)", "mat1 and mat2 shapes cannot be multiplied")
+    assert not out_file.exists() and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("argv", "needles"),
+    [
+        (["run", "missing.pth", "--arch", "tests.cli_models:Net", "--input", "2x4"], ["missing.pth"]),
+        (["run", "--arch", "nope.nothing:Net", "--input", "2x4"], ["nope.nothing"]),
+        (["run", "--arch", "tests.cli_models:not_a_module", "--input", "2x4"], ["not_a_module"]),
+        (["run", "--arch", "tests.cli_models:Net", "--input", "2xQ"], ["2xQ"]),
+        (["run", "--arch", "tests.cli_models:Net", "--input", "2x4", "--arch-kwargs", "{bad"], ["--arch-kwargs"]),
+        (["report", "nothing-here.json"], ["nothing-here.json"]),
+    ],
+)
+def test_bad_input_one_line(argv: list[str], needles: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 2
+    assert_one_line_error(err, *needles)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA error")
+def test_cuda_absent(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(capsys, "run", "--arch", "tests.cli_models:Net", "--input", "2x4", "--device", "cuda")
+    assert code == 2
+    assert_one_line_error(err, "--device cuda", "CUDA is not available")
+
+
+def test_not_a_torch_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "notes.pth"
+    f.write_text("hello")
+    code, _, err = run_cli(capsys, "run", str(f), "--arch", "tests.cli_models:Net", "--input", "2x4")
+    assert code == 2
+    assert_one_line_error(err, "notes.pth")
+
+
+def test_pickled_module_needs_trust(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    torch.save(Net(), tmp_path / "whole.pt")
+    code, _, err = run_cli(capsys, "run", str(tmp_path / "whole.pt"), "--input", "2x4", *FAST)
+    assert code == 2 and "--trust-pickle" in err
+    code, out, err = run_cli(capsys, "run", str(tmp_path / "whole.pt"), "--trust-pickle", "--input", "2x4", *FAST)
+    assert code == 0, err
+    assert "fc1" in out
+
+
+def test_torchscript_latency_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    torch.jit.save(torch.jit.script(Net()), tmp_path / "net.ts")
+    code, out, err = run_cli(capsys, "run", str(tmp_path / "net.ts"), "--input", "2x4", *FAST)
+    assert code == 0, err
+    assert "latency median" in out and "TorchScript" in out
+
+
+def test_report_rerenders_saved_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run_cli(capsys, "run", "--arch", "tests.cli_models:Net", "--input", "2x4", *FAST, "--json", str(tmp_path / "p.json"))
+    code, out, _ = run_cli(capsys, "report", str(tmp_path / "p.json"), "--csv", str(tmp_path / "p.csv"))
+    assert code == 0
+    assert "fc1" in out and (tmp_path / "p.csv").exists()
+
+
+def test_report_rejects_non_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "x.json"
+    f.write_text('{"hello": 1}')
+    code, _, err = run_cli(capsys, "report", str(f))
+    assert code == 2
+    assert_one_line_error(err, "x.json", "not a layerprof profile")
+
+
+def test_unwritable_output_is_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    code, _, err = run_cli(
+        capsys, "run", "--arch", "tests.cli_models:Net", "--input", "2x4", *FAST, "--json", str(blocker / "p.json")
+    )
+    assert code == 2
+    assert_one_line_error(err, "p.json")
