@@ -22,6 +22,8 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import pickle
+import re
 import sys
 import zipfile
 from collections.abc import Mapping
@@ -46,6 +48,7 @@ CHECKPOINT_KEYS: tuple[str, ...] = ("state_dict", "model_state_dict", "model", "
 
 _ARCH_EXAMPLE = "e.g. --arch mypkg.nets:ResNetish --arch-kwargs '{\"depth\": 18}'"
 _SHOWN_KEYS = 5
+_DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
 
 
 @dataclass(frozen=True)
@@ -234,6 +237,9 @@ def _sniff_archive(file: Path) -> Literal["torchscript", "export", "torch", "pic
             head = handle.read(2)
     except OSError as exc:
         raise ModelLoadError(f"cannot read model file {file}: {exc.strerror or exc}") from exc
+    if head == b"PK":
+        # A zip header without a readable central directory: cut short in transfer.
+        raise ModelLoadError(f"{file} is a damaged zip archive (truncated or corrupt?)")
     # Legacy (non-zip) torch.save files are a pickle stream: protocol opcode 0x80.
     if head[:1] != b"\x80":
         raise ModelLoadError(
@@ -293,18 +299,27 @@ def _ignored_arch(arch: str | None) -> tuple[str, ...]:
 
 
 def _torch_load(file: Path, *, trust_pickle: bool, map_location: str) -> Any:
-    import pickle
-
     import torch
 
     try:
         return torch.load(file, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
+        if _unsupported_global(str(exc)) is None:
+            # Not a foreign class: a damaged stream (weights_only words both the same).
+            raise _unreadable(file, exc) from exc
         if not trust_pickle:
             raise _pickle_refused(file, exc) from None
     except Exception as exc:
-        raise ModelLoadError(f"{file} is not a readable torch file: {_first_line(exc)}") from exc
+        raise _unreadable(file, exc) from exc
     return _trusted_load(file, map_location)
+
+
+def _unreadable(file: Path, exc: Exception) -> ModelLoadError:
+    if isinstance(exc, (EOFError, pickle.UnpicklingError)):
+        reason = "damaged pickle stream (truncated?)"
+    else:
+        reason = _first_line(exc)
+    return ModelLoadError(f"{file} is not a readable torch file: {reason}")
 
 
 def _pickle_refused(file: Path, exc: Exception) -> ModelLoadError:
@@ -325,7 +340,31 @@ def _unsupported_global(message: str) -> str | None:
     if start < 0:
         return None
     words = message[start + len(marker) :].split()
-    return words[0] if words else None
+    # A truncated stream can name half a global ("torch._uti.", "collections.Or"):
+    # no real class, so a damaged file rather than foreign code.
+    if not words or not _DOTTED.fullmatch(words[0]) or _missing_attribute(words[0]):
+        return None
+    return words[0]
+
+
+def _missing_attribute(name: str) -> bool:
+    """True when ``name``'s module is already imported but lacks the attribute.
+
+    Only modules already in ``sys.modules`` are consulted: importing one named
+    by an untrusted file would run its code.
+    """
+    parts = name.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        module = sys.modules.get(".".join(parts[:cut]))
+        if module is None:
+            continue
+        obj: Any = module
+        for attr in parts[cut:]:
+            if not hasattr(obj, attr):
+                return True
+            obj = getattr(obj, attr)
+        return False
+    return False
 
 
 def _trusted_load(file: Path, map_location: str) -> Any:
