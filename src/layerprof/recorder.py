@@ -1,10 +1,11 @@
 """Hooks on every module of a model, recording one LayerCall per forward call.
 
 Per-module ``forward_pre``/``forward`` hooks keep ``__call__`` semantics intact
-(other hooks, ``torch.compile`` guards, ``__call__`` overrides still work) and
-cost less per call than the global module hooks, which fire for every module
-in the process and need a dictionary lookup to know whether a module is ours
-(measured by ``benchmarks/overhead.py --compare-hooks``). The hooks only read
+(other hooks, ``__call__`` overrides still work). The process-wide module hooks
+cost the same per call (``benchmarks/overhead.py --compare-hooks``: about 2 µs
+either way on this machine) but fire for every module in the process, so they
+would also time modules outside the model; per-module hooks are the safer choice.
+The hooks only read
 the clock and append to a list; everything else happens after the run.
 
 Hooks are always removed in ``detach`` (called from ``__exit__`` and from the
