@@ -1,1 +1,20 @@
-"""Kineto / Chrome trace reader and analyses (no torch import)."""
+"""Kineto / Chrome trace reader and analyses (no torch, no pandas).
+
+::
+
+    reader   (files, gzip, batched orjson decode, ranks)
+      -> events   (one pass into typed numpy tables, integer ns)
+      -> nesting  (who encloses whom per thread, self times)
+      -> links    (device op -> launch call -> op / module)
+      -> steps, ops, gpu, modules, memory, ranks   (analyses)
+      -> report   (TraceReport: to_dict JSON contract, to_profile pivot)
+
+Entry point: :func:`analyze`.
+"""
+
+from __future__ import annotations
+
+from layerprof.trace.analysis import analyze, analyze_file
+from layerprof.trace.report import SCHEMA, RankReport, TraceReport
+
+__all__ = ["SCHEMA", "RankReport", "TraceReport", "analyze", "analyze_file"]

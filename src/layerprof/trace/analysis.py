@@ -1,0 +1,119 @@
+"""analyze(): trace file(s) -> TraceReport, composing the analyses."""
+
+from __future__ import annotations
+
+import os
+
+from layerprof.trace.events import ANNOTATION, MODULE
+from layerprof.trace.gpu import device_use, kernel_table, kind_table, launches, memcpy_table
+from layerprof.trace.links import link
+from layerprof.trace.memory import memory_summary
+from layerprof.trace.modules import tree
+from layerprof.trace.nesting import nest
+from layerprof.trace.ops import device_times, op_table
+from layerprof.trace.ranks import cross_rank
+from layerprof.trace.reader import TraceFile, assign_ranks, read_trace_file, trace_files
+from layerprof.trace.report import RankReport, TraceReport
+from layerprof.trace.steps import Steps, find_steps
+
+
+def analyze(path: str | os.PathLike[str], *, group_by_shape: bool = False) -> TraceReport:
+    """Analyze a ``.json`` / ``.json.gz`` trace or a directory of per-rank traces.
+
+    Raises :class:`layerprof.errors.TraceError` (one line naming the file)
+    for anything that is not a readable, non-empty trace.
+    """
+    files = [read_trace_file(f, keep_shapes=group_by_shape) for f in trace_files(path)]
+    ranks, source = assign_ranks(files)
+    reports = [
+        analyze_file(f, rank, group_by_shape=group_by_shape)
+        for f, rank in zip(files, ranks, strict=True)
+    ]
+    reports.sort(key=lambda r: r.rank)
+    cross = None
+    if len(reports) > 1:
+        cross = cross_rank(
+            [r.rank for r in reports], [r.steps for r in reports], [r.kinds for r in reports]
+        )
+    return TraceReport(path=str(path), ranks=tuple(reports), rank_source=source, cross=cross)
+
+
+def analyze_file(trace: TraceFile, rank: int, *, group_by_shape: bool = False) -> RankReport:
+    tables = trace.tables
+    nesting = nest(tables.host)
+    links = link(tables, nesting)
+    steps = find_steps(tables, nesting)
+    extent = tables.extent()
+    windows = steps.windows(extent)
+    kernels = kernel_table(tables)
+    has_device = tables.has_device
+    launch = launches(tables, links) if has_device else None
+    modules = tree(tables, nesting, links, steps, MODULE)
+    report = RankReport(
+        rank=rank,
+        file=str(trace.path),
+        events=tables.events,
+        steps=steps,
+        devices=device_use(tables, links, windows),
+        ops=op_table(
+            tables, nesting, device_times(tables, nesting, links), by_shape=group_by_shape
+        ),
+        kernels=kernels,
+        kinds=kind_table(tables, kernels),
+        memcpy=memcpy_table(tables),
+        launches=launch,
+        modules=modules,
+        annotations=tree(tables, nesting, links, steps, ANNOTATION),
+        memory=memory_summary(tables, nesting),
+        window_ns=sum(hi - lo for lo, hi in windows),
+        has_device=has_device,
+        device_names=_device_names(trace),
+    )
+    notes = _notes(trace, steps, report)
+    return RankReport(**{**report.__dict__, "notes": notes})
+
+
+def _device_names(trace: TraceFile) -> tuple[str, ...]:
+    props = trace.header.get("deviceProperties")
+    if not isinstance(props, list):
+        return ()
+    return tuple(str(p.get("name")) for p in props if isinstance(p, dict) and "name" in p)
+
+
+def _notes(trace: TraceFile, steps: Steps, report: RankReport) -> tuple[str, ...]:
+    tables = trace.tables
+    notes: list[str] = []
+    if not report.has_device:
+        notes.append("no device data (CPU-only trace): device columns are absent")
+    if steps.source == "record_function":
+        notes.append("no ProfilerStep spans: steps are the outermost record_function spans")
+    elif steps.source == "nn.Module":
+        notes.append("no ProfilerStep spans: steps are the outermost nn.Module spans")
+    elif steps.source == "trace":
+        notes.append("no steps found: the whole trace is one unit")
+    for s in steps.steps:
+        if s.cut_off:
+            notes.append(
+                f"last step cut off: {s.name} ({s.dur_ns / 1e6:.3f} ms) is kept out of"
+                " step statistics and the step window"
+            )
+    if steps.steps and not steps.complete:
+        notes.append("no complete step: idle and utilization use the whole trace")
+    if not report.modules:
+        notes.append("no nn.Module events: profile with with_stack=True for the module tree")
+    if tables.dropped_ts0:
+        notes.append(f"{tables.dropped_ts0} events with ts == 0 were dropped")
+    if tables.skipped:
+        notes.append(f"{tables.skipped} events without a usable timestamp were skipped")
+    if report.launches is not None:
+        if report.launches.unmatched_device_ops:
+            notes.append(
+                f"{report.launches.unmatched_device_ops} device ops have no launch call"
+                " in the trace (no launch delay or host attribution for them)"
+            )
+        if report.launches.negative_delays:
+            notes.append(
+                f"{report.launches.negative_delays} launch delays are negative"
+                " (CPU and GPU clocks disagree)"
+            )
+    return tuple(notes)

@@ -1,0 +1,307 @@
+"""GPU side: busy/idle per device, kernels, kernel kinds, memcpy, launch overhead.
+
+* busy = length of the union of a device's kernel, memcpy and memset
+  intervals (all streams), over the whole file;
+* window = union of the step windows (or the whole trace without steps);
+  idle = window - busy inside it; utilization = busy inside / window;
+* every idle piece inside the window is classified by the device op that
+  ends it: *host wait* when that op's launch call ended after the GPU went
+  idle (the GPU waited for the CPU), *short gap* when it was launched in
+  time and the gap is at most ``SHORT_GAP_NS``, *other* otherwise
+  (dependencies, syncs, or no following op).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from layerprof.stats import Summary
+from layerprof.trace.events import I64, KERNEL, MEMCPY, MEMSET, RUNTIME, SYNC, EventTables
+from layerprof.trace.links import Links
+
+SHORT_GAP_NS = 10_000
+_MEMCPY_KIND = re.compile(r"Memcpy\s+(\w+)")
+_COMM = re.compile(r"nccl|rccl|c10d|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all", re.I)
+
+
+@dataclass(frozen=True)
+class DeviceUse:
+    device: int
+    busy_ns: int
+    busy_in_window_ns: int
+    window_ns: int
+    idle_ns: int
+    utilization: float
+    kernel_ns: int
+    memcpy_ns: int
+    memset_ns: int
+    streams: int
+    host_wait_ns: int
+    short_gap_ns: int
+    other_idle_ns: int
+
+
+@dataclass(frozen=True)
+class KernelRow:
+    name: str
+    kind: str  # "compute" | "communication" | "memory"
+    calls: int
+    total_ns: int
+    min_ns: int
+    max_ns: int
+
+    @property
+    def mean_ns(self) -> float:
+        return self.total_ns / self.calls if self.calls else 0.0
+
+
+@dataclass(frozen=True)
+class KindRow:
+    kind: str
+    calls: int
+    total_ns: int
+
+
+@dataclass(frozen=True)
+class MemcpyRow:
+    kind: str  # HtoD, DtoH, DtoD, ..., or "Memset"
+    calls: int
+    total_ns: int
+    bytes: int
+
+    @property
+    def gb_per_s(self) -> float | None:
+        return self.bytes / self.total_ns if self.total_ns > 0 and self.bytes > 0 else None
+
+
+@dataclass(frozen=True)
+class RuntimeRow:
+    name: str
+    calls: int
+    total_ns: int
+
+
+@dataclass(frozen=True)
+class Launches:
+    """Runtime launch calls matched to a device op, and the delay to its start."""
+
+    launches: int
+    call_ns: Summary | None  # duration of the launch call itself
+    call_total_ns: int
+    delay_ns: Summary | None  # device op start - launch call end
+    negative_delays: int  # clock skew between CPU and GPU timelines
+    unmatched_device_ops: int
+    sync_ns: int  # cuda_sync events + runtime *Synchronize calls
+    runtime: tuple[RuntimeRow, ...]
+
+
+def union(starts: I64, ends: I64) -> tuple[I64, I64, I64]:
+    """Disjoint sorted segments covering the intervals, and each segment's first index."""
+    if len(starts) == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    run = np.maximum.accumulate(e)
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = s[1:] > run[:-1]
+    first = np.flatnonzero(new)
+    last = np.append(first[1:] - 1, len(s) - 1)
+    return s[first], run[last], order[first]
+
+
+def overlap(seg_s: I64, seg_e: I64, windows: list[tuple[int, int]]) -> int:
+    """Total length of the segments inside the (disjoint) windows."""
+    total = 0
+    for lo, hi in windows:
+        total += int(np.clip(np.minimum(seg_e, hi) - np.maximum(seg_s, lo), 0, None).sum())
+    return total
+
+
+def merge_windows(windows: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(windows):
+        if out and lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        elif hi > lo:
+            out.append((lo, hi))
+    return out
+
+
+def device_use(
+    tables: EventTables, links: Links, windows: list[tuple[int, int]]
+) -> tuple[DeviceUse, ...]:
+    dev, host = tables.device, tables.host
+    windows = merge_windows(windows)
+    window_ns = sum(hi - lo for lo, hi in windows)
+    launch_end = np.full(len(dev), -1, dtype=np.int64)
+    has_rt = links.runtime >= 0
+    launch_end[has_rt] = host.end[links.runtime[has_rt]]
+    out = []
+    for d in np.unique(dev.device).tolist():
+        on = np.flatnonzero(dev.device == d)
+        seg_s, seg_e, first = union(dev.start[on], dev.end[on])
+        busy_in = overlap(seg_s, seg_e, windows)
+        wait, short, other = _classify_idle(seg_s, seg_e, launch_end[on][first], windows)
+        kinds = dev.kind[on]
+        durs = dev.dur[on]
+        out.append(
+            DeviceUse(
+                device=int(d),
+                busy_ns=int((seg_e - seg_s).sum()),
+                busy_in_window_ns=busy_in,
+                window_ns=window_ns,
+                idle_ns=window_ns - busy_in,
+                utilization=busy_in / window_ns if window_ns > 0 else 0.0,
+                kernel_ns=int(durs[kinds == KERNEL].sum()),
+                memcpy_ns=int(durs[kinds == MEMCPY].sum()),
+                memset_ns=int(durs[kinds == MEMSET].sum()),
+                streams=len(np.unique(dev.stream[on])),
+                host_wait_ns=wait,
+                short_gap_ns=short,
+                other_idle_ns=other,
+            )
+        )
+    return tuple(out)
+
+
+def _classify_idle(
+    seg_s: I64, seg_e: I64, launched: I64, windows: list[tuple[int, int]]
+) -> tuple[int, int, int]:
+    """Split idle time inside the windows into host wait / short gap / other."""
+    wait = short = other = 0
+    for lo, hi in windows:
+        inside = np.flatnonzero((seg_e > lo) & (seg_s < hi))
+        prev_end = lo
+        for k in inside.tolist():
+            start = max(int(seg_s[k]), lo)
+            gap = start - prev_end
+            if gap > 0:
+                if launched[k] > prev_end:
+                    wait += gap
+                elif gap <= SHORT_GAP_NS:
+                    short += gap
+                else:
+                    other += gap
+            prev_end = max(prev_end, min(int(seg_e[k]), hi))
+        other += max(0, hi - prev_end)
+    return wait, short, other
+
+
+def kernel_kind(name: str, device_kind: int) -> str:
+    if device_kind in (MEMCPY, MEMSET):
+        return "memory"
+    if _COMM.search(name):
+        return "communication"
+    return "compute"
+
+
+def kernel_table(tables: EventTables) -> tuple[KernelRow, ...]:
+    dev = tables.device
+    idx = np.flatnonzero(dev.kind == KERNEL)
+    if len(idx) == 0:
+        return ()
+    names = dev.name[idx]
+    durs = dev.dur[idx]
+    uniq, group = np.unique(names, return_inverse=True)
+    k = len(uniq)
+    calls = np.bincount(group, minlength=k)
+    total = np.bincount(group, weights=durs, minlength=k).astype(np.int64)
+    lo = np.full(k, np.iinfo(np.int64).max, dtype=np.int64)
+    hi = np.zeros(k, dtype=np.int64)
+    np.minimum.at(lo, group, durs)
+    np.maximum.at(hi, group, durs)
+    rows = []
+    for g, name_id in enumerate(uniq.tolist()):
+        name = tables.names[name_id]
+        rows.append(
+            KernelRow(
+                name=name,
+                kind=kernel_kind(name, KERNEL),
+                calls=int(calls[g]),
+                total_ns=int(total[g]),
+                min_ns=int(lo[g]),
+                max_ns=int(hi[g]),
+            )
+        )
+    rows.sort(key=lambda r: (-r.total_ns, r.name))
+    return tuple(rows)
+
+
+def kind_table(tables: EventTables, kernels: tuple[KernelRow, ...]) -> tuple[KindRow, ...]:
+    acc: dict[str, list[int]] = {}
+    for row in kernels:
+        a = acc.setdefault(row.kind, [0, 0])
+        a[0] += row.calls
+        a[1] += row.total_ns
+    mem = np.isin(tables.device.kind, (MEMCPY, MEMSET))
+    if mem.any():
+        a = acc.setdefault("memory", [0, 0])
+        a[0] += int(mem.sum())
+        a[1] += int(tables.device.dur[mem].sum())
+    rows = [KindRow(kind, calls, total) for kind, (calls, total) in acc.items()]
+    return tuple(sorted(rows, key=lambda r: -r.total_ns))
+
+
+def memcpy_table(tables: EventTables) -> tuple[MemcpyRow, ...]:
+    dev = tables.device
+    idx = np.flatnonzero(np.isin(dev.kind, (MEMCPY, MEMSET)))
+    acc: dict[str, list[int]] = {}
+    names = tables.names
+    for kind, name_id, dur, nbytes in zip(
+        dev.kind[idx].tolist(),
+        dev.name[idx].tolist(),
+        dev.dur[idx].tolist(),
+        dev.bytes[idx].tolist(),
+        strict=True,
+    ):
+        if kind == MEMSET:
+            label = "Memset"
+        else:
+            m = _MEMCPY_KIND.search(names[name_id])
+            label = m.group(1) if m else "other"
+        a = acc.setdefault(label, [0, 0, 0])
+        a[0] += 1
+        a[1] += dur
+        a[2] += max(nbytes, 0)
+    rows = [MemcpyRow(k, c, t, b) for k, (c, t, b) in acc.items()]
+    return tuple(sorted(rows, key=lambda r: -r.total_ns))
+
+
+def launches(tables: EventTables, links: Links) -> Launches:
+    host, dev = tables.host, tables.device
+    matched = links.runtime >= 0
+    rt = links.runtime[matched]
+    delay = dev.start[matched] - host.end[rt]
+    runtime_idx = np.flatnonzero(host.kind == RUNTIME)
+    rows: tuple[RuntimeRow, ...] = ()
+    if len(runtime_idx):
+        uniq, group = np.unique(host.name[runtime_idx], return_inverse=True)
+        calls = np.bincount(group, minlength=len(uniq))
+        total = np.bincount(group, weights=host.dur[runtime_idx], minlength=len(uniq))
+        rows = tuple(
+            sorted(
+                (
+                    RuntimeRow(tables.names[int(n)], int(c), int(t))
+                    for n, c, t in zip(uniq.tolist(), calls.tolist(), total.tolist(), strict=True)
+                ),
+                key=lambda r: -r.total_ns,
+            )
+        )
+    sync = int(host.dur[host.kind == SYNC].sum()) + sum(
+        r.total_ns for r in rows if "Synchronize" in r.name
+    )
+    unique_calls = np.unique(rt)
+    return Launches(
+        launches=len(unique_calls),
+        call_ns=Summary.of(host.dur[unique_calls].tolist()) if len(unique_calls) else None,
+        call_total_ns=int(host.dur[unique_calls].sum()),
+        delay_ns=Summary.of(delay.tolist()) if len(delay) else None,
+        negative_delays=int((delay < 0).sum()),
+        unmatched_device_ops=int((~matched).sum()),
+        sync_ns=sync,
+        runtime=rows,
+    )

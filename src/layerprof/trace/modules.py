@@ -1,0 +1,165 @@
+"""Layer trees from ``nn.Module: Class_k`` spans and ``record_function`` spans.
+
+A module span's path joins the names of the module spans enclosing it on the
+same thread (``Net_0.Sequential_0.Linear_1``); ``k`` counts instances of the
+class, so the path is what tells two ``Linear_0`` apart. Host total/self
+follow ops (self = total minus the union of direct child modules); device
+time is that of the kernels launched inside, inclusive and own. Times are
+also split per complete step, which is what the Profile pivot samples.
+Annotation trees work the same; ``ProfilerStep#N`` spans are the steps, not
+tree nodes, and dots in annotation names become ``_`` in paths.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from layerprof.trace.events import ANNOTATION, I64, MODULE, MODULE_PREFIX, EventTables
+from layerprof.trace.links import Links
+from layerprof.trace.nesting import Nesting, roll_up
+from layerprof.trace.steps import STEP_NAME, Steps
+
+
+@dataclass(frozen=True)
+class TreeRow:
+    """One node of a module or annotation tree, summed over the whole trace."""
+
+    path: str
+    name: str
+    type: str
+    parent: str | None
+    calls: int
+    total_ns: int
+    self_ns: int
+    device_ns: int | None
+    device_self_ns: int | None
+    step_total_ns: tuple[int, ...]  # per complete step
+    step_self_ns: tuple[int, ...]
+    step_device_ns: tuple[int, ...] | None
+    step_device_self_ns: tuple[int, ...] | None
+    step_calls: tuple[int, ...]
+
+
+def tree(
+    tables: EventTables, nesting: Nesting, links: Links, steps: Steps, kind: int
+) -> tuple[TreeRow, ...]:
+    """Rows in first-seen (pre-order) order; empty when the trace has no such spans."""
+    host = tables.host
+    members = np.flatnonzero(host.kind == kind)
+    if kind == ANNOTATION:
+        step_names = [i for i, n in enumerate(tables.names) if STEP_NAME.match(n)]
+        members = members[~np.isin(host.name[members], step_names)]
+    if len(members) == 0:
+        return ()
+    parent = nesting.parent_of_kind(kind)
+    has_device = tables.has_device
+    own = np.zeros(len(host), dtype=np.int64)
+    if has_device:
+        owner = np.full(len(tables.device), -1, dtype=np.int64)
+        via_rt = links.runtime >= 0
+        owner[via_rt] = parent[links.runtime[via_rt]]
+        via_op = (owner < 0) & (links.op >= 0)
+        owner[via_op] = parent[links.op[via_op]]
+        hit = owner >= 0
+        own = np.bincount(owner[hit], weights=tables.device.dur[hit], minlength=len(host))
+        own = own.astype(np.int64)
+    inclusive = roll_up(own, parent, nesting.order, members)
+    step_of = _step_index(steps, host.start)
+    n_steps = len(steps.complete)
+
+    is_member = np.zeros(len(host), dtype=bool)
+    is_member[members] = True
+    paths: dict[int, str] = {}
+    acc: dict[str, _Acc] = {}
+    names = tables.names
+    par = parent.tolist()
+    name_ids = host.name.tolist()
+    durs = host.dur.tolist()
+    selfs = nesting.self_ns.tolist()
+    incl = inclusive.tolist()
+    owns = own.tolist()
+    step_list = step_of.tolist()
+    for i in nesting.order[is_member[nesting.order]].tolist():
+        raw = names[name_ids[i]]
+        short = raw[len(MODULE_PREFIX) :] if kind == MODULE else raw.replace(".", "_")
+        p = par[i]
+        parent_path = paths.get(p) if p >= 0 else None
+        path = f"{parent_path}.{short}" if parent_path else short
+        paths[i] = path
+        a = acc.get(path)
+        if a is None:
+            a = acc[path] = _Acc(short, _type_of(short, kind), parent_path, n_steps)
+        a.add(durs[i], selfs[i], incl[i], owns[i], step_list[i])
+    return tuple(a.row(path, has_device) for path, a in acc.items())
+
+
+def _type_of(short: str, kind: int) -> str:
+    if kind != MODULE:
+        return "record_function"
+    head, _, tail = short.rpartition("_")
+    return head if head and tail.isdigit() else short
+
+
+def _step_index(steps: Steps, starts: I64) -> I64:
+    """Index of the complete step each start falls in, -1 outside all of them."""
+    done = steps.complete
+    out = np.full(len(starts), -1, dtype=np.int64)
+    if not done or steps.source == "trace":
+        if done:
+            out[:] = 0
+        return out
+    lo = np.asarray([s.start_ns for s in done], dtype=np.int64)
+    hi = np.asarray([s.end_ns for s in done], dtype=np.int64)
+    order = np.argsort(lo, kind="stable")
+    pos = np.searchsorted(lo[order], starts, side="right") - 1
+    ok = pos >= 0
+    cand = np.where(ok, order[np.clip(pos, 0, None)], -1)
+    inside = ok & (starts < hi[np.clip(cand, 0, None)])
+    out[inside] = cand[inside]
+    return out
+
+
+class _Acc:
+    """Running sums for one path (a plain mutable helper, never exposed)."""
+
+    def __init__(self, name: str, type_: str, parent: str | None, n_steps: int) -> None:
+        self.name, self.type, self.parent = name, type_, parent
+        self.calls = self.total = self.self_ = self.device = self.device_self = 0
+        self.s_total = [0] * n_steps
+        self.s_self = [0] * n_steps
+        self.s_dev = [0] * n_steps
+        self.s_dev_self = [0] * n_steps
+        self.s_calls = [0] * n_steps
+
+    def add(self, total: int, self_: int, device: int, device_self: int, step: int) -> None:
+        self.calls += 1
+        self.total += total
+        self.self_ += self_
+        self.device += device
+        self.device_self += device_self
+        if step >= 0:
+            self.s_total[step] += total
+            self.s_self[step] += self_
+            self.s_dev[step] += device
+            self.s_dev_self[step] += device_self
+            self.s_calls[step] += 1
+
+    def row(self, path: str, has_device: bool) -> TreeRow:
+        return TreeRow(
+            path=path,
+            name=self.name,
+            type=self.type,
+            parent=self.parent,
+            calls=self.calls,
+            total_ns=self.total,
+            self_ns=self.self_,
+            device_ns=self.device if has_device else None,
+            device_self_ns=self.device_self if has_device else None,
+            step_total_ns=tuple(self.s_total),
+            step_self_ns=tuple(self.s_self),
+            step_device_ns=tuple(self.s_dev) if has_device else None,
+            step_device_self_ns=tuple(self.s_dev_self) if has_device else None,
+            step_calls=tuple(self.s_calls),
+        )

@@ -1,0 +1,137 @@
+"""Who encloses whom on each CPU thread, and self times.
+
+One sweep per thread in start order keeps a stack per span kind (ops,
+modules, annotations). A span's parent of kind K is the innermost open span
+of kind K when it starts. Self time is the span minus the *union* of its
+direct children of the same kind, each clipped to the parent: overlapping
+or overrunning spans (a known Kineto quirk) then still give
+``0 <= self <= total``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from layerprof.trace.events import ANNOTATION, I64, MODULE, OP, HostSpans
+
+_TRACKED = (OP, MODULE, ANNOTATION)
+
+
+@dataclass(frozen=True)
+class Nesting:
+    """Per host span (same indexing as HostSpans): enclosing spans and self time.
+
+    ``order`` is the sweep order (thread, start, longest first): a parent
+    always comes before its children in it.
+    """
+
+    order: I64
+    parent_op: I64
+    parent_module: I64
+    parent_annotation: I64
+    self_ns: I64
+
+    def parent_of_kind(self, kind: int) -> I64:
+        return {OP: self.parent_op, MODULE: self.parent_module}.get(kind, self.parent_annotation)
+
+
+def nest(host: HostSpans) -> Nesting:
+    n = len(host)
+    order = np.lexsort((-host.dur, host.start, host.thread)).astype(np.int64)
+    parents = {k: [-1] * n for k in _TRACKED}
+    self_ns = host.dur.tolist()
+    starts = host.start.tolist()
+    durs = host.dur.tolist()
+    kinds = host.kind.tolist()
+    threads = host.thread.tolist()
+    # stack frame: [end, index, covered_until]
+    stacks: dict[int, list[list[int]]] = {k: [] for k in _TRACKED}
+    op_stack, mod_stack, ann_stack = stacks[OP], stacks[MODULE], stacks[ANNOTATION]
+    p_op, p_mod, p_ann = parents[OP], parents[MODULE], parents[ANNOTATION]
+    current = None
+    for i in order.tolist():
+        s = starts[i]
+        e = s + durs[i]
+        if threads[i] != current:
+            current = threads[i]
+            op_stack.clear()
+            mod_stack.clear()
+            ann_stack.clear()
+        while op_stack and op_stack[-1][0] <= s:
+            op_stack.pop()
+        while mod_stack and mod_stack[-1][0] <= s:
+            mod_stack.pop()
+        while ann_stack and ann_stack[-1][0] <= s:
+            ann_stack.pop()
+        if op_stack:
+            p_op[i] = op_stack[-1][1]
+        if mod_stack:
+            p_mod[i] = mod_stack[-1][1]
+        if ann_stack:
+            p_ann[i] = ann_stack[-1][1]
+        k = kinds[i]
+        stack = stacks.get(k)
+        if stack is None:
+            continue
+        if stack:
+            frame = stack[-1]
+            lo = s if s > frame[2] else frame[2]
+            hi = e if e < frame[0] else frame[0]
+            if hi > lo:
+                self_ns[frame[1]] -= hi - lo
+                frame[2] = hi
+        stack.append([e, i, s])
+    return Nesting(
+        order=order,
+        parent_op=np.asarray(p_op, dtype=np.int64),
+        parent_module=np.asarray(p_mod, dtype=np.int64),
+        parent_annotation=np.asarray(p_ann, dtype=np.int64),
+        self_ns=np.asarray(self_ns, dtype=np.int64),
+    )
+
+
+def roll_up(values: I64, parent: I64, order: I64, members: I64) -> I64:
+    """Inclusive sums: each member's value plus all its descendants' (same kind).
+
+    ``members`` are the indices of the kind's spans; ``order`` puts parents
+    first, so a reverse walk adds every child before its parent is read.
+    """
+    total = values.copy()
+    is_member = np.zeros(len(values), dtype=bool)
+    is_member[members] = True
+    seq = order[is_member[order]].tolist()
+    par = parent.tolist()
+    acc = total.tolist()
+    for i in reversed(seq):
+        p = par[i]
+        if p >= 0:
+            acc[p] += acc[i]
+    return np.asarray(acc, dtype=np.int64)
+
+
+def enclosing_at(host: HostSpans, nesting: Nesting, kind: int, thread: I64, ts: I64) -> I64:
+    """Innermost span of ``kind`` on ``thread`` that contains each instant ``ts``."""
+    out = np.full(len(ts), -1, dtype=np.int64)
+    members = np.flatnonzero(host.kind == kind)
+    if len(members) == 0 or len(ts) == 0:
+        return out
+    parent = nesting.parent_of_kind(kind).tolist()
+    ends = host.end.tolist()
+    for t in np.unique(thread).tolist():
+        on_thread = members[host.thread[members] == t]
+        if len(on_thread) == 0:
+            continue
+        by_start = on_thread[np.argsort(host.start[on_thread], kind="stable")]
+        starts = host.start[by_start]
+        queries = np.flatnonzero(thread == t)
+        pos = np.searchsorted(starts, ts[queries], side="right") - 1
+        cand = by_start.tolist()
+        for q, p in zip(queries.tolist(), pos.tolist(), strict=True):
+            j = cand[p] if p >= 0 else -1
+            t_q = int(ts[q])
+            while j >= 0 and ends[j] < t_q:
+                j = parent[j]
+            out[q] = j
+    return out

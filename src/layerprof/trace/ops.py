@@ -1,0 +1,87 @@
+"""Operators (``cpu_op``): calls, host total/self and device time per name.
+
+Host total = sum of the op's span durations; self = total minus the union
+of its direct child ops on the same thread. Device time is inclusive: the
+kernels, memcpys and memsets launched inside the op or any op it encloses.
+``device_self`` counts only those launched by the op itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from layerprof.trace.events import I64, OP, EventTables
+from layerprof.trace.links import Links
+from layerprof.trace.nesting import Nesting, roll_up
+
+
+@dataclass(frozen=True)
+class OpRow:
+    name: str
+    calls: int
+    total_ns: int
+    self_ns: int
+    device_ns: int
+    device_self_ns: int
+    input_shapes: str | None = None
+
+
+@dataclass(frozen=True)
+class OpTimes:
+    """Per op span (HostSpans indexing): inclusive and own device time."""
+
+    device_total: I64
+    device_self: I64
+
+
+def device_times(tables: EventTables, nesting: Nesting, links: Links) -> OpTimes:
+    host, dev = tables.host, tables.device
+    n = len(host)
+    own = np.zeros(n, dtype=np.int64)
+    hit = links.op >= 0
+    if hit.any():
+        own = np.bincount(links.op[hit], weights=dev.dur[hit], minlength=n).astype(np.int64)
+    members = np.flatnonzero(host.kind == OP)
+    total = roll_up(own, nesting.parent_op, nesting.order, members)
+    return OpTimes(device_total=total, device_self=own)
+
+
+def op_table(
+    tables: EventTables, nesting: Nesting, times: OpTimes, *, by_shape: bool = False
+) -> tuple[OpRow, ...]:
+    """One row per op name (and input shapes when ``by_shape``), by total desc."""
+    host = tables.host
+    idx = np.flatnonzero(host.kind == OP)
+    if len(idx) == 0:
+        return ()
+    names = host.name[idx]
+    shapes = host.shape[idx] if by_shape else np.full(len(idx), -1, dtype=np.int64)
+    keys = np.stack([names, shapes], axis=1)
+    uniq, group = np.unique(keys, axis=0, return_inverse=True)
+    group = group.reshape(-1)
+    k = len(uniq)
+
+    def total(values: I64) -> list[int]:
+        return np.bincount(group, weights=values, minlength=k).astype(np.int64).tolist()
+
+    calls = np.bincount(group, minlength=k).tolist()
+    tot = total(host.dur[idx])
+    slf = total(nesting.self_ns[idx])
+    dev = total(times.device_total[idx])
+    dev_self = total(times.device_self[idx])
+    rows = [
+        OpRow(
+            name=tables.names[int(name)],
+            calls=int(calls[g]),
+            total_ns=int(tot[g]),
+            self_ns=int(slf[g]),
+            device_ns=int(dev[g]),
+            device_self_ns=int(dev_self[g]),
+            input_shapes=tables.shapes[int(shape)] if shape >= 0 else None,
+        )
+        for g, (name, shape) in enumerate(uniq.tolist())
+    ]
+    rows.sort(key=lambda r: (-r.total_ns, r.name))
+    return tuple(rows)

@@ -1,0 +1,120 @@
+"""Steps: the units that step (inference) time is measured over.
+
+In order of preference: ``ProfilerStep#N`` spans (``prof.step()``), else the
+outermost ``record_function`` spans on the main thread, else the outermost
+``nn.Module:`` spans there, else the whole trace as one unit. The last
+ProfilerStep is *cut off* when it ends after the profiler window closed, or
+is under half the median of the others (the profiler stopped inside it); it
+is listed but kept out of the statistics and the step window.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from layerprof.trace.events import ANNOTATION, MODULE, OP, EventTables
+from layerprof.trace.nesting import Nesting
+
+STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+_CUT_OFF_SLACK_NS = 1_000
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    start_ns: int
+    dur_ns: int
+    cut_off: bool = False
+
+    @property
+    def end_ns(self) -> int:
+        return self.start_ns + self.dur_ns
+
+
+@dataclass(frozen=True)
+class Steps:
+    """The steps found, how (``source``) and on which thread."""
+
+    steps: tuple[Step, ...]
+    source: str  # "ProfilerStep" | "record_function" | "nn.Module" | "trace"
+    thread: int | None
+
+    @property
+    def complete(self) -> tuple[Step, ...]:
+        return tuple(s for s in self.steps if not s.cut_off)
+
+    def windows(self, extent: tuple[int, int]) -> list[tuple[int, int]]:
+        """Intervals that idle time and utilization are measured over."""
+        done = self.complete
+        if self.source == "trace" or not done:
+            return [extent]
+        return [(s.start_ns, s.end_ns) for s in done]
+
+
+def find_steps(tables: EventTables, nesting: Nesting) -> Steps:
+    host = tables.host
+    names = tables.names
+    step_ids = {i for i, name in enumerate(names) if STEP_NAME.match(name)}
+    ann = np.flatnonzero(host.kind == ANNOTATION)
+    is_step = np.isin(host.name[ann], np.fromiter(step_ids, dtype=np.int64, count=len(step_ids)))
+    steps_idx = ann[is_step]
+    if len(steps_idx):
+        thread = _most_common(host.thread[steps_idx])
+        chosen = steps_idx[host.thread[steps_idx] == thread]
+        return Steps(_cut_last(_as_steps(tables, chosen), tables), "ProfilerStep", thread)
+    thread = _main_thread(tables)
+    if thread is None:
+        return Steps((Step("trace", *_span(tables.extent())),), "trace", None)
+    on_thread = host.thread == thread
+    outer_ann = np.flatnonzero(
+        on_thread & (host.kind == ANNOTATION) & (nesting.parent_annotation == -1)
+    )
+    if len(outer_ann):
+        return Steps(_as_steps(tables, outer_ann), "record_function", thread)
+    outer_mod = np.flatnonzero(on_thread & (host.kind == MODULE) & (nesting.parent_module == -1))
+    if len(outer_mod):
+        return Steps(_as_steps(tables, outer_mod), "nn.Module", thread)
+    return Steps((Step("trace", *_span(tables.extent())),), "trace", thread)
+
+
+def _span(extent: tuple[int, int]) -> tuple[int, int]:
+    return extent[0], extent[1] - extent[0]
+
+
+def _as_steps(tables: EventTables, idx: np.ndarray) -> tuple[Step, ...]:
+    host = tables.host
+    idx = idx[np.argsort(host.start[idx], kind="stable")]
+    return tuple(
+        Step(tables.names[int(host.name[i])], int(host.start[i]), int(host.dur[i]))
+        for i in idx.tolist()
+    )
+
+
+def _cut_last(steps: tuple[Step, ...], tables: EventTables) -> tuple[Step, ...]:
+    last = steps[-1]
+    beyond_window = (
+        tables.window_end_ns is not None and last.end_ns > tables.window_end_ns + _CUT_OFF_SLACK_NS
+    )
+    others = [s.dur_ns for s in steps[:-1]]
+    too_short = bool(others) and last.dur_ns < 0.5 * float(np.median(others))
+    if beyond_window or too_short:
+        return (*steps[:-1], Step(last.name, last.start_ns, last.dur_ns, cut_off=True))
+    return steps
+
+
+def _most_common(values: np.ndarray) -> int:
+    uniq, counts = np.unique(values, return_counts=True)
+    return int(uniq[int(np.argmax(counts))])
+
+
+def _main_thread(tables: EventTables) -> int | None:
+    """The thread with the most top-level CPU time (ops, annotations, modules)."""
+    host = tables.host
+    mask = np.isin(host.kind, (OP, ANNOTATION, MODULE))
+    if not mask.any():
+        return None
+    busy = np.bincount(host.thread[mask], weights=host.dur[mask].astype(np.float64))
+    return int(np.argmax(busy))
