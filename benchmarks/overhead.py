@@ -92,13 +92,21 @@ def main() -> None:
 
     ours_per = (ours - bare) / calls
     torch_per = (torch_t - bare) / calls
-    print(f"bare forward:                  {bare / 1e6:8.3f} ms  ({a.layers} x Linear(16,16), batch 1, 1 thread)")
-    print(f"layerprof Recorder forward:    {ours / 1e6:8.3f} ms  -> {ours_per / 1e3:6.2f} us per module call, {ours / bare:5.2f}x bare")
+    print(
+        f"bare forward:                  {bare / 1e6:8.3f} ms  ({a.layers} x Linear(16,16), batch 1, 1 thread)"
+    )
+    print(
+        f"layerprof Recorder forward:    {ours / 1e6:8.3f} ms  -> {ours_per / 1e3:6.2f} us per module call, {ours / bare:5.2f}x bare"
+    )
     print(f"torch.profiler(with_stack):    {torch_t / 1e6:8.3f} ms  -> {torch_per / 1e3:6.2f} us per module call, {torch_t / bare:5.2f}x bare"
           f" (profiler start/stop {torch_fixed / 1e6:.1f} ms excluded)")  # fmt: skip
-    print(f"ratio ours/torch.profiler per-call overhead: {ours_per / torch_per:.3f}  (target <= 0.25)")
+    print(
+        f"ratio ours/torch.profiler per-call overhead: {ours_per / torch_per:.3f}  (target <= 0.25)"
+    )
     if glob is not None:
-        print(f"global module hooks variant:   {glob / 1e6:8.3f} ms  -> {(glob - bare) / calls / 1e3:6.2f} us per module call")
+        print(
+            f"global module hooks variant:   {glob / 1e6:8.3f} ms  -> {(glob - bare) / calls / 1e3:6.2f} us per module call"
+        )
 
 
 if __name__ == "__main__":

@@ -57,7 +57,9 @@ def test_demo_writes_json_csv(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "SmallCNN" in out and "latency median" in out
     data = json.loads((tmp_path / "d.json").read_text())
     assert data["schema"] == "layerprof.profile/1"
-    assert {"median", "mean", "p90", "p99", "min", "max", "std", "n", "first"} <= set(data["latency_ms"])
+    assert {"median", "mean", "p90", "p99", "min", "max", "std", "n", "first"} <= set(
+        data["latency_ms"]
+    )
     assert data["overhead"]["per_call_us"] > 0
     assert data["layers"][0]["path"] == "" and data["layers"][0]["parent"] is None
     csv_lines = (tmp_path / "d.csv").read_text().splitlines()
@@ -74,7 +76,9 @@ def test_run_arch_only_with_kwargs(capsys: pytest.CaptureFixture[str]) -> None:
     assert "top by self time" in out
 
 
-def test_run_state_dict_and_keyword_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_run_state_dict_and_keyword_inputs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from tests.cli_models import TwoInputs
 
     torch.save({"model_state_dict": TwoInputs().state_dict()}, tmp_path / "ckpt.pt")
@@ -91,7 +95,9 @@ def test_wrong_keys_listed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     sd["extra.weight"] = torch.zeros(1)
     del sd["fc1.bias"]
     torch.save(sd, tmp_path / "bad.pth")
-    code, _, err = run_cli(capsys, "run", str(tmp_path / "bad.pth"), "--arch", "tests.cli_models:Net", "--input", "2x4")
+    code, _, err = run_cli(
+        capsys, "run", str(tmp_path / "bad.pth"), "--arch", "tests.cli_models:Net", "--input", "2x4"
+    )
     assert code == 2
     assert "fc1.bias" in err and "extra.weight" in err and "Traceback" not in err
 
@@ -99,7 +105,15 @@ def test_wrong_keys_listed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 def test_bad_input_shape_names_layer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out_file = tmp_path / "out.json"
     code, _, err = run_cli(
-        capsys, "run", "--arch", "tests.cli_models:Net", "--input", "2x5", *FAST, "--json", str(out_file)
+        capsys,
+        "run",
+        "--arch",
+        "tests.cli_models:Net",
+        "--input",
+        "2x5",
+        *FAST,
+        "--json",
+        str(out_file),
     )
     assert code == 2
     assert_one_line_error(err, "fc1 (Linear)", "mat1 and mat2 shapes cannot be multiplied")
@@ -109,15 +123,23 @@ def test_bad_input_shape_names_layer(tmp_path: Path, capsys: pytest.CaptureFixtu
 @pytest.mark.parametrize(
     ("argv", "needles"),
     [
-        (["run", "missing.pth", "--arch", "tests.cli_models:Net", "--input", "2x4"], ["missing.pth"]),
+        (
+            ["run", "missing.pth", "--arch", "tests.cli_models:Net", "--input", "2x4"],
+            ["missing.pth"],
+        ),
         (["run", "--arch", "nope.nothing:Net", "--input", "2x4"], ["nope.nothing"]),
         (["run", "--arch", "tests.cli_models:not_a_module", "--input", "2x4"], ["not_a_module"]),
         (["run", "--arch", "tests.cli_models:Net", "--input", "2xQ"], ["2xQ"]),
-        (["run", "--arch", "tests.cli_models:Net", "--input", "2x4", "--arch-kwargs", "{bad"], ["--arch-kwargs"]),
+        (
+            ["run", "--arch", "tests.cli_models:Net", "--input", "2x4", "--arch-kwargs", "{bad"],
+            ["--arch-kwargs"],
+        ),
         (["report", "nothing-here.json"], ["nothing-here.json"]),
     ],
 )
-def test_bad_input_one_line(argv: list[str], needles: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_input_one_line(
+    argv: list[str], needles: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     code, _, err = run_cli(capsys, *argv)
     assert code == 2
     assert_one_line_error(err, *needles)
@@ -125,7 +147,9 @@ def test_bad_input_one_line(argv: list[str], needles: list[str], capsys: pytest.
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA error")
 def test_cuda_absent(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = run_cli(capsys, "run", "--arch", "tests.cli_models:Net", "--input", "2x4", "--device", "cuda")
+    code, _, err = run_cli(
+        capsys, "run", "--arch", "tests.cli_models:Net", "--input", "2x4", "--device", "cuda"
+    )
     assert code == 2
     assert_one_line_error(err, "--device cuda", "CUDA is not available")
 
@@ -133,7 +157,9 @@ def test_cuda_absent(capsys: pytest.CaptureFixture[str]) -> None:
 def test_not_a_torch_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     f = tmp_path / "notes.pth"
     f.write_text("hello")
-    code, _, err = run_cli(capsys, "run", str(f), "--arch", "tests.cli_models:Net", "--input", "2x4")
+    code, _, err = run_cli(
+        capsys, "run", str(f), "--arch", "tests.cli_models:Net", "--input", "2x4"
+    )
     assert code == 2
     assert_one_line_error(err, "notes.pth")
 
@@ -142,7 +168,9 @@ def test_pickled_module_needs_trust(tmp_path: Path, capsys: pytest.CaptureFixtur
     torch.save(Net(), tmp_path / "whole.pt")
     code, _, err = run_cli(capsys, "run", str(tmp_path / "whole.pt"), "--input", "2x4", *FAST)
     assert code == 2 and "--trust-pickle" in err
-    code, out, err = run_cli(capsys, "run", str(tmp_path / "whole.pt"), "--trust-pickle", "--input", "2x4", *FAST)
+    code, out, err = run_cli(
+        capsys, "run", str(tmp_path / "whole.pt"), "--trust-pickle", "--input", "2x4", *FAST
+    )
     assert code == 0, err
     assert "fc1" in out
 
@@ -155,8 +183,20 @@ def test_torchscript_latency_only(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 
 def test_report_rerenders_saved_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run_cli(capsys, "run", "--arch", "tests.cli_models:Net", "--input", "2x4", *FAST, "--json", str(tmp_path / "p.json"))
-    code, out, _ = run_cli(capsys, "report", str(tmp_path / "p.json"), "--csv", str(tmp_path / "p.csv"))
+    run_cli(
+        capsys,
+        "run",
+        "--arch",
+        "tests.cli_models:Net",
+        "--input",
+        "2x4",
+        *FAST,
+        "--json",
+        str(tmp_path / "p.json"),
+    )
+    code, out, _ = run_cli(
+        capsys, "report", str(tmp_path / "p.json"), "--csv", str(tmp_path / "p.csv")
+    )
     assert code == 0
     assert "fc1" in out and (tmp_path / "p.csv").exists()
 
@@ -169,11 +209,21 @@ def test_report_rejects_non_profile(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert_one_line_error(err, "x.json", "not a layerprof profile")
 
 
-def test_unwritable_output_is_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_unwritable_output_is_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
     code, _, err = run_cli(
-        capsys, "run", "--arch", "tests.cli_models:Net", "--input", "2x4", *FAST, "--json", str(blocker / "p.json")
+        capsys,
+        "run",
+        "--arch",
+        "tests.cli_models:Net",
+        "--input",
+        "2x4",
+        *FAST,
+        "--json",
+        str(blocker / "p.json"),
     )
     assert code == 2
     assert_one_line_error(err, "p.json")

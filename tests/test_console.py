@@ -25,7 +25,9 @@ def fake_profile():
     with Recorder(model, clock=clock) as rec:
         for _ in range(3):
             model(torch.zeros(2, 3))
-    meta = Meta(model="Containers", torch="2.x", inputs=("2x3",), warmup=1, iters=3, created="fixed")
+    meta = Meta(
+        model="Containers", torch="2.x", inputs=("2x3",), warmup=1, iters=3, created="fixed"
+    )
     prof = rec.profile(meta=meta)
     return replace(
         prof,
@@ -61,6 +63,8 @@ def test_printed_numbers_add_up() -> None:
     lines = [ln for ln in render(shapes=False).splitlines() if "│" in ln]
     cells = [[c.strip() for c in ln.split(" │ ")] for ln in lines]
     values = {c[0].lstrip("├└─│ "): (float(c[3]), c[4]) for c in cells}
-    assert values["Containers"][0] == values["blocks"][0] + values["heads"][0] + float(values["Containers"][1])
+    assert values["Containers"][0] == values["blocks"][0] + values["heads"][0] + float(
+        values["Containers"][1]
+    )
     assert values["blocks"][0] == values["0"][0] + values["1"][0] + values["2"][0]
     assert values["heads"][0] == values["cls"][0] + values["box"][0]

@@ -160,7 +160,9 @@ def call_trees(draw: st.DrawFn) -> list[LayerCall]:
 
 @settings(max_examples=200, deadline=None)
 @given(call_trees(), st.floats(0, 20), st.floats(0, 1))
-def test_self_never_negative_and_totals_add_up(calls: list[LayerCall], per: float, frac: float) -> None:
+def test_self_never_negative_and_totals_add_up(
+    calls: list[LayerCall], per: float, frac: float
+) -> None:
     from layerprof.layertimes import call_times
 
     total, self_t = call_times(calls, Correction(per_call_ns=per, inside_ns=per * frac))

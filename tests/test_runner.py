@@ -63,14 +63,18 @@ def test_model_error_names_layer_and_leaves_no_hooks() -> None:
     with pytest.raises(ModelRunError) as info:
         layerprof.profile(model, torch.zeros(2, 4), warmup=0, iters=1)
     assert info.value.layer == "block2.1"
-    assert str(info.value).startswith("block2.1 (Linear): mat1 and mat2 shapes cannot be multiplied")
+    assert str(info.value).startswith(
+        "block2.1 (Linear): mat1 and mat2 shapes cannot be multiplied"
+    )
     assert model.training
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
 
 
 def test_latency_only_for_unhookable_models() -> None:
     scripted = torch.jit.script(small_mlp())
-    prof = profile_model(scripted, (torch.randn(2, 32),), None, RunOptions(warmup=0, iters=3, layers=False))
+    prof = profile_model(
+        scripted, (torch.randn(2, 32),), None, RunOptions(warmup=0, iters=3, layers=False)
+    )
     assert prof.latency is not None and prof.latency.n == 3
     assert [r.path for r in prof.rows()] == [""]
 
@@ -94,7 +98,8 @@ def test_save_load_round_trip(tmp_path) -> None:
 def _close(a: Profile, b: Profile) -> bool:
     ra, rb = a.rows(), b.rows()
     return all(
-        x.path == y.path and x.total_ns == pytest.approx(y.total_ns, abs=1) for x, y in zip(ra, rb, strict=True)
+        x.path == y.path and x.total_ns == pytest.approx(y.total_ns, abs=1)
+        for x, y in zip(ra, rb, strict=True)
     )
 
 

@@ -35,11 +35,15 @@ Where the time and memory of a PyTorch model go, layer by layer.
 
 def _add_output_options(p: argparse.ArgumentParser) -> None:
     out = p.add_argument_group("output")
-    out.add_argument("--json", metavar="FILE", help="write the profile as JSON (schema layerprof.profile/1)")
+    out.add_argument(
+        "--json", metavar="FILE", help="write the profile as JSON (schema layerprof.profile/1)"
+    )
     out.add_argument("--csv", metavar="FILE", help="write one CSV line per layer")
     out.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
     out.add_argument("--depth", type=int, metavar="N", help="deepest tree level printed")
-    out.add_argument("--top", type=int, metavar="N", help="print the N layers with most self time, flat")
+    out.add_argument(
+        "--top", type=int, metavar="N", help="print the N layers with most self time, flat"
+    )
     out.add_argument(
         "--sort", choices=("order", "total", "self", "name"), default="order",
         help="order of sibling layers in the tree (default: definition order)",
@@ -50,15 +54,36 @@ def _add_output_options(p: argparse.ArgumentParser) -> None:
 
 def _add_measure_options(p: argparse.ArgumentParser, *, warmup: int, iters: int) -> None:
     m = p.add_argument_group("measurement")
-    m.add_argument("--warmup", type=int, default=warmup, help=f"untimed warm-up forwards after the cold call (default {warmup})")
-    m.add_argument("--iters", type=int, default=iters, help=f"timed forwards per pass (default {iters})")
+    m.add_argument(
+        "--warmup",
+        type=int,
+        default=warmup,
+        help=f"untimed warm-up forwards after the cold call (default {warmup})",
+    )
+    m.add_argument(
+        "--iters", type=int, default=iters, help=f"timed forwards per pass (default {iters})"
+    )
     m.add_argument("--threads", type=int, help="torch.set_num_threads for the run (restored after)")
     m.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
-    m.add_argument("--dtype", choices=("float32", "float16", "bfloat16", "float64"), help="cast the model and float inputs")
-    m.add_argument("--train", action="store_true", help="keep train mode (default: eval mode for the run)")
-    m.add_argument("--no-inference-mode", action="store_true", help="run under torch.no_grad() instead of inference_mode()")
+    m.add_argument(
+        "--dtype",
+        choices=("float32", "float16", "bfloat16", "float64"),
+        help="cast the model and float inputs",
+    )
+    m.add_argument(
+        "--train", action="store_true", help="keep train mode (default: eval mode for the run)"
+    )
+    m.add_argument(
+        "--no-inference-mode",
+        action="store_true",
+        help="run under torch.no_grad() instead of inference_mode()",
+    )
     m.add_argument("--grad", action="store_true", help="run with autograd enabled")
-    m.add_argument("--no-correct", action="store_true", help="do not subtract the calibrated hook cost from self times")
+    m.add_argument(
+        "--no-correct",
+        action="store_true",
+        help="do not subtract the calibrated hook cost from self times",
+    )
     m.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
 
 
@@ -66,13 +91,19 @@ def build_parser() -> argparse.ArgumentParser:
     from layerprof import __version__
 
     parser = argparse.ArgumentParser(
-        prog="layerprof", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="layerprof",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"layerprof {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    demo = sub.add_parser("demo", help="profile the built-in example models on CPU", description="Profile the built-in example models (a small CNN and a small transformer encoder) on CPU. With several models, output files get the model name inserted (report.html -> report.cnn.html).")
+    demo = sub.add_parser(
+        "demo",
+        help="profile the built-in example models on CPU",
+        description="Profile the built-in example models (a small CNN and a small transformer encoder) on CPU. With several models, output files get the model name inserted (report.html -> report.cnn.html).",
+    )
     demo.add_argument("--model", choices=("all", "cnn", "transformer"), default="all")
     _add_measure_options(demo, warmup=3, iters=20)
     _add_output_options(demo)
@@ -83,11 +114,21 @@ def build_parser() -> argparse.ArgumentParser:
         "file (needs --arch), a TorchScript archive, a torch.export .pt2 file, or a pickled module "
         "(needs --trust-pickle). Without MODEL, --arch builds the model with random weights.",
     )  # fmt: skip
-    run.add_argument("model", nargs="?", metavar="MODEL", help="model file (.pth/.pt/.pt2/TorchScript)")
+    run.add_argument(
+        "model", nargs="?", metavar="MODEL", help="model file (.pth/.pt/.pt2/TorchScript)"
+    )
     load = run.add_argument_group("model")
-    load.add_argument("--arch", metavar="MODULE:CALLABLE", help="class or factory that builds the model, e.g. mypkg.nets:ResNetish")
-    load.add_argument("--arch-kwargs", metavar="JSON", help="keyword arguments for --arch as a JSON object")
-    load.add_argument("--non-strict", action="store_true", help="load state_dict keys that match, ignore the rest")
+    load.add_argument(
+        "--arch",
+        metavar="MODULE:CALLABLE",
+        help="class or factory that builds the model, e.g. mypkg.nets:ResNetish",
+    )
+    load.add_argument(
+        "--arch-kwargs", metavar="JSON", help="keyword arguments for --arch as a JSON object"
+    )
+    load.add_argument(
+        "--non-strict", action="store_true", help="load state_dict keys that match, ignore the rest"
+    )
     load.add_argument(
         "--trust-pickle", action="store_true",
         help="allow loading a whole pickled module: this runs code from the file, only use it for files you trust",
@@ -99,26 +140,54 @@ def build_parser() -> argparse.ArgumentParser:
     _add_measure_options(run, warmup=5, iters=50)
     _add_output_options(run)
 
-    analyze = sub.add_parser("analyze", help="analyze a torch.profiler trace (.json, .json.gz or a directory of ranks)")
+    analyze = sub.add_parser(
+        "analyze", help="analyze a torch.profiler trace (.json, .json.gz or a directory of ranks)"
+    )
     analyze.add_argument("trace", metavar="TRACE")
-    analyze.add_argument("--json", metavar="FILE", help="write the analysis (schema layerprof.trace/1)")
+    analyze.add_argument(
+        "--json", metavar="FILE", help="write the analysis (schema layerprof.trace/1)"
+    )
     analyze.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
-    analyze.add_argument("--top", type=int, default=10, metavar="N", help="rows per table (default 10)")
-    analyze.add_argument("--group-by-shape", action="store_true", help="group operators by input shapes")
+    analyze.add_argument(
+        "--top", type=int, default=10, metavar="N", help="rows per table (default 10)"
+    )
+    analyze.add_argument(
+        "--group-by-shape", action="store_true", help="group operators by input shapes"
+    )
     analyze.add_argument("--quiet", "-q", action="store_true")
 
-    diff = sub.add_parser("diff", help="compare two profiles or traces; exit 1 on a regression with --fail-above")
+    diff = sub.add_parser(
+        "diff", help="compare two profiles or traces; exit 1 on a regression with --fail-above"
+    )
     diff.add_argument("base", metavar="BASE")
     diff.add_argument("new", metavar="NEW")
-    diff.add_argument("--threshold", default="5%", metavar="PCT", help="smallest relative change reported as significant (default 5%%)")
-    diff.add_argument("--fail-above", metavar="PCT", help="exit 1 if a compared time regressed by more than PCT beyond noise")
+    diff.add_argument(
+        "--threshold",
+        default="5%",
+        metavar="PCT",
+        help="smallest relative change reported as significant (default 5%%)",
+    )
+    diff.add_argument(
+        "--fail-above",
+        metavar="PCT",
+        help="exit 1 if a compared time regressed by more than PCT beyond noise",
+    )
     diff.add_argument("--fail-metric", choices=("any", "latency", "layers", "ops"), default="any")
-    diff.add_argument("--format", choices=("console", "json", "md"), default="console", help="what to print on stdout")
+    diff.add_argument(
+        "--format",
+        choices=("console", "json", "md"),
+        default="console",
+        help="what to print on stdout",
+    )
     diff.add_argument("--top", type=int, default=20, metavar="N")
     diff.add_argument("--json", metavar="FILE", help="write the diff (schema layerprof.diff/1)")
-    diff.add_argument("--html", metavar="FILE", help="write a self-contained HTML report of the diff")
+    diff.add_argument(
+        "--html", metavar="FILE", help="write a self-contained HTML report of the diff"
+    )
 
-    report = sub.add_parser("report", help="re-render a saved profile, trace analysis or diff (no torch needed)")
+    report = sub.add_parser(
+        "report", help="re-render a saved profile, trace analysis or diff (no torch needed)"
+    )
     report.add_argument("file", metavar="FILE")
     report.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
     report.add_argument("--csv", metavar="FILE", help="write one CSV line per layer")
@@ -151,9 +220,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from layerprof.loading import load_model
 
     if not args.model and not args.arch:
-        raise UsageError("give a MODEL file, --arch MODULE:CALLABLE, or both", hint="see layerprof run --help")
+        raise UsageError(
+            "give a MODEL file, --arch MODULE:CALLABLE, or both", hint="see layerprof run --help"
+        )
     if not args.input:
-        raise UsageError("no --input given", hint="e.g. --input 1x3x224x224 (repeat for more arguments)")
+        raise UsageError(
+            "no --input given", hint="e.g. --input 1x3x224x224 (repeat for more arguments)"
+        )
     kwargs = None
     if args.arch_kwargs:
         try:
@@ -167,7 +240,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         trust_pickle=args.trust_pickle, map_location="cpu",
     )  # fmt: skip
     profile = _measure(
-        loaded.module, args.input, args, model_name=loaded.name, kind=loaded.kind, notes=loaded.notes
+        loaded.module,
+        args.input,
+        args,
+        model_name=loaded.name,
+        kind=loaded.kind,
+        notes=loaded.notes,
     )
     _emit(profile, args)
     return 0
@@ -222,10 +300,16 @@ def _with_suffix(path: str, suffix: str | None) -> Path:
     p = Path(path)
     if suffix is None:
         return p
-    return p.with_name(f"{p.stem}.{suffix}{p.suffix}") if p.suffix else p.with_name(f"{p.name}.{suffix}")
+    return (
+        p.with_name(f"{p.stem}.{suffix}{p.suffix}")
+        if p.suffix
+        else p.with_name(f"{p.name}.{suffix}")
+    )
 
 
-def _write_outputs(profile: Profile, args: argparse.Namespace, *, suffix: str | None = None) -> None:
+def _write_outputs(
+    profile: Profile, args: argparse.Namespace, *, suffix: str | None = None
+) -> None:
     written: list[Path] = []
     if getattr(args, "json", None):
         written.append(profile.save(_with_suffix(args.json, suffix)))
@@ -256,7 +340,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
         from layerprof.files import write_atomic
 
-        _info(f"wrote {write_atomic(args.json, orjson.dumps(data, option=orjson.OPT_INDENT_2))}", args)
+        _info(
+            f"wrote {write_atomic(args.json, orjson.dumps(data, option=orjson.OPT_INDENT_2))}", args
+        )
     if args.html:
         from layerprof.render.html import write_html
 
@@ -316,7 +402,11 @@ def cmd_diff(args: argparse.Namespace) -> int:
     gate = result.gate(fail_above, args.fail_metric) if fail_above is not None else None
     data = result.to_dict()
     if gate is not None:
-        data["gate"] = {"failed": gate.failed, "reasons": list(gate.reasons), "fail_above_pct": fail_above}
+        data["gate"] = {
+            "failed": gate.failed,
+            "reasons": list(gate.reasons),
+            "fail_above_pct": fail_above,
+        }
     if args.format == "json":
         sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
     elif args.format == "md":

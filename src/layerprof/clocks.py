@@ -54,7 +54,7 @@ class CudaEventClock:
 
     def mark(self) -> Any:
         if self._next == len(self._pool):
-            self._pool.append(self._torch.cuda.Event(enable_timing=True))
+            self._pool.append(self._torch.cuda.Event(enable_timing=True))  # type: ignore[no-untyped-call]
         event = self._pool[self._next]
         self._next += 1
         event.record()

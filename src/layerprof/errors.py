@@ -44,9 +44,7 @@ class InputSpecError(LayerprofError):
 class ModelRunError(LayerprofError):
     """The model raised while running; ``layer`` is the innermost module path."""
 
-    def __init__(
-        self, message: str, *, layer: str | None = None, hint: str | None = None
-    ) -> None:
+    def __init__(self, message: str, *, layer: str | None = None, hint: str | None = None) -> None:
         super().__init__(message, hint=hint)
         self.layer = layer
 

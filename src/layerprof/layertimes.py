@@ -40,7 +40,7 @@ def call_times(
     n = len(calls)
     child_sum = [0.0] * n
     kids = [0] * n
-    for i, c in enumerate(calls):
+    for c in calls:
         if c.parent >= 0:
             child_sum[c.parent] += c.duration_ns
             kids[c.parent] += 1

@@ -267,7 +267,12 @@ def profile_to_dict(p: Profile) -> dict[str, Any]:
                 "total_ms": _ms_list(s.total_ns),
                 "self_ms": _ms_list(s.self_ns),
             }
-            for key in ("device_total_ns", "device_self_ns", "backward_total_ns", "backward_self_ns"):
+            for key in (
+                "device_total_ns",
+                "device_self_ns",
+                "backward_total_ns",
+                "backward_self_ns",
+            ):
                 values = getattr(s, key)
                 if values is not None:
                     samples[key.replace("_ns", "_ms")] = _ms_list(values)
@@ -309,9 +314,7 @@ def profile_to_dict(p: Profile) -> dict[str, Any]:
             "calls_per_forward": o.calls_per_forward,
             "clean_ms": _ms(o.clean_ns),
             "instrumented_ms": _ms(o.instrumented_ns),
-            "ratio": (o.instrumented_ns / o.clean_ns)
-            if o.clean_ns and o.instrumented_ns
-            else None,
+            "ratio": (o.instrumented_ns / o.clean_ns) if o.clean_ns and o.instrumented_ns else None,
         }
     return out
 

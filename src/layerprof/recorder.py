@@ -28,7 +28,9 @@ if TYPE_CHECKING:
     from layerprof.profile import Profile
 
 
-def layer_infos(model: torch.nn.Module, shapes: dict[str, tuple[Any, Any]] | None = None) -> tuple[LayerInfo, ...]:
+def layer_infos(
+    model: torch.nn.Module, shapes: dict[str, tuple[Any, Any]] | None = None
+) -> tuple[LayerInfo, ...]:
     """Static description of every module: path, type, parent, parameters, shapes."""
     infos: list[LayerInfo] = []
     shapes = shapes or {}

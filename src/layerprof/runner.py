@@ -199,7 +199,9 @@ def _timed(
     return time.perf_counter_ns() - t0
 
 
-def _guarded(forward: Callable[[], Any], model: torch.nn.Module, rec: Recorder | None = None) -> Any:
+def _guarded(
+    forward: Callable[[], Any], model: torch.nn.Module, rec: Recorder | None = None
+) -> Any:
     """Call the model; on error, name the innermost layer it failed in."""
     try:
         return forward()

@@ -49,7 +49,9 @@ def print_profile(
     else:
         console.print(layer_table(profile, roots, opts))
         if depth is not None and top is None:
-            console.print(f"[dim]layers deeper than level {depth} are folded into their parents' totals[/dim]")
+            console.print(
+                f"[dim]layers deeper than level {depth} are folded into their parents' totals[/dim]"
+            )
     for note in profile.notes:
         console.print(f"[yellow]note:[/yellow] {note}")
 
@@ -147,7 +149,12 @@ def _tree_rows(
 
 
 def _table(
-    rows: list[tuple[str, LayerRow]], unit: TimeUnit, opts: ConsoleOptions, *, flat: bool, device: bool
+    rows: list[tuple[str, LayerRow]],
+    unit: TimeUnit,
+    opts: ConsoleOptions,
+    *,
+    flat: bool,
+    device: bool,
 ) -> Table:
     table = Table(show_edge=False, pad_edge=False, header_style="bold")
     table.add_column("Layer (top by self time)" if flat else "Layer", no_wrap=True)
