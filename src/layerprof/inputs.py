@@ -325,6 +325,8 @@ def _load_file(spec: InputSpec) -> Any:
         raise _bad(spec.text, f"{path} is a directory, not a file")
     if not path.exists():
         raise _bad(spec.text, f"no such file {path}")
+    if _file_format(spec, path) not in ("torch", "pickle"):
+        raise _bad(spec.text, f"{path} is not a torch.save file")
     try:
         value = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
@@ -336,6 +338,15 @@ def _load_file(spec: InputSpec) -> Any:
     except Exception as exc:
         raise _bad(spec.text, f"{path} is not a torch.save file ({type(exc).__name__})") from exc
     return value
+
+
+def _file_format(spec: InputSpec, path: Path) -> str:
+    from layerprof.loading import torch_file_format
+
+    try:
+        return torch_file_format(path)
+    except OSError as exc:
+        raise _bad(spec.text, f"cannot read {path}: {exc.strerror or exc}") from exc
 
 
 class _Placed:

@@ -39,9 +39,17 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-__all__ = ["CHECKPOINT_KEYS", "LoadedModel", "import_callable", "load_model"]
+__all__ = [
+    "CHECKPOINT_KEYS",
+    "LoadedModel",
+    "build_arch",
+    "import_callable",
+    "load_model",
+    "torch_file_format",
+]
 
 ModelKind = Literal["eager", "torchscript", "export"]
+FileFormat = Literal["torchscript", "export", "torch", "pickle", "damaged-zip", "other"]
 
 #: Keys under which training checkpoints commonly keep the model weights.
 CHECKPOINT_KEYS: tuple[str, ...] = ("state_dict", "model_state_dict", "model", "module")
@@ -227,26 +235,38 @@ def _checked_file(path: str | os.PathLike[str]) -> Path:
     return file
 
 
-def _sniff_archive(file: Path) -> Literal["torchscript", "export", "torch", "pickle"]:
-    """Tell the file kinds apart by their layout, before any unpickling."""
+def torch_file_format(file: Path) -> FileFormat:
+    """Tell torch file kinds apart by their layout, before any unpickling.
+
+    ``"torch"`` is a ``torch.save`` zip, ``"pickle"`` a legacy (pre-1.6)
+    ``torch.save`` stream, ``"damaged-zip"`` a zip header without a readable
+    directory (cut short in transfer), ``"other"`` anything else. Raises
+    ``OSError`` when the file cannot be read.
+    """
+    if zipfile.is_zipfile(file):
+        with zipfile.ZipFile(file) as archive:
+            return _zip_kind(archive.namelist())
+    with file.open("rb") as handle:
+        head = handle.read(2)
+    if head == b"PK":
+        return "damaged-zip"
+    # A pickle stream starts with the protocol opcode 0x80.
+    return "pickle" if head[:1] == b"\x80" else "other"
+
+
+def _sniff_archive(file: Path) -> FileFormat:
     try:
-        if zipfile.is_zipfile(file):
-            with zipfile.ZipFile(file) as archive:
-                return _zip_kind(archive.namelist())
-        with file.open("rb") as handle:
-            head = handle.read(2)
+        kind = torch_file_format(file)
     except OSError as exc:
         raise ModelLoadError(f"cannot read model file {file}: {exc.strerror or exc}") from exc
-    if head == b"PK":
-        # A zip header without a readable central directory: cut short in transfer.
+    if kind == "damaged-zip":
         raise ModelLoadError(f"{file} is a damaged zip archive (truncated or corrupt?)")
-    # Legacy (non-zip) torch.save files are a pickle stream: protocol opcode 0x80.
-    if head[:1] != b"\x80":
+    if kind == "other":
         raise ModelLoadError(
             f"{file} is not a torch file (neither a torch.save zip archive nor a pickle)",
             hint="expected a state_dict / checkpoint (.pt, .pth), TorchScript or .pt2 file",
         )
-    return "pickle"
+    return kind
 
 
 def _zip_kind(names: list[str]) -> Literal["torchscript", "export", "torch"]:
