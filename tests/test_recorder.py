@@ -170,3 +170,49 @@ def test_self_never_negative_and_totals_add_up(
     for i in range(len(calls)):
         kids = sum(total[j] for j, c in enumerate(calls) if c.parent == i)
         assert total[i] == pytest.approx(self_t[i] + kids)
+
+
+def test_device_clock_gives_device_columns() -> None:
+    """The CUDA-event clock path, exercised with a fake device clock."""
+    host, device = FakeClock(), FakeClock()
+
+    class Both(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = zoo.Work(host, 5)
+
+        def forward(self, x: object) -> object:
+            device.advance(40)  # the GPU work this layer enqueues
+            return self.inner(x)
+
+    model = Both()
+    with Recorder(model, clock=host, device_clock=device) as rec:
+        model(torch.zeros(1))
+        model(torch.zeros(1))
+    prof = rec.profile()
+    root = prof.row("")
+    assert root.device_total_ns == 40 and root.device_self_ns == 40
+    assert prof.row("inner").device_total_ns == 0
+    assert root.total_ns == 5
+
+
+def test_keyboard_interrupt_leaves_model_clean() -> None:
+    import layerprof
+
+    class Interrupts(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(2, 2)
+            self.calls = 0
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.calls += 1
+            if self.calls > 3:
+                raise KeyboardInterrupt
+            return self.fc(x)
+
+    model = Interrupts().train()
+    with pytest.raises(KeyboardInterrupt):
+        layerprof.profile(model, torch.zeros(1, 2), warmup=1, iters=5)
+    assert model.training
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
