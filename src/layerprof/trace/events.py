@@ -69,8 +69,9 @@ class HostSpans:
     start: I64
     dur: I64
     name: I64
-    ext: I64  # "External id" (legacy "external id"), -1 when absent
-    corr: I64  # "correlation" (runtime calls), -1 when absent
+    # The one id each kind is looked up by, -1 when absent: "correlation" for
+    # runtime/sync calls, "External id" (legacy "external id") for the rest.
+    ref: I64
     shape: I64  # index into EventTables.shapes, -1 when absent
 
     @property
@@ -212,8 +213,7 @@ class EventCollector:
         h_ts: list[Any] = []
         h_dur: list[Any] = []
         h_name: list[int] = []
-        h_ext: list[Any] = []
-        h_corr: list[Any] = []
+        h_ref: list[Any] = []
         h_shape: list[int] = []
         d_kind: list[int] = []
         d_dev: list[Any] = []
@@ -246,30 +246,41 @@ class EventCollector:
                 if type(cat) is not str:
                     continue
                 kind = host_cat(cat)
-                name = e.get("name")
-                if type(name) is not str:
-                    name = "" if name is None else str(name)
-                args = e.get("args")
-                if type(args) is not dict:
-                    args = {}
                 if kind is not None:
+                    name = e.get("name")
+                    if type(name) is not str:
+                        name = "" if name is None else str(name)
                     if kind == MODULE and not name.startswith(MODULE_PREFIX):
                         continue  # other python_function frames: not needed
+                    try:
+                        thread = thread_id((e.get("pid"), e.get("tid")))
+                    except TypeError:  # unhashable pid/tid: not a usable event
+                        continue
+                    args = e.get("args")
+                    if type(args) is not dict:
+                        args = {}
                     h_kind.append(kind)
-                    h_thread.append(thread_id((str(e.get("pid")), str(e.get("tid")))))
+                    h_thread.append(thread)
                     h_ts.append(e.get("ts"))
                     h_dur.append(e.get("dur", 0))
                     h_name.append(name_id(name))
-                    ext = args.get("External id")
-                    h_ext.append(args.get("external id") if ext is None else ext)
-                    h_corr.append(args.get("correlation"))
-                    if keep_shapes and kind == OP and "Input Dims" in args:
-                        h_shape.append(shape_id(_shape_text(args["Input Dims"])))
+                    if kind >= RUNTIME:
+                        h_ref.append(args.get("correlation"))
                     else:
-                        h_shape.append(-1)
+                        ref = args.get("External id")
+                        h_ref.append(args.get("external id") if ref is None else ref)
+                        if keep_shapes:
+                            dims = args.get("Input Dims") if kind == OP else None
+                            h_shape.append(-1 if dims is None else shape_id(_shape_text(dims)))
                     continue
                 dkind = dev_cat(cat)
                 if dkind is not None:
+                    name = e.get("name")
+                    if type(name) is not str:
+                        name = "" if name is None else str(name)
+                    args = e.get("args")
+                    if type(args) is not dict:
+                        args = {}
                     d_kind.append(dkind)
                     dev = args.get("device")
                     d_dev.append(e.get("pid") if dev is None else dev)
@@ -279,8 +290,8 @@ class EventCollector:
                     d_dur.append(e.get("dur", 0))
                     d_name.append(name_id(name))
                     d_corr.append(args.get("correlation"))
-                    ext = args.get("External id")
-                    d_ext.append(args.get("external id") if ext is None else ext)
+                    ref = args.get("External id")
+                    d_ext.append(args.get("external id") if ref is None else ref)
                     d_bytes.append(args.get("bytes"))
                 elif cat == "Trace":
                     ts, dur = e.get("ts"), e.get("dur")
@@ -292,7 +303,11 @@ class EventCollector:
                     args = e.get("args")
                     if type(args) is not dict:
                         continue
-                    m_thread.append(thread_id((str(e.get("pid")), str(e.get("tid")))))
+                    try:
+                        thread = thread_id((e.get("pid"), e.get("tid")))
+                    except TypeError:
+                        continue
+                    m_thread.append(thread)
                     m_ts.append(e.get("ts"))
                     m_bytes.append(args.get("Bytes"))
                     m_alloc.append(args.get("Total Allocated"))
@@ -314,9 +329,10 @@ class EventCollector:
                     _floats(h_ts),
                     _floats(h_dur),
                     np.asarray(h_name, dtype=np.int64),
-                    _ids(h_ext),
-                    _ids(h_corr),
-                    np.asarray(h_shape, dtype=np.int64),
+                    _ids(h_ref),
+                    np.asarray(h_shape, dtype=np.int64)
+                    if keep_shapes
+                    else np.full(len(h_ts), -1, dtype=np.int64),
                 )
             )
         if d_ts:
@@ -345,7 +361,7 @@ class EventCollector:
             )
 
     def finish(self) -> EventTables:
-        host = _concat(self._host, 8)
+        host = _concat(self._host, 7)
         device = _concat(self._device, 9)
         memory = _concat(self._memory, 5)
         self._host, self._device, self._memory = [], [], []
@@ -384,7 +400,7 @@ class EventCollector:
         names = tuple(_CONTROL.sub("?", s) for s in self.names.values)
         return EventTables(
             names=names,
-            threads=tuple(self.threads.values),
+            threads=tuple((str(p), str(t)) for p, t in self.threads.values),
             shapes=tuple(self.shapes.values),
             memory_devices=tuple(self.mem_devices.values),
             host=HostSpans(
@@ -393,9 +409,8 @@ class EventCollector:
                 start=ns(host[2]),
                 dur=dur_ns(host[3]),
                 name=host[4],
-                ext=host[5],
-                corr=host[6],
-                shape=host[7],
+                ref=host[5],
+                shape=host[6],
             ),
             device=DeviceOps(
                 kind=device[0],
@@ -424,7 +439,7 @@ class EventCollector:
 
 
 _EMPTY_DTYPES = {
-    8: (np.int8, np.int64, np.float64, np.float64, np.int64, np.int64, np.int64, np.int64),
+    7: (np.int8, np.int64, np.float64, np.float64, np.int64, np.int64, np.int64),
     9: (
         np.int8,
         np.int64,

@@ -29,10 +29,10 @@ def link(tables: EventTables, nesting: Nesting) -> Links:
     host, dev = tables.host, tables.device
     n = len(dev)
     runtime = np.full(n, -1, dtype=np.int64)
-    rt = np.flatnonzero((host.kind == RUNTIME) & (host.corr >= 0))
+    rt = np.flatnonzero((host.kind == RUNTIME) & (host.ref >= 0))
     if n and len(rt):
-        rt = rt[np.argsort(host.corr[rt], kind="stable")]
-        keys = host.corr[rt]
+        rt = rt[np.argsort(host.ref[rt], kind="stable")]
+        keys = host.ref[rt]
         pos = np.clip(np.searchsorted(keys, dev.corr), 0, len(keys) - 1)
         hit = (keys[pos] == dev.corr) & (dev.corr >= 0)
         runtime[hit] = rt[pos[hit]]
@@ -43,10 +43,10 @@ def link(tables: EventTables, nesting: Nesting) -> Links:
     module[has_rt] = nesting.parent_module[runtime[has_rt]]
     # Fallback: the op's External id carried by the device op itself.
     missing = np.flatnonzero((op < 0) & (dev.ext >= 0))
-    ops = np.flatnonzero((host.kind == OP) & (host.ext >= 0))
+    ops = np.flatnonzero((host.kind == OP) & (host.ref >= 0))
     if len(missing) and len(ops):
-        ops = ops[np.argsort(host.ext[ops], kind="stable")]
-        keys = host.ext[ops]
+        ops = ops[np.argsort(host.ref[ops], kind="stable")]
+        keys = host.ref[ops]
         pos = np.clip(np.searchsorted(keys, dev.ext[missing]), 0, len(keys) - 1)
         hit = keys[pos] == dev.ext[missing]
         found = ops[pos[hit]]

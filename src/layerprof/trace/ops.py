@@ -64,7 +64,8 @@ def op_table(
     k = len(uniq)
 
     def total(values: I64) -> list[int]:
-        return np.bincount(group, weights=values, minlength=k).astype(np.int64).tolist()
+        sums: list[int] = np.bincount(group, weights=values, minlength=k).astype(np.int64).tolist()
+        return sums
 
     calls = np.bincount(group, minlength=k).tolist()
     tot = total(host.dur[idx])

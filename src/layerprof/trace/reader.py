@@ -13,7 +13,6 @@ together with every other top-level key (which may come before or after
 from __future__ import annotations
 
 import gc
-import gzip
 import os
 import re
 import zlib
@@ -21,7 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
@@ -63,27 +62,54 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def read_bytes(path: Path) -> bytes:
-    """The file's JSON text, gunzipped when it is gzip (by magic, not by name)."""
+def read_bytes(path: Path) -> bytearray:
+    """The file's JSON text, gunzipped when it is gzip (by magic, not by name).
+
+    A bytearray, because ``_batches`` brackets each batch in place.
+    """
     try:
-        raw = path.read_bytes()
+        with path.open("rb") as handle:
+            head = handle.read(2)
+            handle.seek(0)
+            if head == b"\x1f\x8b":
+                return _gunzip(handle, path)
+            return bytearray(handle.read())
     except FileNotFoundError as exc:
         raise TraceError(f"{path}: no such file") from exc
     except IsADirectoryError as exc:
         raise TraceError(f"{path}: is a directory") from exc
     except OSError as exc:
         raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from exc
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            return gzip.decompress(raw)
-        except (EOFError, OSError, zlib.error) as exc:
-            raise TraceError(f"{path}: truncated or corrupt gzip ({exc})") from exc
-    return raw
 
 
-def decode(data: bytes, consume: Callable[[list[Any]], None], source: str) -> dict[str, Any]:
+def _gunzip(handle: BinaryIO, path: Path) -> bytearray:
+    """Decompress straight into one growing buffer (no second full-size copy)."""
+    out = bytearray()
+    inflater = zlib.decompressobj(wbits=31)
+    pending = b""
+    try:
+        while chunk := pending or handle.read(1 << 20):
+            pending = b""
+            if inflater.eof:  # another gzip member follows (or trailing junk)
+                if chunk[:2] != b"\x1f\x8b":
+                    break
+                inflater = zlib.decompressobj(wbits=31)
+            out += inflater.decompress(chunk)
+            if inflater.eof:
+                pending = inflater.unused_data
+    except zlib.error as exc:
+        raise TraceError(f"{path}: corrupt gzip ({exc})") from exc
+    if not inflater.eof:
+        raise TraceError(f"{path}: truncated gzip (the file ends mid-stream)")
+    return out
+
+
+_NON_SPACE = re.compile(rb"\S")
+
+
+def decode(data: bytearray, consume: Callable[[list[Any]], None], source: str) -> dict[str, Any]:
     """Feed ``traceEvents`` to ``consume`` in batches; return the other top-level keys."""
-    if not data.strip():
+    if _NON_SPACE.search(data) is None:
         raise TraceError(f"{source}: empty file")
     with gc_paused():
         match = _EVENTS_KEY.search(data)
@@ -93,41 +119,58 @@ def decode(data: bytes, consume: Callable[[list[Any]], None], source: str) -> di
                 consume(doc)
                 return {}
             _require_trace(doc, source)
-            return doc  # pragma: no cover - _require_trace raises
+            return dict(doc)  # pragma: no cover - _require_trace raises
         head, pos = match.start(), match.end()
         pos = _batches(data, pos, consume)
         # The rest of the events plus every other key, as one small document.
-        rest = data[:head] + b'"traceEvents":[' + data[pos:] if pos > match.end() else data
+        rest: bytes | bytearray = data
+        if pos > match.end():
+            rest = b"".join((data[:head], b'"traceEvents":[', memoryview(data)[pos:]))
         doc = _loads(rest, source)
+        del rest
         _require_trace(doc, source)
         events = doc.pop("traceEvents")
         consume(events)
-        return doc
+        return dict(doc)
 
 
-def _batches(data: bytes, pos: int, consume: Callable[[list[Any]], None]) -> int:
-    """Consume whole batches from ``pos``; return where the unread events start."""
+def _batches(data: bytearray, pos: int, consume: Callable[[list[Any]], None]) -> int:
+    """Consume whole batches from ``pos``; return where the unread events start.
+
+    ``data[pos - 1]`` is the array's ``[`` or a separator byte, and so is the
+    byte after a boundary's ``}``: writing ``[`` and ``]`` there turns the
+    batch into a JSON array in place, parsed from a memoryview without a copy.
+    """
     size = len(data)
-    while pos + BATCH_BYTES < size:
-        boundaries = _BOUNDARY.finditer(data, pos + BATCH_BYTES)
-        for _ in range(_MAX_RETRIES):
-            found = next(boundaries, None)
-            if found is None:
+    view = memoryview(data)
+    try:
+        while pos + BATCH_BYTES < size:
+            boundaries = _BOUNDARY.finditer(data, pos + BATCH_BYTES)
+            for _ in range(_MAX_RETRIES):
+                found = next(boundaries, None)
+                if found is None:
+                    return pos
+                end = found.start() + 1
+                saved = data[pos - 1], data[end]
+                data[pos - 1], data[end] = 0x5B, 0x5D  # "[" and "]"
+                try:
+                    batch = orjson.loads(view[pos - 1 : end + 1])
+                except orjson.JSONDecodeError:
+                    continue  # the boundary was inside a nested value or string
+                finally:
+                    data[pos - 1], data[end] = saved
+                consume(batch)
+                del batch
+                pos = found.end() - 1
+                break
+            else:
                 return pos
-            try:
-                batch = orjson.loads(b"[" + data[pos : found.start() + 1] + b"]")
-            except orjson.JSONDecodeError:
-                continue  # the boundary was inside a nested value or string
-            consume(batch)
-            del batch
-            pos = found.end() - 1
-            break
-        else:
-            return pos
-    return pos
+        return pos
+    finally:
+        view.release()
 
 
-def _loads(data: bytes, source: str) -> Any:
+def _loads(data: bytes | bytearray, source: str) -> Any:
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as exc:

@@ -65,19 +65,19 @@ def find_steps(tables: EventTables, nesting: Nesting) -> Steps:
         thread = _most_common(host.thread[steps_idx])
         chosen = steps_idx[host.thread[steps_idx] == thread]
         return Steps(_cut_last(_as_steps(tables, chosen), tables), "ProfilerStep", thread)
-    thread = _main_thread(tables)
-    if thread is None:
+    main = _main_thread(tables)
+    if main is None:
         return Steps((Step("trace", *_span(tables.extent())),), "trace", None)
-    on_thread = host.thread == thread
+    on_thread = host.thread == main
     outer_ann = np.flatnonzero(
         on_thread & (host.kind == ANNOTATION) & (nesting.parent_annotation == -1)
     )
     if len(outer_ann):
-        return Steps(_as_steps(tables, outer_ann), "record_function", thread)
+        return Steps(_as_steps(tables, outer_ann), "record_function", main)
     outer_mod = np.flatnonzero(on_thread & (host.kind == MODULE) & (nesting.parent_module == -1))
     if len(outer_mod):
-        return Steps(_as_steps(tables, outer_mod), "nn.Module", thread)
-    return Steps((Step("trace", *_span(tables.extent())),), "trace", thread)
+        return Steps(_as_steps(tables, outer_mod), "nn.Module", main)
+    return Steps((Step("trace", *_span(tables.extent())),), "trace", main)
 
 
 def _span(extent: tuple[int, int]) -> tuple[int, int]:
