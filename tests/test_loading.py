@@ -452,6 +452,20 @@ def test_export_program_round_trip(tmp_path: Path, net: TinyNet) -> None:
     assert any("export time" in note for note in loaded.notes)
 
 
+def test_export_module_accepts_mode_calls(tmp_path: Path, net: TinyNet) -> None:
+    # Runners call eval() and restore the mode; the exported graph stays as it was.
+    path = tmp_path / "net.pt2"
+    x = torch.randn(3, 4)
+    torch.export.save(torch.export.export(net, (x,)), str(path))
+    module = load_model(path).module
+    before = module(x)
+    module.train()
+    assert module.training
+    module.eval()
+    assert not module.training
+    assert torch.equal(module(x), before)
+
+
 def test_corrupt_torchscript_archive(tmp_path: Path, net: TinyNet) -> None:
     import zipfile
 

@@ -304,11 +304,25 @@ def _load_exported(file: Path, arch: str | None) -> LoadedModel:
         raise ModelLoadError(
             f"cannot load torch.export program {file}: {_first_line(exc)}"
         ) from exc
+    _allow_mode_calls(module)
     notes = (
         *_ignored_arch(arch),
-        "exported program: train()/eval() mode is fixed at export time",
+        "exported program: its train/eval behaviour was fixed at export time",
     )
     return LoadedModel(module, "export", file.stem, f"torch.export {file}", notes, program=program)
+
+
+def _allow_mode_calls(module: Any) -> None:
+    """Let ``train()``/``eval()`` on an exported module set the flag and do nothing else.
+
+    ``ExportedProgram.module()`` plants instance methods that raise, because the
+    graph cannot change mode. Runners call ``eval()`` and restore the mode
+    afterwards; dropping the planted methods makes those calls flag-only
+    (the inherited ``nn.Module`` ones) and leaves the graph's ops as exported.
+    """
+    for name in ("train", "eval"):
+        if name in vars(module):
+            delattr(module, name)
 
 
 def _ignored_arch(arch: str | None) -> tuple[str, ...]:
