@@ -262,6 +262,28 @@ class Diff:
             return "mixed"
         return "slower" if slower else "faster" if faster else "same"
 
+    def headline(self) -> str:
+        """One plain line: the verdict, the latency change, and how many rows moved."""
+        if not self.comparable:
+            return f"not comparable: {self.reason}"
+        words = {
+            "slower": "slower",
+            "faster": "faster",
+            "mixed": "mixed: some times slower, some faster",
+            "same": "no change beyond noise",
+        }
+        parts = [words.get(self.verdict, self.verdict)]
+        lat = self.latency
+        if lat is not None:
+            parts.append(
+                f"latency {fmt_ms(lat.base_ns)} -> {fmt_ms(lat.new_ns)} ms ({fmt_pct(lat)})"
+            )
+        c = self.counts()
+        for name in ("layers", "ops"):
+            if c[name]["total"]:
+                parts.append(f"{name}: {c[name]['slower']} slower, {c[name]['faster']} faster")
+        return "; ".join(parts)
+
     def counts(self) -> dict[str, dict[str, int]]:
         """Rows per status, for layers and for ops."""
         out: dict[str, dict[str, int]] = {}
@@ -321,8 +343,9 @@ class Diff:
         counts = self.counts()
         return {
             "schema": SCHEMA,
-            "base": {"meta": _meta_to_dict(self.base_meta)},
-            "new": {"meta": _meta_to_dict(self.new_meta)},
+            "verdict": self.headline(),
+            "base": {"model": self.base_meta.model, "meta": _meta_to_dict(self.base_meta)},
+            "new": {"model": self.new_meta.model, "meta": _meta_to_dict(self.new_meta)},
             "settings": {
                 "threshold_pct": self.threshold_pct,
                 "alpha": self.alpha,
@@ -847,6 +870,8 @@ def fmt_ms(ns: int | None) -> str:
     if ns is None:
         return "-"
     ms = ns / NS_PER_MS
+    if 0 < abs(ms) < 0.01:
+        return f"{ms:.4f}"
     if abs(ms) >= 100:
         return f"{ms:.1f}"
     if abs(ms) >= 1:
@@ -864,6 +889,12 @@ def fmt_pct(change: Change) -> str:
     if change.status == "removed":
         return "gone"
     return "-" if change.delta_pct is None else f"{change.delta_pct:+.1f} %"
+
+
+def side_label(meta: Meta) -> str:
+    """``Net (cpu, float32, torch 2.4)`` for headers."""
+    facts = [meta.device, meta.dtype] + ([f"torch {meta.torch}"] if meta.torch else [])
+    return f"{meta.model or '?'} ({', '.join(facts)})"
 
 
 def _fmt_num(x: float) -> str:

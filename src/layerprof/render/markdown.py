@@ -1,0 +1,150 @@
+"""Markdown for a pull-request comment: a verdict line, latency, top changes, the rest folded."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from layerprof.diff import (
+    Change,
+    Diff,
+    GateResult,
+    LayerDelta,
+    OpDelta,
+    fmt_delta_ms,
+    fmt_ms,
+    fmt_pct,
+    side_label,
+)
+
+_ICON = {
+    "slower": "🔴",
+    "faster": "🟢",
+    "mixed": "🟡",
+    "same": "⚪",
+    "not comparable": "⚠️",
+}
+
+
+def diff_to_markdown(diff: Diff, *, top: int = 20, gate: GateResult | None = None) -> str:
+    """GitHub-flavoured Markdown of ``diff``; ``top`` rows per table, the rest in ``<details>``."""
+    out = [f"### {_ICON.get(diff.verdict, '')} layerprof diff: {_escape(diff.headline())}", ""]
+    if gate is not None:
+        out += [f"**Gate:** {_escape(gate.message)}", ""]
+    out += [
+        f"base `{_code(side_label(diff.base_meta))}` → new `{_code(side_label(diff.new_meta))}`",
+        "",
+    ]
+    out += [f"> ⚠️ {_escape(w)}" for w in diff.warnings]
+    if diff.warnings:
+        out.append("")
+    if not diff.comparable:
+        out += [f"**Not comparable:** {_escape(diff.reason or '')}", ""]
+        return "\n".join(out).rstrip() + "\n"
+    if diff.latency is not None:
+        out += [_latency(diff.latency), ""]
+    out += _section(f"Layers (self time, {diff.layer_clock})", diff.changed_layers(), top)
+    out += _one_sided("layers", diff.added_layers(), diff.removed_layers())
+    ops_title = "Operators (device time)" if diff.op_metric == "device" else "Operators (self time)"
+    out += _section(ops_title, diff.changed_ops(), top)
+    out += _one_sided("operators", diff.added_ops(), diff.removed_ops())
+    out.append(
+        f"<sub>Significant: beyond noise (Mann-Whitney p &lt; {diff.alpha:g} on the per-iteration"
+        f" samples, and |Δ| &gt; {fmt_ms(diff.floor_ns)} ms) and |Δ %| &gt;"
+        f" {diff.threshold_pct:g} %. Operators have no per-iteration samples and are judged by"
+        " the threshold and the floor only.</sub>"
+    )
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _latency(c: Change) -> str:
+    judged = c.status if c.significant else "within noise"
+    pct = fmt_pct(c)
+    if c.significant:
+        pct = f"**{pct}**"
+    return (
+        f"**Latency:** {fmt_ms(c.base_ns)} ms → {fmt_ms(c.new_ns)} ms"
+        f" ({fmt_delta_ms(c.delta_ns)} ms, {pct}, {judged})"
+    )
+
+
+def _section(title: str, rows: Sequence[LayerDelta | OpDelta], top: int) -> list[str]:
+    if not rows:
+        return []
+    head, rest = list(rows[: max(top, 0)]), list(rows[max(top, 0) :])
+    out = [f"#### {title}", ""]
+    if head:
+        out += [*_table(head), ""]
+    if rest:
+        out += [
+            f"<details><summary>{len(rest)} more (smaller changes)</summary>",
+            "",
+            *_table(rest),
+            "",
+            "</details>",
+            "",
+        ]
+    return out
+
+
+def _table(rows: Sequence[LayerDelta | OpDelta]) -> list[str]:
+    layers = isinstance(rows[0], LayerDelta)
+    header = ["", "Layer" if layers else "Operator"]
+    header += ["Type"] if layers else []
+    header += ["Base ms", "New ms", "Δ ms", "Δ %"]
+    header += ["Total Δ %"] if layers else []
+    header += ["Status"]
+    align = ["---", "---"] + (["---"] if layers else []) + ["---:"] * (5 if layers else 4)
+    align += ["---"]
+    out = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
+    for row in rows:
+        c = row.change
+        mark = {"slower": "🔴", "faster": "🟢"}.get(c.status, "") if c.significant else ""
+        cells = [mark, f"`{_code(row.label)}`"]
+        status: str = c.status
+        if isinstance(row, LayerDelta):
+            cells.append(
+                _escape(row.type if row.base_type is None else f"{row.base_type} → {row.type}")
+            )
+            if row.note:
+                status += f" ({row.note})"
+        pct = fmt_pct(c)
+        cells += [
+            fmt_ms(c.base_ns),
+            fmt_ms(c.new_ns),
+            fmt_delta_ms(c.delta_ns),
+            f"**{pct}**" if c.significant else pct,
+        ]
+        if isinstance(row, LayerDelta):
+            cells.append(fmt_pct(row.total))
+        cells.append(_escape(status))
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def _one_sided(
+    what: str, added: Sequence[LayerDelta | OpDelta], removed: Sequence[LayerDelta | OpDelta]
+) -> list[str]:
+    out = []
+    for word, rows in (("Added", added), ("Removed", removed)):
+        if not rows:
+            continue
+        items = ", ".join(
+            f"`{_code(r.label)}` ({fmt_ms(_one_side_ns(r.change))} ms)"
+            for r in sorted(rows, key=lambda r: -abs(r.change.delta_ns))
+        )
+        out += [f"**{word} {what} ({len(rows)}):** {items}", ""]
+    return out
+
+
+def _one_side_ns(c: Change) -> int | None:
+    return c.new_ns if c.base_ns is None else c.base_ns
+
+
+def _escape(text: str) -> str:
+    """Plain text that cannot break a table row or open HTML."""
+    return text.replace("|", "\\|").replace("<", "&lt;").replace("\n", " ")
+
+
+def _code(text: str) -> str:
+    """Text inside a code span: no backticks, pipes escaped for tables."""
+    return text.replace("`", "'").replace("|", "\\|").replace("\n", " ")
