@@ -132,6 +132,13 @@ def test_error_message_exact() -> None:
 
 # --------------------------------------------------------------- properties
 
+INT_BOUNDS = {
+    "int64": (-(2**63), 2**63 - 1),
+    "int32": (-(2**31), 2**31),
+    "int16": (-(2**15), 2**15),
+    "int8": (-128, 128),
+    "uint8": (0, 256),
+}
 names = st.none() | st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True)
 shapes = st.lists(st.integers(1, 10**6), min_size=1, max_size=6).map(tuple)
 
@@ -146,8 +153,9 @@ def valid_specs(draw: st.DrawFn) -> tuple[str, str | None, tuple[int, ...], str]
     text += f":{dtype}"
     kind = DTYPES[dtype]
     if kind == "int" and draw(st.booleans()):
-        low = draw(st.integers(-100, 100)) if dtype != "uint8" else draw(st.integers(0, 100))
-        text += f"[{low},{low + draw(st.integers(1, 100))})"
+        floor, ceiling = INT_BOUNDS[dtype]
+        low = draw(st.integers(floor, ceiling - 1))
+        text += f"[{low},{draw(st.integers(low + 1, ceiling))})"
     elif kind == "float" and draw(st.booleans()):
         low = draw(st.floats(-1e6, 1e6))
         text += f"[{low!r},{low + draw(st.floats(1, 1e6))!r})"
@@ -217,6 +225,19 @@ def test_build_shapes_dtypes_and_descriptions() -> None:
         "h: float16[2]",
         "u: float64[1000]",
     )
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32", "int16", "int8", "uint8"])
+def test_widest_int_ranges_build(dtype: str) -> None:
+    low, high = INT_BOUNDS[dtype]
+    (t,) = build_inputs([f"1000:{dtype}[{low},{high})"]).args
+    values = t.tolist()  # Python ints: comparing int32 tensors with 2**31 would overflow
+    assert t.dtype == getattr(torch, dtype) and min(values) >= low and max(values) < high
+
+
+def test_int64_top_value_is_refused() -> None:
+    with pytest.raises(InputSpecError, match="does not fit int64"):
+        parse_input_spec(f"2:int64[0,{2**63})")
 
 
 def test_default_int_range() -> None:
