@@ -58,7 +58,8 @@ class TinyCNN(nn.Module):
         self.head = nn.Sequential(nn.Flatten(), nn.Linear(8, 10))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.pool(self.stem(x)))
+        out: torch.Tensor = self.head(self.pool(self.stem(x)))
+        return out
 
 
 def infos(model: nn.Module) -> tuple[LayerInfo, ...]:
@@ -153,6 +154,14 @@ def test_slowed_layer_is_flagged_and_nothing_else() -> None:
     assert d.changed_layers()[0].path == "2"
     assert d.verdict == "slower"
     assert not d.warnings
+
+
+def test_slowed_layer_is_flagged_over_seeds() -> None:
+    model = mlp()
+    for seed in range(10):
+        base = synth(model, seed=100 + seed, cv=0.1)
+        new = synth(model, seed=200 + seed, cv=0.1, factors={"2": 1.5})
+        assert [r.path for r in diff(base, new).layers if r.significant] == ["2"], seed
 
 
 def test_faster_layer_is_flagged_faster() -> None:
