@@ -84,6 +84,26 @@ def test_arch_module_not_importable() -> None:
     assert err.hint is not None and "PYTHONPATH" in err.hint
 
 
+def test_arch_module_needs_missing_dependency(tmp_path: Path, isolated_path: None) -> None:
+    (tmp_path / "needs_dep_5e1b.py").write_text("import not_installed_dep_5e1b\n")
+    sys.path.insert(0, str(tmp_path))
+    err = load_error(None, arch="needs_dep_5e1b:Net")
+    assert str(err) == (
+        "--arch needs_dep_5e1b:Net: importing 'needs_dep_5e1b' needs "
+        "'not_installed_dep_5e1b', which is not installed"
+    )
+
+
+def test_arch_module_raises_on_import(tmp_path: Path, isolated_path: None) -> None:
+    (tmp_path / "broken_9d0c.py").write_text("raise RuntimeError('bad config')\n")
+    sys.path.insert(0, str(tmp_path))
+    err = load_error(None, arch="broken_9d0c:Net")
+    assert (
+        str(err)
+        == "--arch broken_9d0c:Net: importing 'broken_9d0c' raised RuntimeError: bad config"
+    )
+
+
 def test_arch_no_such_attribute() -> None:
     err = load_error(None, arch="tests.loading_models:Nope")
     assert (

@@ -176,6 +176,13 @@ def _import_module(module_name: str, spec: str) -> Any:
     try:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
+        if exc.name and not _is_package_of(exc.name, module_name):
+            # The module was found but needs a package that is not installed.
+            raise ModelLoadError(
+                f"--arch {spec}: importing '{module_name}' needs '{exc.name}', "
+                "which is not installed",
+                hint=f"pip install the package that provides '{exc.name}'",
+            ) from exc
         raise ModelLoadError(
             f"--arch {spec}: cannot import module '{module_name}' ({exc})",
             hint=f"run from the directory that holds it, or set PYTHONPATH; cwd is {Path.cwd()}",
@@ -185,6 +192,10 @@ def _import_module(module_name: str, spec: str) -> Any:
             f"--arch {spec}: importing '{module_name}' raised "
             f"{type(exc).__name__}: {_first_line(exc)}"
         ) from exc
+
+
+def _is_package_of(missing: str, module_name: str) -> bool:
+    return module_name == missing or module_name.startswith(missing + ".")
 
 
 def _import_file(file: Path, spec: str) -> Any:
