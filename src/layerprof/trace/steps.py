@@ -4,7 +4,7 @@ In order of preference: ``ProfilerStep#N`` spans (``prof.step()``), else the
 outermost ``record_function`` spans on the main thread, else the outermost
 ``nn.Module:`` spans there, else the whole trace as one unit. The last
 ProfilerStep is *cut off* when it ends after the profiler window closed, or
-is under half the median of the others (the profiler stopped inside it); it
+is under a quarter of the shortest other step (the profiler stopped inside it); it
 is listed but kept out of the statistics and the step window.
 """
 
@@ -99,7 +99,8 @@ def _cut_last(steps: tuple[Step, ...], tables: EventTables) -> tuple[Step, ...]:
         tables.window_end_ns is not None and last.end_ns > tables.window_end_ns + _CUT_OFF_SLACK_NS
     )
     others = [s.dur_ns for s in steps[:-1]]
-    too_short = bool(others) and last.dur_ns < 0.5 * float(np.median(others))
+    # Far shorter than every other step: the profiler stopped inside it.
+    too_short = bool(others) and last.dur_ns < 0.25 * min(others)
     if beyond_window or too_short:
         return (*steps[:-1], Step(last.name, last.start_ns, last.dur_ns, cut_off=True))
     return steps

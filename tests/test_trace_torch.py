@@ -1,0 +1,142 @@
+"""Traces written by torch.profiler itself (CPU): module tree, steps, backward."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from layerprof.trace import analyze
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+
+class Net(nn.Module):  # type: ignore[misc]
+    """Sequential inside, and a head module called twice per forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8))
+        self.head = nn.Linear(8, 8)
+
+    def forward(self, x: Any) -> Any:
+        return self.head(self.head(self.body(x)))
+
+
+EXPECTED_PATHS = {
+    "Net_0",
+    "Net_0.Sequential_0",
+    "Net_0.Sequential_0.Linear_0",
+    "Net_0.Sequential_0.ReLU_0",
+    "Net_0.Sequential_0.Linear_1",
+    "Net_0.Linear_2",
+}
+
+
+def record(tmp_path: Path, *, with_stack: bool, steps: bool, backward: bool, **kw: Any) -> Path:
+    torch.manual_seed(0)
+    model, x = Net(), torch.randn(4, 8)
+    out = tmp_path / "net.pt.trace.json"
+    on_ready: Callable[[Any], None] = lambda p: p.export_chrome_trace(str(out))  # noqa: E731
+    schedule = torch.profiler.schedule(wait=0, warmup=1, active=3) if steps else None
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        with_stack=with_stack,
+        schedule=schedule,
+        on_trace_ready=on_ready if steps else None,
+        **kw,
+    ) as prof:
+        for _ in range(4 if steps else 2):
+            y = model(x)
+            if backward:
+                y.sum().backward()
+            if steps:
+                prof.step()
+    if not steps:
+        prof.export_chrome_trace(str(out))
+    assert out.exists()
+    return out
+
+
+@pytest.fixture(scope="module")
+def stack_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return record(
+        tmp_path_factory.mktemp("stack"),
+        with_stack=True,
+        steps=True,
+        backward=True,
+        profile_memory=True,
+        record_shapes=True,
+    )
+
+
+def test_steps_from_schedule(stack_trace: Path) -> None:
+    rank = analyze(stack_trace).to_dict()["ranks"][0]
+    assert rank["step_source"] == "ProfilerStep"
+    assert len(rank["steps"]) == 3
+    assert all(s["name"].startswith("ProfilerStep#") for s in rank["steps"])
+    assert all(s["ms"] > 0 for s in rank["steps"])
+    assert rank["has_device_data"] is False
+
+
+def test_module_tree(stack_trace: Path) -> None:
+    report = analyze(stack_trace)
+    rank = report.ranks[0]
+    rows = {m.path: m for m in rank.modules}
+    assert set(rows) == EXPECTED_PATHS
+    n_steps = len(rank.steps.complete)
+    assert rows["Net_0.Linear_2"].calls == 2 * n_steps  # head runs twice per forward
+    assert rows["Net_0"].calls == n_steps
+    assert rows["Net_0.Sequential_0.ReLU_0"].type == "ReLU"
+    children: dict[str | None, list[str]] = {}
+    for row in rank.modules:
+        children.setdefault(row.parent, []).append(row.path)
+    for row in rank.modules:
+        assert 0 <= row.self_ns <= row.total_ns
+        # Per step, exactly: total = self + direct children (well-nested spans).
+        for i in range(n_steps):
+            kids = sum(rows[c].step_total_ns[i] for c in children.get(row.path, []))
+            assert row.step_total_ns[i] == row.step_self_ns[i] + kids
+    prof = report.to_profile()
+    assert prof.layers[0].path == "Net_0"
+    assert prof.samples["Net_0.Linear_2"].calls == 2.0
+    assert len(prof.latency_ns) == n_steps
+    assert prof.meta.model == "net"
+    # Ops run inside the module spans, so every module's total covers its ops.
+    for root in prof.tree():
+        assert root.row.total_ns > 0
+
+
+def test_backward_and_memory(stack_trace: Path) -> None:
+    rank = analyze(stack_trace, group_by_shape=True).to_dict()["ranks"][0]
+    names = {o["name"] for o in rank["ops"]}
+    assert any("Backward" in n for n in names)
+    assert any(o.get("input_shapes") for o in rank["ops"])
+    memory = rank["memory"]
+    assert memory is not None
+    assert memory["devices"][0]["device"] == "cpu"
+    assert memory["devices"][0]["peak_allocated_bytes"] > 0
+    assert memory["top_ops"]
+
+
+def test_without_stack_uses_steps(tmp_path: Path) -> None:
+    path = record(tmp_path, with_stack=False, steps=True, backward=False)
+    report = analyze(path)
+    rank = report.to_dict()["ranks"][0]
+    assert rank["modules"] == []
+    assert any("with_stack=True" in n for n in rank["notes"])
+    prof = report.to_profile()
+    (layer,) = prof.layers
+    assert layer.path == "ProfilerStep"
+    assert prof.samples["ProfilerStep"].total_ns == prof.latency_ns
+
+
+def test_no_schedule_uses_outermost_modules(tmp_path: Path) -> None:
+    path = record(tmp_path, with_stack=True, steps=False, backward=True)
+    rank = analyze(path).to_dict()["ranks"][0]
+    assert rank["step_source"] == "nn.Module"
+    assert [s["name"] for s in rank["steps"]] == ["nn.Module: Net_0"] * 2
+    assert {m["path"] for m in rank["modules"]} == EXPECTED_PATHS
