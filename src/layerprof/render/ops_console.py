@@ -1,0 +1,118 @@
+"""Operator tables for the terminal: a flat ``key_averages()``-like table and ops per layer.
+
+Times are per iteration, as in ``OpStat``. Device columns appear only when
+the ops carry device times (CUDA runs); on CPU they are absent, not zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from rich.console import Console
+from rich.table import Table
+
+from layerprof.records import OpStat
+from layerprof.render.units import unit_for
+
+OpSort = Literal["self", "total", "device", "calls", "name"]
+
+
+def render_ops(
+    ops: Sequence[OpStat],
+    console: Console,
+    *,
+    top: int | None = 10,
+    sort: OpSort = "self",
+    per_layer: bool = True,
+    layers: int | None = 5,
+    title: str = "operators",
+) -> None:
+    """Print the flat op table, then (``per_layer``) the top ops of the ``layers``
+    layers whose ops take the most self time (None = every layer)."""
+    if not ops:
+        console.print(f"[dim]no {title} recorded[/dim]")
+        return
+    console.print(op_table(flat(ops), top=top, sort=sort, title=f"{title} (all layers)"))
+    if not per_layer or all(o.layer is None for o in ops):
+        return
+    groups = by_layer(ops, sort=sort)
+    for layer, rows in groups[:layers] if layers is not None else groups:
+        label = layer if layer else "(root)"
+        console.print(op_table(rows, top=top, sort=sort, title=f"{title} in {label}"))
+
+
+def flat(ops: Sequence[OpStat]) -> list[OpStat]:
+    """Ops summed over layers per (name, input shapes)."""
+    acc: dict[tuple[str, str | None], OpStat] = {}
+    for o in ops:
+        key = (o.name, o.input_shapes)
+        prev = acc.get(key)
+        if prev is None:
+            acc[key] = OpStat(
+                o.name, o.calls, o.self_ns, o.total_ns, o.device_ns, None, o.input_shapes
+            )
+            continue
+        device = None if prev.device_ns is None else prev.device_ns + (o.device_ns or 0)
+        acc[key] = OpStat(
+            o.name,
+            prev.calls + o.calls,
+            prev.self_ns + o.self_ns,
+            prev.total_ns + o.total_ns,
+            device,
+            None,
+            o.input_shapes,
+        )
+    return list(acc.values())
+
+
+def by_layer(ops: Sequence[OpStat], *, sort: OpSort) -> list[tuple[str, list[OpStat]]]:
+    """Ops grouped by layer, layers ordered by the summed self time of their ops."""
+    groups: dict[str, list[OpStat]] = {}
+    for o in ops:
+        groups.setdefault(o.layer or "", []).append(o)
+    ranked = sorted(groups.items(), key=lambda kv: -sum(o.self_ns for o in kv[1]))
+    return [(layer, sort_ops(rows, sort)) for layer, rows in ranked]
+
+
+def sort_ops(ops: Sequence[OpStat], sort: OpSort) -> list[OpStat]:
+    keys = {
+        "self": lambda o: (-o.self_ns, o.name),
+        "total": lambda o: (-o.total_ns, o.name),
+        "device": lambda o: (-(o.device_ns or 0), o.name),
+        "calls": lambda o: (-o.calls, o.name),
+        "name": lambda o: (0, o.name),
+    }
+    return sorted(ops, key=keys[sort])
+
+
+def op_table(ops: Sequence[OpStat], *, top: int | None, sort: OpSort, title: str) -> Table:
+    rows = sort_ops(ops, sort)
+    shown = rows[:top] if top is not None else rows
+    device = any(o.device_ns is not None for o in ops)
+    shapes = any(o.input_shapes for o in ops)
+    unit = unit_for(max((o.total_ns for o in shown), default=0))
+    total_self = sum(o.self_ns for o in ops) or 1
+    table = Table(
+        title=title, title_justify="left", show_edge=False, pad_edge=False, header_style="bold"
+    )
+    table.add_column("Op", no_wrap=True)
+    table.add_column("Calls", justify="right")
+    table.add_column(f"Self {unit.name}", justify="right")
+    table.add_column("Self %", justify="right")
+    table.add_column(f"Total {unit.name}", justify="right")
+    if device:
+        table.add_column(f"Device {unit.name}", justify="right")
+    if shapes:
+        table.add_column("Input shapes", overflow="ellipsis", max_width=40, no_wrap=True)
+    for o in shown:
+        cells = [o.name, str(o.calls), unit.fmt(o.self_ns), f"{100 * o.self_ns / total_self:.1f}"]
+        cells.append(unit.fmt(o.total_ns))
+        if device:
+            cells.append(unit.fmt(o.device_ns))
+        if shapes:
+            cells.append(o.input_shapes or "")
+        table.add_row(*cells)
+    if len(rows) > len(shown):
+        table.caption = f"{len(rows) - len(shown)} more ops not shown (--top)"
+    return table
