@@ -680,7 +680,7 @@ def _layer_cell(col: _Col, row: Row) -> str:
         params = _num(row.get("params"))
         tip = f"{row.get('params')} in total, {row.get('params_own')} own"
         sort = f"{params!r}" if params is not None else ""
-        return f'<td class="num" data-v="{sort}" title="{_e(tip)}">{_e(fmt_count(x))}</td>'
+        return f'<td class="num" data-v="{sort}" title="{_e(tip)}">{_e(fmt_count(params))}</td>'
     return col.td(row)
 
 
@@ -787,7 +787,11 @@ def _aggregate(rows: Iterable[Row], key: str, fields: Sequence[str]) -> dict[str
 
 
 def _short(text: str, limit: int = 48) -> str:
-    return text if len(text) <= limit else "…" + text[-(limit - 1) :]
+    """Cut the middle of a long label: both a kernel's name and a path's leaf matter."""
+    if len(text) <= limit:
+        return text
+    head = (limit - 1) * 2 // 5
+    return text[:head] + "…" + text[-(limit - 1 - head) :]
 
 
 def _notes_section(page: _Page, pdata: Row) -> None:
@@ -806,8 +810,10 @@ def _trace_section(page: _Page, trace: Mapping[str, Any]) -> None:
         page.add("trace", "Trace", '<p class="empty">The trace analysis has no ranks.</p>')
         return
     body = _trace_steps(page, ranks) + _trace_devices(page, ranks) + _trace_kernels(page, ranks)
-    body += _trace_ops(ranks)
+    body += _trace_memcpy(ranks) + _trace_ops(ranks)
     warnings = [str(w) for w in trace.get("warnings") or [] if w]
+    for i, rank in enumerate(ranks):
+        warnings += [f"{_rank_name(rank, i)}: {n}" for n in rank.get("notes") or [] if n]
     if warnings:
         body = "".join(f'<p class="warning">{_e(w)}</p>' for w in warnings) + body
     page.add(
@@ -876,6 +882,8 @@ def _trace_devices(page: _Page, ranks: list[Row]) -> str:
     page.charts["devices"] = {
         "labels": labels,
         **{f: [_num(r.get(f)) or 0.0 for r in rows] for f in _DEVICE_FIELDS},
+        # busy inside the step window, so that busy + idle = window
+        "busy_ms": [_num(_pick(r, "busy_in_window_ms", "busy_ms")) or 0.0 for r in rows],
         "utilization": [_num(r.get("utilization")) for r in rows],
     }
     cols = [
@@ -937,6 +945,28 @@ def _trace_kernels(page: _Page, ranks: list[Row]) -> str:
         + _chart("lp-kernels", tall=len(top) > 10)
         + _table("lp-trace-kernels", cols, shown, filter_label="Filter kernels", caption=caption)
     )
+
+
+def _trace_memcpy(ranks: list[Row]) -> str:
+    rows = [
+        {"rank": _rank_name(r, i), **m} for i, r in enumerate(ranks) for m in _rows(r.get("memcpy"))
+    ]
+    if not rows:
+        return ""
+    cols = [
+        _Col("Rank", _getter("rank")),
+        _Col("Kind", _getter("kind")),
+        _Col("Calls", _getter("calls"), fmt_calls, num=True),
+        _Col("Total (ms)", _getter("total_ms"), fmt_ms, num=True),
+        _Col("Bytes", _getter("bytes"), fmt_bytes, num=True),
+        _Col(
+            "GB/s",
+            _getter("gb_per_s"),
+            lambda v: f"{v:.1f}" if _num(v) is not None else "–",
+            num=True,
+        ),
+    ]
+    return "<h3>Memory copies and sets</h3>" + _table("lp-trace-memcpy", cols, rows)
 
 
 def _trace_ops(ranks: list[Row]) -> str:
@@ -1031,6 +1061,8 @@ def _delta_pct(row: Row) -> float | None:
 
 
 def _row_name(row: Row) -> str:
+    if "path" not in row and "name" not in row and _num(row.get("index")) is not None:
+        return f"step {row['index']}"
     value = _pick(row, "path", "name", "key", "step", "index")
     return "(root)" if value == "" else str(value if value is not None else "")
 
@@ -1039,9 +1071,12 @@ def _diff_section(page: _Page, diff: Mapping[str, Any]) -> None:
     body = ""
     for w in diff.get("warnings") or []:
         body += f'<p class="warning">{_e(w)}</p>'
-    message = _pick(diff, "verdict", "summary", "message", "reason")
+    message = _pick(diff, "verdict", "message")
+    verdict = _pick(_mapping(diff.get("summary")), "verdict")
     if isinstance(message, str):
-        body += f'<p class="verdict">{_e(message)}</p>'
+        body += f'<p class="verdict {_status_class(verdict)}">{_e(message)}</p>'
+    if diff.get("comparable") is False and diff.get("reason"):
+        body += f'<p class="warning">{_e(diff["reason"])}</p>'
     lat = diff.get("latency")
     if isinstance(lat, Mapping):
         body += _diff_latency(lat)
@@ -1049,6 +1084,9 @@ def _diff_section(page: _Page, diff: Mapping[str, Any]) -> None:
         rows = _rows(diff.get(key))
         if rows:
             body += _diff_table(page, key, heading, rows)
+    metric = _pick(_mapping(diff.get("settings")), "layer_metric")
+    if metric and _rows(diff.get("layers")):
+        body += f'<p class="caption">Layers are compared by {_e(metric)} time.</p>'
     page.add("diff", "Changes between runs", body or '<p class="empty">The diff is empty.</p>')
 
 
@@ -1075,7 +1113,9 @@ def _diff_table(page: _Page, key: str, heading: str, rows: list[Row]) -> str:
         _Col(heading.rstrip("s") if key != "ops" else "Operator", _row_name, css="path"),
     ]
     if any("type" in r for r in rows):
-        cols.append(_Col("Type", lambda r: r.get("type")))
+        cols.append(_Col("Type", _getter("type")))
+    if any(r.get("input_shapes") for r in rows):
+        cols.append(_Col("Input shapes", _getter("input_shapes"), css="shape"))
     cols += [
         _Col("Base (ms)", lambda r: _side_ms(r, "base"), fmt_ms, num=True),
         _Col("New (ms)", lambda r: _side_ms(r, "new"), fmt_ms, num=True),
@@ -1083,8 +1123,10 @@ def _diff_table(page: _Page, key: str, heading: str, rows: list[Row]) -> str:
             "Δ (ms)", _delta_ms, lambda v: ("+" if (_num(v) or 0) > 0 else "") + fmt_ms(v), num=True
         ),
         _Col("Δ %", _delta_pct, lambda v: fmt_pct(v, signed=True), num=True),
-        _Col("Status", lambda r: r.get("status")),
+        _Col("Status", _getter("status")),
     ]
+    if any(r.get("note") for r in rows):
+        cols.append(_Col("Note", _getter("note")))
 
     def cell(col: _Col, row: Row) -> str:
         if col.header == "Status":
