@@ -224,7 +224,7 @@ def test_too_few_samples_fall_back_and_warn() -> None:
     d = diff(synth(model, seed=1, n=3), synth(model, seed=2, n=3, factors={"2": 3.0}))
     row = next(r for r in d.layers if r.path == "2")
     assert row.change.basis == "separation" and row.significant
-    assert any("too few samples" in w and "layers" in w for w in d.warnings)
+    assert any("too few for the rank test" in w and "layers" in w for w in d.warnings)
     one = diff(synth(model, seed=1, n=1), synth(model, seed=2, n=1))
     assert one.latency is not None and one.latency.basis == "threshold"
     assert one.latency.p_value is None

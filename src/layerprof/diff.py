@@ -276,7 +276,7 @@ class Diff:
         lat = self.latency
         if lat is not None:
             parts.append(
-                f"latency {fmt_ms(lat.base_ns)} -> {fmt_ms(lat.new_ns)} ms ({fmt_pct(lat)})"
+                f"latency {fmt_ms(lat.base_ns)} → {fmt_ms(lat.new_ns)} ms ({fmt_pct(lat)})"
             )
         c = self.counts()
         for name in ("layers", "ops"):
@@ -527,15 +527,18 @@ class _Judge:
         )
 
     def warnings(self) -> list[str]:
+        by_counts: dict[tuple[int, int], list[str]] = {}
+        for what, counts in self.fallbacks.items():
+            by_counts.setdefault(counts, []).append(what)
         out = []
-        for what, (nb, nn) in self.fallbacks.items():
+        for (nb, nn), whats in by_counts.items():
             if nb == nn == 1:
                 rule = f"by the {_fmt_num(self.threshold_pct)} % threshold and the floor only"
             else:
-                rule = "as beyond noise only where the two sides' samples do not overlap"
+                rule = "beyond noise only where the two sides' samples do not overlap"
             out.append(
-                f"{what}: too few samples for the rank test (n={nb} vs {nn}; about 7 per side"
-                f" are needed for p < {ALPHA:g}): changes are judged {rule};"
+                f"{' and '.join(whats)}: n={nb} vs {nn} samples, too few for the rank test"
+                f" (about 7 per side reach p < {ALPHA:g}): changes are judged {rule};"
                 " profile more iterations"
             )
         return out
