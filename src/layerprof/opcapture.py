@@ -33,10 +33,12 @@ import orjson
 
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.layertimes import build_samples
-from layerprof.records import LayerCall, LayerSamples, OpStat
+from layerprof.records import LayerCall, LayerSamples, Meta, OpStat
 
 if TYPE_CHECKING:
     import torch
+
+    from layerprof.profile import Profile
 
 LAYER_PREFIX = "layer:"
 UNATTRIBUTED = "(unattributed)"
@@ -249,7 +251,7 @@ def profiler_kwargs(options: OpOptions, device: str, iters: int) -> dict[str, An
     import torch
     from torch.profiler import ProfilerActivity
 
-    supported = set(inspect.signature(torch.profiler.profile.__init__).parameters)
+    supported = supported_profiler_args()
     wanted = {
         "record_shapes": options.record_shapes,
         "profile_memory": options.profile_memory,
@@ -270,6 +272,13 @@ def profiler_kwargs(options: OpOptions, device: str, iters: int) -> dict[str, An
     if options.schedule is not None:
         kw["schedule"] = make_schedule(options.schedule, iters)
     return kw
+
+
+def supported_profiler_args() -> set[str]:
+    """Keyword arguments this torch's ``torch.profiler.profile`` accepts."""
+    import torch
+
+    return set(inspect.signature(torch.profiler.profile.__init__).parameters)
 
 
 def make_schedule(spec: tuple[int, int, int, int], iters: int) -> Any:
@@ -682,3 +691,22 @@ def ancestors(path: str) -> Iterator[str]:
     while path:
         path = path.rsplit(".", 1)[0] if "." in path else ""
         yield path
+
+
+def profile_from_capture(
+    model: torch.nn.Module, capture: OpCapture, meta: Meta | None = None, *, backward: bool = True
+) -> Profile:
+    """A Profile of the capture alone (layer rows from the ranges, ops, backward ops).
+
+    The runner builds the real one (latency pass, shapes, meta); this is the
+    ops-mode equivalent of ``Recorder.profile``, used by tests and the API.
+    """
+    from layerprof.profile import Profile
+    from layerprof.recorder import default_meta, layer_infos
+
+    return Profile(
+        meta=meta or replace(default_meta(model, capture.iterations), source="layerprof.ops"),
+        layers=layer_infos(model),
+        samples=capture.layer_samples(),
+        ops=capture.ops + (capture.backward_ops if backward else ()),
+    )

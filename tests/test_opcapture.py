@@ -1,0 +1,275 @@
+"""Ops mode: torch.profiler ops attributed to exact layer paths, on real models."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+from rich.console import Console
+from torch import nn
+
+from layerprof import opcapture
+from layerprof.demo import SmallCNN, TinyTransformer
+from layerprof.errors import ModelRunError, UsageError
+from layerprof.opcapture import (
+    UNATTRIBUTED,
+    DeviceEvent,
+    HostEvent,
+    OpCapture,
+    OpOptions,
+    build_capture,
+    capture_ops,
+    profile_from_capture,
+)
+from layerprof.records import OpStat
+from layerprof.render.ops_console import render_ops
+from tests import zoo_models as zoo
+
+
+def capture(model: nn.Module, *args: Any, iters: int = 2, **kw: Any) -> OpCapture:
+    options = kw.pop("options", OpOptions())
+    return capture_ops(
+        model.eval(), args, None, iters=iters, device="cpu", options=options,
+        grad_ctx_factory=torch.inference_mode, **kw,
+    )  # fmt: skip
+
+
+def names(ops: tuple[OpStat, ...], layer: str) -> set[str]:
+    return {o.name for o in ops if o.layer == layer}
+
+
+@pytest.fixture(scope="module")
+def transformer_capture() -> tuple[nn.Module, OpCapture]:
+    torch.manual_seed(0)
+    model = TinyTransformer(vocab=100, dim=32, heads=2, depth=1)
+    return model, capture(model, torch.randint(0, 100, (2, 16)), iters=3)
+
+
+def test_ops_listed_under_a_layer_are_the_ops_it_runs(
+    transformer_capture: tuple[nn.Module, OpCapture],
+) -> None:
+    _, cap = transformer_capture
+    qkv = names(cap.ops, "layers.0.attn.qkv")
+    assert {"aten::linear", "aten::addmm"} <= qkv
+    # softmax is called functionally in SelfAttention.forward: the parent's op
+    attn = names(cap.ops, "layers.0.attn")
+    assert "aten::softmax" in attn and "aten::bmm" in attn
+    assert "aten::softmax" not in qkv | names(cap.ops, "layers.0.attn.proj")
+    assert "aten::addmm" not in attn  # the projections' matmuls belong to the children
+    assert "aten::native_layer_norm" in names(cap.ops, "layers.0.norm1")
+    assert "aten::embedding" in names(cap.ops, "embed")
+    assert "aten::mean" in names(cap.ops, "")  # functional op in the root's forward
+    assert cap.iterations == 3
+    assert all(o.device_ns is None for o in cap.ops)  # CPU: no device column, not zero
+
+
+def test_cnn_ops_by_layer() -> None:
+    torch.manual_seed(0)
+    cap = capture(SmallCNN(width=4), torch.randn(2, 3, 32, 32))
+    assert "aten::conv2d" in names(cap.ops, "features.0.conv")
+    assert "aten::batch_norm" in names(cap.ops, "features.0.bn")
+    assert names(cap.ops, "features.0.act") & {"aten::relu_", "aten::relu"}
+    assert "aten::max_pool2d" in names(cap.ops, "features.0.pool")
+    assert "aten::addmm" in names(cap.ops, "head.1")
+
+
+def test_layer_self_time_is_its_ops_plus_python_gap(
+    transformer_capture: tuple[nn.Module, OpCapture],
+) -> None:
+    """Exact: ops' self times in a layer sum to at most the layer's self time (same
+    clock, ops lie inside the layer range). Tolerance for the rest, the Python gap
+    (hooks, attribute lookups, view bookkeeping): at most 100 µs per call + 50 %."""
+    _, cap = transformer_capture
+    samples = cap.layer_samples()
+    per_layer: dict[str, int] = {}
+    for o in cap.ops:
+        if o.layer is not None:
+            per_layer[o.layer] = per_layer.get(o.layer, 0) + o.self_ns
+    checked = 0
+    for path, s in samples.items():
+        layer_self = sum(s.self_ns) / len(s.self_ns)
+        ops_self = per_layer.get(path, 0)
+        assert ops_self <= layer_self * 1.001 + 1_000, path  # rounding of per-iteration means
+        if path.endswith(("qkv", "proj", "norm1", "norm2")) or path == "head":
+            gap = layer_self - ops_self
+            assert gap <= 100_000 * s.calls + 0.5 * layer_self, (path, gap, layer_self)
+            checked += 1
+    assert checked >= 5
+
+
+def test_layer_samples_keep_the_tree_invariant(
+    transformer_capture: tuple[nn.Module, OpCapture],
+) -> None:
+    """Per iteration, exactly: total == self + sum(children totals) and self >= 0.
+    (Medians over iterations need not add up; the runner's tests cover those.)"""
+    model, cap = transformer_capture
+    samples = cap.layer_samples()
+    profile = profile_from_capture(model, cap)
+    assert {r.path for r in profile.rows() if r.calls} == set(samples)
+    children: dict[str, list[str]] = {}
+    for path in samples:
+        if path:
+            parent = path.rsplit(".", 1)[0] if "." in path else ""
+            while parent not in samples:  # skip never-called containers (ModuleList)
+                parent = parent.rsplit(".", 1)[0] if "." in parent else ""
+            children.setdefault(parent, []).append(path)
+    for path, s in samples.items():
+        for i in range(cap.iterations):
+            kids = sum(samples[c].total_ns[i] for c in children.get(path, []))
+            assert s.total_ns[i] == s.self_ns[i] + kids, (path, i)
+            assert s.self_ns[i] >= 0
+
+
+def test_flat_ops_like_key_averages(transformer_capture: tuple[nn.Module, OpCapture]) -> None:
+    _, cap = transformer_capture
+    flat = {o.name: o for o in cap.flat_ops()}
+    per_layer_addmm = [o for o in cap.ops if o.name == "aten::addmm"]
+    assert flat["aten::addmm"].calls == sum(o.calls for o in per_layer_addmm) == 5
+    assert all(o.layer is None and o.input_shapes is None for o in flat.values())
+
+
+def test_shared_layer_and_functional_model() -> None:
+    class Shared(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(torch.relu(self.fc(x)))
+
+    cap = capture(Shared(), torch.randn(2, 8))
+    addmm = [o for o in cap.ops if o.name == "aten::addmm"]
+    assert [(o.layer, o.calls) for o in addmm] == [("fc", 2)]
+    assert "aten::relu" in names(cap.ops, "")
+    assert cap.layer_samples()["fc"].calls == 2
+
+    cap = capture(zoo.Functional(), torch.randn(2, 4, 16))
+    assert {"aten::softmax", "aten::matmul"} <= names(cap.ops, "")
+    assert "aten::softmax" not in names(cap.ops, "fc")
+
+
+def test_record_shapes_groups_by_shape() -> None:
+    cap = capture(
+        nn.Sequential(nn.Linear(4, 6)), torch.randn(3, 4), options=OpOptions(record_shapes=True)
+    )
+    addmm = [o for o in cap.flat_ops(group_by_shape=True) if o.name == "aten::addmm"]
+    assert addmm and addmm[0].input_shapes is not None and "[3, 4]" in addmm[0].input_shapes
+
+
+def test_schedule_records_active_steps_only() -> None:
+    model = nn.Sequential(nn.Linear(4, 4))
+    cap = capture(model, torch.randn(1, 4), iters=5, options=OpOptions(schedule=(1, 1, 2, 1)))
+    assert cap.iterations == 2
+    assert cap.layer_samples()["0"].calls == 1
+    with pytest.raises(UsageError, match="at least 6 iterations"):
+        capture(model, torch.randn(1, 4), iters=5, options=OpOptions(schedule=(2, 2, 2, 1)))
+    with pytest.raises(UsageError, match="active >= 1"):
+        capture(model, torch.randn(1, 4), iters=5, options=OpOptions(schedule=(0, 0, 0, 1)))
+
+
+def test_unsupported_option_is_a_clear_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(opcapture, "supported_profiler_args", lambda: {"activities", "schedule"})
+    with pytest.raises(UsageError, match="--with-flops is not supported by torch"):
+        capture(nn.Linear(2, 2), torch.randn(1, 2), options=OpOptions(with_flops=True))
+
+
+def test_model_error_names_layer_stops_profiler_and_removes_hooks() -> None:
+    model = zoo.Raises().train()
+    with pytest.raises(ModelRunError) as info:
+        capture(model, torch.zeros(2, 4))
+    assert info.value.layer == "block2.1"
+    assert str(info.value).startswith(
+        "block2.1 (Linear): mat1 and mat2 shapes cannot be multiplied"
+    )
+    assert not torch.autograd.profiler._is_profiler_enabled
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+    # a later capture works: no range was left open
+    cap = capture(nn.Linear(4, 2), torch.zeros(1, 4))
+    assert "aten::addmm" in names(cap.ops, "")
+
+
+def test_all_options_together_run() -> None:
+    opts = OpOptions(record_shapes=True, profile_memory=True, with_stack=True, with_flops=True)
+    cap = capture(nn.Sequential(nn.Linear(4, 4), nn.ReLU()), torch.randn(2, 4), options=opts)
+    assert {"aten::linear", "aten::addmm"} <= names(cap.ops, "0")
+    assert not any(o.name.startswith(("[memory]", "nn.Module:")) for o in cap.ops)
+    assert any(ev.get("name") == "[memory]" for ev in cap.trace_events)
+
+
+def test_backward_ops_by_sequence_number(transformer_capture: tuple[nn.Module, OpCapture]) -> None:
+    model, _ = transformer_capture
+    cap = capture(model.train(), torch.randint(0, 100, (2, 16)), backward=True)
+    bwd = cap.backward_ops
+    assert any(
+        o.name == "autograd::engine::evaluate_function: AddmmBackward0"
+        for o in bwd
+        if o.layer == "layers.0.attn.qkv"
+    )
+    assert any("SoftmaxBackward" in o.name for o in bwd if o.layer == "layers.0.attn")
+    assert any(o.layer == UNATTRIBUTED and "AccumulateGrad" in o.name for o in bwd)
+    samples = cap.layer_samples()
+    for path, module in model.named_modules():
+        if any(True for _ in module.parameters(recurse=False)):
+            s = samples[path]
+            assert s.backward_total_ns is not None and max(s.backward_self_ns or (0,)) > 0, path
+    # grads the user had are back, and forward ops are unchanged by --backward
+    assert all(p.grad is None for p in model.parameters())
+    assert "aten::addmm" in names(cap.ops, "layers.0.attn.qkv")
+
+
+def test_device_times_attributed_by_correlation() -> None:
+    """A synthetic CUDA cycle: kernels link to ops by correlation id."""
+    host = [
+        HostEvent("layer:", 1, 0, 1000),
+        HostEvent("layer:fc", 1, 100, 900),
+        HostEvent("aten::linear", 1, 200, 800, corr=7),
+        HostEvent("aten::addmm", 1, 300, 700, corr=8),
+        HostEvent("cudaLaunchKernel", 1, 400, 450, corr=9),
+    ]
+    device = [DeviceEvent("gemm", 5000, 5300, 8), DeviceEvent("bias", 5300, 5350, 7)]
+    cap = build_capture([(host, device)], device="cuda:0")
+    ops = {o.name: o for o in cap.ops}
+    assert ops["aten::addmm"].device_ns == 300
+    assert ops["aten::linear"].device_ns == 350  # inclusive, like key_averages' device total
+    assert ops["aten::addmm"].self_ns == 350 and ops["aten::linear"].self_ns == 200
+    samples = cap.layer_samples()
+    assert samples["fc"].device_self_ns == (350,) and samples[""].device_total_ns == (350,)
+    assert samples[""].device_self_ns == (0,)
+
+
+def test_render_ops(transformer_capture: tuple[nn.Module, OpCapture]) -> None:
+    _, cap = transformer_capture
+    console = Console(width=140, record=True)
+    render_ops(cap.ops, console, top=3, sort="self", layers=2)
+    text = console.export_text()
+    assert "operators (all layers)" in text and text.count("operators in ") == 2
+    assert "Device" not in text
+
+
+@contextlib.contextmanager
+def no_fast_range(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.delattr(torch._C._profiler, "_RecordFunctionFast", raising=False)
+    yield
+
+
+def test_fallback_record_function(monkeypatch: pytest.MonkeyPatch) -> None:
+    with no_fast_range(monkeypatch):
+        cap = capture(nn.Sequential(nn.Linear(4, 4)), torch.randn(1, 4))
+    assert "aten::addmm" in names(cap.ops, "0")
+
+
+@pytest.mark.cuda
+def test_cuda_kernels_per_layer() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU()).cuda()
+    cap = capture_ops(
+        model, (torch.randn(8, 64, device="cuda"),), None, iters=2, device="cuda",
+        options=OpOptions(), grad_ctx_factory=torch.inference_mode,
+    )  # fmt: skip
+    linear = [o for o in cap.ops if o.layer == "0" and o.name == "aten::addmm"]
+    assert linear and (linear[0].device_ns or 0) > 0
+    assert (cap.layer_samples()["0"].device_total_ns or (0,))[0] > 0
