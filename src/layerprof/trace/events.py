@@ -269,9 +269,9 @@ class EventCollector:
                     else:
                         ref = args.get("External id")
                         h_ref.append(args.get("external id") if ref is None else ref)
-                        if keep_shapes:
-                            dims = args.get("Input Dims") if kind == OP else None
-                            h_shape.append(-1 if dims is None else shape_id(_shape_text(dims)))
+                    if keep_shapes:
+                        dims = args.get("Input Dims") if kind == OP else None
+                        h_shape.append(-1 if dims is None else shape_id(_shape_text(dims)))
                     continue
                 dkind = dev_cat(cat)
                 if dkind is not None:
