@@ -29,7 +29,12 @@ NS_PER_MS = 1_000_000
 
 @dataclass(frozen=True)
 class LayerRow:
-    """Derived per-layer statistics (times per forward, ns, median over iterations)."""
+    """Derived per-layer statistics (times per forward, ns).
+
+    ``self_ns`` is the median over iterations of the layer's self time;
+    ``total_ns`` is ``self_ns`` plus the children's ``total_ns`` (see
+    ``_subtree_totals``); ``total`` summarizes the measured totals.
+    """
 
     path: str
     type: str
@@ -71,8 +76,6 @@ class LayerNode:
         """Assert the tree invariant: self >= 0 and total == self + sum(children)."""
         for node in self.walk():
             row = node.row
-            if row.calls == 0:
-                continue  # containers: total is the children's sum by construction
             kids = sum(c.row.total_ns for c in node.children)
             gap = row.total_ns - row.self_ns - kids
             assert abs(gap) <= tolerance_ns, (
@@ -82,12 +85,16 @@ class LayerNode:
             assert row.self_ns >= -tolerance_ns, f"{row.path or row.type}: self {row.self_ns} < 0"
 
 
-def _fill_containers(rows: list[LayerRow], roots_total: float) -> list[LayerRow]:
-    """Give never-called containers (ModuleList, ModuleDict) the sum of their children.
+def _subtree_totals(rows: list[LayerRow]) -> list[LayerRow]:
+    """Set every row's total to its median self time plus its children's totals.
 
-    Their children are called directly by an ancestor, so without this the tree
-    would not add up: the ancestor's total includes them but its listed child
-    (the container) would show nothing. Such rows keep ``calls == 0`` and self 0.
+    Medians are not additive: under noisy scheduling the median of a parent's
+    measured totals and the sum of its children's medians can differ by a lot.
+    Building totals bottom-up from robust per-layer self medians makes the tree
+    add up exactly and keeps every number robust to outlier iterations; the
+    measured totals' own median stays in ``LayerRow.total`` (``total_spread_ms``).
+    Never-called containers (ModuleList, ModuleDict) get the sum of their
+    children this way too.
     """
     kids: dict[str, list[int]] = {}
     for i, r in enumerate(rows):
@@ -95,14 +102,18 @@ def _fill_containers(rows: list[LayerRow], roots_total: float) -> list[LayerRow]
             kids.setdefault(r.parent, []).append(i)
     for i in range(len(rows) - 1, -1, -1):  # children come after parents in module order
         r = rows[i]
-        if r.calls or r.path not in kids:
-            continue
-        total = sum(rows[k].total_ns for k in kids[r.path])
-        if total:
-            rows[i] = replace(
-                r, total_ns=total, share=total / roots_total if roots_total > 0 else 0.0
-            )
-    return rows
+        children = kids.get(r.path, ())
+        total = r.self_ns + sum(rows[k].total_ns for k in children)
+        dev = _add_opt(r.device_self_ns, [rows[k].device_total_ns for k in children])
+        bwd = _add_opt(r.backward_self_ns, [rows[k].backward_total_ns for k in children])
+        rows[i] = replace(r, total_ns=total, device_total_ns=dev, backward_total_ns=bwd)
+    roots_total = sum(r.total_ns for r in rows if r.parent is None)
+    return [replace(r, share=r.total_ns / roots_total if roots_total > 0 else 0.0) for r in rows]
+
+
+def _add_opt(own: float | None, children: list[float | None]) -> float | None:
+    values = [v for v in (own, *children) if v is not None]
+    return sum(values) if values else None
 
 
 def depth_of(path: str) -> int:
@@ -129,17 +140,11 @@ class Profile:
 
     def rows(self) -> list[LayerRow]:
         """One row per layer, in module order."""
-        roots_total = sum(
-            median(s.total_ns)
-            for info in self.layers
-            if info.parent is None and (s := self.samples.get(info.path)) and s.total_ns
-        )
         out: list[LayerRow] = []
         for info in self.layers:
             s = self.samples.get(info.path)
             total = Summary.of(s.total_ns) if s and s.total_ns else None
             self_s = Summary.of(s.self_ns) if s and s.self_ns else None
-            total_ns = total.median if total else 0.0
             out.append(
                 LayerRow(
                     path=info.path,
@@ -147,11 +152,11 @@ class Profile:
                     parent=info.parent,
                     depth=depth_of(info.path),
                     calls=s.calls if s else 0.0,
-                    total_ns=total_ns,
+                    total_ns=0.0,  # set bottom-up by _subtree_totals
                     self_ns=self_s.median if self_s else 0.0,
                     total=total,
                     self_summary=self_s,
-                    share=total_ns / roots_total if roots_total > 0 else 0.0,
+                    share=0.0,
                     params=info.params,
                     params_own=info.params_own,
                     input_shapes=info.input_shapes,
@@ -162,7 +167,7 @@ class Profile:
                     backward_self_ns=_med(s.backward_self_ns) if s else None,
                 )
             )
-        return _fill_containers(out, roots_total)
+        return _subtree_totals(out)
 
     def tree(self) -> list[LayerNode]:
         """The module tree (roots first), built from the rows' parent paths."""

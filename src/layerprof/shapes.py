@@ -40,5 +40,5 @@ def format_shapes(tree: Any) -> str:
     if isinstance(tree, list):
         return ", ".join(format_shapes(t) for t in tree if t is not None)
     if isinstance(tree, dict):
-        return ", ".join(f"{k}={format_shapes(v)}" for k, v in tree.items())
+        return ", ".join(f"{k}={format_shapes(v)}" for k, v in tree.items() if v is not None)
     return str(tree)
