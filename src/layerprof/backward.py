@@ -10,11 +10,13 @@ fall inside their parent's: the intervals nest like forward calls, and the
 forward logic (``layertimes.build_samples``) applies. Where they do not:
 
 * a module none of whose inputs needs a gradient (the first layer, an
-  embedding over token ids) gets its full-backward hook called right after
-  the pre hook, before its weight-gradient work runs. Its end is then the
-  last gradient accumulation of the parameters it alone owns (post-accumulate
-  hooks); shared parameters are left out (their accumulation waits for every
-  user).
+  embedding over token ids, the root of a model fed token ids) gets its
+  full-backward hook called right after the pre hook, before its
+  weight-gradient work runs. Its end is then the latest of: the last gradient
+  accumulation of parameters it alone owns in its subtree (post-accumulate
+  hooks; shared parameters are left out, their accumulation waits for every
+  user) and the end of its sub-layers' backward intervals that started after
+  it.
 * a child interval that ends after its parent's (interleaving of other
   branches) extends the parent: a parent's backward is not done before its
   children's. After that every child lies inside its parent, siblings are
@@ -270,12 +272,14 @@ def backward_calls(
     marks = [m for d in done for m in (d.start, d.end)] + [m for _, m in accumulated]
     times = clock.resolve(marks)
     acc = [(p, t) for (p, _), t in zip(accumulated, times[2 * len(done) :], strict=True)]
-    spans: list[tuple[str, int, int]] = []
-    for i, d in enumerate(done):
-        start, end = times[2 * i], times[2 * i + 1]
-        if d.early:
-            end = max([end] + [t for p, t in acc if _within(p, d.path) and t >= start])
-        spans.append((d.path, start, end))
+    spans = [(d.path, times[2 * i], times[2 * i + 1]) for i, d in enumerate(done)]
+    # Deepest first, so an early parent sees its early children's corrected ends.
+    for i in sorted(range(len(done)), key=lambda k: -done[k].path.count(".") - bool(done[k].path)):
+        if done[i].early:
+            path, start, end = spans[i]
+            later = [t for p, t in acc if _within(p, path) and t >= start]
+            later += [e for p, s, e in spans if p != path and _within(p, path) and s >= start]
+            spans[i] = (path, start, max([end, *later]))
     return nest_intervals(spans, iteration)
 
 
