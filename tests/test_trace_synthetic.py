@@ -404,3 +404,14 @@ def test_console_report(tmp_path: Path) -> None:
 def test_import_does_not_import_torch() -> None:
     code = "import sys, layerprof.trace; sys.exit(int('torch' in sys.modules or 'pandas' in sys.modules))"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_module_paths_from_layerprof_header(tmp_path: Path) -> None:
+    doc = two_steps()
+    doc["layerprof"] = {"module_paths": {"Net_0": "", "Net_0.Linear_0": "fc"}}
+    report = analyze(write(tmp_path, doc))
+    modules = {m["path"]: m["parent"] for m in report.to_dict()["ranks"][0]["modules"]}
+    assert modules == {"": None, "fc": ""}
+    prof = report.to_profile()
+    (root,) = prof.tree()
+    assert root.row.path == "" and [c.row.path for c in root.children] == ["fc"]

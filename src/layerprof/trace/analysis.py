@@ -8,7 +8,7 @@ from layerprof.trace.events import ANNOTATION, MODULE
 from layerprof.trace.gpu import device_use, kernel_table, kind_table, launches, memcpy_table
 from layerprof.trace.links import link
 from layerprof.trace.memory import memory_summary
-from layerprof.trace.modules import tree
+from layerprof.trace.modules import module_paths, renamed, tree
 from layerprof.trace.nesting import nest
 from layerprof.trace.ops import device_times, op_table
 from layerprof.trace.ranks import cross_rank
@@ -48,7 +48,7 @@ def analyze_file(trace: TraceFile, rank: int, *, group_by_shape: bool = False) -
     kernels = kernel_table(tables)
     has_device = tables.has_device
     launch = launches(tables, links) if has_device else None
-    modules = tree(tables, nesting, links, steps, MODULE)
+    modules = renamed(tree(tables, nesting, links, steps, MODULE), module_paths(trace.header))
     report = RankReport(
         rank=rank,
         file=str(trace.path),

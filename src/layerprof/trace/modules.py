@@ -12,7 +12,8 @@ tree nodes, and dots in annotation names become ``_`` in paths.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -163,3 +164,30 @@ class _Acc:
             step_device_self_ns=tuple(self.s_dev_self) if has_device else None,
             step_calls=tuple(self.s_calls),
         )
+
+
+def renamed(rows: tuple[TreeRow, ...], mapping: dict[str, str]) -> tuple[TreeRow, ...]:
+    """Rows with trace paths (``Net_0.Linear_1``) replaced by qualified names.
+
+    ``mapping`` comes from the trace itself (layerprof's capture writes
+    ``{"layerprof": {"module_paths": {...}}}``); unmapped paths stay as they are.
+    """
+    if not mapping:
+        return rows
+    return tuple(
+        replace(
+            r,
+            path=mapping.get(r.path, r.path),
+            parent=None if r.parent is None else mapping.get(r.parent, r.parent),
+        )
+        for r in rows
+    )
+
+
+def module_paths(header: dict[str, Any]) -> dict[str, str]:
+    """The trace-path -> qualified-name map a layerprof-written trace carries."""
+    info = header.get("layerprof")
+    paths = info.get("module_paths") if isinstance(info, dict) else None
+    if not isinstance(paths, dict):
+        return {}
+    return {str(k): str(v) for k, v in paths.items()}
