@@ -232,7 +232,12 @@ class EventCollector:
         host_cat = HOST_CATEGORIES.get
         dev_cat = DEVICE_CATEGORIES.get
         name_id = self.names.add
+        name_known = self.names.ids.get
         thread_id = self.threads.add
+        # Consecutive events mostly share a thread: skip the tuple + lookup then.
+        last_pid: Any = object()
+        last_tid: Any = object()
+        last_thread = -1
         shape_id = self.shapes.add
         keep_shapes = self.keep_shapes
         n = 0
@@ -252,18 +257,22 @@ class EventCollector:
                         name = "" if name is None else str(name)
                     if kind == MODULE and not name.startswith(MODULE_PREFIX):
                         continue  # other python_function frames: not needed
-                    try:
-                        thread = thread_id((e.get("pid"), e.get("tid")))
-                    except TypeError:  # unhashable pid/tid: not a usable event
-                        continue
+                    pid, tid = e.get("pid"), e.get("tid")
+                    if pid != last_pid or tid != last_tid:
+                        try:
+                            last_thread = thread_id((pid, tid))
+                        except TypeError:  # unhashable pid/tid: not a usable event
+                            continue
+                        last_pid, last_tid = pid, tid
                     args = e.get("args")
                     if type(args) is not dict:
                         args = {}
                     h_kind.append(kind)
-                    h_thread.append(thread)
+                    h_thread.append(last_thread)
                     h_ts.append(e.get("ts"))
                     h_dur.append(e.get("dur", 0))
-                    h_name.append(name_id(name))
+                    nid = name_known(name)
+                    h_name.append(name_id(name) if nid is None else nid)
                     if kind >= RUNTIME:
                         h_ref.append(args.get("correlation"))
                     else:
@@ -288,7 +297,8 @@ class EventCollector:
                     d_stream.append(e.get("tid") if stream is None else stream)
                     d_ts.append(e.get("ts"))
                     d_dur.append(e.get("dur", 0))
-                    d_name.append(name_id(name))
+                    nid = name_known(name)
+                    d_name.append(name_id(name) if nid is None else nid)
                     d_corr.append(args.get("correlation"))
                     ref = args.get("External id")
                     d_ext.append(args.get("external id") if ref is None else ref)
