@@ -415,3 +415,18 @@ def test_module_paths_from_layerprof_header(tmp_path: Path) -> None:
     prof = report.to_profile()
     (root,) = prof.tree()
     assert root.row.path == "" and [c.row.path for c in root.children] == ["fc"]
+
+
+def test_numpy_summary_matches_stats() -> None:
+    import numpy as np
+
+    from layerprof.stats import Summary
+    from layerprof.trace.gpu import summary
+
+    values = [5, 1, 9, 3, 3, 12, 7]
+    fast = summary(np.asarray(values, dtype=np.int64))
+    assert fast is not None
+    slow = Summary.of(values)
+    for field in ("median", "mean", "p90", "p99", "min", "max", "std", "n"):
+        assert getattr(fast, field) == pytest.approx(getattr(slow, field))
+    assert summary(np.zeros(0, dtype=np.int64)) is None

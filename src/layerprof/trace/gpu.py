@@ -98,6 +98,24 @@ class Launches:
     runtime: tuple[RuntimeRow, ...]
 
 
+def summary(values: I64) -> Summary | None:
+    """Summary.of computed by numpy (same linear percentiles), for 10^5 values."""
+    if len(values) == 0:
+        return None
+    v = values.astype(np.float64)
+    p50, p90, p99 = np.percentile(v, [50, 90, 99])
+    return Summary(
+        median=float(p50),
+        mean=float(v.mean()),
+        p90=float(p90),
+        p99=float(p99),
+        min=float(v.min()),
+        max=float(v.max()),
+        std=float(v.std(ddof=1)) if len(v) > 1 else 0.0,
+        n=len(v),
+    )
+
+
 def union(starts: I64, ends: I64) -> tuple[I64, I64, I64]:
     """Disjoint sorted segments covering the intervals, and each segment's first index."""
     if len(starts) == 0:
@@ -297,9 +315,9 @@ def launches(tables: EventTables, links: Links) -> Launches:
     unique_calls = np.unique(rt)
     return Launches(
         launches=len(unique_calls),
-        call_ns=Summary.of(host.dur[unique_calls].tolist()) if len(unique_calls) else None,
+        call_ns=summary(host.dur[unique_calls]),
         call_total_ns=int(host.dur[unique_calls].sum()),
-        delay_ns=Summary.of(delay.tolist()) if len(delay) else None,
+        delay_ns=summary(delay),
         negative_delays=int((delay < 0).sum()),
         unmatched_device_ops=int((~matched).sum()),
         sync_ns=sync,

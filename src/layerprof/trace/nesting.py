@@ -38,8 +38,26 @@ class Nesting:
 
 
 def nest(host: HostSpans) -> Nesting:
-    n = len(host)
     order = np.lexsort((-host.dur, host.start, host.thread)).astype(np.int64)
+    tracked = np.isin(host.kind[order], _TRACKED)
+    parents, self_ns = _sweep(host, order[tracked])
+    # Runtime/sync calls never enclose anything that matters here: find their
+    # enclosing spans with vectorized searches instead of the Python sweep.
+    leaves = order[~tracked]
+    for kind in _TRACKED:
+        parents[kind][leaves] = _enclosing(host, order[tracked], parents[kind], kind, leaves)
+    return Nesting(
+        order=order,
+        parent_op=parents[OP],
+        parent_module=parents[MODULE],
+        parent_annotation=parents[ANNOTATION],
+        self_ns=self_ns,
+    )
+
+
+def _sweep(host: HostSpans, order: I64) -> tuple[dict[int, I64], I64]:
+    """One pass in (thread, start, longest first) order with a stack per kind."""
+    n = len(host)
     parents = {k: [-1] * n for k in _TRACKED}
     self_ns = host.dur.tolist()
     starts = host.start.tolist()
@@ -71,10 +89,7 @@ def nest(host: HostSpans) -> Nesting:
             p_mod[i] = mod_stack[-1][1]
         if ann_stack:
             p_ann[i] = ann_stack[-1][1]
-        k = kinds[i]
-        stack = stacks.get(k)
-        if stack is None:
-            continue
+        stack = stacks[kinds[i]]
         if stack:
             frame = stack[-1]
             lo = s if s > frame[2] else frame[2]
@@ -83,13 +98,38 @@ def nest(host: HostSpans) -> Nesting:
                 self_ns[frame[1]] -= hi - lo
                 frame[2] = hi
         stack.append([e, i, s])
-    return Nesting(
-        order=order,
-        parent_op=np.asarray(p_op, dtype=np.int64),
-        parent_module=np.asarray(p_mod, dtype=np.int64),
-        parent_annotation=np.asarray(p_ann, dtype=np.int64),
-        self_ns=np.asarray(self_ns, dtype=np.int64),
-    )
+    arrays = {k: np.asarray(v, dtype=np.int64) for k, v in parents.items()}
+    return arrays, np.asarray(self_ns, dtype=np.int64)
+
+
+def _enclosing(host: HostSpans, swept: I64, parent: I64, kind: int, queries: I64) -> I64:
+    """Innermost span of ``kind`` open at each query span's start on its thread.
+
+    The candidate is the last span of ``kind`` that started at or before the
+    query on the same thread; its ancestors are the only other spans that can
+    contain the query, so walk up (all queries at once) until one is still open.
+    """
+    out = np.full(len(queries), -1, dtype=np.int64)
+    members = swept[host.kind[swept] == kind]  # sorted by thread, then start
+    if len(members) == 0 or len(queries) == 0:
+        return out
+    m_thread, m_start = host.thread[members], host.start[members]
+    q_thread, q_start = host.thread[queries], host.start[queries]
+    for t in np.unique(q_thread).tolist():
+        lo, hi = np.searchsorted(m_thread, [t, t + 1])
+        if lo == hi:
+            continue
+        q = np.flatnonzero(q_thread == t)
+        pos = np.searchsorted(m_start[lo:hi], q_start[q], side="right") - 1
+        cand = np.where(pos >= 0, members[lo:hi][np.clip(pos, 0, None)], -1)
+        ends = host.end
+        while True:
+            closed = (cand >= 0) & (ends[np.clip(cand, 0, None)] <= q_start[q])
+            if not closed.any():
+                break
+            cand[closed] = parent[cand[closed]]
+        out[q] = cand
+    return out
 
 
 def roll_up(values: I64, parent: I64, order: I64, members: I64) -> I64:

@@ -58,9 +58,10 @@ def op_table(
         return ()
     names = host.name[idx]
     shapes = host.shape[idx] if by_shape else np.full(len(idx), -1, dtype=np.int64)
-    keys = np.stack([names, shapes], axis=1)
-    uniq, group = np.unique(keys, axis=0, return_inverse=True)
-    group = group.reshape(-1)
+    # One int key per (name, shape) pair keeps np.unique one-dimensional (fast path).
+    width = len(tables.shapes) + 1
+    uniq_keys, group = np.unique(names * width + (shapes + 1), return_inverse=True)
+    uniq = np.stack([uniq_keys // width, uniq_keys % width - 1], axis=1)
     k = len(uniq)
 
     def total(values: I64) -> list[int]:
