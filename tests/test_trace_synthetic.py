@@ -430,3 +430,14 @@ def test_numpy_summary_matches_stats() -> None:
     for field in ("median", "mean", "p90", "p99", "min", "max", "std", "n"):
         assert getattr(fast, field) == pytest.approx(getattr(slow, field))
     assert summary(np.zeros(0, dtype=np.int64)) is None
+
+
+def test_profile_round_trips_through_save(tmp_path: Path) -> None:
+    from layerprof.profile import Profile
+
+    prof = analyze(write(tmp_path, two_steps())).to_profile()
+    loaded = Profile.load(prof.save(tmp_path / "p.json"))
+    assert loaded.meta.source == "trace"
+    assert loaded.latency_ns == prof.latency_ns
+    assert loaded.samples["Net_0.Linear_0"].device_total_ns == (20 * US, 25 * US)
+    assert [o.name for o in loaded.ops] == [o.name for o in prof.ops]
