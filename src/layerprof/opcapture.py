@@ -345,7 +345,7 @@ class LayerMarks:
         self._open: list[tuple[str, Any]] = []
 
     def __enter__(self) -> LayerMarks:
-        enter, leave = _range_api()
+        enter, leave = range_api()
         opened = self._open
         try:
             for path, module in self.model.named_modules():
@@ -371,7 +371,7 @@ class LayerMarks:
         self._handles.clear()
 
     def close_open(self) -> None:
-        _, leave = _range_api()
+        _, leave = range_api()
         while self._open:
             leave(self._open.pop()[1])
 
@@ -389,7 +389,7 @@ class LayerMarks:
             raise model_error(self.model, path, exc) from exc
 
 
-def _range_api() -> tuple[Callable[[str], Any], Callable[[Any], None]]:
+def range_api() -> tuple[Callable[[str], Any], Callable[[Any], None]]:
     """(enter(name) -> handle, leave(handle)): the fast C++ range when torch has it."""
     import torch
 
@@ -444,7 +444,7 @@ def _host_device(results: Any) -> tuple[list[HostEvent], list[DeviceEvent]]:
     return host, dev
 
 
-def _trace_loader(results: Any) -> Callable[[], dict[str, Any]]:
+def trace_loader(results: Any) -> Callable[[], dict[str, Any]]:
     def load() -> dict[str, Any]:
         fd, tmp = tempfile.mkstemp(suffix=".pt.trace.json")
         os.close(fd)
@@ -480,7 +480,7 @@ def build_capture(
         calls=tuple(calls),
         iterations=max(iterations, 1),
         device=device,
-        cycles=tuple(TraceCycle(_trace_loader(r)) for r in results),
+        cycles=tuple(TraceCycle(trace_loader(r)) for r in results),
         has_device=has_device,
     )
 
