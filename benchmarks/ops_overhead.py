@@ -1,0 +1,142 @@
+"""Ops mode vs plain ``torch.profiler(with_stack=True)``, and hooks vs ops per-layer agreement.
+
+    python benchmarks/ops_overhead.py [--iters 20] [--repeats 5] [--threads 1]
+
+Prints one run's ratios (not a timed assert):
+
+* ``loop``: wall time of the profiled forwards (profiler running) in ops mode
+  over the same with a plain ``torch.profiler.profile(with_stack=True)``,
+  which is what torch needs to attribute ops to modules (as ``Linear_3``).
+  Target <= 1.1.
+* ``end-to-end``: profiler start + forwards + stop + the per-layer result
+  (ops mode: attribution into ops per layer; torch: ``key_averages()``).
+* ``agreement``: per-layer total time of hooks mode (``layerprof.profile``,
+  with and without its overhead correction; ops mode is not corrected)
+  against ops mode (``layer:`` ranges), median abs % difference over layers
+  taking at least 1 % of the forward.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+import layerprof
+from layerprof.demo import build
+from layerprof.opcapture import OpOptions, capture_ops
+from layerprof.stats import median
+
+
+def plain_with_stack(model: Any, x: Any, iters: int) -> tuple[float, float]:
+    """(loop seconds, end-to-end seconds) of torch.profiler(with_stack=True) + key_averages."""
+    t0 = time.perf_counter()
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU], with_stack=True
+    ) as prof:
+        t1 = time.perf_counter()
+        for _ in range(iters):
+            model(x)
+            prof.step()
+        t2 = time.perf_counter()
+    prof.key_averages()
+    return t2 - t1, time.perf_counter() - t0
+
+
+def ops_mode(model: Any, x: Any, iters: int) -> tuple[float, float]:
+    """(loop seconds, end-to-end seconds) of capture_ops + per-layer ops and samples."""
+    loop: list[float] = []
+    original = torch.profiler.profile.step
+
+    def timed_step(self: Any) -> None:  # first/last step() bracket the forwards
+        loop.append(time.perf_counter())
+        original(self)
+
+    torch.profiler.profile.step = timed_step  # type: ignore[method-assign]
+    try:
+        t0 = time.perf_counter()
+        loop.append(t0)
+        cap = capture_ops(model, (x,), None, iters=iters, device="cpu", options=OpOptions())
+        _ = cap.ops, cap.layer_samples()
+        end = time.perf_counter()
+    finally:
+        torch.profiler.profile.step = original  # type: ignore[method-assign]
+    # loop[1] is the first step() after the first forward; estimate the first
+    # forward's start as loop[1] minus the mean per-iteration time.
+    per_iter = (loop[-1] - loop[1]) / max(len(loop) - 2, 1)
+    return loop[-1] - loop[1] + per_iter, end - t0
+
+
+def alternate(
+    fns: dict[str, Callable[[], tuple[float, float]]], repeats: int
+) -> dict[str, list[tuple[float, float]]]:
+    out: dict[str, list[tuple[float, float]]] = {k: [] for k in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            out[name].append(fn())
+    return out
+
+
+def agreement(model: Any, x: Any, iters: int, *, corrected: bool) -> tuple[float, int]:
+    hooks = layerprof.profile(model, x, warmup=3, iters=iters, correct_overhead=corrected)
+    cap = capture_ops(model, (x,), None, iters=iters, device="cpu", options=OpOptions())
+    ops = cap.layer_samples()
+    root = hooks.row("").total_ns
+    diffs = []
+    for row in hooks.rows():
+        s = ops.get(row.path)
+        if row.calls and s is not None and row.total_ns >= 0.01 * root:
+            diffs.append(abs(median(s.total_ns) - row.total_ns) / row.total_ns * 100)
+    return median(diffs), len(diffs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    model = build("transformer").eval()
+    x = torch.randint(0, 1000, (8, 64))
+    with torch.inference_mode():
+        for _ in range(5):
+            model(x)
+        runs = alternate(
+            {
+                "plain": lambda: plain_with_stack(model, x, args.iters),
+                "ops": lambda: ops_mode(model, x, args.iters),
+            },
+            args.repeats,
+        )
+    plain_loop = median([r[0] for r in runs["plain"]])
+    ops_loop = median([r[0] for r in runs["ops"]])
+    plain_e2e = median([r[1] for r in runs["plain"]])
+    ops_e2e = median([r[1] for r in runs["ops"]])
+    print(
+        f"ops_overhead: demo transformer 8x64, {args.iters} iters x {args.repeats} repeats,"
+        f" {args.threads} thread(s), torch {torch.__version__}"
+    )
+    print(
+        f"loop: ops mode {ops_loop / args.iters * 1e3:.3f} ms/iter vs torch.profiler(with_stack=True)"
+        f" {plain_loop / args.iters * 1e3:.3f} ms/iter -> ratio {ops_loop / plain_loop:.3f}"
+        " (target <= 1.1)"
+    )
+    print(
+        f"end-to-end (start..per-layer table): ops mode {ops_e2e * 1e3:.1f} ms vs"
+        f" with_stack + key_averages {plain_e2e * 1e3:.1f} ms -> ratio {ops_e2e / plain_e2e:.3f}"
+    )
+    for corrected in (True, False):
+        diff, n = agreement(model, x, args.iters, corrected=corrected)
+        label = "overhead-corrected" if corrected else "uncorrected"
+        print(
+            f"agreement: hooks mode ({label}) vs ops mode per-layer total,"
+            f" median abs diff {diff:.1f} % over {n} layers (>= 1 % of the forward)"
+        )
+
+
+if __name__ == "__main__":
+    main()
