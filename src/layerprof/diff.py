@@ -27,17 +27,23 @@ A change is **beyond noise** when
    the ranks agreeing with the sign of the median change. The test is exact
    (no ties, up to 2,500 sample pairs) or uses the tie-corrected normal
    approximation. It needs no scale estimate and holds for any distribution,
-   including the skewed, outlier-prone ones timings have; and
-2. the absolute change of the medians exceeds a floor of ``max(1 µs, 0.5 % of
-   the whole forward)`` (the larger side's median latency, else its root
-   layers' total), so that microsecond layers do not flap.
+   including the skewed, outlier-prone ones timings have;
+2. the change of the medians exceeds the iterations' own spread:
+   ``NOISE_K * 1.4826 * sqrt(MAD_base**2 + MAD_new**2)``, one robust standard
+   deviation of (a new iteration - a base iteration). Unlike the test, this
+   bound does not shrink with more iterations, so a drift between two runs
+   that is small next to the jitter inside each run is not called a change;
+3. the absolute change exceeds a floor of ``max(1 µs, 0.5 % of the whole
+   forward)`` (the larger side's median latency, else its root layers'
+   total), so that microsecond layers do not flap.
 
 A change is **significant** (status ``slower``/``faster``, highlighted) when it
 is beyond noise *and* ``|delta %| > threshold_pct`` (5 % by default); anything
 else is ``same``. When a side has too few samples for the rank test to ever
-reach ``p < ALPHA`` (one sample, or fewer than about 7 per side), the row is
-judged by the threshold and the floor only (``basis == "threshold"``) and the
-diff says so in a warning. Operators (aggregates without per-iteration
+reach ``p < ALPHA`` (fewer than about 7 per side), the test's smallest
+possible p stands in for ALPHA: the two sides' samples must not overlap
+(``basis == "separation"``); with one sample per side the threshold and the
+floor alone decide (``basis == "threshold"``). The diff says so in a warning. Operators (aggregates without per-iteration
 samples) and single steps are always judged that way.
 
 The regression gate (:meth:`Diff.gate`) fails on a row that is beyond noise,
@@ -69,6 +75,10 @@ FLOOR_MIN_NS = 1_000
 """Smallest absolute change that can count: 1 µs."""
 FLOOR_SHARE = 0.005
 """Or 0.5 % of the whole forward, when that is larger."""
+NOISE_K = 1.0
+"""The change must exceed NOISE_K robust standard deviations of (new iteration - base iteration)."""
+MAD_TO_SIGMA = 1.4826
+"""MAD times this estimates the standard deviation of a normal distribution."""
 EXACT_MAX_PAIRS = 2_500
 """Exact rank-test distribution up to this many sample pairs (n * m)."""
 
@@ -90,8 +100,9 @@ class Change:
 
     ``base_ns`` is ``None`` for an added row, ``new_ns`` for a removed one.
     ``delta_pct`` is ``None`` when there is no base time to divide by.
-    ``p_value`` is the rank test's, ``None`` when the row was judged by the
-    threshold only (``basis == "threshold"``).
+    ``p_value`` is the rank test's and ``noise_ns`` the spread bound the change
+    had to exceed; both ``None`` when the row was judged by the threshold only
+    (``basis == "threshold"``).
     """
 
     base_ns: int | None
@@ -103,6 +114,7 @@ class Change:
     status: Status
     basis: Basis
     p_value: float | None = None
+    noise_ns: int | None = None
 
     @property
     def regressed(self) -> bool:
@@ -495,21 +507,31 @@ class _Judge:
         delta = n - b
         pct = delta / b * 100 if b > 0 else None
         p_value: float | None = None
+        noise_ns: int | None = None
         tested = True
         basis: Basis = "threshold"
         if len(base) > 1 or len(new) > 1:
+            noise_ns = round(NOISE_K * MAD_TO_SIGMA * math.hypot(_mad(base), _mad(new)))
             floor_p = min_p_value(len(base), len(new))
             basis = "rank-test" if floor_p < ALPHA else "separation"
             if basis == "separation" and what is not None and what not in self.fallbacks:
                 self.fallbacks[what] = (len(base), len(new))
             p_value, direction = rank_test(base, new)
             level = max(ALPHA, floor_p) * (1 + 1e-9)
-            tested = p_value <= level and direction * delta > 0
+            tested = p_value <= level and direction * delta > 0 and abs(delta) > noise_ns
         elif what is not None and what not in self.fallbacks:
             self.fallbacks[what] = (1, 1)
         beyond = tested and abs(delta) > self.floor_ns
         significant = beyond and (pct is None or abs(pct) > self.threshold_pct)
-        return _change(b, n, beyond=beyond, significant=significant, basis=basis, p_value=p_value)
+        return _change(
+            b,
+            n,
+            beyond=beyond,
+            significant=significant,
+            basis=basis,
+            p_value=p_value,
+            noise_ns=noise_ns,
+        )
 
     def _one_sided(self, value: int, status: Status) -> Change:
         beyond = value > self.floor_ns
@@ -552,6 +574,7 @@ def _change(
     significant: bool,
     basis: Basis,
     p_value: float | None = None,
+    noise_ns: int | None = None,
 ) -> Change:
     delta = new - base
     status: Status = "same"
@@ -567,7 +590,14 @@ def _change(
         status=status,
         basis=basis,
         p_value=p_value,
+        noise_ns=noise_ns,
     )
+
+
+def _mad(values: Sequence[int]) -> float:
+    """Median absolute deviation from the median."""
+    mid = median(values)
+    return median([abs(v - mid) for v in values])
 
 
 def _median_ns(values: Sequence[int]) -> int:
@@ -923,6 +953,7 @@ def _change_to_dict(c: Change) -> dict[str, Any]:
         "beyond_noise": c.beyond_noise,
         "basis": c.basis,
         "p_value": c.p_value,
+        "noise_ms": _ms(c.noise_ns),
     }
 
 
@@ -941,6 +972,7 @@ def _change_from_dict(d: Mapping[str, Any]) -> Change:
         status=status,
         basis=basis,
         p_value=None if d.get("p_value") is None else float(d["p_value"]),
+        noise_ns=_ns(d.get("noise_ms")),
     )
 
 

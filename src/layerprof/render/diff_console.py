@@ -70,9 +70,10 @@ def print_diff(
     _print_one_sided(console, "ops", diff.added_ops(), diff.removed_ops())
     console.print(
         Text(
-            f"significant = beyond noise (rank test p < {diff.alpha:g} on per-iteration samples"
-            f" and |Δ| > {fmt_ms(diff.floor_ns)} ms) and |Δ %| > {diff.threshold_pct:g} %;"
-            " ops and single steps: threshold and floor only",
+            f"significant = beyond noise (rank test p < {diff.alpha:g} on per-iteration samples,"
+            f" |Δ| above the iterations' spread and above {fmt_ms(diff.floor_ns)} ms)"
+            f" and |Δ %| > {diff.threshold_pct:g} %; ops and single steps: threshold and floor"
+            " only",
             style="dim",
         )
     )

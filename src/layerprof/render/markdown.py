@@ -49,7 +49,8 @@ def diff_to_markdown(diff: Diff, *, top: int = 20, gate: GateResult | None = Non
     out += _one_sided("operators", diff.added_ops(), diff.removed_ops())
     out.append(
         f"<sub>Significant: beyond noise (Mann-Whitney p &lt; {diff.alpha:g} on the per-iteration"
-        f" samples, and |Δ| &gt; {fmt_ms(diff.floor_ns)} ms) and |Δ %| &gt;"
+        " samples, |Δ| above the iterations' spread and above"
+        f" {fmt_ms(diff.floor_ns)} ms) and |Δ %| &gt;"
         f" {diff.threshold_pct:g} %. Operators have no per-iteration samples and are judged by"
         " the threshold and the floor only.</sub>"
     )
