@@ -325,6 +325,17 @@ def test_ops_align_by_name_and_shapes_and_sum_per_layer() -> None:
     assert {r.name for r in d2.ops if r.status not in ("added", "removed")} >= {"aten::addmm"}
 
 
+def test_a_side_without_ops_or_layers_is_not_compared_but_warned() -> None:
+    model = mlp()
+    ops = (OpStat("aten::addmm", 3, 300_000, 330_000),)
+    d = diff(synth(model, seed=1), synth(model, seed=2, ops=ops))
+    assert d.ops == () and any("base profile has no operator records" in w for w in d.warnings)
+    no_layers = replace(synth(model, seed=3), layers=(), samples={})
+    d2 = diff(no_layers, synth(model, seed=4))
+    assert d2.layers == () and d2.comparable
+    assert any("base profile has no layer records" in w for w in d2.warnings)
+
+
 def test_trace_steps_compared_by_index() -> None:
     meta = Meta(model="Net", source="trace")
     a = replace(synth(mlp(), seed=1, n=5, meta=meta), latency_ns=(10_000_000,) * 5)

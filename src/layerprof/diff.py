@@ -12,11 +12,14 @@ each saying how much a time moved and whether the move is real:
   inclusive (total) change is carried beside it. A path whose module type
   changed is still compared and carries a note. On CUDA, device times are used
   when both sides have them for every common layer, host times otherwise.
-* **Operators**, aligned by ``(name, input_shapes)`` when both sides recorded
-  shapes, by name otherwise (rows of one key, e.g. per layer, are summed).
+* **Operators** (``OpStat`` rows are per iteration), aligned by
+  ``(name, input_shapes)`` when both sides recorded shapes, by name otherwise;
+  rows of one key (e.g. one per layer) are summed.
   Device time when every op on both sides has it, host self time otherwise.
 
-Rows present on one side only are ``added``/``removed``, never dropped.
+Rows present on one side only are ``added``/``removed``, never dropped. When
+one whole side has no layer (or no operator) records at all, that kind is not
+compared and a warning says so, instead of listing every row as added.
 
 Noise rule
 ----------
@@ -444,7 +447,7 @@ def diff(base: Profile, new: Profile, *, threshold_pct: float = 5.0) -> Diff:
     judge = _Judge(threshold_pct=threshold_pct, floor_ns=floor_ns)
     comparable, reason = _comparability(base, new)
     warnings = _meta_warnings(base.meta, new.meta)
-    if comparable:
+    if comparable and base.layers and new.layers:
         warnings += _overlap_warning(base, new)
 
     latency = None
@@ -460,11 +463,17 @@ def diff(base: Profile, new: Profile, *, threshold_pct: float = 5.0) -> Diff:
 
     layers, layer_clock = _layers(base, new, judge)
     ops, op_metric, op_key = _ops(base, new, judge)
-    if base.ops and new.ops and base.meta.iters != new.meta.iters:
-        warnings.append(
-            f"the runs have different iteration counts ({base.meta.iters} vs"
-            f" {new.meta.iters}): operator totals are compared as recorded"
-        )
+    for what, b_has, n_has in (
+        ("layer", bool(base.layers), bool(new.layers)),
+        ("operator", bool(base.ops), bool(new.ops)),
+    ):
+        if b_has != n_has:
+            side = "new" if b_has else "base"
+            warnings.append(f"the {side} profile has no {what} records: {what}s are not compared")
+            if what == "layer":
+                layers = ()
+            else:
+                ops = ()
     return Diff(
         base_meta=base.meta,
         new_meta=new.meta,
