@@ -158,3 +158,12 @@ def test_marks_detach_on_error() -> None:
     with marks:
         assert model._backward_hooks
     assert not model._backward_hooks and not model._backward_pre_hooks
+
+
+def test_runs_inside_inference_mode() -> None:
+    """The runner's pass may hold inference_mode: backward must still work."""
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
+    x = torch.randn(2, 4)
+    with torch.inference_mode():
+        times = profile_backward(model, (x,), None, iters=1, loss=None)
+    assert {"", "0", "2"} <= set(times)

@@ -120,7 +120,8 @@ def backward_state(model: torch.nn.Module, *, no_inplace: bool = False) -> Itera
     for m in flipped:
         setattr(m, "inplace", False)  # noqa: B010 - nn.Module's attribute typing rejects a bool
     try:
-        with torch.enable_grad():
+        # inference_mode(False): enable_grad alone does nothing inside inference_mode.
+        with torch.inference_mode(False), torch.enable_grad():
             yield
     finally:
         for m in flipped:
