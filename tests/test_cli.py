@@ -175,11 +175,63 @@ def test_pickled_module_needs_trust(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "fc1" in out
 
 
-def test_torchscript_latency_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_torchscript_per_layer_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     torch.jit.save(torch.jit.script(Net()), tmp_path / "net.ts")
-    code, out, err = run_cli(capsys, "run", str(tmp_path / "net.ts"), "--input", "2x4", *FAST)
+    out_json = tmp_path / "p.json"
+    code, out, err = run_cli(
+        capsys, "run", str(tmp_path / "net.ts"), "--input", "2x4", *FAST, "--json", str(out_json)
+    )
     assert code == 0, err
-    assert "latency median" in out and "TorchScript" in out
+    assert "latency median" in out
+    paths = {layer["path"] for layer in json.loads(out_json.read_text())["layers"]}
+    assert {"", "fc1", "block2", "block2.1"} <= paths
+
+
+def test_exported_program_per_layer_rows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    program = torch.export.export(Net(), (torch.randn(2, 4),))
+    torch.export.save(program, tmp_path / "net.pt2")
+    out_json = tmp_path / "p.json"
+    code, _, err = run_cli(
+        capsys, "run", str(tmp_path / "net.pt2"), "--input", "2x4", *FAST, "--json", str(out_json)
+    )
+    assert code == 0, err
+    layers = {layer["path"]: layer for layer in json.loads(out_json.read_text())["layers"]}
+    assert layers["fc1"]["type"] == "Linear" and layers["fc1"]["calls"] == 1
+
+
+def test_ops_mode_with_exports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(
+        capsys, "run", "--arch", "tests.cli_models:Net", "--input", "2x4", *FAST, "--ops",
+        "--backward", "--trace", str(tmp_path / "t" / "trace.json.gz"),
+        "--stacks", str(tmp_path / "s.folded"), "--speedscope", str(tmp_path / "s.speedscope.json"),
+        "--json", str(tmp_path / "p.json"),
+    )  # fmt: skip
+    assert code == 0, err
+    assert "operators in fc1" in out and "aten::addmm" in out
+    assert "backward operators" in out
+    assert (tmp_path / "t" / "trace.json.gz").stat().st_size > 0
+    assert (tmp_path / "s.folded").read_text().strip()
+    data = json.loads((tmp_path / "p.json").read_text())
+    assert any(o["layer"] == "fc1" and o["name"] == "aten::addmm" for o in data["ops"])
+    assert any(o.get("phase") == "backward" for o in data["ops"])
+    assert "backward_total_ms" in {k for layer in data["layers"] for k in layer}
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        (["--trace", "x.json"], "--trace needs --ops"),
+        (["--ops", "--schedule", "1,2"], "--schedule"),
+    ],
+)
+def test_ops_flag_errors(flags: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(
+        capsys, "run", "--arch", "tests.cli_models:Net", "--input", "2x4", *FAST, *flags
+    )
+    assert code == 2
+    assert_one_line_error(err, needle)
 
 
 def test_report_rerenders_saved_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -20,7 +20,7 @@ def test_creates_parents_and_normal_mode(tmp_path: Path) -> None:
 def test_failure_leaves_nothing(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
-    with pytest.raises(OutputError, match="out.txt"):
+    with pytest.raises(OutputError, match=r"out\.txt"):
         write_atomic(blocker / "out.txt", "x")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
 

@@ -8,6 +8,7 @@ Public API::
     with layerprof.Recorder(model) as rec:                     # your own loop
         model(x)
     rec.profile().print()
+    layerprof.diff(base, new).gate(5.0)                        # compare two profiles
 
 Importing this package does not import torch; running a model does.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from layerprof.diff import diff
 from layerprof.errors import LayerprofError
 from layerprof.profile import Profile
 from layerprof.recorder import Recorder
@@ -24,7 +26,9 @@ if TYPE_CHECKING:
     import torch
 
 __version__ = "0.1.0"
-__all__ = ["LayerprofError", "Profile", "Recorder", "__version__", "profile"]
+# ``layerprof.diff`` is the function (``layerprof.diff(a, b) -> Diff``); the module
+# stays importable as ``from layerprof.diff import Diff``.
+__all__ = ["LayerprofError", "Profile", "Recorder", "__version__", "diff", "profile"]
 
 
 def profile(

@@ -11,13 +11,17 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from layerprof.errors import LayerprofError, ProfileFormatError, UsageError
 
 if TYPE_CHECKING:
+    from layerprof.opcapture import OpOptions
     from layerprof.profile import Profile
+    from layerprof.records import OpStat
+    from layerprof.runner import Measurement
 
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
@@ -87,6 +91,63 @@ def _add_measure_options(p: argparse.ArgumentParser, *, warmup: int, iters: int)
     m.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
 
 
+def _add_ops_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("operators, backward and trace exports")
+    g.add_argument(
+        "--ops",
+        action="store_true",
+        help="ops mode: run torch.profiler and list the operators (and kernels) of every layer",
+    )
+    g.add_argument(
+        "--record-shapes", action="store_true", help="with --ops: record operator input shapes"
+    )
+    g.add_argument(
+        "--group-by-shape",
+        action="store_true",
+        help="with --ops: group the operator table by input shapes (implies --record-shapes)",
+    )
+    g.add_argument(
+        "--profile-memory", action="store_true", help="with --ops: record allocator events"
+    )
+    g.add_argument(
+        "--with-stack", action="store_true", help="with --ops: record Python stacks in the trace"
+    )
+    g.add_argument(
+        "--with-flops",
+        action="store_true",
+        help="with --ops: estimate FLOPs of matmul/conv ops in the trace",
+    )
+    g.add_argument(
+        "--schedule",
+        metavar="W,WU,A,R",
+        help="with --ops: torch.profiler.schedule(wait, warmup, active, repeat)",
+    )
+    g.add_argument(
+        "--backward",
+        action="store_true",
+        help="also time each layer's backward (loss = sum of outputs unless --loss)",
+    )
+    g.add_argument(
+        "--loss", metavar="MODULE:CALLABLE", help="with --backward: fn(output) -> loss tensor"
+    )
+    g.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="with --ops: write a Chrome/Perfetto trace (.json or .json.gz) with a lane of layer spans",
+    )
+    g.add_argument(
+        "--tensorboard",
+        metavar="DIR",
+        help="with --ops: write a tensorboard_trace_handler-style trace directory",
+    )
+    g.add_argument(
+        "--stacks", metavar="FILE", help="write layer self times as folded stacks (flamegraph.pl)"
+    )
+    g.add_argument(
+        "--speedscope", metavar="FILE", help="write the layer tree as a speedscope profile"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     from layerprof import __version__
 
@@ -106,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--model", choices=("all", "cnn", "transformer"), default="all")
     _add_measure_options(demo, warmup=3, iters=20)
+    _add_ops_options(demo)
     _add_output_options(demo)
 
     run = sub.add_parser(
@@ -138,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="input spec, repeatable: 1x3x224x224, 4x128:int64[0,30000), 2x8:bfloat16, :bool, name=SPEC (keyword), @file.pt",
     )  # fmt: skip
     _add_measure_options(run, warmup=5, iters=50)
+    _add_ops_options(run)
     _add_output_options(run)
 
     analyze = sub.add_parser(
@@ -209,8 +272,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     for name in names:
         model = build(name)
         label = f"demo {name} ({type(model).__name__})"
-        profile = _measure(model, DEMOS[name][1], args, model_name=label)
-        _emit(profile, args, suffix=name if len(names) > 1 else None)
+        measured = _measure(model, DEMOS[name][1], args, model_name=label)
+        _emit(measured, args, suffix=name if len(names) > 1 else None)
     return 0
 
 
@@ -239,15 +302,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         args.model, arch=args.arch, arch_kwargs=kwargs, strict=not args.non_strict,
         trust_pickle=args.trust_pickle, map_location="cpu",
     )  # fmt: skip
-    profile = _measure(
+    measured = _measure(
         loaded.module,
         args.input,
         args,
         model_name=loaded.name,
         kind=loaded.kind,
         notes=loaded.notes,
+        program=loaded.program,
     )
-    _emit(profile, args)
+    _emit(measured, args)
     return 0
 
 
@@ -259,41 +323,160 @@ def _measure(
     model_name: str,
     kind: str = "eager",
     notes: Sequence[str] = (),
-) -> Profile:
+    program: Any = None,
+) -> Measurement:
     from layerprof.device import prepare_model, resolve_device
     from layerprof.inputs import build_inputs
-    from layerprof.runner import RunOptions, profile_model
+    from layerprof.runner import RunOptions, run_model
 
+    ops = _op_options(args)
+    loss = _loss(args)
     device = resolve_device(args.device)
     model = prepare_model(model, device, args.dtype)
     inputs = build_inputs(list(input_specs), device=device, float_dtype=args.dtype, seed=args.seed)
-    layers = kind == "eager"
     options = RunOptions(
         warmup=args.warmup, iters=args.iters, device=device, threads=args.threads,
         eval=not args.train, inference_mode=not args.no_inference_mode, grad=args.grad,
         correct_overhead=not args.no_correct, progress=sys.stderr.isatty() and not args.quiet,
         model_name=model_name, input_descriptions=tuple(inputs.descriptions),
-        dtype=args.dtype, layers=layers, meta_extra={"kind": kind},
+        dtype=args.dtype, ops=ops, backward=args.backward, loss=loss, kind=kind,
+        meta_extra={"kind": kind},
     )  # fmt: skip
-    profile = profile_model(model, tuple(inputs.args), dict(inputs.kwargs), options)
-    extra = list(notes)
-    if kind == "torchscript":
-        extra.append("per-layer rows are not available for TorchScript models yet: latency only")
-    elif kind == "export":
-        extra.append("per-layer rows are not available for torch.export programs yet: latency only")
-    return profile.with_notes(*extra) if extra else profile
+    measured = run_model(model, tuple(inputs.args), dict(inputs.kwargs), options, program=program)
+    if notes:
+        return replace(measured, profile=measured.profile.with_notes(*notes))
+    return measured
 
 
-def _emit(profile: Profile, args: argparse.Namespace, *, suffix: str | None = None) -> None:
+def _op_options(args: argparse.Namespace) -> OpOptions | None:
+    """--ops and the torch.profiler options; the options without --ops are a usage error."""
+    from layerprof.opcapture import OpOptions
+
+    flags = {
+        "--record-shapes": args.record_shapes or args.group_by_shape,
+        "--profile-memory": args.profile_memory,
+        "--with-stack": args.with_stack,
+        "--with-flops": args.with_flops,
+        "--schedule": args.schedule,
+        "--trace": args.trace,
+        "--tensorboard": args.tensorboard,
+    }
+    if not args.ops:
+        given = [flag for flag, value in flags.items() if value]
+        if given:
+            raise UsageError(f"{given[0]} needs --ops", hint="add --ops to record operators")
+        return None
+    return OpOptions(
+        record_shapes=bool(flags["--record-shapes"]),
+        profile_memory=args.profile_memory,
+        with_stack=args.with_stack,
+        with_flops=args.with_flops,
+        schedule=_schedule(args.schedule) if args.schedule else None,
+    )
+
+
+def _schedule(text: str) -> tuple[int, int, int, int]:
+    parts = text.split(",")
+    try:
+        values = tuple(int(p) for p in parts)
+    except ValueError:
+        values = ()
+    if len(values) != 4 or any(v < 0 for v in values):
+        raise UsageError(
+            f"--schedule {text!r}: expected four non-negative integers wait,warmup,active,repeat",
+            hint="e.g. --schedule 1,1,3,1",
+        )
+    return values[0], values[1], values[2], values[3]
+
+
+def _loss(args: argparse.Namespace) -> Any:
+    if not args.loss:
+        return None
+    if not args.backward:
+        raise UsageError("--loss needs --backward")
+    from layerprof.loading import import_callable
+
+    return import_callable(args.loss)
+
+
+def _emit(measured: Measurement, args: argparse.Namespace, *, suffix: str | None = None) -> None:
     """Print the console report and write the requested files (each whole or not at all)."""
-    from layerprof.render.console import make_console, print_profile
+    from layerprof.diagnose import diagnose
+    from layerprof.render.console import make_console, print_findings, print_profile
 
+    profile = measured.profile
+    findings = diagnose(profile)
     if not args.quiet:
+        console = make_console()
         print_profile(
-            profile, console=make_console(), depth=args.depth, top=args.top, sort=args.sort,
+            profile, console=console, depth=args.depth, top=args.top, sort=args.sort,
             shapes=not args.no_shapes,
         )  # fmt: skip
-    _write_outputs(profile, args, suffix=suffix)
+        if getattr(args, "ops", False):
+            _print_ops(measured, args, console)
+        print_findings(findings, console)
+    _write_outputs(profile, args, suffix=suffix, findings=[f.to_dict() for f in findings])
+    _write_exports(measured, args, suffix=suffix)
+
+
+def _print_ops(measured: Measurement, args: argparse.Namespace, console: Any) -> None:
+    from layerprof.render.ops_console import render_ops
+
+    ops = measured.profile.ops
+    if not args.group_by_shape:
+        ops = merge_shapes(ops)
+    top = args.top or 10
+    render_ops([o for o in ops if o.phase == "forward"], console, top=top)
+    backward = [o for o in ops if o.phase == "backward"]
+    if backward:
+        render_ops(backward, console, top=top, title="backward operators")
+
+
+def merge_shapes(ops: Sequence[OpStat]) -> tuple[OpStat, ...]:
+    """Ops summed over input shapes, per (layer, name, phase)."""
+    acc: dict[tuple[str | None, str, str], OpStat] = {}
+    for o in ops:
+        key = (o.layer, o.name, o.phase)
+        prev = acc.get(key)
+        if prev is None:
+            acc[key] = replace(o, input_shapes=None)
+            continue
+        device = None if prev.device_ns is None else prev.device_ns + (o.device_ns or 0)
+        acc[key] = replace(
+            prev,
+            calls=prev.calls + o.calls,
+            self_ns=prev.self_ns + o.self_ns,
+            total_ns=prev.total_ns + o.total_ns,
+            device_ns=device,
+        )
+    return tuple(acc.values())
+
+
+def _write_exports(measured: Measurement, args: argparse.Namespace, *, suffix: str | None) -> None:
+    written: list[Path] = []
+    capture = measured.capture
+    if getattr(args, "trace", None) or getattr(args, "tensorboard", None):
+        from layerprof.render.chrome import write_chrome_trace, write_tensorboard_dir
+
+        if capture is None:  # pragma: no cover - _op_options refuses this earlier
+            raise UsageError("--trace and --tensorboard need --ops")
+        if args.trace:
+            written.append(
+                write_chrome_trace(_with_suffix(args.trace, suffix), capture, measured.profile)
+            )
+        if args.tensorboard:
+            out_dir = _with_suffix(args.tensorboard, suffix)
+            written.append(write_tensorboard_dir(out_dir, capture, measured.profile))
+    if getattr(args, "stacks", None):
+        from layerprof.render.stacks import write_folded
+
+        written.append(write_folded(_with_suffix(args.stacks, suffix), measured.profile))
+    if getattr(args, "speedscope", None):
+        from layerprof.render.stacks import write_speedscope
+
+        written.append(write_speedscope(_with_suffix(args.speedscope, suffix), measured.profile))
+    for path in written:
+        _info(f"wrote {path}", args)
 
 
 def _with_suffix(path: str, suffix: str | None) -> Path:
@@ -308,7 +491,11 @@ def _with_suffix(path: str, suffix: str | None) -> Path:
 
 
 def _write_outputs(
-    profile: Profile, args: argparse.Namespace, *, suffix: str | None = None
+    profile: Profile,
+    args: argparse.Namespace,
+    *,
+    suffix: str | None = None,
+    findings: Sequence[dict[str, Any]] = (),
 ) -> None:
     written: list[Path] = []
     if getattr(args, "json", None):
@@ -321,20 +508,25 @@ def _write_outputs(
     if getattr(args, "html", None):
         from layerprof.render.html import write_html
 
-        written.append(write_html(_with_suffix(args.html, suffix), profile=profile))
+        path = _with_suffix(args.html, suffix)
+        written.append(write_html(path, profile=profile, findings=findings))
     for path in written:
         _info(f"wrote {path}", args)
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from layerprof.render.console import make_console
+    from layerprof.diagnose import diagnose_trace
+    from layerprof.render.console import make_console, print_findings
     from layerprof.render.trace_console import print_trace_report
     from layerprof.trace import analyze
 
     report = analyze(args.trace, group_by_shape=args.group_by_shape)
-    if not args.quiet:
-        print_trace_report(report, make_console(), top=args.top)
     data = report.to_dict(top=None)
+    findings = diagnose_trace(data)
+    if not args.quiet:
+        console = make_console()
+        print_trace_report(report, console, top=args.top)
+        print_findings(findings, console)
     if args.json:
         import orjson
 
@@ -346,7 +538,13 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     if args.html:
         from layerprof.render.html import write_html
 
-        _info(f"wrote {write_html(args.html, profile=report.to_profile(), trace=data)}", args)
+        html = write_html(
+            args.html,
+            profile=report.to_profile(),
+            trace=data,
+            findings=[f.to_dict() for f in findings],
+        )
+        _info(f"wrote {html}", args)
     return 0
 
 
@@ -400,37 +598,29 @@ def cmd_diff(args: argparse.Namespace) -> int:
     fail_above = parse_percent(args.fail_above) if args.fail_above else None
     result = diff(load_comparable(args.base), load_comparable(args.new), threshold_pct=threshold)
     gate = result.gate(fail_above, args.fail_metric) if fail_above is not None else None
-    data = result.to_dict()
-    if gate is not None:
-        data["gate"] = {
-            "failed": gate.failed,
-            "reasons": list(gate.reasons),
-            "fail_above_pct": fail_above,
-        }
+    data = result.to_dict(gate=gate)
     if args.format == "json":
         sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
     elif args.format == "md":
         from layerprof.render.markdown import diff_to_markdown
 
-        sys.stdout.write(diff_to_markdown(result, top=args.top))
+        sys.stdout.write(diff_to_markdown(result, top=args.top, gate=gate))
     else:
         from layerprof.render.console import make_console
         from layerprof.render.diff_console import print_diff
 
-        print_diff(result, make_console(), top=args.top)
+        print_diff(result, make_console(), top=args.top, gate=gate)
     if args.json:
         write_atomic(args.json, orjson.dumps(data, option=orjson.OPT_INDENT_2))
     if args.html:
         from layerprof.render.html import write_html
 
         write_html(args.html, diff=data)
-    if gate is not None and gate.failed:
-        for reason in gate.reasons:
-            print(f"layerprof: regression: {reason}", file=sys.stderr)
-        return 1
-    if gate is not None:
-        print(f"layerprof: no regression above {fail_above:g}% beyond noise", file=sys.stderr)
-    return 0
+    if gate is None:
+        return 0
+    if args.format != "console":  # the console report already ends with the verdict
+        print(f"layerprof: {gate.message}", file=sys.stderr)
+    return 1 if gate.failed else 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -440,9 +630,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     data = _read_json(p)
     schema = data.get("schema") if isinstance(data, dict) else None
     if schema == "layerprof.profile/1":
-        profile = profile_from_dict(data, source=str(p))
+        from layerprof.runner import Measurement
+
         args.json = None
-        _emit(profile, args)
+        _emit(Measurement(profile_from_dict(data, source=str(p))), args)
         return 0
     if schema in ("layerprof.trace/1", "layerprof.diff/1"):
         if not args.html:

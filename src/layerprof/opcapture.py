@@ -637,9 +637,9 @@ def _layer_calls(
 
 def _aggregate(records: Sequence[OpRecord], iterations: int, on_device: bool) -> tuple[OpStat, ...]:
     """Sum per (layer, name, shapes), divide by iterations; largest self time first."""
-    acc: dict[tuple[str, str, str | None], list[int]] = {}
+    acc: dict[tuple[str, str, str | None, str], list[int]] = {}
     for r in records:
-        a = acc.setdefault((r.layer, r.name, r.shapes), [0, 0, 0, 0])
+        a = acc.setdefault((r.layer, r.name, r.shapes, r.phase), [0, 0, 0, 0])
         a[0] += 1
         a[1] += r.self_ns
         a[2] += r.total_ns
@@ -654,8 +654,9 @@ def _aggregate(records: Sequence[OpRecord], iterations: int, on_device: bool) ->
             device_ns=round(a[3] / n) if on_device else None,
             layer=layer,
             input_shapes=shapes,
+            phase=phase,
         )
-        for (layer, name, shapes), a in acc.items()
+        for (layer, name, shapes, phase), a in acc.items()
     ]
     out.sort(key=lambda o: (-o.self_ns, o.layer or "", o.name))
     return tuple(out)

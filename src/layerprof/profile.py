@@ -299,6 +299,7 @@ def profile_to_dict(p: Profile) -> dict[str, Any]:
                 **({"device_ms": o.device_ns / NS_PER_MS} if o.device_ns is not None else {}),
                 "layer": o.layer,
                 "input_shapes": o.input_shapes,
+                **({"phase": o.phase} if o.phase != "forward" else {}),
             }
             for o in p.ops
         ],
@@ -403,6 +404,7 @@ def profile_from_dict(data: Any, *, source: str) -> Profile:
                 device_ns=round(o["device_ms"] * NS_PER_MS) if "device_ms" in o else None,
                 layer=o.get("layer"),
                 input_shapes=o.get("input_shapes"),
+                phase=o.get("phase", "forward"),
             )
             for o in data.get("ops") or ()
         )

@@ -76,7 +76,11 @@ class LayerSamples:
 
 @dataclass(frozen=True)
 class OpStat:
-    """One operator (optionally per input shape, optionally per layer)."""
+    """One operator (optionally per input shape, optionally per layer), per iteration.
+
+    ``device_ns`` is None where there is no device data (CPU runs), never 0;
+    ``phase`` is ``forward`` or ``backward``.
+    """
 
     name: str
     calls: int
@@ -85,6 +89,7 @@ class OpStat:
     device_ns: int | None = None
     layer: str | None = None
     input_shapes: str | None = None
+    phase: str = "forward"
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from layerprof.clocks import CudaEventClock, HostClock, synchronizer
@@ -28,12 +28,13 @@ from layerprof.errors import ModelRunError
 from layerprof.layertimes import Correction
 from layerprof.progress import Progress
 from layerprof.recorder import Recorder, ShapeCapture, layer_infos
-from layerprof.records import Meta, Overhead
+from layerprof.records import LayerSamples, Meta, Overhead
 from layerprof.stats import median
 
 if TYPE_CHECKING:
     import torch
 
+    from layerprof.opcapture import OpCapture, OpOptions
     from layerprof.profile import Profile
 
 
@@ -45,7 +46,13 @@ class RunOptions:
     ``inference_mode`` runs under ``torch.inference_mode()`` (else
     ``torch.no_grad()`` unless ``grad`` is set); ``correct_overhead`` removes
     the calibrated hook cost from host self times; ``progress`` shows a bar on
-    stderr once a run takes more than a second.
+    stderr once a run takes more than a second. ``ops`` switches the per-layer
+    pass to ops mode (torch.profiler, ops attributed to layer paths);
+    ``backward`` adds each layer's backward time (``loss`` maps the output to
+    the loss; default: sum of floating outputs). ``kind`` is ``eager``,
+    ``torchscript`` or ``export`` (per-layer rows from the profiler's module
+    hierarchy / the graph's ``nn_module_stack``); ``layers=False`` measures
+    the latency only.
     """
 
     warmup: int = 5
@@ -61,7 +68,19 @@ class RunOptions:
     input_descriptions: tuple[str, ...] = ()
     dtype: str | None = None
     layers: bool = True
+    ops: OpOptions | None = None
+    backward: bool = False
+    loss: Callable[[Any], Any] | None = None
+    kind: str = "eager"
     meta_extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """A run's Profile, and the op capture when ops were recorded (for trace exports)."""
+
+    profile: Profile
+    capture: OpCapture | None = None
 
 
 def profile_model(
@@ -71,8 +90,22 @@ def profile_model(
     options: RunOptions | None = None,
 ) -> Profile:
     """Run the whole measurement and return a Profile."""
-    from layerprof.profile import Profile
+    return run_model(model, args, kwargs, options).profile
 
+
+def run_model(
+    model: torch.nn.Module,
+    args: tuple[Any, ...] = (),
+    kwargs: dict[str, Any] | None = None,
+    options: RunOptions | None = None,
+    *,
+    program: Any = None,
+) -> Measurement:
+    """Cold call, warm-up, clean latency pass, then the per-layer pass the options ask for.
+
+    ``program`` is the ``torch.export.ExportedProgram`` behind ``model`` when
+    ``options.kind == "export"``.
+    """
     opts = options or RunOptions()
     kwargs = kwargs or {}
     device = opts.device or _device_of(model)
@@ -90,34 +123,126 @@ def profile_model(
             for _ in range(opts.iters):
                 latency.append(_timed(forward, sync, model))
                 progress.advance(1)
+            base = _latency_only(model, opts, device, latency, first_ns, args, kwargs)
             if not opts.layers:
-                return _latency_only(model, opts, device, latency, first_ns, args, kwargs)
+                return Measurement(base)
+            if opts.kind != "eager":
+                return _scripted(model, program, args, kwargs, opts, base)
             with ShapeCapture(model) as shapes:
                 _guarded(forward, model)
-            calibration = calibrate(device) if opts.correct_overhead else None
-            rec, inst_ns = _instrumented(model, forward, sync, device, opts, progress)
+            if opts.ops is not None:
+                capture = _capture(model, args, kwargs, device, opts)
+                samples = capture.layer_samples()
+                ops = capture.ops + capture.backward_ops
+                overhead = None
+            else:
+                capture, ops = None, ()
+                samples, overhead = _hooked(model, forward, sync, device, opts, progress, latency)
+                if opts.backward:
+                    samples = _with_backward(samples, model, args, kwargs, opts)
         finally:
             progress.close()
-    calls_per_forward = len(rec.calls()) / max(rec.iterations, 1)
-    if calibration is not None:
-        rec.correction = calibration
+    return Measurement(
+        replace(
+            base,
+            layers=layer_infos(model, shapes.shapes),
+            samples=samples,
+            overhead=overhead,
+            ops=ops,
+        ),
+        capture,
+    )
+
+
+def _hooked(
+    model: torch.nn.Module,
+    forward: Callable[[], Any],
+    sync: Callable[[], None],
+    device: str,
+    opts: RunOptions,
+    progress: Progress,
+    latency: list[int],
+) -> tuple[dict[str, LayerSamples], Overhead]:
+    """Hooks mode: calibration, then the instrumented pass."""
+    calibration = calibrate(device) if opts.correct_overhead else None
+    rec, inst_ns = _instrumented(model, forward, sync, device, opts, progress)
+    rec.correction = calibration
     overhead = Overhead(
         per_call_ns=calibration.per_call_ns if calibration else 0.0,
         inside_ns=calibration.inside_ns if calibration else 0.0,
         corrected=calibration is not None,
-        calls_per_forward=calls_per_forward,
+        calls_per_forward=len(rec.calls()) / max(rec.iterations, 1),
         clean_ns=median(latency) if latency else None,
         instrumented_ns=median(inst_ns) if inst_ns else None,
     )
-    recorded = rec.profile()
-    return Profile(
-        meta=_meta(model, opts, device, args, kwargs),
-        layers=layer_infos(model, shapes.shapes),
-        samples=recorded.samples,
-        latency_ns=tuple(latency),
-        first_ns=first_ns,
-        overhead=overhead,
+    return rec.profile().samples, overhead
+
+
+def _capture(
+    model: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    device: str,
+    opts: RunOptions,
+) -> OpCapture:
+    from layerprof.opcapture import OpOptions, capture_ops
+
+    return capture_ops(
+        model,
+        args,
+        kwargs,
+        iters=opts.iters,
+        device=device,
+        options=opts.ops or OpOptions(),
+        grad_ctx_factory=lambda: _grad_ctx(opts),
+        backward=opts.backward,
+        loss=opts.loss,
     )
+
+
+def _with_backward(
+    samples: dict[str, LayerSamples],
+    model: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    opts: RunOptions,
+) -> dict[str, LayerSamples]:
+    """Hooks mode: add each layer's backward times from full backward hooks."""
+    from layerprof.backward import profile_backward
+
+    times = profile_backward(model, args, kwargs, iters=opts.iters, loss=opts.loss)
+    out = dict(samples)
+    for path, (total, self_t) in times.items():
+        old = out.get(path) or LayerSamples(total_ns=(), self_ns=(), calls=0.0)
+        out[path] = replace(old, backward_total_ns=total, backward_self_ns=self_t)
+    return out
+
+
+def _scripted(
+    model: Any,
+    program: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    opts: RunOptions,
+    base: Profile,
+) -> Measurement:
+    """TorchScript / torch.export: per-layer rows from the profiler, not from hooks."""
+    from layerprof.opcapture import OpOptions
+    from layerprof.scripted import export_capture, script_capture
+
+    options = opts.ops or OpOptions()
+    if opts.kind == "torchscript":
+        layers, capture = script_capture(model, args, kwargs, iters=opts.iters, options=options)
+    else:
+        layers, capture = export_capture(program, args, kwargs, iters=opts.iters, options=options)
+    profile = replace(
+        base,
+        layers=layers,
+        samples=capture.layer_samples(),
+        ops=capture.ops if opts.ops is not None else (),
+        notes=(*base.notes, f"{opts.kind}: per-layer times come from torch.profiler ranges"),
+    )
+    return Measurement(profile, capture)
 
 
 def _latency_only(
@@ -136,7 +261,7 @@ def _latency_only(
     meta = _meta(model, opts, device, args, kwargs)
     return Profile(
         meta=meta,
-        layers=(LayerInfo(path="", type=meta.model, parent=None),),
+        layers=(LayerInfo(path="", type=type(model).__name__, parent=None),),
         latency_ns=tuple(latency),
         first_ns=first_ns,
     )
@@ -292,18 +417,22 @@ def _run_state(model: torch.nn.Module, opts: RunOptions) -> Iterator[None]:
         torch.set_num_threads(opts.threads)
     if opts.eval:
         model.eval()
-    if opts.grad:
-        grad_ctx: contextlib.AbstractContextManager[Any] = torch.enable_grad()
-    elif opts.inference_mode:
-        grad_ctx = torch.inference_mode()
-    else:
-        grad_ctx = torch.no_grad()
     try:
-        with grad_ctx:
+        with _grad_ctx(opts):
             yield
     finally:
         model.train(was_training)
         torch.set_num_threads(threads)
+
+
+def _grad_ctx(opts: RunOptions) -> contextlib.AbstractContextManager[Any]:
+    import torch
+
+    if opts.grad:
+        return torch.enable_grad()
+    if opts.inference_mode:
+        return torch.inference_mode()
+    return torch.no_grad()
 
 
 def _forward(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], Any]:

@@ -13,6 +13,9 @@ from layerprof.render.units import TimeUnit, human_count, human_time, unit_for
 from layerprof.shapes import format_shapes
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from layerprof.diagnose import Finding
     from layerprof.profile import LayerNode, LayerRow, Profile
 
 SortKey = Literal["total", "self", "name", "order"]
@@ -54,6 +57,22 @@ def print_profile(
             )
     for note in profile.notes:
         console.print(f"[yellow]note:[/yellow] {note}")
+
+
+def print_findings(findings: Sequence[Finding], console: Console) -> None:
+    """Findings from layerprof.diagnose, most severe first."""
+    if not findings:
+        return
+    console.print(Text("findings", style="bold"))
+    style = {"high": "bold red", "warning": "yellow", "info": "cyan"}
+    for f in findings:
+        where = f" [{f.layer}]" if f.layer else ""
+        console.print(
+            Text.assemble((f"  {f.severity:<7} ", style[f.severity]), (f.title, "bold"), where)
+        )
+        console.print(f"          {f.detail}", highlight=False)
+        if f.hint:
+            console.print(Text(f"          try: {f.hint}", style="dim"))
 
 
 def make_console(*, stderr: bool = False) -> Console:

@@ -1,0 +1,270 @@
+"""Findings: what the bottleneck is and what to try, from a Profile or a trace analysis.
+
+Each rule reads numbers the profile already holds and states them in the
+finding, so a reader can check it. Rules never print; renderers show them.
+Thresholds are deliberately conservative: a finding should be worth reading.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from layerprof.render.units import human_time
+
+if TYPE_CHECKING:
+    from layerprof.profile import LayerRow, Profile
+
+Severity = Literal["high", "warning", "info"]
+_ORDER = {"high": 0, "warning": 1, "info": 2}
+
+BOTTLENECK_SHARE = 0.25  # a layer whose self time is this share of the forward
+PARENT_SELF_SHARE = 0.15  # functional work inside a container's forward
+SMALL_LAYER_NS = 20_000  # layers below this total are dominated by per-call overhead
+SMALL_LAYERS_SHARE = 0.30
+COLD_RATIO = 5.0
+NOISY_P90_RATIO = 1.3
+OVERHEAD_RATIO = 1.5
+GPU_UTIL_LOW = 0.5
+MEMCPY_SHARE = 0.10
+COMM_SHARE = 0.30
+RANK_SPREAD = 0.10
+
+_HINTS = {
+    "Conv": "try channels_last memory format, torch.backends.cudnn.benchmark=True on GPU,"
+    " or bf16/fp16 autocast",
+    "Linear": "on GPU try bf16 autocast or TF32 (torch.set_float32_matmul_precision('high'));"
+    " on CPU a larger batch uses the cores better",
+    "Embedding": "embedding lookups are memory-bound: smaller dims or fused/sparse variants help",
+    "Norm": "normalization is memory-bound: fuse it with its neighbours (torch.compile)",
+    "Attention": "use torch.nn.functional.scaled_dot_product_attention (fused, flash/mem-efficient kernels)",
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    severity: Severity
+    title: str
+    detail: str
+    hint: str = ""
+    layer: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def diagnose(profile: Profile) -> list[Finding]:
+    """Findings about a profiled model, most severe first."""
+    rows = [r for r in profile.rows() if r.calls]
+    root_total = sum(r.total_ns for r in profile.rows() if r.parent is None)
+    out: list[Finding] = []
+    if root_total > 0 and rows:
+        out += _bottleneck(rows, root_total)
+        out += _parent_self(rows, root_total)
+        out += _small_layers(rows, root_total)
+    out += _latency_findings(profile)
+    out += _setup_findings(profile)
+    return sorted(out, key=lambda f: _ORDER[f.severity])
+
+
+def _type_hint(row: LayerRow, has_children: bool) -> str:
+    for key, hint in _HINTS.items():
+        if key.lower() in row.type.lower():
+            return hint
+    if has_children:
+        return "its own forward does the work (functional ops): run with --ops to see which"
+    return "look at its input shapes and dtype; run with --ops to see its operators"
+
+
+def _bottleneck(rows: Sequence[LayerRow], root_total: float) -> list[Finding]:
+    parents = {r.parent for r in rows}
+    top = max(rows, key=lambda r: r.self_ns)
+    share = top.self_ns / root_total
+    if share < BOTTLENECK_SHARE:
+        return []
+    return [
+        Finding(
+            "high",
+            f"{top.path or top.type} ({top.type}) is the bottleneck",
+            f"its self time is {human_time(top.self_ns)} per forward,"
+            f" {100 * share:.0f}% of the model's {human_time(root_total)}.",
+            _type_hint(top, top.path in parents),
+            top.path,
+        )
+    ]
+
+
+def _parent_self(rows: Sequence[LayerRow], root_total: float) -> list[Finding]:
+    parents = {r.parent for r in rows if r.parent is not None}
+    out = []
+    for r in rows:
+        share = r.self_ns / root_total
+        if r.path in parents and PARENT_SELF_SHARE <= share < BOTTLENECK_SHARE:
+            out.append(
+                Finding(
+                    "warning",
+                    f"{r.path or r.type} spends {100 * share:.0f}% of the forward outside its child modules",
+                    f"{human_time(r.self_ns)} of self time in a layer that has child modules:"
+                    " functional calls (softmax, matmul, reshapes) inside its forward.",
+                    "run with --ops to see the operators; fused functional ops"
+                    " (scaled_dot_product_attention) or torch.compile may help",
+                    r.path,
+                )
+            )
+    return out
+
+
+def _small_layers(rows: Sequence[LayerRow], root_total: float) -> list[Finding]:
+    parents = {r.parent for r in rows}
+    small = [r for r in rows if r.path not in parents and r.total_ns < SMALL_LAYER_NS]
+    small_ns = sum(r.total_ns for r in small)
+    if len(small) < 20 or small_ns / root_total < SMALL_LAYERS_SHARE:
+        return []
+    return [
+        Finding(
+            "warning",
+            f"{len(small)} leaf layers take under {human_time(SMALL_LAYER_NS)} each",
+            f"together {human_time(small_ns)}, {100 * small_ns / root_total:.0f}% of the forward:"
+            " per-call Python and dispatch overhead, not math, dominates them.",
+            "torch.compile (fuses small ops), CUDA graphs on GPU, or a larger batch",
+        )
+    ]
+
+
+def _latency_findings(profile: Profile) -> list[Finding]:
+    lat = profile.latency
+    out: list[Finding] = []
+    if lat is None or lat.median <= 0:
+        return out
+    if profile.first_ns is not None and profile.first_ns > COLD_RATIO * lat.median:
+        out.append(
+            Finding(
+                "info",
+                f"the first call is {profile.first_ns / lat.median:.0f}x slower than steady state",
+                f"cold call {human_time(profile.first_ns)} vs median {human_time(lat.median)}:"
+                " lazy initialisation, allocator growth, kernel selection.",
+                "warm the model up before serving or timing it",
+            )
+        )
+    if lat.n >= 5 and lat.p90 > NOISY_P90_RATIO * lat.median:
+        out.append(
+            Finding(
+                "warning",
+                "latency is noisy",
+                f"p90 {human_time(lat.p90)} is {lat.p90 / lat.median:.2f}x the median"
+                f" {human_time(lat.median)} (std {human_time(lat.std)}, n={lat.n}).",
+                "close other programs, fix --threads, raise --iters; compare medians only",
+            )
+        )
+    o = profile.overhead
+    if o and o.clean_ns and o.instrumented_ns and o.instrumented_ns > OVERHEAD_RATIO * o.clean_ns:
+        out.append(
+            Finding(
+                "warning",
+                f"instrumentation slowed the forward {o.instrumented_ns / o.clean_ns:.1f}x",
+                f"{human_time(o.per_call_ns)} per module call x {o.calls_per_forward:g} calls;"
+                " self times were corrected"
+                + (" for it" if o.corrected else " (correction off)")
+                + ", but shares of microsecond layers are less precise.",
+                "trust the latency line for the whole model; use --ops for tiny layers",
+            )
+        )
+    return out
+
+
+def _setup_findings(profile: Profile) -> list[Finding]:
+    m = profile.meta
+    out: list[Finding] = []
+    if m.device.startswith("cuda") and m.dtype == "float32":
+        out.append(
+            Finding(
+                "info",
+                "float32 on a GPU",
+                "the model ran in float32; tensor cores are used for bf16/fp16 (and TF32).",
+                "try --dtype bfloat16, or torch.autocast in your code",
+            )
+        )
+    if m.mode == "train" and m.source == "layerprof.run":
+        out.append(
+            Finding(
+                "info",
+                "the model ran in train mode",
+                "dropout and batch-norm statistics updates run in train mode.",
+                "drop --train to measure inference",
+            )
+        )
+    return out
+
+
+def diagnose_trace(data: Mapping[str, Any]) -> list[Finding]:
+    """Findings from a trace analysis dict (schema layerprof.trace/1)."""
+    out: list[Finding] = []
+    for rank in data.get("ranks") or ():
+        out += _rank_findings(rank)
+    out += _cross_rank(data.get("cross_rank") or {})
+    return sorted(out, key=lambda f: _ORDER[f.severity])
+
+
+def _rank_findings(rank: Mapping[str, Any]) -> list[Finding]:
+    out: list[Finding] = []
+    who = f"rank {rank.get('rank')}"
+    for dev in rank.get("devices") or ():
+        util = dev.get("utilization")
+        if util is not None and util < GPU_UTIL_LOW and dev.get("window_ms"):
+            idle = dev.get("idle_breakdown_ms") or {}
+            out.append(
+                Finding(
+                    "high",
+                    f"{who}: GPU {dev.get('device')} is idle {100 * (1 - util):.0f}% of the steps",
+                    f"busy {dev.get('busy_ms', 0):.3f} ms of a {dev['window_ms']:.3f} ms window;"
+                    f" idle waiting on the host {idle.get('host_wait', 0):.3f} ms,"
+                    f" short kernel-to-kernel gaps {idle.get('short_gap', 0):.3f} ms.",
+                    "the host cannot feed the GPU: look at data loading, synchronizations"
+                    " (.item(), .cpu()), and launch overhead (CUDA graphs, torch.compile)",
+                )
+            )
+        busy = dev.get("busy_ms") or 0
+        copy = (dev.get("memcpy_ms") or 0) + (dev.get("memset_ms") or 0)
+        if busy > 0 and copy / busy > MEMCPY_SHARE:
+            out.append(
+                Finding(
+                    "warning",
+                    f"{who}: {100 * copy / busy:.0f}% of GPU busy time is memcpy/memset",
+                    f"{copy:.3f} ms of {busy:.3f} ms.",
+                    "pin host memory (DataLoader(pin_memory=True)), copy with non_blocking=True,"
+                    " keep tensors on the device",
+                )
+            )
+    kinds = {k.get("kind"): k.get("total_ms") or 0 for k in rank.get("kernel_kinds") or ()}
+    total = sum(kinds.values())
+    comm = kinds.get("communication", 0)
+    if total > 0 and comm / total > COMM_SHARE:
+        out.append(
+            Finding(
+                "warning",
+                f"{who}: communication kernels take {100 * comm / total:.0f}% of kernel time",
+                f"{comm:.3f} ms of {total:.3f} ms in NCCL/collective kernels.",
+                "overlap communication with compute (bucketing, async collectives),"
+                " or check for a straggler rank",
+            )
+        )
+    return out
+
+
+def _cross_rank(cross: Mapping[str, Any]) -> list[Finding]:
+    ranks = cross.get("ranks") or []
+    medians = [r.get("median_step_ms") for r in ranks if r.get("median_step_ms")]
+    if len(medians) < 2:
+        return []
+    lo, hi = min(medians), max(medians)
+    if hi <= lo * (1 + RANK_SPREAD):
+        return []
+    return [
+        Finding(
+            "warning",
+            f"rank {cross.get('slowest_rank')} is a straggler",
+            f"median step times range from {lo:.3f} to {hi:.3f} ms across {len(medians)} ranks.",
+            "compare that rank's data, kernels and host work with the others",
+        )
+    ]
