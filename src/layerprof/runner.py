@@ -123,7 +123,7 @@ def run_model(
             for _ in range(opts.iters):
                 latency.append(_timed(forward, sync, model))
                 progress.advance(1)
-            base = _latency_only(model, opts, device, latency, first_ns, args, kwargs)
+            base = _base_profile(model, opts, device, latency, first_ns, args, kwargs)
             if not opts.layers:
                 return Measurement(base)
             if opts.kind != "eager":
@@ -245,7 +245,7 @@ def _scripted(
     return Measurement(profile, capture)
 
 
-def _latency_only(
+def _base_profile(
     model: Any,
     opts: RunOptions,
     device: str,
@@ -254,7 +254,7 @@ def _latency_only(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> Profile:
-    """A Profile with the whole-model latency only (models whose layers cannot be hooked)."""
+    """The Profile of the clean pass: meta, latency and the root layer; per-layer passes add to it."""
     from layerprof.profile import Profile
     from layerprof.records import LayerInfo
 
