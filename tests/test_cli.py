@@ -279,3 +279,27 @@ def test_unwritable_output_is_clear_error(
     )
     assert code == 2
     assert_one_line_error(err, "p.json")
+
+
+def test_analyze_diff_report_do_not_import_torch(tmp_path: Path) -> None:
+    trace = {
+        "traceEvents": [
+            {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0.0, "dur": 100.0, "pid": 1, "tid": 1},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 10.0, "dur": 50.0, "pid": 1, "tid": 1},
+        ]
+    }  # fmt: skip
+    (tmp_path / "t.json").write_text(json.dumps(trace))
+    from tests.test_console import fake_profile
+
+    fake_profile().save(tmp_path / "p.json")
+    code = (
+        "import sys\n"
+        "from layerprof.cli import main\n"
+        f"d = {str(tmp_path)!r}\n"
+        "assert main(['analyze', d + '/t.json', '-q', '--json', d + '/a.json']) == 0\n"
+        "assert main(['report', d + '/p.json', '-q', '--html', d + '/r.html']) == 0\n"
+        "assert main(['diff', d + '/p.json', d + '/p.json', '--format', 'json']) == 0\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
