@@ -5,11 +5,25 @@ ranges our hooks opened: those move to a track of their own (a process named
 ``layers``, one thread lane per source thread, sorted first) under the layer
 path as name, so Perfetto and chrome://tracing show layer lanes above the
 ops, and trace readers do not mistake them for operators.
+
+``torch.profiler`` writes ``ProfilerStep#N`` spans only when it runs with a
+``schedule``; for a capture without one, one ``ProfilerStep#N`` span per
+profiled iteration is added on the thread that ran the model, as torch would
+have written it: from the iteration's first layer range to the end of the
+last host event before the next iteration (backward and loss included).
+
+The top level gains ``"layerprof": {"version", "model", "run", "module_types"}``
+(``run``: the run's dtype, torch, inputs, threads, mode, grad, host;
+``module_types``: every module path -> class name, in module order), which
+``layerprof analyze`` uses to say the trace came from layerprof and to
+rebuild the run's layer table, never-called containers included.
 """
 
 from __future__ import annotations
 
+import bisect
 import gzip
+import math
 import os
 import socket
 import time
@@ -27,6 +41,8 @@ if TYPE_CHECKING:
 
 LAYER_PREFIX = "layer:"
 LAYER_CATEGORY = "layerprof_layer"  # unknown to trace readers: never counted as an op
+STEP_PREFIX = "ProfilerStep#"
+MARKER_KEY = "layerprof"
 
 
 def write_chrome_trace(
@@ -58,8 +74,90 @@ def trace_document(capture: OpCapture, profile: Profile | None = None) -> dict[s
     kept, layers = split_layer_events(capture.trace_events)
     names = _layer_names(profile)
     doc = dict(capture.trace_metadata())
-    doc["traceEvents"] = kept + layer_lanes(layers, names, _free_pid(kept))
+    doc[MARKER_KEY] = marker(profile)
+    steps = [] if has_steps(kept) else step_spans(kept, layers)
+    doc["traceEvents"] = kept + steps + layer_lanes(layers, names, _free_pid(kept))
     return doc
+
+
+def marker(profile: Profile | None) -> dict[str, Any]:
+    """The top-level ``"layerprof"`` object: who wrote the trace, for which model."""
+    from layerprof import __version__
+
+    out: dict[str, Any] = {"version": __version__, "model": None}
+    if profile is not None:
+        out["model"] = profile.meta.model or next(
+            (i.type for i in profile.layers if i.path == ""), None
+        )
+        m = profile.meta
+        out["run"] = {
+            "dtype": m.dtype,
+            "torch": m.torch,
+            "inputs": list(m.inputs),
+            "threads": m.threads,
+            "mode": m.mode,
+            "grad": m.grad,
+            "host": m.host,
+        }
+        out["module_types"] = {info.path: info.type for info in profile.layers}
+    return out
+
+
+def has_steps(events: Sequence[dict[str, Any]]) -> bool:
+    return any(
+        ev.get("ph") == "X" and str(ev.get("name", "")).startswith(STEP_PREFIX) for ev in events
+    )
+
+
+def step_spans(
+    kept: Sequence[dict[str, Any]], layers: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """One ``ProfilerStep#N`` span per iteration (outermost layer range) on the model's thread.
+
+    Step ``k`` starts with iteration ``k``'s outermost layer range and ends
+    with the last host event of that process starting before iteration
+    ``k + 1`` (its loss and backward ops, on any thread), never after it.
+    """
+    if not layers:
+        return []
+    first = min(layers, key=lambda ev: ev["ts"])
+    pid, tid = first.get("pid"), first.get("tid")
+    starts: list[float] = []
+    end = -math.inf
+    for ev in sorted(
+        (e for e in layers if e.get("pid") == pid and e.get("tid") == tid),
+        key=lambda e: (e["ts"], -e["dur"]),
+    ):
+        if ev["ts"] >= end:  # not inside the previous outermost range: a new iteration
+            starts.append(ev["ts"])
+            end = ev["ts"] + ev["dur"]
+    ends = [ev["ts"] + ev.get("dur", 0) for ev in layers if ev.get("pid") == pid]
+    host = sorted(
+        (ev["ts"], ev["ts"] + (ev.get("dur") or 0))
+        for ev in kept
+        if ev.get("ph") == "X" and ev.get("pid") == pid and isinstance(ev.get("ts"), (int, float))
+    )
+    out: list[dict[str, Any]] = []
+    for k, start in enumerate(starts):
+        nxt = starts[k + 1] if k + 1 < len(starts) else math.inf
+        lo = bisect.bisect_left(host, (start, -math.inf))
+        hi = bisect.bisect_left(host, (nxt, -math.inf))
+        stop = max((e for _, e in host[lo:hi]), default=start)
+        stop = max([stop, *(e for e in ends if start <= e <= nxt)])
+        stop = min(stop, nxt)
+        out.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"{STEP_PREFIX}{k}",
+                "pid": pid,
+                "tid": tid,
+                "ts": start,
+                "dur": round(stop - start, 3),
+                "args": {"layerprof": "one profiled iteration (no torch.profiler schedule)"},
+            }
+        )
+    return out
 
 
 def split_layer_events(
