@@ -3,18 +3,30 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
-from layerprof.trace.events import ANNOTATION, MODULE
+from layerprof.trace.events import ANNOTATION, LAYER, MODULE
 from layerprof.trace.gpu import device_use, kernel_table, kind_table, launches, memcpy_table
-from layerprof.trace.links import link
+from layerprof.trace.links import Links, link
 from layerprof.trace.memory import memory_summary
-from layerprof.trace.modules import module_paths, renamed, tree
-from layerprof.trace.nesting import nest
+from layerprof.trace.modules import (
+    TreeRow,
+    layerprof_marker,
+    module_paths,
+    module_types,
+    renamed,
+    step_index,
+    tree,
+)
+from layerprof.trace.nesting import Nesting, nest
 from layerprof.trace.ops import device_times, op_table
 from layerprof.trace.ranks import cross_rank
 from layerprof.trace.reader import TraceFile, assign_ranks, read_trace_file, trace_files
 from layerprof.trace.report import RankReport, TraceReport
 from layerprof.trace.steps import Steps, find_steps
+
+LAYER_SOURCE = "layerprof_layer"
+MODULE_SOURCE = "nn.Module"
 
 
 def analyze(path: str | os.PathLike[str], *, group_by_shape: bool = False) -> TraceReport:
@@ -42,22 +54,23 @@ def analyze_file(trace: TraceFile, rank: int, *, group_by_shape: bool = False) -
     tables = trace.tables
     nesting = nest(tables.host)
     links = link(tables, nesting)
-    steps = find_steps(tables, nesting)
+    marker = layerprof_marker(trace.header)
+    steps = find_steps(tables, nesting, whole_steps=marker is not None)
     extent = tables.extent()
     windows = steps.windows(extent)
     kernels = kernel_table(tables)
     has_device = tables.has_device
     launch = launches(tables, links) if has_device else None
-    modules = renamed(tree(tables, nesting, links, steps, MODULE), module_paths(trace.header))
+    modules, module_source = _modules(trace, nesting, links, steps)
+    times = device_times(tables, nesting, links)
+    in_step = (step_index(steps, tables.host.start) >= 0) if steps.complete else None
     report = RankReport(
         rank=rank,
         file=str(trace.path),
         events=tables.events,
         steps=steps,
         devices=device_use(tables, links, windows),
-        ops=op_table(
-            tables, nesting, device_times(tables, nesting, links), by_shape=group_by_shape
-        ),
+        ops=op_table(tables, nesting, times, by_shape=group_by_shape),
         kernels=kernels,
         kinds=kind_table(tables, kernels),
         memcpy=memcpy_table(tables),
@@ -68,9 +81,38 @@ def analyze_file(trace: TraceFile, rank: int, *, group_by_shape: bool = False) -
         window_ns=sum(hi - lo for lo, hi in windows),
         has_device=has_device,
         device_names=_device_names(trace),
+        module_source=module_source,
+        step_ops=op_table(tables, nesting, times, by_shape=group_by_shape, select=in_step),
+        producer=_producer(marker),
+        module_types=module_types(trace.header) if module_source == LAYER_SOURCE else {},
+        run=_run(marker),
     )
     notes = _notes(trace, steps, report)
     return RankReport(**{**report.__dict__, "notes": notes})
+
+
+def _modules(
+    trace: TraceFile, nesting: Nesting, links: Links, steps: Steps
+) -> tuple[tuple[TreeRow, ...], str | None]:
+    """The layer tree: layerprof's layer spans when present, else ``nn.Module`` spans."""
+    tables = trace.tables
+    if (tables.host.kind == LAYER).any():
+        types = module_types(trace.header)
+        return tree(tables, nesting, links, steps, LAYER, types), LAYER_SOURCE
+    rows = renamed(tree(tables, nesting, links, steps, MODULE), module_paths(trace.header))
+    return rows, MODULE_SOURCE if rows else None
+
+
+def _producer(marker: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``{"version", "model"}`` of the layerprof that wrote the trace, None for others."""
+    if marker is None:
+        return None
+    return {"version": marker.get("version"), "model": marker.get("model")}
+
+
+def _run(marker: dict[str, Any] | None) -> dict[str, Any]:
+    run = (marker or {}).get("run")
+    return dict(run) if isinstance(run, dict) else {}
 
 
 def _device_names(trace: TraceFile) -> tuple[str, ...]:
@@ -87,6 +129,8 @@ def _notes(trace: TraceFile, steps: Steps, report: RankReport) -> tuple[str, ...
         notes.append("no device data (CPU-only trace): device columns are absent")
     if steps.source == "record_function":
         notes.append("no ProfilerStep spans: steps are the outermost record_function spans")
+    elif steps.source == "layerprof_layer":
+        notes.append("no ProfilerStep spans: steps are the outermost layerprof layer spans")
     elif steps.source == "nn.Module":
         notes.append("no ProfilerStep spans: steps are the outermost nn.Module spans")
     elif steps.source == "trace":
@@ -99,7 +143,17 @@ def _notes(trace: TraceFile, steps: Steps, report: RankReport) -> tuple[str, ...
             )
     if steps.steps and not steps.complete:
         notes.append("no complete step: idle and utilization use the whole trace")
-    if not report.modules:
+    if report.producer is not None:
+        model = report.producer.get("model")
+        notes.append(
+            f"written by layerprof {report.producer.get('version') or '?'}"
+            + (f" (model {model})" if model else "")
+        )
+    if report.module_source == LAYER_SOURCE:
+        notes.append("layers: from layerprof's layer spans (the modules' qualified paths)")
+    elif report.module_source == MODULE_SOURCE:
+        notes.append("layers: from nn.Module spans (paths of class_instance names)")
+    else:
         notes.append("no nn.Module events: profile with with_stack=True for the module tree")
     if tables.dropped_ts0:
         notes.append(f"{tables.dropped_ts0} events with ts == 0 were dropped")

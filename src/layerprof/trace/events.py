@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -32,6 +32,7 @@ ANNOTATION = 1  # user_annotation / record_function, incl. ProfilerStep#N
 MODULE = 2  # python_function "nn.Module: Class_k"
 RUNTIME = 3  # cuda_runtime / cuda_driver (legacy: Runtime)
 SYNC = 4  # cuda_sync
+LAYER = 5  # layerprof_layer: a module call from layerprof's hooks, named by its path
 
 # Device op kinds (one device/stream each).
 KERNEL = 0
@@ -47,6 +48,7 @@ HOST_CATEGORIES: dict[str, int] = {
     "cuda_driver": RUNTIME,
     "Runtime": RUNTIME,
     "cuda_sync": SYNC,
+    "layerprof_layer": LAYER,
 }
 DEVICE_CATEGORIES: dict[str, int] = {
     "kernel": KERNEL,
@@ -134,6 +136,8 @@ class EventTables:
     events: int
     dropped_ts0: int
     skipped: int
+    # LAYER spans' display names where they differ from the path (the root: its class).
+    layer_labels: dict[str, str] = field(default_factory=dict)
 
     @property
     def has_device(self) -> bool:
@@ -201,6 +205,7 @@ class EventCollector:
         self.mem_devices = _Interner()
         self.events = 0
         self.window_ends: list[float] = []
+        self.layer_labels: dict[str, str] = {}
         self._host: list[tuple[Any, ...]] = []
         self._device: list[tuple[Any, ...]] = []
         self._memory: list[tuple[Any, ...]] = []
@@ -257,7 +262,12 @@ class EventCollector:
                         name = "" if name is None else str(name)
                     if kind == MODULE and not name.startswith(MODULE_PREFIX):
                         continue  # other python_function frames: not needed
-                    pid, tid = e.get("pid"), e.get("tid")
+                    if kind == LAYER:
+                        # Lane events of layerprof's export: back onto the thread
+                        # that ran the module, named by the path (see render/chrome.py).
+                        name, pid, tid = self._layer(e, name)
+                    else:
+                        pid, tid = e.get("pid"), e.get("tid")
                     if pid != last_pid or tid != last_tid:
                         try:
                             last_thread = thread_id((pid, tid))
@@ -370,6 +380,19 @@ class EventCollector:
                 )
             )
 
+    def _layer(self, e: dict[str, Any], name: str) -> tuple[str, Any, Any]:
+        args = e.get("args")
+        if type(args) is not dict:
+            args = {}
+        path = args.get("path")
+        if type(path) is str:
+            if name != path:
+                self.layer_labels.setdefault(path, name)
+            name = path
+        pid = args.get("source pid", e.get("pid"))
+        tid = args.get("source tid", e.get("tid"))
+        return name, pid, tid
+
     def finish(self) -> EventTables:
         host = _concat(self._host, 7)
         device = _concat(self._device, 9)
@@ -445,6 +468,7 @@ class EventCollector:
             events=self.events,
             dropped_ts0=dropped_ts0,
             skipped=skipped,
+            layer_labels=dict(self.layer_labels),
         )
 
 

@@ -1,4 +1,11 @@
-"""Layer trees from ``nn.Module: Class_k`` spans and ``record_function`` spans.
+"""Layer trees from layerprof layer spans, ``nn.Module: Class_k`` spans and annotations.
+
+A trace exported by layerprof (``render/chrome.py``) has a ``layerprof_layer``
+span per module call, named by the module's qualified path (``layers.0.attn``;
+the root's path is ``""``), which the reader puts back on the thread that ran
+it. Those are the preferred source: real paths, the same calls the live run
+measured. A layer nested in a call of the same path (recursion) counts its
+self time and calls but not its total again, as the live run does.
 
 A module span's path joins the names of the module spans enclosing it on the
 same thread (``Net_0.Sequential_0.Linear_1``); ``k`` counts instances of the
@@ -17,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from layerprof.trace.events import ANNOTATION, I64, MODULE, MODULE_PREFIX, EventTables
+from layerprof.trace.events import ANNOTATION, I64, LAYER, MODULE, MODULE_PREFIX, EventTables
 from layerprof.trace.links import Links
 from layerprof.trace.nesting import Nesting, roll_up
 from layerprof.trace.steps import STEP_NAME, Steps
@@ -44,9 +51,18 @@ class TreeRow:
 
 
 def tree(
-    tables: EventTables, nesting: Nesting, links: Links, steps: Steps, kind: int
+    tables: EventTables,
+    nesting: Nesting,
+    links: Links,
+    steps: Steps,
+    kind: int,
+    types: dict[str, str] | None = None,
 ) -> tuple[TreeRow, ...]:
-    """Rows in first-seen (pre-order) order; empty when the trace has no such spans."""
+    """Rows in first-seen (pre-order) order; empty when the trace has no such spans.
+
+    ``types`` (LAYER only): path -> module class, from the trace's layerprof
+    marker; the root's class also comes from its span's name.
+    """
     host = tables.host
     members = np.flatnonzero(host.kind == kind)
     if kind == ANNOTATION:
@@ -67,7 +83,7 @@ def tree(
         own = np.bincount(owner[hit], weights=tables.device.dur[hit], minlength=len(host))
         own = own.astype(np.int64)
     inclusive = roll_up(own, parent, nesting.order, members)
-    step_of = _step_index(steps, host.start)
+    step_of = step_index(steps, host.start)
     n_steps = len(steps.complete)
 
     is_member = np.zeros(len(host), dtype=bool)
@@ -82,11 +98,26 @@ def tree(
     incl = inclusive.tolist()
     owns = own.tolist()
     step_list = step_of.tolist()
+    types = types or {}
+    labels = tables.layer_labels
     for i in nesting.order[is_member[nesting.order]].tolist():
         raw = names[name_ids[i]]
-        short = raw[len(MODULE_PREFIX) :] if kind == MODULE else raw.replace(".", "_")
         p = par[i]
         parent_path = paths.get(p) if p >= 0 else None
+        if kind == LAYER:
+            path = raw
+            paths[i] = path
+            a = acc.get(path)
+            if a is None:
+                type_ = types.get(path) or labels.get(path) or "layer"
+                short = path.rsplit(".", 1)[-1] if path else labels.get(path, type_)
+                a = acc[path] = _Acc(short, type_, parent_path, n_steps)
+            if _inside_same(i, path, par, paths):
+                a.add_nested(selfs[i], owns[i], step_list[i])
+            else:
+                a.add(durs[i], selfs[i], incl[i], owns[i], step_list[i])
+            continue
+        short = raw[len(MODULE_PREFIX) :] if kind == MODULE else raw.replace(".", "_")
         path = f"{parent_path}.{short}" if parent_path else short
         paths[i] = path
         a = acc.get(path)
@@ -96,6 +127,16 @@ def tree(
     return tuple(a.row(path, has_device) for path, a in acc.items())
 
 
+def _inside_same(i: int, path: str, par: list[int], paths: dict[int, str]) -> bool:
+    """Whether a span of the same path encloses span ``i`` (a recursive call)."""
+    p = par[i]
+    while p >= 0:
+        if paths.get(p) == path:
+            return True
+        p = par[p]
+    return False
+
+
 def _type_of(short: str, kind: int) -> str:
     if kind != MODULE:
         return "record_function"
@@ -103,7 +144,7 @@ def _type_of(short: str, kind: int) -> str:
     return head if head and tail.isdigit() else short
 
 
-def _step_index(steps: Steps, starts: I64) -> I64:
+def step_index(steps: Steps, starts: I64) -> I64:
     """Index of the complete step each start falls in, -1 outside all of them."""
     done = steps.complete
     out = np.full(len(starts), -1, dtype=np.int64)
@@ -147,6 +188,16 @@ class _Acc:
             self.s_dev_self[step] += device_self
             self.s_calls[step] += 1
 
+    def add_nested(self, self_: int, device_self: int, step: int) -> None:
+        """A call inside a call of the same path: its total is already counted."""
+        self.calls += 1
+        self.self_ += self_
+        self.device_self += device_self
+        if step >= 0:
+            self.s_self[step] += self_
+            self.s_dev_self[step] += device_self
+            self.s_calls[step] += 1
+
     def row(self, path: str, has_device: bool) -> TreeRow:
         return TreeRow(
             path=path,
@@ -182,6 +233,21 @@ def renamed(rows: tuple[TreeRow, ...], mapping: dict[str, str]) -> tuple[TreeRow
         )
         for r in rows
     )
+
+
+def layerprof_marker(header: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``"layerprof"`` object a layerprof-exported trace carries at its top level."""
+    info = header.get("layerprof")
+    return info if isinstance(info, dict) else None
+
+
+def module_types(header: dict[str, Any]) -> dict[str, str]:
+    """Module path -> class name of every module of the run (module order), if written."""
+    info = layerprof_marker(header) or {}
+    types = info.get("module_types")
+    if not isinstance(types, dict):
+        return {}
+    return {str(k): str(v) for k, v in types.items()}
 
 
 def module_paths(header: dict[str, Any]) -> dict[str, str]:

@@ -1,7 +1,7 @@
 """Who encloses whom on each CPU thread, and self times.
 
 One sweep per thread in start order keeps a stack per span kind (ops,
-modules, annotations). A span's parent of kind K is the innermost open span
+modules, annotations, layerprof layer ranges). A span's parent of kind K is the innermost open span
 of kind K when it starts. Self time is the span minus the *union* of its
 direct children of the same kind, each clipped to the parent: overlapping
 or overrunning spans (a known Kineto quirk) then still give
@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from layerprof.trace.events import ANNOTATION, I64, MODULE, OP, HostSpans
+from layerprof.trace.events import ANNOTATION, I64, LAYER, MODULE, OP, HostSpans
 
-_TRACKED = (OP, MODULE, ANNOTATION)
+_TRACKED = (OP, MODULE, ANNOTATION, LAYER)
 
 
 @dataclass(frozen=True)
@@ -31,10 +31,12 @@ class Nesting:
     parent_op: I64
     parent_module: I64
     parent_annotation: I64
+    parent_layer: I64
     self_ns: I64
 
     def parent_of_kind(self, kind: int) -> I64:
-        return {OP: self.parent_op, MODULE: self.parent_module}.get(kind, self.parent_annotation)
+        by_kind = {OP: self.parent_op, MODULE: self.parent_module, LAYER: self.parent_layer}
+        return by_kind.get(kind, self.parent_annotation)
 
 
 def nest(host: HostSpans) -> Nesting:
@@ -51,6 +53,7 @@ def nest(host: HostSpans) -> Nesting:
         parent_op=parents[OP],
         parent_module=parents[MODULE],
         parent_annotation=parents[ANNOTATION],
+        parent_layer=parents[LAYER],
         self_ns=self_ns,
     )
 
@@ -67,7 +70,8 @@ def _sweep(host: HostSpans, order: I64) -> tuple[dict[int, I64], I64]:
     # stack frame: [end, index, covered_until]
     stacks: dict[int, list[list[int]]] = {k: [] for k in _TRACKED}
     op_stack, mod_stack, ann_stack = stacks[OP], stacks[MODULE], stacks[ANNOTATION]
-    p_op, p_mod, p_ann = parents[OP], parents[MODULE], parents[ANNOTATION]
+    lay_stack = stacks[LAYER]
+    p_op, p_mod, p_ann, p_lay = parents[OP], parents[MODULE], parents[ANNOTATION], parents[LAYER]
     current = None
     for i in order.tolist():
         s = starts[i]
@@ -77,18 +81,23 @@ def _sweep(host: HostSpans, order: I64) -> tuple[dict[int, I64], I64]:
             op_stack.clear()
             mod_stack.clear()
             ann_stack.clear()
+            lay_stack.clear()
         while op_stack and op_stack[-1][0] <= s:
             op_stack.pop()
         while mod_stack and mod_stack[-1][0] <= s:
             mod_stack.pop()
         while ann_stack and ann_stack[-1][0] <= s:
             ann_stack.pop()
+        while lay_stack and lay_stack[-1][0] <= s:
+            lay_stack.pop()
         if op_stack:
             p_op[i] = op_stack[-1][1]
         if mod_stack:
             p_mod[i] = mod_stack[-1][1]
         if ann_stack:
             p_ann[i] = ann_stack[-1][1]
+        if lay_stack:
+            p_lay[i] = lay_stack[-1][1]
         stack = stacks[kinds[i]]
         if stack:
             frame = stack[-1]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from layerprof.trace.events import I64, OP, EventTables
 from layerprof.trace.links import Links
@@ -49,11 +50,20 @@ def device_times(tables: EventTables, nesting: Nesting, links: Links) -> OpTimes
 
 
 def op_table(
-    tables: EventTables, nesting: Nesting, times: OpTimes, *, by_shape: bool = False
+    tables: EventTables,
+    nesting: Nesting,
+    times: OpTimes,
+    *,
+    by_shape: bool = False,
+    select: npt.NDArray[np.bool_] | None = None,
 ) -> tuple[OpRow, ...]:
-    """One row per op name (and input shapes when ``by_shape``), by total desc."""
+    """One row per op name (and input shapes when ``by_shape``), by total desc.
+
+    ``select`` (a mask over host spans) keeps only those ops, e.g. the ones
+    starting inside a complete step.
+    """
     host = tables.host
-    idx = np.flatnonzero(host.kind == OP)
+    idx = np.flatnonzero((host.kind == OP) if select is None else (host.kind == OP) & select)
     if len(idx) == 0:
         return ()
     names = host.name[idx]

@@ -8,7 +8,7 @@ diff and HTML sinks work on traces too. Inside, times are integer ns.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,12 @@ class RankReport:
     has_device: bool
     device_names: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    module_source: str | None = None  # "layerprof_layer" | "nn.Module" | None (no module tree)
+    # The ops starting inside complete steps (whole trace when there is none), for to_profile.
+    step_ops: tuple[OpRow, ...] | None = None
+    producer: dict[str, Any] | None = None  # {"version", "model"} when layerprof wrote the trace
+    run: dict[str, Any] = field(default_factory=dict)  # the run's meta from layerprof's marker
+    module_types: dict[str, str] = field(default_factory=dict)  # the run's path -> class
 
     @property
     def step_summary(self) -> Summary | None:
@@ -65,6 +71,9 @@ class RankReport:
 
     @property
     def model(self) -> str:
+        named = (self.producer or {}).get("model")
+        if isinstance(named, str) and named:
+            return named
         return _TRACE_SUFFIX.sub("", Path(self.file).name) or Path(self.file).name
 
     def to_dict(self, top: int | None = None) -> dict[str, Any]:
@@ -76,6 +85,8 @@ class RankReport:
             "has_device_data": self.has_device,
             "device_names": list(self.device_names),
             "step_source": self.steps.source,
+            "module_source": self.module_source,
+            "layerprof": self.producer,
             "steps": [
                 {"name": s.name, "ms": s.dur_ns / NS_PER_MS, "cut_off": s.cut_off}
                 for s in self.steps.steps
@@ -105,7 +116,10 @@ class RankReport:
         rows = self.modules or self.annotations
         layers: list[LayerInfo] = []
         samples: dict[str, LayerSamples] = {}
-        if rows:
+        if rows and self.module_source == "layerprof_layer":
+            layers = _layer_infos(self.modules, self.module_types)
+            samples = {r.path: _samples(r, n) for r in self.modules}
+        elif rows:
             for r in rows:
                 layers.append(LayerInfo(path=r.path, type=r.type, parent=r.parent))
                 samples[r.path] = _samples(r, n)
@@ -115,24 +129,34 @@ class RankReport:
             durations = tuple(s.dur_ns for s in done) or (self.window_ns,)
             samples[path] = LayerSamples(total_ns=durations, self_ns=durations, calls=1.0)
         meta = Meta(
+            **_run_meta(self.run),
             model=self.model,
             device="cuda" if self.has_device else "cpu",
             iters=n,
             source="trace",
             created=now_iso(),
             note=f"steps: {self.steps.source}",
-            extra={"file": self.file, "rank": self.rank, "step_source": self.steps.source},
+            extra={
+                "file": self.file,
+                "rank": self.rank,
+                "step_source": self.steps.source,
+                "module_source": self.module_source,
+                **({"layerprof": self.producer} if self.producer else {}),
+            },
         )
+        # Profile ops are per iteration: the ops inside complete steps, over their number.
+        per_step = self.step_ops is not None and n > 0
+        per = n if per_step else 1
         ops = tuple(
             OpStat(
                 name=o.name,
-                calls=o.calls,
-                self_ns=o.self_ns,
-                total_ns=o.total_ns,
-                device_ns=o.device_ns if self.has_device else None,
+                calls=round(o.calls / per),
+                self_ns=round(o.self_ns / per),
+                total_ns=round(o.total_ns / per),
+                device_ns=round(o.device_ns / per) if self.has_device else None,
                 input_shapes=o.input_shapes,
             )
-            for o in self.ops
+            for o in (self.step_ops or () if per_step else self.ops)
         )
         return Profile(
             meta=meta,
@@ -142,6 +166,49 @@ class RankReport:
             ops=ops,
             notes=self.notes,
         )
+
+
+def _run_meta(run: dict[str, Any]) -> dict[str, Any]:
+    """Meta fields a layerprof trace carries about its run (type-checked, others dropped)."""
+    out: dict[str, Any] = {}
+    for key in ("dtype", "torch", "mode", "host"):
+        if isinstance(run.get(key), str):
+            out[key] = run[key]
+    threads = run.get("threads")
+    if isinstance(threads, int) and not isinstance(threads, bool):
+        out["threads"] = threads
+    if isinstance(run.get("grad"), bool):
+        out["grad"] = run["grad"]
+    inputs = run.get("inputs")
+    if isinstance(inputs, list) and all(isinstance(i, str) for i in inputs):
+        out["inputs"] = tuple(inputs)
+    return out
+
+
+def _layer_infos(rows: tuple[TreeRow, ...], types: dict[str, str]) -> list[LayerInfo]:
+    """The run's layer table from a layerprof trace: structural parents, like ``layer_infos``.
+
+    ``types`` (the trace's ``module_types``, module order) adds the modules
+    that were never called (``ModuleList`` containers); paths only seen in
+    spans follow, parented to their nearest known ancestor path.
+    """
+    known = {r.path: r for r in rows}
+    order = [*types, *(p for p in known if p not in types)]
+    present = set(order)
+    out: list[LayerInfo] = []
+    for path in order:
+        row = known.get(path)
+        type_ = types.get(path) or (row.type if row is not None else "layer")
+        out.append(LayerInfo(path=path, type=type_, parent=_nearest_ancestor(path, present)))
+    return out
+
+
+def _nearest_ancestor(path: str, present: set[str]) -> str | None:
+    while path:
+        path = path.rsplit(".", 1)[0] if "." in path else ""
+        if path in present:
+            return path
+    return None
 
 
 def _samples(r: TreeRow, n_steps: int) -> LayerSamples:

@@ -2,10 +2,13 @@
 
 In order of preference: ``ProfilerStep#N`` spans (``prof.step()``), else the
 outermost ``record_function`` spans on the main thread, else the outermost
+layerprof layer spans there (one per forward), else the outermost
 ``nn.Module:`` spans there, else the whole trace as one unit. The last
 ProfilerStep is *cut off* when it ends after the profiler window closed, or
 is under a quarter of the shortest other step (the profiler stopped inside it); it
-is listed but kept out of the statistics and the step window.
+is listed but kept out of the statistics and the step window. The second rule
+is not applied to traces layerprof wrote: its capture stops the profiler only
+after a whole iteration, so a short last step there is a real, fast one.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from layerprof.trace.events import ANNOTATION, MODULE, OP, EventTables
+from layerprof.trace.events import ANNOTATION, LAYER, MODULE, OP, EventTables
 from layerprof.trace.nesting import Nesting
 
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
@@ -39,7 +42,7 @@ class Steps:
     """The steps found, how (``source``) and on which thread."""
 
     steps: tuple[Step, ...]
-    source: str  # "ProfilerStep" | "record_function" | "nn.Module" | "trace"
+    source: str  # "ProfilerStep" | "record_function" | "layerprof_layer" | "nn.Module" | "trace"
     thread: int | None
 
     @property
@@ -54,7 +57,8 @@ class Steps:
         return [(s.start_ns, s.end_ns) for s in done]
 
 
-def find_steps(tables: EventTables, nesting: Nesting) -> Steps:
+def find_steps(tables: EventTables, nesting: Nesting, *, whole_steps: bool = False) -> Steps:
+    """The steps; ``whole_steps``: the writer never stops inside a step (layerprof)."""
     host = tables.host
     names = tables.names
     step_ids = {i for i, name in enumerate(names) if STEP_NAME.match(name)}
@@ -64,7 +68,8 @@ def find_steps(tables: EventTables, nesting: Nesting) -> Steps:
     if len(steps_idx):
         thread = _most_common(host.thread[steps_idx])
         chosen = steps_idx[host.thread[steps_idx] == thread]
-        return Steps(_cut_last(_as_steps(tables, chosen), tables), "ProfilerStep", thread)
+        found = _cut_last(_as_steps(tables, chosen), tables, whole_steps)
+        return Steps(found, "ProfilerStep", thread)
     main = _main_thread(tables)
     if main is None:
         return Steps((Step("trace", *_span(tables.extent())),), "trace", None)
@@ -74,6 +79,14 @@ def find_steps(tables: EventTables, nesting: Nesting) -> Steps:
     )
     if len(outer_ann):
         return Steps(_as_steps(tables, outer_ann), "record_function", main)
+    outer_layer = np.flatnonzero(on_thread & (host.kind == LAYER) & (nesting.parent_layer == -1))
+    if len(outer_layer):
+        labels = tables.layer_labels
+        layer_steps = tuple(
+            Step(labels.get(s.name) or s.name or "(root)", s.start_ns, s.dur_ns)
+            for s in _as_steps(tables, outer_layer)
+        )
+        return Steps(layer_steps, "layerprof_layer", main)
     outer_mod = np.flatnonzero(on_thread & (host.kind == MODULE) & (nesting.parent_module == -1))
     if len(outer_mod):
         return Steps(_as_steps(tables, outer_mod), "nn.Module", main)
@@ -93,14 +106,16 @@ def _as_steps(tables: EventTables, idx: np.ndarray) -> tuple[Step, ...]:
     )
 
 
-def _cut_last(steps: tuple[Step, ...], tables: EventTables) -> tuple[Step, ...]:
+def _cut_last(
+    steps: tuple[Step, ...], tables: EventTables, whole_steps: bool = False
+) -> tuple[Step, ...]:
     last = steps[-1]
     beyond_window = (
         tables.window_end_ns is not None and last.end_ns > tables.window_end_ns + _CUT_OFF_SLACK_NS
     )
     others = [s.dur_ns for s in steps[:-1]]
     # Far shorter than every other step: the profiler stopped inside it.
-    too_short = bool(others) and last.dur_ns < 0.25 * min(others)
+    too_short = not whole_steps and bool(others) and last.dur_ns < 0.25 * min(others)
     if beyond_window or too_short:
         return (*steps[:-1], Step(last.name, last.start_ns, last.dur_ns, cut_off=True))
     return steps
@@ -114,7 +129,7 @@ def _most_common(values: np.ndarray) -> int:
 def _main_thread(tables: EventTables) -> int | None:
     """The thread with the most top-level CPU time (ops, annotations, modules)."""
     host = tables.host
-    mask = np.isin(host.kind, (OP, ANNOTATION, MODULE))
+    mask = np.isin(host.kind, (OP, ANNOTATION, MODULE, LAYER))
     if not mask.any():
         return None
     busy = np.bincount(host.thread[mask], weights=host.dur[mask].astype(np.float64))
