@@ -16,7 +16,8 @@ from layerprof.errors import TraceError
 from layerprof.trace import analyze
 from layerprof.trace import reader as reader_mod
 
-HOST_CATS = ["cpu_op", "user_annotation", "python_function", "cuda_runtime", "cuda_sync"]
+HOST_CATS = ["cpu_op", "user_annotation", "python_function", "cuda_runtime", "cuda_sync",
+             "layerprof_layer"]  # fmt: skip
 NAMES = ["aten::mm", "aten::add", "ProfilerStep#1", "ProfilerStep#2", "nn.Module: Linear_0",
          "nn.Module: Net_0", "fwd", "cudaLaunchKernel", "weird\x02name"]  # fmt: skip
 time_us = st.one_of(
@@ -38,6 +39,9 @@ def host_event(draw: st.DrawFn) -> dict[str, Any]:
     }
     if draw(st.booleans()):  # some events have no dur at all
         event["dur"] = draw(time_us)
+    if event["cat"] == "layerprof_layer" and draw(st.booleans()):  # layerprof's layer lane
+        event["args"]["path"] = draw(st.sampled_from(["", "a", "a.b", 3]))
+        event["args"]["source tid"] = draw(st.sampled_from([1, 2, [1]]))
     return event
 
 
