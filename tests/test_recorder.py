@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -216,3 +218,52 @@ def test_keyboard_interrupt_leaves_model_clean() -> None:
         layerprof.profile(model, torch.zeros(1, 2), warmup=1, iters=5)
     assert model.training
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+
+
+def test_caught_failure_in_user_loop_drops_only_that_iteration() -> None:
+    clock = FakeClock()
+    model = zoo.Nested(clock)
+    fail = {"now": False}
+
+    def boom(module: nn.Module, args: object) -> None:
+        if fail["now"]:
+            raise ValueError("bad batch")
+
+    with Recorder(model, clock=clock) as rec:
+        handle = model.a.a2.register_forward_pre_hook(boom)  # after ours: a.a2 has started
+        for bad in (False, True, False, False):
+            fail["now"] = bad
+            with contextlib.suppress(ValueError):
+                model(torch.zeros(1))
+    handle.remove()
+    assert rec.active_path() == "a.a2"
+    prof = rec.profile()
+    assert rec.iterations == 3
+    assert prof.row("").total_ns == 365 and prof.row("a.a2").calls == 1
+    for root in prof.tree():
+        root.self_check()
+
+
+def test_error_caught_inside_forward_keeps_stack_aligned() -> None:
+    clock = FakeClock()
+
+    class Fallback(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.risky = zoo.Raises()
+            self.safe = zoo.Work(clock, 40)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            try:
+                return self.risky(x)
+            except RuntimeError:
+                return self.safe(x)
+
+    model = Fallback()
+    with Recorder(model, clock=clock) as rec:
+        model(torch.zeros(2, 4))
+        model(torch.zeros(2, 4))
+    prof = rec.profile()
+    assert rec.iterations == 2
+    assert prof.row("safe").calls == 1 and prof.row("safe").total_ns == 40
+    assert prof.row("").total_ns == 40

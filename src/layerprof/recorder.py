@@ -123,6 +123,8 @@ class Recorder:
         self._iteration = -1
         self._shapes = ShapeCapture(model) if record_shapes else None
         self._done: list[LayerCall] = []
+        self._failed: str | None = None
+        self._root_done = False
         self.correction: Correction | None = None
 
     # ---- life cycle ---------------------------------------------------------
@@ -134,6 +136,8 @@ class Recorder:
                 pre, post = self._hooks(path)
                 self._handles.append(module.register_forward_pre_hook(pre))
                 self._handles.append(module.register_forward_hook(post))
+            # Runs after the root's timing hook, also when its forward raises.
+            self._handles.append(self.model.register_forward_hook(self._unwind, always_call=True))
             if self._shapes is not None:
                 self._shapes.attach()
         except BaseException:
@@ -160,6 +164,7 @@ class Recorder:
         stack = self._stack
         mark = self.clock.mark
         dmark = self.device_clock.mark if self.device_clock is not None else None
+        is_root = path == ""
 
         def pre(module: Any, args: Any) -> None:
             if not stack:
@@ -174,14 +179,47 @@ class Recorder:
 
         def post(module: Any, args: Any, output: Any) -> None:
             t = mark()
-            entry = raw[stack.pop()]
+            i = stack.pop()
+            # A child that raised inside a forward which caught the error never
+            # reached its post hook: close it here, so the stack stays aligned.
+            while raw[i][0] is not path and stack:
+                raw[i][3] = t
+                i = stack.pop()
+            entry = raw[i]
             entry[3] = t
+            if is_root:
+                self._root_done = True
             if dmark is not None:
                 entry[6] = dmark()
                 if not stack:
                     self._flush()
 
         return pre, post
+
+    def _unwind(self, module: Any, args: Any, output: Any) -> None:
+        """After the root's call: if its forward raised, drop that iteration.
+
+        In normal completion the root's own post hook has already closed its
+        entry. When the forward raised, entries are still open: remember the
+        innermost open layer (where it failed) and discard the failed
+        iteration, so a caught exception in the user's loop does not corrupt
+        the calls that follow.
+        """
+        if self._root_done:
+            self._root_done = False
+            return
+        if not self._stack:
+            return
+        if self._failed is None:
+            self._failed = self._raw[self._stack[-1]][0]
+        while self._stack and self._raw[self._stack[-1]][0] != "":
+            self._stack.pop()
+        if self._stack:
+            self._stack.pop()  # the root call that raised
+        if not self._stack:
+            first = next(i for i, e in enumerate(self._raw) if e[1] == self._iteration)
+            del self._raw[first:]
+            self._iteration -= 1
 
     def _flush(self) -> None:
         """Turn completed raw entries into LayerCall records (resolving device marks)."""
@@ -211,16 +249,10 @@ class Recorder:
 
     # ---- results ---------------------------------------------------------------
     def active_path(self) -> str | None:
-        """Innermost module whose forward started but did not finish (after an error)."""
+        """Innermost layer in which the last failed forward raised (None if none failed)."""
+        if self._failed is not None:
+            return self._failed
         return self._raw[self._stack[-1]][0] if self._stack else None
-
-    def abandon_active(self) -> None:
-        """Drop the calls of a forward that raised, so later iterations stay consistent."""
-        if self._stack:
-            first = self._stack[0]
-            del self._raw[first:]
-            self._stack.clear()
-            self._iteration -= 1
 
     def reset(self) -> None:
         """Forget everything recorded so far (e.g. after an instrumented warm-up)."""
