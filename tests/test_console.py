@@ -68,3 +68,12 @@ def test_printed_numbers_add_up() -> None:
     )
     assert values["blocks"][0] == values["0"][0] + values["1"][0] + values["2"][0]
     assert values["heads"][0] == values["cls"][0] + values["box"][0]
+
+
+def test_user_text_is_not_markup() -> None:
+    prof = fake_profile().with_notes("checkpoint [/tmp/x] and [bold]b[/bold]")
+    prof = replace(prof, meta=replace(prof.meta, inputs=("@r/[/x]/b.pt",)))
+    buf = io.StringIO()
+    print_profile(prof, console=Console(file=buf, width=120, color_system=None))
+    text = buf.getvalue()
+    assert "@r/[/x]/b.pt" in text and "[/tmp/x] and [bold]b[/bold]" in text

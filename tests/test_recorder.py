@@ -267,3 +267,27 @@ def test_error_caught_inside_forward_keeps_stack_aligned() -> None:
     assert rec.iterations == 2
     assert prof.row("safe").calls == 1 and prof.row("safe").total_ns == 40
     assert prof.row("").total_ns == 40
+
+
+def test_layer_called_in_some_iterations_reports_mean() -> None:
+    clock = FakeClock()
+
+    class Sometimes(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.always = zoo.Work(clock, 10)
+            self.rare = zoo.Work(clock, 90)
+            self.n = 0
+
+        def forward(self, x: object) -> object:
+            self.n += 1
+            x = self.always(x)
+            return self.rare(x) if self.n % 3 == 0 else x
+
+    model = Sometimes()
+    prof = record(model, clock, torch.zeros(1), iters=6)
+    rare = prof.row("rare")
+    assert rare.calls == pytest.approx(1 / 3) and rare.calls_vary
+    assert rare.self_ns == pytest.approx(30)  # mean of (0, 0, 90) per forward
+    assert prof.row("always").self_ns == 10 and not prof.row("always").calls_vary
+    assert prof.row("").total_ns == pytest.approx(40)

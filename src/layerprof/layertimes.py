@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from layerprof.records import LayerCall, LayerSamples
-from layerprof.stats import median
 
 
 @dataclass(frozen=True)
@@ -121,7 +120,8 @@ def build_samples(
         out[path] = LayerSamples(
             total_ns=tuple(round(v) for v in tot[path]),
             self_ns=tuple(round(v) for v in slf[path]),
-            calls=median(cnt[path]),
+            calls=sum(cnt[path]) / max(iterations, 1),
+            calls_vary=len(set(cnt[path])) > 1,
             device_total_ns=tuple(round(v) for v in dtot[path]) if dev is not None else None,
             device_self_ns=tuple(round(v) for v in dslf[path]) if dev is not None else None,
         )

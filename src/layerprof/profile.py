@@ -31,7 +31,8 @@ NS_PER_MS = 1_000_000
 class LayerRow:
     """Derived per-layer statistics (times per forward, ns).
 
-    ``self_ns`` is the median over iterations of the layer's self time;
+    ``self_ns`` is the median over iterations of the layer's self time (the
+    mean when the layer's number of calls varies between iterations);
     ``total_ns`` is ``self_ns`` plus the children's ``total_ns`` (see
     ``_subtree_totals``); ``total`` summarizes the measured totals.
     """
@@ -54,6 +55,7 @@ class LayerRow:
     device_self_ns: float | None = None
     backward_total_ns: float | None = None
     backward_self_ns: float | None = None
+    calls_vary: bool = False
 
     @property
     def name(self) -> str:
@@ -145,6 +147,9 @@ class Profile:
             s = self.samples.get(info.path)
             total = Summary.of(s.total_ns) if s and s.total_ns else None
             self_s = Summary.of(s.self_ns) if s and s.self_ns else None
+            # A layer called in only some iterations has a mixture of zeros and
+            # real times: its per-forward cost is the mean, not the median.
+            mid = _mean if s is not None and s.calls_vary else _med
             out.append(
                 LayerRow(
                     path=info.path,
@@ -153,7 +158,7 @@ class Profile:
                     depth=depth_of(info.path),
                     calls=s.calls if s else 0.0,
                     total_ns=0.0,  # set bottom-up by _subtree_totals
-                    self_ns=self_s.median if self_s else 0.0,
+                    self_ns=(mid(s.self_ns) or 0.0) if s else 0.0,
                     total=total,
                     self_summary=self_s,
                     share=0.0,
@@ -161,10 +166,11 @@ class Profile:
                     params_own=info.params_own,
                     input_shapes=info.input_shapes,
                     output_shapes=info.output_shapes,
-                    device_total_ns=_med(s.device_total_ns) if s else None,
-                    device_self_ns=_med(s.device_self_ns) if s else None,
-                    backward_total_ns=_med(s.backward_total_ns) if s else None,
-                    backward_self_ns=_med(s.backward_self_ns) if s else None,
+                    device_total_ns=mid(s.device_total_ns) if s else None,
+                    device_self_ns=mid(s.device_self_ns) if s else None,
+                    backward_total_ns=mid(s.backward_total_ns) if s else None,
+                    backward_self_ns=mid(s.backward_self_ns) if s else None,
+                    calls_vary=s.calls_vary if s else False,
                 )
             )
         return _subtree_totals(out)
@@ -226,6 +232,10 @@ def _med(values: Sequence[int] | None) -> float | None:
     return median(values) if values else None
 
 
+def _mean(values: Sequence[int] | None) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
 def _ms(ns: float | None) -> float | None:
     return None if ns is None else ns / NS_PER_MS
 
@@ -246,6 +256,7 @@ def layer_to_dict(row: LayerRow) -> dict[str, Any]:
         "share": row.share,
         "params": row.params,
         "params_own": row.params_own,
+        **({"calls_vary": True} if row.calls_vary else {}),
         "input_shapes": row.input_shapes,
         "output_shapes": row.output_shapes,
     }
@@ -368,6 +379,7 @@ def profile_from_dict(data: Any, *, source: str) -> Profile:
                     total_ns=_ns_tuple(smp["total_ms"]) or (),
                     self_ns=_ns_tuple(smp["self_ms"]) or (),
                     calls=float(d.get("calls", 0)),
+                    calls_vary=bool(d.get("calls_vary", False)),
                     device_total_ns=_ns_tuple(smp.get("device_total_ms")),
                     device_self_ns=_ns_tuple(smp.get("device_self_ms")),
                     backward_total_ns=_ns_tuple(smp.get("backward_total_ms")),

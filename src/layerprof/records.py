@@ -19,8 +19,9 @@ class LayerCall:
     """One call of one module's forward, as the Recorder saw it.
 
     ``parent`` is the index (in the same record list) of the enclosing call,
-    or -1 for a call with no enclosing recorded call. Device times are the
-    CUDA-event times relative to the run's first event, ``None`` on CPU.
+    or -1 for a call with no enclosing recorded call. Device times are
+    CUDA-event times relative to the first event of the same forward (only
+    differences within one forward are meaningful), ``None`` on CPU.
     """
 
     path: str
@@ -60,14 +61,15 @@ class LayerSamples:
     """Per-iteration times of one layer, summed over its calls in that iteration.
 
     ``total_ns[i]``/``self_ns[i]`` belong to iteration ``i``; ``calls`` is the
-    number of calls per iteration (the same in every iteration for a
-    deterministic model; the median otherwise). Self is total minus the totals
-    of the layer's direct child-module calls.
+    mean number of calls per iteration, and ``calls_vary`` says whether that
+    number changed between iterations (a branch taken only sometimes). Self is
+    total minus the totals of the layer's direct child-module calls.
     """
 
     total_ns: tuple[int, ...]
     self_ns: tuple[int, ...]
     calls: float
+    calls_vary: bool = False
     device_total_ns: tuple[int, ...] | None = None
     device_self_ns: tuple[int, ...] | None = None
     backward_total_ns: tuple[int, ...] | None = None

@@ -56,7 +56,7 @@ def print_profile(
                 f"[dim]layers deeper than level {depth} are folded into their parents' totals[/dim]"
             )
     for note in profile.notes:
-        console.print(f"[yellow]note:[/yellow] {note}")
+        console.print(Text.assemble(("note: ", "yellow"), note))
 
 
 def print_findings(findings: Sequence[Finding], console: Console) -> None:
@@ -70,7 +70,7 @@ def print_findings(findings: Sequence[Finding], console: Console) -> None:
         console.print(
             Text.assemble((f"  {f.severity:<7} ", style[f.severity]), (f.title, "bold"), where)
         )
-        console.print(f"          {f.detail}", highlight=False)
+        console.print(Text(f"          {f.detail}"))
         if f.hint:
             console.print(Text(f"          try: {f.hint}", style="dim"))
 
@@ -84,14 +84,17 @@ def make_console(*, stderr: bool = False) -> Console:
 
 def header_lines(profile: Profile) -> list[Text | str]:
     m = profile.meta
+    # Everything from the profile is user text (paths, names): Text, never markup.
     lines: list[Text | str] = [
         Text.assemble(("layerprof ", "bold"), (m.model, "bold cyan"), f"  {m.source}"),
-        f"device {m.device}  dtype {m.dtype}  torch {m.torch or '?'}"
-        + (f"  threads {m.threads}" if m.threads else "")
-        + f"  mode {m.mode}{' +grad' if m.grad else ''}",
+        Text(
+            f"device {m.device}  dtype {m.dtype}  torch {m.torch or '?'}"
+            + (f"  threads {m.threads}" if m.threads else "")
+            + f"  mode {m.mode}{' +grad' if m.grad else ''}"
+        ),
     ]
     if m.inputs:
-        lines.append("inputs " + "; ".join(m.inputs))
+        lines.append(Text("inputs " + "; ".join(m.inputs)))
     lat = profile.latency
     if lat is not None:
         lines.append(
@@ -115,8 +118,10 @@ def header_lines(profile: Profile) -> list[Text | str]:
         )
         corrected = "self times corrected for it" if o.corrected else "not corrected"
         lines.append(
-            f"overhead {human_time(o.per_call_ns)} per module call"
-            f" x {o.calls_per_forward:g} calls/forward{ratio}; {corrected}"
+            Text(
+                f"overhead {human_time(o.per_call_ns)} per module call"
+                f" x {o.calls_per_forward:g} calls/forward{ratio}; {corrected}"
+            )
         )
     return lines
 
@@ -135,17 +140,15 @@ def layer_table(profile: Profile, roots: list[LayerNode], opts: ConsoleOptions) 
     rows: list[tuple[str, LayerRow]] = []
     if opts.top is not None:
         flat = [n.row for r in roots for n in r.walk() if n.row.calls]
-        flat.sort(key=lambda r: -r.self_ns)
+        # On CUDA, host time around an asynchronous launch is launch cost:
+        # rank by what the GPU spent where it was measured.
+        flat.sort(key=lambda r: -(r.device_self_ns if r.device_self_ns is not None else r.self_ns))
         rows = [(r.path or r.type, r) for r in flat[: opts.top]]
     else:
         _tree_rows(roots, opts, "", rows, top_level=True)
     largest = max((r.total_ns for _, r in rows), default=0.0)
-    unit = unit_for(largest)
-    return _table(rows, unit, opts, flat=opts.top is not None, device=_has_device(rows))
-
-
-def _has_device(rows: list[tuple[str, LayerRow]]) -> bool:
-    return any(r.device_total_ns is not None for _, r in rows)
+    root_total = sum(r.row.total_ns for r in roots)
+    return _table(rows, unit_for(largest), opts, flat=opts.top is not None, root_total=root_total)
 
 
 def _tree_rows(
@@ -173,41 +176,44 @@ def _table(
     opts: ConsoleOptions,
     *,
     flat: bool,
-    device: bool,
+    root_total: float,
 ) -> Table:
+    device = any(r.device_total_ns is not None for _, r in rows)
+    backward = any(r.backward_total_ns is not None for _, r in rows)
+    host = "Host " if device else ""
     table = Table(show_edge=False, pad_edge=False, header_style="bold")
     table.add_column("Layer (top by self time)" if flat else "Layer", no_wrap=True)
     table.add_column("Type", no_wrap=True)
     table.add_column("Calls", justify="right", no_wrap=True)
-    table.add_column(f"Total {unit.name}", justify="right")
-    table.add_column(f"Self {unit.name}", justify="right")
-    table.add_column("%", justify="right")
+    table.add_column(f"{host}Total {unit.name}", justify="right")
+    table.add_column(f"{host}Self {unit.name}", justify="right")
+    table.add_column("% self" if flat else "% total", justify="right")
     if device:
-        table.add_column(f"Device {unit.name}", justify="right")
-    if any(r.backward_total_ns is not None for _, r in rows):
-        table.add_column(f"Bwd {unit.name}", justify="right")
+        table.add_column(f"Device total {unit.name}", justify="right")
+        table.add_column(f"Device self {unit.name}", justify="right")
+    if backward:
+        table.add_column(f"Bwd total {unit.name}", justify="right")
     if opts.shapes:
         table.add_column("In", no_wrap=True, overflow="ellipsis", max_width=28)
         table.add_column("Out", no_wrap=True, overflow="ellipsis", max_width=28)
     table.add_column("Params", justify="right", no_wrap=True)
-    backward = any(r.backward_total_ns is not None for _, r in rows)
     for label, r in rows:
+        share = (r.self_ns if flat else r.total_ns) / root_total if root_total > 0 else 0.0
         cells = [
             label,
             r.type,
-            f"{r.calls:g}",
+            f"{r.calls:.3g}" + ("~" if r.calls_vary else ""),
             unit.fmt(r.total_ns) if r.calls or r.total_ns else "-",
             unit.fmt(r.self_ns) if r.calls else "-",
-            f"{100 * (r.self_ns if flat else r.total_ns) * r.share / r.total_ns:.1f}"
-            if r.total_ns
-            else "-",
+            f"{100 * share:.1f}" if r.total_ns else "-",
         ]
         if device:
-            cells.append(unit.fmt(r.device_total_ns))
+            cells += [unit.fmt(r.device_total_ns), unit.fmt(r.device_self_ns)]
         if backward:
             cells.append(unit.fmt(r.backward_total_ns))
         if opts.shapes:
             cells += [format_shapes(r.input_shapes), format_shapes(r.output_shapes)]
         cells.append(human_count(r.params) if r.params else "")
-        table.add_row(*cells, style=None if r.calls else "dim")
+        # Text cells: layer names and shapes are user text, never rich markup.
+        table.add_row(*(Text(c) for c in cells), style=None if r.calls else "dim")
     return table
