@@ -111,3 +111,35 @@ def test_recorder_with_user_loop() -> None:
     prof = rec.profile()
     assert prof.row("").calls == 1
     assert len(prof.samples["0"].total_ns) == 3
+
+
+def test_recorder_profile_reports_and_corrects_overhead() -> None:
+    model = small_mlp()
+    with layerprof.Recorder(model) as rec:
+        for _ in range(3):
+            model(torch.randn(2, 32))
+    corrected, raw = rec.profile(), rec.profile(correct=False)
+    assert corrected.overhead is not None and corrected.overhead.per_call_ns > 0
+    assert raw.overhead is None
+    assert corrected.row("").self_ns <= raw.row("").self_ns
+
+
+def test_no_correct_still_reports_overhead() -> None:
+    prof = layerprof.profile(
+        small_mlp(), torch.randn(2, 32), warmup=0, iters=3, correct_overhead=False
+    )
+    assert (
+        prof.overhead is not None and prof.overhead.per_call_ns > 0 and not prof.overhead.corrected
+    )
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_device_times() -> None:
+    model = small_mlp().cuda()
+    prof = layerprof.profile(model, torch.randn(64, 32, device="cuda"), warmup=2, iters=5)
+    assert prof.meta.device.startswith("cuda")
+    rows = {r.path: r for r in prof.rows()}
+    assert rows["0"].device_total_ns is not None and rows["0"].device_total_ns > 0
+    for root in prof.tree():
+        root.self_check(tolerance_ns=1)

@@ -37,6 +37,26 @@ Where the time and memory of a PyTorch model go, layer by layer.
 """
 
 
+def _int_at_least(low: int) -> Any:
+    """An argparse type: an integer >= ``low``, with a one-line error otherwise."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} is below {low}")
+        return value
+
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+_COUNT = _int_at_least(1)
+_NON_NEGATIVE = _int_at_least(0)
+
+
 def _add_output_options(p: argparse.ArgumentParser) -> None:
     out = p.add_argument_group("output")
     out.add_argument(
@@ -44,9 +64,14 @@ def _add_output_options(p: argparse.ArgumentParser) -> None:
     )
     out.add_argument("--csv", metavar="FILE", help="write one CSV line per layer")
     out.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
-    out.add_argument("--depth", type=int, metavar="N", help="deepest tree level printed")
     out.add_argument(
-        "--top", type=int, metavar="N", help="print the N layers with most self time, flat"
+        "--depth",
+        type=_NON_NEGATIVE,
+        metavar="N",
+        help="deepest tree level printed (0 = the model)",
+    )
+    out.add_argument(
+        "--top", type=_COUNT, metavar="N", help="print the N layers with most self time, flat"
     )
     out.add_argument(
         "--sort", choices=("order", "total", "self", "name"), default="order",
@@ -60,14 +85,16 @@ def _add_measure_options(p: argparse.ArgumentParser, *, warmup: int, iters: int)
     m = p.add_argument_group("measurement")
     m.add_argument(
         "--warmup",
-        type=int,
+        type=_NON_NEGATIVE,
         default=warmup,
         help=f"untimed warm-up forwards after the cold call (default {warmup})",
     )
     m.add_argument(
-        "--iters", type=int, default=iters, help=f"timed forwards per pass (default {iters})"
+        "--iters", type=_COUNT, default=iters, help=f"timed forwards per pass (default {iters})"
     )
-    m.add_argument("--threads", type=int, help="torch.set_num_threads for the run (restored after)")
+    m.add_argument(
+        "--threads", type=_COUNT, help="torch.set_num_threads for the run (restored after)"
+    )
     m.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     m.add_argument(
         "--dtype",
@@ -158,10 +185,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"layerprof {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    # --debug is accepted after the subcommand too; SUPPRESS keeps the main value.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     demo = sub.add_parser(
         "demo",
+        parents=[common],
         help="profile the built-in example models on CPU",
         description="Profile the built-in example models (a small CNN and a small transformer encoder) on CPU. With several models, output files get the model name inserted (report.html -> report.cnn.html).",
     )
@@ -171,7 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_output_options(demo)
 
     run = sub.add_parser(
-        "run", help="profile a model file or an --arch callable",
+        "run",
+        parents=[common], help="profile a model file or an --arch callable",
         description="Profile one forward pass of a model, layer by layer. MODEL is a state_dict/checkpoint "
         "file (needs --arch), a TorchScript archive, a torch.export .pt2 file, or a pickled module "
         "(needs --trust-pickle). Without MODEL, --arch builds the model with random weights.",
@@ -204,7 +238,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_output_options(run)
 
     analyze = sub.add_parser(
-        "analyze", help="analyze a torch.profiler trace (.json, .json.gz or a directory of ranks)"
+        "analyze",
+        parents=[common],
+        help="analyze a torch.profiler trace (.json, .json.gz or a directory of ranks)",
     )
     analyze.add_argument("trace", metavar="TRACE")
     analyze.add_argument(
@@ -212,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     analyze.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
     analyze.add_argument(
-        "--top", type=int, default=10, metavar="N", help="rows per table (default 10)"
+        "--top", type=_COUNT, default=10, metavar="N", help="rows per table (default 10)"
     )
     analyze.add_argument(
         "--group-by-shape", action="store_true", help="group operators by input shapes"
@@ -220,7 +256,9 @@ def build_parser() -> argparse.ArgumentParser:
     analyze.add_argument("--quiet", "-q", action="store_true")
 
     diff = sub.add_parser(
-        "diff", help="compare two profiles or traces; exit 1 on a regression with --fail-above"
+        "diff",
+        parents=[common],
+        help="compare two profiles or traces; exit 1 on a regression with --fail-above",
     )
     diff.add_argument("base", metavar="BASE")
     diff.add_argument("new", metavar="NEW")
@@ -242,20 +280,22 @@ def build_parser() -> argparse.ArgumentParser:
         default="console",
         help="what to print on stdout",
     )
-    diff.add_argument("--top", type=int, default=20, metavar="N")
+    diff.add_argument("--top", type=_COUNT, default=20, metavar="N")
     diff.add_argument("--json", metavar="FILE", help="write the diff (schema layerprof.diff/1)")
     diff.add_argument(
         "--html", metavar="FILE", help="write a self-contained HTML report of the diff"
     )
 
     report = sub.add_parser(
-        "report", help="re-render a saved profile, trace analysis or diff (no torch needed)"
+        "report",
+        parents=[common],
+        help="re-render a saved profile, trace analysis or diff (no torch needed)",
     )
     report.add_argument("file", metavar="FILE")
     report.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
     report.add_argument("--csv", metavar="FILE", help="write one CSV line per layer")
-    report.add_argument("--depth", type=int, metavar="N")
-    report.add_argument("--top", type=int, metavar="N")
+    report.add_argument("--depth", type=_NON_NEGATIVE, metavar="N")
+    report.add_argument("--top", type=_COUNT, metavar="N")
     report.add_argument("--sort", choices=("order", "total", "self", "name"), default="order")
     report.add_argument("--no-shapes", action="store_true")
     report.add_argument("--quiet", "-q", action="store_true")

@@ -48,7 +48,7 @@ class CudaEventClock:
         import torch
 
         self._torch = torch
-        self._device = device
+        self._device = torch.device(device) if device is not None else None
         self._pool: list[Any] = []
         self._next = 0
 
@@ -57,7 +57,9 @@ class CudaEventClock:
             self._pool.append(self._torch.cuda.Event(enable_timing=True))  # type: ignore[no-untyped-call]
         event = self._pool[self._next]
         self._next += 1
-        event.record()
+        # The current stream *of our device*: a bare record() would use the
+        # current device's stream, which is cuda:0 when profiling cuda:1.
+        event.record(self._torch.cuda.current_stream(self._device))
         return event
 
     def synchronize(self) -> None:

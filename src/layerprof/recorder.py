@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from layerprof.clocks import Clock, HostClock
 from layerprof.layertimes import Correction, build_samples
-from layerprof.records import LayerCall, LayerInfo, Meta
+from layerprof.records import LayerCall, LayerInfo, Meta, Overhead
 from layerprof.shapes import shape_tree
 
 if TYPE_CHECKING:
@@ -274,17 +274,40 @@ class Recorder:
     def shapes(self) -> dict[str, tuple[Any, Any]]:
         return self._shapes.shapes if self._shapes is not None else {}
 
-    def profile(self, meta: Meta | None = None) -> Profile:
-        """A Profile of everything recorded (no latency pass: see ``layerprof.profile``)."""
+    def profile(self, meta: Meta | None = None, *, correct: bool | None = None) -> Profile:
+        """A Profile of everything recorded (no latency pass: see ``layerprof.profile``).
+
+        ``correct`` removes the hooks' calibrated cost from host times (see
+        docs/definitions.md); by default it is done for the real host clock and
+        not for a test clock. A correction set on ``self.correction`` (the
+        runner's) is used as is. The first iteration also recorded shapes, so
+        it is slower; self times are medians over iterations.
+        """
         from layerprof.profile import Profile
 
         calls = self.calls()
         iterations = max((c.iteration for c in calls), default=-1) + 1
-        samples = build_samples(calls, iterations, self.correction)
+        correction = self.correction
+        if correction is None and (
+            correct if correct is not None else type(self.clock) is HostClock
+        ):
+            from layerprof.runner import calibrate
+
+            correction = calibrate()
+        samples = build_samples(calls, iterations, correction)
+        overhead = None
+        if correction is not None:
+            overhead = Overhead(
+                per_call_ns=correction.per_call_ns,
+                inside_ns=correction.inside_ns,
+                corrected=True,
+                calls_per_forward=len(calls) / max(iterations, 1),
+            )
         return Profile(
             meta=meta or default_meta(self.model, iterations),
             layers=layer_infos(self.model, self.shapes),
             samples=samples,
+            overhead=overhead,
         )
 
 

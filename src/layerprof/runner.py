@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from layerprof.clocks import CudaEventClock, HostClock, synchronizer
-from layerprof.errors import ModelRunError
+from layerprof.errors import ModelRunError, UsageError
 from layerprof.layertimes import Correction
 from layerprof.progress import Progress
 from layerprof.recorder import Recorder, ShapeCapture, layer_infos
@@ -74,6 +74,14 @@ class RunOptions:
     kind: str = "eager"
     meta_extra: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if self.iters < 1:
+            raise UsageError(f"iters must be at least 1 (got {self.iters})")
+        if self.warmup < 0:
+            raise UsageError(f"warmup cannot be negative (got {self.warmup})")
+        if self.threads is not None and self.threads < 1:
+            raise UsageError(f"threads must be at least 1 (got {self.threads})")
+
 
 @dataclass(frozen=True)
 class Measurement:
@@ -111,7 +119,7 @@ def run_model(
     device = opts.device or _device_of(model)
     sync = synchronizer(device)
     forward = _forward(model, args, kwargs)
-    with _run_state(model, opts):
+    with _run_state(model, opts, device):
         progress = Progress(enabled=opts.progress, total=1 + opts.warmup + 2 * opts.iters)
         try:
             first_ns = _timed(forward, sync, model)
@@ -163,19 +171,19 @@ def _hooked(
     progress: Progress,
     latency: list[int],
 ) -> tuple[dict[str, LayerSamples], Overhead]:
-    """Hooks mode: calibration, then the instrumented pass."""
-    calibration = calibrate(device) if opts.correct_overhead else None
+    """Hooks mode: calibration (always reported), then the instrumented pass."""
+    calibration = calibrate(device)
     rec, inst_ns = _instrumented(model, forward, sync, device, opts, progress)
-    rec.correction = calibration
+    rec.correction = calibration if opts.correct_overhead else None
     overhead = Overhead(
-        per_call_ns=calibration.per_call_ns if calibration else 0.0,
-        inside_ns=calibration.inside_ns if calibration else 0.0,
-        corrected=calibration is not None,
+        per_call_ns=calibration.per_call_ns,
+        inside_ns=calibration.inside_ns,
+        corrected=opts.correct_overhead,
         calls_per_forward=len(rec.calls()) / max(rec.iterations, 1),
         clean_ns=median(latency) if latency else None,
         instrumented_ns=median(inst_ns) if inst_ns else None,
     )
-    return rec.profile().samples, overhead
+    return rec.profile(correct=opts.correct_overhead).samples, overhead
 
 
 def _capture(
@@ -361,13 +369,14 @@ def locate_failure(model: torch.nn.Module, forward: Callable[[], Any]) -> str | 
     return None
 
 
-def calibrate(device: str, *, children: int = 50, repeats: int = 60) -> Correction:
+def calibrate(device: str = "cpu", *, children: int = 50, repeats: int = 60) -> Correction:
     """Measure the hooks' cost per module call on a model of empty layers.
 
     ``per_call_ns`` = (hooked - bare) forward time / hooked calls; ``inside_ns`` =
     median measured duration of an empty layer, i.e. the part of the hook cost
-    that falls inside a call's own interval. Host clock only: on CUDA the
-    hooks cost host time, not device time.
+    that falls inside a call's own interval. On CUDA the hooks also record
+    CUDA events, so calibration runs on the same device with the same clocks;
+    what it measures is host time (the hooks cost the GPU nothing).
     """
     import torch
 
@@ -386,39 +395,45 @@ def calibrate(device: str, *, children: int = 50, repeats: int = 60) -> Correcti
             return x
 
     model = Wide()
-    x = torch.zeros(1)
+    x = torch.zeros(1, device=device)
+    sync = synchronizer(device)
 
-    def best_of(fn: Callable[[], Any]) -> float:
+    def median_forward(fn: Callable[[], Any]) -> float:
         samples = []
         for _ in range(repeats):
+            sync()
             t0 = time.perf_counter_ns()
             fn()
             samples.append(time.perf_counter_ns() - t0)
         return median(samples)
 
-    bare = best_of(lambda: model(x))
-    rec = Recorder(model, record_shapes=False)
+    bare = median_forward(lambda: model(x))
+    dclock = CudaEventClock(device) if device.startswith("cuda") else None
+    rec = Recorder(model, device_clock=dclock, record_shapes=False)
     with rec:
-        hooked = best_of(lambda: model(x))
-    calls = rec.calls()
-    inside = median([c.duration_ns for c in calls if c.path != ""])
+        hooked = median_forward(lambda: model(x))
+    inside = median([c.duration_ns for c in rec.calls() if c.path != ""])
     per_call = max((hooked - bare) / (children + 1), 0.0)
     return Correction(per_call_ns=per_call, inside_ns=min(inside, per_call))
 
 
 @contextlib.contextmanager
-def _run_state(model: torch.nn.Module, opts: RunOptions) -> Iterator[None]:
-    """Eval mode, grad mode and thread count for the run; all restored afterwards."""
+def _run_state(model: torch.nn.Module, opts: RunOptions, device: str) -> Iterator[None]:
+    """Eval mode, grad mode, thread count and current CUDA device for the run; all restored."""
     import torch
 
     was_training = model.training
     threads = torch.get_num_threads()
-    if opts.threads:
+    if opts.threads is not None:
         torch.set_num_threads(opts.threads)
     if opts.eval:
         model.eval()
+    # cuda:N runs on that device's current stream, where the event clock records too.
+    on_device: contextlib.AbstractContextManager[Any] = (
+        torch.cuda.device(device) if device.startswith("cuda") else contextlib.nullcontext()
+    )
     try:
-        with _grad_ctx(opts):
+        with on_device, _grad_ctx(opts):
             yield
     finally:
         model.train(was_training)
