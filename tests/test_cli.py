@@ -303,3 +303,18 @@ def test_analyze_diff_report_do_not_import_torch(tmp_path: Path) -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr
+
+
+def test_bad_output_path_fails_before_measuring(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    code, out, err = run_cli(
+        capsys, "run", "--arch", "tests.cli_models:Net", "--input", "2x4", *FAST,
+        "--json", str(tmp_path / "ok.json"), "--csv", str(blocker / "x.csv"),
+    )  # fmt: skip
+    assert code == 2
+    assert_one_line_error(err, "x.csv", "is not a directory")
+    assert out == ""  # nothing was measured or printed
+    assert not (tmp_path / "ok.json").exists()

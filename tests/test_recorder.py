@@ -13,7 +13,7 @@ from torch import nn
 from layerprof import Recorder
 from layerprof.clocks import FakeClock
 from layerprof.layertimes import Correction, build_samples
-from layerprof.records import LayerCall
+from layerprof.records import LayerCall, Meta
 from tests import zoo_models as zoo
 
 
@@ -291,3 +291,27 @@ def test_layer_called_in_some_iterations_reports_mean() -> None:
     assert rare.self_ns == pytest.approx(30)  # mean of (0, 0, 90) per forward
     assert prof.row("always").self_ns == 10 and not prof.row("always").calls_vary
     assert prof.row("").total_ns == pytest.approx(40)
+
+
+def test_rows_in_any_order_and_orphans_add_up() -> None:
+    from layerprof.profile import Profile
+    from layerprof.records import LayerInfo, LayerSamples
+
+    layers = (
+        LayerInfo("a.x", "Leaf", "a"),
+        LayerInfo("a", "Block", ""),
+        LayerInfo("", "Net", None),
+        LayerInfo("lost.y", "Leaf", "lost"),  # its parent is not in the profile
+    )
+    samples = {
+        "": LayerSamples((30,), (5,), 1),
+        "a": LayerSamples((25,), (10,), 1),
+        "a.x": LayerSamples((15,), (15,), 1),
+        "lost.y": LayerSamples((10,), (10,), 1),
+    }
+    prof = Profile(meta=Meta(model="m"), layers=layers, samples=samples)
+    rows = {r.path: r for r in prof.rows()}
+    assert rows[""].total_ns == 30 and rows["a"].total_ns == 25
+    assert rows["lost.y"].share == pytest.approx(10 / 40)
+    for root in prof.tree():
+        root.self_check()

@@ -143,3 +143,22 @@ def test_cuda_device_times() -> None:
     assert rows["0"].device_total_ns is not None and rows["0"].device_total_ns > 0
     for root in prof.tree():
         root.self_check(tolerance_ns=1)
+
+
+@pytest.mark.parametrize(
+    "patch",
+    [
+        {"latency_ms": [1]},
+        {"layers": {}},
+        {"meta": {"model": "m", "device": None}},
+        {"ops": "x"},
+        {"layers": [{"path": ""}]},
+    ],
+)
+def test_malformed_profile_is_a_format_error(tmp_path, patch: dict) -> None:
+    from layerprof.errors import ProfileFormatError
+    from tests.test_console import fake_profile
+
+    data = {**fake_profile().to_dict(), **patch}
+    with pytest.raises(ProfileFormatError, match="malformed profile"):
+        Profile.from_dict(data, source="x.json")

@@ -43,6 +43,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from layerprof.clocks import Clock, HostClock, synchronizer
+from layerprof.device import device_of
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.layertimes import build_samples
 from layerprof.records import LayerCall
@@ -228,7 +229,7 @@ def profile_backward(
     them) are absent. One untimed step runs first (autograd warm-up).
     """
     clock = clock or HostClock()
-    device = _device_of(model)
+    device = device_of(model)
     step = backward_step(model, args, kwargs or {}, loss, synchronizer(device))
     calls: list[LayerCall] = []
     with backward_state(model, no_inplace=True), warnings.catch_warnings():
@@ -301,12 +302,6 @@ def nest_intervals(spans: Sequence[tuple[str, int, int]], iteration: int) -> lis
         rows.append([path, start, end, stack[-1] if stack else -1])
         stack.append(len(rows) - 1)
     return [LayerCall(p, iteration, s, e, parent) for p, s, e, parent in rows]
-
-
-def _device_of(model: torch.nn.Module) -> str:
-    for p in model.parameters():
-        return str(p.device)
-    return "cpu"
 
 
 # ---- ops mode ----------------------------------------------------------------------------

@@ -305,9 +305,24 @@ def build_parser() -> argparse.ArgumentParser:
 # ---- commands ----------------------------------------------------------------------
 
 
+_FILE_OUTPUTS = ("json", "csv", "html", "trace", "stacks", "speedscope")
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Fail fast on an output path that cannot be written, before any measuring."""
+    from layerprof.files import ensure_parent
+
+    for name in _FILE_OUTPUTS:
+        if getattr(args, name, None):
+            ensure_parent(getattr(args, name))
+    if getattr(args, "tensorboard", None):
+        ensure_parent(args.tensorboard, is_dir=True)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from layerprof.demo import DEMOS, build
 
+    check_outputs(args)
     names = list(DEMOS) if args.model == "all" else [args.model]
     for name in names:
         model = build(name)
@@ -330,6 +345,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(
             "no --input given", hint="e.g. --input 1x3x224x224 (repeat for more arguments)"
         )
+    check_outputs(args)
     kwargs = None
     if args.arch_kwargs:
         try:
@@ -446,24 +462,25 @@ def _emit(measured: Measurement, args: argparse.Namespace, *, suffix: str | None
 
     profile = measured.profile
     findings = diagnose(profile)
+    # Files first: a measurement that took minutes is saved before anything else can fail.
+    _write_outputs(profile, args, suffix=suffix, findings=[f.to_dict() for f in findings])
+    _write_exports(measured, args, suffix=suffix)
     if not args.quiet:
         console = make_console()
         print_profile(
             profile, console=console, depth=args.depth, top=args.top, sort=args.sort,
             shapes=not args.no_shapes,
         )  # fmt: skip
-        if getattr(args, "ops", False):
+        if profile.ops:
             _print_ops(measured, args, console)
         print_findings(findings, console)
-    _write_outputs(profile, args, suffix=suffix, findings=[f.to_dict() for f in findings])
-    _write_exports(measured, args, suffix=suffix)
 
 
 def _print_ops(measured: Measurement, args: argparse.Namespace, console: Any) -> None:
     from layerprof.render.ops_console import render_ops
 
     ops = measured.profile.ops
-    if not args.group_by_shape:
+    if not getattr(args, "group_by_shape", False):
         ops = merge_shapes(ops)
     top = args.top or 10
     render_ops([o for o in ops if o.phase == "forward"], console, top=top)
@@ -672,7 +689,6 @@ def cmd_report(args: argparse.Namespace) -> int:
     if schema == "layerprof.profile/1":
         from layerprof.runner import Measurement
 
-        args.json = None
         _emit(Measurement(profile_from_dict(data, source=str(p))), args)
         return 0
     if schema in ("layerprof.trace/1", "layerprof.diff/1"):

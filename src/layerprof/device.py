@@ -8,31 +8,46 @@ from layerprof.errors import DeviceError, UsageError
 
 
 def resolve_device(spec: str) -> str:
-    """``cpu``, ``cuda`` or ``cuda:N`` -> a canonical device string, or DeviceError."""
-    import torch
+    """``cpu``, ``cuda`` or ``cuda:N`` -> a canonical device string, or a clear error.
 
+    The spec is parsed before CUDA is asked about, so a typo is a usage error
+    on any machine.
+    """
     if spec == "cpu":
         return "cpu"
-    if spec == "cuda" or spec.startswith("cuda:"):
-        if not torch.cuda.is_available():
-            raise DeviceError(
-                f"--device {spec}: CUDA is not available (torch {torch.__version__},"
-                f" built with CUDA {torch.version.cuda or 'none'})",
-                hint="use --device cpu, or install a CUDA build of torch on a machine with a GPU",
-            )
-        index = torch.cuda.current_device() if spec == "cuda" else _index(spec)
-        count = torch.cuda.device_count()
-        if index >= count:
-            raise DeviceError(f"--device {spec}: only {count} CUDA device(s) present")
-        return f"cuda:{index}"
-    raise UsageError(f"--device {spec!r}: expected cpu, cuda or cuda:N")
+    if spec != "cuda" and not spec.startswith("cuda:"):
+        raise UsageError(f"--device {spec!r}: expected cpu, cuda or cuda:N")
+    index = None if spec == "cuda" else _index(spec)
+    import torch
+
+    if not torch.cuda.is_available():
+        raise DeviceError(
+            f"--device {spec}: CUDA is not available (torch {torch.__version__},"
+            f" built with CUDA {torch.version.cuda or 'none'})",
+            hint="use --device cpu, or install a CUDA build of torch on a machine with a GPU",
+        )
+    if index is None:
+        index = torch.cuda.current_device()
+    count = torch.cuda.device_count()
+    if index >= count:
+        raise DeviceError(f"--device {spec}: only {count} CUDA device(s) present")
+    return f"cuda:{index}"
 
 
 def _index(spec: str) -> int:
-    try:
-        return int(spec.split(":", 1)[1])
-    except ValueError as exc:
-        raise UsageError(f"--device {spec!r}: N in cuda:N must be an integer") from exc
+    text = spec.split(":", 1)[1]
+    if not text.isdigit():
+        raise UsageError(f"--device {spec!r}: N in cuda:N must be a non-negative integer")
+    return int(text)
+
+
+def device_of(model: Any) -> str:
+    """Where a model lives: its first parameter's device, else its first buffer's, else cpu."""
+    for p in model.parameters():
+        return str(p.device)
+    for b in model.buffers():
+        return str(b.device)
+    return "cpu"
 
 
 def prepare_model(model: Any, device: str, dtype: str | None) -> Any:

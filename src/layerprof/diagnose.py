@@ -77,18 +77,29 @@ def _type_hint(row: LayerRow, has_children: bool) -> str:
     return "look at its input shapes and dtype; run with --ops to see its operators"
 
 
+def _self_time(row: LayerRow) -> float:
+    """Device self time where measured (CUDA): host time there is mostly launch cost."""
+    return row.device_self_ns if row.device_self_ns is not None else row.self_ns
+
+
 def _bottleneck(rows: Sequence[LayerRow], root_total: float) -> list[Finding]:
     parents = {r.parent for r in rows}
-    top = max(rows, key=lambda r: r.self_ns)
-    share = top.self_ns / root_total
+    # A model with no child layers is trivially its own bottleneck: say nothing.
+    candidates = [r for r in rows if r.parent is not None or r.path in parents]
+    if not candidates:
+        return []
+    top = max(candidates, key=_self_time)
+    device = top.device_self_ns is not None
+    whole = sum(r.device_total_ns or 0 for r in rows if r.parent is None) if device else root_total
+    share = _self_time(top) / whole if whole > 0 else 0.0
     if share < BOTTLENECK_SHARE:
         return []
     return [
         Finding(
             "high",
             f"{top.path or top.type} ({top.type}) is the bottleneck",
-            f"its self time is {human_time(top.self_ns)} per forward,"
-            f" {100 * share:.0f}% of the model's {human_time(root_total)}.",
+            f"its {'device ' if device else ''}self time is {human_time(_self_time(top))}"
+            f" per forward, {100 * share:.0f}% of the model's {human_time(whole)}.",
             _type_hint(top, top.path in parents),
             top.path,
         )

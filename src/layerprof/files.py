@@ -15,6 +15,28 @@ def _umask() -> int:
     return mask
 
 
+def ensure_parent(path: str | os.PathLike[str], *, is_dir: bool = False) -> Path:
+    """Create the folder ``path`` will be written in (or ``path`` itself for a
+    directory output) and check it is writable: called before a long run, so a
+    typo in an output path fails in a second, not after the measurement."""
+    target = Path(path)
+    folder = target if is_dir else target.parent
+    for parent in (folder, *folder.parents):
+        if parent.exists():
+            if not parent.is_dir():
+                raise OutputError(f"cannot write {target}: {parent} is not a directory")
+            break
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from exc
+    if not os.access(folder, os.W_OK):
+        raise OutputError(f"cannot write {target}: {folder} is not writable")
+    if target.is_dir() and not is_dir:
+        raise OutputError(f"cannot write {target}: it is a directory")
+    return target
+
+
 def write_atomic(path: str | os.PathLike[str], data: bytes | str) -> Path:
     """Write ``data`` to ``path`` via a temporary file and a rename.
 
@@ -23,8 +45,8 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | str) -> Path:
     """
     target = Path(path)
     payload = data.encode() if isinstance(data, str) else data
+    ensure_parent(target)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     except OSError as exc:
         raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from exc

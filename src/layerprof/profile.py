@@ -98,19 +98,41 @@ def _subtree_totals(rows: list[LayerRow]) -> list[LayerRow]:
     Never-called containers (ModuleList, ModuleDict) get the sum of their
     children this way too.
     """
+    paths = {r.path for r in rows}
     kids: dict[str, list[int]] = {}
     for i, r in enumerate(rows):
-        if r.parent is not None:
+        if r.parent is not None and r.parent in paths:
             kids.setdefault(r.parent, []).append(i)
-    for i in range(len(rows) - 1, -1, -1):  # children come after parents in module order
+    for i in _children_first(rows, kids):
         r = rows[i]
         children = kids.get(r.path, ())
         total = r.self_ns + sum(rows[k].total_ns for k in children)
         dev = _add_opt(r.device_self_ns, [rows[k].device_total_ns for k in children])
         bwd = _add_opt(r.backward_self_ns, [rows[k].backward_total_ns for k in children])
         rows[i] = replace(r, total_ns=total, device_total_ns=dev, backward_total_ns=bwd)
-    roots_total = sum(r.total_ns for r in rows if r.parent is None)
+    # A root is a row without a parent among the rows (as in ``Profile.tree``).
+    roots_total = sum(r.total_ns for r in rows if r.parent is None or r.parent not in paths)
     return [replace(r, share=r.total_ns / roots_total if roots_total > 0 else 0.0) for r in rows]
+
+
+def _children_first(rows: list[LayerRow], kids: dict[str, list[int]]) -> list[int]:
+    """Row indices in post-order, whatever order the rows came in (traces need not
+    list parents first)."""
+    order: list[int] = []
+    seen: set[int] = set()
+    for start in range(len(rows)):
+        stack = [(start, False)]
+        while stack:
+            i, expanded = stack.pop()
+            if expanded:
+                order.append(i)
+                continue
+            if i in seen:
+                continue
+            seen.add(i)
+            stack.append((i, True))
+            stack.extend((k, False) for k in kids.get(rows[i].path, ()) if k not in seen)
+    return order
 
 
 def _add_opt(own: float | None, children: list[float | None]) -> float | None:
@@ -352,6 +374,7 @@ def profile_from_dict(data: Any, *, source: str) -> Profile:
             hint="re-create the profile with this version of layerprof",
         )
     try:
+        _check_types(data)
         meta_d = dict(data["meta"])
         meta_d["inputs"] = tuple(meta_d.get("inputs") or ())
         known = set(Meta.__dataclass_fields__)
@@ -420,7 +443,7 @@ def profile_from_dict(data: Any, *, source: str) -> Profile:
             )
             for o in data.get("ops") or ()
         )
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ProfileFormatError(f"{source}: malformed profile ({exc!r})") from exc
     return Profile(
         meta=meta,
@@ -432,6 +455,26 @@ def profile_from_dict(data: Any, *, source: str) -> Profile:
         ops=ops,
         notes=tuple(data.get("notes") or ()),
     )
+
+
+_META_STRINGS = ("model", "device", "dtype", "torch", "mode", "source")
+
+
+def _check_types(data: dict[str, Any]) -> None:
+    """Shape checks a loaded file must pass before anything trusts its fields."""
+    meta = data.get("meta")
+    if not isinstance(meta, dict):
+        raise TypeError("'meta' is not an object")
+    for key in _META_STRINGS:
+        if key in meta and not isinstance(meta[key], str):
+            raise TypeError(f"meta.{key} is not a string")
+    if not isinstance(data.get("layers"), list):
+        raise TypeError("'layers' is not a list")
+    for key in ("latency_ms", "overhead"):
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            raise TypeError(f"'{key}' is not an object")
+    if not isinstance(data.get("ops") or [], list):
+        raise TypeError("'ops' is not a list")
 
 
 def load_profile(path: str | os.PathLike[str]) -> Profile:

@@ -314,15 +314,12 @@ class Recorder:
 def default_meta(model: torch.nn.Module, iterations: int) -> Meta:
     import torch
 
+    from layerprof.device import device_of
     from layerprof.profile import now_iso
 
-    device = "cpu"
-    for p in model.parameters():
-        device = str(p.device)
-        break
     return Meta(
         model=type(model).__name__,
-        device=device,
+        device=device_of(model),
         torch=torch.__version__,
         iters=iterations,
         mode="train" if model.training else "eval",

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from layerprof.clocks import CudaEventClock, HostClock, synchronizer
+from layerprof.device import device_of
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.layertimes import Correction
 from layerprof.progress import Progress
@@ -116,7 +117,7 @@ def run_model(
     """
     opts = options or RunOptions()
     kwargs = kwargs or {}
-    device = opts.device or _device_of(model)
+    device = opts.device or device_of(model)
     sync = synchronizer(device)
     forward = _forward(model, args, kwargs)
     with _run_state(model, opts, device):
@@ -354,8 +355,19 @@ def model_error(model: torch.nn.Module, path: str | None, exc: BaseException) ->
     return ModelRunError(
         f"{where} ({type(module).__name__}): {message}",
         layer=path,
-        hint="check the --input shapes and dtypes against what this layer expects",
+        hint=_input_hint(message),
     )
+
+
+_INPUT_WORDS = ("shape", "size", "dimension", "dtype", "expected", "must match", "mat1")
+
+
+def _input_hint(message: str) -> str | None:
+    """The input hint only for errors that look like a wrong input, not for any bug."""
+    low = message.lower()
+    if any(word in low for word in _INPUT_WORDS):
+        return "check the --input shapes and dtypes against what this layer expects"
+    return None
 
 
 def locate_failure(model: torch.nn.Module, forward: Callable[[], Any]) -> str | None:
@@ -452,14 +464,6 @@ def _grad_ctx(opts: RunOptions) -> contextlib.AbstractContextManager[Any]:
 
 def _forward(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], Any]:
     return lambda: model(*args, **kwargs)
-
-
-def _device_of(model: torch.nn.Module) -> str:
-    for p in model.parameters():
-        return str(p.device)
-    for b in model.buffers():
-        return str(b.device)
-    return "cpu"
 
 
 def _dtype_of(model: torch.nn.Module) -> str:

@@ -24,6 +24,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from layerprof.device import device_of
 from layerprof.errors import ModelRunError
 from layerprof.opcapture import (
     LAYER_PREFIX,
@@ -68,7 +69,7 @@ def script_capture(
     from layerprof.opcapture import TraceCycle, profiler_kwargs
     from layerprof.runner import model_error
 
-    kw = profiler_kwargs(options or OpOptions(), _device(scripted_module), iters)
+    kw = profiler_kwargs(options or OpOptions(), device_of(scripted_module), iters)
     kw["with_modules"] = True
     enter, leave = range_api()
     with torch.no_grad(), torch.profiler.profile(**kw) as prof:
@@ -176,12 +177,6 @@ def _tid(ev: dict[str, Any]) -> int:
     return tid if isinstance(tid, int) else hash(tid)
 
 
-def _device(module: Any) -> str:
-    for p in module.parameters():
-        return str(p.device)
-    return "cpu"
-
-
 # ---- torch.export ------------------------------------------------------------------------
 
 
@@ -204,7 +199,7 @@ def export_capture(
     import torch
 
     gm = instrumented_module(program)
-    device = _device(gm)
+    device = device_of(gm)
     cap = capture_ops(
         gm, args, kwargs, iters=iters, device=device, options=options or OpOptions(),
         grad_ctx_factory=torch.no_grad,

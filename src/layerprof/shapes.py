@@ -26,8 +26,6 @@ def shape_tree(value: Any, depth: int = 0) -> Any:
         return {str(k): shape_tree(value[k], depth + 1) for k in keys}
     if value is None:
         return None
-    if isinstance(value, (int, float, bool, str)):
-        return type(value).__name__
     return type(value).__name__
 
 

@@ -63,11 +63,6 @@ class Summary:
             "n": self.n,
         }
 
-    def mad(self, values: Sequence[float]) -> float:
-        """Median absolute deviation of ``values`` around this summary's median."""
-        dev = sorted(abs(v - self.median) for v in values)
-        return percentile(dev, 50) if dev else 0.0
-
 
 def median(values: Sequence[float]) -> float:
     return percentile(sorted(values), 50)
