@@ -212,15 +212,36 @@ def _print_tree(r: RankReport, console: Console, top: int) -> None:
     rows = r.modules or r.annotations
     if not rows:
         return
-    what = "modules (nn.Module spans)" if r.modules else "record_function annotations"
+    sources = {
+        "layerprof_layer": "layers (layerprof layer spans)",
+        "nn.Module": "modules (nn.Module spans)",
+    }
+    what = (
+        sources.get(r.module_source or "", "modules")
+        if r.modules
+        else "record_function annotations"
+    )
     cols = ["path", "calls", "total ms", "self ms"]
     if r.has_device:
         cols += ["device ms"]
     table = _table(f"{what}, summed over the trace", *cols)
     limit = max(top * 3, 30)
+    depths: dict[str, int] = {}
     for row in rows[:limit]:
-        depth = row.path.count(".")
-        label = "  " * depth + (row.name if depth else row.path)
+        if r.module_source == "layerprof_layer":
+            # qualified paths, "" = root; containers that never ran (ModuleList) are
+            # not in a trace, so indent by the ancestors present and show full paths
+            parent = row.parent
+            depth = (
+                depths[parent] + 1
+                if parent is not None and parent in depths
+                else int(row.path != "")
+            )
+            depths[row.path] = depth
+            label = "  " * depth + (row.path or row.name)
+        else:
+            depth = row.path.count(".")
+            label = "  " * depth + (row.name if depth else row.path)
         cells = [_short(label), str(row.calls), _ms(row.total_ns), _ms(row.self_ns)]
         if r.has_device:
             cells.append(_ms(row.device_ns))
