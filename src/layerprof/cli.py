@@ -20,7 +20,6 @@ from layerprof.errors import LayerprofError, ProfileFormatError, UsageError
 if TYPE_CHECKING:
     from layerprof.opcapture import OpOptions
     from layerprof.profile import Profile
-    from layerprof.records import OpStat
     from layerprof.runner import Measurement
 
 EXIT_ERROR = 2
@@ -477,7 +476,7 @@ def _emit(measured: Measurement, args: argparse.Namespace, *, suffix: str | None
 
 
 def _print_ops(measured: Measurement, args: argparse.Namespace, console: Any) -> None:
-    from layerprof.render.ops_console import render_ops
+    from layerprof.render.ops_console import merge_shapes, render_ops
 
     ops = measured.profile.ops
     if not getattr(args, "group_by_shape", False):
@@ -487,26 +486,6 @@ def _print_ops(measured: Measurement, args: argparse.Namespace, console: Any) ->
     backward = [o for o in ops if o.phase == "backward"]
     if backward:
         render_ops(backward, console, top=top, title="backward operators")
-
-
-def merge_shapes(ops: Sequence[OpStat]) -> tuple[OpStat, ...]:
-    """Ops summed over input shapes, per (layer, name, phase)."""
-    acc: dict[tuple[str | None, str, str], OpStat] = {}
-    for o in ops:
-        key = (o.layer, o.name, o.phase)
-        prev = acc.get(key)
-        if prev is None:
-            acc[key] = replace(o, input_shapes=None)
-            continue
-        device = None if prev.device_ns is None else prev.device_ns + (o.device_ns or 0)
-        acc[key] = replace(
-            prev,
-            calls=prev.calls + o.calls,
-            self_ns=prev.self_ns + o.self_ns,
-            total_ns=prev.total_ns + o.total_ns,
-            device_ns=device,
-        )
-    return tuple(acc.values())
 
 
 def _write_exports(measured: Measurement, args: argparse.Namespace, *, suffix: str | None) -> None:

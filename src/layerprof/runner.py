@@ -18,6 +18,7 @@ the model raises or the user presses Ctrl-C.
 from __future__ import annotations
 
 import contextlib
+import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -296,6 +297,7 @@ def _meta(
         grad=opts.grad,
         source="layerprof.run",
         created=now_iso(),
+        host=socket.gethostname(),
         extra=dict(opts.meta_extra),
     )
 

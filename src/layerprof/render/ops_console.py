@@ -7,6 +7,7 @@ the ops carry device times (CUDA runs); on CPU they are absent, not zero.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Literal
 
 from rich.console import Console
@@ -40,6 +41,26 @@ def render_ops(
     for layer, rows in groups[:layers] if layers is not None else groups:
         label = layer if layer else "(root)"
         console.print(op_table(rows, top=top, sort=sort, title=f"{title} in {label}"))
+
+
+def merge_shapes(ops: Sequence[OpStat]) -> tuple[OpStat, ...]:
+    """Ops summed over input shapes, per (layer, name, phase)."""
+    acc: dict[tuple[str | None, str, str], OpStat] = {}
+    for o in ops:
+        key = (o.layer, o.name, o.phase)
+        prev = acc.get(key)
+        if prev is None:
+            acc[key] = replace(o, input_shapes=None)
+            continue
+        device = None if prev.device_ns is None else prev.device_ns + (o.device_ns or 0)
+        acc[key] = replace(
+            prev,
+            calls=prev.calls + o.calls,
+            self_ns=prev.self_ns + o.self_ns,
+            total_ns=prev.total_ns + o.total_ns,
+            device_ns=device,
+        )
+    return tuple(acc.values())
 
 
 def flat(ops: Sequence[OpStat]) -> list[OpStat]:
