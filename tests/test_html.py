@@ -621,3 +621,19 @@ def test_narrow_window_has_no_page_wide_horizontal_scroll(browser: Any, full_rep
         assert opened.errors == []
     finally:
         opened.page.close()
+
+
+def test_trace_profile_shows_step_time_not_inference_latency() -> None:
+    from dataclasses import replace
+
+    prof = Profile(
+        meta=Meta(model="rank0", source="trace", extra={"step_source": "ProfilerStep"}),
+        layers=(LayerInfo("", "Net", None),),
+        samples={"": LayerSamples((5_000_000, 6_000_000), (1_000_000, 1_000_000), 1)},
+        latency_ns=(5_000_000, 6_000_000),
+    )
+    page = render_html(profile=prof)
+    assert "Step time" in page and "ProfilerStep" in page
+    assert "clean pass (no hooks)" not in page
+    live = render_html(profile=replace(prof, meta=Meta(model="m")))
+    assert "Inference latency" in live

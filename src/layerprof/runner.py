@@ -145,6 +145,10 @@ def run_model(
                 samples = capture.layer_samples()
                 ops = capture.ops + capture.backward_ops
                 overhead = None
+                base = base.with_notes(
+                    "ops mode: layer times come from torch.profiler ranges and include its"
+                    " per-op recording cost (not corrected); the latency is from the clean pass"
+                )
             else:
                 capture, ops = None, ()
                 samples, overhead = _hooked(model, forward, sync, device, opts, progress, latency)

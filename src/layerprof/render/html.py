@@ -483,6 +483,21 @@ def _latency_section(page: _Page, pdata: Row) -> None:
             body += f'<div class="grid2">{_chart("lp-lat-iter")}{_chart("lp-lat-hist")}</div>'
     if isinstance(overhead, Mapping):
         body += f'<p class="overhead">{_overhead_text(overhead)}</p>'
+    meta = pdata.get("meta")
+    if isinstance(meta, Mapping) and meta.get("source") == "trace":
+        # A trace's units are its steps, timed by the profiler that wrote it.
+        step_source = (
+            (meta.get("extra") or {}).get("step_source")
+            if isinstance(meta.get("extra"), Mapping)
+            else None
+        )
+        intro = (
+            "Duration of each step in the trace"
+            + (f" ({_e(str(step_source))})" if step_source else "")
+            + ", as recorded by torch.profiler: profiled time, not a clean pass."
+        )
+        page.add("latency", "Step time", body, intro=intro)
+        return
     intro = (
         "Wall time of one whole forward in a clean pass (no hooks), after warm-up;"
         " the first (cold) call is reported separately."
