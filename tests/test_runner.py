@@ -162,3 +162,16 @@ def test_malformed_profile_is_a_format_error(tmp_path, patch: dict) -> None:
     data = {**fake_profile().to_dict(), **patch}
     with pytest.raises(ProfileFormatError, match="malformed profile"):
         Profile.from_dict(data, source="x.json")
+
+
+def test_flops_and_activation_bytes_per_layer(tmp_path) -> None:
+    prof = layerprof.profile(small_mlp(), torch.randn(4, 32), warmup=0, iters=2)
+    rows = {r.path: r for r in prof.rows()}
+    assert rows["0"].flops == 2 * 4 * 32 * 64
+    assert rows["2"].flops == 2 * 4 * 64 * 8
+    assert rows["1"].flops == 0  # ReLU: elementwise ops are not counted
+    assert rows[""].flops == rows["0"].flops + rows["2"].flops
+    assert rows["0"].output_bytes == 4 * 64 * 4
+    again = Profile.load(prof.save(tmp_path / "p.json"))
+    assert again.row("0").flops == rows["0"].flops
+    assert again.row("0").output_bytes == rows["0"].output_bytes

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from layerprof.render.units import human_time
+from layerprof.render.units import human_count, human_time
 
 if TYPE_CHECKING:
     from layerprof.profile import LayerRow, Profile
@@ -99,11 +99,21 @@ def _bottleneck(rows: Sequence[LayerRow], root_total: float) -> list[Finding]:
             "high",
             f"{top.path or top.type} ({top.type}) is the bottleneck",
             f"its {'device ' if device else ''}self time is {human_time(_self_time(top))}"
-            f" per forward, {100 * share:.0f}% of the model's {human_time(whole)}.",
+            f" per forward, {100 * share:.0f}% of the model's {human_time(whole)}"
+            + _throughput(top)
+            + ".",
             _type_hint(top, top.path in parents),
             top.path,
         )
     ]
+
+
+def _throughput(row: LayerRow) -> str:
+    """Achieved FLOP rate of a leaf, which says whether it is compute- or overhead-bound."""
+    time_ns = row.device_total_ns if row.device_total_ns is not None else row.total_ns
+    if not row.flops or time_ns <= 0:
+        return ""
+    return f"; {human_count(row.flops)}FLOPs at {row.flops / time_ns:.1f} GFLOP/s"
 
 
 def _parent_self(rows: Sequence[LayerRow], root_total: float) -> list[Finding]:

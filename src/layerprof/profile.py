@@ -56,6 +56,8 @@ class LayerRow:
     backward_total_ns: float | None = None
     backward_self_ns: float | None = None
     calls_vary: bool = False
+    flops: int | None = None
+    output_bytes: int | None = None
 
     @property
     def name(self) -> str:
@@ -193,6 +195,8 @@ class Profile:
                     backward_total_ns=mid(s.backward_total_ns) if s else None,
                     backward_self_ns=mid(s.backward_self_ns) if s else None,
                     calls_vary=s.calls_vary if s else False,
+                    flops=info.flops,
+                    output_bytes=info.output_bytes,
                 )
             )
         return _subtree_totals(out)
@@ -279,6 +283,8 @@ def layer_to_dict(row: LayerRow) -> dict[str, Any]:
         "params": row.params,
         "params_own": row.params_own,
         **({"calls_vary": True} if row.calls_vary else {}),
+        **({"flops": row.flops} if row.flops is not None else {}),
+        **({"output_bytes": row.output_bytes} if row.output_bytes is not None else {}),
         "input_shapes": row.input_shapes,
         "output_shapes": row.output_shapes,
     }
@@ -394,6 +400,10 @@ def profile_from_dict(data: Any, *, source: str) -> Profile:
                     params_own=int(d.get("params_own") or 0),
                     input_shapes=d.get("input_shapes"),
                     output_shapes=d.get("output_shapes"),
+                    flops=int(d["flops"]) if d.get("flops") is not None else None,
+                    output_bytes=int(d["output_bytes"])
+                    if d.get("output_bytes") is not None
+                    else None,
                 )
             )
             smp = d.get("samples")

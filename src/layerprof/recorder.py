@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from layerprof.clocks import Clock, HostClock
 from layerprof.layertimes import Correction, build_samples
 from layerprof.records import LayerCall, LayerInfo, Meta, Overhead
-from layerprof.shapes import shape_tree
+from layerprof.shapes import shape_tree, tensor_bytes
 
 if TYPE_CHECKING:
     import torch
@@ -29,11 +29,17 @@ if TYPE_CHECKING:
 
 
 def layer_infos(
-    model: torch.nn.Module, shapes: dict[str, tuple[Any, Any]] | None = None
+    model: torch.nn.Module,
+    shapes: dict[str, tuple[Any, Any]] | None = None,
+    *,
+    flops: dict[str, int] | None = None,
+    output_bytes: dict[str, int] | None = None,
 ) -> tuple[LayerInfo, ...]:
-    """Static description of every module: path, type, parent, parameters, shapes."""
+    """Static description of every module: path, type, parent, parameters, shapes,
+    and FLOPs / activation bytes where they were counted."""
     infos: list[LayerInfo] = []
     shapes = shapes or {}
+    output_bytes = output_bytes or {}
     for path, module in model.named_modules():
         parent = None if path == "" else (path.rsplit(".", 1)[0] if "." in path else "")
         ins, outs = shapes.get(path, (None, None))
@@ -47,6 +53,9 @@ def layer_infos(
                 params_own=sum(p.numel() for p in module.parameters(recurse=False)),
                 input_shapes=ins,
                 output_shapes=outs,
+                # layers the counter never saw did no counted FLOPs: 0, not unknown
+                flops=flops.get(path, 0) if flops is not None else None,
+                output_bytes=output_bytes.get(path),
             )
         )
     return tuple(infos)
@@ -58,6 +67,7 @@ class ShapeCapture:
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
         self.shapes: dict[str, tuple[Any, Any]] = {}
+        self.output_bytes: dict[str, int] = {}
         self._pending: dict[str, Any] = {}
         self._handles: list[Any] = []
 
@@ -88,6 +98,7 @@ class ShapeCapture:
         def hook(module: Any, args: Any, output: Any) -> None:
             if path in self._pending:
                 self.shapes[path] = (self._pending.pop(path), shape_tree(output))
+                self.output_bytes[path] = tensor_bytes(output)
 
         return hook
 

@@ -45,7 +45,12 @@ class LayerCall:
 
 @dataclass(frozen=True)
 class LayerInfo:
-    """What a layer is, independent of any timing."""
+    """What a layer is, independent of any timing.
+
+    ``flops`` counts matmul/conv/attention FLOPs of one forward inclusively
+    (None when not counted); ``output_bytes`` is the size of the tensors the
+    layer's first call returned (its activation memory).
+    """
 
     path: str
     type: str
@@ -54,6 +59,8 @@ class LayerInfo:
     params_own: int = 0
     input_shapes: ShapeTree = None
     output_shapes: ShapeTree = None
+    flops: int | None = None  # inclusive, per forward (torch.utils.flop_counter)
+    output_bytes: int | None = None  # tensors returned by the first call
 
 
 @dataclass(frozen=True)

@@ -140,6 +140,9 @@ def run_model(
                 return _scripted(model, program, args, kwargs, opts, base)
             with ShapeCapture(model) as shapes:
                 _guarded(forward, model)
+            flops, flop_note = _flops(model, forward)
+            if flop_note:
+                base = base.with_notes(flop_note)
             if opts.ops is not None:
                 capture = _capture(model, args, kwargs, device, opts)
                 samples = capture.layer_samples()
@@ -159,13 +162,26 @@ def run_model(
     return Measurement(
         replace(
             base,
-            layers=layer_infos(model, shapes.shapes),
+            layers=layer_infos(model, shapes.shapes, flops=flops, output_bytes=shapes.output_bytes),
             samples=samples,
             overhead=overhead,
             ops=ops,
         ),
         capture,
     )
+
+
+def _flops(
+    model: torch.nn.Module, forward: Callable[[], Any]
+) -> tuple[dict[str, int] | None, str | None]:
+    """FLOPs per layer from one counted forward; a model the counter cannot run
+    keeps its timings and says why FLOPs are missing."""
+    from layerprof.flops import count_flops
+
+    try:
+        return count_flops(model, forward), None
+    except Exception as exc:  # the counter's own limits, not a model bug: it ran before
+        return None, f"FLOPs not counted: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
 
 
 def _hooked(

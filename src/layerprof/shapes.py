@@ -29,6 +29,27 @@ def shape_tree(value: Any, depth: int = 0) -> Any:
     return type(value).__name__
 
 
+def tensor_bytes(value: Any, depth: int = 0) -> int:
+    """Bytes held by the tensors in a (nested) value; each tensor counted once."""
+    seen: set[int] = set()
+
+    def walk(v: Any, d: int) -> int:
+        if hasattr(v, "element_size") and hasattr(v, "numel"):
+            if id(v) in seen:
+                return 0
+            seen.add(id(v))
+            return int(v.numel()) * int(v.element_size())
+        if d > 4:
+            return 0
+        if isinstance(v, (list, tuple)):
+            return sum(walk(x, d + 1) for x in v)
+        if isinstance(v, dict):
+            return sum(walk(x, d + 1) for x in v.values())
+        return 0
+
+    return walk(value, depth)
+
+
 def format_shapes(tree: Any) -> str:
     """Compact text: ``[1, 3, 224, 224]`` -> ``1x3x224x224``; lists joined by commas."""
     if tree is None:

@@ -197,6 +197,9 @@ def _table(
         table.add_column("In", no_wrap=True, overflow="ellipsis", max_width=28)
         table.add_column("Out", no_wrap=True, overflow="ellipsis", max_width=28)
     table.add_column("Params", justify="right", no_wrap=True)
+    flops = any(r.flops is not None for _, r in rows)
+    if flops:
+        table.add_column("FLOPs", justify="right", no_wrap=True)
     for label, r in rows:
         share = (r.self_ns if flat else r.total_ns) / root_total if root_total > 0 else 0.0
         cells = [
@@ -214,6 +217,8 @@ def _table(
         if opts.shapes:
             cells += [format_shapes(r.input_shapes), format_shapes(r.output_shapes)]
         cells.append(human_count(r.params) if r.params else "")
+        if flops:
+            cells.append(human_count(r.flops) if r.flops else "")
         # Text cells: layer names and shapes are user text, never rich markup.
         table.add_row(*(Text(c) for c in cells), style=None if r.calls else "dim")
     return table

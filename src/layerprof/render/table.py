@@ -16,7 +16,7 @@ CSV_COLUMNS = (
     "path", "type", "parent", "depth", "calls", "total_ms", "self_ms", "share",
     "total_p90_ms", "total_std_ms", "device_total_ms", "device_self_ms",
     "backward_total_ms", "backward_self_ms", "params", "params_own",
-    "input_shapes", "output_shapes",
+    "input_shapes", "output_shapes", "flops", "output_bytes",
 )  # fmt: skip
 
 
@@ -39,6 +39,8 @@ def profile_to_csv(profile: Profile) -> str:
                 _ms(r.backward_total_ns), _ms(r.backward_self_ns),
                 r.params, r.params_own,
                 format_shapes(r.input_shapes), format_shapes(r.output_shapes),
+                "" if r.flops is None else r.flops,
+                "" if r.output_bytes is None else r.output_bytes,
             ]
         )  # fmt: skip
     return out.getvalue()

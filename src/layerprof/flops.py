@@ -1,0 +1,35 @@
+"""FLOPs per layer, counted by torch's own ``torch.utils.flop_counter``.
+
+``FlopCounterMode`` counts the floating-point operations of matmul, conv,
+attention and a few other ops (not elementwise ops) and attributes them to
+the modules that are active, inclusively. Its keys are the model's class name
+followed by the qualified path (``TinyTransformer.layers.0.attn``); we map
+them back to ``named_modules()`` paths (``layers.0.attn``, ``""`` = root).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+def count_flops(model: Any, forward: Callable[[], Any]) -> dict[str, int]:
+    """Inclusive FLOPs of one forward per layer path; empty when counting fails."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with counter:
+        forward()
+    root = type(model).__name__
+    out: dict[str, int] = {}
+    for key, by_op in counter.get_flop_counts().items():
+        if key == "Global":
+            continue
+        if key == root:
+            path = ""
+        elif key.startswith(root + "."):
+            path = key[len(root) + 1 :]
+        else:
+            continue
+        out[path] = int(sum(by_op.values()))
+    return out
