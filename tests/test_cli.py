@@ -318,3 +318,29 @@ def test_bad_output_path_fails_before_measuring(
     assert_one_line_error(err, "x.csv", "is not a directory")
     assert out == ""  # nothing was measured or printed
     assert not (tmp_path / "ok.json").exists()
+
+
+def test_output_names_with_suffixes() -> None:
+    from layerprof.cli import _with_suffix
+
+    assert _with_suffix("out/report.html", "cnn") == Path("out/report.cnn.html")
+    assert _with_suffix("t.json.gz", "cnn") == Path("t.cnn.json.gz")
+    assert _with_suffix("s.speedscope.json", "cnn") == Path("s.cnn.speedscope.json")
+    assert _with_suffix("plain", "cnn") == Path("plain.cnn")
+    assert _with_suffix("p.json", None) == Path("p.json")
+
+
+def test_under_torchrun_files_carry_the_rank_and_only_rank_0_prints(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for rank in ("0", "1"):
+        monkeypatch.setenv("RANK", rank)
+        monkeypatch.setenv("LOCAL_RANK", rank)
+        code, out, err = run_cli(
+            capsys, "run", "--arch", "tests.cli_models:Net", "--input", "2x4", *FAST,
+            "--json", str(tmp_path / "p.json"),
+        )  # fmt: skip
+        assert code == 0, err
+        assert ("latency median" in out) == (rank == "0")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.rank-0.json", "p.rank-1.json"]

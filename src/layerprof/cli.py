@@ -9,6 +9,7 @@ an exit code; a LayerprofError becomes one line on stderr (plus a hint), exit 2.
 from __future__ import annotations
 
 import argparse
+import socket
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
@@ -464,7 +465,10 @@ def _emit(measured: Measurement, args: argparse.Namespace, *, suffix: str | None
     # Files first: a measurement that took minutes is saved before anything else can fail.
     _write_outputs(profile, args, suffix=suffix, findings=[f.to_dict() for f in findings])
     _write_exports(measured, args, suffix=suffix)
-    if not args.quiet:
+    from layerprof.distributed import rank_info
+
+    info = rank_info()
+    if not args.quiet and (info is None or info.rank == 0):  # torchrun: one report, not N
         console = make_console()
         print_profile(
             profile, console=console, depth=args.depth, top=args.top, sort=args.sort,
@@ -501,8 +505,12 @@ def _write_exports(measured: Measurement, args: argparse.Namespace, *, suffix: s
                 write_chrome_trace(_with_suffix(args.trace, suffix), capture, measured.profile)
             )
         if args.tensorboard:
-            out_dir = _with_suffix(args.tensorboard, suffix)
-            written.append(write_tensorboard_dir(out_dir, capture, measured.profile))
+            # all ranks share the directory, as with tensorboard_trace_handler;
+            # the rank goes into the worker name, where analyze finds it
+            out_dir = _with_suffix(args.tensorboard, suffix, rank=False)
+            rank = _rank_suffix()
+            worker = f"{socket.gethostname()}_{rank}" if rank else None
+            written.append(write_tensorboard_dir(out_dir, capture, measured.profile, worker=worker))
     if getattr(args, "stacks", None):
         from layerprof.render.stacks import write_folded
 
@@ -515,15 +523,26 @@ def _write_exports(measured: Measurement, args: argparse.Namespace, *, suffix: s
         _info(f"wrote {path}", args)
 
 
-def _with_suffix(path: str, suffix: str | None) -> Path:
+_KNOWN_EXTENSIONS = (".speedscope.json", ".pt.trace.json", ".json.gz", ".json", ".csv", ".html")
+
+
+def _with_suffix(path: str, suffix: str | None, *, rank: bool = True) -> Path:
+    """Insert ``suffix`` (and, under torchrun, the rank) before the file extension:
+    ``report.html`` -> ``report.cnn.html``, ``t.json.gz`` -> ``t.rank-1.json.gz``."""
     p = Path(path)
-    if suffix is None:
+    parts = [x for x in (suffix, _rank_suffix() if rank else None) if x]
+    if not parts:
         return p
-    return (
-        p.with_name(f"{p.stem}.{suffix}{p.suffix}")
-        if p.suffix
-        else p.with_name(f"{p.name}.{suffix}")
-    )
+    ext = next((e for e in _KNOWN_EXTENSIONS if p.name.endswith(e)), p.suffix)
+    stem = p.name[: len(p.name) - len(ext)] if ext else p.name
+    return p.with_name(".".join([stem, *parts]) + ext)
+
+
+def _rank_suffix() -> str | None:
+    from layerprof.distributed import rank_info
+
+    info = rank_info()
+    return info.suffix if info else None
 
 
 def _write_outputs(

@@ -27,7 +27,10 @@ def resolve_device(spec: str) -> str:
             hint="use --device cpu, or install a CUDA build of torch on a machine with a GPU",
         )
     if index is None:
-        index = torch.cuda.current_device()
+        from layerprof.distributed import rank_info
+
+        info = rank_info()  # under torchrun, "cuda" is this rank's own GPU
+        index = info.local_rank if info is not None else torch.cuda.current_device()
     count = torch.cuda.device_count()
     if index >= count:
         raise DeviceError(f"--device {spec}: only {count} CUDA device(s) present")

@@ -318,8 +318,15 @@ def _meta(
         source="layerprof.run",
         created=now_iso(),
         host=socket.gethostname(),
-        extra=dict(opts.meta_extra),
+        extra={**_rank_meta(), **opts.meta_extra},
     )
+
+
+def _rank_meta() -> dict[str, Any]:
+    from layerprof.distributed import rank_info
+
+    info = rank_info()
+    return {} if info is None else {"rank": info.rank, "world_size": info.world_size}
 
 
 def _instrumented(
