@@ -118,3 +118,13 @@ def test_garbage_values_do_not_raise_other_errors(tmp_path: Path) -> None:
     report = analyze(path)
     ops = {o.name: o for o in report.ranks[0].ops}
     assert ops["ok"].calls == 1
+
+
+def test_directory_skips_json_that_is_not_a_trace(tmp_path: Path) -> None:
+    good = {"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "dur": 2}]}
+    (tmp_path / "t.rank-0.json").write_bytes(orjson.dumps(good))
+    (tmp_path / "p.rank-0.json").write_bytes(orjson.dumps({"schema": "layerprof.profile/1"}))
+    report = analyze(tmp_path)
+    assert len(report.ranks) == 1
+    assert len(report.skipped) == 1 and "p.rank-0.json" in report.skipped[0]
+    assert report.to_dict()["skipped"] == list(report.skipped)

@@ -51,6 +51,8 @@ def print_trace_report(report: TraceReport, console: Console, *, top: int = 10) 
             f" rank from {report.rank_source})",
         )
     )
+    for why in report.skipped:
+        console.print(Text.assemble(("skipped: ", "yellow"), why))
     for rank in report.ranks:
         _print_rank(rank, console, top)
     if report.cross is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from layerprof.errors import TraceError
 from layerprof.trace.events import ANNOTATION, LAYER, MODULE
 from layerprof.trace.gpu import device_use, kernel_table, kind_table, launches, memcpy_table
 from layerprof.trace.links import Links, link
@@ -21,7 +22,13 @@ from layerprof.trace.modules import (
 from layerprof.trace.nesting import Nesting, nest
 from layerprof.trace.ops import device_times, op_table
 from layerprof.trace.ranks import cross_rank
-from layerprof.trace.reader import TraceFile, assign_ranks, read_trace_file, trace_files
+from layerprof.trace.reader import (
+    NotATraceError,
+    TraceFile,
+    assign_ranks,
+    read_trace_file,
+    trace_files,
+)
 from layerprof.trace.report import RankReport, TraceReport
 from layerprof.trace.steps import Steps, find_steps
 
@@ -35,7 +42,20 @@ def analyze(path: str | os.PathLike[str], *, group_by_shape: bool = False) -> Tr
     Raises :class:`layerprof.errors.TraceError` (one line naming the file)
     for anything that is not a readable, non-empty trace.
     """
-    files = [read_trace_file(f, keep_shapes=group_by_shape) for f in trace_files(path)]
+    names = trace_files(path)
+    files, skipped = [], []
+    for name in names:
+        try:
+            files.append(read_trace_file(name, keep_shapes=group_by_shape))
+        except NotATraceError as exc:
+            if len(names) == 1:
+                raise
+            # A directory may hold other JSON (saved profiles, configs): analyze
+            # the traces it has and say what was left out. A damaged trace still
+            # fails: a missing rank must not pass unnoticed.
+            skipped.append(str(exc))
+    if not files:
+        raise TraceError(f"{path}: no readable trace among {len(names)} files ({skipped[0]})")
     ranks, source = assign_ranks(files)
     reports = [
         analyze_file(f, rank, group_by_shape=group_by_shape)
@@ -47,7 +67,13 @@ def analyze(path: str | os.PathLike[str], *, group_by_shape: bool = False) -> Tr
         cross = cross_rank(
             [r.rank for r in reports], [r.steps for r in reports], [r.kinds for r in reports]
         )
-    return TraceReport(path=str(path), ranks=tuple(reports), rank_source=source, cross=cross)
+    return TraceReport(
+        path=str(path),
+        ranks=tuple(reports),
+        rank_source=source,
+        cross=cross,
+        skipped=tuple(skipped),
+    )
 
 
 def analyze_file(trace: TraceFile, rank: int, *, group_by_shape: bool = False) -> RankReport:

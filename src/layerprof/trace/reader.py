@@ -177,9 +177,13 @@ def _loads(data: bytes | bytearray, source: str) -> Any:
         raise TraceError(f"{source}: not valid JSON ({exc})") from exc
 
 
+class NotATraceError(TraceError):
+    """Valid JSON, but not a trace (a saved profile, a config): a directory skips it."""
+
+
 def _require_trace(doc: Any, source: str) -> None:
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
-        raise TraceError(
+        raise NotATraceError(
             f"{source}: not a Chrome/Kineto trace (no 'traceEvents' list)",
             hint="export one with torch.profiler: prof.export_chrome_trace('trace.json')",
         )

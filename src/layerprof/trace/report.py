@@ -237,6 +237,7 @@ class TraceReport:
     ranks: tuple[RankReport, ...]
     rank_source: str  # "distributedInfo.rank" | "file name (rank-N / rank_N)" | "file order"
     cross: CrossRank | None
+    skipped: tuple[str, ...] = ()  # files in a directory that were not traces, with why
 
     def rank(self, rank: int | None = None) -> RankReport:
         if rank is None:
@@ -255,6 +256,7 @@ class TraceReport:
             "schema": SCHEMA,
             "path": self.path,
             "rank_source": self.rank_source,
+            "skipped": list(self.skipped),
             "ranks": [r.to_dict(top) for r in self.ranks],
             "cross_rank": None,
         }
