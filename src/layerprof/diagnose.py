@@ -38,6 +38,8 @@ _HINTS = {
     " on CPU a larger batch uses the cores better",
     "Embedding": "embedding lookups are memory-bound: smaller dims or fused/sparse variants help",
     "Norm": "normalization is memory-bound: fuse it with its neighbours (torch.compile)",
+    "Pool": "pooling is memory-bound: channels_last memory format is often faster on CPU,"
+    " or fuse it (torch.compile)",
     "Attention": "use torch.nn.functional.scaled_dot_product_attention (fused, flash/mem-efficient kernels)",
 }
 

@@ -1,0 +1,48 @@
+"""Property tests: the derived tree adds up for any per-iteration samples."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from layerprof.profile import Profile
+from layerprof.records import LayerInfo, LayerSamples, Meta
+
+PATHS = ["", "a", "b", "a.x", "a.y", "b.z"]
+PARENT = {"": None, "a": "", "b": "", "a.x": "a", "a.y": "a", "b.z": "b"}
+
+
+@st.composite
+def profiles(draw: st.DrawFn) -> Profile:
+    n = draw(st.integers(1, 7))
+    present = [p for p in PATHS if p == "" or draw(st.booleans())]
+    order = draw(st.permutations(present))
+    samples = {}
+    for path in present:
+        if draw(st.booleans()) or path == "":
+            selfs = tuple(draw(st.lists(st.integers(0, 10**6), min_size=n, max_size=n)))
+            calls = draw(st.sampled_from([1.0, 2.0, 0.5]))
+            samples[path] = LayerSamples(selfs, selfs, calls, calls_vary=calls == 0.5)
+    layers = tuple(LayerInfo(p, "T", PARENT[p]) for p in order)
+    return Profile(meta=Meta(model="m"), layers=layers, samples=samples)
+
+
+@settings(max_examples=150, deadline=None)
+@given(profiles())
+def test_tree_adds_up_and_shares_sum_to_one(prof: Profile) -> None:
+    roots = prof.tree()
+    for root in roots:
+        root.self_check(tolerance_ns=1e-6)
+    rows = prof.rows()
+    assert all(r.self_ns >= 0 and r.total_ns >= r.self_ns for r in rows)
+    total = sum(r.row.total_ns for r in roots)
+    if total > 0:
+        assert abs(sum(r.row.share for r in roots) - 1.0) < 1e-9
+
+
+@settings(max_examples=50, deadline=None)
+@given(profiles())
+def test_json_round_trip_keeps_rows(prof: Profile) -> None:
+    again = Profile.from_dict(prof.to_dict(), source="mem")
+    for a, b in zip(prof.rows(), again.rows(), strict=True):
+        assert a.path == b.path and abs(a.total_ns - b.total_ns) <= 1e-6 * max(1, a.total_ns) + 1
