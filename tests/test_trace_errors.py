@@ -128,3 +128,25 @@ def test_directory_skips_json_that_is_not_a_trace(tmp_path: Path) -> None:
     assert len(report.ranks) == 1
     assert len(report.skipped) == 1 and "p.rank-0.json" in report.skipped[0]
     assert report.to_dict()["skipped"] == list(report.skipped)
+
+
+def test_tree_rows_are_parent_first_even_when_a_child_is_seen_late(tmp_path: Path) -> None:
+    def ev(name, ts, dur):
+        return {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": name,
+            "ts": ts,
+            "dur": dur,
+            "pid": 1,
+            "tid": 1,
+        }
+
+    events = [
+        ev("ProfilerStep#1", 0, 100), ev("A", 1, 40), ev("B", 50, 40),
+        ev("ProfilerStep#2", 100, 100), ev("A", 101, 40), ev("a1", 102, 10), ev("B", 150, 40),
+        {"ph": "X", "cat": "cpu_op", "name": "op", "ts": 103, "dur": 1, "pid": 1, "tid": 1},
+    ]  # fmt: skip
+    (tmp_path / "t.json").write_bytes(orjson.dumps({"traceEvents": events}))
+    rows = analyze(tmp_path / "t.json").ranks[0].annotations
+    assert [r.path for r in rows] == ["A", "A.a1", "B"]

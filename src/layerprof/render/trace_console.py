@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from layerprof.trace.report import RankReport, TraceReport
+from layerprof.trace.steps import STEP_DEFINITIONS
 
 _NS_PER_MS = 1_000_000
 _NAME_WIDTH = 60
@@ -73,14 +74,8 @@ def _print_rank(r: RankReport, console: Console, top: int) -> None:
 
 
 def _print_steps(r: RankReport, console: Console) -> None:
-    definitions = {
-        "ProfilerStep": "ProfilerStep#N spans (prof.step())",
-        "record_function": "outermost record_function spans on the main thread",
-        "nn.Module": "outermost nn.Module spans on the main thread",
-        "trace": "the whole trace (no steps found)",
-    }
     summary = r.step_summary
-    head = f"step time: {definitions[r.steps.source]}"
+    head = f"step time: {STEP_DEFINITIONS.get(r.steps.source, r.steps.source)}"
     if summary is None:
         console.print(f"{head}: no complete step")
         return

@@ -30,7 +30,7 @@ from layerprof.trace.reader import (
     trace_files,
 )
 from layerprof.trace.report import RankReport, TraceReport
-from layerprof.trace.steps import Steps, find_steps
+from layerprof.trace.steps import STEP_DEFINITIONS, Steps, find_steps
 
 LAYER_SOURCE = "layerprof_layer"
 MODULE_SOURCE = "nn.Module"
@@ -153,14 +153,10 @@ def _notes(trace: TraceFile, steps: Steps, report: RankReport) -> tuple[str, ...
     notes: list[str] = []
     if not report.has_device:
         notes.append("no device data (CPU-only trace): device columns are absent")
-    if steps.source == "record_function":
-        notes.append("no ProfilerStep spans: steps are the outermost record_function spans")
-    elif steps.source == "layerprof_layer":
-        notes.append("no ProfilerStep spans: steps are the outermost layerprof layer spans")
-    elif steps.source == "nn.Module":
-        notes.append("no ProfilerStep spans: steps are the outermost nn.Module spans")
-    elif steps.source == "trace":
+    if steps.source == "trace":
         notes.append("no steps found: the whole trace is one unit")
+    elif steps.source != "ProfilerStep":
+        notes.append(f"no ProfilerStep spans: steps are the {STEP_DEFINITIONS[steps.source]}")
     for s in steps.steps:
         if s.cut_off:
             notes.append(

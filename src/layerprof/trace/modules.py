@@ -124,7 +124,23 @@ def tree(
         if a is None:
             a = acc[path] = _Acc(short, _type_of(short, kind), parent_path, n_steps)
         a.add(durs[i], selfs[i], incl[i], owns[i], step_list[i])
-    return tuple(a.row(path, has_device) for path, a in acc.items())
+    return tuple(acc[path].row(path, has_device) for path in _pre_order(acc))
+
+
+def _pre_order(acc: dict[str, _Acc]) -> list[str]:
+    """Paths parent-first (depth-first), siblings in first-seen order: a child first
+    seen in a later step must still print under its own parent."""
+    kids: dict[str | None, list[str]] = {}
+    for path, a in acc.items():
+        parent = a.parent if a.parent in acc else None
+        kids.setdefault(parent, []).append(path)
+    out: list[str] = []
+    stack = list(reversed(kids.get(None, [])))
+    while stack:
+        path = stack.pop()
+        out.append(path)
+        stack.extend(reversed(kids.get(path, [])))
+    return out
 
 
 def _inside_same(i: int, path: str, par: list[int], paths: dict[int, str]) -> bool:
@@ -199,6 +215,10 @@ class _Acc:
             self.s_calls[step] += 1
 
     def row(self, path: str, has_device: bool) -> TreeRow:
+        # A "nested" same-path span that overlaps past its outer span's end (a
+        # trace quirk) adds self time beyond the outer total: keep self <= total.
+        self.total = max(self.total, self.self_)
+        self.s_total = [max(t, s) for t, s in zip(self.s_total, self.s_self, strict=True)]
         return TreeRow(
             path=path,
             name=self.name,

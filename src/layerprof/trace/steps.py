@@ -25,6 +25,16 @@ STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 _CUT_OFF_SLACK_NS = 1_000
 
 
+#: What a step is, per ``Steps.source``: one wording for the console, notes and HTML.
+STEP_DEFINITIONS: dict[str, str] = {
+    "ProfilerStep": "ProfilerStep#N spans (prof.step())",
+    "record_function": "outermost record_function spans on the main thread",
+    "layerprof_layer": "outermost layerprof layer spans (one per forward)",
+    "nn.Module": "outermost nn.Module spans on the main thread",
+    "trace": "the whole trace (no steps found)",
+}
+
+
 @dataclass(frozen=True)
 class Step:
     name: str
