@@ -150,3 +150,23 @@ def test_tree_rows_are_parent_first_even_when_a_child_is_seen_late(tmp_path: Pat
     (tmp_path / "t.json").write_bytes(orjson.dumps({"traceEvents": events}))
     rows = analyze(tmp_path / "t.json").ranks[0].annotations
     assert [r.path for r in rows] == ["A", "A.a1", "B"]
+
+
+def test_cross_rank_matches_repeated_step_names_by_occurrence(tmp_path: Path) -> None:
+    def span(ts: int, dur: int) -> dict[str, object]:
+        return {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "fwd",
+            "ts": ts,
+            "dur": dur,
+            "pid": 1,
+            "tid": 1,
+        }
+
+    for rank, durs in ((0, (10, 20)), (1, (12, 26))):
+        events = [span(0, durs[0]), span(100, durs[1])]
+        (tmp_path / f"rank-{rank}.json").write_bytes(orjson.dumps({"traceEvents": events}))
+    cross = analyze(tmp_path).cross
+    assert cross is not None
+    assert [(s.name, s.spread_ns) for s in cross.steps] == [("fwd #1", 2000), ("fwd #2", 6000)]

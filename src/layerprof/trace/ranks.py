@@ -41,12 +41,17 @@ class CrossRank:
 def cross_rank(
     ranks: Sequence[int], steps: Sequence[Steps], kinds: Sequence[tuple[KindRow, ...]]
 ) -> CrossRank:
+    # ProfilerStep#N names a step across ranks; other step sources repeat one
+    # name every iteration, so those steps are matched by their occurrence.
     by_name: dict[str, list[tuple[int, int]]] = {}
     lines = []
     for rank, st, kd in zip(ranks, steps, kinds, strict=True):
         done = st.complete
+        seen: dict[str, int] = {}
         for s in done:
-            by_name.setdefault(s.name, []).append((rank, s.dur_ns))
+            k = seen[s.name] = seen.get(s.name, 0) + 1
+            key = s.name if st.source == "ProfilerStep" else f"{s.name} #{k}"
+            by_name.setdefault(key, []).append((rank, s.dur_ns))
         totals = {k.kind: k.total_ns for k in kd}
         lines.append(
             RankLine(
