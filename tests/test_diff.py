@@ -600,3 +600,17 @@ def test_real_model_with_a_slower_layer() -> None:
     # the latency is not asserted: on a loaded machine, stalls outside the busy-wait can
     # make the whole forward too noisy to call at p < 0.001, which is the rule working
     assert d.gate(5.0, "layers").failed
+
+
+def test_threshold_only_op_changes_do_not_decide_verdict_or_default_gate() -> None:
+    model = mlp()
+    means = true_means(infos(model))
+    op_a = (OpStat("aten::addmm", 3, 100_000, 120_000),)
+    op_b = (OpStat("aten::addmm", 3, 130_000, 150_000),)  # +30 %, no samples to test noise
+    a = synth(model, seed=1, means=means, ops=op_a)
+    b = synth(model, seed=1, means=means, ops=op_b)
+    d = diff(a, b)
+    assert [o.status for o in d.ops] == ["slower"]
+    assert d.verdict == "same"
+    assert not d.gate(5.0).failed  # "any": noise-tested rows only
+    assert d.gate(5.0, "ops").failed  # asked for by name

@@ -47,7 +47,8 @@ reach ``p < ALPHA`` (fewer than about 7 per side), the test's smallest
 possible p stands in for ALPHA: the two sides' samples must not overlap
 (``basis == "separation"``); with one sample per side the threshold and the
 floor alone decide (``basis == "threshold"``). The diff says so in a warning. Operators (aggregates without per-iteration
-samples) and single steps are always judged that way.
+samples) and single steps are always judged that way; such rows are shown but
+do not decide the verdict or the default (``any``) gate.
 
 The regression gate (:meth:`Diff.gate`) fails on a row that is beyond noise,
 slower, and more than ``fail_above_pct`` slower. Added and removed layers or
@@ -271,6 +272,9 @@ class Diff:
         changes = [r.change for r in self.layers] + [r.change for r in self.ops]
         if self.latency is not None:
             changes.append(self.latency)
+        # Rows judged on threshold alone (ops: aggregates without per-iteration
+        # samples) would flip the verdict on noise; only noise-tested rows count.
+        changes = [c for c in changes if c.basis != "threshold"]
         slower = any(c.status == "slower" for c in changes)
         faster = any(c.status == "faster" for c in changes)
         if slower and faster:
@@ -335,6 +339,9 @@ class Diff:
                         reasons.append(what + _describe(layer.change, fail_above_pct))
             if metric in ("ops", "any"):
                 for op in self.changed_ops():
+                    # threshold-only op rows gate only when asked for by name
+                    if metric == "any" and op.change.basis == "threshold":
+                        continue
                     if _over(op.change, fail_above_pct):
                         reasons.append(f"op {op.label} " + _describe(op.change, fail_above_pct))
         return GateResult(
