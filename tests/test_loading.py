@@ -514,3 +514,45 @@ def test_modules_import_without_torch() -> None:
         """
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+class _Payload:
+    """Unpickling this runs code: it touches a file named in the pickle."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        import pathlib
+
+        return (pathlib.Path.touch, (pathlib.Path(self.marker),))
+
+
+def test_exported_program_with_pickled_weights_is_refused(tmp_path: Path) -> None:
+    import json
+    import pickle
+    import zipfile
+
+    import torch
+
+    good = tmp_path / "good.pt2"
+    torch.export.save(torch.export.export(torch.nn.Linear(4, 3), (torch.randn(2, 4),)), good)
+    marker = tmp_path / "PWNED"
+    with zipfile.ZipFile(good) as z:
+        data = {n: z.read(n) for n in z.namelist()}
+    cfg_name = next(n for n in data if n.endswith("model_weights_config.json"))
+    cfg = json.loads(data[cfg_name])
+    for entry in cfg["config"].values():
+        entry["use_pickle"] = True
+        weight = next(n for n in data if n.endswith("data/weights/" + entry["path_name"]))
+        data[weight] = pickle.dumps(_Payload(str(marker)))
+    data[cfg_name] = json.dumps(cfg).encode()
+    evil = tmp_path / "evil.pt2"
+    with zipfile.ZipFile(evil, "w") as z:
+        for name, blob in data.items():
+            z.writestr(name, blob)
+    with pytest.raises(ModelLoadError, match="runs code") as info:
+        load_model(str(evil))
+    assert "--trust-pickle" in (info.value.hint or "")
+    assert not marker.exists()
+    assert load_model(str(good)).kind == "export"  # the guard does not break real files

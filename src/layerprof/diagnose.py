@@ -236,15 +236,16 @@ def _rank_findings(rank: Mapping[str, Any]) -> list[Finding]:
         util = dev.get("utilization")
         if util is not None and util < GPU_UTIL_LOW and dev.get("window_ms"):
             idle = dev.get("idle_breakdown_ms") or {}
+            busy_in = dev.get("busy_in_window_ms", dev.get("busy_ms", 0)) or 0
             out.append(
                 Finding(
                     "high",
                     f"{who}: GPU {dev.get('device')} is idle {100 * (1 - util):.0f}% of the steps",
-                    f"busy {dev.get('busy_ms', 0):.3f} ms of a {dev['window_ms']:.3f} ms window;"
+                    f"busy {busy_in:.3f} ms of a {dev['window_ms']:.3f} ms window;"
                     f" idle waiting on the host {idle.get('host_wait', 0):.3f} ms,"
-                    f" short kernel-to-kernel gaps {idle.get('short_gap', 0):.3f} ms.",
-                    "the host cannot feed the GPU: look at data loading, synchronizations"
-                    " (.item(), .cpu()), and launch overhead (CUDA graphs, torch.compile)",
+                    f" short kernel-to-kernel gaps {idle.get('short_gap', 0):.3f} ms,"
+                    f" other {idle.get('other', 0):.3f} ms.",
+                    _idle_hint(idle),
                 )
             )
         busy = dev.get("busy_ms") or 0
@@ -273,6 +274,21 @@ def _rank_findings(rank: Mapping[str, Any]) -> list[Finding]:
             )
         )
     return out
+
+
+_IDLE_HINTS = {
+    "host_wait": "the host cannot feed the GPU: look at data loading, synchronizations"
+    " (.item(), .cpu()) and launch overhead (CUDA graphs, torch.compile)",
+    "short_gap": "many tiny kernels: fuse them (torch.compile) or use CUDA graphs",
+    "other": "the GPU waits outside kernel launches: look for host work between steps,"
+    " collectives waiting on other ranks, or blocking copies",
+}
+
+
+def _idle_hint(idle: Mapping[str, Any]) -> str:
+    """Advice for the largest idle bucket, not always the same guess."""
+    buckets = {k: float(idle.get(k) or 0) for k in _IDLE_HINTS}
+    return _IDLE_HINTS[max(buckets, key=lambda k: buckets[k])] if any(buckets.values()) else ""
 
 
 def _cross_rank(cross: Mapping[str, Any]) -> list[Finding]:

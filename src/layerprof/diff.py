@@ -810,7 +810,8 @@ def _meta_warnings(base: Meta, new: Meta) -> list[str]:
     out = []
     for attr, words in _META_CHECKS:
         a, b = getattr(base, attr), getattr(new, attr)
-        if a == b or (attr in ("torch", "host") and (not a or not b)):
+        # a side that does not know (a trace has no thread count) is not a difference
+        if a == b or a is None or b is None or a in ("", ()) or b in ("", ()):
             continue
         if attr == "inputs":
             a, b = ", ".join(a) or "-", ", ".join(b) or "-"

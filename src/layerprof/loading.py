@@ -19,14 +19,16 @@ or spec. torch is imported inside functions only: the CLI starts without it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import os
 import pickle
 import re
 import sys
+import warnings
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -101,7 +103,7 @@ def load_model(
     if kind == "torchscript":
         return _load_torchscript(file, arch, map_location)
     if kind == "export":
-        return _load_exported(file, arch)
+        return _load_exported(file, arch, trust_pickle=trust_pickle)
     obj = _torch_load(file, trust_pickle=trust_pickle, map_location=map_location)
     return _from_loaded_object(obj, file, arch, arch_kwargs, strict=strict)
 
@@ -305,13 +307,19 @@ def _load_torchscript(file: Path, arch: str | None, map_location: str) -> Loaded
     return LoadedModel(module, "torchscript", name, f"torchscript {file}", _ignored_arch(arch))
 
 
-def _load_exported(file: Path, arch: str | None) -> LoadedModel:
+def _load_exported(file: Path, arch: str | None, *, trust_pickle: bool = False) -> LoadedModel:
     import torch
 
+    guard = contextlib.nullcontext() if trust_pickle else _pickles_refused()
     try:
-        program = torch.export.load(str(file))
+        with guard:
+            program = torch.export.load(str(file))
         module = program.module()
+    except _PickleInArchiveError as exc:
+        raise _pickle_refused(file, exc) from exc
     except Exception as exc:
+        if not trust_pickle and _is_unpickling_error(exc):
+            raise _pickle_refused(file, exc) from exc
         raise ModelLoadError(
             f"cannot load torch.export program {file}: {_first_line(exc)}"
         ) from exc
@@ -321,6 +329,61 @@ def _load_exported(file: Path, arch: str | None) -> LoadedModel:
         "exported program: its train/eval behaviour was fixed at export time",
     )
     return LoadedModel(module, "export", file.stem, f"torch.export {file}", notes, program=program)
+
+
+class _PickleInArchiveError(Exception):
+    """A .pt2 archive asked for a full unpickle (pickled weights or opaque objects)."""
+
+
+def _is_unpickling_error(exc: BaseException) -> bool:
+    import pickle
+
+    while exc is not None:
+        if isinstance(exc, (pickle.UnpicklingError, _PickleInArchiveError)):
+            return True
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return False
+
+
+@contextlib.contextmanager
+def _pickles_refused() -> Iterator[None]:
+    """While torch.export.load runs, no full unpickle: ``torch.load`` is forced to
+    ``weights_only=True`` and the archive reader's plain ``pickle.loads`` refuses.
+
+    ``torch.export.load`` itself calls ``torch.load(..., weights_only=False)`` for
+    weights saved pickled and ``pickle.loads`` for opaque objects, so a crafted
+    .pt2 file could otherwise run code without ``--trust-pickle``.
+    """
+    import torch
+
+    original_load = torch.load
+
+    def weights_only_load(*args: Any, **kwargs: Any) -> Any:
+        kwargs["weights_only"] = True
+        return original_load(*args, **kwargs)
+
+    class _NoPickle:
+        @staticmethod
+        def loads(*args: Any, **kwargs: Any) -> Any:
+            raise _PickleInArchiveError("the archive holds pickled objects")
+
+    archive: Any
+    try:
+        from torch.export.pt2_archive import _package as archive
+    except ImportError:  # older torch: no such reader, torch.load covers it
+        archive = None
+    saved_pickle = getattr(archive, "pickle", None)
+    torch.load = weights_only_load
+    if saved_pickle is not None:
+        archive.__dict__["pickle"] = _NoPickle
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's unpickler chatter: the refusal says it
+            yield
+    finally:
+        torch.load = original_load
+        if saved_pickle is not None:
+            archive.__dict__["pickle"] = saved_pickle
 
 
 def _allow_mode_calls(module: Any) -> None:

@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+_MAX_US = 2.0**62 / 1000.0  # largest duration that fits int64 nanoseconds
+
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
 I8 = npt.NDArray[np.int8]
@@ -424,7 +426,8 @@ class EventCollector:
             return np.rint((us - origin) * 1000.0).astype(np.int64)
 
         def dur_ns(us: F64) -> I64:
-            d = np.where(np.isfinite(us) & (us > 0), us, 0.0)
+            # absurd durations (beyond ~146 years) would overflow int64 ns: drop them
+            d = np.where(np.isfinite(us) & (us > 0) & (us < _MAX_US), us, 0.0)
             return np.rint(d * 1000.0).astype(np.int64)
 
         window_end = None

@@ -150,7 +150,8 @@ class RankReport:
         ops = tuple(
             OpStat(
                 name=o.name,
-                calls=round(o.calls / per),
+                # an op seen in some steps only still ran: never show 0 calls
+                calls=max(round(o.calls / per), 1 if o.calls else 0),
                 self_ns=round(o.self_ns / per),
                 total_ns=round(o.total_ns / per),
                 device_ns=round(o.device_ns / per) if self.has_device else None,
