@@ -273,3 +273,42 @@ def test_cuda_kernels_per_layer() -> None:
     linear = [o for o in cap.ops if o.layer == "0" and o.name == "aten::addmm"]
     assert linear and (linear[0].device_ns or 0) > 0
     assert (cap.layer_samples()["0"].device_total_ns or (0,))[0] > 0
+
+
+def test_schedule_with_repeats_keeps_every_cycle(tmp_path) -> None:
+    from layerprof.render.chrome import write_chrome_trace, write_tensorboard_dir
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    cap = capture(model, torch.randn(1, 4), iters=8, options=OpOptions(schedule=(1, 1, 2, 2)))
+    assert cap.iterations == 4  # two cycles of two active steps
+    samples = cap.layer_samples()
+    assert samples["0"].calls == 1 and not samples["0"].calls_vary
+    assert all(t > 0 for t in samples["0"].total_ns)
+    write_chrome_trace(tmp_path / "t.json", cap)  # both exports read the cycles' results
+    write_tensorboard_dir(tmp_path / "tb", cap)
+
+
+def test_error_caught_inside_forward_keeps_ops_with_the_right_layer() -> None:
+    class Bad(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise RuntimeError("nope")
+
+    class Caught(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bad = Bad()
+            self.b = nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            try:
+                x = self.bad(x)
+            except RuntimeError:
+                pass
+            return self.b(torch.softmax(x, -1))
+
+    cap = capture(Caught(), torch.randn(2, 8), iters=3)
+    layer_of = {o.name: o.layer for o in cap.ops}
+    assert layer_of["aten::softmax"] == ""
+    assert layer_of["aten::addmm"] == "b"
+    assert cap.layer_samples()["b"].calls == 1
+    assert {c.path: c.parent for c in cap.calls if c.iteration == cap.calls[0].iteration}["b"] == 0

@@ -24,7 +24,9 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
+import sys
 import tempfile
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -228,16 +230,20 @@ def capture_ops(
     kwargs = kwargs or {}
     kw = profiler_kwargs(options, device, iters)
     cycles: list[Any] = []
-    kw["on_trace_ready"] = cycles.append if options.schedule else None
+    # Take each cycle's results when it ends: the profiler object is reused, so
+    # reading it after the loop would give the last cycle's results every time.
+    kw["on_trace_ready"] = (lambda p: cycles.append(p.profiler)) if options.schedule else None
     step = _step_fn(model, args, kwargs, backward, loss, device)
     marks = LayerMarks(model)
-    with _grad_state(model, backward, grad_ctx_factory), marks:
+    with _grad_state(model, backward, grad_ctx_factory), marks, warnings.catch_warnings():
+        # "Profiler clears events at the end of each cycle": we keep each cycle's results
+        warnings.filterwarnings("ignore", message=".*Profiler clears events")
         prof = torch.profiler.profile(**kw)
         with prof:
             for _ in range(iters):
                 marks.run(step)
                 prof.step()
-    results = [_results_of(p) for p in cycles] or [_results_of(prof)]
+    results = [c.kineto_results for c in cycles] or [_results_of(prof)]
     return build_capture([_host_device(r) for r in results], results, device)
 
 
@@ -343,6 +349,7 @@ class LayerMarks:
         self.model = model
         self._handles: list[Any] = []
         self._open: list[tuple[str, Any]] = []
+        self._failed: str | None = None
 
     def __enter__(self) -> LayerMarks:
         enter, leave = range_api()
@@ -354,11 +361,18 @@ class LayerMarks:
                 def pre(mod: Any, a: Any, name: str = name, path: str = path) -> None:
                     opened.append((path, enter(name)))
 
-                def post(mod: Any, a: Any, out: Any) -> None:
-                    leave(opened.pop()[1])
+                def post(mod: Any, a: Any, out: Any, path: str = path) -> None:
+                    # always_call: also runs when the forward raised, so a child
+                    # whose error its parent catches closes its range in time.
+                    if self._failed is None and sys.exc_info()[0] is not None:
+                        self._failed = path  # the innermost layer unwinds first
+                    while opened and opened[-1][0] != path:
+                        leave(opened.pop()[1])
+                    if opened:
+                        leave(opened.pop()[1])
 
                 self._handles.append(module.register_forward_pre_hook(pre))
-                self._handles.append(module.register_forward_hook(post))
+                self._handles.append(module.register_forward_hook(post, always_call=True))
         except BaseException:
             self.__exit__()
             raise
@@ -376,6 +390,7 @@ class LayerMarks:
             leave(self._open.pop()[1])
 
     def run(self, step: Callable[[], Any]) -> Any:
+        self._failed = None
         try:
             return step()
         except (KeyboardInterrupt, ModelRunError):
@@ -384,7 +399,7 @@ class LayerMarks:
         except Exception as exc:
             from layerprof.runner import model_error
 
-            path = self._open[-1][0] if self._open else None
+            path = self._failed or (self._open[-1][0] if self._open else None)
             self.close_open()
             raise model_error(self.model, path, exc) from exc
 
@@ -623,9 +638,8 @@ def _layer_calls(
             iteration += 1
         parent = stack[-1] if stack else -1
         calls.append(
-            LayerCall(
-                e.name[len(LAYER_PREFIX) :], iteration - first_iteration, e.start, e.end, parent
-            )
+            # iterations are numbered across cycles, like the op records
+            LayerCall(e.name[len(LAYER_PREFIX) :], iteration, e.start, e.end, parent)
         )
         iters.append(iteration)
         stack.append(len(calls) - 1)
