@@ -175,3 +175,47 @@ def test_flops_and_activation_bytes_per_layer(tmp_path) -> None:
     again = Profile.load(prof.save(tmp_path / "p.json"))
     assert again.row("0").flops == rows["0"].flops
     assert again.row("0").output_bytes == rows["0"].output_bytes
+
+
+class _WithScripted(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.pre = nn.Linear(8, 8)
+        self.block = torch.jit.script(nn.Sequential(nn.Linear(8, 8), nn.ReLU()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block(self.pre(x))
+
+
+@pytest.mark.parametrize("ops", [False, True])
+def test_scripted_submodule_is_an_opaque_leaf(ops: bool) -> None:
+    from layerprof.opcapture import OpOptions
+
+    model = _WithScripted()
+    prof = profile_model(
+        model,
+        (torch.randn(2, 8),),
+        None,
+        RunOptions(warmup=0, iters=2, ops=OpOptions() if ops else None),
+    )
+    paths = [r.path for r in prof.rows()]
+    assert paths == ["", "pre", "block"]  # the scripted block's insides are not listed
+    assert prof.row("pre").calls == 1
+    assert any("block is a TorchScript submodule" in n for n in prof.notes)
+    for root in prof.tree():
+        root.self_check(tolerance_ns=1)
+
+
+def test_compiled_submodule_is_timed_as_one_leaf() -> None:
+    class WithCompiled(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.pre = nn.Linear(8, 8)
+            self.block = torch.compile(nn.Sequential(nn.Linear(8, 8), nn.ReLU()), backend="eager")
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.block(self.pre(x))
+
+    prof = layerprof.profile(WithCompiled(), torch.randn(2, 8), warmup=1, iters=3)
+    assert [r.path for r in prof.rows()] == ["", "pre", "block"]
+    assert prof.row("block").calls == 1 and prof.row("block").total_ns > 0

@@ -46,6 +46,7 @@ from layerprof.clocks import Clock, HostClock, synchronizer
 from layerprof.device import device_of
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.layertimes import build_samples
+from layerprof.recorder import hookable_modules
 from layerprof.records import LayerCall
 
 if TYPE_CHECKING:
@@ -155,7 +156,7 @@ class BackwardMarks:
 
     def __enter__(self) -> BackwardMarks:
         try:
-            for path, module in self.model.named_modules():
+            for path, module in hookable_modules(self.model):
                 self._handles.append(module.register_full_backward_pre_hook(self._pre(path)))
                 self._handles.append(module.register_full_backward_hook(self._post(path)))
             for path, param in owned_parameters(self.model):

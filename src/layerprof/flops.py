@@ -9,6 +9,7 @@ them back to ``named_modules()`` paths (``layers.0.attn``, ``""`` = root).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +19,10 @@ def count_flops(model: Any, forward: Callable[[], Any]) -> dict[str, int]:
     from torch.utils.flop_counter import FlopCounterMode
 
     counter = FlopCounterMode(display=False)
-    with counter:
+    # The counter tracks modules with global hooks; torch.compile-d submodules
+    # warn about those. Expected here, and the counting pass is not timed.
+    with counter, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*global hooks on modules")
         forward()
     root = type(model).__name__
     out: dict[str, int] = {}

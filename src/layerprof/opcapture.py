@@ -35,6 +35,7 @@ import orjson
 
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.layertimes import build_samples
+from layerprof.recorder import hookable_modules
 from layerprof.records import LayerCall, LayerSamples, Meta, OpStat
 
 if TYPE_CHECKING:
@@ -355,7 +356,7 @@ class LayerMarks:
         enter, leave = range_api()
         opened = self._open
         try:
-            for path, module in self.model.named_modules():
+            for path, module in hookable_modules(self.model):
                 name = LAYER_PREFIX + path
 
                 def pre(mod: Any, a: Any, name: str = name, path: str = path) -> None:

@@ -28,6 +28,44 @@ if TYPE_CHECKING:
     from layerprof.profile import Profile
 
 
+def visible_modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    """``named_modules()`` without the insides of ``torch.jit.script``-ed submodules.
+
+    A scripted submodule inside an eager model refuses Python hooks, and its own
+    submodules run inside TorchScript where hooks never fire: it is one leaf
+    layer (its time shows in its parent's self time), not a tree. A
+    ``torch.compile``-d submodule is one leaf too, timed around the compiled
+    call: hooks inside it would be traced by dynamo, break its graph and
+    trigger recompiles, i.e. change what is measured.
+    """
+    out: list[tuple[str, torch.nn.Module]] = []
+    opaque: list[str] = []
+    for path, module in model.named_modules():
+        if any(path.startswith(o + ".") for o in opaque):
+            continue
+        if path and (_is_script(module) or _is_compiled(module)):
+            opaque.append(path)
+        out.append((path, module))
+    return out
+
+
+def hookable_modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    """The visible modules that take forward hooks (not scripted ones)."""
+    if _is_script(model):
+        return []  # a whole scripted model: runner.py's TorchScript path handles it
+    return [(p, m) for p, m in visible_modules(model) if not _is_script(m)]
+
+
+def _is_compiled(module: Any) -> bool:
+    return type(module).__name__ == "OptimizedModule" and hasattr(module, "_orig_mod")
+
+
+def _is_script(module: Any) -> bool:
+    import torch
+
+    return isinstance(module, torch.jit.ScriptModule)
+
+
 def layer_infos(
     model: torch.nn.Module,
     shapes: dict[str, tuple[Any, Any]] | None = None,
@@ -40,7 +78,7 @@ def layer_infos(
     infos: list[LayerInfo] = []
     shapes = shapes or {}
     output_bytes = output_bytes or {}
-    for path, module in model.named_modules():
+    for path, module in visible_modules(model):
         parent = None if path == "" else (path.rsplit(".", 1)[0] if "." in path else "")
         ins, outs = shapes.get(path, (None, None))
         infos.append(
@@ -72,7 +110,7 @@ class ShapeCapture:
         self._handles: list[Any] = []
 
     def attach(self) -> ShapeCapture:
-        for path, module in self.model.named_modules():
+        for path, module in hookable_modules(self.model):
             self._handles.append(
                 module.register_forward_pre_hook(self._pre(path), with_kwargs=True)
             )
@@ -143,12 +181,15 @@ class Recorder:
         if self._handles:
             return self
         try:
-            for path, module in self.model.named_modules():
+            for path, module in hookable_modules(self.model):
                 pre, post = self._hooks(path)
                 self._handles.append(module.register_forward_pre_hook(pre))
                 self._handles.append(module.register_forward_hook(post))
             # Runs after the root's timing hook, also when its forward raises.
-            self._handles.append(self.model.register_forward_hook(self._unwind, always_call=True))
+            if self._handles:
+                self._handles.append(
+                    self.model.register_forward_hook(self._unwind, always_call=True)
+                )
             if self._shapes is not None:
                 self._shapes.attach()
         except BaseException:

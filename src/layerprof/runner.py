@@ -29,7 +29,7 @@ from layerprof.device import device_of
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.layertimes import Correction
 from layerprof.progress import Progress
-from layerprof.recorder import Recorder, ShapeCapture, layer_infos
+from layerprof.recorder import Recorder, ShapeCapture, hookable_modules, layer_infos
 from layerprof.records import LayerSamples, Meta, Overhead
 from layerprof.stats import median
 
@@ -141,8 +141,7 @@ def run_model(
             with ShapeCapture(model) as shapes:
                 _guarded(forward, model)
             flops, flop_note = _flops(model, forward)
-            if flop_note:
-                base = base.with_notes(flop_note)
+            base = base.with_notes(*_opaque_notes(model), *([flop_note] if flop_note else []))
             if opts.ops is not None:
                 capture = _capture(model, args, kwargs, device, opts)
                 samples = capture.layer_samples()
@@ -169,6 +168,20 @@ def run_model(
         ),
         capture,
     )
+
+
+def _opaque_notes(model: torch.nn.Module) -> list[str]:
+    """Scripted submodules take no hooks: say where their time went."""
+    from layerprof.recorder import visible_modules
+
+    hooked = {p for p, _ in hookable_modules(model)}
+    return [
+        f"{path} is a TorchScript submodule: hooks cannot time it, so its time is in"
+        f" {parent or type(model).__name__}'s self time"
+        for path, _ in visible_modules(model)
+        if path not in hooked
+        for parent in [path.rsplit(".", 1)[0] if "." in path else ""]
+    ]
 
 
 def _flops(
