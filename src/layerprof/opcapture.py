@@ -230,10 +230,16 @@ def capture_ops(
         raise UsageError("--iters must be at least 1 for --ops")
     kwargs = kwargs or {}
     kw = profiler_kwargs(options, device, iters)
+    steps = iters
+    if "schedule" not in kw:
+        # One recorded-but-discarded step first: the first profiled step pays the
+        # profiler's and the ranges' start-up cost, which would inflate the means.
+        kw["schedule"] = torch.profiler.schedule(wait=0, warmup=1, active=iters, repeat=1)
+        steps = iters + 1
     cycles: list[Any] = []
     # Take each cycle's results when it ends: the profiler object is reused, so
     # reading it after the loop would give the last cycle's results every time.
-    kw["on_trace_ready"] = (lambda p: cycles.append(p.profiler)) if options.schedule else None
+    kw["on_trace_ready"] = lambda p: cycles.append(p.profiler)
     step = _step_fn(model, args, kwargs, backward, loss, device)
     marks = LayerMarks(model)
     with _grad_state(model, backward, grad_ctx_factory), marks, warnings.catch_warnings():
@@ -241,7 +247,7 @@ def capture_ops(
         warnings.filterwarnings("ignore", message=".*Profiler clears events")
         prof = torch.profiler.profile(**kw)
         with prof:
-            for _ in range(iters):
+            for _ in range(steps):
                 marks.run(step)
                 prof.step()
     results = [c.kineto_results for c in cycles] or [_results_of(prof)]
