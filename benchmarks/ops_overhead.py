@@ -64,10 +64,11 @@ def ops_mode(model: Any, x: Any, iters: int) -> tuple[float, float]:
         end = time.perf_counter()
     finally:
         torch.profiler.profile.step = original  # type: ignore[method-assign]
-    # loop[1] is the first step() after the first forward; estimate the first
-    # forward's start as loop[1] minus the mean per-iteration time.
+    # loop[1] is the first step() after the first forward; the steps after it are
+    # timed. capture_ops runs one discarded warm-up step more than ``iters``, so
+    # compare the mean cost per step over the same number of iterations.
     per_iter = (loop[-1] - loop[1]) / max(len(loop) - 2, 1)
-    return loop[-1] - loop[1] + per_iter, end - t0
+    return per_iter * iters, end - t0
 
 
 def alternate(
