@@ -134,6 +134,12 @@ def _add_ops_options(p: argparse.ArgumentParser) -> None:
         help="with --ops: group the operator table by input shapes (implies --record-shapes)",
     )
     g.add_argument(
+        "--op-sort",
+        choices=("self", "total", "device", "calls", "name"),
+        default="self",
+        help="with --ops: order of the operator tables (default: self time)",
+    )
+    g.add_argument(
         "--profile-memory", action="store_true", help="with --ops: record allocator events"
     )
     g.add_argument(
@@ -486,10 +492,11 @@ def _print_ops(measured: Measurement, args: argparse.Namespace, console: Any) ->
     if not getattr(args, "group_by_shape", False):
         ops = merge_shapes(ops)
     top = args.top or 10
-    render_ops([o for o in ops if o.phase == "forward"], console, top=top)
+    sort: Any = getattr(args, "op_sort", "self")  # argparse choices match OpSort
+    render_ops([o for o in ops if o.phase == "forward"], console, top=top, sort=sort)
     backward = [o for o in ops if o.phase == "backward"]
     if backward:
-        render_ops(backward, console, top=top, title="backward operators")
+        render_ops(backward, console, top=top, sort=sort, title="backward operators")
 
 
 def _write_exports(measured: Measurement, args: argparse.Namespace, *, suffix: str | None) -> None:

@@ -83,6 +83,11 @@ class RunOptions:
             raise UsageError(f"warmup cannot be negative (got {self.warmup})")
         if self.threads is not None and self.threads < 1:
             raise UsageError(f"threads must be at least 1 (got {self.threads})")
+        if self.backward and self.kind != "eager":
+            raise UsageError(
+                f"--backward is not available for {self.kind} models",
+                hint="profile the eager model (state_dict + --arch) for per-layer backward times",
+            )
 
 
 @dataclass(frozen=True)

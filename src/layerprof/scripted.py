@@ -260,7 +260,8 @@ def export_layers(program: Any, gm: Any) -> tuple[LayerInfo, ...]:
             if not p:
                 root_type = str(t).rsplit(".", 1)[-1]
     modules = dict(gm.named_modules())
-    known = set(types) | {p for p in modules if p}
+    # torch's own helpers (the "_guards_fn" guard check) are not the user's layers
+    known = set(types) | {p for p in modules if p and not p.split(".")[-1].startswith("_")}
     paths = ["", *sorted(known, key=_module_order(types, modules))]
     infos = []
     for path in paths:
@@ -280,7 +281,8 @@ def export_layers(program: Any, gm: Any) -> tuple[LayerInfo, ...]:
 
 
 def _module_order(types: dict[str, str], modules: dict[str, Any]) -> Any:
-    """Definition order where known (named_modules), then first use in the graph."""
+    """First use in the graph (parents before children, parameter-free layers in
+    place), then the exported module's order for layers no op ran in."""
     rank = {p: i for i, p in enumerate(modules)}
     used = {p: i for i, p in enumerate(types)}
-    return lambda p: (rank.get(p, len(rank)), used.get(p, 0), p)
+    return lambda p: (used.get(p, len(used)), rank.get(p, len(rank)), p)

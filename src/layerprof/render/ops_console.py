@@ -12,6 +12,7 @@ from typing import Literal
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from layerprof.records import OpStat
 from layerprof.render.units import unit_for
@@ -115,7 +116,11 @@ def op_table(ops: Sequence[OpStat], *, top: int | None, sort: OpSort, title: str
     unit = unit_for(max((o.total_ns for o in shown), default=0))
     total_self = sum(o.self_ns for o in ops) or 1
     table = Table(
-        title=title, title_justify="left", show_edge=False, pad_edge=False, header_style="bold"
+        title=Text(title),
+        title_justify="left",
+        show_edge=False,
+        pad_edge=False,
+        header_style="bold",
     )
     table.add_column("Op", no_wrap=True)
     table.add_column("Calls", justify="right")
@@ -133,7 +138,7 @@ def op_table(ops: Sequence[OpStat], *, top: int | None, sort: OpSort, title: str
             cells.append(unit.fmt(o.device_ns))
         if shapes:
             cells.append(o.input_shapes or "")
-        table.add_row(*cells)
+        table.add_row(*(Text(c) for c in cells))  # op names and shapes are not markup
     if len(rows) > len(shown):
         table.caption = f"{len(rows) - len(shown)} more ops not shown (--top)"
     return table
