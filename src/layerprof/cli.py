@@ -9,6 +9,7 @@ an exit code; a LayerprofError becomes one line on stderr (plus a hint), exit 2.
 from __future__ import annotations
 
 import argparse
+import re
 import socket
 import sys
 from collections.abc import Sequence
@@ -287,6 +288,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="what to print on stdout",
     )
     diff.add_argument("--top", type=_COUNT, default=20, metavar="N")
+    diff.add_argument(
+        "--rank", type=_NON_NEGATIVE, metavar="N", help="rank to compare in multi-rank traces"
+    )
     diff.add_argument("--json", metavar="FILE", help="write the diff (schema layerprof.diff/1)")
     diff.add_argument(
         "--html", metavar="FILE", help="write a self-contained HTML report of the diff"
@@ -610,29 +614,53 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
-def load_comparable(path: str) -> Profile:
-    """A saved profile, or a trace (file or directory) analyzed into a Profile."""
+_SCHEMA_KEY = re.compile(rb'"schema"\s*:')
+
+
+def load_comparable(path: str, *, rank: int | None = None) -> Profile:
+    """A saved profile, or a trace (file or directory) analyzed into a Profile.
+
+    A file is sniffed from its first bytes (profiles start with their "schema"
+    key), so a large trace is decoded once, by the trace reader. ``rank``
+    picks a rank of a multi-rank trace (default: the lowest).
+    """
     p = Path(path)
-    if p.is_dir() or p.name.endswith(".gz"):
+    if p.is_dir() or p.name.endswith(".gz") or not _looks_like_layerprof(p):
         from layerprof.trace import analyze
 
-        return analyze(p).to_profile()
+        report = analyze(p)
+        if rank is None and len(report.ranks) > 1:
+            print(
+                f"layerprof: {p}: comparing rank {report.rank().rank} of {len(report.ranks)}"
+                " (choose with --rank)",
+                file=sys.stderr,
+            )
+        return report.to_profile(rank)
     data = _read_json(p)
     schema = data.get("schema") if isinstance(data, dict) else None
-    if isinstance(data, dict) and "traceEvents" in data:
-        from layerprof.trace import analyze
-
-        return analyze(p).to_profile()
     if schema == "layerprof.profile/1":
         from layerprof.profile import profile_from_dict
 
         return profile_from_dict(data, source=str(p))
     if isinstance(schema, str) and schema.startswith("layerprof."):
         raise ProfileFormatError(
-            f"{p}: a {schema} file cannot be compared",
+            f"{p}: a {schema} file cannot be compared (it holds summaries, not the"
+            " per-iteration samples a diff needs)",
             hint="compare saved profiles (run --json) or the traces themselves",
         )
     raise ProfileFormatError(f"{p}: neither a layerprof profile nor a torch.profiler trace")
+
+
+def _looks_like_layerprof(p: Path) -> bool:
+    """Whether a JSON file opens with a "schema" key (layerprof's files do)."""
+    try:
+        with p.open("rb") as handle:
+            head = handle.read(4096)
+    except FileNotFoundError as exc:
+        raise ProfileFormatError(f"{p}: no such file") from exc
+    except OSError as exc:
+        raise ProfileFormatError(f"{p}: cannot read ({exc.strerror})") from exc
+    return bool(_SCHEMA_KEY.search(head))
 
 
 def _read_json(p: Path) -> Any:
@@ -658,7 +686,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
     threshold = parse_percent(args.threshold)
     fail_above = parse_percent(args.fail_above) if args.fail_above else None
-    result = diff(load_comparable(args.base), load_comparable(args.new), threshold_pct=threshold)
+    base = load_comparable(args.base, rank=args.rank)
+    new = load_comparable(args.new, rank=args.rank)
+    result = diff(base, new, threshold_pct=threshold)
     gate = result.gate(fail_above, args.fail_metric) if fail_above is not None else None
     data = result.to_dict(gate=gate)
     if args.format == "json":

@@ -188,7 +188,12 @@ def _print_launches(r: RankReport, console: Console, top: int) -> None:
     launch = r.launches
     if launch is None:
         return
-    parts = [f"launch overhead: {launch.launches} launches, {_ms(launch.call_total_ns)} ms"]
+    # These are the runtime calls that launched GPU work: kernels, copies and
+    # memsets alike (a blocking cudaMemcpyAsync counts its whole wait here).
+    parts = [
+        f"launch overhead: {launch.launches} runtime calls that launched GPU work"
+        f" (kernels, copies, memsets), {_ms(launch.call_total_ns)} ms"
+    ]
     if launch.call_ns is not None:
         parts.append(f"call median {_us(launch.call_ns.median)} us")
     if launch.delay_ns is not None:
