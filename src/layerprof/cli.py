@@ -299,7 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser(
         "report",
         parents=[common],
-        help="re-render a saved profile, trace analysis or diff (no torch needed)",
+        help="re-render a saved profile (console, CSV, HTML), or a trace analysis or diff as HTML;"
+        " no torch needed",
     )
     report.add_argument("file", metavar="FILE")
     report.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
@@ -586,6 +587,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from layerprof.render.trace_console import print_trace_report
     from layerprof.trace import analyze
 
+    check_outputs(args)
     report = analyze(args.trace, group_by_shape=args.group_by_shape)
     data = report.to_dict(top=None)
     findings = diagnose_trace(data)
@@ -686,6 +688,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
     threshold = parse_percent(args.threshold)
     fail_above = parse_percent(args.fail_above) if args.fail_above else None
+    check_outputs(args)
     base = load_comparable(args.base, rank=args.rank)
     new = load_comparable(args.new, rank=args.rank)
     result = diff(base, new, threshold_pct=threshold)
@@ -703,11 +706,13 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
         print_diff(result, make_console(), top=args.top, gate=gate)
     if args.json:
-        write_atomic(args.json, orjson.dumps(data, option=orjson.OPT_INDENT_2))
+        _info(
+            f"wrote {write_atomic(args.json, orjson.dumps(data, option=orjson.OPT_INDENT_2))}", args
+        )
     if args.html:
         from layerprof.render.html import write_html
 
-        write_html(args.html, diff=data)
+        _info(f"wrote {write_html(args.html, diff=data)}", args)
     if gate is None:
         return 0
     if args.format != "console":  # the console report already ends with the verdict
@@ -718,6 +723,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from layerprof.profile import profile_from_dict
 
+    check_outputs(args)
     p = Path(args.file)
     data = _read_json(p)
     schema = data.get("schema") if isinstance(data, dict) else None
@@ -728,11 +734,19 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 0
     if schema in ("layerprof.trace/1", "layerprof.diff/1"):
         if not args.html:
-            raise UsageError(f"{p}: a {schema} file is re-rendered with --html FILE")
+            raise UsageError(
+                f"{p}: a {schema} file is re-rendered as HTML",
+                hint=f"layerprof report {p} --html report.html",
+            )
+        from layerprof.diagnose import diagnose_trace
         from layerprof.render.html import write_html
 
-        key = "trace" if schema == "layerprof.trace/1" else "diff"
-        _info(f"wrote {write_html(args.html, **{key: data})}", args)
+        if schema == "layerprof.trace/1":
+            findings = [f.to_dict() for f in diagnose_trace(data)]
+            html = write_html(args.html, trace=data, findings=findings)
+        else:
+            html = write_html(args.html, diff=data)
+        _info(f"wrote {html}", args)
         return 0
     raise ProfileFormatError(
         f"{p}: not a layerprof profile, trace analysis or diff (no known 'schema' key)",
