@@ -258,7 +258,11 @@ def _with_backward(
     """Hooks mode: add each layer's backward times from full backward hooks."""
     from layerprof.backward import profile_backward
 
-    times = profile_backward(model, args, kwargs, iters=opts.iters, loss=opts.loss)
+    device = opts.device or device_of(model)
+    # On CUDA host marks around an asynchronous backward time launches, not work:
+    # time each layer's backward with CUDA events, resolved once per iteration.
+    clock = CudaEventClock(device) if device.startswith("cuda") else None
+    times = profile_backward(model, args, kwargs, iters=opts.iters, loss=opts.loss, clock=clock)
     out = dict(samples)
     for path, (total, self_t) in times.items():
         old = out.get(path) or LayerSamples(total_ns=(), self_ns=(), calls=0.0)
