@@ -219,3 +219,25 @@ def test_compiled_submodule_is_timed_as_one_leaf() -> None:
     prof = layerprof.profile(WithCompiled(), torch.randn(2, 8), warmup=1, iters=3)
     assert [r.path for r in prof.rows()] == ["", "pre", "block"]
     assert prof.row("block").calls == 1 and prof.row("block").total_ns > 0
+
+
+def test_python_api_ops_and_backward() -> None:
+    prof = layerprof.profile(
+        small_mlp(), torch.randn(4, 32), warmup=0, iters=2, ops=True, backward=True
+    )
+    assert any(o.layer == "0" and o.name == "aten::addmm" for o in prof.ops)
+    assert prof.row("0").backward_total_ns is not None
+    hooks = layerprof.profile(small_mlp(), torch.randn(4, 32), warmup=0, iters=2, backward=True)
+    assert hooks.row("0").backward_total_ns is not None and not hooks.ops
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_ops_and_backward() -> None:
+    model = small_mlp().cuda()
+    prof = layerprof.profile(
+        model, torch.randn(64, 32, device="cuda"), iters=3, ops=True, backward=True
+    )
+    assert any(o.device_ns for o in prof.ops if o.layer == "0")
+    hooks = layerprof.profile(model, torch.randn(64, 32, device="cuda"), iters=3, backward=True)
+    assert hooks.row("0").backward_total_ns is not None

@@ -23,7 +23,11 @@ from layerprof.profile import Profile
 from layerprof.recorder import Recorder
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import torch
+
+    from layerprof.opcapture import OpOptions
 
 __version__ = "0.1.0"
 # ``layerprof.diff`` is the function (``layerprof.diff(a, b) -> Diff``); the module
@@ -42,11 +46,19 @@ def profile(
     inference_mode: bool = True,
     correct_overhead: bool = True,
     progress: bool = False,
+    ops: bool | OpOptions = False,
+    backward: bool = False,
+    loss: Callable[[Any], Any] | None = None,
 ) -> Profile:
     """Profile ``model(*args, **kwargs)``: clean latency pass + per-layer pass.
 
-    See :class:`layerprof.runner.RunOptions` for what each option does.
+    ``ops=True`` (or an :class:`layerprof.opcapture.OpOptions`) records the
+    operators of every layer with torch.profiler (``Profile.ops``);
+    ``backward=True`` adds each layer's backward time, with ``loss(output)``
+    as the loss (default: the sum of the floating outputs). See
+    :class:`layerprof.runner.RunOptions` for the other options.
     """
+    from layerprof.opcapture import OpOptions
     from layerprof.runner import RunOptions, profile_model
 
     options = RunOptions(
@@ -57,5 +69,8 @@ def profile(
         inference_mode=inference_mode,
         correct_overhead=correct_overhead,
         progress=progress,
+        ops=ops if isinstance(ops, OpOptions) else (OpOptions() if ops else None),
+        backward=backward,
+        loss=loss,
     )
     return profile_model(model, args, kwargs, options)
