@@ -237,6 +237,8 @@ def profile_backward(
         # "full backward hook is firing ... since no inputs require gradients":
         # expected, and handled by ending such layers at their last accumulation.
         warnings.filterwarnings("ignore", message="Full backward hook is firing")
+        # a module returning a dict gets no backward hooks; the runner notes it
+        warnings.filterwarnings("ignore", message="For backward hooks to be called")
         _run(model, step)
         with BackwardMarks(model, clock) as marks:
             marks.take()

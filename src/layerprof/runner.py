@@ -160,7 +160,8 @@ def run_model(
                 capture, ops = None, ()
                 samples, overhead = _hooked(model, forward, sync, device, opts, progress, latency)
                 if opts.backward:
-                    samples = _with_backward(samples, model, args, kwargs, opts)
+                    samples, untimed = _with_backward(samples, model, args, kwargs, opts)
+                    base = base.with_notes(*_backward_notes(model, untimed))
         finally:
             progress.close()
     return Measurement(
@@ -173,6 +174,20 @@ def run_model(
         ),
         capture,
     )
+
+
+def _backward_notes(model: torch.nn.Module, untimed: list[str]) -> list[str]:
+    """Layers that ran forward but whose backward hooks never fired."""
+    if not untimed:
+        return []
+    names = ", ".join(p or type(model).__name__ for p in untimed[:5])
+    more = f" and {len(untimed) - 5} more" if len(untimed) > 5 else ""
+    return [
+        f"no backward time for {names}{more}: full backward hooks do not fire for a layer"
+        " whose output is not a tensor or tuple of tensors (or that no gradient reaches);"
+        " its backward total is its children's, its own backward work is not shown"
+        " (use --ops to see it)"
+    ]
 
 
 def _opaque_notes(model: torch.nn.Module) -> list[str]:
@@ -254,7 +269,7 @@ def _with_backward(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     opts: RunOptions,
-) -> dict[str, LayerSamples]:
+) -> tuple[dict[str, LayerSamples], list[str]]:
     """Hooks mode: add each layer's backward times from full backward hooks."""
     from layerprof.backward import profile_backward
 
@@ -264,10 +279,11 @@ def _with_backward(
     clock = CudaEventClock(device) if device.startswith("cuda") else None
     times = profile_backward(model, args, kwargs, iters=opts.iters, loss=opts.loss, clock=clock)
     out = dict(samples)
+    missing = [p for p, _ in hookable_modules(model) if p not in times and p in samples]
     for path, (total, self_t) in times.items():
         old = out.get(path) or LayerSamples(total_ns=(), self_ns=(), calls=0.0)
         out[path] = replace(old, backward_total_ns=total, backward_self_ns=self_t)
-    return out
+    return out, missing
 
 
 def _scripted(
