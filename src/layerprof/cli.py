@@ -606,9 +606,15 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     if args.html:
         from layerprof.render.html import write_html
 
+        profile = report.to_profile()
+        if len(report.ranks) > 1:
+            profile = profile.with_notes(
+                f"the latency, hierarchy and layer sections show rank {report.rank().rank}"
+                f" of {len(report.ranks)}; the trace section compares all ranks"
+            )
         html = write_html(
             args.html,
-            profile=report.to_profile(),
+            profile=profile,
             trace=data,
             findings=[f.to_dict() for f in findings],
         )
