@@ -637,3 +637,20 @@ def test_trace_profile_shows_step_time_not_inference_latency() -> None:
     assert "clean pass (no hooks)" not in page
     live = render_html(profile=replace(prof, meta=Meta(model="m")))
     assert "Inference latency" in live
+
+
+def test_backward_ops_are_labelled_apart_from_forward_ones() -> None:
+    prof = Profile(
+        meta=Meta(model="m"),
+        layers=(LayerInfo("", "Net", None), LayerInfo("fc", "Linear", "")),
+        samples={
+            "": LayerSamples((3_000,), (1_000,), 1),
+            "fc": LayerSamples((2_000,), (2_000,), 1),
+        },
+        ops=(
+            OpStat("aten::mm", 1, 1_000, 1_000, layer="fc"),
+            OpStat("aten::mm", 2, 3_000, 3_000, layer="fc", phase="backward"),
+        ),
+    )
+    page = render_html(profile=prof)
+    assert "aten::mm [backward]" in page

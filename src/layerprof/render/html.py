@@ -716,7 +716,12 @@ def _top_section(page: _Page, layers: list[Row], ops: list[Row]) -> None:
             "total": [_num(r.get("total_ms")) or 0.0 for r in ranked],
         }
         charts += _chart("lp-top-layers")
-    op_totals = _aggregate(ops, "name", ("self_ms", "total_ms", "device_ms", "calls"))
+    # forward and backward ops of the same name are different costs: keep them apart
+    op_totals = _aggregate(
+        [{**o, "name": _op_label(o)} for o in ops],
+        "name",
+        ("self_ms", "total_ms", "device_ms", "calls"),
+    )
     if op_totals:
         has_device = any("device_ms" in o for o in ops)
         key = "device_ms" if has_device else "self_ms"
@@ -747,6 +752,11 @@ def _ops_table(op_totals: Mapping[str, Mapping[str, float]]) -> str:
     return "<h3>Operators</h3>" + _table("lp-ops", cols, rows, filter_label="Filter operators")
 
 
+def _op_label(op: Row) -> str:
+    name = str(op.get("name"))
+    return f"{name} [backward]" if op.get("phase") == "backward" else name
+
+
 def _layer_ops_section(page: _Page, ops: list[Row]) -> None:
     by_layer: dict[str, list[Row]] = {}
     for op in ops:
@@ -764,7 +774,7 @@ def _layer_ops_section(page: _Page, ops: list[Row]) -> None:
         layer_ops = sorted(layer_ops, key=lambda o: _num(o.get("self_ms")) or 0.0, reverse=True)
         total = sum(_num(o.get("self_ms")) or 0.0 for o in layer_ops)
         lines = "".join(
-            f'<tr><td class="path">{_e(o.get("name"))}</td>'
+            f'<tr><td class="path">{_e(_op_label(o))}</td>'
             f'<td class="shape">{_e(o.get("input_shapes") or "")}</td>'
             f'<td class="num">{_e(fmt_calls(o.get("calls")))}</td>'
             f'<td class="num">{_e(fmt_ms(o.get("self_ms")))}</td>'
