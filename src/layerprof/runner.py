@@ -226,9 +226,18 @@ def _hooked(
     progress: Progress,
     latency: list[int],
 ) -> tuple[dict[str, LayerSamples], Overhead]:
-    """Hooks mode: calibration (always reported), then the instrumented pass."""
+    """Hooks mode: calibration (always reported), then the instrumented pass:
+    one untimed hooked forward (the hooks' own warm-up), then ``iters`` timed ones."""
     calibration = calibrate(device)
-    rec, inst_ns = _instrumented(model, forward, sync, device, opts, progress)
+    dclock = CudaEventClock(device) if device.startswith("cuda") else None
+    rec = Recorder(model, clock=HostClock(), device_clock=dclock, record_shapes=False)
+    inst_ns: list[int] = []
+    with rec:
+        _guarded(forward, model, rec)
+        rec.reset()
+        for _ in range(opts.iters):
+            inst_ns.append(_timed(forward, sync, model, rec))
+            progress.advance(1)
     rec.correction = calibration if opts.correct_overhead else None
     overhead = Overhead(
         per_call_ns=calibration.per_call_ns,
@@ -365,26 +374,6 @@ def _rank_meta() -> dict[str, Any]:
 
     info = rank_info()
     return {} if info is None else {"rank": info.rank, "world_size": info.world_size}
-
-
-def _instrumented(
-    model: torch.nn.Module,
-    forward: Callable[[], Any],
-    sync: Callable[[], None],
-    device: str,
-    opts: RunOptions,
-    progress: Progress,
-) -> tuple[Recorder, list[int]]:
-    dclock = CudaEventClock(device) if device.startswith("cuda") else None
-    rec = Recorder(model, clock=HostClock(), device_clock=dclock, record_shapes=False)
-    times: list[int] = []
-    with rec:
-        _guarded(forward, model, rec)  # hooks' own warm-up, not recorded
-        rec.reset()
-        for _ in range(opts.iters):
-            times.append(_timed(forward, sync, model, rec))
-            progress.advance(1)
-    return rec, times
 
 
 def _timed(
