@@ -123,7 +123,7 @@ def run_model(
     """
     opts = options or RunOptions()
     kwargs = kwargs or {}
-    device = opts.device or device_of(model)
+    device = opts.device or _infer_device(model, args, kwargs)
     sync = synchronizer(device)
     forward = _forward(model, args, kwargs)
     with _run_state(model, opts, device):
@@ -506,6 +506,19 @@ def _run_state(model: torch.nn.Module, opts: RunOptions, device: str) -> Iterato
     finally:
         model.train(was_training)
         torch.set_num_threads(threads)
+
+
+def _infer_device(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """The model's device, or for a model without parameters or buffers, the first
+    input tensor's: a CUDA run must synchronize even when the model holds no weights."""
+    device = device_of(model)
+    if device != "cpu":
+        return device
+    for value in (*args, *kwargs.values()):
+        found = getattr(value, "device", None)
+        if found is not None and hasattr(value, "dtype"):
+            return str(found)
+    return device
 
 
 def _grad_ctx(opts: RunOptions) -> contextlib.AbstractContextManager[Any]:
