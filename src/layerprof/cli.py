@@ -267,8 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="compare two profiles or traces; exit 1 on a regression with --fail-above",
     )
-    diff.add_argument("base", metavar="BASE")
-    diff.add_argument("new", metavar="NEW")
+    diff.add_argument("base", metavar="BASE", help="saved profile (run --json) or trace")
+    diff.add_argument("new", metavar="NEW", help="saved profile (run --json) or trace")
     diff.add_argument(
         "--threshold",
         default="5%",
@@ -280,14 +280,21 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PCT",
         help="exit 1 if a compared time regressed by more than PCT beyond noise",
     )
-    diff.add_argument("--fail-metric", choices=("any", "latency", "layers", "ops"), default="any")
+    diff.add_argument(
+        "--fail-metric",
+        choices=("any", "latency", "layers", "ops"),
+        default="any",
+        help="what the gate looks at (default any: latency, layers, and noise-tested ops)",
+    )
     diff.add_argument(
         "--format",
         choices=("console", "json", "md"),
         default="console",
         help="what to print on stdout",
     )
-    diff.add_argument("--top", type=_COUNT, default=20, metavar="N")
+    diff.add_argument(
+        "--top", type=_COUNT, default=20, metavar="N", help="rows per table (default 20)"
+    )
     diff.add_argument(
         "--rank", type=_NON_NEGATIVE, metavar="N", help="rank to compare in multi-rank traces"
     )
