@@ -58,11 +58,12 @@ _COUNT = _int_at_least(1)
 _NON_NEGATIVE = _int_at_least(0)
 
 
-def _add_output_options(p: argparse.ArgumentParser) -> None:
+def _add_output_options(p: argparse.ArgumentParser, *, json: bool = True) -> None:
     out = p.add_argument_group("output")
-    out.add_argument(
-        "--json", metavar="FILE", help="write the profile as JSON (schema layerprof.profile/1)"
-    )
+    if json:
+        out.add_argument(
+            "--json", metavar="FILE", help="write the profile as JSON (schema layerprof.profile/1)"
+        )
     out.add_argument("--csv", metavar="FILE", help="write one CSV line per layer")
     out.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
     out.add_argument(
@@ -205,7 +206,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="profile the built-in example models on CPU",
         description="Profile the built-in example models (a small CNN and a small transformer encoder) on CPU. With several models, output files get the model name inserted (report.html -> report.cnn.html).",
     )
-    demo.add_argument("--model", choices=("all", "cnn", "transformer"), default="all")
+    demo.add_argument(
+        "--model",
+        choices=("all", "cnn", "transformer"),
+        default="all",
+        help="which built-in model (default: both)",
+    )
     _add_measure_options(demo, warmup=3, iters=20)
     _add_ops_options(demo)
     _add_output_options(demo)
@@ -260,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     analyze.add_argument(
         "--group-by-shape", action="store_true", help="group operators by input shapes"
     )
-    analyze.add_argument("--quiet", "-q", action="store_true")
+    analyze.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
 
     diff = sub.add_parser(
         "diff",
@@ -309,14 +315,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="re-render a saved profile (console, CSV, HTML), or a trace analysis or diff as HTML;"
         " no torch needed",
     )
-    report.add_argument("file", metavar="FILE")
-    report.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
-    report.add_argument("--csv", metavar="FILE", help="write one CSV line per layer")
-    report.add_argument("--depth", type=_NON_NEGATIVE, metavar="N")
-    report.add_argument("--top", type=_COUNT, metavar="N")
-    report.add_argument("--sort", choices=("order", "total", "self", "name"), default="order")
-    report.add_argument("--no-shapes", action="store_true")
-    report.add_argument("--quiet", "-q", action="store_true")
+    report.add_argument("file", metavar="FILE", help="a saved profile, trace analysis or diff")
+    _add_output_options(report, json=False)
     return parser
 
 
