@@ -58,6 +58,7 @@ class LayerRow:
     calls_vary: bool = False
     flops: int | None = None
     output_bytes: int | None = None
+    peak_bytes: int | None = None
 
     @property
     def name(self) -> str:
@@ -197,6 +198,7 @@ class Profile:
                     calls_vary=s.calls_vary if s else False,
                     flops=info.flops,
                     output_bytes=info.output_bytes,
+                    peak_bytes=info.peak_bytes,
                 )
             )
         return _subtree_totals(out)
@@ -258,6 +260,10 @@ def _med(values: Sequence[int] | None) -> float | None:
     return median(values) if values else None
 
 
+def _opt_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
 def _mean(values: Sequence[int] | None) -> float | None:
     return sum(values) / len(values) if values else None
 
@@ -285,6 +291,7 @@ def layer_to_dict(row: LayerRow) -> dict[str, Any]:
         **({"calls_vary": True} if row.calls_vary else {}),
         **({"flops": row.flops} if row.flops is not None else {}),
         **({"output_bytes": row.output_bytes} if row.output_bytes is not None else {}),
+        **({"peak_bytes": row.peak_bytes} if row.peak_bytes is not None else {}),
         "input_shapes": row.input_shapes,
         "output_shapes": row.output_shapes,
     }
@@ -400,10 +407,9 @@ def profile_from_dict(data: Any, *, source: str) -> Profile:
                     params_own=int(d.get("params_own") or 0),
                     input_shapes=d.get("input_shapes"),
                     output_shapes=d.get("output_shapes"),
-                    flops=int(d["flops"]) if d.get("flops") is not None else None,
-                    output_bytes=int(d["output_bytes"])
-                    if d.get("output_bytes") is not None
-                    else None,
+                    flops=_opt_int(d.get("flops")),
+                    output_bytes=_opt_int(d.get("output_bytes")),
+                    peak_bytes=_opt_int(d.get("peak_bytes")),
                 )
             )
             smp = d.get("samples")

@@ -72,6 +72,7 @@ def layer_infos(
     *,
     flops: dict[str, int] | None = None,
     output_bytes: dict[str, int] | None = None,
+    peak_bytes: dict[str, int] | None = None,
 ) -> tuple[LayerInfo, ...]:
     """Static description of every module: path, type, parent, parameters, shapes,
     and FLOPs / activation bytes where they were counted."""
@@ -94,6 +95,7 @@ def layer_infos(
                 # layers the counter never saw did no counted FLOPs: 0, not unknown
                 flops=flops.get(path, 0) if flops is not None else None,
                 output_bytes=output_bytes.get(path),
+                peak_bytes=peak_bytes.get(path) if peak_bytes is not None else None,
             )
         )
     return tuple(infos)

@@ -49,7 +49,9 @@ class LayerInfo:
 
     ``flops`` counts matmul/conv/attention FLOPs of one forward inclusively
     (None when not counted); ``output_bytes`` is the size of the tensors the
-    layer's first call returned (its activation memory).
+    layer's first call returned (its activation memory); ``peak_bytes`` (CUDA
+    only) how far allocated device memory rose above its level at the layer's
+    entry, at the peak (see layerprof.memory).
     """
 
     path: str
@@ -61,6 +63,7 @@ class LayerInfo:
     output_shapes: ShapeTree = None
     flops: int | None = None  # inclusive, per forward (torch.utils.flop_counter)
     output_bytes: int | None = None  # tensors returned by the first call
+    peak_bytes: int | None = None  # CUDA: allocated memory's rise above entry, at its peak
 
 
 @dataclass(frozen=True)

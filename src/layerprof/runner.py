@@ -36,6 +36,7 @@ from layerprof.stats import median
 if TYPE_CHECKING:
     import torch
 
+    from layerprof.memory import MemoryCounter
     from layerprof.opcapture import OpCapture, OpOptions
     from layerprof.profile import Profile
 
@@ -146,6 +147,7 @@ def run_model(
             with ShapeCapture(model) as shapes:
                 _guarded(forward, model)
             flops, flop_note = _flops(model, forward)
+            peaks = _peaks(model, forward, device)
             base = base.with_notes(*_opaque_notes(model), *([flop_note] if flop_note else []))
             if opts.ops is not None:
                 capture = _capture(model, args, kwargs, device, opts)
@@ -167,7 +169,13 @@ def run_model(
     return Measurement(
         replace(
             base,
-            layers=layer_infos(model, shapes.shapes, flops=flops, output_bytes=shapes.output_bytes),
+            layers=layer_infos(
+                model,
+                shapes.shapes,
+                flops=flops,
+                output_bytes=shapes.output_bytes,
+                peak_bytes=peaks,
+            ),
             samples=samples,
             overhead=overhead,
             ops=ops,
@@ -202,6 +210,26 @@ def _opaque_notes(model: torch.nn.Module) -> list[str]:
         if path not in hooked
         for parent in [path.rsplit(".", 1)[0] if "." in path else ""]
     ]
+
+
+def memory_counter(device: str) -> MemoryCounter | None:
+    """The allocator counters of ``device``; CPU has none (tests replace this)."""
+    if not device.startswith("cuda"):
+        return None
+    from layerprof.memory import CudaMemory
+
+    return CudaMemory(device)
+
+
+def _peaks(
+    model: torch.nn.Module, forward: Callable[[], Any], device: str
+) -> dict[str, int] | None:
+    counter = memory_counter(device)
+    if counter is None:
+        return None
+    from layerprof.memory import peak_memory
+
+    return peak_memory(model, forward, counter)
 
 
 def _flops(

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from layerprof.render.units import TimeUnit, human_count, human_time, unit_for
+from layerprof.render.units import TimeUnit, human_bytes, human_count, human_time, unit_for
 from layerprof.shapes import format_shapes
 
 if TYPE_CHECKING:
@@ -200,6 +200,9 @@ def _table(
     flops = any(r.flops is not None for _, r in rows)
     if flops:
         table.add_column("FLOPs", justify="right", no_wrap=True)
+    peaks = any(r.peak_bytes is not None for _, r in rows)
+    if peaks:
+        table.add_column("Peak mem", justify="right", no_wrap=True)
     for label, r in rows:
         share = (r.self_ns if flat else r.total_ns) / root_total if root_total > 0 else 0.0
         cells = [
@@ -219,6 +222,8 @@ def _table(
         cells.append(human_count(r.params) if r.params else "")
         if flops:
             cells.append(human_count(r.flops) if r.flops else "")
+        if peaks:
+            cells.append(human_bytes(r.peak_bytes) if r.peak_bytes else "")
         # Text cells: layer names and shapes are user text, never rich markup.
         table.add_row(*(Text(c) for c in cells), style=None if r.calls else "dim")
     return table

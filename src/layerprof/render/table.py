@@ -16,7 +16,7 @@ CSV_COLUMNS = (
     "path", "type", "parent", "depth", "calls", "total_ms", "self_ms", "share",
     "total_p90_ms", "total_std_ms", "device_total_ms", "device_self_ms",
     "backward_total_ms", "backward_self_ms", "params", "params_own",
-    "input_shapes", "output_shapes", "flops", "output_bytes",
+    "input_shapes", "output_shapes", "flops", "output_bytes", "peak_bytes",
 )  # fmt: skip
 
 
@@ -41,6 +41,7 @@ def profile_to_csv(profile: Profile) -> str:
                 format_shapes(r.input_shapes), format_shapes(r.output_shapes),
                 "" if r.flops is None else r.flops,
                 "" if r.output_bytes is None else r.output_bytes,
+                "" if r.peak_bytes is None else r.peak_bytes,
             ]
         )  # fmt: skip
     return out.getvalue()

@@ -44,3 +44,11 @@ def human_count(n: float) -> str:
         if abs(n) >= size:
             return f"{n / size:.1f}{suffix}"
     return f"{n:g}"
+
+
+def human_bytes(n: float) -> str:
+    """Binary units: ``1.5 MiB``."""
+    for size, suffix in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {suffix}"
+    return f"{n:g} B"
