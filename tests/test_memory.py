@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 from torch import nn
 
@@ -99,3 +100,14 @@ def test_no_counter_on_cpu() -> None:
 
     prof = layerprof.profile(nn.Linear(2, 2), torch.zeros(1, 2), warmup=0, iters=1)
     assert prof.row("").peak_bytes is None
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_peak_memory_per_layer() -> None:
+    import layerprof
+
+    model = nn.Sequential(nn.Linear(256, 4096), nn.ReLU(), nn.Linear(4096, 256)).cuda()
+    prof = layerprof.profile(model, torch.randn(64, 256, device="cuda"), warmup=1, iters=3)
+    assert prof.row("0").peak_bytes is not None and prof.row("0").peak_bytes >= 64 * 4096 * 4
+    assert prof.row("").peak_bytes >= prof.row("0").peak_bytes

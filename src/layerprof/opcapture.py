@@ -35,6 +35,7 @@ import orjson
 
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.layertimes import build_samples
+from layerprof.quiet import kineto_quiet
 from layerprof.recorder import hookable_modules
 from layerprof.records import LayerCall, LayerSamples, Meta, OpStat
 
@@ -246,7 +247,7 @@ def capture_ops(
         # "Profiler clears events at the end of each cycle": we keep each cycle's results
         warnings.filterwarnings("ignore", message=".*Profiler clears events")
         prof = torch.profiler.profile(**kw)
-        with prof:
+        with kineto_quiet(), prof:
             for _ in range(steps):
                 marks.run(step)
                 prof.step()

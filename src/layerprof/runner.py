@@ -150,6 +150,7 @@ def run_model(
             peaks = _peaks(model, forward, device)
             base = base.with_notes(*_opaque_notes(model), *([flop_note] if flop_note else []))
             if opts.ops is not None:
+                progress.close()  # stderr is held while the profiler runs (layerprof.quiet)
                 capture = _capture(model, args, kwargs, device, opts)
                 samples = capture.layer_samples()
                 ops = capture.ops + capture.backward_ops

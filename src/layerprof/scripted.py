@@ -36,6 +36,7 @@ from layerprof.opcapture import (
     range_api,
     trace_loader,
 )
+from layerprof.quiet import kineto_quiet
 from layerprof.records import LayerInfo, LayerSamples, OpStat
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ def script_capture(
     kw = profiler_kwargs(options or OpOptions(), device_of(scripted_module), iters)
     kw["with_modules"] = True
     enter, leave = range_api()
-    with torch.no_grad(), torch.profiler.profile(**kw) as prof:
+    with kineto_quiet(), torch.no_grad(), torch.profiler.profile(**kw) as prof:
         for _ in range(iters):
             handle = enter(LAYER_PREFIX)
             try:
