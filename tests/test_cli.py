@@ -321,13 +321,13 @@ def test_bad_output_path_fails_before_measuring(
 
 
 def test_output_names_with_suffixes() -> None:
-    from layerprof.cli import _with_suffix
+    from layerprof.outputs import with_suffix
 
-    assert _with_suffix("out/report.html", "cnn") == Path("out/report.cnn.html")
-    assert _with_suffix("t.json.gz", "cnn") == Path("t.cnn.json.gz")
-    assert _with_suffix("s.speedscope.json", "cnn") == Path("s.cnn.speedscope.json")
-    assert _with_suffix("plain", "cnn") == Path("plain.cnn")
-    assert _with_suffix("p.json", None) == Path("p.json")
+    assert with_suffix("out/report.html", "cnn") == Path("out/report.cnn.html")
+    assert with_suffix("t.json.gz", "cnn") == Path("t.cnn.json.gz")
+    assert with_suffix("s.speedscope.json", "cnn") == Path("s.cnn.speedscope.json")
+    assert with_suffix("plain", "cnn") == Path("plain.cnn")
+    assert with_suffix("p.json", None) == Path("p.json")
 
 
 def test_under_torchrun_files_carry_the_rank_and_only_rank_0_prints(

@@ -9,19 +9,17 @@ an exit code; a LayerprofError becomes one line on stderr (plus a hint), exit 2.
 from __future__ import annotations
 
 import argparse
-import re
-import socket
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from layerprof import outputs, sources
 from layerprof.errors import LayerprofError, ProfileFormatError, UsageError
 
 if TYPE_CHECKING:
     from layerprof.opcapture import OpOptions
-    from layerprof.profile import Profile
     from layerprof.runner import Measurement
 
 EXIT_ERROR = 2
@@ -323,24 +321,10 @@ def build_parser() -> argparse.ArgumentParser:
 # ---- commands ----------------------------------------------------------------------
 
 
-_FILE_OUTPUTS = ("json", "csv", "html", "trace", "stacks", "speedscope")
-
-
-def check_outputs(args: argparse.Namespace) -> None:
-    """Fail fast on an output path that cannot be written, before any measuring."""
-    from layerprof.files import ensure_parent
-
-    for name in _FILE_OUTPUTS:
-        if getattr(args, name, None):
-            ensure_parent(getattr(args, name))
-    if getattr(args, "tensorboard", None):
-        ensure_parent(args.tensorboard, is_dir=True)
-
-
 def cmd_demo(args: argparse.Namespace) -> int:
     from layerprof.demo import DEMOS, build
 
-    check_outputs(args)
+    outputs.check_outputs(args)
     names = list(DEMOS) if args.model == "all" else [args.model]
     for name in names:
         model = build(name)
@@ -363,7 +347,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(
             "no --input given", hint="e.g. --input 1x3x224x224 (repeat for more arguments)"
         )
-    check_outputs(args)
+    outputs.check_outputs(args)
     kwargs = None
     if args.arch_kwargs:
         try:
@@ -481,8 +465,8 @@ def _emit(measured: Measurement, args: argparse.Namespace, *, suffix: str | None
     profile = measured.profile
     findings = diagnose(profile)
     # Files first: a measurement that took minutes is saved before anything else can fail.
-    _write_outputs(profile, args, suffix=suffix, findings=[f.to_dict() for f in findings])
-    _write_exports(measured, args, suffix=suffix)
+    outputs.write_outputs(profile, args, suffix=suffix, findings=[f.to_dict() for f in findings])
+    outputs.write_exports(measured, args, suffix=suffix)
     from layerprof.distributed import rank_info
 
     info = rank_info()
@@ -511,90 +495,13 @@ def _print_ops(measured: Measurement, args: argparse.Namespace, console: Any) ->
         render_ops(backward, console, top=top, sort=sort, title="backward operators")
 
 
-def _write_exports(measured: Measurement, args: argparse.Namespace, *, suffix: str | None) -> None:
-    written: list[Path] = []
-    capture = measured.capture
-    if getattr(args, "trace", None) or getattr(args, "tensorboard", None):
-        from layerprof.render.chrome import write_chrome_trace, write_tensorboard_dir
-
-        if capture is None:  # pragma: no cover - _op_options refuses this earlier
-            raise UsageError("--trace and --tensorboard need --ops")
-        if args.trace:
-            written.append(
-                write_chrome_trace(_with_suffix(args.trace, suffix), capture, measured.profile)
-            )
-        if args.tensorboard:
-            # all ranks share the directory, as with tensorboard_trace_handler;
-            # the rank goes into the worker name, where analyze finds it
-            out_dir = _with_suffix(args.tensorboard, suffix, rank=False)
-            rank = _rank_suffix()
-            worker = f"{socket.gethostname()}_{rank}" if rank else None
-            written.append(write_tensorboard_dir(out_dir, capture, measured.profile, worker=worker))
-    if getattr(args, "stacks", None):
-        from layerprof.render.stacks import write_folded
-
-        written.append(write_folded(_with_suffix(args.stacks, suffix), measured.profile))
-    if getattr(args, "speedscope", None):
-        from layerprof.render.stacks import write_speedscope
-
-        written.append(write_speedscope(_with_suffix(args.speedscope, suffix), measured.profile))
-    for path in written:
-        _info(f"wrote {path}", args)
-
-
-_KNOWN_EXTENSIONS = (".speedscope.json", ".pt.trace.json", ".json.gz", ".json", ".csv", ".html")
-
-
-def _with_suffix(path: str, suffix: str | None, *, rank: bool = True) -> Path:
-    """Insert ``suffix`` (and, under torchrun, the rank) before the file extension:
-    ``report.html`` -> ``report.cnn.html``, ``t.json.gz`` -> ``t.rank-1.json.gz``."""
-    p = Path(path)
-    parts = [x for x in (suffix, _rank_suffix() if rank else None) if x]
-    if not parts:
-        return p
-    ext = next((e for e in _KNOWN_EXTENSIONS if p.name.endswith(e)), p.suffix)
-    stem = p.name[: len(p.name) - len(ext)] if ext else p.name
-    return p.with_name(".".join([stem, *parts]) + ext)
-
-
-def _rank_suffix() -> str | None:
-    from layerprof.distributed import rank_info
-
-    info = rank_info()
-    return info.suffix if info else None
-
-
-def _write_outputs(
-    profile: Profile,
-    args: argparse.Namespace,
-    *,
-    suffix: str | None = None,
-    findings: Sequence[dict[str, Any]] = (),
-) -> None:
-    written: list[Path] = []
-    if getattr(args, "json", None):
-        written.append(profile.save(_with_suffix(args.json, suffix)))
-    if getattr(args, "csv", None):
-        from layerprof.files import write_atomic
-        from layerprof.render.table import profile_to_csv
-
-        written.append(write_atomic(_with_suffix(args.csv, suffix), profile_to_csv(profile)))
-    if getattr(args, "html", None):
-        from layerprof.render.html import write_html
-
-        path = _with_suffix(args.html, suffix)
-        written.append(write_html(path, profile=profile, findings=findings))
-    for path in written:
-        _info(f"wrote {path}", args)
-
-
 def cmd_analyze(args: argparse.Namespace) -> int:
     from layerprof.diagnose import diagnose_trace
     from layerprof.render.console import make_console, print_findings
     from layerprof.render.trace_console import print_trace_report
     from layerprof.trace import analyze
 
-    check_outputs(args)
+    outputs.check_outputs(args)
     report = analyze(args.trace, group_by_shape=args.group_by_shape)
     data = report.to_dict(top=None)
     findings = diagnose_trace(data)
@@ -607,7 +514,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
         from layerprof.files import write_atomic
 
-        _info(
+        outputs.info(
             f"wrote {write_atomic(args.json, orjson.dumps(data, option=orjson.OPT_INDENT_2))}", args
         )
     if args.html:
@@ -625,72 +532,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             trace=data,
             findings=[f.to_dict() for f in findings],
         )
-        _info(f"wrote {html}", args)
+        outputs.info(f"wrote {html}", args)
     return 0
-
-
-_SCHEMA_KEY = re.compile(rb'"schema"\s*:')
-
-
-def load_comparable(path: str, *, rank: int | None = None) -> Profile:
-    """A saved profile, or a trace (file or directory) analyzed into a Profile.
-
-    A file is sniffed from its first bytes (profiles start with their "schema"
-    key), so a large trace is decoded once, by the trace reader. ``rank``
-    picks a rank of a multi-rank trace (default: the lowest).
-    """
-    p = Path(path)
-    if p.is_dir() or p.name.endswith(".gz") or not _looks_like_layerprof(p):
-        from layerprof.trace import analyze
-
-        report = analyze(p)
-        if rank is None and len(report.ranks) > 1:
-            print(
-                f"layerprof: {p}: comparing rank {report.rank().rank} of {len(report.ranks)}"
-                " (choose with --rank)",
-                file=sys.stderr,
-            )
-        return report.to_profile(rank)
-    data = _read_json(p)
-    schema = data.get("schema") if isinstance(data, dict) else None
-    if schema == "layerprof.profile/1":
-        from layerprof.profile import profile_from_dict
-
-        return profile_from_dict(data, source=str(p))
-    if isinstance(schema, str) and schema.startswith("layerprof."):
-        raise ProfileFormatError(
-            f"{p}: a {schema} file cannot be compared (it holds summaries, not the"
-            " per-iteration samples a diff needs)",
-            hint="compare saved profiles (run --json) or the traces themselves",
-        )
-    raise ProfileFormatError(f"{p}: neither a layerprof profile nor a torch.profiler trace")
-
-
-def _looks_like_layerprof(p: Path) -> bool:
-    """Whether a JSON file opens with a "schema" key (layerprof's files do)."""
-    try:
-        with p.open("rb") as handle:
-            head = handle.read(4096)
-    except FileNotFoundError as exc:
-        raise ProfileFormatError(f"{p}: no such file") from exc
-    except OSError as exc:
-        raise ProfileFormatError(f"{p}: cannot read ({exc.strerror})") from exc
-    return bool(_SCHEMA_KEY.search(head))
-
-
-def _read_json(p: Path) -> Any:
-    import orjson
-
-    try:
-        return orjson.loads(p.read_bytes())
-    except FileNotFoundError as exc:
-        raise ProfileFormatError(f"{p}: no such file") from exc
-    except IsADirectoryError as exc:
-        raise ProfileFormatError(f"{p}: is a directory") from exc
-    except OSError as exc:
-        raise ProfileFormatError(f"{p}: cannot read ({exc.strerror})") from exc
-    except orjson.JSONDecodeError as exc:
-        raise ProfileFormatError(f"{p}: not JSON ({exc})") from exc
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
@@ -701,9 +544,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
     threshold = parse_percent(args.threshold)
     fail_above = parse_percent(args.fail_above) if args.fail_above else None
-    check_outputs(args)
-    base = load_comparable(args.base, rank=args.rank)
-    new = load_comparable(args.new, rank=args.rank)
+    outputs.check_outputs(args)
+    base = sources.load_comparable(args.base, rank=args.rank)
+    new = sources.load_comparable(args.new, rank=args.rank)
     result = diff(base, new, threshold_pct=threshold)
     gate = result.gate(fail_above, args.fail_metric) if fail_above is not None else None
     data = result.to_dict(gate=gate)
@@ -719,13 +562,13 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
         print_diff(result, make_console(), top=args.top, gate=gate)
     if args.json:
-        _info(
+        outputs.info(
             f"wrote {write_atomic(args.json, orjson.dumps(data, option=orjson.OPT_INDENT_2))}", args
         )
     if args.html:
         from layerprof.render.html import write_html
 
-        _info(f"wrote {write_html(args.html, diff=data)}", args)
+        outputs.info(f"wrote {write_html(args.html, diff=data)}", args)
     if gate is None:
         return 0
     if args.format != "console":  # the console report already ends with the verdict
@@ -736,9 +579,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from layerprof.profile import profile_from_dict
 
-    check_outputs(args)
+    outputs.check_outputs(args)
     p = Path(args.file)
-    data = _read_json(p)
+    data = sources.read_json(p)
     schema = data.get("schema") if isinstance(data, dict) else None
     if schema == "layerprof.profile/1":
         from layerprof.runner import Measurement
@@ -759,17 +602,12 @@ def cmd_report(args: argparse.Namespace) -> int:
             html = write_html(args.html, trace=data, findings=findings)
         else:
             html = write_html(args.html, diff=data)
-        _info(f"wrote {html}", args)
+        outputs.info(f"wrote {html}", args)
         return 0
     raise ProfileFormatError(
         f"{p}: not a layerprof profile, trace analysis or diff (no known 'schema' key)",
         hint="make one with layerprof run --json, analyze --json or diff --json",
     )
-
-
-def _info(message: str, args: argparse.Namespace) -> None:
-    if not getattr(args, "quiet", False):
-        print(message, file=sys.stderr)
 
 
 COMMANDS = {
