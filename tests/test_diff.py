@@ -614,3 +614,18 @@ def test_threshold_only_op_changes_do_not_decide_verdict_or_default_gate() -> No
     assert d.verdict == "same"
     assert not d.gate(5.0).failed  # "any": noise-tested rows only
     assert d.gate(5.0, "ops").failed  # asked for by name
+
+
+def test_markdown_has_steps_for_traces_and_one_rule_text() -> None:
+    model = mlp()
+    means = true_means(infos(model))
+    meta = Meta(model="m", source="trace")
+    a = synth(model, seed=1, means=means, meta=meta, n=3)
+    b = synth(model, seed=2, means=means, meta=meta, n=3)
+    d = diff(a, b)
+    md = diff_to_markdown(d)
+    assert "#### Steps" in md and "| 0 |" in md
+    assert d.rule_text().split(" ")[0] in md  # the same sentence as the console
+    console = Console(record=True, width=200)
+    print_diff(d, console)
+    assert d.rule_text()[:40] in console.export_text().replace("\n", " ")

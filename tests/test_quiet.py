@@ -14,5 +14,7 @@ def test_kineto_lines_dropped_other_stderr_kept() -> None:
         "    print('model says hi', file=sys.stderr)\n"
         "print('after', file=sys.stderr)\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
     assert result.stderr == "model says hi\nafter\n"

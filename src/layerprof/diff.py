@@ -314,6 +314,16 @@ class Diff:
             out[name] = c
         return out
 
+    def rule_text(self) -> str:
+        """The significance rule in one plain sentence, for every renderer."""
+        return (
+            f"significant = beyond noise (Mann-Whitney rank test p < {self.alpha:g} on the"
+            " per-iteration samples, |Δ| above the iterations' spread and above"
+            f" {fmt_ms(self.floor_ns)} ms) and |Δ %| > {self.threshold_pct:g} %. Operators"
+            " and single steps have no per-iteration samples: they are judged by the threshold"
+            " and the floor only, and do not decide the verdict or the default gate."
+        )
+
     # ---- the gate ---------------------------------------------------------
     def gate(self, fail_above_pct: float, metric: Metric = "any") -> GateResult:
         """Fail on a regression beyond noise larger than ``fail_above_pct`` in ``metric``.
@@ -939,6 +949,15 @@ def fmt_pct(change: Change) -> str:
     if change.status == "removed":
         return "gone"
     return "-" if change.delta_pct is None else f"{change.delta_pct:+.1f} %"
+
+
+def judgement(change: Change) -> str:
+    """How a change was judged, in words every renderer uses."""
+    if change.significant:
+        return change.status
+    if change.beyond_noise:
+        return "beyond noise, under threshold"
+    return "within noise"
 
 
 def side_label(meta: Meta) -> str:

@@ -18,6 +18,7 @@ from layerprof.diff import (
     fmt_delta_ms,
     fmt_ms,
     fmt_pct,
+    judgement,
     side_label,
 )
 
@@ -68,15 +69,7 @@ def print_diff(
         title = "Operators (device time)" if diff.op_metric == "device" else "Operators (self time)"
         console.print(_table(title, changed_ops[:top], len(changed_ops)))
     _print_one_sided(console, "ops", diff.added_ops(), diff.removed_ops())
-    console.print(
-        Text(
-            f"significant = beyond noise (rank test p < {diff.alpha:g} on per-iteration samples,"
-            f" |Δ| above the iterations' spread and above {fmt_ms(diff.floor_ns)} ms)"
-            f" and |Δ %| > {diff.threshold_pct:g} %; ops and single steps: threshold and floor"
-            " only",
-            style="dim",
-        )
-    )
+    console.print(Text(diff.rule_text(), style="dim"))
     _print_gate(console, gate)
 
 
@@ -94,13 +87,7 @@ def _latency_line(change: Change, *, note: str | None = None) -> Text:
 
 
 def _judgement(change: Change) -> str:
-    word: str
-    if change.significant:
-        word = change.status
-    elif change.beyond_noise:
-        word = "beyond noise, under threshold"
-    else:
-        word = "within noise"
+    word = judgement(change)
     if change.p_value is not None:
         word += f" (p={change.p_value:.2g})"
     return word

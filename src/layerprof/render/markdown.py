@@ -10,9 +10,11 @@ from layerprof.diff import (
     GateResult,
     LayerDelta,
     OpDelta,
+    StepDelta,
     fmt_delta_ms,
     fmt_ms,
     fmt_pct,
+    judgement,
     side_label,
 )
 
@@ -42,23 +44,33 @@ def diff_to_markdown(diff: Diff, *, top: int = 20, gate: GateResult | None = Non
         return "\n".join(out).rstrip() + "\n"
     if diff.latency is not None:
         out += [_latency(diff.latency), ""]
+    out += _steps(diff.steps)
     out += _section(f"Layers (self time, {diff.layer_clock})", diff.changed_layers(), top)
     out += _one_sided("layers", diff.added_layers(), diff.removed_layers())
     ops_title = "Operators (device time)" if diff.op_metric == "device" else "Operators (self time)"
     out += _section(ops_title, diff.changed_ops(), top)
     out += _one_sided("operators", diff.added_ops(), diff.removed_ops())
-    out.append(
-        f"<sub>Significant: beyond noise (Mann-Whitney p &lt; {diff.alpha:g} on the per-iteration"
-        " samples, |Δ| above the iterations' spread and above"
-        f" {fmt_ms(diff.floor_ns)} ms) and |Δ %| &gt;"
-        f" {diff.threshold_pct:g} %. Operators have no per-iteration samples and are judged by"
-        " the threshold and the floor only.</sub>"
-    )
+    out.append(f"<sub>{_escape(diff.rule_text())}</sub>")
     return "\n".join(out).rstrip() + "\n"
 
 
+def _steps(steps: Sequence[StepDelta]) -> list[str]:
+    """Trace steps by index (each side has one sample per step)."""
+    if not steps:
+        return []
+    out = ["#### Steps", "", "| Step | Base ms | New ms | Δ ms | Δ % | Status |"]
+    out.append("| --- | ---: | ---: | ---: | ---: | --- |")
+    for step in steps:
+        c = step.change
+        out.append(
+            f"| {step.index} | {fmt_ms(c.base_ns)} | {fmt_ms(c.new_ns)} |"
+            f" {fmt_delta_ms(c.delta_ns)} | {fmt_pct(c)} | {_escape(c.status)} |"
+        )
+    return [*out, ""]
+
+
 def _latency(c: Change) -> str:
-    judged = c.status if c.significant else "within noise"
+    judged = judgement(c)
     pct = fmt_pct(c)
     if c.significant:
         pct = f"**{pct}**"
