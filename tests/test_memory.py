@@ -111,3 +111,35 @@ def test_cuda_peak_memory_per_layer() -> None:
     prof = layerprof.profile(model, torch.randn(64, 256, device="cuda"), warmup=1, iters=3)
     assert prof.row("0").peak_bytes is not None and prof.row("0").peak_bytes >= 64 * 4096 * 4
     assert prof.row("").peak_bytes >= prof.row("0").peak_bytes
+
+
+def test_ops_mode_profile_memory_gives_peaks_on_cpu() -> None:
+    import layerprof
+    from layerprof.opcapture import OpOptions
+
+    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 8))
+    prof = layerprof.profile(
+        model, torch.randn(32, 64), warmup=0, iters=2, ops=OpOptions(profile_memory=True)
+    )
+    out0 = 32 * 256 * 4
+    assert prof.row("0").peak_bytes is not None and prof.row("0").peak_bytes >= out0
+    assert prof.row("").peak_bytes >= prof.row("0").peak_bytes  # a parent contains its children
+    assert prof.row("1").peak_bytes is not None  # profiled: 0 or more, never unknown
+
+
+def test_layer_peaks_from_events() -> None:
+    from layerprof.opcapture import LAYER_PREFIX, HostEvent, MemoryEvent, layer_peaks
+
+    spans = [
+        HostEvent(LAYER_PREFIX + "", tid=1, start=0, end=100),
+        HostEvent(LAYER_PREFIX + "a", tid=1, start=10, end=40),
+    ]
+    mem = [
+        MemoryEvent(1, 5, 1000, False),  # before a: the root's own
+        MemoryEvent(1, 15, 300, False),
+        MemoryEvent(1, 20, -300, False),
+        MemoryEvent(1, 30, 50, False),
+        MemoryEvent(1, 60, 10, False),
+        MemoryEvent(2, 20, 10**6, False),  # another thread: not ours
+    ]
+    assert layer_peaks(spans, mem, on_device=False) == {"": 1300, "a": 300}

@@ -95,6 +95,16 @@ class DeviceEvent:
 
 
 @dataclass(frozen=True)
+class MemoryEvent:
+    """One allocator event (``profile_memory``): +bytes allocated, -bytes freed."""
+
+    tid: int
+    ts: int
+    nbytes: int
+    on_device: bool  # a CUDA allocation, not a host one
+
+
+@dataclass(frozen=True)
 class OpRecord:
     """One op call after attribution (``phase`` is ``forward`` or ``backward``)."""
 
@@ -133,6 +143,7 @@ class OpCapture:
     device: str
     cycles: tuple[TraceCycle, ...] = ()
     has_device: bool = False
+    peak_bytes: dict[str, int] | None = None  # with profile_memory: see layer_peaks
     _ops: tuple[OpStat, ...] | None = field(default=None, repr=False)
 
     # ---- op tables ----------------------------------------------------------------
@@ -252,7 +263,8 @@ def capture_ops(
                 marks.run(step)
                 prof.step()
     results = [c.kineto_results for c in cycles] or [_results_of(prof)]
-    return build_capture([_host_device(r) for r in results], results, device)
+    memory = [memory_events(r) for r in results] if options.profile_memory else None
+    return build_capture([_host_device(r) for r in results], results, device, memory)
 
 
 def _results_of(prof: Any) -> Any:
@@ -486,18 +498,27 @@ def build_capture(
     cycles: Sequence[tuple[list[HostEvent], list[DeviceEvent]]],
     results: Sequence[Any] = (),
     device: str = "cpu",
+    memory: Sequence[list[MemoryEvent]] | None = None,
 ) -> OpCapture:
-    """Attribute every cycle's events and join them (iterations numbered across cycles)."""
+    """Attribute every cycle's events and join them (iterations numbered across cycles).
+
+    ``memory`` (one list per cycle, with ``profile_memory``) gives each layer's
+    peak memory rise, on the run's device.
+    """
     records: list[OpRecord] = []
     calls: list[LayerCall] = []
     iterations = 0
     has_device = device.startswith("cuda")
-    for host, dev in cycles:
+    peaks: dict[str, int] | None = {} if memory is not None else None
+    for n_cycle, (host, dev) in enumerate(cycles):
         recs, cls, n = attribute(host, dev if has_device else None, first_iteration=iterations)
         base = len(calls)
         calls += [replace(c, parent=c.parent + base if c.parent >= 0 else -1) for c in cls]
         records += recs
         iterations += n
+        if memory is not None and peaks is not None:
+            for path, rise in layer_peaks(host, memory[n_cycle], on_device=has_device).items():
+                peaks[path] = max(peaks.get(path, 0), rise)
     return OpCapture(
         records=tuple(records),
         calls=tuple(calls),
@@ -505,7 +526,55 @@ def build_capture(
         device=device,
         cycles=tuple(TraceCycle(trace_loader(r)) for r in results),
         has_device=has_device,
+        peak_bytes=peaks,
     )
+
+
+def memory_events(results: Any) -> list[MemoryEvent]:
+    """The allocator events of one profiler cycle (present with ``profile_memory``)."""
+    out = []
+    for e in results.events():
+        if e.name() == "[memory]":
+            out.append(
+                MemoryEvent(
+                    tid=int(e.start_thread_id()),
+                    ts=int(e.start_ns()),
+                    nbytes=int(e.nbytes()),
+                    on_device=int(e.device_type()) != 0,
+                )
+            )
+    return out
+
+
+def layer_peaks(
+    host: Sequence[HostEvent], memory: Sequence[MemoryEvent], *, on_device: bool
+) -> dict[str, int]:
+    """Per layer path: how far allocated memory rose above its level at the layer's
+    entry, at the highest point inside the layer (max over calls) - the same
+    quantity layerprof.memory measures with CUDA's counters, here from the
+    profiler's allocator events on the layer's own thread."""
+    import numpy as np
+
+    by_tid: dict[int, tuple[Any, Any]] = {}
+    for tid in {m.tid for m in memory if m.on_device == on_device}:
+        events = sorted(
+            (m.ts, m.nbytes) for m in memory if m.tid == tid and m.on_device == on_device
+        )
+        ts = np.array([t for t, _ in events], dtype=np.int64)
+        level = np.concatenate([[0], np.cumsum([b for _, b in events])])  # level[k]: before event k
+        by_tid[tid] = (ts, level)
+    peaks: dict[str, int] = {}
+    for e in host:
+        if not e.name.startswith(LAYER_PREFIX) or e.tid not in by_tid:
+            continue
+        ts, level = by_tid[e.tid]
+        i, j = np.searchsorted(ts, e.start, "left"), np.searchsorted(ts, e.end, "left")
+        if j <= i:
+            continue
+        rise = int(level[i + 1 : j + 1].max() - level[i])
+        path = e.name[len(LAYER_PREFIX) :]
+        peaks[path] = max(peaks.get(path, 0), rise, 0)
+    return peaks
 
 
 @dataclass

@@ -95,7 +95,7 @@ def layer_infos(
                 # layers the counter never saw did no counted FLOPs: 0, not unknown
                 flops=flops.get(path, 0) if flops is not None else None,
                 output_bytes=output_bytes.get(path),
-                peak_bytes=peak_bytes.get(path) if peak_bytes is not None else None,
+                peak_bytes=peak_bytes.get(path, 0) if peak_bytes is not None else None,
             )
         )
     return tuple(infos)

@@ -154,6 +154,8 @@ def run_model(
                 capture = _capture(model, args, kwargs, device, opts)
                 samples = capture.layer_samples()
                 ops = capture.ops + capture.backward_ops
+                if peaks is None:  # no allocator counters (CPU): --profile-memory's events
+                    peaks = capture.peak_bytes
                 overhead = None
                 base = base.with_notes(
                     "ops mode: layer times come from torch.profiler ranges and include its"
