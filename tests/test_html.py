@@ -654,3 +654,22 @@ def test_backward_ops_are_labelled_apart_from_forward_ones() -> None:
     )
     page = render_html(profile=prof)
     assert "aten::mm [backward]" in page
+
+
+def test_trace_launch_and_memory_tables() -> None:
+    trace = {
+        "schema": "layerprof.trace/1",
+        "ranks": [
+            {
+                "rank": 0,
+                "launch": {"launches": 10, "call_total_ms": 0.5, "call_us": {"median": 4.0},
+                           "delay_us": {"median": 12.0, "p90": 30.0}, "sync_ms": 0.1},
+                "memory": {"devices": [{"device": "cpu", "peak_allocated_bytes": 2048,
+                                        "allocations": 3, "allocated_bytes": 4096}],
+                           "top_ops": [{"op": "aten::empty", "allocations": 2, "bytes": 4000}]},
+            }
+        ],
+    }  # fmt: skip
+    page = render_html(trace=trace)
+    assert "Launch overhead" in page and "Launch delay p90" in page
+    assert "Peak allocated" in page and "aten::empty" in page

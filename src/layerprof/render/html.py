@@ -835,7 +835,7 @@ def _trace_section(page: _Page, trace: Mapping[str, Any]) -> None:
         page.add("trace", "Trace", '<p class="empty">The trace analysis has no ranks.</p>')
         return
     body = _trace_steps(page, ranks) + _trace_devices(page, ranks) + _trace_kernels(page, ranks)
-    body += _trace_memcpy(ranks) + _trace_ops(ranks)
+    body += _trace_memcpy(ranks) + _trace_launch(ranks) + _trace_memory(ranks) + _trace_ops(ranks)
     warnings = [str(w) for w in trace.get("warnings") or [] if w]
     for i, rank in enumerate(ranks):
         warnings += [f"{_rank_name(rank, i)}: {n}" for n in rank.get("notes") or [] if n]
@@ -970,6 +970,81 @@ def _trace_kernels(page: _Page, ranks: list[Row]) -> str:
         + _chart("lp-kernels", tall=len(top) > 10)
         + _table("lp-trace-kernels", cols, shown, filter_label="Filter kernels", caption=caption)
     )
+
+
+def _trace_launch(ranks: list[Row]) -> str:
+    """Launch overhead per rank: runtime calls that launched GPU work, and the delay."""
+    rows = []
+    for i, r in enumerate(ranks):
+        launch = _mapping(r.get("launch"))
+        if not launch:
+            continue
+        call, delay = _mapping(launch.get("call_us")), _mapping(launch.get("delay_us"))
+        rows.append(
+            {
+                "rank": _rank_name(r, i),
+                "launches": launch.get("launches"),
+                "call_total_ms": launch.get("call_total_ms"),
+                "call_median_us": call.get("median"),
+                "delay_median_us": delay.get("median"),
+                "delay_p90_us": delay.get("p90"),
+                "sync_ms": launch.get("sync_ms"),
+            }
+        )
+    if not rows:
+        return ""
+    cols = [
+        _Col("Rank", _getter("rank")),
+        _Col("Launches", _getter("launches"), fmt_calls, num=True),
+        _Col("Launch calls (ms)", _getter("call_total_ms"), fmt_ms, num=True),
+        _Col("Call median (µs)", _getter("call_median_us"), _fmt_us, num=True),
+        _Col("Launch delay median (µs)", _getter("delay_median_us"), _fmt_us, num=True),
+        _Col("Launch delay p90 (µs)", _getter("delay_p90_us"), _fmt_us, num=True),
+        _Col("Synchronize (ms)", _getter("sync_ms"), fmt_ms, num=True),
+    ]
+    return (
+        '<h3>Launch overhead</h3><p class="note">Runtime calls that launched GPU work'
+        " (kernels, copies, memsets) and the delay from a launch's end to its kernel's start.</p>"
+        + _table("lp-trace-launch", cols, rows)
+    )
+
+
+def _fmt_us(value: Any) -> str:
+    v = _num(value)
+    return f"{v:,.1f}" if v is not None else "–"
+
+
+def _trace_memory(ranks: list[Row]) -> str:
+    """Peak allocated memory per device and the operators that allocated most."""
+    devices = [
+        {"rank": _rank_name(r, i), **d}
+        for i, r in enumerate(ranks)
+        for d in _rows(_mapping(r.get("memory")).get("devices"))
+    ]
+    tops = [
+        {"rank": _rank_name(r, i), **t}
+        for i, r in enumerate(ranks)
+        for t in _rows(_mapping(r.get("memory")).get("top_ops"))
+    ]
+    if not devices:
+        return ""
+    dev_cols = [
+        _Col("Rank", _getter("rank")),
+        _Col("Device", _getter("device")),
+        _Col("Peak allocated", _getter("peak_allocated_bytes"), fmt_bytes, num=True),
+        _Col("Allocations", _getter("allocations"), fmt_calls, num=True),
+        _Col("Allocated", _getter("allocated_bytes"), fmt_bytes, num=True),
+    ]
+    op_cols = [
+        _Col("Rank", _getter("rank")),
+        _Col("Operator", _getter("op"), css="path"),
+        _Col("Allocations", _getter("allocations"), fmt_calls, num=True),
+        _Col("Bytes", _getter("bytes"), fmt_bytes, num=True),
+    ]
+    out = "<h3>Memory</h3>" + _table("lp-trace-memory", dev_cols, devices)
+    if tops:
+        out += _table("lp-trace-memory-ops", op_cols, tops)
+    return out
 
 
 def _trace_memcpy(ranks: list[Row]) -> str:
