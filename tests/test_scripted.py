@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch import nn
 
 from layerprof.demo import SmallCNN, TinyTransformer
 from layerprof.errors import ModelRunError
@@ -99,3 +100,17 @@ def test_scripted_model_error_is_a_model_run_error() -> None:
     with pytest.raises(ModelRunError):
         script_layer_profile(scripted, (torch.randn(2, 5, 32, 32),), None, iters=1)
     assert not torch.autograd.profiler._is_profiler_enabled
+
+
+def test_torchscript_trace_export_has_layer_lanes(tmp_path) -> None:
+    import orjson
+
+    from layerprof.render.chrome import write_chrome_trace
+    from layerprof.scripted import script_capture
+
+    scripted = torch.jit.script(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)))
+    _, cap = script_capture(scripted, (torch.randn(2, 4),), None, iters=2)
+    path = write_chrome_trace(tmp_path / "t.json", cap)
+    events = orjson.loads(path.read_bytes())["traceEvents"]
+    lanes = {e["args"]["path"] for e in events if e.get("cat") == "layerprof_layer"}
+    assert {"", "0", "1", "2"} <= lanes

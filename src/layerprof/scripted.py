@@ -89,10 +89,43 @@ def script_capture(
     results = prof.profiler.kineto_results
     trace = trace_loader(results)()
     host = hierarchy_events(trace.get("traceEvents") or [])
+    _add_layer_ranges(trace, host)
     records, calls, n = attribute(host, None)
     cycle = TraceCycle(lambda: trace, trace)
     cap = OpCapture(tuple(records), tuple(calls), max(n, 1), "cpu", cycles=(cycle,))
     return script_layers(scripted_module), cap
+
+
+def _add_layer_ranges(trace: dict[str, Any], host: Sequence[HostEvent]) -> None:
+    """Write the synthetic per-module spans into the trace as ``layer:`` ranges, so
+    exported traces get layer lanes for TorchScript models too."""
+    events = trace.setdefault("traceEvents", [])
+    present = {
+        (str(ev.get("name")), round(float(ev.get("ts", 0)) * 1000))
+        for ev in events
+        if str(ev.get("name", "")).startswith(LAYER_PREFIX)
+    }
+    where = {_tid(ev): (ev.get("pid"), ev.get("tid")) for ev in events if ev.get("cat") == "cpu_op"}
+    for e in host:
+        if (
+            not e.name.startswith(LAYER_PREFIX)
+            or (e.name, e.start) in present
+            or e.tid not in where
+        ):
+            continue
+        pid, tid = where[e.tid]
+        events.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": e.name,
+                "ts": e.start / 1000,
+                "dur": (e.end - e.start) / 1000,
+                "pid": pid,
+                "tid": tid,
+                "args": {"synthetic": "from the Module Hierarchy of its operators"},
+            }
+        )
 
 
 def hierarchy_path(hierarchy: str) -> list[tuple[str, str]]:
