@@ -241,3 +241,12 @@ def test_cuda_ops_and_backward() -> None:
     assert any(o.device_ns for o in prof.ops if o.layer == "0")
     hooks = layerprof.profile(model, torch.randn(64, 32, device="cuda"), iters=3, backward=True)
     assert hooks.row("0").backward_total_ns is not None
+
+
+def test_flops_of_never_called_containers_are_their_childrens() -> None:
+    from layerprof.demo import build
+
+    prof = layerprof.profile(
+        build("transformer"), torch.randint(0, 1000, (2, 8)), warmup=0, iters=1
+    )
+    assert prof.row("layers").flops == prof.row("layers.0").flops + prof.row("layers.1").flops > 0

@@ -36,4 +36,18 @@ def count_flops(model: Any, forward: Callable[[], Any]) -> dict[str, int]:
         else:
             continue
         out[path] = int(sum(by_op.values()))
+    _fill_containers(model, out)
     return out
+
+
+def _fill_containers(model: Any, flops: dict[str, int]) -> None:
+    """A container that never runs (ModuleList, ModuleDict) holds its children's FLOPs,
+    as its total time holds their times."""
+    paths = [p for p, _ in model.named_modules()]
+    kids: dict[str, list[str]] = {}
+    for path in paths[1:]:
+        kids.setdefault(path.rsplit(".", 1)[0] if "." in path else "", []).append(path)
+    for path in reversed(paths):  # children before parents
+        children = kids.get(path, [])
+        if path and path not in flops and any(k in flops for k in children):
+            flops[path] = sum(flops.get(k, 0) for k in children)
