@@ -45,8 +45,8 @@ from typing import TYPE_CHECKING, Any
 from layerprof.clocks import Clock, HostClock, synchronizer
 from layerprof.device import device_of
 from layerprof.errors import ModelRunError, UsageError
+from layerprof.hooks import HookHandles, hookable_modules
 from layerprof.layertimes import build_samples
-from layerprof.recorder import hookable_modules
 from layerprof.records import LayerCall
 
 if TYPE_CHECKING:
@@ -152,24 +152,19 @@ class BackwardMarks:
         self.done: list[_Open] = []
         self.accumulated: list[tuple[str, Any]] = []
         self._open: dict[str, list[_Open]] = {}
-        self._handles: list[Any] = []
+        self._hooks = HookHandles()
 
     def __enter__(self) -> BackwardMarks:
-        try:
+        with self._hooks.registering() as hooks:
             for path, module in hookable_modules(self.model):
-                self._handles.append(module.register_full_backward_pre_hook(self._pre(path)))
-                self._handles.append(module.register_full_backward_hook(self._post(path)))
+                hooks.add(module.register_full_backward_pre_hook(self._pre(path)))
+                hooks.add(module.register_full_backward_hook(self._post(path)))
             for path, param in owned_parameters(self.model):
-                self._handles.append(param.register_post_accumulate_grad_hook(self._acc(path)))
-        except BaseException:
-            self.__exit__()
-            raise
+                hooks.add(param.register_post_accumulate_grad_hook(self._acc(path)))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
+        self._hooks.remove()
 
     def _pre(self, path: str) -> Callable[..., None]:
         def hook(module: Any, grad_output: Any) -> None:

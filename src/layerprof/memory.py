@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from layerprof.recorder import hookable_modules
+from layerprof.hooks import HookHandles, hookable_modules
 
 
 class MemoryCounter(Protocol):
@@ -60,24 +60,17 @@ class MemoryCapture:
     counter: MemoryCounter
     peak_bytes: dict[str, int] = field(default_factory=dict)
     _stack: list[_Frame] = field(default_factory=list)
-    _handles: list[Any] = field(default_factory=list)
+    _hooks: HookHandles = field(default_factory=HookHandles)
 
     def __enter__(self) -> MemoryCapture:
-        try:
+        with self._hooks.registering() as hooks:
             for path, module in hookable_modules(self.model):
-                self._handles.append(module.register_forward_pre_hook(self._pre(path)))
-                self._handles.append(
-                    module.register_forward_hook(self._post(path), always_call=True)
-                )
-        except BaseException:
-            self.__exit__()
-            raise
+                hooks.add(module.register_forward_pre_hook(self._pre(path)))
+                hooks.add(module.register_forward_hook(self._post(path), always_call=True))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
+        self._hooks.remove()
         self._stack.clear()
 
     def _pre(self, path: str) -> Callable[..., None]:

@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from layerprof.errors import ModelRunError, UsageError
+from layerprof.hooks import HookHandles, hookable_modules
 from layerprof.layertimes import build_samples
 from layerprof.quiet import kineto_quiet
-from layerprof.recorder import hookable_modules
 from layerprof.records import LayerCall, LayerSamples, Meta, OpStat
 
 if TYPE_CHECKING:
@@ -367,14 +367,14 @@ class LayerMarks:
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
-        self._handles: list[Any] = []
+        self._hooks = HookHandles()
         self._open: list[tuple[str, Any]] = []
         self._failed: str | None = None
 
     def __enter__(self) -> LayerMarks:
         enter, leave = range_api()
         opened = self._open
-        try:
+        with self._hooks.registering() as hooks:
             for path, module in hookable_modules(self.model):
                 name = LAYER_PREFIX + path
 
@@ -391,18 +391,13 @@ class LayerMarks:
                     if opened:
                         leave(opened.pop()[1])
 
-                self._handles.append(module.register_forward_pre_hook(pre))
-                self._handles.append(module.register_forward_hook(post, always_call=True))
-        except BaseException:
-            self.__exit__()
-            raise
+                hooks.add(module.register_forward_pre_hook(pre))
+                hooks.add(module.register_forward_hook(post, always_call=True))
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close_open()
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
+        self._hooks.remove()
 
     def close_open(self) -> None:
         _, leave = range_api()

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from layerprof.clocks import Clock, HostClock
+from layerprof.hooks import HookHandles, hookable_modules, visible_modules
 from layerprof.layertimes import Correction, build_samples
 from layerprof.records import LayerCall, LayerInfo, Meta, Overhead
 from layerprof.shapes import shape_tree, tensor_bytes
@@ -26,44 +27,6 @@ if TYPE_CHECKING:
     import torch
 
     from layerprof.profile import Profile
-
-
-def visible_modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
-    """``named_modules()`` without the insides of ``torch.jit.script``-ed submodules.
-
-    A scripted submodule inside an eager model refuses Python hooks, and its own
-    submodules run inside TorchScript where hooks never fire: it is one leaf
-    layer (its time shows in its parent's self time), not a tree. A
-    ``torch.compile``-d submodule is one leaf too, timed around the compiled
-    call: hooks inside it would be traced by dynamo, break its graph and
-    trigger recompiles, i.e. change what is measured.
-    """
-    out: list[tuple[str, torch.nn.Module]] = []
-    opaque: list[str] = []
-    for path, module in model.named_modules():
-        if any(path.startswith(o + ".") for o in opaque):
-            continue
-        if path and (_is_script(module) or _is_compiled(module)):
-            opaque.append(path)
-        out.append((path, module))
-    return out
-
-
-def hookable_modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
-    """The visible modules that take forward hooks (not scripted ones)."""
-    if _is_script(model):
-        return []  # a whole scripted model: runner.py's TorchScript path handles it
-    return [(p, m) for p, m in visible_modules(model) if not _is_script(m)]
-
-
-def _is_compiled(module: Any) -> bool:
-    return type(module).__name__ == "OptimizedModule" and hasattr(module, "_orig_mod")
-
-
-def _is_script(module: Any) -> bool:
-    import torch
-
-    return isinstance(module, torch.jit.ScriptModule)
 
 
 def layer_infos(
@@ -109,20 +72,17 @@ class ShapeCapture:
         self.shapes: dict[str, tuple[Any, Any]] = {}
         self.output_bytes: dict[str, int] = {}
         self._pending: dict[str, Any] = {}
-        self._handles: list[Any] = []
+        self._hooks = HookHandles()
 
     def attach(self) -> ShapeCapture:
-        for path, module in hookable_modules(self.model):
-            self._handles.append(
-                module.register_forward_pre_hook(self._pre(path), with_kwargs=True)
-            )
-            self._handles.append(module.register_forward_hook(self._post(path)))
+        with self._hooks.registering() as hooks:
+            for path, module in hookable_modules(self.model):
+                hooks.add(module.register_forward_pre_hook(self._pre(path), with_kwargs=True))
+                hooks.add(module.register_forward_hook(self._post(path)))
         return self
 
     def detach(self) -> None:
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
+        self._hooks.remove()
 
     def _pre(self, path: str) -> Callable[..., None]:
         def hook(module: Any, args: Any, kwargs: Any) -> None:
@@ -168,7 +128,7 @@ class Recorder:
         self.model = model
         self.clock: Clock = clock or HostClock()
         self.device_clock = device_clock
-        self._handles: list[Any] = []
+        self._handles = HookHandles()
         self._raw: list[list[Any]] = []
         self._stack: list[int] = []
         self._iteration = -1
@@ -183,15 +143,14 @@ class Recorder:
         if self._handles:
             return self
         try:
-            for path, module in hookable_modules(self.model):
-                pre, post = self._hooks(path)
-                self._handles.append(module.register_forward_pre_hook(pre))
-                self._handles.append(module.register_forward_hook(post))
-            # Runs after the root's timing hook, also when its forward raises.
-            if self._handles:
-                self._handles.append(
-                    self.model.register_forward_hook(self._unwind, always_call=True)
-                )
+            with self._handles.registering() as handles:
+                for path, module in hookable_modules(self.model):
+                    pre, post = self._hooks(path)
+                    handles.add(module.register_forward_pre_hook(pre))
+                    handles.add(module.register_forward_hook(post))
+                # Runs after the root's timing hook, also when its forward raises.
+                if handles:
+                    handles.add(self.model.register_forward_hook(self._unwind, always_call=True))
             if self._shapes is not None:
                 self._shapes.attach()
         except BaseException:
@@ -200,9 +159,7 @@ class Recorder:
         return self
 
     def detach(self) -> None:
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
+        self._handles.remove()
         if self._shapes is not None:
             self._shapes.detach()
 

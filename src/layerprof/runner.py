@@ -27,9 +27,10 @@ from typing import TYPE_CHECKING, Any
 from layerprof.clocks import CudaEventClock, HostClock, synchronizer
 from layerprof.device import device_of
 from layerprof.errors import ModelRunError, UsageError
+from layerprof.hooks import hookable_modules
 from layerprof.layertimes import Correction
 from layerprof.progress import Progress
-from layerprof.recorder import Recorder, ShapeCapture, hookable_modules, layer_infos
+from layerprof.recorder import Recorder, ShapeCapture, layer_infos
 from layerprof.records import LayerSamples, Meta, Overhead
 from layerprof.stats import median
 
@@ -203,7 +204,7 @@ def _backward_notes(model: torch.nn.Module, untimed: list[str]) -> list[str]:
 
 def _opaque_notes(model: torch.nn.Module) -> list[str]:
     """Scripted submodules take no hooks: say where their time went."""
-    from layerprof.recorder import visible_modules
+    from layerprof.hooks import visible_modules
 
     hooked = {p for p, _ in hookable_modules(model)}
     return [
