@@ -126,8 +126,22 @@ class Change:
         return self.status not in ("added", "removed") and self.beyond_noise and self.delta_ns > 0
 
 
+class _Judged:
+    """Status and significance of a row, read from its ``change``."""
+
+    change: Change
+
+    @property
+    def status(self) -> Status:
+        return self.change.status
+
+    @property
+    def significant(self) -> bool:
+        return self.change.significant
+
+
 @dataclass(frozen=True)
-class LayerDelta:
+class LayerDelta(_Judged):
     """One layer path: ``change`` is its self time, ``total`` its inclusive time."""
 
     path: str
@@ -144,17 +158,9 @@ class LayerDelta:
         """The path, or the model's class for the root."""
         return self.path if self.path else self.type
 
-    @property
-    def status(self) -> Status:
-        return self.change.status
-
-    @property
-    def significant(self) -> bool:
-        return self.change.significant
-
 
 @dataclass(frozen=True)
-class OpDelta:
+class OpDelta(_Judged):
     """One operator key (name, plus input shapes when both sides recorded them)."""
 
     name: str
@@ -167,17 +173,9 @@ class OpDelta:
     def label(self) -> str:
         return f"{self.name} {self.input_shapes}" if self.input_shapes else self.name
 
-    @property
-    def status(self) -> Status:
-        return self.change.status
-
-    @property
-    def significant(self) -> bool:
-        return self.change.significant
-
 
 @dataclass(frozen=True)
-class StepDelta:
+class StepDelta(_Judged):
     """One trace step, compared by index."""
 
     index: int
