@@ -6,10 +6,13 @@ Order of one run (see docs/definitions.md):
 2. warm-up — ``warmup`` forwards, not timed;
 3. latency — ``iters`` forwards with no hooks, one device synchronize per
    iteration on CUDA, wall time of each;
-4. shapes — one forward with shape hooks;
-5. calibration — the hooks' own per-call cost, measured on a model of empty
-   layers with the same hooks;
-6. instrumented — one untimed hooked forward, then ``iters`` hooked forwards.
+4. shapes — one forward with shape hooks; one counting FLOPs
+   (torch.utils.flop_counter); on CUDA one reading the allocator's peaks;
+5. hooks mode: calibration — the hooks' own per-call cost, measured on a model
+   of empty layers with the same hooks — then one untimed hooked forward and
+   ``iters`` hooked forwards (plus the backward pass with ``backward``);
+   ops mode instead: ``iters`` forwards under torch.profiler (layerprof.opcapture);
+   TorchScript / torch.export: the profiler's module hierarchy (layerprof.scripted).
 
 Hooks, threads and train/eval mode are restored in ``finally``, also when
 the model raises or the user presses Ctrl-C.
@@ -31,7 +34,7 @@ from layerprof.hooks import hookable_modules
 from layerprof.layertimes import Correction
 from layerprof.progress import Progress
 from layerprof.recorder import Recorder, ShapeCapture, layer_infos
-from layerprof.records import LayerSamples, Meta, Overhead
+from layerprof.records import LayerSamples, Meta, OpStat, Overhead
 from layerprof.stats import median
 
 if TYPE_CHECKING:
@@ -131,60 +134,79 @@ def run_model(
     with _run_state(model, opts, device):
         progress = Progress(enabled=opts.progress, total=1 + opts.warmup + 2 * opts.iters)
         try:
-            first_ns = _timed(forward, sync, model)
-            progress.advance(1)
-            for _ in range(opts.warmup):
-                _guarded(forward, model)
-                progress.advance(1)
-            latency = []
-            for _ in range(opts.iters):
-                latency.append(_timed(forward, sync, model))
-                progress.advance(1)
+            first_ns, latency = _latency_pass(forward, sync, model, opts, progress)
             base = _base_profile(model, opts, device, latency, first_ns, args, kwargs)
             if not opts.layers:
                 return Measurement(base)
             if opts.kind != "eager":
                 return _scripted(model, program, args, kwargs, opts, base)
-            with ShapeCapture(model) as shapes:
-                _guarded(forward, model)
-            flops, flop_note = _flops(model, forward)
-            peaks = _peaks(model, forward, device)
-            base = base.with_notes(*_opaque_notes(model), *([flop_note] if flop_note else []))
-            if opts.ops is not None:
-                progress.close()  # stderr is held while the profiler runs (layerprof.quiet)
-                capture = _capture(model, args, kwargs, device, opts)
-                samples = capture.layer_samples()
-                ops = capture.ops + capture.backward_ops
-                if peaks is None:  # no allocator counters (CPU): --profile-memory's events
-                    peaks = capture.peak_bytes
-                overhead = None
-                base = base.with_notes(
-                    "ops mode: layer times come from torch.profiler ranges and include its"
-                    " per-op recording cost (not corrected); the latency is from the clean pass"
-                )
-            else:
-                capture, ops = None, ()
-                samples, overhead = _hooked(model, forward, sync, device, opts, progress, latency)
-                if opts.backward:
-                    samples, untimed = _with_backward(samples, model, args, kwargs, opts)
-                    base = base.with_notes(*_backward_notes(model, untimed))
+            return _layer_pass(model, args, kwargs, forward, sync, device, opts, progress, base)
         finally:
             progress.close()
+
+
+def _latency_pass(
+    forward: Callable[[], Any],
+    sync: Callable[[], None],
+    model: torch.nn.Module,
+    opts: RunOptions,
+    progress: Progress,
+) -> tuple[int, list[int]]:
+    """The cold call, the warm-up, then ``iters`` clean timed forwards."""
+    first_ns = _timed(forward, sync, model)
+    progress.advance(1)
+    for _ in range(opts.warmup):
+        _guarded(forward, model)
+        progress.advance(1)
+    latency = []
+    for _ in range(opts.iters):
+        latency.append(_timed(forward, sync, model))
+        progress.advance(1)
+    return first_ns, latency
+
+
+def _layer_pass(
+    model: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    forward: Callable[[], Any],
+    sync: Callable[[], None],
+    device: str,
+    opts: RunOptions,
+    progress: Progress,
+    base: Profile,
+) -> Measurement:
+    """Shapes, FLOPs and memory, then per-layer times from hooks or from ops mode."""
+    with ShapeCapture(model) as shapes:
+        _guarded(forward, model)
+    flops, flop_note = _flops(model, forward)
+    peaks = _peaks(model, forward, device)
+    base = base.with_notes(*_opaque_notes(model), *([flop_note] if flop_note else []))
+    capture: OpCapture | None = None
+    ops: tuple[OpStat, ...] = ()
+    overhead: Overhead | None = None
+    if opts.ops is not None:
+        progress.close()  # stderr is held while the profiler runs (layerprof.quiet)
+        capture = _capture(model, args, kwargs, device, opts)
+        samples = capture.layer_samples()
+        ops = capture.ops + capture.backward_ops
+        if peaks is None:  # no allocator counters (CPU): --profile-memory's events
+            peaks = capture.peak_bytes
+        base = base.with_notes(
+            "ops mode: layer times come from torch.profiler ranges and include its"
+            " per-op recording cost (not corrected); the latency is from the clean pass"
+        )
+    else:
+        latency = list(base.latency_ns)
+        samples, overhead = _hooked(model, forward, sync, device, opts, progress, latency)
+        if opts.backward:
+            samples, untimed = _with_backward(samples, model, args, kwargs, opts)
+            base = base.with_notes(*_backward_notes(model, untimed))
+    layers = layer_infos(
+        model, shapes.shapes, flops=flops, output_bytes=shapes.output_bytes, peak_bytes=peaks
+    )
     return Measurement(
-        replace(
-            base,
-            layers=layer_infos(
-                model,
-                shapes.shapes,
-                flops=flops,
-                output_bytes=shapes.output_bytes,
-                peak_bytes=peaks,
-            ),
-            samples=samples,
-            overhead=overhead,
-            ops=ops,
-        ),
-        capture,
+        replace(base, layers=layers, samples=samples, overhead=overhead, ops=ops), capture
     )
 
 
