@@ -315,3 +315,12 @@ def test_rows_in_any_order_and_orphans_add_up() -> None:
     assert rows["lost.y"].share == pytest.approx(10 / 40)
     for root in prof.tree():
         root.self_check()
+
+
+def test_active_path_names_the_latest_failure() -> None:
+    model = zoo.Raises()
+    with Recorder(model) as rec:
+        for x in (torch.zeros(2, 4), torch.zeros(2, 3)):
+            with contextlib.suppress(RuntimeError):
+                model(x)
+    assert rec.active_path() == "fc1"  # the second forward failed earlier, in fc1

@@ -5,11 +5,12 @@ Per-module ``forward_pre``/``forward`` hooks keep ``__call__`` semantics intact
 cost the same per call (``benchmarks/overhead.py --compare-hooks``: about 2 µs
 either way on this machine) but fire for every module in the process, so they
 would also time modules outside the model; per-module hooks are the safer choice.
-The hooks only read
-the clock and append to a list; everything else happens after the run.
+The hooks only read the clock and append to a list; everything else happens
+after the run.
 
 Hooks are always removed in ``detach`` (called from ``__exit__`` and from the
-runner's ``finally``), also when the model raises or on Ctrl-C.
+runner's ``finally``), also when the model raises or on Ctrl-C. A forward that
+raises is dropped from the record (see ``Recorder._unwind``).
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ def layer_infos(
     output_bytes: dict[str, int] | None = None,
     peak_bytes: dict[str, int] | None = None,
 ) -> tuple[LayerInfo, ...]:
-    """Static description of every module: path, type, parent, parameters, shapes,
-    and FLOPs / activation bytes where they were counted."""
+    """Static description of every visible module: path, type, parent, parameters,
+    shapes, and FLOPs / activation / peak bytes where they were measured."""
     infos: list[LayerInfo] = []
     shapes = shapes or {}
     output_bytes = output_bytes or {}
@@ -135,6 +136,8 @@ class Recorder:
         self._shapes = ShapeCapture(model) if record_shapes else None
         self._done: list[LayerCall] = []
         self._failed: str | None = None
+        self._forwards = 0  # outermost forwards started, failed ones included
+        self._failed_in = -1  # the forward in which _failed was recorded
         self._root_done = False
         self.correction: Correction | None = None
 
@@ -180,6 +183,7 @@ class Recorder:
         def pre(module: Any, args: Any) -> None:
             if not stack:
                 self._iteration += 1
+                self._forwards += 1
             parent = stack[-1] if stack else -1
             stack.append(len(raw))
             if dmark is not None:
@@ -221,8 +225,9 @@ class Recorder:
             return
         if not self._stack:
             return
-        if self._failed is None:
+        if self._failed_in != self._forwards:  # the innermost layer unwinds first
             self._failed = self._raw[self._stack[-1]][0]
+            self._failed_in = self._forwards
         while self._stack and self._raw[self._stack[-1]][0] != "":
             self._stack.pop()
         if self._stack:
