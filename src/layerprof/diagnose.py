@@ -58,8 +58,9 @@ class Finding:
 
 def diagnose(profile: Profile) -> list[Finding]:
     """Findings about a profiled model, most severe first."""
-    rows = [r for r in profile.rows() if r.calls]
-    root_total = sum(r.total_ns for r in profile.rows() if r.parent is None)
+    all_rows = profile.rows()
+    rows = [r for r in all_rows if r.calls]
+    root_total = sum(r.total_ns for r in all_rows if r.parent is None)
     out: list[Finding] = []
     if root_total > 0 and rows:
         out += _bottleneck(rows, root_total)
