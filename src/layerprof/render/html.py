@@ -656,8 +656,9 @@ def _layer_table_section(page: _Page, layers: list[Row]) -> None:
         "lp-layers", cols, rows, cell=_layer_cell, filter_label="Filter layers by path or type"
     )
     intro = (
-        "Times are per forward (summed over a layer's calls), the median over the"
-        " instrumented iterations. Click a header to sort; # restores module order."
+        "Times are per forward (summed over a layer's calls): self is the median over the"
+        " instrumented iterations, total is self plus the children's totals."
+        " Click a header to sort; # restores module order."
     )
     page.add("layers", "Layers", table, intro=intro)
 
