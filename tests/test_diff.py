@@ -26,7 +26,6 @@ from layerprof.diff import (
     ALPHA,
     SCHEMA,
     Diff,
-    _u_cdf,
     diff,
     min_p_value,
     parse_percent,
@@ -37,6 +36,7 @@ from layerprof.profile import Profile
 from layerprof.records import LayerInfo, LayerSamples, Meta, OpStat
 from layerprof.render.diff_console import print_diff
 from layerprof.render.markdown import diff_to_markdown
+from layerprof.stats import _u_cdf
 
 # ---- building profiles -------------------------------------------------------------
 
