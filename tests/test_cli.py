@@ -22,6 +22,7 @@ def _cwd(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 FAST = ["--warmup", "1", "--iters", "3"]
+NET_RUN = ["run", "--arch", "tests.cli_models:Net", "--input", "2x4", *FAST]
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -203,7 +204,7 @@ def test_exported_program_per_layer_rows(
 
 def test_ops_mode_with_exports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run_cli(
-        capsys, "run", "--arch", "tests.cli_models:Net", "--input", "2x4", *FAST, "--ops",
+        capsys, *NET_RUN, "--ops",
         "--backward", "--trace", str(tmp_path / "t" / "trace.json.gz"),
         "--stacks", str(tmp_path / "s.folded"), "--speedscope", str(tmp_path / "s.speedscope.json"),
         "--json", str(tmp_path / "p.json"),
@@ -227,9 +228,7 @@ def test_ops_mode_with_exports(tmp_path: Path, capsys: pytest.CaptureFixture[str
     ],
 )
 def test_ops_flag_errors(flags: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = run_cli(
-        capsys, "run", "--arch", "tests.cli_models:Net", "--input", "2x4", *FAST, *flags
-    )
+    code, _, err = run_cli(capsys, *NET_RUN, *flags)
     assert code == 2
     assert_one_line_error(err, needle)
 
@@ -237,12 +236,7 @@ def test_ops_flag_errors(flags: list[str], needle: str, capsys: pytest.CaptureFi
 def test_report_rerenders_saved_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run_cli(
         capsys,
-        "run",
-        "--arch",
-        "tests.cli_models:Net",
-        "--input",
-        "2x4",
-        *FAST,
+        *NET_RUN,
         "--json",
         str(tmp_path / "p.json"),
     )
@@ -268,12 +262,7 @@ def test_unwritable_output_is_clear_error(
     blocker.write_text("")
     code, _, err = run_cli(
         capsys,
-        "run",
-        "--arch",
-        "tests.cli_models:Net",
-        "--input",
-        "2x4",
-        *FAST,
+        *NET_RUN,
         "--json",
         str(blocker / "p.json"),
     )
@@ -311,7 +300,7 @@ def test_bad_output_path_fails_before_measuring(
     blocker = tmp_path / "file"
     blocker.write_text("")
     code, out, err = run_cli(
-        capsys, "run", "--arch", "tests.cli_models:Net", "--input", "2x4", *FAST,
+        capsys, *NET_RUN,
         "--json", str(tmp_path / "ok.json"), "--csv", str(blocker / "x.csv"),
     )  # fmt: skip
     assert code == 2
@@ -338,7 +327,7 @@ def test_under_torchrun_files_carry_the_rank_and_only_rank_0_prints(
         monkeypatch.setenv("RANK", rank)
         monkeypatch.setenv("LOCAL_RANK", rank)
         code, out, err = run_cli(
-            capsys, "run", "--arch", "tests.cli_models:Net", "--input", "2x4", *FAST,
+            capsys, *NET_RUN,
             "--json", str(tmp_path / "p.json"),
         )  # fmt: skip
         assert code == 0, err
