@@ -333,3 +333,25 @@ def test_under_torchrun_files_carry_the_rank_and_only_rank_0_prints(
         assert code == 0, err
         assert ("latency median" in out) == (rank == "0")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.rank-0.json", "p.rank-1.json"]
+
+
+def test_ops_profile_memory_and_op_sort(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(
+        capsys,
+        *NET_RUN,
+        "--ops",
+        "--profile-memory",
+        "--op-sort",
+        "name",
+        "--json",
+        str(tmp_path / "p.json"),
+    )
+    assert code == 0, err
+    layers = {
+        layer["path"]: layer for layer in json.loads((tmp_path / "p.json").read_text())["layers"]
+    }
+    assert layers["fc1"]["peak_bytes"] >= 2 * 8 * 4  # its output, at least
+    flat = out[out.index("operators (all layers)") :]
+    table = flat[: flat.index("operators in")].split("\n")  # the flat table only
+    names = [ln.split("│")[0].strip() for ln in table if ln.startswith("aten::")]
+    assert names == sorted(names)
