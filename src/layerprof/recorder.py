@@ -1,10 +1,13 @@
 """Hooks on every module of a model, recording one LayerCall per forward call.
 
 Per-module ``forward_pre``/``forward`` hooks keep ``__call__`` semantics intact
-(other hooks, ``__call__`` overrides still work). The process-wide module hooks
-cost the same per call (``benchmarks/overhead.py --compare-hooks``: about 2 µs
-either way on this machine) but fire for every module in the process, so they
-would also time modules outside the model; per-module hooks are the safer choice.
+(other hooks, ``__call__`` overrides still work). ``benchmarks/overhead.py
+--compare-hooks`` measures the alternatives side by side: process-wide module
+hooks cost the same per call (about 2 µs here) but fire for every module in
+the process; wrapping each module's ``forward`` is cheaper (well under 1 µs)
+but replaces ``forward`` itself, which ``torch.compile``, scripting, signature
+inspection and other hooks then see. We keep per-module hooks and remove
+their calibrated cost from the numbers instead (docs/definitions.md).
 The hooks only read the clock and append to a list; everything else happens
 after the run.
 
