@@ -355,3 +355,12 @@ def test_ops_profile_memory_and_op_sort(tmp_path: Path, capsys: pytest.CaptureFi
     table = flat[: flat.index("operators in")].split("\n")  # the flat table only
     names = [ln.split("│")[0].strip() for ln in table if ln.startswith("aten::")]
     assert names == sorted(names)
+
+
+def test_exported_program_runs_on_its_example_inputs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    torch.export.save(torch.export.export(Net(), (torch.randn(3, 4),)), tmp_path / "net.pt2")
+    code, out, err = run_cli(capsys, "run", str(tmp_path / "net.pt2"), *FAST)
+    assert code == 0, err
+    assert "float32[3, 4] (exported example)" in out

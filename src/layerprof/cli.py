@@ -343,10 +343,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(
             "give a MODEL file, --arch MODULE:CALLABLE, or both", hint="see layerprof run --help"
         )
-    if not args.input:
-        raise UsageError(
-            "no --input given", hint="e.g. --input 1x3x224x224 (repeat for more arguments)"
-        )
     outputs.check_outputs(args)
     kwargs = None
     if args.arch_kwargs:
@@ -356,10 +352,19 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise UsageError(f"--arch-kwargs is not valid JSON: {exc.msg}") from exc
         if not isinstance(kwargs, dict):
             raise UsageError("--arch-kwargs must be a JSON object, e.g. '{\"depth\": 18}'")
+    model_file = Path(args.model) if args.model else None
+    if not args.input and not (model_file and model_file.suffix == ".pt2" and model_file.is_file()):
+        raise UsageError(
+            "no --input given", hint="e.g. --input 1x3x224x224 (repeat for more arguments)"
+        )
     loaded = load_model(
         args.model, arch=args.arch, arch_kwargs=kwargs, strict=not args.non_strict,
         trust_pickle=args.trust_pickle, map_location="cpu",
     )  # fmt: skip
+    if not args.input and loaded.kind != "export":
+        raise UsageError(
+            "no --input given", hint="e.g. --input 1x3x224x224 (repeat for more arguments)"
+        )
     measured = _measure(
         loaded.module,
         args.input,
@@ -384,14 +389,19 @@ def _measure(
     program: Any = None,
 ) -> Measurement:
     from layerprof.device import prepare_model, resolve_device
-    from layerprof.inputs import build_inputs
+    from layerprof.inputs import build_inputs, example_inputs
     from layerprof.runner import RunOptions, run_model
 
     ops = _op_options(args)
     loss = _loss(args)
     device = resolve_device(args.device)
     model = prepare_model(model, device, args.dtype)
-    inputs = build_inputs(list(input_specs), device=device, float_dtype=args.dtype, seed=args.seed)
+    if input_specs:
+        inputs = build_inputs(
+            list(input_specs), device=device, float_dtype=args.dtype, seed=args.seed
+        )
+    else:  # a torch.export program carries the inputs it was exported with
+        inputs = example_inputs(program, device=device, float_dtype=args.dtype)
     options = RunOptions(
         warmup=args.warmup, iters=args.iters, device=device, threads=args.threads,
         eval=not args.train, inference_mode=not args.no_inference_mode, grad=args.grad,

@@ -275,6 +275,32 @@ def build_inputs(
     return BuiltInputs(tuple(placed.args), placed.kwargs, tuple(placed.descriptions))
 
 
+def example_inputs(
+    program: Any, *, device: str = "cpu", float_dtype: str | None = None
+) -> BuiltInputs:
+    """The example inputs a ``torch.export`` program was exported with, when no
+    ``--input`` is given (the program guards on their shapes anyway)."""
+    from layerprof.errors import InputSpecError
+
+    example = getattr(program, "example_inputs", None)
+    if not example:
+        raise InputSpecError(
+            "no --input given and the exported program carries no example inputs",
+            hint="e.g. --input 1x3x224x224",
+        )
+    args, kwargs = example
+    cast = _float_dtype(float_dtype)
+    args = tuple(move_inputs(move_inputs(a, None, float_dtype=cast), device) for a in args)
+    kwargs = {
+        k: move_inputs(move_inputs(v, None, float_dtype=cast), device) for k, v in kwargs.items()
+    }
+    descriptions = [
+        f"args[{i}]: {describe_value(a)} (exported example)" for i, a in enumerate(args)
+    ]
+    descriptions += [f"{k}: {describe_value(v)} (exported example)" for k, v in kwargs.items()]
+    return BuiltInputs(args, kwargs, tuple(descriptions))
+
+
 def _float_dtype(name: str | None) -> torch.dtype | None:
     if name is None:
         return None
