@@ -242,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     run.add_argument(
         "--input", "-i", action="append", default=[], metavar="SPEC",
-        help="input spec, repeatable: 1x3x224x224, 4x128:int64[0,30000), 2x8:bfloat16, :bool, name=SPEC (keyword), @file.pt",
+        help="input spec, repeatable: 1x3x224x224, 4x128:int64[0,30000), 2x8:bfloat16, :bool, name=SPEC (keyword), @file.pt; a .pt2 program defaults to its example inputs",
     )  # fmt: skip
     _add_measure_options(run, warmup=5, iters=50)
     _add_ops_options(run)
