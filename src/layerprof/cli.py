@@ -353,18 +353,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         if not isinstance(kwargs, dict):
             raise UsageError("--arch-kwargs must be a JSON object, e.g. '{\"depth\": 18}'")
     model_file = Path(args.model) if args.model else None
+    # fail before a long load unless the file may be a .pt2 carrying example inputs
     if not args.input and not (model_file and model_file.suffix == ".pt2" and model_file.is_file()):
-        raise UsageError(
-            "no --input given", hint="e.g. --input 1x3x224x224 (repeat for more arguments)"
-        )
+        raise _no_input()
     loaded = load_model(
         args.model, arch=args.arch, arch_kwargs=kwargs, strict=not args.non_strict,
         trust_pickle=args.trust_pickle, map_location="cpu",
     )  # fmt: skip
     if not args.input and loaded.kind != "export":
-        raise UsageError(
-            "no --input given", hint="e.g. --input 1x3x224x224 (repeat for more arguments)"
-        )
+        raise _no_input()
     measured = _measure(
         loaded.module,
         args.input,
@@ -376,6 +373,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     _emit(measured, args)
     return 0
+
+
+def _no_input() -> UsageError:
+    return UsageError(
+        "no --input given", hint="e.g. --input 1x3x224x224 (repeat for more arguments)"
+    )
 
 
 def _measure(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from layerprof.render.html.page import (
@@ -46,6 +46,13 @@ def _trace_section(page: _Page, trace: Mapping[str, Any]) -> None:
     page.add(
         "trace", "Trace analysis", body or '<p class="empty">No step, device or kernel data.</p>'
     )
+
+
+def per_rank(ranks: list[Row], rows_of: Callable[[Row], Any]) -> list[Row]:
+    """Every rank's rows of one kind in one list, each tagged with its rank's name."""
+    return [
+        {"rank": _rank_name(r, i), **row} for i, r in enumerate(ranks) for row in _rows(rows_of(r))
+    ]
 
 
 def _rank_name(rank: Row, i: int) -> str:
@@ -136,11 +143,7 @@ def _trace_devices(page: _Page, ranks: list[Row]) -> str:
 
 
 def _trace_kernels(page: _Page, ranks: list[Row]) -> str:
-    kernels = [
-        {"rank": _rank_name(r, i), **k}
-        for i, r in enumerate(ranks)
-        for k in _rows(r.get("kernels"))
-    ]
+    kernels = per_rank(ranks, lambda r: r.get("kernels"))
     if not kernels:
         return ""
     totals = _aggregate(kernels, "name", ("total_ms",))
@@ -218,16 +221,8 @@ def _fmt_us(value: Any) -> str:
 
 def _trace_memory(ranks: list[Row]) -> str:
     """Peak allocated memory per device and the operators that allocated most."""
-    devices = [
-        {"rank": _rank_name(r, i), **d}
-        for i, r in enumerate(ranks)
-        for d in _rows(_mapping(r.get("memory")).get("devices"))
-    ]
-    tops = [
-        {"rank": _rank_name(r, i), **t}
-        for i, r in enumerate(ranks)
-        for t in _rows(_mapping(r.get("memory")).get("top_ops"))
-    ]
+    devices = per_rank(ranks, lambda r: _mapping(r.get("memory")).get("devices"))
+    tops = per_rank(ranks, lambda r: _mapping(r.get("memory")).get("top_ops"))
     if not devices:
         return ""
     dev_cols = [
@@ -250,9 +245,7 @@ def _trace_memory(ranks: list[Row]) -> str:
 
 
 def _trace_memcpy(ranks: list[Row]) -> str:
-    rows = [
-        {"rank": _rank_name(r, i), **m} for i, r in enumerate(ranks) for m in _rows(r.get("memcpy"))
-    ]
+    rows = per_rank(ranks, lambda r: r.get("memcpy"))
     if not rows:
         return ""
     cols = [
@@ -272,9 +265,7 @@ def _trace_memcpy(ranks: list[Row]) -> str:
 
 
 def _trace_ops(ranks: list[Row]) -> str:
-    ops = [
-        {"rank": _rank_name(r, i), **o} for i, r in enumerate(ranks) for o in _rows(r.get("ops"))
-    ]
+    ops = per_rank(ranks, lambda r: r.get("ops"))
     if not ops:
         return ""
     cols = [
