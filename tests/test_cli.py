@@ -57,7 +57,7 @@ def test_demo_writes_json_csv(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert code == 0
     assert "SmallCNN" in out and "latency median" in out
     data = json.loads((tmp_path / "d.json").read_text())
-    assert data["schema"] == "layerprof.profile/1"
+    assert data["schema"] == "layerprof.profile/2"
     assert {"median", "mean", "p90", "p99", "min", "max", "std", "n", "first"} <= set(
         data["latency_ms"]
     )

@@ -24,7 +24,6 @@ from torch import nn
 
 from layerprof.diff import (
     ALPHA,
-    SCHEMA,
     Diff,
     diff,
     min_p_value,
@@ -408,7 +407,7 @@ def test_json_round_trip() -> None:
     d = _slow_diff()
     gate = d.gate(5.0)
     data = d.to_dict(gate=gate)
-    assert data["schema"] == SCHEMA
+    assert data["schema"] == "layerprof.diff/1"
     assert data["base"]["meta"]["model"] == "TinyCNN"
     assert data["gate"]["failed"] is True
     assert data["summary"]["layers"]["slower"] == 1
@@ -431,7 +430,7 @@ def test_from_dict_rejects_other_documents() -> None:
     with pytest.raises(ProfileFormatError):
         Diff.from_dict({"schema": "layerprof.profile/1"})
     with pytest.raises(ProfileFormatError):
-        Diff.from_dict({"schema": SCHEMA, "layers": []})
+        Diff.from_dict({"schema": "layerprof.diff/1", "layers": []})
 
 
 def test_markdown_has_verdict_latency_and_tables() -> None:

@@ -160,7 +160,9 @@ def test_malformed_profile_is_a_format_error(tmp_path, patch: dict) -> None:
     from tests.test_console import fake_profile
 
     data = {**fake_profile().to_dict(), **patch}
-    with pytest.raises(ProfileFormatError, match="malformed profile"):
+    with pytest.raises(
+        ProfileFormatError, match=r"^x\.json: profile\.(latency_ms|layers|meta|ops)"
+    ):
         Profile.from_dict(data, source="x.json")
 
 

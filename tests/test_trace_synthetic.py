@@ -436,7 +436,10 @@ def test_profile_round_trips_through_save(tmp_path: Path) -> None:
     from layerprof.profile import Profile
 
     prof = analyze(write(tmp_path, two_steps())).to_profile()
-    loaded = Profile.load(prof.save(tmp_path / "p.json"))
+    summary_only = Profile.load(prof.save(tmp_path / "s.json"))
+    assert summary_only.samples["Net_0.Linear_0"].total_ns.values is None
+    assert summary_only.row("Net_0.Linear_0") == prof.row("Net_0.Linear_0")
+    loaded = Profile.load(prof.save(tmp_path / "p.json", samples=True))
     assert loaded.meta.source == "trace"
     assert loaded.latency_ns == prof.latency_ns
     assert loaded.samples["Net_0.Linear_0"].device_total_ns == (20 * US, 25 * US)

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from layerprof.diff import diff
+from layerprof import render as _render  # noqa: F401  (registers the renderers and the codec)
+from layerprof.diff import Diff, diff
 from layerprof.errors import LayerprofError
-from layerprof.profile import Profile
+from layerprof.profile import Profile, Run
 from layerprof.recorder import Recorder
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 # ``layerprof.diff`` is the function (``layerprof.diff(a, b) -> Diff``); the module
 # stays importable as ``from layerprof.diff import Diff``.
-__all__ = ["LayerprofError", "Profile", "Recorder", "__version__", "diff", "profile"]
+__all__ = ["Diff", "LayerprofError", "Profile", "Recorder", "Run", "__version__", "diff", "profile"]
 
 
 def profile(

@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from layerprof.opcapture import OpRecord
 
 LossFn = Callable[[Any], Any]
-BackwardTimes = dict[str, tuple[tuple[int, ...], tuple[int, ...]]]
+BackwardTimes = dict[str, tuple[Sequence[int], Sequence[int]]]
 
 
 # ---- loss and one optimizer-free step ------------------------------------------------
@@ -246,7 +246,7 @@ def profile_backward(
                     for c in backward_calls(done, acc, it, clock)
                 ]
     samples = build_samples(calls, iters)
-    return {p: (s.total_ns, s.self_ns) for p, s in samples.items()}
+    return {p: (s.total_ns.tolist() or [], s.self_ns.tolist() or []) for p, s in samples.items()}
 
 
 def _run(model: torch.nn.Module, step: Callable[[], None]) -> None:

@@ -590,13 +590,13 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from layerprof.profile import profile_from_dict
+    from layerprof.codec import profile_from_dict
 
     outputs.check_outputs(args)
     p = Path(args.file)
     data = sources.read_json(p)
     schema = data.get("schema") if isinstance(data, dict) else None
-    if schema == "layerprof.profile/1":
+    if schema in ("layerprof.profile/1", "layerprof.profile/2"):
         from layerprof.runner import Measurement
 
         _emit(Measurement(profile_from_dict(data, source=str(p))), args)

@@ -36,9 +36,17 @@ A change is **beyond noise** when
    deviation of (a new iteration - a base iteration). Unlike the test, this
    bound does not shrink with more iterations, so a drift between two runs
    that is small next to the jitter inside each run is not called a change;
-3. the absolute change exceeds a floor of ``max(1 µs, 0.5 % of the whole
+3. the absolute change exceeds the half-width of the confidence interval of
+   the difference of the medians, ``sqrt(h_base**2 + h_new**2)`` from the two
+   medians' 95 % intervals (order statistics, see ``layerprof.stats``), so
+   that "slower" never rests on a difference inside the interval;
+4. the absolute change exceeds a floor of ``max(1 µs, 0.5 % of the whole
    forward)`` (the larger side's median latency, else its root layers'
    total), so that microsecond layers do not flap.
+
+When a side was saved without its per-iteration samples (the default of
+``--json``), the rank test cannot run: rules 2 to 4 decide on the saved
+summaries alone (``basis == "summary"``).
 
 A change is **significant** (status ``slower``/``faster``, highlighted) when it
 is beyond noise *and* ``|delta %| > threshold_pct`` (5 % by default); anything
@@ -62,16 +70,19 @@ nanoseconds inside and milliseconds in JSON.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
+from layerprof import sinks
 from layerprof.errors import ProfileFormatError, UsageError
 from layerprof.profile import Profile
 from layerprof.records import LayerSamples, Meta, OpStat
-from layerprof.stats import median, min_p_value, rank_test
+from layerprof.stats import CI_LEVEL, Series, Summary, min_p_value, rank_test
+from layerprof.units import NS_PER_MS
 
-SCHEMA = "layerprof.diff/1"
 ALPHA = 0.001
 """Two-sided significance level of the rank test, per row."""
 FLOOR_MIN_NS = 1_000
@@ -83,13 +94,14 @@ NOISE_K = 1.0
 MAD_TO_SIGMA = 1.4826
 """MAD times this estimates the standard deviation of a normal distribution."""
 
-NS_PER_MS = 1_000_000
 
 Status = Literal["slower", "faster", "same", "added", "removed"]
-Basis = Literal["rank-test", "separation", "threshold"]
+Basis = Literal["rank-test", "separation", "summary", "threshold"]
 Metric = Literal["latency", "layers", "ops", "any"]
 Verdict = Literal["slower", "faster", "mixed", "same", "not comparable"]
 METRICS: tuple[Metric, ...] = get_args(Metric)
+STATUSES: tuple[Status, ...] = get_args(Status)
+BASES: tuple[Basis, ...] = get_args(Basis)
 
 
 # ---- value objects ----------------------------------------------------------
@@ -101,9 +113,10 @@ class Change:
 
     ``base_ns`` is ``None`` for an added row, ``new_ns`` for a removed one.
     ``delta_pct`` is ``None`` when there is no base time to divide by.
-    ``p_value`` is the rank test's and ``noise_ns`` the spread bound the change
-    had to exceed; both ``None`` when the row was judged by the threshold only
-    (``basis == "threshold"``).
+    ``p_value`` is the rank test's, ``noise_ns`` the spread bound and
+    ``ci_ns`` the half-width of the difference's confidence interval the
+    change had to exceed; ``None`` where the row was judged without them
+    (``basis == "threshold"``; no p-value for ``basis == "summary"``).
     """
 
     base_ns: int | None
@@ -116,6 +129,7 @@ class Change:
     basis: Basis
     p_value: float | None = None
     noise_ns: int | None = None
+    ci_ns: int | None = None
 
     @property
     def regressed(self) -> bool:
@@ -163,8 +177,8 @@ class OpDelta(_Judged):
     name: str
     change: Change
     input_shapes: str | None = None
-    calls_base: int | None = None
-    calls_new: int | None = None
+    calls_base: float | None = None
+    calls_new: float | None = None
 
     @property
     def label(self) -> str:
@@ -181,6 +195,18 @@ class StepDelta(_Judged):
     @property
     def label(self) -> str:
         return f"step {self.index}"
+
+
+@dataclass(frozen=True)
+class KernelDelta(_Judged):
+    """One GPU kernel by name: its time per step (threshold-judged: no per-step samples)."""
+
+    name: str
+    change: Change
+
+    @property
+    def label(self) -> str:
+        return self.name
 
 
 @dataclass(frozen=True)
@@ -227,6 +253,7 @@ class Diff:
     steps: tuple[StepDelta, ...] = ()
     layers: tuple[LayerDelta, ...] = ()
     ops: tuple[OpDelta, ...] = ()
+    kernels: tuple[KernelDelta, ...] = ()
     warnings: tuple[str, ...] = ()
     comparable: bool = True
     reason: str | None = None
@@ -236,6 +263,36 @@ class Diff:
     layer_clock: Literal["host", "device"] = "host"
     op_metric: Literal["self", "device"] = "self"
     op_key: Literal["name", "name+shapes"] = "name"
+    gate_result: GateResult | None = None  # the gate a saved diff was written with
+
+    def __repr__(self) -> str:
+        return f"<Diff {self.base_meta.model or '?'} -> {self.new_meta.model or '?'}: {self.headline()}>"
+
+    # ---- sinks (through layerprof.sinks) ------------------------------------
+    def print(self, **options: Any) -> None:
+        """The console report of the diff (``top=N`` rows per table, ``gate=...``)."""
+        sinks.show(self, **options)
+
+    def to_markdown(self, **options: Any) -> str:
+        """A Markdown report for a pull-request comment."""
+        return str(sinks.render(self, "md", **options))
+
+    def to_dict(self, top: int | None = None, *, gate: GateResult | None = None) -> dict[str, Any]:
+        """The ``layerprof.diff/1`` document (see ``layerprof.codec``)."""
+        return sinks.to_dict(self, top=top, gate=gate)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        return sinks.save(self, path)
+
+    def write(self, path: str | os.PathLike[str], **options: Any) -> Path:
+        return sinks.write(self, path, **options)
+
+    @classmethod
+    def from_dict(cls, data: Any, *, source: str = "<dict>") -> Diff:
+        loaded = sinks.from_dict(data, source=source)
+        if not isinstance(loaded, Diff):
+            raise ProfileFormatError(f"{source}: not a layerprof diff")
+        return loaded
 
     # ---- views ----------------------------------------------------------
     def changed_layers(self, top: int | None = None) -> list[LayerDelta]:
@@ -245,6 +302,10 @@ class Diff:
 
     def changed_ops(self, top: int | None = None) -> list[OpDelta]:
         rows = [r for r in self.ops if r.status not in ("added", "removed")]
+        return _top(rows, top)
+
+    def changed_kernels(self, top: int | None = None) -> list[KernelDelta]:
+        rows = [r for r in self.kernels if r.status not in ("added", "removed")]
         return _top(rows, top)
 
     def added_layers(self) -> list[LayerDelta]:
@@ -314,9 +375,11 @@ class Diff:
         return (
             f"significant = beyond noise (Mann-Whitney rank test p < {self.alpha:g} on the"
             " per-iteration samples, |Δ| above the iterations' spread and above"
-            f" {fmt_ms(self.floor_ns)} ms) and |Δ %| > {self.threshold_pct:g} %. Operators"
-            " and single steps have no per-iteration samples: they are judged by the threshold"
-            " and the floor only, and do not decide the verdict or the default gate."
+            f" {fmt_ms(self.floor_ns)} ms, outside the {100 * CI_LEVEL:g} % confidence interval"
+            f" of the difference) and |Δ %| > {self.threshold_pct:g} %. Sides saved without"
+            " samples are judged on their summaries (spread and interval, no rank test)."
+            " Operators without per-iteration samples, kernels and single steps are judged by"
+            " the threshold and the floor only, and do not decide the verdict or the default gate."
         )
 
     # ---- the gate ---------------------------------------------------------
@@ -356,79 +419,6 @@ class Diff:
             metric=metric,
         )
 
-    # ---- JSON -------------------------------------------------------------
-    def to_dict(self, top: int | None = None, *, gate: GateResult | None = None) -> dict[str, Any]:
-        """The ``layerprof.diff/1`` document; ``top`` keeps the largest changed rows.
-
-        Added and removed rows are always all listed; ``summary`` counts every
-        row whether shown or not.
-        """
-        layers = _top([r for r in self.layers if r.status not in ("added", "removed")], top)
-        layers += [r for r in self.layers if r.status in ("added", "removed")]
-        ops = _top([r for r in self.ops if r.status not in ("added", "removed")], top)
-        ops += [r for r in self.ops if r.status in ("added", "removed")]
-        counts = self.counts()
-        return {
-            "schema": SCHEMA,
-            "verdict": self.headline(),
-            "base": {"model": self.base_meta.model, "meta": _meta_to_dict(self.base_meta)},
-            "new": {"model": self.new_meta.model, "meta": _meta_to_dict(self.new_meta)},
-            "settings": {
-                "threshold_pct": self.threshold_pct,
-                "alpha": self.alpha,
-                "floor_ms": self.floor_ns / NS_PER_MS,
-                "layer_clock": self.layer_clock,
-                "layer_metric": "self",
-                "op_metric": self.op_metric,
-                "op_key": self.op_key,
-            },
-            "comparable": self.comparable,
-            "reason": self.reason,
-            "warnings": list(self.warnings),
-            "latency": _change_to_dict(self.latency) if self.latency else None,
-            "steps": [{"index": s.index, **_change_to_dict(s.change)} for s in self.steps],
-            "layers": [_layer_to_dict(r) for r in layers],
-            "ops": [_op_to_dict(r) for r in ops],
-            "summary": {
-                "verdict": self.verdict,
-                "latency": self.latency.status if self.latency else None,
-                "layers": counts["layers"],
-                "ops": counts["ops"],
-                "shown": {"layers": len(layers), "ops": len(ops)},
-            },
-            "gate": gate.to_dict() if gate is not None else None,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Any, *, source: str = "<dict>") -> Diff:
-        """Read back what :meth:`to_dict` wrote (all rows, when written with ``top=None``)."""
-        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-            raise ProfileFormatError(f"{source}: not a layerprof diff (schema {SCHEMA!r})")
-        try:
-            settings = data["settings"]
-            return cls(
-                base_meta=_meta_from_dict(data["base"]["meta"]),
-                new_meta=_meta_from_dict(data["new"]["meta"]),
-                latency=_change_from_dict(data["latency"]) if data.get("latency") else None,
-                steps=tuple(
-                    StepDelta(index=int(s["index"]), change=_change_from_dict(s))
-                    for s in data.get("steps") or ()
-                ),
-                layers=tuple(_layer_from_dict(d) for d in data["layers"]),
-                ops=tuple(_op_from_dict(d) for d in data["ops"]),
-                warnings=tuple(data.get("warnings") or ()),
-                comparable=bool(data["comparable"]),
-                reason=data.get("reason"),
-                threshold_pct=float(settings["threshold_pct"]),
-                floor_ns=round(float(settings["floor_ms"]) * NS_PER_MS),
-                alpha=float(settings["alpha"]),
-                layer_clock=settings["layer_clock"],
-                op_metric=settings["op_metric"],
-                op_key=settings["op_key"],
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ProfileFormatError(f"{source}: malformed diff ({exc!r})") from exc
-
 
 # ---- percent strings ----------------------------------------------------------
 
@@ -463,10 +453,10 @@ def diff(base: Profile, new: Profile, *, threshold_pct: float = 5.0) -> Diff:
         warnings += _overlap_warning(base, new)
 
     latency = None
-    if base.latency_ns and new.latency_ns:
+    if base.latency_ns is not None and new.latency_ns is not None:
         latency = judge.compare(base.latency_ns, new.latency_ns, what="latency")
-    elif base.latency_ns or new.latency_ns:
-        side = "base" if not base.latency_ns else "new"
+    elif base.latency_ns is not None or new.latency_ns is not None:
+        side = "base" if base.latency_ns is None else "new"
         warnings.append(f"the {side} profile has no latency samples: latency is not compared")
 
     steps: tuple[StepDelta, ...] = ()
@@ -493,6 +483,7 @@ def diff(base: Profile, new: Profile, *, threshold_pct: float = 5.0) -> Diff:
         steps=steps,
         layers=layers,
         ops=ops,
+        kernels=_kernels(base, new, judge),
         warnings=(*warnings, *judge.warnings()),
         comparable=comparable,
         reason=reason,
@@ -507,42 +498,63 @@ def diff(base: Profile, new: Profile, *, threshold_pct: float = 5.0) -> Diff:
 
 @dataclass
 class _Judge:
-    """Applies the noise rule; remembers which kinds of rows fell back to the threshold."""
+    """Applies the noise rule; remembers which kinds of rows fell back to weaker rules."""
 
     threshold_pct: float
     floor_ns: int
     fallbacks: dict[str, tuple[int, int]] = field(default_factory=dict)
+    summary_only: set[str] = field(default_factory=set)
 
     def compare(
-        self, base: Sequence[int] | None, new: Sequence[int] | None, *, what: str | None = None
+        self, base: Series | None, new: Series | None, *, what: str | None = None
     ) -> Change:
         """``what`` names the row kind for the small-sample warning; ``None``: expected."""
-        if not base and not new:
+        if base is None and new is None:
             return _change(0, 0, beyond=False, significant=False, basis="threshold")
-        if not base:
-            value = _median_ns(cast(Sequence[int], new))
-            return self._one_sided(value, "added")
-        if not new:
-            return self._one_sided(_median_ns(base), "removed")
-        b, n = _median_ns(base), _median_ns(new)
+        if base is None:
+            return self._one_sided(round(cast(Series, new).median), "added")
+        if new is None:
+            return self._one_sided(round(base.median), "removed")
+        b, n = round(base.median), round(new.median)
         delta = n - b
         pct = delta / b * 100 if b > 0 else None
-        p_value: float | None = None
-        noise_ns: int | None = None
-        tested = True
-        basis: Basis = "threshold"
-        if len(base) > 1 or len(new) > 1:
-            noise_ns = round(NOISE_K * MAD_TO_SIGMA * math.hypot(_mad(base), _mad(new)))
-            floor_p = min_p_value(len(base), len(new))
-            basis = "rank-test" if floor_p < ALPHA else "separation"
-            if basis == "separation" and what is not None and what not in self.fallbacks:
-                self.fallbacks[what] = (len(base), len(new))
-            p_value, direction = rank_test(base, new)
-            level = max(ALPHA, floor_p) * (1 + 1e-9)
-            tested = p_value <= level and direction * delta > 0 and abs(delta) > noise_ns
-        elif what is not None and what not in self.fallbacks:
-            self.fallbacks[what] = (1, 1)
+        if base.n == 1 and new.n == 1:
+            if what is not None and what not in self.fallbacks:
+                self.fallbacks[what] = (1, 1)
+            beyond = abs(delta) > self.floor_ns
+            return self._judged(b, n, beyond, pct, "threshold")
+        noise_ns = _noise(base.summary, new.summary)
+        ci_ns = _ci(base.summary, new.summary)
+        outside = abs(delta) > noise_ns and (ci_ns is None or abs(delta) > ci_ns)
+        if base.values is None or new.values is None:
+            if what is not None:
+                self.summary_only.add(what)
+            beyond = outside and abs(delta) > self.floor_ns
+            return self._judged(b, n, beyond, pct, "summary", noise_ns=noise_ns, ci_ns=ci_ns)
+        floor_p = min_p_value(base.n, new.n)
+        basis: Basis = "rank-test" if floor_p < ALPHA else "separation"
+        if basis == "separation" and what is not None and what not in self.fallbacks:
+            self.fallbacks[what] = (base.n, new.n)
+        p_value, direction = rank_test(base.values, new.values)
+        level = max(ALPHA, floor_p) * (1 + 1e-9)
+        tested = p_value <= level and direction * delta > 0 and outside
         beyond = tested and abs(delta) > self.floor_ns
+        return self._judged(
+            b, n, beyond, pct, basis, p_value=p_value, noise_ns=noise_ns, ci_ns=ci_ns
+        )
+
+    def _judged(
+        self,
+        b: int,
+        n: int,
+        beyond: bool,
+        pct: float | None,
+        basis: Basis,
+        *,
+        p_value: float | None = None,
+        noise_ns: int | None = None,
+        ci_ns: int | None = None,
+    ) -> Change:
         significant = beyond and (pct is None or abs(pct) > self.threshold_pct)
         return _change(
             b,
@@ -552,6 +564,7 @@ class _Judge:
             basis=basis,
             p_value=p_value,
             noise_ns=noise_ns,
+            ci_ns=ci_ns,
         )
 
     def _one_sided(self, value: int, status: Status) -> Change:
@@ -584,7 +597,26 @@ class _Judge:
                 f" (about 7 per side reach p < {ALPHA:g}): changes are judged {rule};"
                 " profile more iterations"
             )
+        if self.summary_only:
+            out.append(
+                f"{' and '.join(sorted(self.summary_only))}: a side was saved without its"
+                " per-iteration samples, so changes are judged on the saved summaries (spread"
+                " and confidence interval), without the rank test; save with --samples to keep them"
+            )
         return out
+
+
+def _noise(base: Summary, new: Summary) -> int:
+    """NOISE_K robust standard deviations of (a new iteration - a base iteration)."""
+    return round(NOISE_K * MAD_TO_SIGMA * math.hypot(base.mad or 0.0, new.mad or 0.0))
+
+
+def _ci(base: Summary, new: Summary) -> int | None:
+    """Half-width of the difference of the medians' confidence interval (None if unknown)."""
+    hb, hn = base.ci_half_width, new.ci_half_width
+    if hb is None or hn is None:
+        return None
+    return round(math.hypot(hb, hn))
 
 
 def _change(
@@ -596,6 +628,7 @@ def _change(
     basis: Basis,
     p_value: float | None = None,
     noise_ns: int | None = None,
+    ci_ns: int | None = None,
 ) -> Change:
     delta = new - base
     status: Status = "same"
@@ -612,45 +645,41 @@ def _change(
         basis=basis,
         p_value=p_value,
         noise_ns=noise_ns,
+        ci_ns=ci_ns,
     )
-
-
-def _mad(values: Sequence[int]) -> float:
-    """Median absolute deviation from the median."""
-    mid = median(values)
-    return median([abs(v - mid) for v in values])
-
-
-def _median_ns(values: Sequence[int]) -> int:
-    return round(median(values))
 
 
 def _whole_ns(p: Profile) -> float:
     """One whole forward: median latency, else the root layers' summed median totals."""
-    if p.latency_ns:
-        return median(p.latency_ns)
+    if p.latency_ns is not None:
+        return p.latency_ns.median
     roots = (p.samples.get(info.path) for info in p.layers if info.parent is None)
-    return sum(median(s.total_ns) for s in roots if s is not None and s.total_ns)
+    return sum(s.total_ns.median for s in roots if s is not None)
 
 
-def _steps(base: Sequence[int], new: Sequence[int], judge: _Judge) -> tuple[StepDelta, ...]:
+def _steps(base: Series | None, new: Series | None, judge: _Judge) -> tuple[StepDelta, ...]:
+    """Steps by index, one sample each (needs the step samples on both sides)."""
+    if base is None or new is None or base.values is None or new.values is None:
+        return ()
+    b, n = base.tolist() or [], new.tolist() or []
     out = []
-    for i in range(max(len(base), len(new))):
-        b = (base[i],) if i < len(base) else None
-        n = (new[i],) if i < len(new) else None
-        out.append(StepDelta(index=i, change=judge.compare(b, n)))
+    for i in range(max(len(b), len(n))):
+        bs = Series([b[i]]) if i < len(b) else None
+        ns = Series([n[i]]) if i < len(n) else None
+        out.append(StepDelta(index=i, change=judge.compare(bs, ns)))
     return tuple(out)
 
 
-def _layer_times(
-    s: LayerSamples | None, clock: str
-) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
-    """(self, total) samples of one layer; ``(0,)`` for a layer that was never called."""
-    if s is None or not s.total_ns:
-        return (0,), (0,)
-    if clock == "device" and s.device_self_ns and s.device_total_ns:
+_NEVER_CALLED = Series([0])
+
+
+def _layer_times(s: LayerSamples | None, clock: str) -> tuple[Series, Series]:
+    """(self, total) of one layer; a zero sample for a layer that was never called."""
+    if s is None:
+        return _NEVER_CALLED, _NEVER_CALLED
+    if clock == "device" and s.device_self_ns is not None and s.device_total_ns is not None:
         return s.device_self_ns, s.device_total_ns
-    return s.self_ns or (0,), s.total_ns
+    return s.self_ns, s.total_ns
 
 
 def _layers(
@@ -665,7 +694,9 @@ def _layers(
         if (bs := base.samples.get(p)) is not None and (ns := new.samples.get(p)) is not None
     ]
     device = bool(sampled) and all(
-        bool(s.device_self_ns and s.device_total_ns) for pair in sampled for s in pair
+        s.device_self_ns is not None and s.device_total_ns is not None
+        for pair in sampled
+        for s in pair
     )
     clock: Literal["host", "device"] = "device" if device else "host"
     what = f"layers ({clock} time)"
@@ -687,7 +718,7 @@ def _layers(
             continue
         ns = new.samples.get(path)
         n_self, n_total = _layer_times(ns, clock)
-        ran = bool(bs and bs.total_ns and ns and ns.total_ns)
+        ran = bs is not None and ns is not None
         notes = []
         if other.type != info.type:
             notes.append(f"type changed: {info.type} -> {other.type}")
@@ -725,9 +756,11 @@ def _layers(
 
 @dataclass(frozen=True)
 class _OpSum:
-    calls: int
-    self_ns: int
-    device_ns: int | None
+    """One op key's rows summed: per-iteration samples when every row had them."""
+
+    calls: float
+    time: Series
+    sampled: bool
 
 
 def _ops(
@@ -737,17 +770,18 @@ def _ops(
     device = bool(base.ops and new.ops) and all(
         o.device_ns is not None for o in (*base.ops, *new.ops)
     )
-    b, n = _sum_ops(base.ops, shapes), _sum_ops(new.ops, shapes)
+    b, n = _sum_ops(base.ops, shapes, device), _sum_ops(new.ops, shapes, device)
     rows = []
     for key in [*b, *(k for k in n if k not in b)]:
         bo, no = b.get(key), n.get(key)
-        bt = ((bo.device_ns if device else bo.self_ns) or 0,) if bo else None
-        nt = ((no.device_ns if device else no.self_ns) or 0,) if no else None
+        tested = bo is not None and no is not None and bo.sampled and no.sampled
         rows.append(
             OpDelta(
                 name=key[0],
                 input_shapes=key[1],
-                change=judge.compare(bt, nt),
+                change=judge.compare(
+                    bo.time if bo else None, no.time if no else None, what="ops" if tested else None
+                ),
                 calls_base=bo.calls if bo else None,
                 calls_new=no.calls if no else None,
             )
@@ -755,19 +789,53 @@ def _ops(
     return tuple(rows), "device" if device else "self", "name+shapes" if shapes else "name"
 
 
-def _sum_ops(ops: Iterable[OpStat], shapes: bool) -> dict[tuple[str, str | None], _OpSum]:
-    out: dict[tuple[str, str | None], _OpSum] = {}
+def _sum_ops(
+    ops: Iterable[OpStat], shapes: bool, device: bool
+) -> dict[tuple[str, str | None], _OpSum]:
+    """Rows of one key (e.g. one per layer) summed; per iteration when all have samples
+    of the same length, else their medians as one sample (judged by the threshold)."""
+    groups: dict[tuple[str, str | None], list[OpStat]] = {}
     for o in ops:
-        key = (o.name, o.input_shapes if shapes else None)
-        prev = out.get(key)
-        if prev is None:
-            out[key] = _OpSum(o.calls, o.self_ns, o.device_ns)
-            continue
-        dev = None
-        if prev.device_ns is not None and o.device_ns is not None:
-            dev = prev.device_ns + o.device_ns
-        out[key] = _OpSum(prev.calls + o.calls, prev.self_ns + o.self_ns, dev)
+        groups.setdefault((o.name, o.input_shapes if shapes else None), []).append(o)
+    out: dict[tuple[str, str | None], _OpSum] = {}
+    for key, rows in groups.items():
+        series = [_op_series(o, device) for o in rows]
+        lengths = {s.n for s in series if s is not None and s.values is not None}
+        calls = sum(o.calls for o in rows)
+        if all(s is not None and s.values is not None for s in series) and len(lengths) == 1:
+            total = sum(cast(Series, s).values for s in series)
+            out[key] = _OpSum(calls, Series(total), True)
+        else:
+            value = sum((o.device_ns if device else o.self_ns) or 0.0 for o in rows)
+            out[key] = _OpSum(calls, Series([value]), False)
     return out
+
+
+def _op_series(o: OpStat, device: bool) -> Series | None:
+    if o.samples is None:
+        return None
+    return o.samples.device_ns if device else o.samples.self_ns
+
+
+def _kernels(base: Profile, new: Profile, judge: _Judge) -> tuple[KernelDelta, ...]:
+    """Kernels by name, time per step (the trace's total over its complete steps)."""
+    if not base.kernels or not new.kernels:
+        return ()
+    b, n = _kernel_times(base), _kernel_times(new)
+    return tuple(
+        KernelDelta(
+            name=name,
+            change=judge.compare(
+                Series([b[name]]) if name in b else None, Series([n[name]]) if name in n else None
+            ),
+        )
+        for name in [*b, *(k for k in n if k not in b)]
+    )
+
+
+def _kernel_times(p: Profile) -> dict[str, float]:
+    steps = max(p.latency_ns.n if p.latency_ns is not None else 1, 1)
+    return {k.name: k.total_ns / steps for k in p.kernels}
 
 
 # ---- comparability and warnings ---------------------------------------------------
@@ -889,106 +957,3 @@ def side_label(meta: Meta) -> str:
 
 def _fmt_num(x: float) -> str:
     return f"{x:g}"
-
-
-def _ms(ns: int | None) -> float | None:
-    return None if ns is None else ns / NS_PER_MS
-
-
-def _ns(ms: Any) -> int | None:
-    return None if ms is None else round(float(ms) * NS_PER_MS)
-
-
-def _change_to_dict(c: Change) -> dict[str, Any]:
-    return {
-        "base_ms": _ms(c.base_ns),
-        "new_ms": _ms(c.new_ns),
-        "delta_ms": c.delta_ns / NS_PER_MS,
-        "delta_pct": c.delta_pct,
-        "status": c.status,
-        "significant": c.significant,
-        "beyond_noise": c.beyond_noise,
-        "basis": c.basis,
-        "p_value": c.p_value,
-        "noise_ms": _ms(c.noise_ns),
-    }
-
-
-def _change_from_dict(d: Mapping[str, Any]) -> Change:
-    status = d["status"]
-    basis = d["basis"]
-    if status not in get_args(Status) or basis not in get_args(Basis):
-        raise ValueError(f"unknown status {status!r} or basis {basis!r}")
-    return Change(
-        base_ns=_ns(d["base_ms"]),
-        new_ns=_ns(d["new_ms"]),
-        delta_ns=round(float(d["delta_ms"]) * NS_PER_MS),
-        delta_pct=None if d["delta_pct"] is None else float(d["delta_pct"]),
-        beyond_noise=bool(d["beyond_noise"]),
-        significant=bool(d["significant"]),
-        status=status,
-        basis=basis,
-        p_value=None if d.get("p_value") is None else float(d["p_value"]),
-        noise_ns=_ns(d.get("noise_ms")),
-    )
-
-
-def _layer_to_dict(r: LayerDelta) -> dict[str, Any]:
-    return {
-        "path": r.path,
-        "type": r.type,
-        "base_type": r.base_type,
-        "calls_base": r.calls_base,
-        "calls_new": r.calls_new,
-        "note": r.note,
-        "metric": "self",
-        **_change_to_dict(r.change),
-        "total": _change_to_dict(r.total),
-    }
-
-
-def _layer_from_dict(d: Mapping[str, Any]) -> LayerDelta:
-    return LayerDelta(
-        path=d["path"],
-        type=d["type"],
-        base_type=d.get("base_type"),
-        calls_base=d.get("calls_base"),
-        calls_new=d.get("calls_new"),
-        note=d.get("note"),
-        change=_change_from_dict(d),
-        total=_change_from_dict(d["total"]),
-    )
-
-
-def _op_to_dict(r: OpDelta) -> dict[str, Any]:
-    return {
-        "name": r.name,
-        "input_shapes": r.input_shapes,
-        "calls_base": r.calls_base,
-        "calls_new": r.calls_new,
-        **_change_to_dict(r.change),
-    }
-
-
-def _op_from_dict(d: Mapping[str, Any]) -> OpDelta:
-    return OpDelta(
-        name=d["name"],
-        input_shapes=d.get("input_shapes"),
-        calls_base=d.get("calls_base"),
-        calls_new=d.get("calls_new"),
-        change=_change_from_dict(d),
-    )
-
-
-def _meta_to_dict(meta: Meta) -> dict[str, Any]:
-    d = asdict(meta)
-    d["inputs"] = list(meta.inputs)
-    return d
-
-
-def _meta_from_dict(d: Mapping[str, Any]) -> Meta:
-    known = set(Meta.__dataclass_fields__)
-    meta = Meta(**{k: v for k, v in d.items() if k in known and k != "inputs"})
-    meta = replace(meta, inputs=tuple(d.get("inputs") or ()))
-    extra = {k: v for k, v in d.items() if k not in known}
-    return replace(meta, extra={**meta.extra, **extra}) if extra else meta

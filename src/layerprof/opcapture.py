@@ -38,6 +38,7 @@ from layerprof.hooks import HookHandles, hookable_modules
 from layerprof.layertimes import build_samples
 from layerprof.quiet import kineto_quiet
 from layerprof.records import LayerCall, LayerSamples, Meta, OpStat
+from layerprof.stats import Series
 
 if TYPE_CHECKING:
     import torch
@@ -182,7 +183,9 @@ class OpCapture:
 
             bwd = backward_samples_from_ops(self._of("backward"), list(samples), self.iterations)
             samples = {
-                p: replace(s, backward_total_ns=bwd[p][0], backward_self_ns=bwd[p][1])
+                p: replace(
+                    s, backward_total_ns=Series(bwd[p][0]), backward_self_ns=Series(bwd[p][1])
+                )
                 if p in bwd
                 else s
                 for p, s in samples.items()
@@ -758,7 +761,7 @@ def _with_device(
             self_dev[r.layer][r.iteration] += r.device_ns
     total = _roll_up(self_dev)
     return {
-        p: replace(s, device_self_ns=tuple(self_dev[p]), device_total_ns=tuple(total[p]))
+        p: replace(s, device_self_ns=Series(self_dev[p]), device_total_ns=Series(total[p]))
         for p, s in samples.items()
     }
 

@@ -1,7 +1,21 @@
-"""The pivot: a Profile holds meta, latency samples and per-layer samples.
+"""The pivot: a Profile (one process, one rank) and a Run (several ranks).
 
-Rows, trees and statistics are derived on demand from the per-iteration
-samples, so a loaded profile supports everything a fresh one does.
+Every source produces them and every sink reads them (see docs/architecture.md):
+the live Recorder and the runner, ops mode, TorchScript / torch.export, and
+Kineto traces fill the sections they know; everything else stays empty.
+
+* meta, latency (the clean pass; for a trace the step times) and overhead;
+* layers: static ``LayerInfo`` rows plus per-iteration ``LayerSamples``;
+  ``rows()`` and ``tree()`` derive per-layer statistics on demand;
+* ops: per-iteration operator rows (``OpStat``), forward and backward;
+* for traces and ops mode: steps, devices (GPU busy/idle), kernels, kernel
+  kinds, memcpy, launches, memory, record_function annotations, and where the
+  trace came from (``source``);
+* notes: facts the user should read next to the numbers.
+
+Nothing here imports torch, a renderer or the codec: saving, loading and
+rendering go through ``layerprof.sinks`` (see ``Profile.save``), which the
+package fills with the codec and the renderers when it is imported.
 """
 
 from __future__ import annotations
@@ -9,22 +23,29 @@ from __future__ import annotations
 import datetime as _dt
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
-from layerprof.errors import ProfileFormatError
-from layerprof.files import write_atomic
+from layerprof import sinks
+from layerprof.errors import UsageError
 from layerprof.records import LayerInfo, LayerSamples, Meta, OpStat, Overhead
-from layerprof.stats import Summary, median
+from layerprof.sections import (
+    AnnotationRow,
+    CrossRank,
+    DeviceUse,
+    KernelRow,
+    KindRow,
+    Launches,
+    MemcpyRow,
+    MemorySummary,
+    Steps,
+    TraceSource,
+)
+from layerprof.stats import Series, SeriesLike, Summary, as_series
 
 if TYPE_CHECKING:
     import pandas
-
-SCHEMA = "layerprof.profile/1"
-NS_PER_MS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -34,7 +55,8 @@ class LayerRow:
     ``self_ns`` is the median over iterations of the layer's self time (the
     mean when the layer's number of calls varies between iterations);
     ``total_ns`` is ``self_ns`` plus the children's ``total_ns`` (see
-    ``_subtree_totals``); ``total`` summarizes the measured totals.
+    ``_subtree_totals``); ``total`` summarizes the measured totals and
+    ``self_summary`` the self times (with the median's confidence interval).
     """
 
     path: str
@@ -120,7 +142,7 @@ def _subtree_totals(rows: list[LayerRow]) -> list[LayerRow]:
 
 def _children_first(rows: list[LayerRow], kids: dict[str, list[int]]) -> list[int]:
     """Row indices in post-order, whatever order the rows came in (traces need not
-    list parents first)."""
+    list parents first); a cycle in the parent links is visited once."""
     order: list[int] = []
     seen: set[int] = set()
     for start in range(len(rows)):
@@ -147,31 +169,88 @@ def depth_of(path: str) -> int:
     return 0 if path == "" else path.count(".") + 1
 
 
+def parent_path(path: str) -> str | None:
+    """The structural parent of a module path: ``a.b.c`` -> ``a.b``, ``a`` -> ``""``, root -> None."""
+    if path == "":
+        return None
+    return path.rsplit(".", 1)[0] if "." in path else ""
+
+
+def ancestors(path: str) -> Iterator[str]:
+    """``a.b.c`` -> ``a.b``, ``a``, ``""``; the root has none."""
+    while path:
+        path = path.rsplit(".", 1)[0] if "." in path else ""
+        yield path
+
+
+def _med(series: Series | None) -> float | None:
+    return series.median if series is not None else None
+
+
+def _mean(series: Series | None) -> float | None:
+    return series.mean if series is not None else None
+
+
 @dataclass
 class Profile:
-    """Everything one profiling run (or one analyzed trace) produced."""
+    """Everything one profiling run (or one rank of an analyzed trace) produced.
+
+    ``latency_ns`` holds the clean pass's whole-forward times (for a trace,
+    the complete steps' durations); sequences are accepted and turned into a
+    :class:`~layerprof.stats.Series`. ``events`` is the raw trace behind ops
+    mode (for trace exports); it is never saved.
+    """
 
     meta: Meta
     layers: tuple[LayerInfo, ...] = ()
     samples: dict[str, LayerSamples] = field(default_factory=dict)
-    latency_ns: tuple[int, ...] = ()
+    latency_ns: Series | None = None
     first_ns: int | None = None
     overhead: Overhead | None = None
     ops: tuple[OpStat, ...] = ()
     notes: tuple[str, ...] = ()
+    source: TraceSource | None = None
+    steps: Steps | None = None
+    devices: tuple[DeviceUse, ...] = ()
+    kernels: tuple[KernelRow, ...] = ()
+    kinds: tuple[KindRow, ...] = ()
+    memcpy: tuple[MemcpyRow, ...] = ()
+    launches: Launches | None = None
+    memory: MemorySummary | None = None
+    annotations: tuple[AnnotationRow, ...] = ()
+    events: Any = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        latency: SeriesLike | None = self.latency_ns
+        self.latency_ns = as_series(latency)
 
     # ---- derived --------------------------------------------------------
     @property
     def latency(self) -> Summary | None:
-        return Summary.of(self.latency_ns) if self.latency_ns else None
+        return self.latency_ns.summary if self.latency_ns is not None else None
+
+    @property
+    def rank(self) -> int | None:
+        """The rank this profile belongs to (a trace's, or torchrun's), if known."""
+        if self.source is not None:
+            return self.source.rank
+        rank = self.meta.extra.get("rank")
+        return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
+
+    @property
+    def has_device(self) -> bool:
+        """Whether device (GPU) times were recorded."""
+        if self.source is not None:
+            return self.source.has_device
+        return bool(self.devices) or any(
+            s.device_total_ns is not None for s in self.samples.values()
+        )
 
     def rows(self) -> list[LayerRow]:
         """One row per layer, in module order."""
         out: list[LayerRow] = []
         for info in self.layers:
             s = self.samples.get(info.path)
-            total = Summary.of(s.total_ns) if s and s.total_ns else None
-            self_s = Summary.of(s.self_ns) if s and s.self_ns else None
             # A layer called in only some iterations has a mixture of zeros and
             # real times: its per-forward cost is the mean, not the median.
             mid = _mean if s is not None and s.calls_vary else _med
@@ -184,8 +263,8 @@ class Profile:
                     calls=s.calls if s else 0.0,
                     total_ns=0.0,  # set bottom-up by _subtree_totals
                     self_ns=(mid(s.self_ns) or 0.0) if s else 0.0,
-                    total=total,
-                    self_summary=self_s,
+                    total=s.total_ns.summary if s else None,
+                    self_summary=s.self_ns.summary if s else None,
                     share=0.0,
                     params=info.params,
                     params_own=info.params_own,
@@ -209,7 +288,7 @@ class Profile:
         roots: list[LayerNode] = []
         for node in nodes.values():
             parent = node.row.parent
-            if parent is not None and parent in nodes:
+            if parent is not None and parent in nodes and parent != node.row.path:
                 nodes[parent].children.append(node)
             else:
                 roots.append(node)
@@ -221,291 +300,103 @@ class Profile:
                 return r
         raise KeyError(path)
 
-    # ---- sinks ------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
-        return profile_to_dict(self)
+    def with_notes(self, *notes: str) -> Profile:
+        return replace(self, notes=(*self.notes, *notes))
 
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        return write_atomic(path, orjson.dumps(self.to_dict(), option=orjson.OPT_INDENT_2))
+    # ---- sinks (through layerprof.sinks: no codec or renderer import here) ----
+    def to_dict(self, *, samples: bool = False) -> dict[str, Any]:
+        """The ``layerprof.profile`` JSON document (per-iteration samples with ``samples``)."""
+        return sinks.to_dict(self, samples=samples)
+
+    def save(self, path: str | os.PathLike[str], *, samples: bool = False) -> Path:
+        """Write the profile as JSON (whole or not at all); ``samples`` keeps every iteration."""
+        return sinks.save(self, path, samples=samples)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Profile:
-        return load_profile(path)
+        loaded = sinks.load(path)
+        if not isinstance(loaded, Profile):
+            raise UsageError(f"{path} holds a {type(loaded).__name__}, not a Profile")
+        return loaded
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, source: str = "<dict>") -> Profile:
-        return profile_from_dict(data, source=source)
+        loaded = sinks.from_dict(data, source=source)
+        if not isinstance(loaded, Profile):
+            raise UsageError(f"{source} holds a {type(loaded).__name__}, not a Profile")
+        return loaded
 
     def print(self, **options: Any) -> None:
-        from layerprof.render.console import print_profile
+        """The console report (options as for ``layerprof run``: depth, top, sort, shapes)."""
+        sinks.show(self, **options)
 
-        print_profile(self, **options)
+    def render(self, fmt: str, **options: Any) -> str | bytes:
+        """The profile in a format by name: ``console``, ``json``, ``csv``, ``html``, ``md``, ..."""
+        return sinks.render(self, fmt, **options)
+
+    def write(self, path: str | os.PathLike[str], **options: Any) -> Path:
+        """Write in the format the file name says (``.html``, ``.csv``, ``.json``, ...)."""
+        return sinks.write(self, path, **options)
 
     def to_dataframe(self) -> pandas.DataFrame:
         try:
             import pandas as pd
         except ImportError as exc:  # pragma: no cover - depends on the environment
-            from layerprof.errors import UsageError
-
             raise UsageError(
                 "to_dataframe() needs pandas", hint="pip install 'layerprof[pandas]'"
             ) from exc
-        return pd.DataFrame([layer_to_dict(r) for r in self.rows()])
-
-    def with_notes(self, *notes: str) -> Profile:
-        return replace(self, notes=(*self.notes, *notes))
+        return pd.DataFrame(sinks.layer_records(self))
 
 
-def _med(values: Sequence[int] | None) -> float | None:
-    return median(values) if values else None
+@dataclass(frozen=True)
+class Run:
+    """Several ranks of one job (a directory of per-rank traces, or per-rank profiles).
+
+    ``ranks`` are Profiles sorted by rank; ``cross`` compares them;
+    ``rank_source`` says how each file's rank was found; ``skipped`` lists
+    files that were not traces (with why); ``notes`` are facts about the set.
+    """
+
+    path: str
+    ranks: tuple[Profile, ...]
+    rank_source: str = "file order"
+    cross: CrossRank | None = None
+    skipped: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def rank(self, rank: int | None = None) -> Profile:
+        """The profile of ``rank`` (default: the lowest rank)."""
+        if not self.ranks:
+            raise UsageError(f"{self.path}: no ranks")
+        if rank is None:
+            return min(self.ranks, key=lambda p: p.rank if p.rank is not None else 0)
+        for p in self.ranks:
+            if p.rank == rank:
+                return p
+        known = ", ".join(str(p.rank) for p in self.ranks)
+        raise UsageError(f"no rank {rank} in {self.path} (ranks: {known})")
+
+    def to_profile(self, rank: int | None = None) -> Profile:
+        return self.rank(rank)
+
+    def to_dict(self, *, samples: bool = False, top: int | None = None) -> dict[str, Any]:
+        return sinks.to_dict(self, samples=samples, top=top)
+
+    def save(self, path: str | os.PathLike[str], *, samples: bool = False) -> Path:
+        return sinks.save(self, path, samples=samples)
+
+    def print(self, **options: Any) -> None:
+        sinks.show(self, **options)
+
+    def render(self, fmt: str, **options: Any) -> str | bytes:
+        return sinks.render(self, fmt, **options)
+
+    def write(self, path: str | os.PathLike[str], **options: Any) -> Path:
+        return sinks.write(self, path, **options)
 
 
-def _opt_int(value: Any) -> int | None:
-    return None if value is None else int(value)
-
-
-def _mean(values: Sequence[int] | None) -> float | None:
-    return sum(values) / len(values) if values else None
-
-
-def _ms(ns: float | None) -> float | None:
-    return None if ns is None else ns / NS_PER_MS
-
-
-def _ms_list(values: Sequence[int] | None) -> list[float] | None:
-    return None if values is None else [v / NS_PER_MS for v in values]
-
-
-def layer_to_dict(row: LayerRow) -> dict[str, Any]:
-    d: dict[str, Any] = {
-        "path": row.path,
-        "type": row.type,
-        "parent": row.parent,
-        "depth": row.depth,
-        "calls": row.calls,
-        "total_ms": row.total_ns / NS_PER_MS,
-        "self_ms": row.self_ns / NS_PER_MS,
-        "share": row.share,
-        "params": row.params,
-        "params_own": row.params_own,
-        **({"calls_vary": True} if row.calls_vary else {}),
-        **({"flops": row.flops} if row.flops is not None else {}),
-        **({"output_bytes": row.output_bytes} if row.output_bytes is not None else {}),
-        **({"peak_bytes": row.peak_bytes} if row.peak_bytes is not None else {}),
-        "input_shapes": row.input_shapes,
-        "output_shapes": row.output_shapes,
-    }
-    if row.total is not None:
-        d["total_spread_ms"] = {
-            k: v for k, v in row.total.scaled(1 / NS_PER_MS).items() if k != "n"
-        }
-    for key in ("device_total_ns", "device_self_ns", "backward_total_ns", "backward_self_ns"):
-        value = getattr(row, key)
-        if value is not None:
-            d[key.replace("_ns", "_ms")] = value / NS_PER_MS
-    return d
-
-
-def profile_to_dict(p: Profile) -> dict[str, Any]:
-    meta = asdict(p.meta)
-    meta["inputs"] = list(p.meta.inputs)
-    layers = []
-    for row in p.rows():
-        d = layer_to_dict(row)
-        s = p.samples.get(row.path)
-        if s is not None:
-            samples: dict[str, Any] = {
-                "total_ms": _ms_list(s.total_ns),
-                "self_ms": _ms_list(s.self_ns),
-            }
-            for key in (
-                "device_total_ns",
-                "device_self_ns",
-                "backward_total_ns",
-                "backward_self_ns",
-            ):
-                values = getattr(s, key)
-                if values is not None:
-                    samples[key.replace("_ns", "_ms")] = _ms_list(values)
-            d["samples"] = samples
-        layers.append(d)
-    lat = p.latency
-    out: dict[str, Any] = {
-        "schema": SCHEMA,
-        "meta": meta,
-        "latency_ms": None,
-        "overhead": None,
-        "layers": layers,
-        "ops": [
-            {
-                "name": o.name,
-                "calls": o.calls,
-                "self_ms": o.self_ns / NS_PER_MS,
-                "total_ms": o.total_ns / NS_PER_MS,
-                **({"device_ms": o.device_ns / NS_PER_MS} if o.device_ns is not None else {}),
-                "layer": o.layer,
-                "input_shapes": o.input_shapes,
-                **({"phase": o.phase} if o.phase != "forward" else {}),
-            }
-            for o in p.ops
-        ],
-        "notes": list(p.notes),
-    }
-    if lat is not None:
-        out["latency_ms"] = {
-            **lat.scaled(1 / NS_PER_MS),
-            "first": _ms(p.first_ns),
-            "samples": _ms_list(p.latency_ns),
-        }
-    if p.overhead is not None:
-        o = p.overhead
-        out["overhead"] = {
-            "per_call_us": o.per_call_ns / 1000,
-            "inside_us": o.inside_ns / 1000,
-            "corrected": o.corrected,
-            "calls_per_forward": o.calls_per_forward,
-            "clean_ms": _ms(o.clean_ns),
-            "instrumented_ms": _ms(o.instrumented_ns),
-            "ratio": (o.instrumented_ns / o.clean_ns) if o.clean_ns and o.instrumented_ns else None,
-        }
-    return out
-
-
-def _ns_tuple(values: Any) -> tuple[int, ...] | None:
-    if values is None:
-        return None
-    return tuple(round(float(v) * NS_PER_MS) for v in values)
-
-
-def profile_from_dict(data: Any, *, source: str) -> Profile:
-    if not isinstance(data, dict) or "schema" not in data:
-        raise ProfileFormatError(f"{source}: not a layerprof profile (no 'schema' key)")
-    schema = data["schema"]
-    if schema != SCHEMA:
-        raise ProfileFormatError(
-            f"{source}: schema {schema!r} is not {SCHEMA!r}",
-            hint="re-create the profile with this version of layerprof",
-        )
-    try:
-        _check_types(data)
-        meta_d = dict(data["meta"])
-        meta_d["inputs"] = tuple(meta_d.get("inputs") or ())
-        known = set(Meta.__dataclass_fields__)
-        extra = {k: v for k, v in meta_d.items() if k not in known}
-        meta = Meta(**{k: v for k, v in meta_d.items() if k in known})
-        if extra:
-            meta = replace(meta, extra={**meta.extra, **extra})
-        layers: list[LayerInfo] = []
-        samples: dict[str, LayerSamples] = {}
-        for d in data["layers"]:
-            layers.append(
-                LayerInfo(
-                    path=d["path"],
-                    type=d["type"],
-                    parent=d.get("parent"),
-                    params=int(d.get("params") or 0),
-                    params_own=int(d.get("params_own") or 0),
-                    input_shapes=d.get("input_shapes"),
-                    output_shapes=d.get("output_shapes"),
-                    flops=_opt_int(d.get("flops")),
-                    output_bytes=_opt_int(d.get("output_bytes")),
-                    peak_bytes=_opt_int(d.get("peak_bytes")),
-                )
-            )
-            smp = d.get("samples")
-            if smp:
-                samples[d["path"]] = LayerSamples(
-                    total_ns=_ns_tuple(smp["total_ms"]) or (),
-                    self_ns=_ns_tuple(smp["self_ms"]) or (),
-                    calls=float(d.get("calls", 0)),
-                    calls_vary=bool(d.get("calls_vary", False)),
-                    device_total_ns=_ns_tuple(smp.get("device_total_ms")),
-                    device_self_ns=_ns_tuple(smp.get("device_self_ms")),
-                    backward_total_ns=_ns_tuple(smp.get("backward_total_ms")),
-                    backward_self_ns=_ns_tuple(smp.get("backward_self_ms")),
-                )
-            elif d.get("calls"):
-                samples[d["path"]] = LayerSamples(
-                    total_ns=(round(d["total_ms"] * NS_PER_MS),),
-                    self_ns=(round(d["self_ms"] * NS_PER_MS),),
-                    calls=float(d["calls"]),
-                )
-        lat = data.get("latency_ms") or {}
-        latency = _ns_tuple(lat.get("samples")) or ()
-        first = lat.get("first")
-        ov = data.get("overhead")
-        overhead = None
-        if ov:
-            overhead = Overhead(
-                per_call_ns=float(ov["per_call_us"]) * 1000,
-                inside_ns=float(ov.get("inside_us") or 0) * 1000,
-                corrected=bool(ov.get("corrected")),
-                calls_per_forward=float(ov.get("calls_per_forward") or 0),
-                clean_ns=ov["clean_ms"] * NS_PER_MS if ov.get("clean_ms") is not None else None,
-                instrumented_ns=ov["instrumented_ms"] * NS_PER_MS
-                if ov.get("instrumented_ms") is not None
-                else None,
-            )
-        ops = tuple(
-            OpStat(
-                name=o["name"],
-                calls=int(o["calls"]),
-                self_ns=round(o["self_ms"] * NS_PER_MS),
-                total_ns=round(o["total_ms"] * NS_PER_MS),
-                device_ns=round(o["device_ms"] * NS_PER_MS) if "device_ms" in o else None,
-                layer=o.get("layer"),
-                input_shapes=o.get("input_shapes"),
-                phase=o.get("phase", "forward"),
-            )
-            for o in data.get("ops") or ()
-        )
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise ProfileFormatError(f"{source}: malformed profile ({exc!r})") from exc
-    return Profile(
-        meta=meta,
-        layers=tuple(layers),
-        samples=samples,
-        latency_ns=latency,
-        first_ns=round(first * NS_PER_MS) if first is not None else None,
-        overhead=overhead,
-        ops=ops,
-        notes=tuple(data.get("notes") or ()),
-    )
-
-
-_META_STRINGS = ("model", "device", "dtype", "torch", "mode", "source")
-
-
-def _check_types(data: dict[str, Any]) -> None:
-    """Shape checks a loaded file must pass before anything trusts its fields."""
-    meta = data.get("meta")
-    if not isinstance(meta, dict):
-        raise TypeError("'meta' is not an object")
-    for key in _META_STRINGS:
-        if key in meta and not isinstance(meta[key], str):
-            raise TypeError(f"meta.{key} is not a string")
-    if not isinstance(data.get("layers"), list):
-        raise TypeError("'layers' is not a list")
-    for key in ("latency_ms", "overhead"):
-        if data.get(key) is not None and not isinstance(data[key], dict):
-            raise TypeError(f"'{key}' is not an object")
-    if not isinstance(data.get("ops") or [], list):
-        raise TypeError("'ops' is not a list")
-
-
-def load_profile(path: str | os.PathLike[str]) -> Profile:
-    p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except FileNotFoundError as exc:
-        raise ProfileFormatError(f"{p}: no such file") from exc
-    except OSError as exc:
-        raise ProfileFormatError(f"{p}: cannot read ({exc.strerror})") from exc
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise ProfileFormatError(f"{p}: not JSON ({exc})") from exc
-    return profile_from_dict(data, source=str(p))
+def rank_order(profiles: Sequence[Profile]) -> tuple[Profile, ...]:
+    return tuple(sorted(profiles, key=lambda p: p.rank if p.rank is not None else 0))
 
 
 def now_iso() -> str:

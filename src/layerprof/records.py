@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from layerprof.stats import Series, SeriesLike, as_series
+
 Shape = tuple[int, ...]
 ShapeTree = Any  # nested lists of shapes / None for non-tensors, as the hooks saw them
 
@@ -66,42 +68,108 @@ class LayerInfo:
     peak_bytes: int | None = None  # CUDA: allocated memory's rise above entry, at its peak
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class LayerSamples:
     """Per-iteration times of one layer, summed over its calls in that iteration.
 
-    ``total_ns[i]``/``self_ns[i]`` belong to iteration ``i``; ``calls`` is the
-    mean number of calls per iteration, and ``calls_vary`` says whether that
-    number changed between iterations (a branch taken only sometimes). Self is
-    total minus the totals of the layer's direct child-module calls.
+    Each time is a :class:`~layerprof.stats.Series`: sample ``i`` belongs to
+    iteration ``i`` (samples may be absent in a profile loaded from a
+    summary-only file; the summary is always there). Sequences passed in are
+    turned into Series. ``calls`` is the mean number of calls per iteration,
+    and ``calls_vary`` says whether that number changed between iterations
+    (a branch taken only sometimes). Self is total minus the totals of the
+    layer's direct child-module calls.
     """
 
-    total_ns: tuple[int, ...]
-    self_ns: tuple[int, ...]
+    total_ns: Series
+    self_ns: Series
     calls: float
     calls_vary: bool = False
-    device_total_ns: tuple[int, ...] | None = None
-    device_self_ns: tuple[int, ...] | None = None
-    backward_total_ns: tuple[int, ...] | None = None
-    backward_self_ns: tuple[int, ...] | None = None
+    device_total_ns: Series | None = None
+    device_self_ns: Series | None = None
+    backward_total_ns: Series | None = None
+    backward_self_ns: Series | None = None
+
+    def __init__(
+        self,
+        total_ns: SeriesLike,
+        self_ns: SeriesLike,
+        calls: float,
+        calls_vary: bool = False,
+        device_total_ns: SeriesLike | None = None,
+        device_self_ns: SeriesLike | None = None,
+        backward_total_ns: SeriesLike | None = None,
+        backward_self_ns: SeriesLike | None = None,
+    ) -> None:
+        total, self_ = as_series(total_ns), as_series(self_ns)
+        if total is None or self_ is None:
+            raise ValueError("a layer's samples need total and self times")
+        setattr_ = object.__setattr__
+        setattr_(self, "total_ns", total)
+        setattr_(self, "self_ns", self_)
+        setattr_(self, "calls", calls)
+        setattr_(self, "calls_vary", calls_vary)
+        setattr_(self, "device_total_ns", as_series(device_total_ns))
+        setattr_(self, "device_self_ns", as_series(device_self_ns))
+        setattr_(self, "backward_total_ns", as_series(backward_total_ns))
+        setattr_(self, "backward_self_ns", as_series(backward_self_ns))
+
+
+@dataclass(frozen=True)
+class OpSamples:
+    """Per-iteration sums of one operator row (iteration ``i`` -> sample ``i``)."""
+
+    calls: Series
+    self_ns: Series
+    total_ns: Series
+    device_ns: Series | None = None
 
 
 @dataclass(frozen=True)
 class OpStat:
-    """One operator (optionally per input shape, optionally per layer), per iteration.
+    """One operator (optionally per input shapes, optionally per layer), per iteration.
 
-    ``device_ns`` is None where there is no device data (CPU runs), never 0;
-    ``phase`` is ``forward`` or ``backward``.
+    ``calls`` is the mean number of calls per iteration; ``self_ns``,
+    ``total_ns`` and ``device_ns`` are medians over iterations of the
+    per-iteration sums (the same statistic as the layer rows). ``samples``
+    keeps the per-iteration values when they were recorded (ops mode,
+    traces with steps), for the noise test of ``diff``. ``device_ns`` is None
+    where there is no device data (CPU runs), never 0; ``phase`` is
+    ``forward`` or ``backward``.
     """
 
     name: str
-    calls: int
-    self_ns: int
-    total_ns: int
-    device_ns: int | None = None
+    calls: float
+    self_ns: float
+    total_ns: float
+    device_ns: float | None = None
     layer: str | None = None
     input_shapes: str | None = None
     phase: str = "forward"
+    samples: OpSamples | None = None
+
+    @classmethod
+    def of(
+        cls,
+        name: str,
+        samples: OpSamples,
+        *,
+        layer: str | None = None,
+        input_shapes: str | None = None,
+        phase: str = "forward",
+    ) -> OpStat:
+        """The row of per-iteration samples: mean calls, median times."""
+        return cls(
+            name=name,
+            calls=samples.calls.mean,
+            self_ns=samples.self_ns.median,
+            total_ns=samples.total_ns.median,
+            device_ns=samples.device_ns.median if samples.device_ns is not None else None,
+            layer=layer,
+            input_shapes=input_shapes,
+            phase=phase,
+            samples=samples,
+        )
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from layerprof.layertimes import Correction
 from layerprof.progress import Progress
 from layerprof.recorder import Recorder, ShapeCapture, layer_infos
 from layerprof.records import LayerSamples, Meta, OpStat, Overhead
-from layerprof.stats import median
+from layerprof.stats import Series, median
 
 if TYPE_CHECKING:
     import torch
@@ -197,7 +197,7 @@ def _layer_pass(
             " per-op recording cost (not corrected); the latency is from the clean pass"
         )
     else:
-        latency = list(base.latency_ns)
+        latency = (base.latency_ns.tolist() if base.latency_ns is not None else None) or []
         samples, overhead = _hooked(model, forward, sync, device, opts, progress, latency)
         if opts.backward:
             samples, untimed = _with_backward(samples, model, args, kwargs, opts)
@@ -344,8 +344,9 @@ def _with_backward(
     out = dict(samples)
     missing = [p for p, _ in hookable_modules(model) if p not in times and p in samples]
     for path, (total, self_t) in times.items():
-        old = out.get(path) or LayerSamples(total_ns=(), self_ns=(), calls=0.0)
-        out[path] = replace(old, backward_total_ns=total, backward_self_ns=self_t)
+        zeros = [0] * len(total)
+        old = out.get(path) or LayerSamples(total_ns=zeros, self_ns=zeros, calls=0.0)
+        out[path] = replace(old, backward_total_ns=Series(total), backward_self_ns=Series(self_t))
     return out, missing
 
 
@@ -393,7 +394,7 @@ def _base_profile(
     return Profile(
         meta=meta,
         layers=(LayerInfo(path="", type=type(model).__name__, parent=None),),
-        latency_ns=tuple(latency),
+        latency_ns=Series(latency),
         first_ns=first_ns,
     )
 

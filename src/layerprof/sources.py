@@ -37,8 +37,8 @@ def load_comparable(path: str, *, rank: int | None = None) -> Profile:
         return report.to_profile(rank)
     data = read_json(p)
     schema = data.get("schema") if isinstance(data, dict) else None
-    if schema == "layerprof.profile/1":
-        from layerprof.profile import profile_from_dict
+    if schema in ("layerprof.profile/1", "layerprof.profile/2"):
+        from layerprof.codec import profile_from_dict
 
         return profile_from_dict(data, source=str(p))
     if isinstance(schema, str) and schema.startswith("layerprof."):

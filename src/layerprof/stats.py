@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any, Union
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -19,9 +20,22 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac
 
 
+#: Two-sided level of the confidence intervals of medians (order statistics).
+CI_LEVEL = 0.95
+_Z = 1.959963984540054  # standard normal quantile of 1 - (1 - CI_LEVEL) / 2
+
+
 @dataclass(frozen=True)
 class Summary:
-    """Spread of one measured quantity; all times in nanoseconds."""
+    """Spread of one measured quantity; all times in nanoseconds.
+
+    ``mad`` is the median absolute deviation from the median; ``ci_low`` /
+    ``ci_high`` bound the median with ``CI_LEVEL`` confidence, from order
+    statistics (distribution-free: the ranks ``n/2 -+ z*sqrt(n)/2`` of the
+    sorted samples, clamped to the extremes; with fewer than 6 samples the
+    interval is [min, max]). They default to "unknown" for summaries written
+    before they existed.
+    """
 
     median: float
     mean: float
@@ -31,29 +45,38 @@ class Summary:
     max: float
     std: float
     n: int
+    mad: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
 
     @classmethod
-    def of(cls, values: Sequence[float]) -> Summary:
-        if not values:
-            raise ValueError("summary of no values")
-        s = sorted(float(v) for v in values)
+    def of(cls, values: Sequence[float] | Any) -> Summary:
+        """Summary of a sequence or a numpy array of values."""
+        import numpy as np
+
+        s = np.sort(np.asarray(values, dtype=np.float64).ravel())
         n = len(s)
-        mean = math.fsum(s) / n
-        var = math.fsum((v - mean) ** 2 for v in s) / (n - 1) if n > 1 else 0.0
+        if n == 0:
+            raise ValueError("summary of no values")
+        p50, p90, p99 = np.percentile(s, [50, 90, 99])
+        lo, hi = median_ci(n)
         return cls(
-            median=percentile(s, 50),
-            mean=mean,
-            p90=percentile(s, 90),
-            p99=percentile(s, 99),
-            min=s[0],
-            max=s[-1],
-            std=math.sqrt(var),
+            median=float(p50),
+            mean=float(s.mean()),
+            p90=float(p90),
+            p99=float(p99),
+            min=float(s[0]),
+            max=float(s[-1]),
+            std=float(s.std(ddof=1)) if n > 1 else 0.0,
             n=n,
+            mad=float(np.median(np.abs(s - p50))),
+            ci_low=float(s[lo]),
+            ci_high=float(s[hi]),
         )
 
     def scaled(self, factor: float) -> dict[str, float | int]:
         """The summary as a dict with every time multiplied by ``factor`` (e.g. ns -> ms)."""
-        return {
+        out: dict[str, float | int] = {
             "median": self.median * factor,
             "mean": self.mean * factor,
             "p90": self.p90 * factor,
@@ -63,6 +86,132 @@ class Summary:
             "std": self.std * factor,
             "n": self.n,
         }
+        for key in ("mad", "ci_low", "ci_high"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value * factor
+        return out
+
+    @property
+    def ci_half_width(self) -> float | None:
+        """Half the width of the median's confidence interval (None when unknown)."""
+        if self.ci_low is None or self.ci_high is None:
+            return None
+        return (self.ci_high - self.ci_low) / 2
+
+
+def median_ci(n: int) -> tuple[int, int]:
+    """0-based ranks of the sorted samples that bound the median with CI_LEVEL confidence.
+
+    The count of samples below the true median is Binomial(n, 1/2); its
+    normal approximation gives ranks ``n/2 -+ z*sqrt(n)/2``. Below 6 samples
+    no pair of ranks reaches 95 %: the interval is the whole range.
+    """
+    if n < 6:
+        return 0, max(n - 1, 0)
+    half = _Z * math.sqrt(n) / 2
+    lo = max(math.floor(n / 2 - half), 0)
+    hi = min(math.ceil(n / 2 + half), n - 1)
+    return lo, hi
+
+
+class Series:
+    """One quantity measured once per iteration: its samples (when kept) and its summary.
+
+    Samples are one int64 per iteration (8 bytes each), read-only. A series
+    loaded from a summary-only file has ``values is None`` and only its
+    ``summary``; everything that needs the samples (a rank test) checks.
+    """
+
+    __slots__ = ("_summary", "_values")
+
+    def __init__(self, values: Sequence[float] | Any = None, summary: Summary | None = None):
+        import numpy as np
+
+        if values is None and summary is None:
+            raise ValueError("a Series needs samples or a summary")
+        array = None
+        if values is not None:
+            array = np.array(values, dtype=np.float64)
+            if array.ndim != 1 or len(array) == 0 or not (np.abs(array) < 2.0**62).all():
+                raise ValueError("series samples must be a non-empty 1-d sequence of numbers")
+            array = np.rint(array).astype(np.int64)
+            array.flags.writeable = False
+        self._values = array
+        self._summary = summary
+
+    @classmethod
+    def of(cls, values: Sequence[float] | Any) -> Series:
+        return cls(values)
+
+    @property
+    def values(self) -> Any:
+        """The samples as a read-only int64 numpy array, or None (summary only)."""
+        return self._values
+
+    @property
+    def summary(self) -> Summary:
+        if self._summary is None:
+            self._summary = Summary.of(self._values)
+        return self._summary
+
+    @property
+    def n(self) -> int:
+        return len(self._values) if self._values is not None else self.summary.n
+
+    @property
+    def median(self) -> float:
+        return self.summary.median
+
+    @property
+    def mean(self) -> float:
+        return self.summary.mean
+
+    def tolist(self) -> list[int] | None:
+        return None if self._values is None else [int(v) for v in self._values]
+
+    def __len__(self) -> int:
+        return self.n
+
+    def _samples(self) -> Any:
+        if self._values is None:
+            raise ValueError("this series holds only a summary (saved without samples)")
+        return self._values
+
+    def __iter__(self) -> Iterator[int]:
+        return (int(v) for v in self._samples())
+
+    def __getitem__(self, index: int) -> int:
+        return int(self._samples()[index])
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to another Series with the same samples (or, both summary-only, the same
+        summary), or to a sequence of the same sample values."""
+        if isinstance(other, Series):
+            if self._values is not None and other._values is not None:
+                return self.tolist() == other.tolist()
+            return self._values is None and other._values is None and self.summary == other.summary
+        if isinstance(other, (tuple, list)):
+            return self._values is not None and self.tolist() == [int(v) for v in other]
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        if self._values is not None and len(self._values) <= 8:
+            return f"Series({self.tolist()})"
+        return f"Series(n={self.n}, median={self.median:g})"
+
+
+SeriesLike = Union["Series", Sequence[int], Sequence[float], Any]
+"""What fields holding a Series accept: a Series, or samples (a sequence or numpy array)."""
+
+
+def as_series(values: SeriesLike | None) -> Series | None:
+    """A Series from samples (or None / an existing Series, unchanged); empty -> None."""
+    if values is None or isinstance(values, Series):
+        return values
+    return Series(values) if len(values) else None
 
 
 def median(values: Sequence[float]) -> float:

@@ -1,1 +1,7 @@
-"""Sinks: every renderer reads a Profile (or an analysis result) and never captures."""
+"""Sinks: every renderer reads a Profile, a Run or a Diff and never captures.
+
+Importing this package registers every renderer with ``layerprof.sinks``
+(``render/formats.py``) and the JSON codec.
+"""
+
+from layerprof.render import formats as formats

@@ -55,6 +55,12 @@ def write_chrome_trace(
     return write_atomic(path, data)
 
 
+def trace_bytes(profile: Profile, *, gzip_it: bool = False) -> bytes:
+    """The trace of an ops-mode profile (its recorded events plus layer lanes) as JSON bytes."""
+    data = orjson.dumps(trace_document(profile.events, profile))
+    return gzip.compress(data, mtime=0) if gzip_it else data
+
+
 def write_tensorboard_dir(
     directory: str | os.PathLike[str],
     capture: OpCapture,

@@ -6,8 +6,8 @@ import csv
 import io
 from typing import TYPE_CHECKING
 
-from layerprof.profile import NS_PER_MS
 from layerprof.shapes import format_shapes
+from layerprof.units import NS_PER_MS
 
 if TYPE_CHECKING:
     from layerprof.profile import Profile

@@ -7,8 +7,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from layerprof.sections import STEP_DEFINITIONS
 from layerprof.trace.report import RankReport, TraceReport
-from layerprof.trace.steps import STEP_DEFINITIONS
 
 _NS_PER_MS = 1_000_000
 _NAME_WIDTH = 60

@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 from layerprof.errors import TraceError
+from layerprof.sections import STEP_DEFINITIONS, Steps
 from layerprof.trace.events import ANNOTATION, LAYER, MODULE
 from layerprof.trace.gpu import device_use, kernel_table, kind_table, launches, memcpy_table
 from layerprof.trace.links import Links, link
@@ -30,7 +31,7 @@ from layerprof.trace.reader import (
     trace_files,
 )
 from layerprof.trace.report import RankReport, TraceReport
-from layerprof.trace.steps import STEP_DEFINITIONS, Steps, find_steps
+from layerprof.trace.steps import find_steps
 
 LAYER_SOURCE = "layerprof_layer"
 MODULE_SOURCE = "nn.Module"

@@ -14,10 +14,10 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import numpy as np
 
+from layerprof.sections import DeviceUse, KernelRow, KindRow, Launches, MemcpyRow, RuntimeRow
 from layerprof.stats import Summary
 from layerprof.trace.events import I64, KERNEL, MEMCPY, MEMSET, RUNTIME, SYNC, EventTables
 from layerprof.trace.links import Links
@@ -25,77 +25,6 @@ from layerprof.trace.links import Links
 SHORT_GAP_NS = 10_000
 _MEMCPY_KIND = re.compile(r"Memcpy\s+(\w+)")
 _COMM = re.compile(r"nccl|rccl|c10d|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all", re.I)
-
-
-@dataclass(frozen=True)
-class DeviceUse:
-    device: int
-    busy_ns: int
-    busy_in_window_ns: int
-    window_ns: int
-    idle_ns: int
-    utilization: float
-    kernel_ns: int
-    memcpy_ns: int
-    memset_ns: int
-    streams: int
-    host_wait_ns: int
-    short_gap_ns: int
-    other_idle_ns: int
-
-
-@dataclass(frozen=True)
-class KernelRow:
-    name: str
-    kind: str  # "compute" | "communication" | "memory"
-    calls: int
-    total_ns: int
-    min_ns: int
-    max_ns: int
-
-    @property
-    def mean_ns(self) -> float:
-        return self.total_ns / self.calls if self.calls else 0.0
-
-
-@dataclass(frozen=True)
-class KindRow:
-    kind: str
-    calls: int
-    total_ns: int
-
-
-@dataclass(frozen=True)
-class MemcpyRow:
-    kind: str  # HtoD, DtoH, DtoD, ..., or "Memset"
-    calls: int
-    total_ns: int
-    bytes: int
-
-    @property
-    def gb_per_s(self) -> float | None:
-        return self.bytes / self.total_ns if self.total_ns > 0 and self.bytes > 0 else None
-
-
-@dataclass(frozen=True)
-class RuntimeRow:
-    name: str
-    calls: int
-    total_ns: int
-
-
-@dataclass(frozen=True)
-class Launches:
-    """Runtime launch calls matched to a device op, and the delay to its start."""
-
-    launches: int
-    call_ns: Summary | None  # duration of the launch call itself
-    call_total_ns: int
-    delay_ns: Summary | None  # device op start - launch call end
-    negative_delays: int  # clock skew between CPU and GPU timelines
-    unmatched_device_ops: int
-    sync_ns: int  # cuda_sync events + runtime *Synchronize calls
-    runtime: tuple[RuntimeRow, ...]
 
 
 def summary(values: I64) -> Summary | None:

@@ -8,34 +8,11 @@ same thread, which names the ops that allocate most.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
+from layerprof.sections import AllocRow, DeviceMemory, MemorySummary
 from layerprof.trace.events import OP, EventTables
 from layerprof.trace.nesting import Nesting, enclosing_at
-
-
-@dataclass(frozen=True)
-class DeviceMemory:
-    device: str  # "cpu", "cuda:0", ...
-    peak_allocated: int
-    allocations: int
-    allocated_bytes: int
-    freed_bytes: int
-
-
-@dataclass(frozen=True)
-class AllocRow:
-    op: str  # "(outside ops)" for allocations with no enclosing op
-    allocations: int
-    bytes: int
-
-
-@dataclass(frozen=True)
-class MemorySummary:
-    devices: tuple[DeviceMemory, ...]
-    top_ops: tuple[AllocRow, ...]
 
 
 def memory_summary(tables: EventTables, nesting: Nesting) -> MemorySummary | None:

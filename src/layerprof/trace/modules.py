@@ -24,10 +24,11 @@ from typing import Any
 
 import numpy as np
 
+from layerprof.sections import Steps
 from layerprof.trace.events import ANNOTATION, I64, LAYER, MODULE, MODULE_PREFIX, EventTables
 from layerprof.trace.links import Links
 from layerprof.trace.nesting import Nesting, roll_up
-from layerprof.trace.steps import STEP_NAME, Steps
+from layerprof.trace.steps import STEP_NAME
 
 
 @dataclass(frozen=True)

@@ -8,34 +8,9 @@ Spread of a step = slowest minus fastest rank.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+from layerprof.sections import CrossRank, KindRow, RankLine, StepAcrossRanks, Steps
 from layerprof.stats import median
-from layerprof.trace.gpu import KindRow
-from layerprof.trace.steps import Steps
-
-
-@dataclass(frozen=True)
-class StepAcrossRanks:
-    name: str
-    ns_by_rank: tuple[tuple[int, int], ...]  # (rank, step ns)
-    slowest_rank: int
-    spread_ns: int
-
-
-@dataclass(frozen=True)
-class RankLine:
-    rank: int
-    median_step_ns: float | None
-    communication_ns: int
-    compute_ns: int
-
-
-@dataclass(frozen=True)
-class CrossRank:
-    steps: tuple[StepAcrossRanks, ...]
-    ranks: tuple[RankLine, ...]
-    slowest_rank: int | None  # by median step time
 
 
 def cross_rank(

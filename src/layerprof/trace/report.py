@@ -15,13 +15,19 @@ from typing import Any
 from layerprof.errors import UsageError
 from layerprof.profile import Profile, now_iso
 from layerprof.records import LayerInfo, LayerSamples, Meta, OpStat
-from layerprof.stats import Summary, median
-from layerprof.trace.gpu import DeviceUse, KernelRow, KindRow, Launches, MemcpyRow
-from layerprof.trace.memory import MemorySummary
+from layerprof.sections import (
+    CrossRank,
+    DeviceUse,
+    KernelRow,
+    KindRow,
+    Launches,
+    MemcpyRow,
+    MemorySummary,
+    Steps,
+)
+from layerprof.stats import Series, Summary, median
 from layerprof.trace.modules import TreeRow
 from layerprof.trace.ops import OpRow
-from layerprof.trace.ranks import CrossRank
-from layerprof.trace.steps import Steps
 
 SCHEMA = "layerprof.trace/1"
 NS_PER_MS = 1_000_000
@@ -163,7 +169,7 @@ class RankReport:
             meta=meta,
             layers=tuple(layers),
             samples=samples,
-            latency_ns=tuple(s.dur_ns for s in done),
+            latency_ns=Series([s.dur_ns for s in done]) if done else None,
             ops=ops,
             notes=self.notes,
         )

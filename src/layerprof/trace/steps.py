@@ -14,57 +14,15 @@ after a whole iteration, so a short last step there is a real, fast one.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import numpy as np
 
+from layerprof.sections import Step, Steps
 from layerprof.trace.events import ANNOTATION, LAYER, MODULE, OP, EventTables
 from layerprof.trace.nesting import Nesting
 
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 _CUT_OFF_SLACK_NS = 1_000
-
-
-#: What a step is, per ``Steps.source``: one wording for the console, notes and HTML.
-STEP_DEFINITIONS: dict[str, str] = {
-    "ProfilerStep": "ProfilerStep#N spans (prof.step())",
-    "record_function": "outermost record_function spans on the main thread",
-    "layerprof_layer": "outermost layerprof layer spans (one per forward)",
-    "nn.Module": "outermost nn.Module spans on the main thread",
-    "trace": "the whole trace (no steps found)",
-}
-
-
-@dataclass(frozen=True)
-class Step:
-    name: str
-    start_ns: int
-    dur_ns: int
-    cut_off: bool = False
-
-    @property
-    def end_ns(self) -> int:
-        return self.start_ns + self.dur_ns
-
-
-@dataclass(frozen=True)
-class Steps:
-    """The steps found, how (``source``) and on which thread."""
-
-    steps: tuple[Step, ...]
-    source: str  # "ProfilerStep" | "record_function" | "layerprof_layer" | "nn.Module" | "trace"
-    thread: int | None
-
-    @property
-    def complete(self) -> tuple[Step, ...]:
-        return tuple(s for s in self.steps if not s.cut_off)
-
-    def windows(self, extent: tuple[int, int]) -> list[tuple[int, int]]:
-        """Intervals that idle time and utilization are measured over."""
-        done = self.complete
-        if self.source == "trace" or not done:
-            return [extent]
-        return [(s.start_ns, s.end_ns) for s in done]
 
 
 def find_steps(tables: EventTables, nesting: Nesting, *, whole_steps: bool = False) -> Steps:

@@ -1,0 +1,207 @@
+"""The renderers by name: small adapters that give every output format one protocol.
+
+Each has a ``name``, the file ``extensions`` it writes and
+``render(obj, **options) -> str | bytes``; ``layerprof.sinks`` picks one by
+name (``--format md``) or by the output file's extension, and the pivot types'
+``write``/``print`` conveniences go through it. Importing this module
+registers them all.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import orjson
+
+from layerprof import codec, sinks
+from layerprof.diff import Diff
+from layerprof.errors import UsageError
+from layerprof.profile import Profile, Run
+
+
+def _unsupported(fmt: str, obj: Any) -> UsageError:
+    return UsageError(f"the {fmt} format cannot show a {type(obj).__name__}")
+
+
+class ConsoleRenderer:
+    """The terminal report: the layer tree, operators and findings; a trace's tables; a diff."""
+
+    name = "console"
+    extensions: tuple[str, ...] = (".txt",)
+
+    def print(self, obj: Any, *, console: Any = None, **options: Any) -> None:
+        from layerprof.render.console import make_console
+
+        console = console or make_console()
+        if isinstance(obj, Diff):
+            from layerprof.render.diff_console import print_diff
+
+            print_diff(obj, console, top=options.get("top") or 20, gate=options.get("gate"))
+        elif isinstance(obj, Profile):
+            _print_profile(obj, console, **options)
+        elif isinstance(obj, Run):
+            _print_run(obj, console, **options)
+        else:
+            raise _unsupported(self.name, obj)
+
+    def render(self, obj: Any, *, width: int = 120, **options: Any) -> str:
+        from rich.console import Console
+
+        console = Console(file=io.StringIO(), width=width, color_system=None, record=True)
+        self.print(obj, console=console, **options)
+        return console.export_text()
+
+
+def _print_profile(
+    profile: Profile,
+    console: Any,
+    *,
+    depth: int | None = None,
+    top: int | None = None,
+    sort: Any = "order",
+    shapes: bool = True,
+    op_sort: Any = "self",
+    group_by_shape: bool = False,
+    findings: bool = True,
+    **_: Any,
+) -> None:
+    from layerprof.diagnose import diagnose
+    from layerprof.render.console import print_findings, print_profile
+    from layerprof.render.ops_console import merge_shapes, render_ops
+
+    print_profile(profile, console=console, depth=depth, top=top, sort=sort, shapes=shapes)
+    if profile.ops:
+        ops = profile.ops if group_by_shape else merge_shapes(profile.ops)
+        n = top or 10
+        render_ops([o for o in ops if o.phase == "forward"], console, top=n, sort=op_sort)
+        backward = [o for o in ops if o.phase == "backward"]
+        if backward:
+            render_ops(backward, console, top=n, sort=op_sort, title="backward operators")
+    if findings:
+        print_findings(diagnose(profile), console)
+
+
+def _print_run(run: Any, console: Any, *, top: int | None = None, **_: Any) -> None:
+    from layerprof.diagnose import diagnose_trace
+    from layerprof.render.console import print_findings
+    from layerprof.render.trace_console import print_trace_report
+
+    print_trace_report(run, console, top=top or 10)
+    print_findings(diagnose_trace(run.to_dict(top=None)), console)
+
+
+class JsonRenderer:
+    """The layerprof JSON documents (``layerprof.profile/2``, ``trace/2``, ``diff/1``)."""
+
+    name = "json"
+    extensions: tuple[str, ...] = (".json",)
+
+    def render(self, obj: Any, *, samples: bool = False, **options: Any) -> bytes:
+        data = codec.to_dict(obj, samples=samples, **options)
+        return orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n"
+
+
+class CsvRenderer:
+    """One line per layer (a Profile)."""
+
+    name = "csv"
+    extensions: tuple[str, ...] = (".csv",)
+
+    def render(self, obj: Any, **options: Any) -> str:
+        from layerprof.render.table import profile_to_csv
+
+        if not isinstance(obj, Profile):
+            raise _unsupported(self.name, obj)
+        return profile_to_csv(obj)
+
+
+class HtmlRenderer:
+    """The self-contained offline HTML report."""
+
+    name = "html"
+    extensions: tuple[str, ...] = (".html", ".htm")
+
+    def render(self, obj: Any, *, title: str | None = None, **options: Any) -> str:
+        from layerprof.render.html import render_html
+
+        if isinstance(obj, Profile):
+            return render_html(profile=obj, title=title)
+        if isinstance(obj, Diff):
+            return render_html(diff=codec.to_dict(obj), title=title)
+        if isinstance(obj, Run):
+            return render_html(trace=codec.to_dict(obj), title=title)
+        raise _unsupported(self.name, obj)
+
+
+class MarkdownRenderer:
+    """A diff as Markdown, for a pull-request comment."""
+
+    name = "md"
+    extensions: tuple[str, ...] = (".md",)
+
+    def render(self, obj: Any, *, top: int = 20, gate: Any = None, **options: Any) -> str:
+        from layerprof.render.markdown import diff_to_markdown
+
+        if not isinstance(obj, Diff):
+            raise _unsupported(self.name, obj)
+        return diff_to_markdown(obj, top=top, gate=gate)
+
+
+class FoldedRenderer:
+    """Layer self times as folded stacks (flamegraph.pl)."""
+
+    name = "folded"
+    extensions: tuple[str, ...] = (".folded", ".stacks")
+
+    def render(self, obj: Any, **options: Any) -> str:
+        from layerprof.render.stacks import folded_lines
+
+        if not isinstance(obj, Profile):
+            raise _unsupported(self.name, obj)
+        return "".join(line + "\n" for line in folded_lines(obj))
+
+
+class SpeedscopeRenderer:
+    """The layer tree as a speedscope profile."""
+
+    name = "speedscope"
+    extensions: tuple[str, ...] = (".speedscope.json",)
+
+    def render(self, obj: Any, **options: Any) -> bytes:
+        from layerprof.render.stacks import speedscope_document
+
+        if not isinstance(obj, Profile):
+            raise _unsupported(self.name, obj)
+        return orjson.dumps(speedscope_document(obj))
+
+
+class ChromeRenderer:
+    """The recorded Kineto trace with layer lanes (Chrome/Perfetto), from an ops-mode Profile."""
+
+    name = "trace"
+    extensions: tuple[str, ...] = (".pt.trace.json", ".trace.json", ".json.gz")
+
+    def render(self, obj: Any, **options: Any) -> bytes:
+        from layerprof.render.chrome import trace_bytes
+
+        if not isinstance(obj, Profile) or obj.events is None:
+            raise UsageError(
+                "a Chrome/Perfetto trace needs the recorded operators", hint="profile with --ops"
+            )
+        data: bytes = trace_bytes(obj, gzip_it=bool(options.get("gzip")))
+        return data
+
+
+RENDERERS: tuple[sinks.Renderer, ...] = (
+    ConsoleRenderer(),
+    JsonRenderer(),
+    CsvRenderer(),
+    HtmlRenderer(),
+    MarkdownRenderer(),
+    FoldedRenderer(),
+    SpeedscopeRenderer(),
+    ChromeRenderer(),
+)
+for _renderer in RENDERERS:
+    sinks.register(_renderer)

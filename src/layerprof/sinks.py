@@ -1,0 +1,142 @@
+"""Where pivot objects go: one registry of renderers, and the JSON codec's entry points.
+
+A renderer is a small object with a ``name``, the file ``extensions`` it
+writes, and ``render(obj, **options) -> str | bytes`` for the pivot types it
+accepts (``Profile``, ``Run``, ``Diff``); ``write`` picks one by name or by
+the output file's extension (like pyinstrument's renderers). The pivot types
+offer ``save``/``load``/``print``/``render``/``write`` as conveniences that
+call the functions below, so the pivot never imports a renderer or the codec:
+the package registers them when it is imported (``layerprof/__init__``
+imports ``layerprof.render``, whose modules call :func:`register`, and the
+codec calls :func:`set_codec`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Protocol
+
+from layerprof.errors import UsageError
+
+
+class Renderer(Protocol):
+    """A sink for pivot objects: ``render`` returns the whole output."""
+
+    name: str
+    extensions: tuple[str, ...]
+
+    def render(self, obj: Any, **options: Any) -> str | bytes: ...
+
+
+class Codec(Protocol):
+    """The JSON codec (``layerprof.codec``), registered under this interface."""
+
+    def to_dict(self, obj: Any, **options: Any) -> dict[str, Any]: ...
+
+    def from_dict(self, data: Any, *, source: str) -> Any: ...
+
+    def load(self, path: str | os.PathLike[str]) -> Any: ...
+
+    def layer_records(self, profile: Any) -> list[dict[str, Any]]: ...
+
+
+_RENDERERS: dict[str, Renderer] = {}
+_CODEC: list[Codec] = []
+
+
+def register(renderer: Renderer) -> Renderer:
+    """Make ``renderer`` available by its name and its extensions."""
+    _RENDERERS[renderer.name] = renderer
+    return renderer
+
+
+def set_codec(codec: Codec) -> None:
+    _CODEC[:] = [codec]
+
+
+def names() -> list[str]:
+    return sorted(_RENDERERS)
+
+
+def renderer(name: str) -> Renderer:
+    """The renderer called ``name``; UsageError naming the known ones otherwise."""
+    _ensure_registered()
+    found = _RENDERERS.get(name)
+    if found is None:
+        raise UsageError(f"unknown output format {name!r}", hint="one of " + ", ".join(names()))
+    return found
+
+
+def renderer_for(path: str | os.PathLike[str]) -> Renderer:
+    """The renderer whose extension ends the file name (the longest match wins)."""
+    _ensure_registered()
+    name = Path(path).name.lower()
+    best: tuple[int, Renderer] | None = None
+    for r in _RENDERERS.values():
+        for ext in r.extensions:
+            if name.endswith(ext) and (best is None or len(ext) > best[0]):
+                best = (len(ext), r)
+    if best is None:
+        known = sorted({e for r in _RENDERERS.values() for e in r.extensions})
+        raise UsageError(
+            f"cannot tell the output format of {path} from its name",
+            hint="use one of the extensions " + ", ".join(known),
+        )
+    return best[1]
+
+
+def render(obj: Any, fmt: str, **options: Any) -> str | bytes:
+    return renderer(fmt).render(obj, **options)
+
+
+def write(obj: Any, path: str | os.PathLike[str], fmt: str | None = None, **options: Any) -> Path:
+    """Render ``obj`` (in ``fmt``, else by the file's extension) and write it whole or not at all."""
+    from layerprof.files import write_atomic
+
+    chosen = renderer(fmt) if fmt is not None else renderer_for(path)
+    if str(path).endswith(".gz"):
+        options.setdefault("gzip", True)
+    return write_atomic(path, chosen.render(obj, **options))
+
+
+def show(obj: Any, **options: Any) -> None:
+    """Print ``obj``'s console report to the terminal."""
+    console = renderer("console")
+    printer = getattr(console, "print", None)
+    if printer is None:  # pragma: no cover - the console renderer always has it
+        raise UsageError("the console renderer cannot print")
+    printer(obj, **options)
+
+
+def codec() -> Codec:
+    _ensure_registered()
+    return _CODEC[0]
+
+
+def to_dict(obj: Any, **options: Any) -> dict[str, Any]:
+    return codec().to_dict(obj, **options)
+
+
+def from_dict(data: Any, *, source: str) -> Any:
+    return codec().from_dict(data, source=source)
+
+
+def load(path: str | os.PathLike[str]) -> Any:
+    return codec().load(path)
+
+
+def save(obj: Any, path: str | os.PathLike[str], *, samples: bool = False) -> Path:
+    return write(obj, path, "json", samples=samples)
+
+
+def layer_records(profile: Any) -> list[dict[str, Any]]:
+    return codec().layer_records(profile)
+
+
+def _ensure_registered() -> None:
+    """Importing the ``layerprof`` package registers every renderer and the codec (any
+    ``import layerprof.x`` runs the package's ``__init__`` first); an empty registry
+    means the package is still initialising."""
+    if not _CODEC or not _RENDERERS:  # pragma: no cover - a package import-order bug
+        raise UsageError("layerprof's renderers are not registered yet (import layerprof)")
