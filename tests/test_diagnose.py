@@ -8,8 +8,10 @@ import torch
 
 from layerprof import Recorder
 from layerprof.clocks import FakeClock
-from layerprof.diagnose import diagnose, diagnose_trace
+from layerprof.diagnose import diagnose, diagnose_run
+from layerprof.profile import Profile, Run
 from layerprof.records import Meta, Overhead
+from layerprof.sections import CrossRank, DeviceUse, KindRow, RankLine
 from tests import zoo_models as zoo
 
 
@@ -48,22 +50,26 @@ def test_noisy_cold_and_overhead_findings() -> None:
     )
 
 
-def test_trace_findings_from_dict() -> None:
-    data = {
-        "ranks": [
-            {
-                "rank": 0,
-                "devices": [{"device": 0, "busy_ms": 30.0, "window_ms": 100.0, "utilization": 0.3,
-                             "memcpy_ms": 6.0, "memset_ms": 0.0,
-                             "idle_breakdown_ms": {"host_wait": 60.0, "short_gap": 1.0}}],
-                "kernel_kinds": [{"kind": "communication", "total_ms": 20.0},
-                                 {"kind": "compute", "total_ms": 10.0}],
-            }
-        ],
-        "cross_rank": {"slowest_rank": 1, "ranks": [{"median_step_ms": 100.0}, {"median_step_ms": 130.0}]},
-    }  # fmt: skip
-    titles = [f.title for f in diagnose_trace(data)]
+def test_trace_findings_from_typed_sections() -> None:
+    ms = 1_000_000
+    gpu = DeviceUse(
+        device=0, busy_ns=30 * ms, busy_in_window_ns=30 * ms, window_ns=100 * ms,
+        idle_ns=70 * ms, utilization=0.3, kernel_ns=24 * ms, memcpy_ns=6 * ms, memset_ns=0,
+        streams=1, host_wait_ns=60 * ms, short_gap_ns=1 * ms, other_idle_ns=9 * ms,
+    )  # fmt: skip
+    kinds = (KindRow("communication", 4, 20 * ms), KindRow("compute", 8, 10 * ms))
+    rank0 = Profile(meta=Meta(model="m", source="trace"), devices=(gpu,), kinds=kinds)
+    rank1 = replace(rank0, meta=Meta(model="m", source="trace", extra={"rank": 1}), devices=())
+    rank0 = replace(rank0, meta=Meta(model="m", source="trace", extra={"rank": 0}))
+    cross = CrossRank(
+        steps=(),
+        ranks=(RankLine(0, 100 * ms, 0, 0), RankLine(1, 130 * ms, 0, 0)),
+        slowest_rank=1,
+    )
+    titles = [f.title for f in diagnose_run(Run(path="d", ranks=(rank0, rank1), cross=cross))]
     assert titles[0] == "rank 0: GPU 0 is idle 70% of the steps"
     assert any("memcpy" in t for t in titles)
     assert any("communication" in t for t in titles)
     assert any("straggler" in t for t in titles)
+    idle = next(f for f in diagnose(rank0) if "idle" in f.title)
+    assert "host cannot feed the GPU" in idle.hint  # the largest idle bucket decides

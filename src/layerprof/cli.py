@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from layerprof import outputs, sources
-from layerprof.errors import LayerprofError, ProfileFormatError, UsageError
+from layerprof.errors import LayerprofError, UsageError
 
 if TYPE_CHECKING:
     from layerprof.opcapture import OpOptions
@@ -509,79 +509,41 @@ def _print_ops(measured: Measurement, args: argparse.Namespace, console: Any) ->
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from layerprof.diagnose import diagnose_trace
-    from layerprof.render.console import make_console, print_findings
-    from layerprof.render.trace_console import print_trace_report
+    from layerprof import sinks
     from layerprof.trace import analyze
 
     outputs.check_outputs(args)
-    report = analyze(args.trace, group_by_shape=args.group_by_shape)
-    data = report.to_dict(top=None)
-    findings = diagnose_trace(data)
+    run = analyze(args.trace, group_by_shape=args.group_by_shape)
+    for fmt in ("json", "html"):
+        if getattr(args, fmt):
+            outputs.info(f"wrote {sinks.write(run, getattr(args, fmt), fmt)}", args)
     if not args.quiet:
-        console = make_console()
-        print_trace_report(report, console, top=args.top)
-        print_findings(findings, console)
-    if args.json:
-        import orjson
-
-        from layerprof.files import write_atomic
-
-        outputs.info(
-            f"wrote {write_atomic(args.json, orjson.dumps(data, option=orjson.OPT_INDENT_2))}", args
-        )
-    if args.html:
-        from layerprof.render.html import write_html
-
-        profile = report.to_profile()
-        if len(report.ranks) > 1:
-            profile = profile.with_notes(
-                f"the latency, hierarchy and layer sections show rank {report.rank().rank}"
-                f" of {len(report.ranks)}; the trace section compares all ranks"
-            )
-        html = write_html(
-            args.html,
-            profile=profile,
-            trace=data,
-            findings=[f.to_dict() for f in findings],
-        )
-        outputs.info(f"wrote {html}", args)
+        sinks.show(run, top=args.top)
     return 0
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    import orjson
-
+    from layerprof import sinks
     from layerprof.diff import diff, parse_percent
-    from layerprof.files import write_atomic
 
     threshold = parse_percent(args.threshold)
     fail_above = parse_percent(args.fail_above) if args.fail_above else None
     outputs.check_outputs(args)
-    base = sources.load_comparable(args.base, rank=args.rank)
-    new = sources.load_comparable(args.new, rank=args.rank)
+    base, said_base = sources.load_comparable(args.base, rank=args.rank)
+    new, said_new = sources.load_comparable(args.new, rank=args.rank)
+    for line in (*said_base, *said_new):
+        print(f"layerprof: {line}", file=sys.stderr)
     result = diff(base, new, threshold_pct=threshold)
     gate = result.gate(fail_above, args.fail_metric) if fail_above is not None else None
-    data = result.to_dict(gate=gate)
-    if args.format == "json":
-        sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
-    elif args.format == "md":
-        from layerprof.render.markdown import diff_to_markdown
-
-        sys.stdout.write(diff_to_markdown(result, top=args.top, gate=gate))
+    if args.format == "console":
+        sinks.show(result, top=args.top, gate=gate)
     else:
-        from layerprof.render.console import make_console
-        from layerprof.render.diff_console import print_diff
-
-        print_diff(result, make_console(), top=args.top, gate=gate)
-    if args.json:
-        outputs.info(
-            f"wrote {write_atomic(args.json, orjson.dumps(data, option=orjson.OPT_INDENT_2))}", args
-        )
-    if args.html:
-        from layerprof.render.html import write_html
-
-        outputs.info(f"wrote {write_html(args.html, diff=data)}", args)
+        fmt = "md" if args.format == "md" else "json"
+        text = sinks.render(result, fmt, top=args.top if fmt == "md" else None, gate=gate)
+        sys.stdout.write(text.decode() if isinstance(text, bytes) else text)
+    for fmt in ("json", "html"):
+        if getattr(args, fmt):
+            outputs.info(f"wrote {sinks.write(result, getattr(args, fmt), fmt, gate=gate)}", args)
     if gate is None:
         return 0
     if args.format != "console":  # the console report already ends with the verdict
@@ -590,37 +552,36 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from layerprof.codec import profile_from_dict
+    """Re-render a saved profile, trace analysis or diff: console, and the files asked for."""
+    from layerprof import codec, sinks
+    from layerprof.diff import Diff
+    from layerprof.profile import Profile
 
     outputs.check_outputs(args)
-    p = Path(args.file)
-    data = sources.read_json(p)
-    schema = data.get("schema") if isinstance(data, dict) else None
-    if schema in ("layerprof.profile/1", "layerprof.profile/2"):
+    saved = codec.load(args.file)
+    if isinstance(saved, Profile):
         from layerprof.runner import Measurement
 
-        _emit(Measurement(profile_from_dict(data, source=str(p))), args)
+        _emit(Measurement(saved), args)
         return 0
-    if schema in ("layerprof.trace/1", "layerprof.diff/1"):
-        if not args.html:
-            raise UsageError(
-                f"{p}: a {schema} file is re-rendered as HTML",
-                hint=f"layerprof report {p} --html report.html",
-            )
-        from layerprof.diagnose import diagnose_trace
-        from layerprof.render.html import write_html
+    if getattr(args, "csv", None):
+        raise UsageError(
+            f"{args.file}: --csv writes the layers of a profile, not of a {type(saved).__name__}"
+        )
+    if args.html:
+        outputs.info(
+            f"wrote {sinks.write(saved, args.html, 'html', gate=_saved_gate(saved))}", args
+        )
+    if not args.quiet:
+        options = {"gate": saved.gate_result} if isinstance(saved, Diff) else {}
+        sinks.show(saved, top=args.top, **options)
+    return 0
 
-        if schema == "layerprof.trace/1":
-            findings = [f.to_dict() for f in diagnose_trace(data)]
-            html = write_html(args.html, trace=data, findings=findings)
-        else:
-            html = write_html(args.html, diff=data)
-        outputs.info(f"wrote {html}", args)
-        return 0
-    raise ProfileFormatError(
-        f"{p}: not a layerprof profile, trace analysis or diff (no known 'schema' key)",
-        hint="make one with layerprof run --json, analyze --json or diff --json",
-    )
+
+def _saved_gate(saved: Any) -> Any:
+    from layerprof.diff import Diff
+
+    return saved.gate_result if isinstance(saved, Diff) else None
 
 
 COMMANDS = {

@@ -7,14 +7,15 @@ Thresholds are deliberately conservative: a finding should be worth reading.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from layerprof.render.units import human_count, human_time
 
 if TYPE_CHECKING:
-    from layerprof.profile import LayerRow, Profile
+    from layerprof.profile import LayerRow, Profile, Run
+    from layerprof.sections import CrossRank, DeviceUse
 
 Severity = Literal["high", "warning", "info"]
 _ORDER = {"high": 0, "warning": 1, "info": 2}
@@ -67,6 +68,7 @@ def diagnose(profile: Profile) -> list[Finding]:
         out += _parent_self(rows, root_total)
         out += _small_layers(rows, root_total)
     out += _latency_findings(profile)
+    out += _device_findings(profile)
     out += _setup_findings(profile)
     return sorted(out, key=lambda f: _ORDER[f.severity])
 
@@ -221,55 +223,53 @@ def _setup_findings(profile: Profile) -> list[Finding]:
     return out
 
 
-def diagnose_trace(data: Mapping[str, Any]) -> list[Finding]:
-    """Findings from a trace analysis dict (schema layerprof.trace/1)."""
+def diagnose_run(run: Run) -> list[Finding]:
+    """Findings about every rank of a run (each rank named), and across ranks."""
     out: list[Finding] = []
-    for rank in data.get("ranks") or ():
-        out += _rank_findings(rank)
-    out += _cross_rank(data.get("cross_rank") or {})
+    for p in run.ranks:
+        who = f"rank {p.rank}: " if len(run.ranks) > 1 else ""
+        out += [replace(f, title=who + f.title) for f in diagnose(p)]
+    out += _cross_rank(run.cross)
     return sorted(out, key=lambda f: _ORDER[f.severity])
 
 
-def _rank_findings(rank: Mapping[str, Any]) -> list[Finding]:
+def _device_findings(profile: Profile) -> list[Finding]:
+    """GPU idle time, copies and communication, from a trace's (or ops mode's) sections."""
     out: list[Finding] = []
-    who = f"rank {rank.get('rank')}"
-    for dev in rank.get("devices") or ():
-        util = dev.get("utilization")
-        if util is not None and util < GPU_UTIL_LOW and dev.get("window_ms"):
-            idle = dev.get("idle_breakdown_ms") or {}
-            busy_in = dev.get("busy_in_window_ms", dev.get("busy_ms", 0)) or 0
+    for dev in profile.devices:
+        if dev.window_ns and dev.utilization < GPU_UTIL_LOW:
             out.append(
                 Finding(
                     "high",
-                    f"{who}: GPU {dev.get('device')} is idle {100 * (1 - util):.0f}% of the steps",
-                    f"busy {busy_in:.3f} ms of a {dev['window_ms']:.3f} ms window;"
-                    f" idle waiting on the host {idle.get('host_wait', 0):.3f} ms,"
-                    f" short kernel-to-kernel gaps {idle.get('short_gap', 0):.3f} ms,"
-                    f" other {idle.get('other', 0):.3f} ms.",
-                    _idle_hint(idle),
+                    f"GPU {dev.device} is idle {100 * (1 - dev.utilization):.0f}% of the steps",
+                    f"busy {human_time(dev.busy_in_window_ns)} of a {human_time(dev.window_ns)}"
+                    f" window; idle waiting on the host {human_time(dev.host_wait_ns)},"
+                    f" short kernel-to-kernel gaps {human_time(dev.short_gap_ns)},"
+                    f" other {human_time(dev.other_idle_ns)}.",
+                    _idle_hint(dev),
                 )
             )
-        busy = dev.get("busy_ms") or 0
-        copy = (dev.get("memcpy_ms") or 0) + (dev.get("memset_ms") or 0)
-        if busy > 0 and copy / busy > MEMCPY_SHARE:
+        copy = dev.memcpy_ns + dev.memset_ns
+        if dev.busy_ns > 0 and copy / dev.busy_ns > MEMCPY_SHARE:
             out.append(
                 Finding(
                     "warning",
-                    f"{who}: {100 * copy / busy:.0f}% of GPU busy time is memcpy/memset",
-                    f"{copy:.3f} ms of {busy:.3f} ms.",
+                    f"{100 * copy / dev.busy_ns:.0f}% of GPU {dev.device}'s busy time is"
+                    " memcpy/memset",
+                    f"{human_time(copy)} of {human_time(dev.busy_ns)}.",
                     "pin host memory (DataLoader(pin_memory=True)), copy with non_blocking=True,"
                     " keep tensors on the device",
                 )
             )
-    kinds = {k.get("kind"): k.get("total_ms") or 0 for k in rank.get("kernel_kinds") or ()}
+    kinds = {k.kind: k.total_ns for k in profile.kinds}
     total = sum(kinds.values())
     comm = kinds.get("communication", 0)
     if total > 0 and comm / total > COMM_SHARE:
         out.append(
             Finding(
                 "warning",
-                f"{who}: communication kernels take {100 * comm / total:.0f}% of kernel time",
-                f"{comm:.3f} ms of {total:.3f} ms in NCCL/collective kernels.",
+                f"communication kernels take {100 * comm / total:.0f}% of kernel time",
+                f"{human_time(comm)} of {human_time(total)} in NCCL/collective kernels.",
                 "overlap communication with compute (bucketing, async collectives),"
                 " or check for a straggler rank",
             )
@@ -286,15 +286,20 @@ _IDLE_HINTS = {
 }
 
 
-def _idle_hint(idle: Mapping[str, Any]) -> str:
+def _idle_hint(dev: DeviceUse) -> str:
     """Advice for the largest idle bucket, not always the same guess."""
-    buckets = {k: float(idle.get(k) or 0) for k in _IDLE_HINTS}
+    buckets = {
+        "host_wait": dev.host_wait_ns,
+        "short_gap": dev.short_gap_ns,
+        "other": dev.other_idle_ns,
+    }
     return _IDLE_HINTS[max(buckets, key=lambda k: buckets[k])] if any(buckets.values()) else ""
 
 
-def _cross_rank(cross: Mapping[str, Any]) -> list[Finding]:
-    ranks = cross.get("ranks") or []
-    medians = [r.get("median_step_ms") for r in ranks if r.get("median_step_ms")]
+def _cross_rank(cross: CrossRank | None) -> list[Finding]:
+    if cross is None:
+        return []
+    medians = [r.median_step_ns for r in cross.ranks if r.median_step_ns]
     if len(medians) < 2:
         return []
     lo, hi = min(medians), max(medians)
@@ -303,8 +308,9 @@ def _cross_rank(cross: Mapping[str, Any]) -> list[Finding]:
     return [
         Finding(
             "warning",
-            f"rank {cross.get('slowest_rank')} is a straggler",
-            f"median step times range from {lo:.3f} to {hi:.3f} ms across {len(medians)} ranks.",
+            f"rank {cross.slowest_rank} is a straggler",
+            f"median step times range from {human_time(lo)} to {human_time(hi)} across"
+            f" {len(medians)} ranks.",
             "compare that rank's data, kernels and host work with the others",
         )
     ]

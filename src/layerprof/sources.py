@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,38 +15,39 @@ if TYPE_CHECKING:
 SCHEMA_KEY = re.compile(rb'"schema"\s*:')
 
 
-def load_comparable(path: str, *, rank: int | None = None) -> Profile:
-    """A saved profile, or a trace (file or directory) analyzed into a Profile.
+def load_comparable(path: str, *, rank: int | None = None) -> tuple[Profile, list[str]]:
+    """A saved profile, a saved trace analysis, or a trace (file or directory) -> one
+    rank's Profile, with a line for the user when a rank was chosen for them.
 
-    A file is sniffed from its first bytes (profiles start with their "schema"
-    key), so a large trace is decoded once, by the trace reader. ``rank``
-    picks a rank of a multi-rank trace (default: the lowest).
+    A file is sniffed from its first bytes (layerprof's files start with their
+    "schema" key), so a large trace is decoded once, by the trace reader.
+    ``rank`` picks a rank of a multi-rank trace (default: the lowest).
     """
+    from layerprof.profile import Profile, Run
+
     p = Path(path)
     if p.is_dir() or p.name.endswith(".gz") or not looks_like_layerprof(p):
         from layerprof.trace import analyze
 
-        report = analyze(p)
-        if rank is None and len(report.ranks) > 1:
-            print(
-                f"layerprof: {p}: comparing rank {report.rank().rank} of {len(report.ranks)}"
-                " (choose with --rank)",
-                file=sys.stderr,
-            )
-        return report.to_profile(rank)
-    data = read_json(p)
-    schema = data.get("schema") if isinstance(data, dict) else None
-    if schema in ("layerprof.profile/1", "layerprof.profile/2"):
-        from layerprof.codec import profile_from_dict
+        loaded: Profile | Run | object = analyze(p)
+    else:
+        from layerprof.codec import from_dict
 
-        return profile_from_dict(data, source=str(p))
-    if isinstance(schema, str) and schema.startswith("layerprof."):
-        raise ProfileFormatError(
-            f"{p}: a {schema} file cannot be compared (it holds summaries, not the"
-            " per-iteration samples a diff needs)",
-            hint="compare saved profiles (run --json) or the traces themselves",
-        )
-    raise ProfileFormatError(f"{p}: neither a layerprof profile nor a torch.profiler trace")
+        loaded = from_dict(read_json(p), source=str(p))
+    if isinstance(loaded, Profile):
+        return loaded, []
+    if isinstance(loaded, Run):
+        chosen = loaded.rank(rank)
+        said = []
+        if rank is None and len(loaded.ranks) > 1:
+            said.append(
+                f"{p}: comparing rank {chosen.rank} of {len(loaded.ranks)} (choose with --rank)"
+            )
+        return chosen, said
+    raise ProfileFormatError(
+        f"{p}: a diff cannot be compared again",
+        hint="compare saved profiles (run --json), trace analyses (analyze --json) or traces",
+    )
 
 
 def looks_like_layerprof(p: Path) -> bool:

@@ -69,8 +69,10 @@ def _print_profile(
     from layerprof.diagnose import diagnose
     from layerprof.render.console import print_findings, print_profile
     from layerprof.render.ops_console import merge_shapes, render_ops
+    from layerprof.render.trace_console import print_sections
 
     print_profile(profile, console=console, depth=depth, top=top, sort=sort, shapes=shapes)
+    print_sections(profile, console, top=top or 10)
     if profile.ops:
         ops = profile.ops if group_by_shape else merge_shapes(profile.ops)
         n = top or 10
@@ -82,13 +84,19 @@ def _print_profile(
         print_findings(diagnose(profile), console)
 
 
-def _print_run(run: Any, console: Any, *, top: int | None = None, **_: Any) -> None:
-    from layerprof.diagnose import diagnose_trace
+def _print_run(run: Run, console: Any, **options: Any) -> None:
+    """Every rank's report (its findings gathered at the end), then the ranks side by side."""
+    from layerprof.diagnose import diagnose_run
     from layerprof.render.console import print_findings
-    from layerprof.render.trace_console import print_trace_report
+    from layerprof.render.trace_console import print_rank_rule, print_ranks, print_run_header
 
-    print_trace_report(run, console, top=top or 10)
-    print_findings(diagnose_trace(run.to_dict(top=None)), console)
+    print_run_header(run, console)
+    for p in run.ranks:
+        print_rank_rule(p, console)
+        _print_profile(p, console, **{**options, "findings": False})
+    print_ranks(run, console, options.get("top") or 10)
+    if options.get("findings", True):
+        print_findings(diagnose_run(run), console)
 
 
 class JsonRenderer:
@@ -123,14 +131,25 @@ class HtmlRenderer:
     extensions: tuple[str, ...] = (".html", ".htm")
 
     def render(self, obj: Any, *, title: str | None = None, **options: Any) -> str:
+        from layerprof.diagnose import diagnose, diagnose_run
         from layerprof.render.html import render_html
 
         if isinstance(obj, Profile):
-            return render_html(profile=obj, title=title)
+            findings = [f.to_dict() for f in diagnose(obj)]
+            return render_html(profile=obj, findings=findings, title=title)
         if isinstance(obj, Diff):
-            return render_html(diff=codec.to_dict(obj), title=title)
+            return render_html(diff=codec.to_dict(obj, gate=options.get("gate")), title=title)
         if isinstance(obj, Run):
-            return render_html(trace=codec.to_dict(obj), title=title)
+            profile = obj.rank()
+            if len(obj.ranks) > 1:
+                profile = profile.with_notes(
+                    f"the latency, hierarchy and layer sections show rank {profile.rank}"
+                    f" of {len(obj.ranks)}; the trace section compares all ranks"
+                )
+            findings = [f.to_dict() for f in diagnose_run(obj)]
+            return render_html(
+                profile=profile, trace=codec.to_dict(obj), findings=findings, title=title
+            )
         raise _unsupported(self.name, obj)
 
 

@@ -1,4 +1,5 @@
-"""Rich console report of a TraceReport (reads the analysis, never computes it)."""
+"""Console tables of a Profile's trace sections (steps, GPU time, kernels, launches,
+memory) and of a Run's ranks side by side. Reads the pivot, never computes."""
 
 from __future__ import annotations
 
@@ -7,15 +8,14 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from layerprof.sections import STEP_DEFINITIONS
-from layerprof.trace.report import RankReport, TraceReport
+from layerprof.profile import Profile, Run
+from layerprof.units import NS_PER_MS
 
-_NS_PER_MS = 1_000_000
 _NAME_WIDTH = 60
 
 
 def _ms(ns: float | None) -> str:
-    return "-" if ns is None else f"{ns / _NS_PER_MS:,.3f}"
+    return "-" if ns is None else f"{ns / NS_PER_MS:,.3f}"
 
 
 def _us(ns: float | None) -> str:
@@ -42,58 +42,62 @@ def _table(title: str, *columns: str) -> Table:
     return table
 
 
-def print_trace_report(report: TraceReport, console: Console, *, top: int = 10) -> None:
-    """Steps, devices, top ops/kernels, launch overhead, memory, ranks and notes."""
+def print_run_header(run: Run, console: Console) -> None:
     console.print(
         Text.assemble(
             ("layerprof analyze ", "bold"),
-            report.path,
-            f"  ({len(report.ranks)} rank{'s' if len(report.ranks) != 1 else ''};"
-            f" rank from {report.rank_source})",
+            run.path,
+            f"  ({len(run.ranks)} rank{'s' if len(run.ranks) != 1 else ''};"
+            f" rank from {run.rank_source})",
         )
     )
-    for why in report.skipped:
+    for why in run.skipped:
         console.print(Text.assemble(("skipped: ", "yellow"), why))
-    for rank in report.ranks:
-        _print_rank(rank, console, top)
-    if report.cross is not None:
-        _print_ranks(report, console, top)
+    for note in run.notes:
+        console.print(Text.assemble(("note: ", "yellow"), note))
 
 
-def _print_rank(r: RankReport, console: Console, top: int) -> None:
-    console.rule(f"rank {r.rank}: {r.file}")
-    _print_steps(r, console)
-    _print_devices(r, console)
-    _print_ops(r, console, top)
-    _print_kernels(r, console, top)
-    _print_launches(r, console, top)
-    _print_tree(r, console, top)
-    _print_memory(r, console, top)
-    for note in r.notes:
-        console.print(Text(f"note: {note}", style="yellow"))
+def print_rank_rule(p: Profile, console: Console) -> None:
+    file = p.source.file if p.source is not None else p.meta.model
+    console.rule(Text(f"rank {p.rank}: {file}"))
 
 
-def _print_steps(r: RankReport, console: Console) -> None:
-    summary = r.step_summary
-    head = f"step time: {STEP_DEFINITIONS.get(r.steps.source, r.steps.source)}"
+def print_sections(p: Profile, console: Console, *, top: int = 10) -> None:
+    """Steps, GPU time, memcpy, kernels, launch overhead and memory, where present."""
+    _print_steps(p, console)
+    _print_devices(p, console)
+    _print_kernels(p, console, top)
+    _print_launches(p, console, top)
+    _print_memory(p, console, top)
+
+
+def _print_steps(p: Profile, console: Console) -> None:
+    steps = p.steps
+    if steps is None:
+        return
+    summary = p.latency
+    head = f"step time: {steps.definition}"
     if summary is None:
-        console.print(f"{head}: no complete step")
+        console.print(Text(f"{head}: no complete step"))
         return
     console.print(
-        f"{head}: median {_ms(summary.median)} ms, mean {_ms(summary.mean)},"
-        f" p90 {_ms(summary.p90)}, min {_ms(summary.min)}, max {_ms(summary.max)}"
-        f" (n={summary.n})"
+        Text(
+            f"{head}: median {_ms(summary.median)} ms, mean {_ms(summary.mean)},"
+            f" p90 {_ms(summary.p90)}, min {_ms(summary.min)}, max {_ms(summary.max)}"
+            f" (n={summary.n})"
+        )
     )
-    if len(r.steps.steps) <= 12:
+    if len(steps.steps) <= 12:
         line = ", ".join(
-            f"{s.name} {_ms(s.dur_ns)}{' (cut off)' if s.cut_off else ''}" for s in r.steps.steps
+            f"{s.name} {_ms(s.dur_ns)}{' (cut off)' if s.cut_off else ''}" for s in steps.steps
         )
         console.print(Text(f"  {line}", style="dim"))
 
 
-def _print_devices(r: RankReport, console: Console) -> None:
-    if not r.devices:
+def _print_devices(p: Profile, console: Console) -> None:
+    if not p.devices:
         return
+    names = p.source.device_names if p.source is not None else ()
     table = _table(
         "GPU time (busy = union of kernel/memcpy/memset; idle and utilization inside the steps)",
         "device",
@@ -108,12 +112,12 @@ def _print_devices(r: RankReport, console: Console) -> None:
         "short gaps",
         "other",
     )
-    for d in r.devices:
+    for d in p.devices:
         name = str(d.device)
-        if 0 <= d.device < len(r.device_names):
-            name = f"{d.device} {r.device_names[d.device]}"
+        if 0 <= d.device < len(names):
+            name = f"{d.device} {names[d.device]}"
         table.add_row(
-            name,
+            Text(name),
             _ms(d.busy_ns),
             _ms(d.window_ns),
             _ms(d.idle_ns),
@@ -126,12 +130,12 @@ def _print_devices(r: RankReport, console: Console) -> None:
             _ms(d.other_idle_ns),
         )
     console.print(table)
-    if r.memcpy:
+    if p.memcpy:
         mem = _table("memcpy / memset", "kind", "calls", "total ms", "bytes", "GB/s")
-        for m in r.memcpy:
+        for m in p.memcpy:
             gbps = m.gb_per_s
             mem.add_row(
-                m.kind,
+                Text(m.kind),
                 str(m.calls),
                 _ms(m.total_ns),
                 _bytes(m.bytes),
@@ -140,27 +144,11 @@ def _print_devices(r: RankReport, console: Console) -> None:
         console.print(mem)
 
 
-def _print_ops(r: RankReport, console: Console, top: int) -> None:
-    if not r.ops:
-        return
-    cols = ["op", "calls", "total ms", "self ms"]
-    if r.has_device:
-        cols.append("device ms")
-    table = _table(f"top {min(top, len(r.ops))} of {len(r.ops)} operators (host total)", *cols)
-    for o in r.ops[:top]:
-        name = o.name if o.input_shapes is None else f"{o.name} [{o.input_shapes}]"
-        row = [_short(name), str(o.calls), _ms(o.total_ns), _ms(o.self_ns)]
-        if r.has_device:
-            row.append(_ms(o.device_ns))
-        table.add_row(*row)
-    console.print(table)
-
-
-def _print_kernels(r: RankReport, console: Console, top: int) -> None:
-    if not r.kernels:
+def _print_kernels(p: Profile, console: Console, top: int) -> None:
+    if not p.kernels:
         return
     table = _table(
-        f"top {min(top, len(r.kernels))} of {len(r.kernels)} kernels",
+        f"top {min(top, len(p.kernels))} of {len(p.kernels)} kernels (summed over the trace)",
         "kernel",
         "kind",
         "calls",
@@ -169,9 +157,9 @@ def _print_kernels(r: RankReport, console: Console, top: int) -> None:
         "min us",
         "max us",
     )
-    for k in r.kernels[:top]:
+    for k in p.kernels[:top]:
         table.add_row(
-            _short(k.name),
+            Text(_short(k.name)),
             k.kind,
             str(k.calls),
             _ms(k.total_ns),
@@ -180,12 +168,12 @@ def _print_kernels(r: RankReport, console: Console, top: int) -> None:
             _us(k.max_ns),
         )
     console.print(table)
-    kinds = ", ".join(f"{k.kind} {_ms(k.total_ns)} ms ({k.calls})" for k in r.kinds)
-    console.print(f"kernel kinds: {kinds}")
+    kinds = ", ".join(f"{k.kind} {_ms(k.total_ns)} ms ({k.calls})" for k in p.kinds)
+    console.print(Text(f"kernel kinds: {kinds}"))
 
 
-def _print_launches(r: RankReport, console: Console, top: int) -> None:
-    launch = r.launches
+def _print_launches(p: Profile, console: Console, top: int) -> None:
+    launch = p.launches
     if launch is None:
         return
     # These are the runtime calls that launched GPU work: kernels, copies and
@@ -202,7 +190,7 @@ def _print_launches(r: RankReport, console: Console, top: int) -> None:
             f" p90 {_us(launch.delay_ns.p90)} us"
         )
     parts.append(f"sync {_ms(launch.sync_ns)} ms")
-    console.print("; ".join(parts))
+    console.print(Text("; ".join(parts)))
     if launch.runtime:
         runtime = ", ".join(
             f"{x.name} {_ms(x.total_ns)} ms ({x.calls})" for x in launch.runtime[: min(top, 5)]
@@ -210,74 +198,32 @@ def _print_launches(r: RankReport, console: Console, top: int) -> None:
         console.print(Text(f"  runtime calls: {runtime}", style="dim"))
 
 
-def _print_tree(r: RankReport, console: Console, top: int) -> None:
-    rows = r.modules or r.annotations
-    if not rows:
-        return
-    sources = {
-        "layerprof_layer": "layers (layerprof layer spans)",
-        "nn.Module": "modules (nn.Module spans)",
-    }
-    what = (
-        sources.get(r.module_source or "", "modules")
-        if r.modules
-        else "record_function annotations"
-    )
-    cols = ["path", "calls", "total ms", "self ms"]
-    if r.has_device:
-        cols += ["device ms"]
-    table = _table(f"{what}, summed over the trace", *cols)
-    limit = max(top * 3, 30)
-    depths: dict[str, int] = {}
-    for row in rows[:limit]:
-        if r.module_source == "layerprof_layer":
-            # qualified paths, "" = root; containers that never ran (ModuleList) are
-            # not in a trace, so indent by the ancestors present and show full paths
-            parent = row.parent
-            depth = (
-                depths[parent] + 1
-                if parent is not None and parent in depths
-                else int(row.path != "")
-            )
-            depths[row.path] = depth
-            label = "  " * depth + (row.path or row.name)
-        else:
-            depth = row.path.count(".")
-            label = "  " * depth + (row.name if depth else row.path)
-        cells = [_short(label), str(row.calls), _ms(row.total_ns), _ms(row.self_ns)]
-        if r.has_device:
-            cells.append(_ms(row.device_ns))
-        table.add_row(*cells)
-    console.print(table)
-    if len(rows) > limit:
-        console.print(Text(f"  ... {len(rows) - limit} more rows in --json", style="dim"))
-
-
-def _print_memory(r: RankReport, console: Console, top: int) -> None:
-    m = r.memory
+def _print_memory(p: Profile, console: Console, top: int) -> None:
+    m = p.memory
     if m is None:
         return
     peaks = ", ".join(f"{d.device} peak {_bytes(d.peak_allocated)}" for d in m.devices)
-    console.print(f"memory: {peaks}")
+    console.print(Text(f"memory: {peaks}"))
     if m.top_ops:
         allocs = ", ".join(f"{a.op} {_bytes(a.bytes)}" for a in m.top_ops[: min(top, 5)])
         console.print(Text(f"  allocated most: {allocs}", style="dim"))
 
 
-def _print_ranks(report: TraceReport, console: Console, top: int) -> None:
-    cross = report.cross
+def print_ranks(run: Run, console: Console, top: int) -> None:
+    """Step times per rank side by side, and each rank's communication and compute."""
+    cross = run.cross
     if cross is None:
         return
     console.rule("ranks side by side")
-    ranks = [r.rank for r in report.ranks]
+    ranks = [p.rank for p in run.ranks]
     table = _table(
         "step time per rank (ms)", "step", *[f"rank {r}" for r in ranks], "slowest", "spread"
     )
     for step in cross.steps[: max(top, 20)]:
         by_rank = dict(step.ns_by_rank)
         table.add_row(
-            step.name,
-            *[_ms(by_rank.get(r)) for r in ranks],
+            Text(step.name),
+            *[_ms(by_rank.get(r)) if r is not None else "-" for r in ranks],
             str(step.slowest_rank),
             _ms(step.spread_ns),
         )
@@ -292,4 +238,4 @@ def _print_ranks(report: TraceReport, console: Console, top: int) -> None:
         )
     console.print(lines)
     if cross.slowest_rank is not None:
-        console.print(f"slowest rank by median step: {cross.slowest_rank}")
+        console.print(Text(f"slowest rank by median step: {cross.slowest_rank}"))

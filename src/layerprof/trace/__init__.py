@@ -15,6 +15,5 @@ Entry point: :func:`analyze`.
 from __future__ import annotations
 
 from layerprof.trace.analysis import analyze, analyze_file
-from layerprof.trace.report import SCHEMA, RankReport, TraceReport
 
-__all__ = ["SCHEMA", "RankReport", "TraceReport", "analyze", "analyze_file"]
+__all__ = ["analyze", "analyze_file"]

@@ -77,6 +77,9 @@ class HostSpans:
     # runtime/sync calls, "External id" (legacy "external id") for the rest.
     ref: I64
     shape: I64  # index into EventTables.shapes, -1 when absent
+    # autograd sequence number of an op ("Sequence number"), -1 when absent: a backward
+    # node carries the number of the forward op that created it (see trace/attribution.py)
+    seq: I64
 
     @property
     def end(self) -> I64:
@@ -222,6 +225,7 @@ class EventCollector:
         h_name: list[int] = []
         h_ref: list[Any] = []
         h_shape: list[int] = []
+        h_seq: list[Any] = []
         d_kind: list[int] = []
         d_dev: list[Any] = []
         d_stream: list[Any] = []
@@ -287,9 +291,11 @@ class EventCollector:
                     h_name.append(name_id(name) if nid is None else nid)
                     if kind >= RUNTIME:
                         h_ref.append(args.get("correlation"))
+                        h_seq.append(None)
                     else:
                         ref = args.get("External id")
                         h_ref.append(args.get("external id") if ref is None else ref)
+                        h_seq.append(args.get("Sequence number"))
                     if keep_shapes:
                         dims = args.get("Input Dims") if kind == OP else None
                         h_shape.append(-1 if dims is None else shape_id(_shape_text(dims)))
@@ -355,6 +361,7 @@ class EventCollector:
                     np.asarray(h_shape, dtype=np.int64)
                     if keep_shapes
                     else np.full(len(h_ts), -1, dtype=np.int64),
+                    _ids(h_seq),
                 )
             )
         if d_ts:
@@ -396,7 +403,7 @@ class EventCollector:
         return name, pid, tid
 
     def finish(self) -> EventTables:
-        host = _concat(self._host, 7)
+        host = _concat(self._host, 8)
         device = _concat(self._device, 9)
         memory = _concat(self._memory, 5)
         self._host, self._device, self._memory = [], [], []
@@ -447,6 +454,7 @@ class EventCollector:
                 name=host[4],
                 ref=host[5],
                 shape=host[6],
+                seq=host[7],
             ),
             device=DeviceOps(
                 kind=device[0],
@@ -476,7 +484,7 @@ class EventCollector:
 
 
 _EMPTY_DTYPES = {
-    7: (np.int8, np.int64, np.float64, np.float64, np.int64, np.int64, np.int64),
+    8: (np.int8, np.int64, np.float64, np.float64, np.int64, np.int64, np.int64, np.int64),
     9: (
         np.int8,
         np.int64,

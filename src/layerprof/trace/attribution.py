@@ -1,0 +1,241 @@
+"""Operators and backward time per layer, per step: one engine for ops mode and traces.
+
+* A forward op belongs to the innermost layerprof layer span (``layer:{path}``)
+  around it on its thread, i.e. to the exact module path; ops outside every
+  layer span are ``(unattributed)``.
+* Backward: an ``autograd::engine::evaluate_function: XBackward0`` span carries
+  the sequence number of the forward op that created its node; the node and
+  every op under it belong to that forward op's layer, phase ``backward``.
+  Sequence numbers count per thread: a number seen in two layers (two forward
+  threads) is ambiguous and left unattributed. Nodes with no forward op
+  (``AccumulateGrad``, the loss) are ``(unattributed)`` too, never dropped.
+* Per step (``steps.complete``; the whole trace when there are none): calls,
+  self, total and (inclusive) device time per (layer, op name[, input shapes],
+  phase) become ``OpStat`` rows with per-step samples; each layer's backward
+  self time is the time of the top backward nodes attributed to it, and its
+  backward total adds its sub-layers' (by module path).
+* Peak memory per layer: how far allocated memory rose above its level at the
+  layer span's entry, at the highest point inside it (``[memory]`` events on
+  the span's thread and the given device kind), the largest over its calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from layerprof.profile import ancestors
+from layerprof.records import OpSamples, OpStat
+from layerprof.sections import Steps
+from layerprof.stats import Series
+from layerprof.trace.events import I64, LAYER, OP, EventTables
+from layerprof.trace.modules import step_index
+from layerprof.trace.nesting import Nesting
+from layerprof.trace.ops import OpTimes
+
+UNATTRIBUTED = "(unattributed)"
+BACKWARD_NODE = "autograd::engine::evaluate_function: "
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Per host span (HostSpans indexing): its layer path id, phase and backward node.
+
+    ``layer`` indexes ``paths`` (-1: unattributed); ``node`` is the outermost
+    backward node enclosing the op (itself included), -1 for forward ops.
+    """
+
+    paths: tuple[str, ...]
+    layer: I64
+    node: I64
+
+    def path_of(self, i: int) -> str:
+        k = int(self.layer[i])
+        return self.paths[k] if k >= 0 else UNATTRIBUTED
+
+
+def attribute(tables: EventTables, nesting: Nesting) -> Attribution:
+    host = tables.host
+    n = len(host)
+    layer_spans = np.flatnonzero(host.kind == LAYER)
+    paths = tuple(sorted({tables.names[int(i)] for i in np.unique(host.name[layer_spans])}))
+    path_id = {p: k for k, p in enumerate(paths)}
+    span_path = np.full(n, -1, dtype=np.int64)
+    for i in layer_spans.tolist():
+        span_path[i] = path_id[tables.names[int(host.name[i])]]
+    layer = np.full(n, -1, dtype=np.int64)
+    is_op = host.kind == OP
+    inside = is_op & (nesting.parent_layer >= 0)
+    layer[inside] = span_path[nesting.parent_layer[inside]]
+    node = _backward_nodes(tables, nesting)
+    backward = node >= 0
+    forward_layer = _forward_layer_by_seq(host.seq, layer, is_op & ~backward)
+    node_ops = np.flatnonzero(backward)
+    if len(node_ops):
+        seqs = host.seq[node[node_ops]]
+        layer[node_ops] = [forward_layer.get(int(s), -1) for s in seqs.tolist()]
+    return Attribution(paths=paths, layer=layer, node=node)
+
+
+def _backward_nodes(tables: EventTables, nesting: Nesting) -> I64:
+    """Outermost ``evaluate_function`` op enclosing each op (itself included), else -1."""
+    host = tables.host
+    node_names = np.fromiter(
+        (i for i, name in enumerate(tables.names) if name.startswith(BACKWARD_NODE)),
+        dtype=np.int64,
+    )
+    node = np.full(len(host), -1, dtype=np.int64)
+    if len(node_names) == 0:
+        return node
+    is_op = host.kind == OP
+    is_node = is_op & np.isin(host.name, node_names)
+    parent = nesting.parent_op.tolist()
+    flags = is_node.tolist()
+    out = node.tolist()
+    for i in nesting.order[is_op[nesting.order]].tolist():  # parents before children
+        p = parent[i]
+        if p >= 0 and out[p] >= 0:
+            out[i] = out[p]
+        elif flags[i]:
+            out[i] = i
+    return np.asarray(out, dtype=np.int64)
+
+
+def _forward_layer_by_seq(seq: I64, layer: I64, forward: np.ndarray) -> dict[int, int]:
+    """Sequence number -> layer of the forward op that has it (ambiguous numbers left out)."""
+    idx = np.flatnonzero(forward & (seq >= 0) & (layer >= 0))
+    out: dict[int, int] = {}
+    ambiguous: set[int] = set()
+    for s, k in zip(seq[idx].tolist(), layer[idx].tolist(), strict=True):
+        if out.setdefault(s, k) != k:
+            ambiguous.add(s)
+    for s in ambiguous:
+        del out[s]
+    return out
+
+
+# ---- per step ---------------------------------------------------------------------------
+
+
+def step_of(steps: Steps, starts: I64) -> tuple[I64, int]:
+    """Complete-step index of each start (-1 outside) and the number of steps (>= 1)."""
+    n = len(steps.complete)
+    if n == 0 or steps.source == "trace":
+        return np.zeros(len(starts), dtype=np.int64), 1
+    return step_index(steps, starts), n
+
+
+def layer_ops(
+    tables: EventTables,
+    nesting: Nesting,
+    times: OpTimes,
+    attribution: Attribution,
+    steps: Steps,
+    *,
+    by_shape: bool = False,
+    has_device: bool = False,
+) -> tuple[OpStat, ...]:
+    """One OpStat per (layer, op name[, input shapes], phase), samples per step;
+    largest median self time first."""
+    host = tables.host
+    idx = np.flatnonzero(host.kind == OP)
+    if len(idx) == 0:
+        return ()
+    step, n_steps = step_of(steps, host.start[idx])
+    keep = step >= 0
+    idx, step = idx[keep], step[keep]
+    if len(idx) == 0:
+        return ()
+    n_paths = len(attribution.paths) + 1
+    n_shapes = len(tables.shapes) + 1
+    layer = attribution.layer[idx] + 1  # 0 = unattributed
+    phase = (attribution.node[idx] >= 0).astype(np.int64)
+    shape = (host.shape[idx] + 1) if by_shape else np.zeros(len(idx), dtype=np.int64)
+    key = ((host.name[idx] * n_paths + layer) * n_shapes + shape) * 2 + phase
+    uniq, group = np.unique(key, return_inverse=True)
+    cells = group * n_steps + step
+    size = len(uniq) * n_steps
+
+    def per_step(values: I64 | None) -> np.ndarray:
+        weights = None if values is None else values.astype(np.float64)
+        sums = np.bincount(cells, weights=weights, minlength=size)
+        return np.rint(sums).astype(np.int64).reshape(len(uniq), n_steps)
+
+    calls = per_step(None)
+    self_ns = per_step(nesting.self_ns[idx])
+    total_ns = per_step(host.dur[idx])
+    device_ns = per_step(times.device_total[idx]) if has_device else None
+    rows: list[OpStat] = []
+    for g, k in enumerate(uniq.tolist()):
+        k, ph = divmod(k, 2)
+        k, sh = divmod(k, n_shapes)
+        name_id, lay = divmod(k, n_paths)
+        samples = OpSamples(
+            calls=Series(calls[g]),
+            self_ns=Series(self_ns[g]),
+            total_ns=Series(total_ns[g]),
+            device_ns=Series(device_ns[g]) if device_ns is not None else None,
+        )
+        rows.append(
+            OpStat.of(
+                tables.names[name_id],
+                samples,
+                layer=attribution.paths[lay - 1] if lay else UNATTRIBUTED,
+                input_shapes=tables.shapes[sh - 1] if sh else None,
+                phase="backward" if ph else "forward",
+            )
+        )
+    rows.sort(key=lambda o: (-o.self_ns, o.layer or "", o.name))
+    return tuple(rows)
+
+
+def backward_times(
+    tables: EventTables,
+    attribution: Attribution,
+    steps: Steps,
+    paths: list[str],
+) -> dict[str, tuple[Series, Series]]:
+    """Per layer path: (backward total, backward self) per step; empty without backward ops."""
+    host = tables.host
+    top = np.flatnonzero(attribution.node == np.arange(len(host)))
+    if len(top) == 0:
+        return {}
+    step, n_steps = step_of(steps, host.start[top])
+    own = {p: np.zeros(n_steps, dtype=np.int64) for p in paths}
+    for i, s in zip(top.tolist(), step.tolist(), strict=True):
+        path = attribution.path_of(i)
+        if s >= 0 and path in own:
+            own[path][s] += int(host.dur[i])
+    total = {p: v.copy() for p, v in own.items()}
+    for path, values in own.items():
+        for anc in ancestors(path):
+            if anc in total:
+                total[anc] += values
+    return {p: (Series(total[p]), Series(own[p])) for p in paths}
+
+
+def layer_peaks(tables: EventTables, *, on_device: bool) -> dict[str, int]:
+    """Per layer path: the largest rise of allocated memory above its level at the span's
+    entry, at the highest point inside the span (host allocations, or device ones)."""
+    host, mem = tables.host, tables.memory
+    if len(mem) == 0:
+        return {}
+    device_kind = np.asarray([not d.startswith("cpu") for d in tables.memory_devices], dtype=bool)
+    chosen = device_kind[mem.device] == on_device
+    peaks: dict[str, int] = {}
+    spans = np.flatnonzero(host.kind == LAYER)
+    for thread in np.unique(mem.thread[chosen]).tolist():
+        on = np.flatnonzero(chosen & (mem.thread == thread))
+        on = on[np.argsort(mem.ts[on], kind="stable")]
+        ts = mem.ts[on]
+        level = np.concatenate([[0], np.cumsum(mem.bytes[on])])  # level[k]: before event k
+        for i in spans[host.thread[spans] == thread].tolist():
+            lo = np.searchsorted(ts, host.start[i], "left")
+            hi = np.searchsorted(ts, host.start[i] + host.dur[i], "left")
+            if hi <= lo:
+                continue
+            rise = int(level[lo + 1 : hi + 1].max() - level[lo])
+            path = tables.names[int(host.name[i])]
+            peaks[path] = max(peaks.get(path, 0), rise, 0)
+    return peaks

@@ -1,0 +1,328 @@
+"""The per-rank reducer: one trace's EventTables in, one typed Profile out.
+
+A pure function (no I/O, no torch): ``layerprof analyze`` runs it on each
+rank's file, ops mode on the tables it built from the profiler's results
+(``trace/kineto.py``), and an executor may run it in a worker process, since
+only the compact Profile crosses a process boundary, never the event arrays.
+
+What it fills (see docs/trace.md for the definitions):
+
+* ``latency_ns``: the complete steps' durations; ``steps``: all steps and the rule that found them;
+* layers: layerprof's layer spans (exact module paths) when present, else
+  ``nn.Module`` spans, else ``record_function`` annotations, else one row per
+  step; samples per complete step (total, self, device, backward);
+* ``ops``: per layer (with layer spans) and per step, forward and backward;
+* ``devices``, ``kernels``, ``kinds``, ``memcpy``, ``launches``, ``memory``,
+  ``annotations``; ``source``: the file, rank, event count and where the layers came from;
+* ``notes``: every rule or quirk the numbers depend on.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from layerprof.profile import Profile, now_iso, parent_path
+from layerprof.records import LayerInfo, LayerSamples, Meta, OpStat
+from layerprof.sections import AnnotationRow, Steps, TraceSource
+from layerprof.stats import Series
+from layerprof.trace.attribution import attribute, backward_times, layer_ops, layer_peaks
+from layerprof.trace.events import ANNOTATION, LAYER, MODULE, EventTables
+from layerprof.trace.gpu import device_use, kernel_table, kind_table, launches, memcpy_table
+from layerprof.trace.links import Links, link
+from layerprof.trace.memory import memory_summary
+from layerprof.trace.modules import TreeRow, module_paths, module_types, renamed, tree
+from layerprof.trace.nesting import Nesting, nest
+from layerprof.trace.ops import device_times
+from layerprof.trace.steps import find_steps
+
+LAYER_SOURCE = "layerprof_layer"
+MODULE_SOURCE = "nn.Module"
+
+
+def reduce(
+    tables: EventTables,
+    header: dict[str, Any] | None = None,
+    *,
+    rank: int = 0,
+    file: str = "",
+    group_by_shape: bool = False,
+    whole_steps: bool = False,
+) -> Profile:
+    """The Profile of one trace. ``header`` holds the file's other top-level keys;
+    ``whole_steps``: the writer never stops inside a step (layerprof's own traces)."""
+    header = header or {}
+    marker = _marker(header)
+    nesting = nest(tables.host)
+    links = link(tables, nesting)
+    steps = find_steps(tables, nesting, whole_steps=whole_steps or marker is not None)
+    windows = steps.windows(tables.extent())
+    has_device = tables.has_device
+    modules, module_source = _modules(tables, header, nesting, links, steps)
+    annotation_rows = tree(tables, nesting, links, steps, ANNOTATION)
+    attribution = attribute(tables, nesting)
+    times = device_times(tables, nesting, links)
+    ops = layer_ops(
+        tables, nesting, times, attribution, steps, by_shape=group_by_shape, has_device=has_device
+    )
+    if module_source != LAYER_SOURCE:  # no layer spans: one flat operator table
+        ops = tuple(_flat(o) for o in ops)
+    layers, samples = _layers(modules or annotation_rows, module_source, header, steps)
+    if module_source == LAYER_SOURCE:
+        samples = _with_backward(samples, backward_times(tables, attribution, steps, list(samples)))
+    kernels = kernel_table(tables)
+    source = TraceSource(
+        file=file,
+        rank=rank,
+        events=tables.events,
+        has_device=has_device,
+        window_ns=sum(hi - lo for lo, hi in windows),
+        device_names=_device_names(header),
+        module_source=module_source,
+        producer=_producer(marker),
+        run=_run(marker),
+    )
+    done = steps.complete
+    profile = Profile(
+        meta=_meta(source, marker, len(done)),
+        layers=layers,
+        samples=samples,
+        latency_ns=Series([s.dur_ns for s in done]) if done else None,
+        ops=ops,
+        source=source,
+        steps=steps,
+        devices=device_use(tables, links, windows),
+        kernels=kernels,
+        kinds=kind_table(tables, kernels),
+        memcpy=memcpy_table(tables),
+        launches=launches(tables, links) if has_device else None,
+        memory=memory_summary(tables, nesting),
+        annotations=tuple(_annotation(r) for r in annotation_rows) if modules else (),
+    )
+    return profile.with_notes(*_notes(tables, steps, profile))
+
+
+def peak_bytes(tables: EventTables, *, on_device: bool) -> dict[str, int]:
+    """Per layer path: the peak memory rise inside it (``--profile-memory`` events)."""
+    return layer_peaks(tables, on_device=on_device)
+
+
+def _marker(header: dict[str, Any]) -> dict[str, Any] | None:
+    info = header.get("layerprof")
+    return info if isinstance(info, dict) else None
+
+
+def _modules(
+    tables: EventTables, header: dict[str, Any], nesting: Nesting, links: Links, steps: Steps
+) -> tuple[tuple[TreeRow, ...], str | None]:
+    """The layer tree: layerprof's layer spans when present, else ``nn.Module`` spans."""
+    if (tables.host.kind == LAYER).any():
+        return tree(tables, nesting, links, steps, LAYER, module_types(header)), LAYER_SOURCE
+    rows = renamed(tree(tables, nesting, links, steps, MODULE), module_paths(header))
+    return rows, MODULE_SOURCE if rows else None
+
+
+def _layers(
+    rows: tuple[TreeRow, ...], module_source: str | None, header: dict[str, Any], steps: Steps
+) -> tuple[tuple[LayerInfo, ...], dict[str, LayerSamples]]:
+    n = len(steps.complete)
+    if rows and module_source == LAYER_SOURCE:
+        infos = _layer_infos(rows, module_types(header))
+        return infos, {r.path: _samples(r, n) for r in rows}
+    if rows:
+        infos = tuple(LayerInfo(path=r.path, type=r.type, parent=r.parent) for r in rows)
+        return infos, {r.path: _samples(r, n) for r in rows}
+    path = steps.source.replace(".", "_")
+    durations = [s.dur_ns for s in steps.complete] or [sum(s.dur_ns for s in steps.steps)]
+    return (
+        (LayerInfo(path=path, type="step", parent=None),),
+        {path: LayerSamples(total_ns=durations, self_ns=durations, calls=1.0)},
+    )
+
+
+def _layer_infos(rows: tuple[TreeRow, ...], types: dict[str, str]) -> tuple[LayerInfo, ...]:
+    """The run's layer table from a layerprof trace: structural parents, like ``layer_infos``.
+
+    ``types`` (the trace's ``module_types``, module order) adds the modules
+    that were never called (``ModuleList`` containers); paths only seen in
+    spans follow, parented to their nearest known ancestor path.
+    """
+    known = {r.path: r for r in rows}
+    order = [*types, *(p for p in known if p not in types)]
+    present = set(order)
+    out: list[LayerInfo] = []
+    for path in order:
+        row = known.get(path)
+        type_ = types.get(path) or (row.type if row is not None else "layer")
+        out.append(LayerInfo(path=path, type=type_, parent=_nearest_ancestor(path, present)))
+    return tuple(out)
+
+
+def _nearest_ancestor(path: str, present: set[str]) -> str | None:
+    parent = parent_path(path)
+    while parent is not None and parent not in present:
+        parent = parent_path(parent)
+    return parent
+
+
+def _samples(r: TreeRow, n_steps: int) -> LayerSamples:
+    if n_steps == 0:  # no complete step: the whole trace is one sample
+        return LayerSamples(
+            total_ns=[r.total_ns],
+            self_ns=[r.self_ns],
+            calls=float(r.calls),
+            device_total_ns=None if r.device_ns is None else [r.device_ns],
+            device_self_ns=None if r.device_self_ns is None else [r.device_self_ns],
+        )
+    calls = np.asarray(r.step_calls)
+    return LayerSamples(
+        total_ns=r.step_total_ns,
+        self_ns=r.step_self_ns,
+        calls=float(calls.mean()),
+        calls_vary=bool(len(set(r.step_calls)) > 1),
+        device_total_ns=r.step_device_ns,
+        device_self_ns=r.step_device_self_ns,
+    )
+
+
+def _with_backward(
+    samples: dict[str, LayerSamples], backward: dict[str, tuple[Series, Series]]
+) -> dict[str, LayerSamples]:
+    if not backward:
+        return samples
+    out = dict(samples)
+    for path, (total, own) in backward.items():
+        s = out[path]
+        out[path] = LayerSamples(
+            total_ns=s.total_ns,
+            self_ns=s.self_ns,
+            calls=s.calls,
+            calls_vary=s.calls_vary,
+            device_total_ns=s.device_total_ns,
+            device_self_ns=s.device_self_ns,
+            backward_total_ns=total,
+            backward_self_ns=own,
+        )
+    return out
+
+
+def _flat(o: OpStat) -> OpStat:
+    return replace(o, layer=None)
+
+
+def _annotation(r: TreeRow) -> AnnotationRow:
+    return AnnotationRow(
+        path=r.path,
+        name=r.name,
+        parent=r.parent,
+        calls=r.calls,
+        total_ns=r.total_ns,
+        self_ns=r.self_ns,
+        device_ns=r.device_ns,
+        device_self_ns=r.device_self_ns,
+    )
+
+
+def _meta(source: TraceSource, marker: dict[str, Any] | None, steps: int) -> Meta:
+    """What the trace says about its run, and nothing it does not say."""
+    run = source.run
+    named = (source.producer or {}).get("model")
+    model = named if isinstance(named, str) and named else _file_model(source.file)
+    values: dict[str, Any] = {}
+    for key in ("dtype", "torch", "mode", "host"):
+        if isinstance(run.get(key), str):
+            values[key] = run[key]
+    threads = run.get("threads")
+    if isinstance(threads, int) and not isinstance(threads, bool):
+        values["threads"] = threads
+    if isinstance(run.get("grad"), bool):
+        values["grad"] = run["grad"]
+    inputs = run.get("inputs")
+    if isinstance(inputs, list) and all(isinstance(i, str) for i in inputs):
+        values["inputs"] = tuple(inputs)
+    values.setdefault("dtype", "")
+    return Meta(
+        model=model,
+        device="cuda" if source.has_device else "cpu",
+        iters=steps,
+        source="trace",
+        created=now_iso(),
+        extra={"file": source.file, "rank": source.rank},
+        **values,
+    )
+
+
+def _file_model(file: str) -> str:
+    name = Path(file).name
+    return re.sub(r"(\.pt\.trace)?\.json(\.gz)?$", "", name) or name
+
+
+def _producer(marker: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``{"version", "model"}`` of the layerprof that wrote the trace, None for others."""
+    if marker is None:
+        return None
+    return {"version": marker.get("version"), "model": marker.get("model")}
+
+
+def _run(marker: dict[str, Any] | None) -> dict[str, Any]:
+    run = (marker or {}).get("run")
+    return dict(run) if isinstance(run, dict) else {}
+
+
+def _device_names(header: dict[str, Any]) -> tuple[str, ...]:
+    props = header.get("deviceProperties")
+    if not isinstance(props, list):
+        return ()
+    return tuple(str(p.get("name")) for p in props if isinstance(p, dict) and "name" in p)
+
+
+def _notes(tables: EventTables, steps: Steps, p: Profile) -> list[str]:
+    source = p.source
+    assert source is not None
+    notes: list[str] = []
+    if not source.has_device:
+        notes.append("no device data (CPU-only trace): device columns are absent")
+    if steps.source == "trace":
+        notes.append("no steps found: the whole trace is one unit")
+    elif steps.source != "ProfilerStep":
+        notes.append(f"no ProfilerStep spans: steps are the {steps.definition}")
+    for s in steps.steps:
+        if s.cut_off:
+            notes.append(
+                f"last step cut off: {s.name} ({s.dur_ns / 1e6:.3f} ms) is kept out of"
+                " step statistics and the step window"
+            )
+    if steps.steps and not steps.complete:
+        notes.append("no complete step: idle and utilization use the whole trace")
+    if source.producer is not None:
+        model = source.producer.get("model")
+        notes.append(
+            f"written by layerprof {source.producer.get('version') or '?'}"
+            + (f" (model {model})" if model else "")
+        )
+    if source.module_source == LAYER_SOURCE:
+        notes.append("layers: from layerprof's layer spans (the modules' qualified paths)")
+    elif source.module_source == MODULE_SOURCE:
+        notes.append("layers: from nn.Module spans (paths of class_instance names)")
+    else:
+        notes.append("no nn.Module events: profile with with_stack=True for the module tree")
+    if tables.dropped_ts0:
+        notes.append(f"{tables.dropped_ts0} events with ts == 0 were dropped")
+    if tables.skipped:
+        notes.append(f"{tables.skipped} events without a usable timestamp were skipped")
+    launch = p.launches
+    if launch is not None:
+        if launch.unmatched_device_ops:
+            notes.append(
+                f"{launch.unmatched_device_ops} device ops have no launch call"
+                " in the trace (no launch delay or host attribution for them)"
+            )
+        if launch.negative_delays:
+            notes.append(
+                f"{launch.negative_delays} launch delays are negative (CPU and GPU clocks disagree)"
+            )
+    return notes
