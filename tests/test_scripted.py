@@ -329,3 +329,23 @@ def test_cli_traced_list_encoder_rows(tmp_path, capsys) -> None:  # type: ignore
     for i, root_total in enumerate(rows[""]["samples"]["total_ms"]):
         assert sum(s["self_ms"][i] for s in sampled) == pytest.approx(root_total)
     assert not [n for n in data["notes"] if "no rows" in n]
+
+
+def test_with_modules_deprecation_is_not_shown(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Torch builds that deprecate ``with_modules`` warn on every TorchScript run; it is
+    the only source of the Module Hierarchy, so the call site filters that one warning."""
+    real_init = torch.profiler.profile.__init__
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        if kwargs.get("with_modules"):
+            warnings.warn("`with_modules` is deprecated", FutureWarning, stacklevel=2)
+        warnings.warn("another profiler warning", FutureWarning, stacklevel=2)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.profiler.profile, "__init__", init)
+    scripted = torch.jit.script(nn.Sequential(nn.Linear(4, 4)))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        script_capture(scripted, (torch.randn(2, 4),), None, iters=1)
+    messages = [str(w.message) for w in seen if w.category is FutureWarning]
+    assert messages == ["another profiler warning"]
