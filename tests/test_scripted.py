@@ -2,19 +2,31 @@
 
 from __future__ import annotations
 
+import warnings
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 import torch
 from torch import nn
 
 from layerprof.demo import SmallCNN, TinyTransformer
 from layerprof.errors import ModelRunError
+from layerprof.opcapture import LAYER_PREFIX, HostEvent
 from layerprof.records import LayerSamples, OpStat
 from layerprof.scripted import (
+    ScriptRows,
+    call_graph,
     export_layer_profile,
-    hierarchy_path,
+    hierarchy_segments,
     instrumented_module,
+    judge,
+    observed_spans,
+    script_capture,
     script_layer_profile,
 )
+from tests.real_models import ListEncoder, ResNetish, TinyGPT
 
 
 def ops_of(ops: tuple[OpStat, ...], layer: str) -> set[str]:
@@ -40,11 +52,187 @@ def _called_parent(path: str, samples: dict[str, LayerSamples]) -> str:
             return parent
 
 
-def test_hierarchy_path() -> None:
+def test_hierarchy_segments() -> None:
     h = "TOP(Net)::forward.features(Sequential)::forward.0(Block)::forward.conv(Conv2d)::forward.SELF(Conv2d)::_conv_forward."
-    assert hierarchy_path(h) == [
-        ("features", "Sequential"), ("features.0", "Block"), ("features.0.conv", "Conv2d"),
+    assert hierarchy_segments(h) == [
+        ("features", "Sequential", "forward"), ("0", "Block", "forward"),
+        ("conv", "Conv2d", "forward"),
     ]  # fmt: skip
+    assert hierarchy_segments("TOP(Net)::forward.1(ReLU)::forward.::relu.") == [
+        ("1", "ReLU", "forward")
+    ]
+    h = "TOP(L)::forward.self_attn(MultiheadAttention)::merge_masks."
+    assert hierarchy_segments(h) == [("self_attn", "MultiheadAttention", "merge_masks")]
+
+
+# ---- TorchScript rows against the eager model's own calls ----------------------------
+
+REAL: dict[str, tuple[Callable[[], nn.Module], Callable[[], torch.Tensor]]] = {
+    "list_encoder": (ListEncoder, lambda: torch.randn(4, 16, 64)),
+    "resnet": (ResNetish, lambda: torch.randn(2, 3, 16, 16)),
+    "gpt_sdpa": (TinyGPT, lambda: torch.randint(0, 128, (2, 16))),
+    "gpt_mha": (lambda: TinyGPT(mha=True), lambda: torch.randint(0, 128, (2, 16))),
+}
+
+
+def to_torchscript(model: nn.Module, x: torch.Tensor, how: str) -> Any:
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # TracerWarning on the GPT's python-float scale
+        return torch.jit.trace(model, x) if how == "trace" else torch.jit.script(model)
+
+
+def eager_calls(model: nn.Module, x: torch.Tensor) -> Counter[str]:
+    """Calls per module path of one eager inference forward. A global hook, because
+    a hook on a TransformerEncoderLayer turns its fused fast path off."""
+    path_of = {id(m): p for p, m in model.named_modules()}
+    seen: Counter[str] = Counter()
+    hook = nn.modules.module.register_module_forward_hook(
+        lambda m, *_: seen.update([path_of[id(m)]]) if id(m) in path_of else None
+    )
+    try:
+        with torch.inference_mode():
+            model(x)
+    finally:
+        hook.remove()
+    return seen
+
+
+def no_time_lost(rows: ScriptRows, iters: int) -> dict[str, LayerSamples]:
+    """Every sampled path has a row, the tree adds up, and the rows' self times sum
+    to the root's measured total in every iteration (no time on an unshown path)."""
+    samples = rows.capture.layer_samples()
+    assert set(samples) <= {info.path for info in rows.layers}
+    exact_tree(samples, iters)
+    for i in range(iters):
+        assert sum(s.self_ns[i] for s in samples.values()) == samples[""].total_ns[i]
+    return samples
+
+
+@pytest.mark.parametrize("how", ["trace", "script"])
+@pytest.mark.parametrize("case", sorted(REAL))
+def test_torchscript_rows_match_eager_calls(case: str, how: str) -> None:
+    """ModuleList blocks, a fused TransformerEncoder, in-place residual blocks, a GPT
+    stack: every layer is called as often as in eager mode, and no row is left out."""
+    torch.manual_seed(0)
+    make, make_input = REAL[case]
+    model, x = make().eval(), make_input()
+    rows = script_capture(to_torchscript(model, x, how), (x,), None, iters=2)
+    samples = no_time_lost(rows, 2)
+    assert [i.path for i in rows.layers] == [p for p, _ in model.named_modules()]
+    expected = eager_calls(model, x)
+    got = {p: s.calls for p, s in samples.items() if s.calls}
+    assert got == {p: float(n) for p, n in expected.items()}
+    assert len(rows.notes) == 1 and "checked against the TorchScript code" in rows.notes[0]
+
+
+def test_list_encoder_names_module_list_blocks() -> None:
+    """The profiler names ``blocks.0`` just ``0``: rows still land on the real paths."""
+    model, x = ListEncoder().eval(), torch.randn(4, 16, 64)
+    rows = script_capture(to_torchscript(model, x, "trace"), (x,), None, iters=2)
+    ops = rows.capture.ops
+    assert "aten::linear" in ops_of(ops, "blocks.1.0")
+    assert "aten::_transformer_encoder_layer_fwd" in ops_of(ops, "enc.layers.0")
+    assert not ops_of(ops, "enc.layers.0.self_attn")  # the fused fast path never calls it
+
+
+class Twice(nn.Module):
+    """One activation module applied twice back to back: the two calls run no op
+    between them, so the hierarchy shows one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.act = nn.ReLU()
+        self.out = nn.Linear(8, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.act(self.act(self.fc(x))))
+
+
+class Looped(nn.Module):
+    """A layer applied in a loop: its calls follow each other with nothing between."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for _ in range(3):
+            x = self.fc(x)
+        return self.head(x)
+
+
+@pytest.mark.parametrize(
+    ("model", "dropped", "reason"),
+    [(Twice(), "act", "calls run back to back"), (Looped(), "fc", "a loop")],
+)
+def test_calls_the_hierarchy_cannot_separate_are_left_out(
+    model: nn.Module, dropped: str, reason: str
+) -> None:
+    rows = script_capture(torch.jit.script(model), (torch.randn(3, 8),), None, iters=2)
+    assert dropped not in {i.path for i in rows.layers}
+    assert {"fc", "act", "out", "head"} - {dropped} & {p for p, _ in model.named_modules()} <= {
+        i.path for i in rows.layers
+    }
+    note = next(n for n in rows.notes if "no rows for" in n)
+    assert f"no rows for {dropped} " in note and reason in note
+    no_time_lost(rows, 2)
+
+
+def test_frozen_module_has_only_the_root_and_says_why() -> None:
+    model, x = ResNetish().eval(), torch.randn(1, 3, 16, 16)
+    frozen = torch.jit.freeze(torch.jit.script(model))
+    rows = script_capture(frozen, (x,), None, iters=2)
+    assert [i.path for i in rows.layers] == [""]
+    assert any("no rows below ResNetish" in n and "frozen" in n for n in rows.notes)
+    no_time_lost(rows, 2)
+
+
+def _op(name: str, start: int, end: int, hier: str) -> tuple[HostEvent, str]:
+    return HostEvent(name, 1, start, end), "TOP(TinyGPT)::forward." + hier
+
+
+def test_interleaved_ops_drop_the_layer_not_the_rest() -> None:
+    """An optimized graph may move a caller's op into a block's run of ops: the block
+    then seems called twice; its rows go, its siblings' stay."""
+    graph = call_graph(torch.jit.script(TinyGPT(depth=2).eval()))
+    block = "0(GPTBlock)::forward."
+    host = [HostEvent(LAYER_PREFIX, 1, 0, 1000)]
+    tagged = [
+        _op("aten::embedding", 10, 20, "wte(Embedding)::forward."),
+        _op("aten::layer_norm", 30, 40, block + "ln_1(LayerNorm)::forward."),
+        _op("aten::add", 45, 50, ""),  # the root's op, hoisted into block 0
+        _op("aten::linear", 60, 70, block + "mlp(MLP)::forward.c_fc(Linear)::forward."),
+        _op("aten::layer_norm", 80, 90, "1(GPTBlock)::forward.ln_1(LayerNorm)::forward."),
+        _op(
+            "aten::linear", 91, 99, "1(GPTBlock)::forward.mlp(MLP)::forward.c_fc(Linear)::forward."
+        ),
+    ]
+    spans, unresolved = observed_spans(host + [e for e, _ in tagged], tagged, graph)
+    assert not unresolved
+    assert sorted(s.path for s in spans if s.path == "h.0") == ["h.0", "h.0"]
+    verdict = judge(graph, spans, unresolved, 1)
+    assert set(verdict.dropped) == {"h.0"}
+    assert {"wte", "h.1", "h.1.ln_1", "h.1.mlp", "h.1.mlp.c_fc"} <= verdict.trusted
+    assert not {p for p in verdict.trusted if p.startswith("h.0")}
+    # layers of h.1 that ran no op here get zero-time calls, as an Identity does
+    assert verdict.empty["h.1.attn"] == [1] and "h.1.attn.c_attn" in verdict.empty
+    assert verdict.drops("h.0.mlp.c_fc") and not verdict.drops("h.1.mlp.c_fc")
+
+
+def test_unknown_module_name_keeps_the_caller_drops_below() -> None:
+    graph = call_graph(torch.jit.script(TinyGPT(depth=1).eval()))
+    host = [HostEvent(LAYER_PREFIX, 1, 0, 1000)]
+    tagged = [
+        _op("aten::layer_norm", 30, 40, "0(GPTBlock)::forward.ln_1(LayerNorm)::forward."),
+        _op("aten::mul", 50, 60, "0(GPTBlock)::forward.gate(Gate)::forward."),
+    ]
+    spans, unresolved = observed_spans(host + [e for e, _ in tagged], tagged, graph)
+    assert set(unresolved) == {"h.0"}
+    verdict = judge(graph, spans, unresolved, 1)
+    assert "h.0" in verdict.trusted and "h.0" in verdict.below
+    assert verdict.drops("h.0.ln_1") and not verdict.drops("h.0")
 
 
 def test_scripted_cnn_has_layer_rows_with_paths() -> None:
@@ -106,11 +294,58 @@ def test_torchscript_trace_export_has_layer_lanes(tmp_path) -> None:
     import orjson
 
     from layerprof.render.chrome import write_chrome_trace
-    from layerprof.scripted import script_capture
 
     scripted = torch.jit.script(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)))
-    _, cap = script_capture(scripted, (torch.randn(2, 4),), None, iters=2)
-    path = write_chrome_trace(tmp_path / "t.json", cap)
+    rows = script_capture(scripted, (torch.randn(2, 4),), None, iters=2)
+    path = write_chrome_trace(tmp_path / "t.json", rows.capture)
     events = orjson.loads(path.read_bytes())["traceEvents"]
     lanes = {e["args"]["path"] for e in events if e.get("cat") == "layerprof_layer"}
     assert {"", "0", "1", "2"} <= lanes
+
+
+def test_cli_traced_list_encoder_rows(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """The issue's example: a traced ModuleList + TransformerEncoder saved and run."""
+    import json
+
+    from layerprof.cli import main
+
+    model, x = ListEncoder().eval(), torch.randn(4, 16, 64)
+    torch.jit.save(to_torchscript(model, x, "trace"), tmp_path / "m.ts")
+    out = tmp_path / "p.json"
+    code = main(["run", str(tmp_path / "m.ts"), "--input", "4x16x64", "--warmup", "1",
+                 "--iters", "3", "--json", str(out)])  # fmt: skip
+    _, err = capsys.readouterr()
+    assert code == 0, err
+    assert "Warning" not in err
+    data = json.loads(out.read_text())
+    rows = {layer["path"]: layer for layer in data["layers"]}
+    assert {p: rows[p]["calls"] for p in ("blocks.0", "blocks.2.1", "enc", "enc.layers.1")} == {
+        "blocks.0": 1, "blocks.2.1": 1, "enc": 1, "enc.layers.1": 1,
+    }  # fmt: skip
+    assert all(r["self_ms"] >= 0 for r in rows.values())
+    # no time on a path without a row: per iteration, the rows' self times add up to
+    # the root's measured total (the bug put most of it on paths like "0" and "enc.0")
+    sampled = [r["samples"] for r in rows.values() if "samples" in r]
+    for i, root_total in enumerate(rows[""]["samples"]["total_ms"]):
+        assert sum(s["self_ms"][i] for s in sampled) == pytest.approx(root_total)
+    assert not [n for n in data["notes"] if "no rows" in n]
+
+
+def test_with_modules_deprecation_is_not_shown(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Torch builds that deprecate ``with_modules`` warn on every TorchScript run; it is
+    the only source of the Module Hierarchy, so the call site filters that one warning."""
+    real_init = torch.profiler.profile.__init__
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        if kwargs.get("with_modules"):
+            warnings.warn("`with_modules` is deprecated", FutureWarning, stacklevel=2)
+        warnings.warn("another profiler warning", FutureWarning, stacklevel=2)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.profiler.profile, "__init__", init)
+    scripted = torch.jit.script(nn.Sequential(nn.Linear(4, 4)))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        script_capture(scripted, (torch.randn(2, 4),), None, iters=1)
+    messages = [str(w.message) for w in seen if w.category is FutureWarning]
+    assert messages == ["another profiler warning"]

@@ -1,10 +1,14 @@
 """Keep Kineto's own log lines out of the user's terminal.
 
 torch's Kineto (C++) writes ``USDT: ... profiler_start`` / ``STAGE: ...``
-lines straight to file descriptor 2 whenever the profiler starts or stops.
-While the profiler runs, fd 2 goes to a temporary file; afterwards every
-other line (warnings, a model's own prints) is written back to stderr, so
-nothing but Kineto's chatter is lost.
+lines straight to file descriptor 2 whenever the profiler starts or stops,
+and a CUDA build of torch on a machine without a GPU adds
+``ERROR: ... gpuGetDeviceCount failed with code 35`` (and its
+``gpuGetDeviceProperties`` twin) on every start: Kineto looks for GPUs
+whatever activities were asked for. While the profiler runs, fd 2 goes to a
+temporary file; afterwards every other line (other errors and warnings, a
+model's own prints) is written back to stderr, so nothing but this known
+chatter is lost.
 """
 
 from __future__ import annotations
@@ -16,7 +20,12 @@ import sys
 import tempfile
 from collections.abc import Iterator
 
-_KINETO_LINE = re.compile(r"^(USDT|STAGE):\S* \S+ \d+:\d+ \S+\.cpp:\d+\]")
+# Kineto's own logger writes "SEVERITY:date time pid:tid File.cpp:line] message";
+# a glog build "E1123 10:00:00.123 42 File.cpp:47] message".
+_KINETO_LINE = re.compile(
+    r"^(?:(?:USDT|STAGE):\S* \S+ \d+:\d+ \S+\.cpp:\d+\]"
+    r"|(?:.*\.cpp:\d+\] |ERROR: ?)?gpuGetDevice(?:Count|Properties) failed with (?:code )?-?\d+\s*$)"
+)
 
 
 @contextlib.contextmanager

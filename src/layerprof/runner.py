@@ -364,15 +364,17 @@ def _scripted(
 
     options = opts.ops or OpOptions()
     if opts.kind == "torchscript":
-        layers, capture = script_capture(model, args, kwargs, iters=opts.iters, options=options)
+        rows = script_capture(model, args, kwargs, iters=opts.iters, options=options)
+        layers, capture, notes = rows.layers, rows.capture, rows.notes
     else:
         layers, capture = export_capture(program, args, kwargs, iters=opts.iters, options=options)
+        notes = (f"{opts.kind}: per-layer times come from torch.profiler ranges",)
     profile = replace(
         base,
         layers=layers,
         samples=capture.layer_samples(),
         ops=capture.ops if opts.ops is not None else (),
-        notes=(*base.notes, f"{opts.kind}: per-layer times come from torch.profiler ranges"),
+        notes=(*base.notes, *notes),
     )
     return Measurement(profile, capture)
 

@@ -20,8 +20,12 @@ attribution applies unchanged.
 
 from __future__ import annotations
 
+import bisect
+import math
 import re
+import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from layerprof.device import device_of
@@ -31,30 +35,106 @@ from layerprof.opcapture import (
     HostEvent,
     OpCapture,
     OpOptions,
+    TraceCycle,
     attribute,
     capture_ops,
     range_api,
     trace_loader,
 )
 from layerprof.quiet import kineto_quiet
-from layerprof.records import LayerInfo, LayerSamples, OpStat
+from layerprof.records import LayerCall, LayerInfo, LayerSamples, OpStat
 
 if TYPE_CHECKING:
     import torch
 
 LayerProfile = tuple[tuple[LayerInfo, ...], dict[str, LayerSamples], tuple[OpStat, ...]]
-_SEGMENT = re.compile(r"^(?P<name>[^(]*)\((?P<type>[^)]*)\)::")
+# torch.jit.trace names a module's second and later calls forward1, forward2, ...
+_FORWARD = re.compile(r"^forward\d*$")
+_SEGMENT = re.compile(r"^(?P<name>[^(]*)\((?P<type>[^)]*)\)::(?P<method>.*)$")
 
 
 # ---- TorchScript -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CallSite:
+    """A sub-module that a module's TorchScript code calls.
+
+    ``name`` is the last attribute the code took to reach it (``blocks.0`` ->
+    ``0``), which is all the profiler's Module Hierarchy shows of it. ``low``
+    is how many calls per call of the caller run outside any branch or loop;
+    ``high`` adds those inside branches, and is infinite inside a loop.
+    """
+
+    path: str
+    name: str
+    low: int
+    high: float
+
+
+@dataclass
+class CallGraph:
+    """Who calls whom: ``prim::CallMethod`` nodes on ``prim::GetAttr`` chains in
+    every submodule's graph (calls to its own methods followed)."""
+
+    types: dict[str, str]  # path -> type name, in named_modules() order
+    sites: dict[str, dict[str, CallSite]]  # caller path -> callee path -> site
+    flawed: dict[str, str]  # callee path -> why its rows cannot be trusted
+
+    def callees(self, caller: str) -> dict[str, CallSite]:
+        return self.sites.get(caller, {})
+
+    def resolve(self, segments: Sequence[tuple[str, str, str]]) -> tuple[list[str], bool]:
+        """Module-hierarchy segments -> the module paths they name, outermost first.
+
+        A call of another method than ``forward`` on a sub-module is no call of
+        that layer (eager hooks would not see it): its ops stay with the caller.
+        Stops at the first segment that no call site of its caller matches by
+        name and type (then False): the op belongs somewhere under the last
+        path returned, but not to a module this graph can name.
+        """
+        paths: list[str] = []
+        caller = ""
+        for k, (name, type_name, method) in enumerate(segments):
+            if not _FORWARD.match(method):
+                return paths, k == len(segments) - 1
+            found = [
+                s.path
+                for s in self.callees(caller).values()
+                if s.name == name and self.types.get(s.path) == type_name
+            ]
+            if len(found) != 1:
+                return paths, False
+            caller = found[0]
+            paths.append(caller)
+        return paths, True
+
+
+@dataclass(frozen=True)
+class ScriptRows:
+    """Per-layer rows of a TorchScript run: layers (untrusted ones left out),
+    the op capture, and notes saying what was left out and why."""
+
+    layers: tuple[LayerInfo, ...]
+    capture: OpCapture
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _Span:
+    path: str
+    tid: int
+    start: int
+    end: int
+    iteration: int
 
 
 def script_layer_profile(
     scripted_module: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None, *, iters: int
 ) -> LayerProfile:
     """(layers, samples, ops) of a ``torch.jit.ScriptModule`` from the module hierarchy."""
-    layers, cap = script_capture(scripted_module, args, kwargs, iters=iters)
-    return layers, cap.layer_samples(), cap.ops
+    rows = script_capture(scripted_module, args, kwargs, iters=iters)
+    return rows.layers, rows.capture.layer_samples(), rows.capture.ops
 
 
 def script_capture(
@@ -64,54 +144,389 @@ def script_capture(
     *,
     iters: int,
     options: OpOptions | None = None,
-) -> tuple[tuple[LayerInfo, ...], OpCapture]:
-    import torch
-
-    from layerprof.opcapture import TraceCycle, profiler_kwargs
-    from layerprof.runner import model_error
-
-    kw = profiler_kwargs(options or OpOptions(), device_of(scripted_module), iters)
-    kw["with_modules"] = True
-    enter, leave = range_api()
-    with kineto_quiet(), torch.no_grad(), torch.profiler.profile(**kw) as prof:
-        for _ in range(iters):
-            handle = enter(LAYER_PREFIX)
-            try:
-                scripted_module(*args, **(kwargs or {}))
-            except (KeyboardInterrupt, ModelRunError):
-                raise
-            except Exception as exc:
-                # TorchScript raises from inside the graph: no layer can be named.
-                raise model_error(scripted_module, None, exc) from exc
-            finally:
-                leave(handle)
-            prof.step()
-    results = prof.profiler.kineto_results
-    trace = trace_loader(results)()
-    host = hierarchy_events(trace.get("traceEvents") or [])
-    _add_layer_ranges(trace, host)
-    records, calls, n = attribute(host, None)
+) -> ScriptRows:
+    """Profile ``iters`` calls with ``with_modules`` and rebuild layer calls from each
+    op's Module Hierarchy, keeping only the layers whose calls the code confirms."""
+    trace = _profiled_trace(scripted_module, args, kwargs, iters, options or OpOptions())
+    host, tagged = _trace_ops(trace.get("traceEvents") or [])
+    graph = call_graph(scripted_module)
+    spans, unresolved = observed_spans(host, tagged, graph)
+    iterations = len({s.iteration for s in _root_spans(host)}) or 1
+    verdict = judge(graph, spans, unresolved, iterations)
+    # Outer layers first where spans coincide (a wrapper whose only work is one
+    # sub-layer), and layers before ops: attribute's sort is stable, so a tie
+    # nests the later event inside the earlier one.
+    kept = sorted(
+        (s for s in spans if s.path in verdict.trusted),
+        key=lambda s: (s.tid, s.start, -s.end, s.path.count(".")),
+    )
+    layer_events = [HostEvent(LAYER_PREFIX + s.path, s.tid, s.start, s.end) for s in kept]
+    _add_layer_ranges(trace, layer_events)
+    records, calls, n = attribute([*layer_events, *host], None)
+    calls += zero_time_calls(calls, verdict.empty, graph)
     cycle = TraceCycle(lambda: trace, trace)
     cap = OpCapture(tuple(records), tuple(calls), max(n, 1), "cpu", cycles=(cycle,))
-    return script_layers(scripted_module), cap
+    layers = tuple(i for i in script_layers(scripted_module) if not verdict.drops(i.path))
+    return ScriptRows(layers, cap, verdict.notes(scripted_module))
 
 
-def _add_layer_ranges(trace: dict[str, Any], host: Sequence[HostEvent]) -> None:
+def _profiled_trace(
+    module: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any] | None,
+    iters: int,
+    options: OpOptions,
+) -> dict[str, Any]:
+    """The Chrome trace of ``iters`` calls, each inside a root ``layer:`` range."""
+    import torch
+
+    from layerprof.opcapture import profiler_kwargs
+    from layerprof.runner import model_error
+
+    kw = profiler_kwargs(options, device_of(module), iters)
+    # The Module Hierarchy of TorchScript ops exists only with with_modules (no other
+    # API gives it); some torch builds warn that it is deprecated: not the user's concern.
+    kw["with_modules"] = True
+    enter, leave = range_api()
+    with kineto_quiet(), torch.no_grad(), warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message=".*with_modules.*deprecated", category=FutureWarning
+        )
+        with torch.profiler.profile(**kw) as prof:
+            for _ in range(iters):
+                handle = enter(LAYER_PREFIX)
+                try:
+                    module(*args, **(kwargs or {}))
+                except (KeyboardInterrupt, ModelRunError):
+                    raise
+                except Exception as exc:
+                    # TorchScript raises from inside the graph: no layer can be named.
+                    raise model_error(module, None, exc) from exc
+                finally:
+                    leave(handle)
+                prof.step()
+    return trace_loader(prof.profiler.kineto_results)()
+
+
+def _trace_ops(
+    events: Sequence[dict[str, Any]],
+) -> tuple[list[HostEvent], list[tuple[HostEvent, str]]]:
+    """Host spans of a ``with_modules`` trace, and the ops among them that carry a hierarchy."""
+    host: list[HostEvent] = []
+    tagged: list[tuple[HostEvent, str]] = []
+    for ev in events:
+        if ev.get("ph") != "X" or ev.get("cat") not in ("cpu_op", "user_annotation"):
+            continue
+        start = round(float(ev["ts"]) * 1000)
+        e = HostEvent(str(ev["name"]), _tid(ev), start, start + round(float(ev["dur"]) * 1000))
+        if e.name == "forward":
+            continue  # TorchScript's own method-call record, not an op
+        host.append(e)
+        hier = (ev.get("args") or {}).get("Module Hierarchy")
+        if hier and ev.get("cat") == "cpu_op":
+            tagged.append((e, str(hier)))
+    return host, tagged
+
+
+def _root_spans(host: Sequence[HostEvent]) -> list[_Span]:
+    """The per-iteration root ranges, numbered as ``attribute`` numbers iterations."""
+    roots = sorted((e for e in host if e.name == LAYER_PREFIX), key=lambda e: (e.tid, e.start))
+    return [_Span("", e.tid, e.start, e.end, i) for i, e in enumerate(roots)]
+
+
+def hierarchy_segments(hierarchy: str) -> list[tuple[str, str, str]]:
+    """``TOP(Net)::forward.a(Seq)::forward.0(Conv)::forward.`` ->
+    [("a", "Seq", "forward"), ("0", "Conv", "forward")]: (attribute, type, method).
+
+    The root (``TOP``), calls to a module's own methods (``SELF``) and
+    function frames (``::relu``) name no sub-module and are left out.
+    """
+    out: list[tuple[str, str, str]] = []
+    for segment in hierarchy.split("."):
+        m = _SEGMENT.match(segment)
+        if m is not None and m["name"] not in ("TOP", "SELF"):
+            out.append((m["name"], m["type"], m["method"]))
+    return out
+
+
+def observed_spans(
+    host: Sequence[HostEvent], tagged: Sequence[tuple[HostEvent, str]], graph: CallGraph
+) -> tuple[list[_Span], dict[str, str]]:
+    """One span per run of consecutive top-level ops under the same module, per
+    iteration (a span never crosses an iteration's root range).
+
+    Also returns, per module, a hierarchy under it that names no module its
+    code calls: the ops go to that module, its sub-layers cannot be trusted.
+    """
+    by_tid: dict[int, list[tuple[HostEvent, str]]] = {}
+    for e, hier in sorted(tagged, key=lambda t: (t[0].tid, t[0].start, -t[0].end)):
+        by_tid.setdefault(e.tid, []).append((e, hier))
+    resolved: dict[str, tuple[list[str], bool]] = {}
+    unresolved: dict[str, str] = {}
+    spans: list[_Span] = []
+    for root in _root_spans(host):
+        ops = by_tid.get(root.tid, [])
+        lo = bisect.bisect_left(ops, root.start, key=lambda t: t[0].start)
+        open_: list[list[Any]] = []  # [path, start, end]
+        outer_end = -1
+        for e, hier in ops[lo:]:
+            if e.start >= root.end:
+                break
+            if e.start < outer_end or e.end > root.end:
+                continue  # nested in the op before it, which placed it
+            outer_end = e.end
+            if hier not in resolved:
+                resolved[hier] = graph.resolve(hierarchy_segments(hier))
+            paths, ok = resolved[hier]
+            if not ok:
+                unresolved.setdefault(paths[-1] if paths else "", hier)
+            keep = 0
+            while keep < min(len(open_), len(paths)) and open_[keep][0] == paths[keep]:
+                keep += 1
+            while len(open_) > keep:
+                path, s, end = open_.pop()
+                spans.append(_Span(path, root.tid, s, end, root.iteration))
+            open_ += [[p, e.start, e.end] for p in paths[keep:]]
+            for frame in open_:
+                frame[2] = max(frame[2], e.end)
+        while open_:
+            path, s, end = open_.pop()
+            spans.append(_Span(path, root.tid, s, end, root.iteration))
+    return spans, unresolved
+
+
+@dataclass
+class Verdict:
+    """Which layers' rows the TorchScript code confirms.
+
+    ``trusted``: layers whose calls per forward match what their caller's code
+    makes; ``empty``: trusted layers that ran no operator (an ``Identity``),
+    with their zero-time calls per iteration; ``dropped``: layer -> why its
+    rows (and its sub-layers') are left out; ``below``: layers whose
+    sub-layers are all left out, and why.
+    """
+
+    trusted: set[str]
+    empty: dict[str, list[int]]
+    dropped: dict[str, str]
+    below: dict[str, str]
+
+    def drops(self, path: str) -> bool:
+        """Is ``path`` left out (dropped itself, or under a dropped or ``below`` layer)?"""
+        return any(path == d or _inside(path, d) for d in self.dropped) or any(
+            _inside(path, b) for b in self.below
+        )
+
+    def notes(self, module: Any) -> tuple[str, ...]:
+        """One line on the method, then one per reason layers were left out."""
+        root = str(getattr(module, "original_name", type(module).__name__))
+        out = [
+            "torchscript: layer times come from the module hierarchy the profiler records"
+            " per operator (a call spans its first to its last operator); each layer's"
+            " calls are checked against the TorchScript code that calls it"
+        ]
+        by_reason: dict[str, list[str]] = {}
+        for path, why in self.dropped.items():
+            if not any(_inside(path, d) for d in self.dropped):
+                by_reason.setdefault(why, []).append(path or root)
+        for why, paths in by_reason.items():
+            names = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+            out.append(
+                f"torchscript: no rows for {names} (or their sub-layers): {why};"
+                " their time is in the calling layer's self time"
+            )
+        for path, why in self.below.items():
+            out.append(
+                f"torchscript: no rows below {path or root}: {why};"
+                f" their time is in {path or root}'s self time"
+            )
+        return tuple(out)
+
+
+def judge(
+    graph: CallGraph, spans: Sequence[_Span], unresolved: dict[str, str], iterations: int
+) -> Verdict:
+    """Walk the call graph from the root: a callee is trusted when its caller is and
+    its observed calls per iteration fit the count its caller's code makes."""
+    seen: dict[str, list[int]] = {"": [1] * iterations}
+    for s in spans:
+        seen.setdefault(s.path, [0] * iterations)[s.iteration] += 1
+    verdict = Verdict(trusted={""}, empty={}, dropped={}, below={})
+    queue = [""]
+    while queue:
+        caller = queue.pop(0)
+        if caller in unresolved:
+            verdict.below[caller] = (
+                "its operators name sub-modules that its TorchScript code does not call"
+                + (
+                    " (the module was frozen or optimized for inference, which inlines them)"
+                    if len(graph.types) == 1
+                    else ""
+                )
+            )
+            continue
+        calls = seen.get(caller, [0] * iterations)
+        for callee, site in graph.callees(caller).items():
+            if callee in verdict.trusted or callee in verdict.dropped:
+                continue
+            counts = seen.get(callee, [0] * iterations)
+            why = graph.flawed.get(callee) or _count_flaw(site, counts, calls)
+            if (
+                why is not None
+                and not any(counts)
+                and site.low == site.high
+                and callee not in graph.flawed
+            ):
+                # ran no operator at all (an Identity): called, in no time
+                counts = verdict.empty[callee] = seen[callee] = [site.low * c for c in calls]
+                why = None
+            if why is None:
+                verdict.trusted.add(callee)
+                queue.append(callee)
+            else:
+                verdict.dropped[callee] = why
+    return verdict
+
+
+_INTERLEAVED = (
+    "the order of their operators does not give the calls their TorchScript code makes"
+    " (operators of several calls interleave, or calls run back to back)"
+)
+_REPEATED = (
+    "their code may call them several times in a row (a loop, or branches), and calls"
+    " with no operator between them cannot be told apart"
+)
+
+
+def _count_flaw(site: CallSite, counts: Sequence[int], calls: Sequence[int]) -> str | None:
+    """Why the observed calls per iteration cannot be trusted, or None."""
+    if site.low != site.high and site.high > 1:
+        return _REPEATED
+    for seen, n in zip(counts, calls, strict=True):
+        if not site.low * n <= seen <= site.high * n:
+            return _INTERLEAVED
+    return None
+
+
+def zero_time_calls(
+    calls: Sequence[LayerCall], empty: dict[str, list[int]], graph: CallGraph
+) -> list[LayerCall]:
+    """Calls of layers that ran no operator: zero-length, inside their caller's first
+    call of each iteration (appended after their parents, as build_samples needs)."""
+    caller_of = {callee: caller for caller, sites in graph.sites.items() for callee in sites}
+    every = list(calls)
+    for path, per_iteration in empty.items():  # callers before callees: judge's order
+        for it, n in enumerate(per_iteration):
+            parent = next(
+                (i for i, c in enumerate(every) if c.path == caller_of[path] and c.iteration == it),
+                None,
+            )
+            if parent is not None:
+                at = every[parent].start_ns
+                every += [LayerCall(path, it, at, at, parent)] * n
+    return every[len(calls) :]
+
+
+def call_graph(module: Any) -> CallGraph:
+    """The call sites of every submodule with TorchScript code (see ``CallGraph``)."""
+    modules = dict(module.named_modules())
+    types = {p: str(getattr(m, "original_name", type(m).__name__)) for p, m in modules.items()}
+    sites: dict[str, dict[str, CallSite]] = {}
+    flawed: dict[str, str] = {}
+    for path, sub in modules.items():
+        if not _has_code(sub, "forward"):
+            continue
+        for chain, (low, high) in _method_counts(sub, "forward", ("forward",)).items():
+            callee = f"{path}.{'.'.join(chain)}" if path else ".".join(chain)
+            sites.setdefault(path, {})[callee] = CallSite(callee, chain[-1], int(low), high)
+            why = _site_flaw(path, callee, modules)
+            if why is not None:
+                flawed[callee] = why
+    return CallGraph(types, sites, flawed)
+
+
+def _site_flaw(caller: str, callee: str, modules: dict[str, Any]) -> str | None:
+    """A call the module tree cannot show as parent -> child."""
+    if callee not in modules:
+        return "it is not in named_modules() (one module shared under two paths)"
+    rel = callee[len(caller) + 1 :] if caller else callee
+    parts = rel.split(".")
+    for k in range(1, len(parts)):
+        mid = f"{caller}.{'.'.join(parts[:k])}" if caller else ".".join(parts[:k])
+        if _has_code(modules[mid], "forward"):
+            return f"{caller or 'the model'} calls it directly, not through {mid}"
+    return None
+
+
+def _has_code(sub: Any, method: str) -> bool:
+    c = getattr(sub, "_c", None)
+    return c is not None and bool(c._has_method(method))
+
+
+Counts = dict[tuple[str, ...], tuple[float, float]]  # attribute chain -> (low, high) calls
+
+
+def _method_counts(sub: Any, method: str, stack: tuple[str, ...]) -> Counts:
+    graph = sub._c._get_method(method).graph
+    self_id = next(iter(graph.inputs())).unique()
+    return _block_counts(graph.nodes(), sub, self_id, stack)
+
+
+def _block_counts(nodes: Any, sub: Any, self_id: int, stack: tuple[str, ...]) -> Counts:
+    """Sub-module calls of one block of nodes: sequences add up, the branches of an
+    ``If`` give the least and the most of either, a ``Loop`` any number."""
+    total: Counts = {}
+    for node in nodes:
+        kind = node.kind()
+        if kind == "prim::CallMethod":
+            chain = _attr_chain(node.inputsAt(0), self_id)
+            name = node.s("name")
+            if chain == () and name not in stack and _has_code(sub, name):
+                # a method of its own: its calls count as this module's
+                _add(total, _method_counts(sub, name, (*stack, name)))
+            elif chain and _FORWARD.match(name):  # other methods are no layer call
+                _add(total, {chain: (1, 1)})
+        parts = [_block_counts(b.nodes(), sub, self_id, stack) for b in node.blocks()]
+        if not parts:
+            continue
+        chains = {c for part in parts for c in part}
+        if kind == "prim::If":
+            _add(total, {c: (min(p.get(c, (0, 0))[0] for p in parts),
+                             max(p.get(c, (0, 0))[1] for p in parts)) for c in chains})  # fmt: skip
+        else:  # a loop (or any other block): how often it runs is not in the code
+            _add(total, dict.fromkeys(chains, (0.0, math.inf)))
+    return total
+
+
+def _add(total: Counts, more: Counts) -> None:
+    for chain, (low, high) in more.items():
+        was_low, was_high = total.get(chain, (0, 0))
+        total[chain] = (was_low + low, was_high + high)
+
+
+def _attr_chain(value: Any, self_id: int) -> tuple[str, ...] | None:
+    """``self.blocks.0`` -> ("blocks", "0"); None when the module comes from elsewhere."""
+    names: list[str] = []
+    while value.unique() != self_id:
+        node = value.node()
+        if node.kind() != "prim::GetAttr":
+            return None
+        names.append(node.s("name"))
+        value = node.inputsAt(0)
+    return tuple(reversed(names))
+
+
+def _inside(path: str, root: str) -> bool:
+    return path.startswith(root + ".") if root else path != ""
+
+
+def _add_layer_ranges(trace: dict[str, Any], spans: Sequence[HostEvent]) -> None:
     """Write the synthetic per-module spans into the trace as ``layer:`` ranges, so
     exported traces get layer lanes for TorchScript models too."""
     events = trace.setdefault("traceEvents", [])
-    present = {
-        (str(ev.get("name")), round(float(ev.get("ts", 0)) * 1000))
-        for ev in events
-        if str(ev.get("name", "")).startswith(LAYER_PREFIX)
-    }
     where = {_tid(ev): (ev.get("pid"), ev.get("tid")) for ev in events if ev.get("cat") == "cpu_op"}
-    for e in host:
-        if (
-            not e.name.startswith(LAYER_PREFIX)
-            or (e.name, e.start) in present
-            or e.tid not in where
-        ):
+    for e in spans:
+        if e.tid not in where:
             continue
         pid, tid = where[e.tid]
         events.append(
@@ -126,67 +541,6 @@ def _add_layer_ranges(trace: dict[str, Any], host: Sequence[HostEvent]) -> None:
                 "args": {"synthetic": "from the Module Hierarchy of its operators"},
             }
         )
-
-
-def hierarchy_path(hierarchy: str) -> list[tuple[str, str]]:
-    """``TOP(Net)::forward.a(Seq)::forward.0(Conv)::forward.`` -> [("a", "Seq"), ("a.0", "Conv")]."""
-    out: list[tuple[str, str]] = []
-    path = ""
-    for segment in hierarchy.split("."):
-        m = _SEGMENT.match(segment)
-        if m is None or m["name"] in ("TOP", "SELF"):
-            continue
-        path = f"{path}.{m['name']}" if path else m["name"]
-        out.append((path, m["type"]))
-    return out
-
-
-def hierarchy_events(events: Sequence[dict[str, Any]]) -> list[HostEvent]:
-    """Ops of a ``with_modules`` trace plus synthetic ``layer:`` spans from their hierarchy."""
-    ops: list[HostEvent] = []
-    tagged: list[tuple[HostEvent, list[str]]] = []
-    for ev in events:
-        if ev.get("ph") != "X" or ev.get("cat") not in ("cpu_op", "user_annotation"):
-            continue
-        start = round(float(ev["ts"]) * 1000)
-        e = HostEvent(str(ev["name"]), _tid(ev), start, start + round(float(ev["dur"]) * 1000))
-        if e.name == "forward":
-            continue  # TorchScript's own method-call record, not an op
-        ops.append(e)
-        hier = (ev.get("args") or {}).get("Module Hierarchy")
-        if hier and not e.name.startswith(LAYER_PREFIX):
-            tagged.append((e, [p for p, _ in hierarchy_path(hier)]))
-    return ops + layer_spans(tagged)
-
-
-def layer_spans(tagged: Sequence[tuple[HostEvent, list[str]]]) -> list[HostEvent]:
-    """Group top-level ops by module path into one span per layer call."""
-    spans: list[HostEvent] = []
-    ordered = sorted(tagged, key=lambda t: (t[0].tid, t[0].start, -t[0].end))
-    open_: list[list[Any]] = []  # [path, start, end, tid]
-    outer_end = -1
-    for e, paths in ordered:
-        if e.start < outer_end:
-            continue  # nested op: its parent op already placed it
-        outer_end = e.end
-        keep = 0
-        while (
-            keep < min(len(open_), len(paths))
-            and open_[keep][0] == paths[keep]
-            and open_[keep][3] == e.tid
-        ):
-            keep += 1
-        while len(open_) > keep:
-            path, s, end, tid = open_.pop()
-            spans.append(HostEvent(LAYER_PREFIX + path, tid, s, end))
-        for path in paths[keep:]:
-            open_.append([path, e.start, e.end, e.tid])
-        for frame in open_:
-            frame[2] = max(frame[2], e.end)
-    while open_:
-        path, s, end, tid = open_.pop()
-        spans.append(HostEvent(LAYER_PREFIX + path, tid, s, end))
-    return spans
 
 
 def script_layers(module: Any) -> tuple[LayerInfo, ...]:
