@@ -313,7 +313,7 @@ def test_cli_traced_list_encoder_rows(tmp_path, capsys) -> None:  # type: ignore
     torch.jit.save(to_torchscript(model, x, "trace"), tmp_path / "m.ts")
     out = tmp_path / "p.json"
     code = main(["run", str(tmp_path / "m.ts"), "--input", "4x16x64", "--warmup", "1",
-                 "--iters", "3", "--json", str(out)])  # fmt: skip
+                 "--iters", "3", "--json", str(out), "--samples"])  # fmt: skip
     _, err = capsys.readouterr()
     assert code == 0, err
     assert "Warning" not in err

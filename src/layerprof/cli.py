@@ -60,7 +60,13 @@ def _add_output_options(p: argparse.ArgumentParser, *, json: bool = True) -> Non
     out = p.add_argument_group("output")
     if json:
         out.add_argument(
-            "--json", metavar="FILE", help="write the profile as JSON (schema layerprof.profile/1)"
+            "--json", metavar="FILE", help="write the profile as JSON (schema layerprof.profile/2)"
+        )
+        out.add_argument(
+            "--samples",
+            action="store_true",
+            help="with --json: keep every iteration's times (default: summaries only, which"
+            " diff judges without the rank test)",
         )
     out.add_argument("--csv", metavar="FILE", help="write one CSV line per layer")
     out.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")

@@ -93,7 +93,9 @@ def write_outputs(
 ) -> None:
     written: list[Path] = []
     if getattr(args, "json", None):
-        written.append(profile.save(with_suffix(args.json, suffix)))
+        written.append(
+            profile.save(with_suffix(args.json, suffix), samples=getattr(args, "samples", False))
+        )
     if getattr(args, "csv", None):
         from layerprof.files import write_atomic
         from layerprof.render.table import profile_to_csv
