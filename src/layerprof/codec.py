@@ -615,7 +615,10 @@ def _json_tree(value: Any, depth: int = 0) -> bool:
 def from_dict(data: Any, *, source: str = "<dict>") -> Profile | Run | Diff:
     """Whatever layerprof document ``data`` is; ProfileFormatError for anything else."""
     if not isinstance(data, Mapping) or "schema" not in data:
-        raise ProfileFormatError(f"{source}: not a layerprof file (no 'schema' key)")
+        raise ProfileFormatError(
+            f"{source}: not a layerprof profile, trace analysis or diff (no 'schema' key)",
+            hint="make one with layerprof run --json, analyze --json or diff --json",
+        )
     schema = data["schema"]
     readers: dict[str, Callable[[Any, str], Profile | Run | Diff]] = {
         PROFILE_SCHEMA: _read_profile,
