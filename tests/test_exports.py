@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from layerprof.demo import TinyTransformer
-from layerprof.opcapture import OpCapture, OpOptions, capture_ops, profile_from_capture
+from layerprof.opcapture import OpOptions, RawTrace, capture_ops, profile_from_capture
 from layerprof.profile import Profile
 from layerprof.render.chrome import write_chrome_trace, write_tensorboard_dir
 from layerprof.render.stacks import (
@@ -25,7 +25,7 @@ from layerprof.render.stacks import (
 
 
 @pytest.fixture(scope="module")
-def captured() -> tuple[OpCapture, Profile]:
+def captured() -> tuple[RawTrace, Profile]:
     torch.manual_seed(0)
     model = TinyTransformer(vocab=100, dim=32, heads=2, depth=1).eval()
     cap = capture_ops(
@@ -61,10 +61,10 @@ def assert_nested_per_thread(spans: list[dict[str, Any]]) -> None:
 
 @pytest.mark.parametrize("name", ["trace.json", "sub/dir/trace.json.gz"])
 def test_chrome_trace_has_layer_lane_above_kept_kineto_events(
-    tmp_path: Path, captured: tuple[OpCapture, Profile], name: str
+    tmp_path: Path, captured: tuple[RawTrace, Profile], name: str
 ) -> None:
-    cap, profile = captured
-    path = write_chrome_trace(tmp_path / name, cap, profile)
+    _, profile = captured
+    path = write_chrome_trace(tmp_path / name, profile)
     data = load_trace(path)
     events = data["traceEvents"]
     assert "baseTimeNanoseconds" in data or "schemaVersion" in data  # Kineto metadata kept
@@ -83,16 +83,16 @@ def test_chrome_trace_has_layer_lane_above_kept_kineto_events(
     assert sort and sort[0]["args"]["sort_index"] == -1
 
 
-def test_tensorboard_dir_layout(tmp_path: Path, captured: tuple[OpCapture, Profile]) -> None:
-    cap, profile = captured
-    path = write_tensorboard_dir(tmp_path / "runs" / "exp1", cap, profile, worker="host_1")
+def test_tensorboard_dir_layout(tmp_path: Path, captured: tuple[RawTrace, Profile]) -> None:
+    _, profile = captured
+    path = write_tensorboard_dir(tmp_path / "runs" / "exp1", profile, worker="host_1")
     assert path.parent == tmp_path / "runs" / "exp1"
     assert re.fullmatch(r"host_1\.\d+\.pt\.trace\.json", path.name)
     assert load_trace(path)["traceEvents"]
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temp files left
 
 
-def test_folded_stacks(tmp_path: Path, captured: tuple[OpCapture, Profile]) -> None:
+def test_folded_stacks(tmp_path: Path, captured: tuple[RawTrace, Profile]) -> None:
     _, profile = captured
     path = write_folded(tmp_path / "out.folded", profile)
     lines = path.read_text().splitlines()
@@ -108,7 +108,7 @@ def test_folded_stacks(tmp_path: Path, captured: tuple[OpCapture, Profile]) -> N
     assert abs(total_us - root_us) <= 0.25 * root_us + len(lines)
 
 
-def test_speedscope_schema_fields(tmp_path: Path, captured: tuple[OpCapture, Profile]) -> None:
+def test_speedscope_schema_fields(tmp_path: Path, captured: tuple[RawTrace, Profile]) -> None:
     _, profile = captured
     path = write_speedscope(tmp_path / "p.speedscope.json", profile)
     doc = orjson.loads(path.read_bytes())

@@ -14,42 +14,42 @@ from torch import nn
 from layerprof import opcapture
 from layerprof.demo import SmallCNN, TinyTransformer
 from layerprof.errors import ModelRunError, UsageError
-from layerprof.opcapture import (
-    UNATTRIBUTED,
-    DeviceEvent,
-    HostEvent,
-    OpCapture,
-    OpOptions,
-    build_capture,
-    capture_ops,
-    profile_from_capture,
-)
+from layerprof.opcapture import UNATTRIBUTED, OpOptions, capture_ops, profile_from_capture
+from layerprof.profile import Profile
 from layerprof.records import OpStat
-from layerprof.render.ops_console import render_ops
+from layerprof.render.ops_console import flat, render_ops
+from layerprof.trace.kineto import tables_from_documents
+from layerprof.trace.reduce import reduce
 from tests import zoo_models as zoo
 
 
-def capture(model: nn.Module, *args: Any, iters: int = 2, **kw: Any) -> OpCapture:
+def capture(model: nn.Module, *args: Any, iters: int = 2, **kw: Any) -> Profile:
+    """An ops-mode capture, as the trace engine attributes it (layers, ops, samples)."""
     options = kw.pop("options", OpOptions())
-    return capture_ops(
+    raw = capture_ops(
         model.eval(), args, None, iters=iters, device="cpu", options=options,
         grad_ctx_factory=torch.inference_mode, **kw,
     )  # fmt: skip
+    return profile_from_capture(model, raw)
 
 
-def names(ops: tuple[OpStat, ...], layer: str) -> set[str]:
-    return {o.name for o in ops if o.layer == layer}
+def names(ops: tuple[OpStat, ...], layer: str, phase: str = "forward") -> set[str]:
+    return {o.name for o in ops if o.layer == layer and o.phase == phase}
+
+
+def iterations(p: Profile) -> int:
+    return max(s.total_ns.n for s in p.samples.values())
 
 
 @pytest.fixture(scope="module")
-def transformer_capture() -> tuple[nn.Module, OpCapture]:
+def transformer_capture() -> tuple[nn.Module, Profile]:
     torch.manual_seed(0)
     model = TinyTransformer(vocab=100, dim=32, heads=2, depth=1)
     return model, capture(model, torch.randint(0, 100, (2, 16)), iters=3)
 
 
 def test_ops_listed_under_a_layer_are_the_ops_it_runs(
-    transformer_capture: tuple[nn.Module, OpCapture],
+    transformer_capture: tuple[nn.Module, Profile],
 ) -> None:
     _, cap = transformer_capture
     qkv = names(cap.ops, "layers.0.attn.qkv")
@@ -62,7 +62,7 @@ def test_ops_listed_under_a_layer_are_the_ops_it_runs(
     assert "aten::native_layer_norm" in names(cap.ops, "layers.0.norm1")
     assert "aten::embedding" in names(cap.ops, "embed")
     assert "aten::mean" in names(cap.ops, "")  # functional op in the root's forward
-    assert cap.iterations == 3
+    assert iterations(cap) == 3
     assert all(o.device_ns is None for o in cap.ops)  # CPU: no device column, not zero
 
 
@@ -77,38 +77,36 @@ def test_cnn_ops_by_layer() -> None:
 
 
 def test_layer_self_time_is_its_ops_plus_python_gap(
-    transformer_capture: tuple[nn.Module, OpCapture],
+    transformer_capture: tuple[nn.Module, Profile],
 ) -> None:
     """Exact: ops' self times in a layer sum to at most the layer's self time (same
     clock, ops lie inside the layer range). Tolerance for the rest, the Python gap
     (hooks, attribute lookups, view bookkeeping): at most 100 µs per call + 50 %."""
     _, cap = transformer_capture
-    samples = cap.layer_samples()
-    per_layer: dict[str, int] = {}
-    for o in cap.ops:
-        if o.layer is not None:
-            per_layer[o.layer] = per_layer.get(o.layer, 0) + o.self_ns
+    samples = cap.samples
     checked = 0
     for path, s in samples.items():
-        layer_self = sum(s.self_ns) / len(s.self_ns)
-        ops_self = per_layer.get(path, 0)
-        assert ops_self <= layer_self * 1.001 + 1_000, path  # rounding of per-iteration means
-        if path.endswith(("qkv", "proj", "norm1", "norm2")) or path == "head":
-            gap = layer_self - ops_self
-            assert gap <= 100_000 * s.calls + 0.5 * layer_self, (path, gap, layer_self)
-            checked += 1
+        for i in range(iterations(cap)):
+            ops_self = sum(
+                o.samples.self_ns[i] for o in cap.ops if o.layer == path and o.samples is not None
+            )
+            layer_self = s.self_ns[i]
+            assert ops_self <= layer_self, (path, i)  # the same clock, per iteration: exact
+            if path.endswith(("qkv", "proj", "norm1", "norm2")) or path == "head":
+                gap = layer_self - ops_self
+                assert gap <= 100_000 * s.calls + 0.5 * layer_self, (path, gap, layer_self)
+                checked += 1
     assert checked >= 5
 
 
 def test_layer_samples_keep_the_tree_invariant(
-    transformer_capture: tuple[nn.Module, OpCapture],
+    transformer_capture: tuple[nn.Module, Profile],
 ) -> None:
     """Per iteration, exactly: total == self + sum(children totals) and self >= 0.
     (Medians over iterations need not add up; the runner's tests cover those.)"""
-    model, cap = transformer_capture
-    samples = cap.layer_samples()
-    profile = profile_from_capture(model, cap)
-    assert {r.path for r in profile.rows() if r.calls} == set(samples)
+    _, cap = transformer_capture
+    samples = cap.samples
+    assert {r.path for r in cap.rows() if r.calls} == set(samples)
     children: dict[str, list[str]] = {}
     for path in samples:
         if path:
@@ -117,18 +115,18 @@ def test_layer_samples_keep_the_tree_invariant(
                 parent = parent.rsplit(".", 1)[0] if "." in parent else ""
             children.setdefault(parent, []).append(path)
     for path, s in samples.items():
-        for i in range(cap.iterations):
+        for i in range(iterations(cap)):
             kids = sum(samples[c].total_ns[i] for c in children.get(path, []))
             assert s.total_ns[i] == s.self_ns[i] + kids, (path, i)
             assert s.self_ns[i] >= 0
 
 
-def test_flat_ops_like_key_averages(transformer_capture: tuple[nn.Module, OpCapture]) -> None:
+def test_flat_ops_like_key_averages(transformer_capture: tuple[nn.Module, Profile]) -> None:
     _, cap = transformer_capture
-    flat = {o.name: o for o in cap.flat_ops()}
+    merged = {o.name: o for o in flat([o for o in cap.ops if o.phase == "forward"])}
     per_layer_addmm = [o for o in cap.ops if o.name == "aten::addmm"]
-    assert flat["aten::addmm"].calls == sum(o.calls for o in per_layer_addmm) == 5
-    assert all(o.layer is None and o.input_shapes is None for o in flat.values())
+    assert merged["aten::addmm"].calls == sum(o.calls for o in per_layer_addmm) == 5
+    assert all(o.layer is None and o.input_shapes is None for o in merged.values())
 
 
 def test_shared_layer_and_functional_model() -> None:
@@ -144,7 +142,7 @@ def test_shared_layer_and_functional_model() -> None:
     addmm = [o for o in cap.ops if o.name == "aten::addmm"]
     assert [(o.layer, o.calls) for o in addmm] == [("fc", 2)]
     assert "aten::relu" in names(cap.ops, "")
-    assert cap.layer_samples()["fc"].calls == 2
+    assert cap.samples["fc"].calls == 2
 
     cap = capture(zoo.Functional(), torch.randn(2, 4, 16))
     assert {"aten::softmax", "aten::matmul"} <= names(cap.ops, "")
@@ -155,15 +153,15 @@ def test_record_shapes_groups_by_shape() -> None:
     cap = capture(
         nn.Sequential(nn.Linear(4, 6)), torch.randn(3, 4), options=OpOptions(record_shapes=True)
     )
-    addmm = [o for o in cap.flat_ops(group_by_shape=True) if o.name == "aten::addmm"]
+    addmm = [o for o in flat(cap.ops) if o.name == "aten::addmm"]
     assert addmm and addmm[0].input_shapes is not None and "[3, 4]" in addmm[0].input_shapes
 
 
 def test_schedule_records_active_steps_only() -> None:
     model = nn.Sequential(nn.Linear(4, 4))
     cap = capture(model, torch.randn(1, 4), iters=5, options=OpOptions(schedule=(1, 1, 2, 1)))
-    assert cap.iterations == 2
-    assert cap.layer_samples()["0"].calls == 1
+    assert iterations(cap) == 2
+    assert cap.samples["0"].calls == 1
     with pytest.raises(UsageError, match="at least 6 iterations"):
         capture(model, torch.randn(1, 4), iters=5, options=OpOptions(schedule=(2, 2, 2, 1)))
     with pytest.raises(UsageError, match="active >= 1"):
@@ -196,13 +194,14 @@ def test_all_options_together_run() -> None:
     cap = capture(nn.Sequential(nn.Linear(4, 4), nn.ReLU()), torch.randn(2, 4), options=opts)
     assert {"aten::linear", "aten::addmm"} <= names(cap.ops, "0")
     assert not any(o.name.startswith(("[memory]", "nn.Module:")) for o in cap.ops)
-    assert any(ev.get("name") == "[memory]" for ev in cap.trace_events)
+    assert cap.events is not None
+    assert any(ev.get("name") == "[memory]" for ev in cap.events.trace_events)
 
 
-def test_backward_ops_by_sequence_number(transformer_capture: tuple[nn.Module, OpCapture]) -> None:
+def test_backward_ops_by_sequence_number(transformer_capture: tuple[nn.Module, Profile]) -> None:
     model, _ = transformer_capture
     cap = capture(model.train(), torch.randint(0, 100, (2, 16)), backward=True)
-    bwd = cap.backward_ops
+    bwd = [o for o in cap.ops if o.phase == "backward"]
     assert any(
         o.name == "autograd::engine::evaluate_function: AddmmBackward0"
         for o in bwd
@@ -210,37 +209,48 @@ def test_backward_ops_by_sequence_number(transformer_capture: tuple[nn.Module, O
     )
     assert any("SoftmaxBackward" in o.name for o in bwd if o.layer == "layers.0.attn")
     assert any(o.layer == UNATTRIBUTED and "AccumulateGrad" in o.name for o in bwd)
-    samples = cap.layer_samples()
     for path, module in model.named_modules():
         if any(True for _ in module.parameters(recurse=False)):
-            s = samples[path]
-            assert s.backward_total_ns is not None and max(s.backward_self_ns or (0,)) > 0, path
+            s = cap.samples[path]
+            assert s.backward_self_ns is not None and max(s.backward_self_ns) > 0, path
     # grads the user had are back, and forward ops are unchanged by --backward
     assert all(p.grad is None for p in model.parameters())
     assert "aten::addmm" in names(cap.ops, "layers.0.attn.qkv")
 
 
+def _span(cat: str, name: str, ts_ns: int, dur_ns: int, **args: Any) -> dict[str, Any]:
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1,
+            "ts": ts_ns / 1000, "dur": dur_ns / 1000, "args": args}  # fmt: skip
+
+
 def test_device_times_attributed_by_correlation() -> None:
-    """A synthetic CUDA cycle: kernels link to ops by correlation id."""
-    host = [
-        HostEvent("layer:", 1, 0, 1000),
-        HostEvent("layer:fc", 1, 100, 900),
-        HostEvent("aten::linear", 1, 200, 800, corr=7),
-        HostEvent("aten::addmm", 1, 300, 700, corr=8),
-        HostEvent("cudaLaunchKernel", 1, 400, 450, corr=9),
-    ]
-    device = [DeviceEvent("gemm", 5000, 5300, 8), DeviceEvent("bias", 5300, 5350, 7)]
-    cap = build_capture([(host, device)], device="cuda:0")
-    ops = {o.name: o for o in cap.ops}
+    """A synthetic CUDA step: kernels link to their launch by correlation id, or to
+    their op by External id when the launch call is missing."""
+    doc = {
+        "traceEvents": [
+            _span("user_annotation", "ProfilerStep#1", 0, 1000),
+            _span("cpu_op", "layer:", 0, 1000),
+            _span("cpu_op", "layer:fc", 100, 800),
+            _span("cpu_op", "aten::linear", 200, 600, **{"External id": 7}),
+            _span("cpu_op", "aten::addmm", 300, 400, **{"External id": 8}),
+            _span("cuda_runtime", "cudaLaunchKernel", 400, 50, correlation=9),
+            {**_span("kernel", "gemm", 5000, 300, correlation=9, device=0, stream=7), "pid": 0},
+            {**_span("kernel", "bias", 5300, 50, device=0, stream=7, **{"External id": 7}),
+             "pid": 0},
+        ]
+    }  # fmt: skip
+    p = reduce(tables_from_documents([doc]), whole_steps=True)
+    ops = {o.name: o for o in p.ops}
     assert ops["aten::addmm"].device_ns == 300
     assert ops["aten::linear"].device_ns == 350  # inclusive, like key_averages' device total
+    # the launch call is the runtime's time, not addmm's own (as in key_averages)
     assert ops["aten::addmm"].self_ns == 350 and ops["aten::linear"].self_ns == 200
-    samples = cap.layer_samples()
-    assert samples["fc"].device_self_ns == (350,) and samples[""].device_total_ns == (350,)
-    assert samples[""].device_self_ns == (0,)
+    assert ops["aten::addmm"].layer == "fc"
+    assert p.samples["fc"].device_self_ns == [350] and p.samples[""].device_total_ns == [350]
+    assert p.samples[""].device_self_ns == [0]
 
 
-def test_render_ops(transformer_capture: tuple[nn.Module, OpCapture]) -> None:
+def test_render_ops(transformer_capture: tuple[nn.Module, Profile]) -> None:
     _, cap = transformer_capture
     console = Console(width=140, record=True)
     render_ops(cap.ops, console, top=3, sort="self", layers=2)
@@ -266,13 +276,13 @@ def test_cuda_kernels_per_layer() -> None:
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     model = nn.Sequential(nn.Linear(64, 64), nn.ReLU()).cuda()
-    cap = capture_ops(
+    cap = profile_from_capture(model, capture_ops(
         model, (torch.randn(8, 64, device="cuda"),), None, iters=2, device="cuda",
         options=OpOptions(), grad_ctx_factory=torch.inference_mode,
-    )  # fmt: skip
+    ))  # fmt: skip
     linear = [o for o in cap.ops if o.layer == "0" and o.name == "aten::addmm"]
     assert linear and (linear[0].device_ns or 0) > 0
-    assert (cap.layer_samples()["0"].device_total_ns or (0,))[0] > 0
+    assert (cap.samples["0"].device_total_ns or (0,))[0] > 0
 
 
 def test_schedule_with_repeats_keeps_every_cycle(tmp_path) -> None:
@@ -280,8 +290,8 @@ def test_schedule_with_repeats_keeps_every_cycle(tmp_path) -> None:
 
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
     cap = capture(model, torch.randn(1, 4), iters=8, options=OpOptions(schedule=(1, 1, 2, 2)))
-    assert cap.iterations == 4  # two cycles of two active steps
-    samples = cap.layer_samples()
+    assert iterations(cap) == 4  # two cycles of two active steps
+    samples = cap.samples
     assert samples["0"].calls == 1 and not samples["0"].calls_vary
     assert all(t > 0 for t in samples["0"].total_ns)
     write_chrome_trace(tmp_path / "t.json", cap)  # both exports read the cycles' results
@@ -308,5 +318,7 @@ def test_error_caught_inside_forward_keeps_ops_with_the_right_layer() -> None:
     layer_of = {o.name: o.layer for o in cap.ops}
     assert layer_of["aten::softmax"] == ""
     assert layer_of["aten::addmm"] == "b"
-    assert cap.layer_samples()["b"].calls == 1
-    assert {c.path: c.parent for c in cap.calls if c.iteration == cap.calls[0].iteration}["b"] == 0
+    assert cap.samples["b"].calls == 1 and cap.samples["bad"].calls == 1
+    for root in cap.tree():  # the failed call closed its range: b is the root's child
+        root.self_check(tolerance_ns=1e-6)
+        assert {c.row.path for c in root.children} == {"bad", "b"}

@@ -13,20 +13,36 @@ from torch import nn
 
 from layerprof.demo import SmallCNN, TinyTransformer
 from layerprof.errors import ModelRunError
-from layerprof.opcapture import LAYER_PREFIX, HostEvent
-from layerprof.records import LayerSamples, OpStat
+from layerprof.opcapture import LAYER_PREFIX
+from layerprof.profile import Profile
+from layerprof.records import LayerInfo, LayerSamples, Meta, OpStat
 from layerprof.scripted import (
+    HostEvent,
     ScriptRows,
     call_graph,
-    export_layer_profile,
+    export_capture,
     hierarchy_segments,
     instrumented_module,
     judge,
     observed_spans,
     script_capture,
-    script_layer_profile,
 )
 from tests.real_models import ListEncoder, ResNetish, TinyGPT
+
+Rows = tuple[tuple[LayerInfo, ...], dict[str, LayerSamples], tuple[OpStat, ...]]
+
+
+def script_layer_profile(module: Any, args: tuple[Any, ...], kwargs: Any, *, iters: int) -> Rows:
+    """(layers, samples, ops) of a ScriptModule: its rows as the trace engine reads them."""
+    rows = script_capture(module, args, kwargs, iters=iters)
+    traced = rows.raw.profile()
+    return rows.layers, traced.samples, traced.ops
+
+
+def export_layer_profile(program: Any, args: tuple[Any, ...], kwargs: Any, *, iters: int) -> Rows:
+    layers, raw = export_capture(program, args, kwargs, iters=iters)
+    traced = raw.profile()
+    return layers, traced.samples, traced.ops
 
 
 def ops_of(ops: tuple[OpStat, ...], layer: str) -> set[str]:
@@ -100,7 +116,7 @@ def eager_calls(model: nn.Module, x: torch.Tensor) -> Counter[str]:
 def no_time_lost(rows: ScriptRows, iters: int) -> dict[str, LayerSamples]:
     """Every sampled path has a row, the tree adds up, and the rows' self times sum
     to the root's measured total in every iteration (no time on an unshown path)."""
-    samples = rows.capture.layer_samples()
+    samples = rows.raw.profile().samples
     assert set(samples) <= {info.path for info in rows.layers}
     exact_tree(samples, iters)
     for i in range(iters):
@@ -129,7 +145,7 @@ def test_list_encoder_names_module_list_blocks() -> None:
     """The profiler names ``blocks.0`` just ``0``: rows still land on the real paths."""
     model, x = ListEncoder().eval(), torch.randn(4, 16, 64)
     rows = script_capture(to_torchscript(model, x, "trace"), (x,), None, iters=2)
-    ops = rows.capture.ops
+    ops = rows.raw.profile().ops
     assert "aten::linear" in ops_of(ops, "blocks.1.0")
     assert "aten::_transformer_encoder_layer_fwd" in ops_of(ops, "enc.layers.0")
     assert not ops_of(ops, "enc.layers.0.self_attn")  # the fused fast path never calls it
@@ -297,7 +313,8 @@ def test_torchscript_trace_export_has_layer_lanes(tmp_path) -> None:
 
     scripted = torch.jit.script(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)))
     rows = script_capture(scripted, (torch.randn(2, 4),), None, iters=2)
-    path = write_chrome_trace(tmp_path / "t.json", rows.capture)
+    profile = Profile(meta=Meta(model="m"), layers=rows.layers, events=rows.raw)
+    path = write_chrome_trace(tmp_path / "t.json", profile)
     events = orjson.loads(path.read_bytes())["traceEvents"]
     lanes = {e["args"]["path"] for e in events if e.get("cat") == "layerprof_layer"}
     assert {"", "0", "1", "2"} <= lanes

@@ -27,11 +27,8 @@ Modules with ``inplace=True`` (``nn.ReLU(inplace=True)``) cannot modify the
 views full backward hooks hand them; they run with ``inplace=False`` during
 the backward profile (same result, one more buffer) and are restored after.
 
-Ops mode (``backward_samples_from_ops``): an ``autograd::engine::
-evaluate_function: XBackward0`` span carries the sequence number of the
-forward op that created the node; its time belongs to that op's layer.
-Nodes with no forward op (``AccumulateGrad``, the loss) go to
-``(unattributed)``, never dropped.
+Ops mode attributes backward by autograd sequence numbers in the trace
+engine instead (``layerprof.trace.attribution``).
 """
 
 from __future__ import annotations
@@ -51,8 +48,6 @@ from layerprof.records import LayerCall
 
 if TYPE_CHECKING:
     import torch
-
-    from layerprof.opcapture import OpRecord
 
 LossFn = Callable[[Any], Any]
 BackwardTimes = dict[str, tuple[Sequence[int], Sequence[int]]]
@@ -303,21 +298,3 @@ def nest_intervals(spans: Sequence[tuple[str, int, int]], iteration: int) -> lis
 
 
 # ---- ops mode ----------------------------------------------------------------------------
-
-
-def backward_samples_from_ops(
-    records: Sequence[OpRecord], paths: Sequence[str], iterations: int
-) -> BackwardTimes:
-    """Per layer and iteration: self = its autograd nodes' time; total adds its sub-layers'."""
-    from layerprof.opcapture import ancestors
-
-    own = {p: [0] * iterations for p in paths}
-    for r in records:
-        if r.top_backward and r.layer in own:
-            own[r.layer][r.iteration] += r.total_ns
-    total = {p: list(v) for p, v in own.items()}
-    for path, values in own.items():
-        for anc in ancestors(path):
-            if anc in total:
-                total[anc] = [x + y for x, y in zip(total[anc], values, strict=True)]
-    return {p: (tuple(total[p]), tuple(own[p])) for p in paths}

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +19,7 @@ from layerprof.errors import LayerprofError, UsageError
 
 if TYPE_CHECKING:
     from layerprof.opcapture import OpOptions
-    from layerprof.runner import Measurement
+    from layerprof.profile import Profile
 
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
@@ -335,8 +334,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     for name in names:
         model = build(name)
         label = f"demo {name} ({type(model).__name__})"
-        measured = _measure(model, DEMOS[name][1], args, model_name=label)
-        _emit(measured, args, suffix=name if len(names) > 1 else None)
+        profile = _measure(model, DEMOS[name][1], args, model_name=label)
+        _emit(profile, args, suffix=name if len(names) > 1 else None)
     return 0
 
 
@@ -368,7 +367,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     )  # fmt: skip
     if not args.input and loaded.kind != "export":
         raise _no_input()
-    measured = _measure(
+    profile = _measure(
         loaded.module,
         args.input,
         args,
@@ -377,7 +376,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         notes=loaded.notes,
         program=loaded.program,
     )
-    _emit(measured, args)
+    _emit(profile, args)
     return 0
 
 
@@ -396,7 +395,7 @@ def _measure(
     kind: str = "eager",
     notes: Sequence[str] = (),
     program: Any = None,
-) -> Measurement:
+) -> Profile:
     from layerprof.device import prepare_model, resolve_device
     from layerprof.inputs import build_inputs, example_inputs
     from layerprof.runner import RunOptions, run_model
@@ -419,10 +418,8 @@ def _measure(
         dtype=args.dtype, ops=ops, backward=args.backward, loss=loss, kind=kind,
         meta_extra={"kind": kind},
     )  # fmt: skip
-    measured = run_model(model, tuple(inputs.args), dict(inputs.kwargs), options, program=program)
-    if notes:
-        return replace(measured, profile=measured.profile.with_notes(*notes))
-    return measured
+    profile = run_model(model, tuple(inputs.args), dict(inputs.kwargs), options, program=program)
+    return profile.with_notes(*notes) if notes else profile
 
 
 def _op_options(args: argparse.Namespace) -> OpOptions | None:
@@ -476,42 +473,20 @@ def _loss(args: argparse.Namespace) -> Any:
     return import_callable(args.loss)
 
 
-def _emit(measured: Measurement, args: argparse.Namespace, *, suffix: str | None = None) -> None:
-    """Print the console report and write the requested files (each whole or not at all)."""
-    from layerprof.diagnose import diagnose
-    from layerprof.render.console import make_console, print_findings, print_profile
-
-    profile = measured.profile
-    findings = diagnose(profile)
-    # Files first: a measurement that took minutes is saved before anything else can fail.
-    outputs.write_outputs(profile, args, suffix=suffix, findings=[f.to_dict() for f in findings])
-    outputs.write_exports(measured, args, suffix=suffix)
+def _emit(profile: Profile, args: argparse.Namespace, *, suffix: str | None = None) -> None:
+    """Write the requested files (each whole or not at all), then print the report."""
+    from layerprof import sinks
     from layerprof.distributed import rank_info
 
+    # Files first: a measurement that took minutes is saved before anything else can fail.
+    outputs.write_profile_outputs(profile, args, suffix=suffix)
     info = rank_info()
     if not args.quiet and (info is None or info.rank == 0):  # torchrun: one report, not N
-        console = make_console()
-        print_profile(
-            profile, console=console, depth=args.depth, top=args.top, sort=args.sort,
-            shapes=not args.no_shapes,
+        sinks.show(
+            profile, depth=args.depth, top=args.top, sort=args.sort, shapes=not args.no_shapes,
+            op_sort=getattr(args, "op_sort", "self"),
+            group_by_shape=getattr(args, "group_by_shape", False),
         )  # fmt: skip
-        if profile.ops:
-            _print_ops(measured, args, console)
-        print_findings(findings, console)
-
-
-def _print_ops(measured: Measurement, args: argparse.Namespace, console: Any) -> None:
-    from layerprof.render.ops_console import merge_shapes, render_ops
-
-    ops = measured.profile.ops
-    if not getattr(args, "group_by_shape", False):
-        ops = merge_shapes(ops)
-    top = args.top or 10
-    sort: Any = getattr(args, "op_sort", "self")  # argparse choices match OpSort
-    render_ops([o for o in ops if o.phase == "forward"], console, top=top, sort=sort)
-    backward = [o for o in ops if o.phase == "backward"]
-    if backward:
-        render_ops(backward, console, top=top, sort=sort, title="backward operators")
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
@@ -566,9 +541,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     outputs.check_outputs(args)
     saved = codec.load(args.file)
     if isinstance(saved, Profile):
-        from layerprof.runner import Measurement
-
-        _emit(Measurement(saved), args)
+        _emit(saved, args)
         return 0
     if getattr(args, "csv", None):
         raise UsageError(

@@ -6,15 +6,11 @@ from __future__ import annotations
 import argparse
 import socket
 import sys
-from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-from layerprof.errors import UsageError
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from layerprof.profile import Profile
-    from layerprof.runner import Measurement
 
 
 FILE_OUTPUTS = ("json", "csv", "html", "trace", "stacks", "speedscope")
@@ -31,33 +27,38 @@ def check_outputs(args: argparse.Namespace) -> None:
         ensure_parent(args.tensorboard, is_dir=True)
 
 
-def write_exports(measured: Measurement, args: argparse.Namespace, *, suffix: str | None) -> None:
+#: File options and the renderer each one writes (see layerprof.sinks).
+RENDERED_OUTPUTS = (
+    ("json", "json"),
+    ("csv", "csv"),
+    ("html", "html"),
+    ("trace", "trace"),
+    ("stacks", "folded"),
+    ("speedscope", "speedscope"),
+)
+
+
+def write_profile_outputs(
+    profile: Profile, args: argparse.Namespace, *, suffix: str | None = None
+) -> None:
+    """Every file the options ask for, each whole or not at all (torchrun: the rank's name)."""
+    from layerprof import sinks
+
     written: list[Path] = []
-    capture = measured.capture
-    if getattr(args, "trace", None) or getattr(args, "tensorboard", None):
-        from layerprof.render.chrome import write_chrome_trace, write_tensorboard_dir
+    for option, fmt in RENDERED_OUTPUTS:
+        path = getattr(args, option, None)
+        if path:
+            options = {"samples": getattr(args, "samples", False)} if fmt == "json" else {}
+            written.append(sinks.write(profile, with_suffix(path, suffix), fmt, **options))
+    if getattr(args, "tensorboard", None):
+        from layerprof.render.chrome import write_tensorboard_dir
 
-        if capture is None:  # pragma: no cover - _op_options refuses this earlier
-            raise UsageError("--trace and --tensorboard need --ops")
-        if args.trace:
-            written.append(
-                write_chrome_trace(with_suffix(args.trace, suffix), capture, measured.profile)
-            )
-        if args.tensorboard:
-            # all ranks share the directory, as with tensorboard_trace_handler;
-            # the rank goes into the worker name, where analyze finds it
-            out_dir = with_suffix(args.tensorboard, suffix, rank=False)
-            rank = rank_suffix()
-            worker = f"{socket.gethostname()}_{rank}" if rank else None
-            written.append(write_tensorboard_dir(out_dir, capture, measured.profile, worker=worker))
-    if getattr(args, "stacks", None):
-        from layerprof.render.stacks import write_folded
-
-        written.append(write_folded(with_suffix(args.stacks, suffix), measured.profile))
-    if getattr(args, "speedscope", None):
-        from layerprof.render.stacks import write_speedscope
-
-        written.append(write_speedscope(with_suffix(args.speedscope, suffix), measured.profile))
+        # all ranks share the directory, as with tensorboard_trace_handler;
+        # the rank goes into the worker name, where analyze finds it
+        out_dir = with_suffix(args.tensorboard, suffix, rank=False)
+        rank = rank_suffix()
+        worker = f"{socket.gethostname()}_{rank}" if rank else None
+        written.append(write_tensorboard_dir(out_dir, profile, worker=worker))
     for path in written:
         info(f"wrote {path}", args)
 
@@ -82,32 +83,6 @@ def rank_suffix() -> str | None:
 
     info = rank_info()
     return info.suffix if info else None
-
-
-def write_outputs(
-    profile: Profile,
-    args: argparse.Namespace,
-    *,
-    suffix: str | None = None,
-    findings: Sequence[dict[str, Any]] = (),
-) -> None:
-    written: list[Path] = []
-    if getattr(args, "json", None):
-        written.append(
-            profile.save(with_suffix(args.json, suffix), samples=getattr(args, "samples", False))
-        )
-    if getattr(args, "csv", None):
-        from layerprof.files import write_atomic
-        from layerprof.render.table import profile_to_csv
-
-        written.append(write_atomic(with_suffix(args.csv, suffix), profile_to_csv(profile)))
-    if getattr(args, "html", None):
-        from layerprof.render.html import write_html
-
-        path = with_suffix(args.html, suffix)
-        written.append(write_html(path, profile=profile, findings=findings))
-    for path in written:
-        info(f"wrote {path}", args)
 
 
 def info(message: str, args: argparse.Namespace) -> None:

@@ -25,7 +25,7 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from layerprof import sinks
 from layerprof.errors import UsageError
@@ -46,6 +46,15 @@ from layerprof.stats import Series, SeriesLike, Summary, as_series
 
 if TYPE_CHECKING:
     import pandas
+
+
+class RecordedTrace(Protocol):
+    """The raw trace behind an ops-mode Profile (its Chrome-trace events), for exports."""
+
+    @property
+    def trace_events(self) -> list[dict[str, Any]]: ...
+
+    def trace_metadata(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -218,7 +227,7 @@ class Profile:
     launches: Launches | None = None
     memory: MemorySummary | None = None
     annotations: tuple[AnnotationRow, ...] = ()
-    events: Any = field(default=None, compare=False, repr=False)
+    events: RecordedTrace | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         latency: SeriesLike | None = self.latency_ns

@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -34,14 +34,14 @@ from layerprof.hooks import hookable_modules
 from layerprof.layertimes import Correction
 from layerprof.progress import Progress
 from layerprof.recorder import Recorder, ShapeCapture, layer_infos
-from layerprof.records import LayerSamples, Meta, OpStat, Overhead
+from layerprof.records import LayerInfo, LayerSamples, Meta, Overhead
 from layerprof.stats import Series, median
 
 if TYPE_CHECKING:
     import torch
 
     from layerprof.memory import MemoryCounter
-    from layerprof.opcapture import OpCapture, OpOptions
+    from layerprof.opcapture import OpOptions, RawTrace
     from layerprof.profile import Profile
 
 
@@ -95,14 +95,6 @@ class RunOptions:
             )
 
 
-@dataclass(frozen=True)
-class Measurement:
-    """A run's Profile, and the op capture when ops were recorded (for trace exports)."""
-
-    profile: Profile
-    capture: OpCapture | None = None
-
-
 def profile_model(
     model: torch.nn.Module,
     args: tuple[Any, ...] = (),
@@ -110,7 +102,7 @@ def profile_model(
     options: RunOptions | None = None,
 ) -> Profile:
     """Run the whole measurement and return a Profile."""
-    return run_model(model, args, kwargs, options).profile
+    return run_model(model, args, kwargs, options)
 
 
 def run_model(
@@ -120,11 +112,12 @@ def run_model(
     options: RunOptions | None = None,
     *,
     program: Any = None,
-) -> Measurement:
+) -> Profile:
     """Cold call, warm-up, clean latency pass, then the per-layer pass the options ask for.
 
     ``program`` is the ``torch.export.ExportedProgram`` behind ``model`` when
-    ``options.kind == "export"``.
+    ``options.kind == "export"``. In ops mode (and for TorchScript / export)
+    the Profile's ``events`` hold the recorded trace, for the trace exports.
     """
     opts = options or RunOptions()
     kwargs = kwargs or {}
@@ -137,7 +130,7 @@ def run_model(
             first_ns, latency = _latency_pass(forward, sync, model, opts, progress)
             base = _base_profile(model, opts, device, latency, first_ns, args, kwargs)
             if not opts.layers:
-                return Measurement(base)
+                return base
             if opts.kind != "eager":
                 return _scripted(model, program, args, kwargs, opts, base)
             return _layer_pass(model, args, kwargs, forward, sync, device, opts, progress, base)
@@ -175,39 +168,35 @@ def _layer_pass(
     opts: RunOptions,
     progress: Progress,
     base: Profile,
-) -> Measurement:
+) -> Profile:
     """Shapes, FLOPs and memory, then per-layer times from hooks or from ops mode."""
     with ShapeCapture(model) as shapes:
         _guarded(forward, model)
     flops, flop_note = _flops(model, forward)
     peaks = _peaks(model, forward, device)
     base = base.with_notes(*_opaque_notes(model), *([flop_note] if flop_note else []))
-    capture: OpCapture | None = None
-    ops: tuple[OpStat, ...] = ()
-    overhead: Overhead | None = None
     if opts.ops is not None:
         progress.close()  # stderr is held while the profiler runs (layerprof.quiet)
-        capture = _capture(model, args, kwargs, device, opts)
-        samples = capture.layer_samples()
-        ops = capture.ops + capture.backward_ops
+        raw = _capture(model, args, kwargs, device, opts)
         if peaks is None:  # no allocator counters (CPU): --profile-memory's events
-            peaks = capture.peak_bytes
-        base = base.with_notes(
+            peaks = raw.peak_bytes()
+        layers = layer_infos(
+            model, shapes.shapes, flops=flops, output_bytes=shapes.output_bytes, peak_bytes=peaks
+        )
+        note = (
             "ops mode: layer times come from torch.profiler ranges and include its"
             " per-op recording cost (not corrected); the latency is from the clean pass"
         )
-    else:
-        latency = (base.latency_ns.tolist() if base.latency_ns is not None else None) or []
-        samples, overhead = _hooked(model, forward, sync, device, opts, progress, latency)
-        if opts.backward:
-            samples, untimed = _with_backward(samples, model, args, kwargs, opts)
-            base = base.with_notes(*_backward_notes(model, untimed))
+        return _with_trace(base, raw.profile(), raw, ops=True, layers=layers, notes=(note,))
+    latency = (base.latency_ns.tolist() if base.latency_ns is not None else None) or []
+    samples, overhead = _hooked(model, forward, sync, device, opts, progress, latency)
+    if opts.backward:
+        samples, untimed = _with_backward(samples, model, args, kwargs, opts)
+        base = base.with_notes(*_backward_notes(model, untimed))
     layers = layer_infos(
         model, shapes.shapes, flops=flops, output_bytes=shapes.output_bytes, peak_bytes=peaks
     )
-    return Measurement(
-        replace(base, layers=layers, samples=samples, overhead=overhead, ops=ops), capture
-    )
+    return replace(base, layers=layers, samples=samples, overhead=overhead)
 
 
 def _backward_notes(model: torch.nn.Module, untimed: list[str]) -> list[str]:
@@ -310,7 +299,7 @@ def _capture(
     kwargs: dict[str, Any],
     device: str,
     opts: RunOptions,
-) -> OpCapture:
+) -> RawTrace:
     from layerprof.opcapture import OpOptions, capture_ops
 
     return capture_ops(
@@ -357,7 +346,7 @@ def _scripted(
     kwargs: dict[str, Any],
     opts: RunOptions,
     base: Profile,
-) -> Measurement:
+) -> Profile:
     """TorchScript / torch.export: per-layer rows from the profiler, not from hooks."""
     from layerprof.opcapture import OpOptions
     from layerprof.scripted import export_capture, script_capture
@@ -365,18 +354,43 @@ def _scripted(
     options = opts.ops or OpOptions()
     if opts.kind == "torchscript":
         rows = script_capture(model, args, kwargs, iters=opts.iters, options=options)
-        layers, capture, notes = rows.layers, rows.capture, rows.notes
+        layers, raw, notes = rows.layers, rows.raw, rows.notes
     else:
-        layers, capture = export_capture(program, args, kwargs, iters=opts.iters, options=options)
+        layers, raw = export_capture(program, args, kwargs, iters=opts.iters, options=options)
         notes = (f"{opts.kind}: per-layer times come from torch.profiler ranges",)
-    profile = replace(
+    traced = raw.profile()
+    return _with_trace(base, traced, raw, ops=opts.ops is not None, layers=layers, notes=notes)
+
+
+def _with_trace(
+    base: Profile,
+    traced: Profile,
+    raw: RawTrace,
+    *,
+    ops: bool,
+    layers: tuple[LayerInfo, ...],
+    notes: Sequence[str],
+) -> Profile:
+    """The run's Profile with the per-layer rows, operators and device sections of its trace.
+
+    The trace's own notes (written for ``analyze`` readers) are left out: the
+    run's notes say how its rows were measured.
+    """
+    known = {i.path for i in layers}
+    samples = {p: s for p, s in traced.samples.items() if p in known}
+    return replace(
         base,
         layers=layers,
-        samples=capture.layer_samples(),
-        ops=capture.ops if opts.ops is not None else (),
+        samples=samples,
+        ops=traced.ops if ops else (),
+        devices=traced.devices,
+        kernels=traced.kernels,
+        kinds=traced.kinds,
+        memcpy=traced.memcpy,
+        launches=traced.launches,
         notes=(*base.notes, *notes),
+        events=raw,
     )
-    return Measurement(profile, capture)
 
 
 def _base_profile(
@@ -390,7 +404,6 @@ def _base_profile(
 ) -> Profile:
     """The Profile of the clean pass: meta, latency and the root layer; per-layer passes add to it."""
     from layerprof.profile import Profile
-    from layerprof.records import LayerInfo
 
     meta = _meta(model, opts, device, args, kwargs)
     return Profile(

@@ -16,6 +16,10 @@ inserts ``layer:{path}`` range enter/exit calls where the stack changes, so
 the flat, compiled graph runs as exported (``torch.export.unflatten`` would
 run the graph through the slower fx interpreter) and the ops-mode
 attribution applies unchanged.
+
+Both end in the one trace engine (``layerprof.trace``): the TorchScript
+layer spans are written into the recorded trace as ``layer:`` ranges, which
+the engine reads like the ranges ops mode's hooks open.
 """
 
 from __future__ import annotations
@@ -32,22 +36,30 @@ from layerprof.device import device_of
 from layerprof.errors import ModelRunError
 from layerprof.opcapture import (
     LAYER_PREFIX,
-    HostEvent,
-    OpCapture,
     OpOptions,
-    TraceCycle,
-    attribute,
+    RawTrace,
     capture_ops,
     range_api,
     trace_loader,
 )
 from layerprof.quiet import kineto_quiet
-from layerprof.records import LayerCall, LayerInfo, LayerSamples, OpStat
+from layerprof.records import LayerInfo
+from layerprof.trace.kineto import tables_from_documents
 
 if TYPE_CHECKING:
     import torch
 
-LayerProfile = tuple[tuple[LayerInfo, ...], dict[str, LayerSamples], tuple[OpStat, ...]]
+
+@dataclass(frozen=True)
+class HostEvent:
+    """One host span of a recorded trace, in ns on the trace's clock."""
+
+    name: str
+    tid: int
+    start: int
+    end: int
+
+
 # torch.jit.trace names a module's second and later calls forward1, forward2, ...
 _FORWARD = re.compile(r"^forward\d*$")
 _SEGMENT = re.compile(r"^(?P<name>[^(]*)\((?P<type>[^)]*)\)::(?P<method>.*)$")
@@ -112,11 +124,11 @@ class CallGraph:
 
 @dataclass(frozen=True)
 class ScriptRows:
-    """Per-layer rows of a TorchScript run: layers (untrusted ones left out),
-    the op capture, and notes saying what was left out and why."""
+    """Per-layer rows of a TorchScript run: layers (untrusted ones left out), the
+    recorded trace with the confirmed layers' spans, and notes on what was left out."""
 
     layers: tuple[LayerInfo, ...]
-    capture: OpCapture
+    raw: RawTrace
     notes: tuple[str, ...]
 
 
@@ -127,14 +139,6 @@ class _Span:
     start: int
     end: int
     iteration: int
-
-
-def script_layer_profile(
-    scripted_module: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None, *, iters: int
-) -> LayerProfile:
-    """(layers, samples, ops) of a ``torch.jit.ScriptModule`` from the module hierarchy."""
-    rows = script_capture(scripted_module, args, kwargs, iters=iters)
-    return rows.layers, rows.capture.layer_samples(), rows.capture.ops
 
 
 def script_capture(
@@ -160,14 +164,19 @@ def script_capture(
         (s for s in spans if s.path in verdict.trusted),
         key=lambda s: (s.tid, s.start, -s.end, s.path.count(".")),
     )
-    layer_events = [HostEvent(LAYER_PREFIX + s.path, s.tid, s.start, s.end) for s in kept]
-    _add_layer_ranges(trace, layer_events)
-    records, calls, n = attribute([*layer_events, *host], None)
-    calls += zero_time_calls(calls, verdict.empty, graph)
-    cycle = TraceCycle(lambda: trace, trace)
-    cap = OpCapture(tuple(records), tuple(calls), max(n, 1), "cpu", cycles=(cycle,))
+    kept += zero_time_spans(kept, _root_spans(host), verdict.empty, graph)
+    _add_layer_ranges(
+        trace, [HostEvent(LAYER_PREFIX + s.path, s.tid, s.start, s.end) for s in kept]
+    )
+    # TorchScript's own "forward" method-call records are not operators
+    ops_only = {
+        **trace,
+        "traceEvents": [e for e in trace["traceEvents"] if e.get("name") != "forward"],
+    }
+    tables = tables_from_documents([ops_only], keep_shapes=(options or OpOptions()).record_shapes)
     layers = tuple(i for i in script_layers(scripted_module) if not verdict.drops(i.path))
-    return ScriptRows(layers, cap, verdict.notes(scripted_module))
+    raw = RawTrace.of_document(trace, tables, device_of(scripted_module))
+    return ScriptRows(layers, raw, verdict.notes(scripted_module))
 
 
 def _profiled_trace(
@@ -408,23 +417,24 @@ def _count_flaw(site: CallSite, counts: Sequence[int], calls: Sequence[int]) -> 
     return None
 
 
-def zero_time_calls(
-    calls: Sequence[LayerCall], empty: dict[str, list[int]], graph: CallGraph
-) -> list[LayerCall]:
-    """Calls of layers that ran no operator: zero-length, inside their caller's first
-    call of each iteration (appended after their parents, as build_samples needs)."""
+def zero_time_spans(
+    spans: Sequence[_Span], roots: Sequence[_Span], empty: dict[str, list[int]], graph: CallGraph
+) -> list[_Span]:
+    """Calls of layers that ran no operator: zero-length spans at the start of their
+    caller's first call of each iteration."""
     caller_of = {callee: caller for caller, sites in graph.sites.items() for callee in sites}
-    every = list(calls)
+    every = [*roots, *spans]
+    added: list[_Span] = []
     for path, per_iteration in empty.items():  # callers before callees: judge's order
         for it, n in enumerate(per_iteration):
-            parent = next(
-                (i for i, c in enumerate(every) if c.path == caller_of[path] and c.iteration == it),
-                None,
+            caller = next(
+                (s for s in every if s.path == caller_of[path] and s.iteration == it), None
             )
-            if parent is not None:
-                at = every[parent].start_ns
-                every += [LayerCall(path, it, at, at, parent)] * n
-    return every[len(calls) :]
+            if caller is not None:
+                zero = [_Span(path, caller.tid, caller.start, caller.start, it)] * n
+                every += zero
+                added += zero
+    return added
 
 
 def call_graph(module: Any) -> CallGraph:
@@ -521,26 +531,39 @@ def _inside(path: str, root: str) -> bool:
 
 
 def _add_layer_ranges(trace: dict[str, Any], spans: Sequence[HostEvent]) -> None:
-    """Write the synthetic per-module spans into the trace as ``layer:`` ranges, so
-    exported traces get layer lanes for TorchScript models too."""
+    """Write the synthetic per-module spans into the trace as ``layer:`` ranges, so that
+    the trace engine attributes the ops to them and exports get layer lanes.
+
+    They go first, in the order given (outer layers first where spans coincide):
+    a span starts exactly where its first op starts (the op's own ``ts`` is
+    reused, so both parse to the same ns), and the engine's stable sort then
+    nests the op inside the span, not the span inside the op.
+    """
     events = trace.setdefault("traceEvents", [])
     where = {_tid(ev): (ev.get("pid"), ev.get("tid")) for ev in events if ev.get("cat") == "cpu_op"}
+    ts_of = {
+        (_tid(ev), round(float(ev["ts"]) * 1000)): ev["ts"]
+        for ev in events
+        if ev.get("ph") == "X" and isinstance(ev.get("ts"), (int, float))
+    }
+    added = []
     for e in spans:
         if e.tid not in where:
             continue
         pid, tid = where[e.tid]
-        events.append(
+        added.append(
             {
                 "ph": "X",
                 "cat": "user_annotation",
                 "name": e.name,
-                "ts": e.start / 1000,
+                "ts": ts_of.get((e.tid, e.start), e.start / 1000),
                 "dur": (e.end - e.start) / 1000,
                 "pid": pid,
                 "tid": tid,
                 "args": {"synthetic": "from the Module Hierarchy of its operators"},
             }
         )
+    events[:0] = added
 
 
 def script_layers(module: Any) -> tuple[LayerInfo, ...]:
@@ -568,14 +591,6 @@ def _tid(ev: dict[str, Any]) -> int:
 # ---- torch.export ------------------------------------------------------------------------
 
 
-def export_layer_profile(
-    program: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None, *, iters: int
-) -> LayerProfile:
-    """(layers, samples, ops) of a ``torch.export.ExportedProgram``, original paths."""
-    layers, cap = export_capture(program, args, kwargs, iters=iters)
-    return layers, cap.layer_samples(), cap.ops
-
-
 def export_capture(
     program: Any,
     args: tuple[Any, ...],
@@ -583,7 +598,7 @@ def export_capture(
     *,
     iters: int,
     options: OpOptions | None = None,
-) -> tuple[tuple[LayerInfo, ...], OpCapture]:
+) -> tuple[tuple[LayerInfo, ...], RawTrace]:
     import torch
 
     gm = instrumented_module(program)

@@ -1,4 +1,4 @@
-"""Chrome/Perfetto trace and TensorBoard trace directory from an ops capture.
+"""Chrome/Perfetto trace and TensorBoard trace directory of an ops-mode Profile.
 
 The Kineto events are kept as torch wrote them, except the ``layer:{path}``
 ranges our hooks opened: those move to a track of their own (a process named
@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from layerprof.errors import UsageError
 from layerprof.files import write_atomic
 
 if TYPE_CHECKING:
-    from layerprof.opcapture import OpCapture
     from layerprof.profile import Profile
 
 LAYER_PREFIX = "layer:"
@@ -45,26 +45,20 @@ STEP_PREFIX = "ProfilerStep#"
 MARKER_KEY = "layerprof"
 
 
-def write_chrome_trace(
-    path: str | os.PathLike[str], capture: OpCapture, profile: Profile | None = None
-) -> Path:
+def write_chrome_trace(path: str | os.PathLike[str], profile: Profile) -> Path:
     """Write the trace (+ layer lanes) as ``.json``, or gzipped when the name ends in ``.gz``."""
-    data = orjson.dumps(trace_document(capture, profile))
-    if str(path).endswith(".gz"):
-        data = gzip.compress(data, mtime=0)
-    return write_atomic(path, data)
+    return write_atomic(path, trace_bytes(profile, gzip_it=str(path).endswith(".gz")))
 
 
 def trace_bytes(profile: Profile, *, gzip_it: bool = False) -> bytes:
     """The trace of an ops-mode profile (its recorded events plus layer lanes) as JSON bytes."""
-    data = orjson.dumps(trace_document(profile.events, profile))
+    data = orjson.dumps(trace_document(profile))
     return gzip.compress(data, mtime=0) if gzip_it else data
 
 
 def write_tensorboard_dir(
     directory: str | os.PathLike[str],
-    capture: OpCapture,
-    profile: Profile | None = None,
+    profile: Profile,
     *,
     worker: str | None = None,
     use_gzip: bool = False,
@@ -72,14 +66,19 @@ def write_tensorboard_dir(
     """One ``{worker}.{time_ns}.pt.trace.json[.gz]`` file, as ``tensorboard_trace_handler`` names it."""
     worker = worker or f"{socket.gethostname()}_{os.getpid()}"
     name = f"{worker}.{time.time_ns()}.pt.trace.json" + (".gz" if use_gzip else "")
-    return write_chrome_trace(Path(directory) / name, capture, profile)
+    return write_chrome_trace(Path(directory) / name, profile)
 
 
-def trace_document(capture: OpCapture, profile: Profile | None = None) -> dict[str, Any]:
+def trace_document(profile: Profile) -> dict[str, Any]:
     """The whole Chrome-trace JSON object: Kineto metadata, kept events, layer lanes."""
-    kept, layers = split_layer_events(capture.trace_events)
+    recorded = profile.events
+    if recorded is None:
+        raise UsageError(
+            "a Chrome/Perfetto trace needs the recorded operators", hint="profile with --ops"
+        )
+    kept, layers = split_layer_events(recorded.trace_events)
     names = _layer_names(profile)
-    doc = dict(capture.trace_metadata())
+    doc = dict(recorded.trace_metadata())
     doc[MARKER_KEY] = marker(profile)
     steps = [] if has_steps(kept) else step_spans(kept, layers)
     doc["traceEvents"] = kept + steps + layer_lanes(layers, names, _free_pid(kept))

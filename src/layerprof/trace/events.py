@@ -61,6 +61,7 @@ DEVICE_CATEGORIES: dict[str, int] = {
     "Memset": MEMSET,
 }
 MODULE_PREFIX = "nn.Module: "
+LAYER_RANGE = "layer:"  # the record_function range layerprof's hooks open around a module call
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -273,6 +274,10 @@ class EventCollector:
                         # that ran the module, named by the path (see render/chrome.py).
                         name, pid, tid = self._layer(e, name)
                     else:
+                        if kind <= ANNOTATION and name.startswith(LAYER_RANGE):
+                            # a layerprof range as torch itself exported it (the fast
+                            # record function is written as a cpu_op)
+                            kind, name = LAYER, name[len(LAYER_RANGE) :]
                         pid, tid = e.get("pid"), e.get("tid")
                     if pid != last_pid or tid != last_tid:
                         try:

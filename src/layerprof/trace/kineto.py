@@ -24,10 +24,12 @@ from layerprof.trace.events import (
     DEVICE_CATEGORIES,
     HOST_CATEGORIES,
     LAYER,
+    LAYER_RANGE,
     MODULE,
     MODULE_PREFIX,
     OP,
     DeviceOps,
+    EventCollector,
     EventTables,
     HostSpans,
     MemoryEvents,
@@ -36,7 +38,7 @@ from layerprof.trace.events import (
     _shape_text,
 )
 
-LAYER_PREFIX = "layer:"
+LAYER_PREFIX = LAYER_RANGE
 _MEMORY = "[memory]"
 
 
@@ -47,6 +49,16 @@ def tables_from_results(results: Iterable[Any], *, keep_shapes: bool = False) ->
         for e in result.events():
             b.add(e)
     return b.finish()
+
+
+def tables_from_documents(
+    documents: Iterable[dict[str, Any]], *, keep_shapes: bool = False
+) -> EventTables:
+    """One EventTables over Chrome-trace documents already in memory (TorchScript runs)."""
+    collector = EventCollector(keep_shapes=keep_shapes)
+    for doc in documents:
+        collector.add_batch(doc.get("traceEvents") or [])
+    return collector.finish()
 
 
 class _Builder:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from layerprof.trace.events import ANNOTATION, I64, LAYER, MODULE, OP, HostSpans
+from layerprof.trace.events import ANNOTATION, I64, LAYER, MODULE, OP, RUNTIME, SYNC, HostSpans
 
 _TRACKED = (OP, MODULE, ANNOTATION, LAYER)
 
@@ -48,6 +48,7 @@ def nest(host: HostSpans) -> Nesting:
     leaves = order[~tracked]
     for kind in _TRACKED:
         parents[kind][leaves] = _enclosing(host, order[tracked], parents[kind], kind, leaves)
+    _runtime_is_not_self(host, parents[OP], leaves, self_ns)
     return Nesting(
         order=order,
         parent_op=parents[OP],
@@ -109,6 +110,19 @@ def _sweep(host: HostSpans, order: I64) -> tuple[dict[int, I64], I64]:
         stack.append([e, i, s])
     arrays = {k: np.asarray(v, dtype=np.int64) for k, v in parents.items()}
     return arrays, np.asarray(self_ns, dtype=np.int64)
+
+
+def _runtime_is_not_self(host: HostSpans, parent_op: I64, leaves: I64, self_ns: I64) -> None:
+    """A runtime call (``cudaLaunchKernel``) inside an op is not the op's own time:
+    torch's ``key_averages`` lists it as an event of its own and subtracts it from
+    the op's self time, and so does this (clipped to the op, never below 0)."""
+    calls = leaves[np.isin(host.kind[leaves], (RUNTIME, SYNC)) & (parent_op[leaves] >= 0)]
+    if len(calls) == 0:
+        return
+    owner = parent_op[calls]
+    inside = np.minimum(host.end[calls], host.end[owner]) - host.start[calls]
+    np.subtract.at(self_ns, owner, np.clip(inside, 0, None))
+    np.maximum(self_ns, 0, out=self_ns)
 
 
 def _enclosing(host: HostSpans, swept: I64, parent: I64, kind: int, queries: I64) -> I64:
