@@ -42,7 +42,6 @@ class Col:
     key: str = ""
     cap: int | None = None
     ellipsis: Literal["middle", "end"] = "middle"
-    justify: Literal["left", "right"] | None = None
 
     @property
     def name(self) -> str:
@@ -134,16 +133,14 @@ def print_table(
 def fit_note(fitted: FittedTable, *, terminal: bool, hint: str | None = None) -> str | None:
     """One line saying which columns were hidden, or that the table is wider than the room."""
     where = f"terminal {fitted.room} columns" if terminal else f"output {fitted.room} columns"
-    wider = "a wider terminal" if terminal else "COLUMNS=N for wider output"
+    hidden = ", ".join(fitted.hidden)
     if fitted.width > fitted.room:
-        hidden = f"; hidden columns: {', '.join(fitted.hidden)}" if fitted.hidden else ""
-        return (
-            f"the table needs {fitted.width} columns ({where}): lines wrap, numbers are"
-            f" never cut{hidden}"
-        )
-    if fitted.hidden:
-        return f"hidden columns: {', '.join(fitted.hidden)} ({where}; {hint or ''}{' or ' if hint else ''}{wider})"
-    return None
+        also = f"; hidden columns: {hidden}" if hidden else ""
+        return f"the table needs {fitted.width} columns ({where}): lines wrap, numbers are never cut{also}"
+    if not hidden:
+        return None
+    wider = "a wider terminal" if terminal else "COLUMNS=N for wider output"
+    return f"hidden columns: {hidden} ({where}; {f'{hint} or ' if hint else ''}{wider})"
 
 
 def fit_table(
@@ -153,11 +150,20 @@ def fit_table(
     rows: Sequence[Row],
     steps: Sequence[Step] = (),
 ) -> FittedTable:
-    """Choose the columns shown and their widths; build the table with cells cut to them."""
+    """Choose the columns shown and their widths (numbers at full width; headers wrap,
+    then ``steps`` in order, each only as far as needed; then shortened columns get
+    back the cells a later step freed) and build the table with cells cut to them."""
+    for step in steps:
+        for col in columns:
+            if isinstance(step, Shrink) and col.number and col.name in step.keys:
+                raise ValueError(f"column {col.header!r} holds numbers: it is never shortened")
     cells = [[_escape(c) for c in row.cells] for row in rows]
     layout = _Layout(console, frame, columns, cells)
     room = console.options.max_width
-    for step in (None, *steps):  # None: wrap the headers
+    excess = layout.width() - room
+    if excess > 0:
+        layout.wrap_headers(excess)
+    for step in steps:
         excess = layout.width() - room
         if excess <= 0:
             break
@@ -229,26 +235,23 @@ class _Layout:
         options = self.console.options.update_width(_UNBOUNDED)
         return Measurement.get(self.console, options, skeleton).maximum
 
-    def apply(self, step: Step | None, excess: int) -> None:
-        if step is None:
-            # wrap the headers that free the most cells first, only as many as needed
-            savings = []
-            for i, col in enumerate(self.columns):
-                longest_word = max((cell_len(w) for w in col.header.split()), default=0)
-                savings.append((self.widths[i] - max(1, self.content[i], longest_word), i))
-            for saving, i in sorted(savings, reverse=True):
-                if excess > 0:
-                    excess -= self._take(i, saving)
-        elif isinstance(step, Hide):
+    def wrap_headers(self, excess: int) -> None:
+        """Let headers wrap onto more lines, those that free the most cells first."""
+        savings = []
+        for i, col in enumerate(self.columns):
+            longest_word = max((cell_len(w) for w in col.header.split()), default=0)
+            savings.append((self.widths[i] - max(1, self.content[i], longest_word), i))
+        for saving, i in sorted(savings, reverse=True):
+            if excess > 0:
+                excess -= self._take(i, saving)
+
+    def apply(self, step: Step, excess: int) -> None:
+        if isinstance(step, Hide):
             self.hidden += [i for i in self._indices(step.keys) if i not in self.hidden]
-        else:
-            for i in self._indices(step.keys):
-                if self.columns[i].number:
-                    raise ValueError(
-                        f"column {self.columns[i].header!r} holds numbers: never shrunk"
-                    )
-                if i not in self.hidden:
-                    excess -= self._take(i, min(excess, self.widths[i] - step.width))
+            return
+        for i in self._indices(step.keys):
+            if i not in self.hidden:
+                excess -= self._take(i, min(excess, self.widths[i] - step.width))
 
     def give_back(self, slack: int) -> None:
         """Widen what was shortened, last cut first, while the room has cells to spare
@@ -273,9 +276,10 @@ class _Layout:
         shown = self._shown()
         for i in shown:
             col = self.columns[i]
-            justify = col.justify or ("right" if col.number else "left")
             table.add_column(
-                Text(escape_controls(col.header)), justify=justify, width=self.widths[i]
+                Text(escape_controls(col.header)),
+                justify="right" if col.number else "left",
+                width=self.widths[i],
             )
         for row, cells in zip(rows, self.cells, strict=True):
             texts = [Text(_cut(cells[i], self.widths[i], self.columns[i])) for i in shown]
