@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +37,9 @@ from layerprof.render.columns import (
 )
 from layerprof.render.console import print_profile
 from layerprof.render.diff_console import print_diff
-from layerprof.render.ops_console import render_ops
+from layerprof.render.ops_console import flat, merge_shapes, render_ops, sort_ops
 from layerprof.render.terminal import PIPE_WIDTH, make_console
-from layerprof.render.trace_console import print_trace_report
-from layerprof.render.units import unit_for
+from layerprof.render.units import fmt_calls, unit_for
 from layerprof.runner import RunOptions, run_model
 from layerprof.trace import analyze
 from tests.deep_models import bert_like, resnet50_like
@@ -77,7 +75,7 @@ def row_numbers(profile: Profile, row: LayerRow, *, flat: bool, largest: float) 
     unit = unit_for(largest)
     root_total = sum(r.row.total_ns for r in profile.tree())
     share = (row.self_ns if flat else row.total_ns) / root_total
-    out = [f"{row.calls:.3g}" + ("~" if row.calls_vary else "")]
+    out = [fmt_calls(row.calls) + ("~" if row.calls_vary else "")]
     if row.calls:
         out += [unit.fmt(row.total_ns), unit.fmt(row.self_ns), f"{100 * share:.1f}"]
     for ns in (row.device_total_ns, row.device_self_ns, row.backward_total_ns):
@@ -203,7 +201,7 @@ def test_ops_tables_keep_numbers_with_long_names() -> None:
         unit = unit_for(max(o.total_ns for o in ops))
         total_self = sum(o.self_ns for o in ops)
         for o in ops:
-            wanted = [str(o.calls), unit.fmt(o.self_ns), unit.fmt(o.total_ns)]
+            wanted = [fmt_calls(o.calls), unit.fmt(o.self_ns), unit.fmt(o.total_ns)]
             wanted.append(f"{100 * o.self_ns / total_self:.1f}")
             assert any(all(whole(w, ln) for w in wanted) for ln in text.splitlines()), text
         assert max(cell_len(ln) for ln in text.splitlines()) <= width
@@ -223,19 +221,27 @@ def bert_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_trace_tables_keep_numbers(bert_trace: Path, width: int) -> None:
-    from layerprof.render.trace_console import _ms
+def test_trace_report_keeps_numbers(bert_trace: Path, width: int) -> None:
+    """``analyze``'s console report of a real trace: the layer list (dotted paths of
+    nn.Module spans) and the operator table keep every number whole."""
+    from layerprof import sinks
 
-    report = analyze(bert_trace)
+    run = analyze(bert_trace)
     out = console(width)
-    print_trace_report(report, out, top=10)
+    sinks.show(run, console=out, top=10)
     text = out.export_text()
     lines = text.splitlines()
-    (rank,) = report.ranks
-    assert rank.modules, "with_stack=True traces have module spans"
-    rows: Iterable[Any] = [*rank.ops[:10], *rank.modules[:30]]
+    (profile,) = run.ranks
+    rows = sorted((n.row for r in profile.tree() for n in r.walk() if n.row.calls),
+                  key=lambda r: -r.self_ns)[:10]  # fmt: skip
+    largest = max(r.total_ns for r in rows)
     for row in rows:
-        wanted = [str(row.calls), _ms(row.total_ns), _ms(row.self_ns)]
+        wanted = row_numbers(profile, row, flat=True, largest=largest)
+        assert any(all(whole(w, ln) for w in wanted) for ln in lines), (wanted, text)
+    ops = sort_ops(flat(merge_shapes(profile.ops)), "self")[:10]
+    unit = unit_for(max(o.total_ns for o in ops))
+    for o in ops:
+        wanted = [fmt_calls(o.calls), unit.fmt(o.self_ns), unit.fmt(o.total_ns)]
         assert any(all(whole(w, ln) for w in wanted) for ln in lines), (wanted, text)
     tables = [ln for ln in lines if "─" not in ln]  # the rank rule may be as wide as it likes
     assert max(cell_len(ln) for ln in tables) <= width, text

@@ -139,7 +139,7 @@ def fit_note(fitted: FittedTable, *, terminal: bool, hint: str | None = None) ->
         return f"the table needs {fitted.width} columns ({where}): lines wrap, numbers are never cut{also}"
     if not hidden:
         return None
-    wider = "a wider terminal" if terminal else "COLUMNS=N for wider output"
+    wider = "a wider terminal" if terminal else "set COLUMNS"
     return f"hidden columns: {hidden} ({where}; {f'{hint} or ' if hint else ''}{wider})"
 
 

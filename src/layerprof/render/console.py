@@ -12,7 +12,14 @@ from rich.text import Text
 
 from layerprof.render.columns import Cell, Col, Hide, Label, Row, Shrink, Step, print_table
 from layerprof.render.terminal import escaping, make_console
-from layerprof.render.units import TimeUnit, human_bytes, human_count, human_time, unit_for
+from layerprof.render.units import (
+    TimeUnit,
+    fmt_calls,
+    human_bytes,
+    human_count,
+    human_time,
+    unit_for,
+)
 from layerprof.shapes import format_shapes
 
 if TYPE_CHECKING:
@@ -167,7 +174,7 @@ def print_layer_table(
     ]  # fmt: skip
     print_table(
         console, _frame, columns, cells, steps=_LAYER_STEPS,
-        hint="--no-shapes" if opts.shapes else None,
+        hint="--no-shapes" if any(c.name == "In" for c in columns) else None,
     )  # fmt: skip
 
 
@@ -232,9 +239,11 @@ def _columns(
         ]
     if any(r.backward_total_ns is not None for r in rows):
         columns.append(Col(f"Bwd total {unit.name}", number=True, key="backward"))
-    if opts.shapes:
+    # columns no row has a value for are left out (a trace has no shapes or params)
+    if opts.shapes and any(r.input_shapes or r.output_shapes for r in rows):
         columns += [Col("In", cap=_SHAPES_CAP), Col("Out", cap=_SHAPES_CAP)]
-    columns.append(Col("Params", number=True))
+    if any(r.params for r in rows):
+        columns.append(Col("Params", number=True))
     if any(r.flops is not None for r in rows):
         columns.append(Col("FLOPs", number=True))
     if any(r.peak_bytes is not None for r in rows):
@@ -249,7 +258,7 @@ def _cells(
     values: dict[str, Cell] = {
         "Layer": label,
         "Type": r.type,
-        "Calls": f"{r.calls:.3g}" + ("~" if r.calls_vary else ""),
+        "Calls": fmt_calls(r.calls) + ("~" if r.calls_vary else ""),
         "total": unit.fmt(r.total_ns) if r.calls or r.total_ns else "-",
         "self": unit.fmt(r.self_ns) if r.calls else "-",
         "share": f"{100 * share:.1f}" if r.total_ns else "-",

@@ -17,7 +17,7 @@ from rich.text import Text
 from layerprof.records import OpStat
 from layerprof.render.columns import Col, Hide, Row, Shrink, Step, print_table
 from layerprof.render.terminal import escape_controls, escaping
-from layerprof.render.units import unit_for
+from layerprof.render.units import fmt_calls, unit_for
 
 OpSort = Literal["self", "total", "device", "calls", "name"]
 
@@ -142,7 +142,12 @@ def print_op_table(
         columns.append(Col("Input shapes", cap=40))
     cells: list[Row] = []
     for o in shown:
-        row = [o.name, str(o.calls), unit.fmt(o.self_ns), f"{100 * o.self_ns / total_self:.1f}"]
+        row = [
+            o.name,
+            fmt_calls(o.calls),
+            unit.fmt(o.self_ns),
+            f"{100 * o.self_ns / total_self:.1f}",
+        ]
         row.append(unit.fmt(o.total_ns))
         if device:
             row.append(unit.fmt(o.device_ns))

@@ -13,6 +13,7 @@ from rich.text import Text
 from layerprof.profile import Profile, Run
 from layerprof.render.columns import Cell, Col, Row, Shrink, Step, print_table
 from layerprof.render.terminal import escape_controls, escaping
+from layerprof.render.units import fmt_calls
 from layerprof.units import NS_PER_MS
 
 _NAME_CAP = 60  # kernel and step names beyond this are abbreviated in the middle
@@ -138,7 +139,7 @@ def _print_devices(p: Profile, console: Console) -> None:
             "memcpy / memset",
             ["kind", "calls", "total ms", "bytes", "GB/s"],
             [
-                [m.kind, str(m.calls), _ms(m.total_ns), _bytes(m.bytes),
+                [m.kind, fmt_calls(m.calls), _ms(m.total_ns), _bytes(m.bytes),
                  "-" if m.gb_per_s is None else f"{m.gb_per_s:.2f}"]
                 for m in p.memcpy
             ],
@@ -153,7 +154,7 @@ def _print_kernels(p: Profile, console: Console, top: int) -> None:
         f"top {min(top, len(p.kernels))} of {len(p.kernels)} kernels (summed over the trace)",
         ["kernel", "kind", "calls", "total ms", "mean us", "min us", "max us"],
         [
-            [k.name, k.kind, str(k.calls), _ms(k.total_ns), _us(k.mean_ns), _us(k.min_ns),
+            [k.name, k.kind, fmt_calls(k.calls), _ms(k.total_ns), _us(k.mean_ns), _us(k.min_ns),
              _us(k.max_ns)]
             for k in p.kernels[:top]
         ],
