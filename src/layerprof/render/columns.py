@@ -136,7 +136,7 @@ def fit_note(fitted: FittedTable, *, terminal: bool, hint: str | None = None) ->
     hidden = ", ".join(fitted.hidden)
     if fitted.width > fitted.room:
         also = f"; hidden columns: {hidden}" if hidden else ""
-        return f"the table needs {fitted.width} columns ({where}): lines wrap, numbers are never cut{also}"
+        return f"table is {fitted.width} columns wide ({where}): lines wrap, no number is cut{also}"
     if not hidden:
         return None
     wider = "a wider terminal" if terminal else "set COLUMNS"

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from rich.console import Console
-from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -82,17 +81,21 @@ def print_findings(findings: Sequence[Finding], console: Console) -> None:
     if not findings:
         return
     style = {"high": "bold red", "warning": "yellow", "info": "cyan"}
+    # a grid, so wrapped lines stay under the text and the severity stands out
+    grid = Table.grid()
+    grid.add_column(width=_FINDING_INDENT, no_wrap=True)
+    grid.add_column()
+    for f in findings:
+        where = f" [{f.layer}]" if f.layer else ""
+        grid.add_row(
+            Text(f"  {f.severity}", style[f.severity]), Text.assemble((f.title, "bold"), where)
+        )
+        grid.add_row("", Text(f.detail))
+        if f.hint:
+            grid.add_row("", Text(f"try: {f.hint}", style="dim"))
     with escaping(console) as out:
         out.print(Text("findings", style="bold"))
-        for f in findings:
-            where = f" [{f.layer}]" if f.layer else ""
-            out.print(
-                Text.assemble((f"  {f.severity:<7} ", style[f.severity]), (f.title, "bold"), where)
-            )
-            # indented as a block, so wrapped lines stay under the title
-            out.print(Padding(Text(f.detail), (0, 0, 0, _FINDING_INDENT)))
-            if f.hint:
-                out.print(Padding(Text(f"try: {f.hint}", style="dim"), (0, 0, 0, _FINDING_INDENT)))
+        out.print(grid)
 
 
 def header_lines(profile: Profile) -> list[Text | str]:

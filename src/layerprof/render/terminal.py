@@ -39,9 +39,10 @@ _SEGMENT_TABLE = str.maketrans({chr(c): e for c, e in _ESCAPES.items() if c != 0
 _SEGMENT_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")
 
 
-def escape_controls(text: str) -> str:
-    """``text`` with every control character written out: ESC -> ``\\x1b``, CR -> ``\\r``."""
-    return text.translate(_TEXT_TABLE)
+def escape_controls(text: str, *, keep_newlines: bool = False) -> str:
+    """``text`` with every control character written out: ESC -> ``\\x1b``, CR -> ``\\r``
+    (``keep_newlines``: a multi-line document keeps its line breaks)."""
+    return text.translate(_SEGMENT_TABLE if keep_newlines else _TEXT_TABLE)
 
 
 class _Escaped:
@@ -54,7 +55,7 @@ class _Escaped:
         for segment in console.render(self.inner, options):
             # control segments are rich's own (cursor moves); text segments are content
             if segment.control is None and _SEGMENT_CONTROL.search(segment.text):
-                yield Segment(segment.text.translate(_SEGMENT_TABLE), segment.style)
+                yield Segment(escape_controls(segment.text, keep_newlines=True), segment.style)
             else:
                 yield segment
 
