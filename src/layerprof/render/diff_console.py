@@ -100,8 +100,9 @@ def _judgement(change: Change) -> str:
     return word
 
 
-# Names give way to the numbers: type shortens, names shorten, notes shorten, type goes.
+# Names give way to the numbers: notes, types and names shorten, then the type goes.
 _DIFF_STEPS: tuple[Step, ...] = (
+    Shrink(("Status",), 16),
     Shrink(("Type",), 16),
     Shrink(("name",), 32),
     Shrink(("Status",), 10),
