@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 SortKey = Literal["total", "self", "name", "order"]
 
-__all__ = ["ConsoleOptions", "make_console", "print_findings", "print_profile"]
+__all__ = ["ConsoleOptions", "make_console", "print_findings", "print_layer_table", "print_profile"]
 
 _SHAPES_CAP = 28  # a shapes cell beyond this is abbreviated even in a wide terminal
 _FINDING_INDENT = 10

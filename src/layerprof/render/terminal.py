@@ -36,7 +36,7 @@ _ESCAPES = {c: _NAMED.get(c, f"\\x{c:02x}") for c in _CONTROL_CODES}
 _TEXT_TABLE = str.maketrans({chr(c): e for c, e in _ESCAPES.items()})
 # In rendered segments a newline is rich's own line break, not user text.
 _SEGMENT_TABLE = str.maketrans({chr(c): e for c, e in _ESCAPES.items() if c != 0x0A})
-_SEGMENT_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+_SEGMENT_CONTROL = re.compile("[" + "".join(re.escape(chr(c)) for c in _SEGMENT_TABLE) + "]")
 
 
 def escape_controls(text: str, *, keep_newlines: bool = False) -> str:
