@@ -513,7 +513,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     base, said_base = sources.load_comparable(args.base, rank=args.rank)
     new, said_new = sources.load_comparable(args.new, rank=args.rank)
     for line in (*said_base, *said_new):
-        print(f"layerprof: {line}", file=sys.stderr)
+        _say(f"layerprof: {line}")
     result = diff(base, new, threshold_pct=threshold)
     gate = result.gate(fail_above, args.fail_metric) if fail_above is not None else None
     if args.format == "console":
@@ -521,14 +521,15 @@ def cmd_diff(args: argparse.Namespace) -> int:
     else:
         fmt = "md" if args.format == "md" else "json"
         text = sinks.render(result, fmt, top=args.top if fmt == "md" else None, gate=gate)
-        sys.stdout.write(text.decode() if isinstance(text, bytes) else text)
+        text = text.decode() if isinstance(text, bytes) else text
+        sys.stdout.write(_escape(text, keep_newlines=True))  # names in it are file content
     for fmt in ("json", "html"):
         if getattr(args, fmt):
             outputs.info(f"wrote {sinks.write(result, getattr(args, fmt), fmt, gate=gate)}", args)
     if gate is None:
         return 0
     if args.format != "console":  # the console report already ends with the verdict
-        print(f"layerprof: {gate.message}", file=sys.stderr)
+        _say(f"layerprof: {gate.message}")
     return 1 if gate.failed else 0
 
 
@@ -583,9 +584,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LayerprofError as exc:
         if args.debug:
             raise
-        print(f"layerprof: error: {exc}", file=sys.stderr)
+        _say(f"layerprof: error: {exc}")
         if exc.hint:
-            print(f"  hint: {exc.hint}", file=sys.stderr)
+            _say(f"  hint: {exc.hint}")
         return exc.exit_code
     except KeyboardInterrupt:
         print("layerprof: interrupted", file=sys.stderr)
@@ -593,9 +594,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if args.debug:
             raise
-        print(f"layerprof: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        _say(f"layerprof: internal error: {type(exc).__name__}: {exc}")
         print("  hint: run again with --debug for the traceback, and report it", file=sys.stderr)
         return 3
+
+
+def _escape(text: str, *, keep_newlines: bool = False) -> str:
+    from layerprof.render.terminal import escape_controls
+
+    return escape_controls(text, keep_newlines=keep_newlines)
+
+
+def _say(line: str) -> None:
+    """One line on stderr; names from files in it cannot drive the terminal."""
+    print(_escape(line), file=sys.stderr)
 
 
 def entry() -> None:

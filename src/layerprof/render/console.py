@@ -9,7 +9,16 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from layerprof.render.units import TimeUnit, human_bytes, human_count, human_time, unit_for
+from layerprof.render.columns import Cell, Col, Hide, Label, Row, Shrink, Step, print_table
+from layerprof.render.terminal import escaping, make_console
+from layerprof.render.units import (
+    TimeUnit,
+    fmt_calls,
+    human_bytes,
+    human_count,
+    human_time,
+    unit_for,
+)
 from layerprof.shapes import format_shapes
 
 if TYPE_CHECKING:
@@ -19,6 +28,11 @@ if TYPE_CHECKING:
     from layerprof.profile import LayerNode, LayerRow, Profile
 
 SortKey = Literal["total", "self", "name", "order"]
+
+__all__ = ["ConsoleOptions", "make_console", "print_findings", "print_layer_table", "print_profile"]
+
+_SHAPES_CAP = 28  # a shapes cell beyond this is abbreviated even in a wide terminal
+_FINDING_INDENT = 10
 
 
 @dataclass(frozen=True)
@@ -42,44 +56,46 @@ def print_profile(
     sort: SortKey = "order",
     shapes: bool = True,
 ) -> None:
-    console = console or make_console()
     opts = ConsoleOptions(depth=depth, top=top, sort=sort, shapes=shapes)
-    for line in header_lines(profile):
-        console.print(line)
-    roots = profile.tree()
-    if not any(r.row.calls for r in roots):
-        console.print("[dim]no layer timings recorded[/dim]")
-    else:
-        console.print(layer_table(profile, roots, opts))
-        if depth is not None and top is None:
-            console.print(
-                f"[dim]layers deeper than level {depth} are folded into their parents' totals[/dim]"
-            )
-    for note in profile.notes:
-        console.print(Text.assemble(("note: ", "yellow"), note))
+    with escaping(console or make_console()) as out:
+        for line in header_lines(profile):
+            out.print(line)
+        roots = profile.tree()
+        if not any(r.row.calls for r in roots):
+            out.print(Text("no layer timings recorded", style="dim"))
+        else:
+            print_layer_table(out, profile, roots, opts)
+            if depth is not None and top is None:
+                out.print(
+                    Text(
+                        f"layers deeper than level {depth} are folded into their parents' totals",
+                        style="dim",
+                    )
+                )
+        for note in profile.notes:
+            out.print(Text.assemble(("note: ", "yellow"), note))
 
 
 def print_findings(findings: Sequence[Finding], console: Console) -> None:
     """Findings from layerprof.diagnose, most severe first."""
     if not findings:
         return
-    console.print(Text("findings", style="bold"))
     style = {"high": "bold red", "warning": "yellow", "info": "cyan"}
+    # a grid, so wrapped lines stay under the text and the severity stands out
+    grid = Table.grid()
+    grid.add_column(width=_FINDING_INDENT, no_wrap=True)
+    grid.add_column()
     for f in findings:
         where = f" [{f.layer}]" if f.layer else ""
-        console.print(
-            Text.assemble((f"  {f.severity:<7} ", style[f.severity]), (f.title, "bold"), where)
+        grid.add_row(
+            Text(f"  {f.severity}", style[f.severity]), Text.assemble((f.title, "bold"), where)
         )
-        console.print(Text(f"          {f.detail}"))
+        grid.add_row("", Text(f.detail))
         if f.hint:
-            console.print(Text(f"          try: {f.hint}", style="dim"))
-
-
-def make_console(*, stderr: bool = False) -> Console:
-    """A console that keeps wide tables on one line when output is piped to a file."""
-    probe = Console(stderr=stderr)
-    width = None if probe.is_terminal else 160
-    return Console(stderr=stderr, width=width)
+            grid.add_row("", Text(f"try: {f.hint}", style="dim"))
+    with escaping(console) as out:
+        out.print(Text("findings", style="bold"))
+        out.print(grid)
 
 
 def header_lines(profile: Profile) -> list[Text | str]:
@@ -136,8 +152,12 @@ def _sorted(nodes: list[LayerNode], sort: SortKey) -> list[LayerNode]:
     return nodes
 
 
-def layer_table(profile: Profile, roots: list[LayerNode], opts: ConsoleOptions) -> Table:
-    rows: list[tuple[str, LayerRow]] = []
+def print_layer_table(
+    console: Console, profile: Profile, roots: list[LayerNode], opts: ConsoleOptions
+) -> None:
+    """The layer tree (or the ``top`` list), fitted to the console: time columns are
+    never cut; shapes, then FLOPs/params, then type give way (``render.columns``)."""
+    rows: list[tuple[Cell, LayerRow]] = []
     if opts.top is not None:
         flat = [n.row for r in roots for n in r.walk() if n.row.calls]
         # On CUDA, host time around an asynchronous launch is launch cost:
@@ -148,14 +168,24 @@ def layer_table(profile: Profile, roots: list[LayerNode], opts: ConsoleOptions) 
         _tree_rows(roots, opts, "", rows, top_level=True)
     largest = max((r.total_ns for _, r in rows), default=0.0)
     root_total = sum(r.row.total_ns for r in roots)
-    return _table(rows, unit_for(largest), opts, flat=opts.top is not None, root_total=root_total)
+    unit = unit_for(largest)
+    columns = _columns([r for _, r in rows], unit, opts, flat=opts.top is not None)
+    cells = [
+        Row(_cells(label, r, unit, columns, flat=opts.top is not None, root_total=root_total),
+            style=None if r.calls else "dim")
+        for label, r in rows
+    ]  # fmt: skip
+    print_table(
+        console, _frame, columns, cells, steps=_LAYER_STEPS,
+        hint="--no-shapes" if any(c.name == "In" for c in columns) else None,
+    )  # fmt: skip
 
 
 def _tree_rows(
     nodes: list[LayerNode],
     opts: ConsoleOptions,
     prefix: str,
-    out: list[tuple[str, LayerRow]],
+    out: list[tuple[Cell, LayerRow]],
     *,
     top_level: bool = False,
 ) -> None:
@@ -163,67 +193,85 @@ def _tree_rows(
     for i, node in enumerate(nodes):
         last = i == len(nodes) - 1
         branch = "" if top_level else ("└─ " if last else "├─ ")
-        out.append((prefix + branch + node.row.name, node.row))
+        out.append((Label(prefix + branch, node.row.name), node.row))
         if opts.depth is not None and node.row.depth >= opts.depth:
             continue
         child_prefix = prefix if top_level else prefix + ("   " if last else "│  ")
         _tree_rows(node.children, opts, child_prefix, out)
 
 
-def _table(
-    rows: list[tuple[str, LayerRow]],
-    unit: TimeUnit,
-    opts: ConsoleOptions,
-    *,
-    flat: bool,
-    root_total: float,
-) -> Table:
-    device = any(r.device_total_ns is not None for _, r in rows)
-    backward = any(r.backward_total_ns is not None for _, r in rows)
-    host = "Host " if device else ""
-    table = Table(show_edge=False, pad_edge=False, header_style="bold")
-    table.add_column("Layer (top by self time)" if flat else "Layer", no_wrap=True)
-    table.add_column("Type", no_wrap=True)
-    table.add_column("Calls", justify="right", no_wrap=True)
-    table.add_column(f"{host}Total {unit.name}", justify="right")
-    table.add_column(f"{host}Self {unit.name}", justify="right")
-    table.add_column("% self" if flat else "% total", justify="right")
-    if device:
-        table.add_column(f"Device total {unit.name}", justify="right")
-        table.add_column(f"Device self {unit.name}", justify="right")
-    if backward:
-        table.add_column(f"Bwd total {unit.name}", justify="right")
-    if opts.shapes:
-        table.add_column("In", no_wrap=True, overflow="ellipsis", max_width=28)
-        table.add_column("Out", no_wrap=True, overflow="ellipsis", max_width=28)
-    table.add_column("Params", justify="right", no_wrap=True)
-    flops = any(r.flops is not None for _, r in rows)
-    if flops:
-        table.add_column("FLOPs", justify="right", no_wrap=True)
-    peaks = any(r.peak_bytes is not None for _, r in rows)
-    if peaks:
-        table.add_column("Peak mem", justify="right", no_wrap=True)
-    for label, r in rows:
-        share = (r.self_ns if flat else r.total_ns) / root_total if root_total > 0 else 0.0
-        cells = [
-            label,
-            r.type,
-            f"{r.calls:.3g}" + ("~" if r.calls_vary else ""),
-            unit.fmt(r.total_ns) if r.calls or r.total_ns else "-",
-            unit.fmt(r.self_ns) if r.calls else "-",
-            f"{100 * share:.1f}" if r.total_ns else "-",
+# How the layer table gives way, first to last: shapes shorten, type and name
+# shorten, shapes go, FLOPs and params go, type and name shorten more, type and
+# peak memory go. Times, calls and shares never do.
+_LAYER_STEPS: tuple[Step, ...] = (
+    Shrink(("In", "Out"), 20),
+    Shrink(("Type",), 20),
+    Shrink(("Layer",), 32),
+    Hide(("In",)),  # a layer's input is mostly the output of the row above
+    Hide(("Out",)),
+    Shrink(("Type",), 14),
+    Hide(("FLOPs",)),
+    Hide(("Params",)),
+    Shrink(("Layer",), 20),
+    Hide(("Type",)),
+    Hide(("Peak mem",)),
+    Shrink(("Layer",), 12),
+)
+
+
+def _frame() -> Table:
+    return Table(show_edge=False, pad_edge=False, header_style="bold")
+
+
+def _columns(
+    rows: list[LayerRow], unit: TimeUnit, opts: ConsoleOptions, *, flat: bool
+) -> list[Col]:
+    host = "Host " if any(r.device_total_ns is not None for r in rows) else ""
+    columns = [
+        Col("Layer (top by self time)" if flat else "Layer", key="Layer"),
+        Col("Type"),
+        Col("Calls", number=True),
+        Col(f"{host}Total {unit.name}", number=True, key="total"),
+        Col(f"{host}Self {unit.name}", number=True, key="self"),
+        Col("% self" if flat else "% total", number=True, key="share"),
+    ]
+    if host:
+        columns += [
+            Col(f"Device total {unit.name}", number=True, key="device total"),
+            Col(f"Device self {unit.name}", number=True, key="device self"),
         ]
-        if device:
-            cells += [unit.fmt(r.device_total_ns), unit.fmt(r.device_self_ns)]
-        if backward:
-            cells.append(unit.fmt(r.backward_total_ns))
-        if opts.shapes:
-            cells += [format_shapes(r.input_shapes), format_shapes(r.output_shapes)]
-        cells.append(human_count(r.params) if r.params else "")
-        if flops:
-            cells.append(human_count(r.flops) if r.flops else "")
-        if peaks:
-            cells.append(human_bytes(r.peak_bytes) if r.peak_bytes else "")
-        # Text cells: layer names and shapes are user text, never rich markup.
-        table.add_row(*(Text(c) for c in cells), style=None if r.calls else "dim")
-    return table
+    if any(r.backward_total_ns is not None for r in rows):
+        columns.append(Col(f"Bwd total {unit.name}", number=True, key="backward"))
+    # columns no row has a value for are left out (a trace has no shapes or params)
+    if opts.shapes and any(r.input_shapes or r.output_shapes for r in rows):
+        columns += [Col("In", cap=_SHAPES_CAP), Col("Out", cap=_SHAPES_CAP)]
+    if any(r.params for r in rows):
+        columns.append(Col("Params", number=True))
+    if any(r.flops is not None for r in rows):
+        columns.append(Col("FLOPs", number=True))
+    if any(r.peak_bytes is not None for r in rows):
+        columns.append(Col("Peak mem", number=True))
+    return columns
+
+
+def _cells(
+    label: Cell, r: LayerRow, unit: TimeUnit, columns: list[Col], *, flat: bool, root_total: float
+) -> tuple[Cell, ...]:
+    share = (r.self_ns if flat else r.total_ns) / root_total if root_total > 0 else 0.0
+    values: dict[str, Cell] = {
+        "Layer": label,
+        "Type": r.type,
+        "Calls": fmt_calls(r.calls) + ("~" if r.calls_vary else ""),
+        "total": unit.fmt(r.total_ns) if r.calls or r.total_ns else "-",
+        "self": unit.fmt(r.self_ns) if r.calls else "-",
+        "share": f"{100 * share:.1f}" if r.total_ns else "-",
+        "device total": unit.fmt(r.device_total_ns),
+        "device self": unit.fmt(r.device_self_ns),
+        "backward": unit.fmt(r.backward_total_ns),
+        "In": format_shapes(r.input_shapes),
+        "Out": format_shapes(r.output_shapes),
+        "Params": human_count(r.params) if r.params else "",
+        "FLOPs": human_count(r.flops) if r.flops else "",
+        "Peak mem": human_bytes(r.peak_bytes) if r.peak_bytes else "",
+    }
+    return tuple(values[c.name] for c in columns)

@@ -21,6 +21,8 @@ from layerprof.diff import (
     judgement,
     side_label,
 )
+from layerprof.render.columns import Col, Hide, Row, Shrink, Step, print_table
+from layerprof.render.terminal import escaping
 
 _STATUS_STYLE = {
     "slower": "bold red",
@@ -35,6 +37,11 @@ def print_diff(
     diff: Diff, console: Console, *, top: int = 20, gate: GateResult | None = None
 ) -> None:
     """Print ``diff``: the ``top`` largest changes per table, significant ones highlighted."""
+    with escaping(console) as out:
+        _print_diff(diff, out, top, gate)
+
+
+def _print_diff(diff: Diff, console: Console, top: int, gate: GateResult | None) -> None:
     console.print(
         Text.assemble(
             ("layerprof diff  ", "bold"),
@@ -58,16 +65,16 @@ def print_diff(
         console.print(_latency_line(diff.latency))
     if diff.steps:
         steps = sorted(diff.steps, key=lambda s: -abs(s.change.delta_ns))[:top]
-        console.print(_table("Steps", steps, len(diff.steps)))
+        _print_table(console, "Steps", steps, len(diff.steps))
     changed_layers = diff.changed_layers()
     if changed_layers:
         title = f"Layers (self time, {diff.layer_clock})"
-        console.print(_table(title, changed_layers[:top], len(changed_layers)))
+        _print_table(console, title, changed_layers[:top], len(changed_layers))
     _print_one_sided(console, "layers", diff.added_layers(), diff.removed_layers())
     changed_ops = diff.changed_ops()
     if changed_ops:
         title = "Operators (device time)" if diff.op_metric == "device" else "Operators (self time)"
-        console.print(_table(title, changed_ops[:top], len(changed_ops)))
+        _print_table(console, title, changed_ops[:top], len(changed_ops))
     _print_one_sided(console, "ops", diff.added_ops(), diff.removed_ops())
     console.print(Text(diff.rule_text(), style="dim"))
     _print_gate(console, gate)
@@ -93,32 +100,55 @@ def _judgement(change: Change) -> str:
     return word
 
 
-def _table(title: str, rows: Sequence[LayerDelta | OpDelta | StepDelta], total: int) -> Table:
+# Names give way to the numbers: notes, types and names shorten, then the type goes.
+_DIFF_STEPS: tuple[Step, ...] = (
+    Shrink(("Status",), 16),
+    Shrink(("Type",), 16),
+    Shrink(("name",), 32),
+    Shrink(("Status",), 10),
+    Hide(("Type",)),
+    Shrink(("name",), 16),
+    Shrink(("Status",), 7),
+    Shrink(("name",), 12),
+)
+
+
+def _print_table(
+    console: Console, title: str, rows: Sequence[LayerDelta | OpDelta | StepDelta], total: int
+) -> None:
     layers = bool(rows) and isinstance(rows[0], LayerDelta)
     caption = f"{len(rows)} of {total}, largest change first" if len(rows) < total else None
-    table = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
-    table.add_column("Layer" if layers else "Name", overflow="fold")
+    columns = [Col("Layer" if layers else "Name", key="name")]
     if layers:
-        table.add_column("Type")
-    for header in ("Base ms", "New ms", "Δ ms", "Δ %"):
-        table.add_column(header, justify="right")
+        columns.append(Col("Type"))
+    columns += [Col(h, number=True) for h in ("Base ms", "New ms", "Δ ms", "Δ %")]
     if layers:
-        table.add_column("Total Δ %", justify="right")
-    table.add_column("Status")
+        columns.append(Col("Total Δ %", number=True))
+    columns.append(Col("Status", ellipsis="end"))
+    cells: list[Row] = []
     for row in rows:
         c = row.change
-        style = _STATUS_STYLE[c.status] if c.significant else None
-        cells = [row.label]
+        line = [row.label]
         if isinstance(row, LayerDelta):
-            cells.append(row.type if row.base_type is None else f"{row.base_type} → {row.type}")
-        cells += [fmt_ms(c.base_ns), fmt_ms(c.new_ns), fmt_delta_ms(c.delta_ns), fmt_pct(c)]
+            line.append(row.type if row.base_type is None else f"{row.base_type} → {row.type}")
+        line += [fmt_ms(c.base_ns), fmt_ms(c.new_ns), fmt_delta_ms(c.delta_ns), fmt_pct(c)]
         status: str = c.status
         if isinstance(row, LayerDelta):
-            cells.append(fmt_pct(row.total))
+            line.append(fmt_pct(row.total))
             if row.note:
                 status += f" ({row.note})"
-        table.add_row(*cells, status, style=style)
-    return table
+        line.append(status)
+        cells.append(Row(tuple(line), style=_STATUS_STYLE[c.status] if c.significant else None))
+
+    def frame() -> Table:
+        return Table(
+            title=Text(title),
+            title_justify="left",
+            caption=Text(caption) if caption else None,
+            caption_justify="left",
+        )
+
+    print_table(console, frame, columns, cells, steps=_DIFF_STEPS)
 
 
 def _print_one_sided(

@@ -15,7 +15,9 @@ from rich.table import Table
 from rich.text import Text
 
 from layerprof.records import OpStat
-from layerprof.render.units import unit_for
+from layerprof.render.columns import Col, Hide, Row, Shrink, Step, print_table
+from layerprof.render.terminal import escape_controls, escaping
+from layerprof.render.units import fmt_calls, unit_for
 
 OpSort = Literal["self", "total", "device", "calls", "name"]
 
@@ -32,16 +34,17 @@ def render_ops(
 ) -> None:
     """Print the flat op table, then (``per_layer``) the top ops of the ``layers``
     layers whose ops take the most self time (None = every layer)."""
-    if not ops:
-        console.print(f"[dim]no {title} recorded[/dim]")
-        return
-    console.print(op_table(flat(ops), top=top, sort=sort, title=f"{title} (all layers)"))
-    if not per_layer or all(o.layer is None for o in ops):
-        return
-    groups = by_layer(ops, sort=sort)
-    for layer, rows in groups[:layers] if layers is not None else groups:
-        label = layer if layer else "(root)"
-        console.print(op_table(rows, top=top, sort=sort, title=f"{title} in {label}"))
+    with escaping(console) as out:
+        if not ops:
+            out.print(Text(f"no {title} recorded", style="dim"))
+            return
+        print_op_table(out, flat(ops), top=top, sort=sort, title=f"{title} (all layers)")
+        if not per_layer or all(o.layer is None for o in ops):
+            return
+        groups = by_layer(ops, sort=sort)
+        for layer, rows in groups[:layers] if layers is not None else groups:
+            label = layer if layer else "(root)"
+            print_op_table(out, rows, top=top, sort=sort, title=f"{title} in {label}")
 
 
 def merge_shapes(ops: Sequence[OpStat]) -> tuple[OpStat, ...]:
@@ -108,37 +111,59 @@ def sort_ops(ops: Sequence[OpStat], sort: OpSort) -> list[OpStat]:
     return sorted(ops, key=keys[sort])
 
 
-def op_table(ops: Sequence[OpStat], *, top: int | None, sort: OpSort, title: str) -> Table:
+# Op names give way to the numbers: shapes shorten, names shorten, shapes go.
+_OP_STEPS: tuple[Step, ...] = (
+    Shrink(("Input shapes",), 20),
+    Shrink(("Op",), 32),
+    Hide(("Input shapes",)),
+    Shrink(("Op",), 16),
+)
+
+
+def print_op_table(
+    console: Console, ops: Sequence[OpStat], *, top: int | None, sort: OpSort, title: str
+) -> None:
     rows = sort_ops(ops, sort)
     shown = rows[:top] if top is not None else rows
     device = any(o.device_ns is not None for o in ops)
     shapes = any(o.input_shapes for o in ops)
     unit = unit_for(max((o.total_ns for o in shown), default=0))
     total_self = sum(o.self_ns for o in ops) or 1
-    table = Table(
-        title=Text(title),
-        title_justify="left",
-        show_edge=False,
-        pad_edge=False,
-        header_style="bold",
-    )
-    table.add_column("Op", no_wrap=True)
-    table.add_column("Calls", justify="right")
-    table.add_column(f"Self {unit.name}", justify="right")
-    table.add_column("Self %", justify="right")
-    table.add_column(f"Total {unit.name}", justify="right")
+    columns = [
+        Col("Op"),
+        Col("Calls", number=True),
+        Col(f"Self {unit.name}", number=True),
+        Col("Self %", number=True),
+        Col(f"Total {unit.name}", number=True),
+    ]
     if device:
-        table.add_column(f"Device {unit.name}", justify="right")
+        columns.append(Col(f"Device {unit.name}", number=True))
     if shapes:
-        table.add_column("Input shapes", overflow="ellipsis", max_width=40, no_wrap=True)
+        columns.append(Col("Input shapes", cap=40))
+    cells: list[Row] = []
     for o in shown:
-        cells = [o.name, str(o.calls), unit.fmt(o.self_ns), f"{100 * o.self_ns / total_self:.1f}"]
-        cells.append(unit.fmt(o.total_ns))
+        row = [
+            o.name,
+            fmt_calls(o.calls),
+            unit.fmt(o.self_ns),
+            f"{100 * o.self_ns / total_self:.1f}",
+        ]
+        row.append(unit.fmt(o.total_ns))
         if device:
-            cells.append(unit.fmt(o.device_ns))
+            row.append(unit.fmt(o.device_ns))
         if shapes:
-            cells.append(o.input_shapes or "")
-        table.add_row(*(Text(c) for c in cells))  # op names and shapes are not markup
-    if len(rows) > len(shown):
-        table.caption = f"{len(rows) - len(shown)} more ops not shown (--top)"
-    return table
+            row.append(o.input_shapes or "")
+        cells.append(Row(tuple(row)))
+    more = len(rows) - len(shown)
+
+    def frame() -> Table:
+        return Table(
+            title=Text(escape_controls(title)),
+            title_justify="left",
+            caption=Text(f"{more} more ops not shown (--top)") if more else None,
+            show_edge=False,
+            pad_edge=False,
+            header_style="bold",
+        )
+
+    print_table(console, frame, columns, cells, steps=_OP_STEPS)

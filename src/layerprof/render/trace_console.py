@@ -3,15 +3,22 @@ memory) and of a Run's ranks side by side. Reads the pivot, never computes."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from layerprof.profile import Profile, Run
+from layerprof.render.columns import Cell, Col, Row, Shrink, Step, print_table
+from layerprof.render.terminal import escape_controls, escaping
+from layerprof.render.units import fmt_calls
 from layerprof.units import NS_PER_MS
 
-_NAME_WIDTH = 60
+_NAME_CAP = 60  # kernel and step names beyond this are abbreviated in the middle
+# names give way to the numbers: down to 24 cells, then to 12
+_NAME_STEPS: tuple[Step, ...] = (Shrink(("name",), 24), Shrink(("name",), 12))
 
 
 def _ms(ns: float | None) -> str:
@@ -20,10 +27,6 @@ def _ms(ns: float | None) -> str:
 
 def _us(ns: float | None) -> str:
     return "-" if ns is None else f"{ns / 1000:,.1f}"
-
-
-def _short(name: str, width: int = _NAME_WIDTH) -> str:
-    return name if len(name) <= width else name[: width - 1] + "…"
 
 
 def _bytes(n: int) -> str:
@@ -35,40 +38,55 @@ def _bytes(n: int) -> str:
     return f"{value:,.1f} GiB"  # pragma: no cover
 
 
-def _table(title: str, *columns: str) -> Table:
-    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", title_style="bold")
-    for i, col in enumerate(columns):
-        table.add_column(col, justify="left" if i == 0 else "right", overflow="fold")
-    return table
+def _print_table(
+    console: Console, title: str, columns: Sequence[str], rows: Sequence[Sequence[Cell]]
+) -> None:
+    """A table whose first column is a name (abbreviated as the width needs) and
+    whose other columns are numbers or one-word kinds (never cut)."""
+    cols = [Col(columns[0], key="name", cap=_NAME_CAP)]
+    cols += [Col(c, number=True) for c in columns[1:]]
+
+    def frame() -> Table:
+        return Table(
+            title=Text(escape_controls(title)),
+            box=box.SIMPLE_HEAD,
+            title_justify="left",
+            title_style="bold",
+        )
+
+    print_table(console, frame, cols, [Row(tuple(r)) for r in rows], steps=_NAME_STEPS)
 
 
 def print_run_header(run: Run, console: Console) -> None:
-    console.print(
-        Text.assemble(
-            ("layerprof analyze ", "bold"),
-            run.path,
-            f"  ({len(run.ranks)} rank{'s' if len(run.ranks) != 1 else ''};"
-            f" rank from {run.rank_source})",
+    with escaping(console) as out:
+        out.print(
+            Text.assemble(
+                ("layerprof analyze ", "bold"),
+                run.path,
+                f"  ({len(run.ranks)} rank{'s' if len(run.ranks) != 1 else ''};"
+                f" rank from {run.rank_source})",
+            )
         )
-    )
-    for why in run.skipped:
-        console.print(Text.assemble(("skipped: ", "yellow"), why))
-    for note in run.notes:
-        console.print(Text.assemble(("note: ", "yellow"), note))
+        for why in run.skipped:
+            out.print(Text.assemble(("skipped: ", "yellow"), why))
+        for note in run.notes:
+            out.print(Text.assemble(("note: ", "yellow"), note))
 
 
 def print_rank_rule(p: Profile, console: Console) -> None:
     file = p.source.file if p.source is not None else p.meta.model
-    console.rule(Text(f"rank {p.rank}: {file}"))
+    with escaping(console) as out:
+        out.rule(Text(escape_controls(f"rank {p.rank}: {file}")))
 
 
 def print_sections(p: Profile, console: Console, *, top: int = 10) -> None:
     """Steps, GPU time, memcpy, kernels, launch overhead and memory, where present."""
-    _print_steps(p, console)
-    _print_devices(p, console)
-    _print_kernels(p, console, top)
-    _print_launches(p, console, top)
-    _print_memory(p, console, top)
+    with escaping(console) as out:
+        _print_steps(p, out)
+        _print_devices(p, out)
+        _print_kernels(p, out, top)
+        _print_launches(p, out, top)
+        _print_memory(p, out, top)
 
 
 def _print_steps(p: Profile, console: Console) -> None:
@@ -98,76 +116,49 @@ def _print_devices(p: Profile, console: Console) -> None:
     if not p.devices:
         return
     names = p.source.device_names if p.source is not None else ()
-    table = _table(
-        "GPU time (busy = union of kernel/memcpy/memset; idle and utilization inside the steps)",
-        "device",
-        "busy ms",
-        "window ms",
-        "idle ms",
-        "util",
-        "kernel ms",
-        "memcpy ms",
-        "memset ms",
-        "idle: host wait",
-        "short gaps",
-        "other",
-    )
+    rows: list[list[Cell]] = []
     for d in p.devices:
         name = str(d.device)
         if 0 <= d.device < len(names):
             name = f"{d.device} {names[d.device]}"
-        table.add_row(
-            Text(name),
-            _ms(d.busy_ns),
-            _ms(d.window_ns),
-            _ms(d.idle_ns),
-            f"{d.utilization:.1%}",
-            _ms(d.kernel_ns),
-            _ms(d.memcpy_ns),
-            _ms(d.memset_ns),
-            _ms(d.host_wait_ns),
-            _ms(d.short_gap_ns),
-            _ms(d.other_idle_ns),
-        )
-    console.print(table)
+        rows.append(
+            [name, _ms(d.busy_ns), _ms(d.window_ns), _ms(d.idle_ns), f"{d.utilization:.1%}",
+             _ms(d.kernel_ns), _ms(d.memcpy_ns), _ms(d.memset_ns), _ms(d.host_wait_ns),
+             _ms(d.short_gap_ns), _ms(d.other_idle_ns)]
+        )  # fmt: skip
+    _print_table(
+        console,
+        "GPU time (busy = union of kernel/memcpy/memset; idle and utilization inside the steps)",
+        ["device", "busy ms", "window ms", "idle ms", "util", "kernel ms", "memcpy ms",
+         "memset ms", "idle: host wait", "short gaps", "other"],
+        rows,
+    )  # fmt: skip
     if p.memcpy:
-        mem = _table("memcpy / memset", "kind", "calls", "total ms", "bytes", "GB/s")
-        for m in p.memcpy:
-            gbps = m.gb_per_s
-            mem.add_row(
-                Text(m.kind),
-                str(m.calls),
-                _ms(m.total_ns),
-                _bytes(m.bytes),
-                "-" if gbps is None else f"{gbps:.2f}",
-            )
-        console.print(mem)
+        _print_table(
+            console,
+            "memcpy / memset",
+            ["kind", "calls", "total ms", "bytes", "GB/s"],
+            [
+                [m.kind, fmt_calls(m.calls), _ms(m.total_ns), _bytes(m.bytes),
+                 "-" if m.gb_per_s is None else f"{m.gb_per_s:.2f}"]
+                for m in p.memcpy
+            ],
+        )  # fmt: skip
 
 
 def _print_kernels(p: Profile, console: Console, top: int) -> None:
     if not p.kernels:
         return
-    table = _table(
+    _print_table(
+        console,
         f"top {min(top, len(p.kernels))} of {len(p.kernels)} kernels (summed over the trace)",
-        "kernel",
-        "kind",
-        "calls",
-        "total ms",
-        "mean us",
-        "min us",
-        "max us",
-    )
-    for k in p.kernels[:top]:
-        table.add_row(
-            Text(_short(k.name)),
-            k.kind,
-            str(k.calls),
-            _ms(k.total_ns),
-            _us(k.mean_ns),
-            _us(k.min_ns),
-            _us(k.max_ns),
-        )
-    console.print(table)
+        ["kernel", "kind", "calls", "total ms", "mean us", "min us", "max us"],
+        [
+            [k.name, k.kind, fmt_calls(k.calls), _ms(k.total_ns), _us(k.mean_ns), _us(k.min_ns),
+             _us(k.max_ns)]
+            for k in p.kernels[:top]
+        ],
+    )  # fmt: skip
     kinds = ", ".join(f"{k.kind} {_ms(k.total_ns)} ms ({k.calls})" for k in p.kinds)
     console.print(Text(f"kernel kinds: {kinds}"))
 
@@ -214,28 +205,30 @@ def print_ranks(run: Run, console: Console, top: int) -> None:
     cross = run.cross
     if cross is None:
         return
-    console.rule("ranks side by side")
-    ranks = [p.rank for p in run.ranks]
-    table = _table(
-        "step time per rank (ms)", "step", *[f"rank {r}" for r in ranks], "slowest", "spread"
-    )
-    for step in cross.steps[: max(top, 20)]:
-        by_rank = dict(step.ns_by_rank)
-        table.add_row(
-            Text(step.name),
-            *[_ms(by_rank.get(r)) if r is not None else "-" for r in ranks],
-            str(step.slowest_rank),
-            _ms(step.spread_ns),
+    with escaping(console) as out:
+        out.rule(Text("ranks side by side"))
+        ranks = [p.rank for p in run.ranks]
+        steps: list[list[Cell]] = [
+            [step.name,
+             *[_ms(dict(step.ns_by_rank).get(r)) if r is not None else "-" for r in ranks],
+             str(step.slowest_rank), _ms(step.spread_ns)]
+            for step in cross.steps[: max(top, 20)]
+        ]  # fmt: skip
+        _print_table(
+            out,
+            "step time per rank (ms)",
+            ["step", *[f"rank {r}" for r in ranks], "slowest", "spread"],
+            steps,
         )
-    console.print(table)
-    lines = _table("per rank", "rank", "median step ms", "communication ms", "compute ms")
-    for line in cross.ranks:
-        lines.add_row(
-            str(line.rank),
-            _ms(line.median_step_ns),
-            _ms(line.communication_ns),
-            _ms(line.compute_ns),
-        )
-    console.print(lines)
-    if cross.slowest_rank is not None:
-        console.print(Text(f"slowest rank by median step: {cross.slowest_rank}"))
+        _print_table(
+            out,
+            "per rank",
+            ["rank", "median step ms", "communication ms", "compute ms"],
+            [
+                [str(line.rank), _ms(line.median_step_ns), _ms(line.communication_ns),
+                 _ms(line.compute_ns)]
+                for line in cross.ranks
+            ],
+        )  # fmt: skip
+        if cross.slowest_rank is not None:
+            out.print(Text(f"slowest rank by median step: {cross.slowest_rank}"))

@@ -52,3 +52,9 @@ def human_bytes(n: float) -> str:
         if abs(n) >= size:
             return f"{n / size:.1f} {suffix}"
     return f"{n:g} B"
+
+
+def fmt_calls(n: float) -> str:
+    """A call count in full (``12,345``, never ``1.23e+04``); a mean over
+    iterations that is not whole keeps two decimals (``2.50``)."""
+    return f"{round(n):,}" if float(n).is_integer() else f"{n:,.2f}"

@@ -1,0 +1,98 @@
+"""The console every report prints through: no markup, no raw control characters.
+
+Names in a profile, a trace or a diff are user text (module paths, op and kernel
+names, file names, thread names). Printed raw, an ESC in one of them can clear the
+screen or rewrite earlier lines, and ``[bold]``-style text would be read as rich
+markup. Two layers keep them out:
+
+* every renderer builds user text as ``Text`` (never a markup string), and tables
+  escape their cells before layout (``escape_controls``), so columns stay aligned;
+* the console itself escapes whatever control character is still left in the
+  rendered segments, before rich adds its own style codes (``EscapeControls``).
+  ``make_console()`` installs it for good; ``escaping(console)`` adds it for the
+  length of one report to a console a library user passed in.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console, RenderHook
+from rich.segment import Segment
+
+if TYPE_CHECKING:
+    from rich.console import ConsoleOptions, ConsoleRenderable, RenderResult
+
+PIPE_WIDTH = 160  # a file or a pipe has no width; tables are laid out for this many columns
+
+# C0, DEL and C1 (category Cc): everything a terminal may act on instead of printing.
+_CONTROL_CODES = [*range(0x20), 0x7F, *range(0x80, 0xA0)]
+_NAMED = {0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}
+_ESCAPES = {c: _NAMED.get(c, f"\\x{c:02x}") for c in _CONTROL_CODES}
+_TEXT_TABLE = str.maketrans({chr(c): e for c, e in _ESCAPES.items()})
+# In rendered segments a newline is rich's own line break, not user text.
+_SEGMENT_TABLE = str.maketrans({chr(c): e for c, e in _ESCAPES.items() if c != 0x0A})
+_SEGMENT_CONTROL = re.compile("[" + "".join(re.escape(chr(c)) for c in _SEGMENT_TABLE) + "]")
+
+
+def escape_controls(text: str, *, keep_newlines: bool = False) -> str:
+    """``text`` with every control character written out: ESC -> ``\\x1b``, CR -> ``\\r``
+    (``keep_newlines``: a multi-line document keeps its line breaks)."""
+    return text.translate(_SEGMENT_TABLE if keep_newlines else _TEXT_TABLE)
+
+
+class _Escaped:
+    """Renders ``inner`` and escapes control characters left in its text segments."""
+
+    def __init__(self, inner: ConsoleRenderable) -> None:
+        self.inner = inner
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        for segment in console.render(self.inner, options):
+            # control segments are rich's own (cursor moves); text segments are content
+            if segment.control is None and _SEGMENT_CONTROL.search(segment.text):
+                yield Segment(escape_controls(segment.text, keep_newlines=True), segment.style)
+            else:
+                yield segment
+
+
+class EscapeControls(RenderHook):
+    """A render hook: no control character from content reaches the terminal."""
+
+    def process_renderables(self, renderables: list[ConsoleRenderable]) -> list[ConsoleRenderable]:
+        return [_Escaped(r) for r in renderables]
+
+
+class SafeConsole(Console):
+    """A rich Console with markup, emoji codes and highlighting off and control
+    characters escaped: names print literally, whatever they contain."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        options: dict[str, Any] = {"markup": False, "emoji": False, "highlight": False}
+        super().__init__(**{**options, **kwargs})
+        self.push_render_hook(EscapeControls())
+
+
+def make_console(*, stderr: bool = False) -> Console:
+    """The CLI's console. A pipe or a file gets ``PIPE_WIDTH`` columns (or $COLUMNS);
+    tables fit that width without cutting a number (``render.columns``)."""
+    probe = Console(stderr=stderr)
+    width = None if probe.is_terminal or "COLUMNS" in os.environ else PIPE_WIDTH
+    return SafeConsole(stderr=stderr, width=width)
+
+
+@contextmanager
+def escaping(console: Console) -> Iterator[Console]:
+    """``console``, escaping control characters until the block ends."""
+    if isinstance(console, SafeConsole):
+        yield console
+        return
+    console.push_render_hook(EscapeControls())
+    try:
+        yield console
+    finally:
+        console.pop_render_hook()
