@@ -71,7 +71,7 @@ def hostile_profile_json(tmp_path: Path, name: str, *, ops: bool = True) -> Path
     opts = RunOptions(
         warmup=0, iters=2, model_name=f"net {TITLE}{MARKUP}", ops=OpOptions() if ops else None
     )
-    profile = run_model(hostile_model(), (torch.randn(2, 4),), {}, opts).profile
+    profile = run_model(hostile_model(), (torch.randn(2, 4),), {}, opts)
     profile = profile.with_notes(f"note {CLEAR} {BRACKETS}")
     path = profile.save(tmp_path / name)
     data = json.loads(path.read_text())
@@ -235,7 +235,7 @@ def test_library_consoles_get_the_hook_for_one_report_only() -> None:
 def hostile_profile_json_free() -> Any:
     torch.manual_seed(0)
     opts = RunOptions(warmup=0, iters=1, model_name=BRACKETS)
-    return run_model(hostile_model(), (torch.randn(2, 4),), {}, opts).profile
+    return run_model(hostile_model(), (torch.randn(2, 4),), {}, opts)
 
 
 @given(st.text())

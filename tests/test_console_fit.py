@@ -50,7 +50,7 @@ WIDTHS = (80, 100, 120)
 def measure(model: nn.Module, inputs: tuple[torch.Tensor, ...], **options: Any) -> Profile:
     torch.manual_seed(0)
     opts = RunOptions(warmup=0, iters=2, model_name=type(model).__name__, **options)
-    return run_model(model, inputs, {}, opts).profile
+    return run_model(model, inputs, {}, opts)
 
 
 @pytest.fixture(scope="module")

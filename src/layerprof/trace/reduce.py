@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from layerprof.profile import Profile, now_iso, parent_path
+from layerprof.profile import Profile, parent_path
 from layerprof.records import LayerInfo, LayerSamples, Meta, OpStat
 from layerprof.sections import AnnotationRow, Steps, TraceSource
 from layerprof.stats import Series
@@ -250,7 +250,6 @@ def _meta(source: TraceSource, marker: dict[str, Any] | None, steps: int) -> Met
         device="cuda" if source.has_device else "cpu",
         iters=steps,
         source="trace",
-        created=now_iso(),
         extra={"file": source.file, "rank": source.rank},
         **values,
     )
