@@ -349,3 +349,34 @@ def test_with_modules_deprecation_is_not_shown(monkeypatch: pytest.MonkeyPatch) 
         script_capture(scripted, (torch.randn(2, 4),), None, iters=1)
     messages = [str(w.message) for w in seen if w.category is FutureWarning]
     assert messages == ["another profiler warning"]
+
+
+class PastParent(nn.Module):
+    """The root calls ``seq.0`` itself as well as through ``seq``, and ``only.0``, which
+    the profiler names the same: ``0(Linear)``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seq = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
+        self.only = nn.Sequential(nn.Linear(8, 8))
+        self.other = nn.Sequential(nn.Tanh())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.seq(x)
+        x = self.seq[0](x)
+        x = self.only[0](x)
+        return self.other[0](x)
+
+
+def test_calls_the_tree_cannot_show_are_left_out() -> None:
+    rows = script_capture(torch.jit.script(PastParent()), (torch.randn(2, 8),), None, iters=2)
+    samples = no_time_lost(rows, 2)
+    paths = {i.path for i in rows.layers}
+    assert {"seq.0", "only.0"}.isdisjoint(paths)
+    assert {"seq", "seq.1", "only", "other", "other.0"} <= paths
+    # a container never called itself: its element's rows stand
+    assert samples["other.0"].calls == 1 and "other" not in samples
+    assert samples["seq"].calls == 1 and samples["seq.1"].calls == 1
+    notes = [n for n in rows.notes if "no rows for" in n]
+    assert any("seq.0 " in n and "past seq" in n for n in notes)
+    assert any("only.0 " in n and "alike, 0(Linear)" in n for n in notes)

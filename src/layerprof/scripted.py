@@ -91,7 +91,9 @@ class CallGraph:
         that layer (eager hooks would not see it): its ops stay with the caller.
         Stops at the first segment that no call site of its caller matches by
         name and type (then False): the op belongs somewhere under the last
-        path returned, but not to a module this graph can name.
+        path returned, but not to a module this graph can name. A segment
+        that several call sites match (``seq.0`` and ``only.0`` are both
+        ``0(Linear)``) stops too, with True: those callees are flawed.
         """
         paths: list[str] = []
         caller = ""
@@ -103,7 +105,9 @@ class CallGraph:
                 for s in self.callees(caller).values()
                 if s.name == name and self.types.get(s.path) == type_name
             ]
-            if len(found) != 1:
+            if len(found) > 1:
+                return paths, True  # callees the hierarchy cannot tell apart: all flawed
+            if not found:
                 return paths, False
             caller = found[0]
             paths.append(caller)
@@ -432,29 +436,44 @@ def call_graph(module: Any) -> CallGraph:
     modules = dict(module.named_modules())
     types = {p: str(getattr(m, "original_name", type(m).__name__)) for p, m in modules.items()}
     sites: dict[str, dict[str, CallSite]] = {}
-    flawed: dict[str, str] = {}
     for path, sub in modules.items():
         if not _has_code(sub, "forward"):
             continue
         for chain, (low, high) in _method_counts(sub, "forward", ("forward",)).items():
             callee = f"{path}.{'.'.join(chain)}" if path else ".".join(chain)
             sites.setdefault(path, {})[callee] = CallSite(callee, chain[-1], int(low), high)
-            why = _site_flaw(path, callee, modules)
-            if why is not None:
-                flawed[callee] = why
+    called = {callee for callees in sites.values() for callee in callees}
+    flawed = {
+        callee: why
+        for caller, callees in sites.items()
+        for callee in callees
+        if (why := _site_flaw(caller, callee, modules, called)) is not None
+    }
+    for callees in sites.values():
+        twins: dict[tuple[str, str], list[str]] = {}
+        for callee, site in callees.items():
+            twins.setdefault((site.name, types.get(callee, "")), []).append(callee)
+        for (name, type_name), group in twins.items():
+            if len(group) > 1:
+                why = f"the profiler names {' and '.join(group)} alike, {name}({type_name})"
+                for callee in group:
+                    flawed.setdefault(callee, why)
     return CallGraph(types, sites, flawed)
 
 
-def _site_flaw(caller: str, callee: str, modules: dict[str, Any]) -> str | None:
-    """A call the module tree cannot show as parent -> child."""
+def _site_flaw(caller: str, callee: str, modules: dict[str, Any], called: set[str]) -> str | None:
+    """A call that the module tree would show under the wrong parent."""
     if callee not in modules:
-        return "it is not in named_modules() (one module shared under two paths)"
+        return "they are not in named_modules() (one module shared under two paths)"
     rel = callee[len(caller) + 1 :] if caller else callee
     parts = rel.split(".")
     for k in range(1, len(parts)):
         mid = f"{caller}.{'.'.join(parts[:k])}" if caller else ".".join(parts[:k])
-        if _has_code(modules[mid], "forward"):
-            return f"{caller or 'the model'} calls it directly, not through {mid}"
+        if mid in called:
+            return (
+                f"{caller or 'the model'} calls them directly, past {mid}, which is called"
+                " on its own too: the tree would put their time under the wrong parent"
+            )
     return None
 
 
