@@ -180,12 +180,20 @@ def test_calls_the_hierarchy_cannot_separate_are_left_out(
     no_time_lost(rows, 2)
 
 
-def test_frozen_module_has_only_the_root_and_says_why() -> None:
+@pytest.mark.parametrize("saved", [False, True])
+def test_frozen_module_has_only_the_root_and_says_why(saved: bool, tmp_path: Any) -> None:
+    """In memory, a frozen module's ops still name the inlined modules; loaded from a
+    file, they name only the root. Either way: the root row and why."""
     model, x = ResNetish().eval(), torch.randn(1, 3, 16, 16)
     frozen = torch.jit.freeze(torch.jit.script(model))
+    if saved:
+        torch.jit.save(frozen, tmp_path / "f.ts")
+        frozen = torch.jit.load(tmp_path / "f.ts")
     rows = script_capture(frozen, (x,), None, iters=2)
     assert [i.path for i in rows.layers] == [""]
-    assert any("no rows below ResNetish" in n and "frozen" in n for n in rows.notes)
+    assert len(rows.notes) == 1
+    assert "no per-layer rows: ResNetish has no sub-modules left" in rows.notes[0]
+    assert "torch.jit.freeze" in rows.notes[0]
     no_time_lost(rows, 2)
 
 
@@ -380,3 +388,16 @@ def test_calls_the_tree_cannot_show_are_left_out() -> None:
     notes = [n for n in rows.notes if "no rows for" in n]
     assert any("seq.0 " in n and "past seq" in n for n in notes)
     assert any("only.0 " in n and "alike, 0(Linear)" in n for n in notes)
+
+
+def test_cli_frozen_module(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """A frozen module has no ``training`` attribute: the run must not trip over it."""
+    from layerprof.cli import main
+
+    frozen = torch.jit.freeze(torch.jit.script(ResNetish().eval()))
+    torch.jit.save(frozen, tmp_path / "f.ts")
+    code = main(["run", str(tmp_path / "f.ts"), "--input", "1x3x16x16", "--warmup", "1",
+                 "--iters", "2"])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "has no sub-modules left" in " ".join(out.split())

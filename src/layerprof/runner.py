@@ -401,7 +401,7 @@ def _meta(
         warmup=opts.warmup,
         iters=opts.iters,
         threads=torch.get_num_threads(),
-        mode="eval" if opts.eval else ("train" if model.training else "eval"),
+        mode="eval" if opts.eval else ("train" if getattr(model, "training", False) else "eval"),
         grad=opts.grad,
         source="layerprof.run",
         created=now_iso(),
@@ -531,7 +531,7 @@ def _run_state(model: torch.nn.Module, opts: RunOptions, device: str) -> Iterato
     """Eval mode, grad mode, thread count and current CUDA device for the run; all restored."""
     import torch
 
-    was_training = model.training
+    was_training = getattr(model, "training", False)  # torch.jit.freeze drops it
     threads = torch.get_num_threads()
     if opts.threads is not None:
         torch.set_num_threads(opts.threads)

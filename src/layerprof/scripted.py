@@ -1,14 +1,25 @@
 """Per-layer rows for models whose forward hooks never fire: TorchScript and torch.export.
 
 TorchScript: the profiler's ``with_modules=True`` tags every op with its
-``Module Hierarchy`` (``TOP(Net)::forward.features(Sequential)::forward.0(Block)
-::forward.conv(Conv2d)::forward.SELF(Conv2d)::_conv_forward.``). Each
-iteration runs inside a root ``layer:`` range; inside it, consecutive
-top-level ops of the same module path form one call of that layer, from its
-first op's start to its last op's end. Time between ops of one layer is the
-layer's self time; time between layers (interpreter dispatch) is their common
-ancestor's. Two back-to-back calls of one module with no op between them
-merge into one call.
+``Module Hierarchy`` (``TOP(Net)::forward.blocks(ModuleList)...`` is *not*
+what it says: it names each module by the last attribute its caller took,
+``TOP(Net)::forward.0(Sequential)::forward.0(Linear)::forward.`` for
+``blocks.0.0``). So the module's own code is read first (``call_graph``):
+every ``prim::CallMethod`` on a ``prim::GetAttr`` chain in a submodule's
+graph is a call site with its real path and how many calls per caller call
+the code makes. Each op's hierarchy resolves through these sites to real
+paths. Each iteration runs inside a root ``layer:`` range; inside it,
+consecutive top-level ops under the same module form one call of it, from its
+first op's start to its last op's end (``observed_spans``). Time between ops
+of one layer is the layer's self time; time between layers (interpreter
+dispatch) is their common ancestor's.
+
+Then ``judge`` walks from the root: a layer's rows are kept only when its
+calls per iteration fit what its caller's code makes. Interleaved ops (an
+optimized graph moved one), back-to-back calls that look like one, calls in
+loops, call sites the hierarchy names alike and ops naming a module the code
+does not call leave the layer (and its sub-layers) out, with a note; their
+time stays in the caller's self time. Never a wrong row.
 
 torch.export: graph nodes carry ``nn_module_stack`` metadata (original
 qualified paths, outermost first). A graph pass over ``program.module()``
@@ -324,6 +335,12 @@ class Verdict:
     def notes(self, module: Any) -> tuple[str, ...]:
         """One line on the method, then one per reason layers were left out."""
         root = str(getattr(module, "original_name", type(module).__name__))
+        if sum(1 for _ in module.named_modules()) == 1:
+            return (
+                f"torchscript: no per-layer rows: {root} has no sub-modules left (frozen or"
+                " optimized for inference: torch.jit.freeze inlines them into its graph),"
+                " so all its time is its own self time",
+            )
         out = [
             "torchscript: layer times come from the module hierarchy the profiler records"
             " per operator (a call spans its first to its last operator); each layer's"
@@ -362,11 +379,6 @@ def judge(
         if caller in unresolved:
             verdict.below[caller] = (
                 "its operators name sub-modules that its TorchScript code does not call"
-                + (
-                    " (the module was frozen or optimized for inference, which inlines them)"
-                    if len(graph.types) == 1
-                    else ""
-                )
             )
             continue
         calls = seen.get(caller, [0] * iterations)
@@ -419,14 +431,15 @@ def zero_time_calls(
     call of each iteration (appended after their parents, as build_samples needs)."""
     caller_of = {callee: caller for caller, sites in graph.sites.items() for callee in sites}
     every = list(calls)
+    first: dict[tuple[str, int], int] = {}
+    for i, c in enumerate(every):
+        first.setdefault((c.path, c.iteration), i)
     for path, per_iteration in empty.items():  # callers before callees: judge's order
         for it, n in enumerate(per_iteration):
-            parent = next(
-                (i for i, c in enumerate(every) if c.path == caller_of[path] and c.iteration == it),
-                None,
-            )
-            if parent is not None:
+            parent = first.get((caller_of[path], it))
+            if parent is not None and n > 0:
                 at = every[parent].start_ns
+                first[(path, it)] = len(every)
                 every += [LayerCall(path, it, at, at, parent)] * n
     return every[len(calls) :]
 
