@@ -401,3 +401,29 @@ def test_cli_frozen_module(tmp_path: Any, capsys: pytest.CaptureFixture[str]) ->
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "has no sub-modules left" in " ".join(out.split())
+
+
+@pytest.mark.parametrize("how", ["trace", "script"])
+def test_embedding_shared_by_encoder_and_decoder(how: str) -> None:
+    """T5's shared embedding. Scripted, each path calls its own copy: every row stands.
+    Traced, the decoder's graph gets the shared module as an argument: the rows that
+    may be it go, with a note, the rest stand."""
+    from tests.real_models import EncoderDecoder
+
+    torch.manual_seed(0)
+    model, ids = EncoderDecoder().eval(), torch.randint(0, 64, (2, 6))
+    rows = script_capture(to_torchscript(model, ids, how), (ids,), None, iters=2)
+    samples = no_time_lost(rows, 2)
+    paths = {i.path for i in rows.layers}
+    for kept in ("encoder.block.1.0", "decoder.block.0", "decoder.final_layer_norm", "lm_head"):
+        assert samples[kept].calls == 1, kept
+    embeds = {"shared", "encoder.embed_tokens", "decoder.embed_tokens"}
+    if how == "script":
+        assert samples["encoder.embed_tokens"].calls == samples["decoder.embed_tokens"].calls == 1
+        assert "shared" not in samples and len(rows.notes) == 1
+    else:
+        (named,) = embeds & set(samples)  # the stack the tracer let name it
+        assert samples[named].calls == 1
+        assert embeds & paths == {named}
+        (note,) = [n for n in rows.notes if "no rows" in n]
+        assert "gets as an argument" in note and "shared" in note

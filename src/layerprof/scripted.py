@@ -36,7 +36,7 @@ import math
 import re
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from layerprof.device import device_of
@@ -91,6 +91,10 @@ class CallGraph:
     types: dict[str, str]  # path -> type name, in named_modules() order
     sites: dict[str, dict[str, CallSite]]  # caller path -> callee path -> site
     flawed: dict[str, str]  # callee path -> why its rows cannot be trusted
+    # layers no call site names, that code may still call (see call_graph)
+    suspect: dict[str, str] = field(default_factory=dict)
+    # caller -> types of the modules its code calls without naming them
+    unnamed: dict[str, set[str]] = field(default_factory=dict)
 
     def callees(self, caller: str) -> dict[str, CallSite]:
         return self.sites.get(caller, {})
@@ -119,7 +123,8 @@ class CallGraph:
             if len(found) > 1:
                 return paths, True  # callees the hierarchy cannot tell apart: all flawed
             if not found:
-                return paths, False
+                # a module the code got as an argument is known: its ops stay with the caller
+                return paths, type_name in self.unnamed.get(caller, ())
             caller = found[0]
             paths.append(caller)
         return paths, True
@@ -372,7 +377,7 @@ def judge(
     seen: dict[str, list[int]] = {"": [1] * iterations}
     for s in spans:
         seen.setdefault(s.path, [0] * iterations)[s.iteration] += 1
-    verdict = Verdict(trusted={""}, empty={}, dropped={}, below={})
+    verdict = Verdict(trusted={""}, empty={}, dropped=dict(graph.suspect), below={})
     queue = [""]
     while queue:
         caller = queue.pop(0)
@@ -449,13 +454,30 @@ def call_graph(module: Any) -> CallGraph:
     modules = dict(module.named_modules())
     types = {p: str(getattr(m, "original_name", type(m).__name__)) for p, m in modules.items()}
     sites: dict[str, dict[str, CallSite]] = {}
+    opaque: list[tuple[str, str]] = []  # (caller, type of the module it got)
     for path, sub in modules.items():
         if not _has_code(sub, "forward"):
             continue
         for chain, (low, high) in _method_counts(sub, "forward", ("forward",)).items():
+            if chain[0] == _ARGUMENT:
+                opaque.append((path, chain[1]))
+                continue
             callee = f"{path}.{'.'.join(chain)}" if path else ".".join(chain)
             sites.setdefault(path, {})[callee] = CallSite(callee, chain[-1], int(low), high)
     called = {callee for callees in sites.values() for callee in callees}
+    # torch.jit.trace hands a module shared by two parts of the model to the second
+    # part's graph as an argument: the code calls a module no call site names, so
+    # any uncalled layer of its type may be it, and its 0 calls are unproven.
+    suspect = {
+        path: (
+            f"{caller or 'the model'} calls a {type_name} module that its code gets as an"
+            " argument (torch.jit.trace passes a module shared by two parts of the model"
+            " so), which may be one of these"
+        )
+        for caller, type_name in opaque
+        for path in modules
+        if path and path not in called and types[path] == type_name
+    }
     flawed = {
         callee: why
         for caller, callees in sites.items()
@@ -471,7 +493,10 @@ def call_graph(module: Any) -> CallGraph:
                 why = f"the profiler names {' and '.join(group)} alike, {name}({type_name})"
                 for callee in group:
                     flawed.setdefault(callee, why)
-    return CallGraph(types, sites, flawed)
+    unnamed: dict[str, set[str]] = {}
+    for caller, type_name in opaque:
+        unnamed.setdefault(caller, set()).add(type_name)
+    return CallGraph(types, sites, flawed, suspect, unnamed)
 
 
 def _site_flaw(caller: str, callee: str, modules: dict[str, Any], called: set[str]) -> str | None:
@@ -496,6 +521,7 @@ def _has_code(sub: Any, method: str) -> bool:
 
 
 Counts = dict[tuple[str, ...], tuple[float, float]]  # attribute chain -> (low, high) calls
+_ARGUMENT = "<argument>"  # first key of a module the code did not take from self
 
 
 def _method_counts(sub: Any, method: str, stack: tuple[str, ...]) -> Counts:
@@ -516,6 +542,10 @@ def _block_counts(nodes: Any, sub: Any, self_id: int, stack: tuple[str, ...]) ->
             if chain == () and name not in stack and _has_code(sub, name):
                 # a method of its own: its calls count as this module's
                 _add(total, _method_counts(sub, name, (*stack, name)))
+            elif _FORWARD.match(name) and chain is None:
+                # a module from an argument or a list: known by its type only
+                kind_of = node.inputsAt(0).type()
+                _add(total, {(_ARGUMENT, getattr(kind_of, "name", lambda: "?")()): (1, 1)})
             elif chain and _FORWARD.match(name):  # other methods are no layer call
                 _add(total, {chain: (1, 1)})
         parts = [_block_counts(b.nodes(), sub, self_id, stack) for b in node.blocks()]
