@@ -349,7 +349,7 @@ def _node_hook_times(
             calls += [replace(c, parent=c.parent + base if c.parent >= 0 else -1) for c in done]
     samples = build_samples(calls, iters)
     zeros = (0,) * iters
-    times = {p: (s.total_ns, s.self_ns) for p, s in samples.items()}
+    times: BackwardTimes = {p: (tuple(s.total_ns), tuple(s.self_ns)) for p, s in samples.items()}
     # a layer that made no graph node (an Identity, no gradient reaching it): no backward work
     return times | {p: (zeros, zeros) for p in ran - set(times)}
 
@@ -370,7 +370,7 @@ def _ops_backward(
         backward=True, loss=loss,
     )  # fmt: skip
     times: BackwardTimes = {
-        p: (s.backward_total_ns, s.backward_self_ns)
+        p: (tuple(s.backward_total_ns), tuple(s.backward_self_ns))
         for p, s in cap.layer_samples().items()
         if s.backward_total_ns is not None and s.backward_self_ns is not None
     }
