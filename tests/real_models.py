@@ -174,3 +174,36 @@ class TinyGPT(nn.Module):
         for block in self.h:
             x = block(x)
         return self.lm_head(self.ln_f(x)) / math.sqrt(x.shape[-1])
+
+
+class Stack(nn.Module):
+    """One side of an encoder-decoder: token embedding (shared), a ModuleList of blocks."""
+
+    def __init__(self, embed: nn.Embedding, dim: int, depth: int) -> None:
+        super().__init__()
+        self.embed_tokens = embed
+        self.block = nn.ModuleList(
+            nn.Sequential(nn.Linear(dim, dim), nn.ReLU()) for _ in range(depth)
+        )
+        self.final_layer_norm = nn.LayerNorm(dim)
+
+    def forward(self, ids: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
+        x = self.embed_tokens(ids) + context
+        for layer in self.block:
+            x = layer(x)
+        return self.final_layer_norm(x)
+
+
+class EncoderDecoder(nn.Module):
+    """T5's layout: one embedding shared by the encoder and the decoder stacks."""
+
+    def __init__(self, vocab: int = 64, dim: int = 32, depth: int = 2) -> None:
+        super().__init__()
+        self.shared = nn.Embedding(vocab, dim)
+        self.encoder = Stack(self.shared, dim, depth)
+        self.decoder = Stack(self.shared, dim, depth)
+        self.lm_head = nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        memory = self.encoder(ids, torch.zeros(1))
+        return self.lm_head(self.decoder(ids.flip(-1), memory))

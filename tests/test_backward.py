@@ -1,18 +1,21 @@
-"""Backward per layer with full backward hooks (hooks mode)."""
+"""Backward per layer from autograd graph-node hooks (hooks mode), and its fallback."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 import torch
 from torch import nn
 
+from layerprof import backward as bwd
 from layerprof.backward import (
-    BackwardMarks,
-    _Open,
-    backward_calls,
+    BackwardProfile,
+    NodeHooksUnavailable,
+    NodeMarks,
+    _Call,
     default_loss,
     nest_intervals,
-    owned_parameters,
     profile_backward,
 )
 from layerprof.clocks import FakeClock
@@ -20,6 +23,9 @@ from layerprof.demo import SmallCNN, TinyTransformer
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.layertimes import build_samples
 from tests import zoo_models as zoo
+from tests.real_models import InPlaceAdd, ListEncoder, ResNetish, TinyGPT
+
+Times = dict[str, tuple[tuple[int, ...], tuple[int, ...]]]
 
 
 def children_of(paths: set[str]) -> dict[str, list[str]]:
@@ -33,7 +39,7 @@ def children_of(paths: set[str]) -> dict[str, list[str]]:
     return out
 
 
-def assert_invariant(times: dict[str, tuple[tuple[int, ...], tuple[int, ...]]], iters: int) -> None:
+def assert_invariant(times: Times, iters: int) -> None:
     """Per iteration, exactly: total == self + sum(children totals), self >= 0."""
     kids = children_of(set(times))
     for path, (total, self_t) in times.items():
@@ -46,28 +52,85 @@ def layers_with_params(model: nn.Module) -> set[str]:
     return {p for p, m in model.named_modules() if any(True for _ in m.parameters(recurse=False))}
 
 
+def assert_untouched(model: nn.Module, grads: dict[str, Any] | None = None) -> None:
+    """No hook left on any module, ``.grad`` as the user had it."""
+    for m in model.modules():
+        assert not m._forward_hooks and not m._forward_pre_hooks
+        assert not m._backward_hooks and not m._backward_pre_hooks
+    for name, p in model.named_parameters():
+        assert p.grad is (grads or {}).get(name), name
+
+
+def node_hook_times(model: nn.Module, x: Any, iters: int = 2, **kw: Any) -> Times:
+    result = profile_backward(model, (x,), None, iters=iters, loss=kw.pop("loss", None), **kw)
+    assert result.method == "node-hooks"
+    assert result.notes and "graph-node hooks" in result.notes[0]
+    return result.times
+
+
+# ---- the models the issue names: in-place residual adds and activations -----------
+
+
+def test_resnet_block_with_inplace_residual_and_relu() -> None:
+    """``out += identity`` and ``ReLU(inplace=True)``: full backward hooks refused these
+    (``Output 0 of BackwardHookFunction is a view and is being modified inplace``)."""
+    torch.manual_seed(0)
+    model = ResNetish()
+    flags = [m.inplace for m in model.modules() if isinstance(m, nn.ReLU)]
+    times = node_hook_times(model, torch.randn(2, 3, 16, 16))
+    assert layers_with_params(model) <= set(times)
+    assert_invariant(times, 2)
+    assert all(t > 0 for p in layers_with_params(model) for t in times[p][1]), "no own work"
+    # the relu of a block is called twice: both calls count
+    assert times["layer1.0.relu"][0][0] > 0
+    # the Identity downsample ran forward and made no graph node: zero, not missing
+    assert times["layer1.0.downsample"] == ((0, 0), (0, 0))
+    assert [m.inplace for m in model.modules() if isinstance(m, nn.ReLU)] == flags == [True] * 5
+    assert_untouched(model)
+
+
+def test_inplace_add_on_a_layer_output() -> None:
+    model = InPlaceAdd()
+    times = node_hook_times(model, torch.randn(4, 16))
+    assert {"", "fc1", "act", "fc2"} <= set(times)
+    assert_invariant(times, 2)
+    assert_untouched(model)
+
+
+@pytest.mark.parametrize(
+    "model", [ListEncoder(), TinyGPT(), TinyGPT(mha=True)], ids=["encoder", "gpt", "gpt_mha"]
+)
+def test_transformers(model: nn.Module) -> None:
+    """TransformerEncoder over a ModuleList, GPT blocks with SDPA or MultiheadAttention
+    and a tied LM head."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 8, 64) if isinstance(model, ListEncoder) else torch.randint(0, 128, (2, 8))
+    times = node_hook_times(model, x)
+    # MultiheadAttention uses its out_proj's weight and never calls it
+    called = {p for p in layers_with_params(model) if not p.endswith("out_proj")}
+    assert called <= set(times)
+    assert_invariant(times, 2)
+    assert_untouched(model)
+
+
 def test_transformer_backward_rows_and_invariant() -> None:
     torch.manual_seed(0)
     model = TinyTransformer(vocab=100, dim=32, heads=2, depth=1)
-    times = profile_backward(model, (torch.randint(0, 100, (2, 16)),), None, iters=3, loss=None)
+    times = node_hook_times(model, torch.randint(0, 100, (2, 16)), iters=3)
     assert layers_with_params(model) <= set(times)
     assert "" in times and all(len(t) == 3 and len(s) == 3 for t, s in times.values())
     assert_invariant(times, 3)
-    # the embedding's input (token ids) needs no grad: its end comes from its weight's
-    # gradient accumulation, so it is not an empty interval
+    # the embedding's input (token ids) needs no grad; its weight gradient is its own work
     assert min(times["embed"][0]) > 0
-    assert all(not m._backward_hooks and not m._backward_pre_hooks for m in model.modules())
-    assert all(p.grad is None for p in model.parameters())
+    assert_untouched(model)
 
 
 def test_cnn_with_inplace_relu() -> None:
     torch.manual_seed(0)
     model = SmallCNN(width=4)
-    flags = [m.inplace for m in model.modules() if isinstance(m, nn.ReLU)]
-    times = profile_backward(model, (torch.randn(2, 3, 32, 32),), None, iters=2, loss=None)
+    times = node_hook_times(model, torch.randn(2, 3, 32, 32))
     assert layers_with_params(model) <= set(times)
     assert_invariant(times, 2)
-    assert [m.inplace for m in model.modules() if isinstance(m, nn.ReLU)] == flags
 
 
 def test_shared_layer_called_twice() -> None:
@@ -79,9 +142,26 @@ def test_shared_layer_called_twice() -> None:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.fc(torch.tanh(self.fc(x)))
 
-    times = profile_backward(Shared(), (torch.randn(4, 8),), None, iters=2, loss=None)
+    times = node_hook_times(Shared(), torch.randn(4, 8))
     assert set(times) == {"", "fc"}
     assert_invariant(times, 2)
+
+
+def test_wrapper_with_nothing_of_its_own_has_zero_self() -> None:
+    """A module whose only work is one sub-layer: equal intervals nest parent first."""
+
+    class Wrap(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.inner(x)
+
+    model = nn.Sequential(nn.Linear(8, 8), Wrap())
+    times = node_hook_times(model, torch.randn(4, 8), iters=3)
+    assert times["1"][1] == (0, 0, 0)
+    assert times["1"][0] == times["1.inner"][0]
 
 
 def test_custom_loss_grads_restored_and_tied_weights() -> None:
@@ -94,12 +174,11 @@ def test_custom_loss_grads_restored_and_tied_weights() -> None:
         seen.append(out.shape)
         return out.logsumexp(-1).mean()
 
-    times = profile_backward(model, (torch.randint(0, 50, (2, 5)),), None, iters=2, loss=loss)
+    times = node_hook_times(model, torch.randint(0, 50, (2, 5)), loss=loss)
     assert seen and seen[0] == (2, 5, 50)
     assert {"", "embed", "out"} <= set(times)
     assert_invariant(times, 2)
-    assert model.embed.weight.grad is before
-    assert owned_parameters(model) == []  # the tied weight has two owners
+    assert_untouched(model, {"embed.weight": before})
 
 
 def test_no_floating_output_is_a_usage_error() -> None:
@@ -116,11 +195,126 @@ def test_no_floating_output_is_a_usage_error() -> None:
     assert default_loss({"a": (torch.ones(2, requires_grad=True),)}).item() == 2.0
 
 
-def test_model_error_in_backward_mode() -> None:
+def test_runs_inside_inference_mode() -> None:
+    """The runner's pass may hold inference_mode: backward must still work."""
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
+    x = torch.randn(2, 4)
+    with torch.inference_mode():
+        times = node_hook_times(model, x, iters=1)
+    assert {"", "0", "2"} <= set(times)
+
+
+# ---- errors: the innermost failing layer, the model left as it was -----------------
+
+
+class _Boom(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("boom in backward")
+
+
+class _Interrupt(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        raise KeyboardInterrupt
+
+
+class FailsInBackward(nn.Module):
+    def __init__(self, fn: type[torch.autograd.Function]) -> None:
+        super().__init__()
+        self.fn = fn
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fn.apply(self.proj(x))
+
+
+def failing_model(fn: type[torch.autograd.Function]) -> nn.Module:
+    return nn.Sequential(nn.Linear(8, 8), nn.Sequential(nn.ReLU(), FailsInBackward(fn)))
+
+
+def test_error_in_backward_names_the_innermost_layer() -> None:
+    model = failing_model(_Boom)
+    grads = {"0.weight": torch.ones(8, 8)}
+    model[0].weight.grad = grads["0.weight"]
+    with pytest.raises(ModelRunError, match=r"^1\.1 \(FailsInBackward\): boom in backward") as err:
+        profile_backward(model, (torch.randn(2, 8),), None, iters=1, loss=None)
+    assert err.value.layer == "1.1"
+    assert_untouched(model, grads)
+
+
+def test_error_in_forward_names_the_innermost_layer() -> None:
     model = zoo.Raises()
-    with pytest.raises(ModelRunError, match="mat1 and mat2"):
+    with pytest.raises(ModelRunError, match="mat1 and mat2") as err:
         profile_backward(model, (torch.zeros(2, 4),), None, iters=1, loss=None)
-    assert all(not m._backward_hooks and not m._backward_pre_hooks for m in model.modules())
+    assert err.value.layer == "block2.1"
+    assert_untouched(model)
+
+
+def test_ctrl_c_in_backward_leaves_the_model_as_it_was() -> None:
+    model = failing_model(_Interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        profile_backward(model, (torch.randn(2, 8),), None, iters=1, loss=None)
+    assert_untouched(model)
+
+
+# ---- the fallback: ops mode when node hooks cannot be used --------------------------
+
+
+def test_falls_back_to_ops_mode_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    def unavailable() -> Any:
+        raise NodeHooksUnavailable("torch 1.13 has no graph-node hooks")
+
+    monkeypatch.setattr(bwd, "next_sequence_nr", unavailable)
+    model = ResNetish()
+    result = profile_backward(model, (torch.randn(2, 3, 16, 16),), None, iters=2, loss=None)
+    assert isinstance(result, BackwardProfile) and result.method == "ops"
+    assert "ops mode" in result.notes[0] and "torch 1.13 has no graph-node hooks" in result.notes[0]
+    assert layers_with_params(model) <= set(result.times)
+    assert_invariant(result.times, 2)
+    assert_untouched(model)
+
+
+# ---- interval logic with exact numbers ---------------------------------------------
+
+
+def test_take_folds_children_into_parents_and_nests() -> None:
+    """root -> [a -> [a.x], b (no node)]: a's own nodes end after a.x's; the root has
+    none of its own; b made no graph node."""
+    marks = NodeMarks(nn.Linear(1, 1), FakeClock())
+    marks.calls = [
+        _Call("", -1, 0, 10),
+        _Call("a", 0, 0, 6, start_mark=100, end_mark=180),
+        _Call("a.x", 1, 2, 5, start_mark=120, end_mark=150),
+        _Call("b", 0, 6, 6),
+    ]
+    calls, ran = marks.take(0)
+    assert ran == {"", "a", "a.x", "b"}
+    assert [(c.path, c.start_ns, c.end_ns, c.parent) for c in calls] == [
+        ("", 100, 180, -1),  # the hull of its subtree
+        ("a", 100, 180, 0),  # coincides with the root: nested under it, not above
+        ("a.x", 120, 150, 1),
+    ]
+    s = build_samples(calls, 1)
+    assert s[""].self_ns == (0,) and s["a"].self_ns == (50,) and s["a.x"].total_ns == (30,)
+    assert marks.calls == []  # reset for the next iteration
+
+
+def test_owner_is_the_innermost_call_holding_the_number() -> None:
+    marks = NodeMarks(nn.Linear(1, 1), FakeClock())
+    marks.calls = [_Call("", -1, 0, 10), _Call("a", 0, 1, 4), _Call("a.x", 1, 2, 3)]
+    marks.calls.append(_Call("b", 0, 5, 8))
+    firsts = [c.first for c in marks.calls]
+    owners = [marks._owner(seq, firsts) for seq in range(11)]
+    assert owners == [0, 1, 2, 1, 0, 3, 3, 3, 0, 0, -1]
 
 
 def test_nest_intervals_extends_parents_over_overrunning_children() -> None:
@@ -136,34 +330,23 @@ def test_nest_intervals_extends_parents_over_overrunning_children() -> None:
     assert s["a"].self_ns == (10,)
 
 
-def test_early_hook_ends_at_last_accumulation() -> None:
-    """A layer whose inputs need no grad: its hook fires before the weight-grad work."""
-    clock = FakeClock()
-    done = [
-        _Open("", 0, 20, early=True),
-        _Open("head", 30, 60),
-        _Open("embed", 300, 310, early=True),
-    ]
-    calls = backward_calls(done, [("embed", 450), ("head", 50)], 0, clock)
-    assert [(c.path, c.start_ns, c.end_ns, c.parent) for c in calls] == [
-        ("", 0, 450, -1),  # root: to its children's ends
-        ("head", 30, 60, 0),
-        ("embed", 300, 450, 0),  # embed: to its weight's accumulation
-    ]
+def test_cli_backward_on_a_resnet(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """``layerprof run --arch ...:ResNetish --backward``: the crash of issue 11.3."""
+    import json
+    from pathlib import Path
 
+    from layerprof.cli import main
 
-def test_marks_detach_on_error() -> None:
-    model = nn.Linear(2, 2)
-    marks = BackwardMarks(model, FakeClock())
-    with marks:
-        assert model._backward_hooks
-    assert not model._backward_hooks and not model._backward_pre_hooks
-
-
-def test_runs_inside_inference_mode() -> None:
-    """The runner's pass may hold inference_mode: backward must still work."""
-    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
-    x = torch.randn(2, 4)
-    with torch.inference_mode():
-        times = profile_backward(model, (x,), None, iters=1, loss=None)
-    assert {"", "0", "2"} <= set(times)
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "p.json"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)  # --arch tests.real_models:... imports from the current directory
+        code = main(["run", "--arch", "tests.real_models:ResNetish", "--input", "2x3x16x16",
+                     "--backward", "--warmup", "1", "--iters", "2", "--json", str(out)])  # fmt: skip
+    _, err = capsys.readouterr()
+    assert code == 0, err
+    assert "Warning" not in err
+    data = json.loads(out.read_text())
+    rows = {layer["path"]: layer for layer in data["layers"]}
+    assert all("backward_total_ms" in rows[p] for p in layers_with_params(ResNetish()))
+    assert any("graph-node hooks" in n for n in data["notes"])

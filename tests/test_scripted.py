@@ -196,12 +196,20 @@ def test_calls_the_hierarchy_cannot_separate_are_left_out(
     no_time_lost(rows, 2)
 
 
-def test_frozen_module_has_only_the_root_and_says_why() -> None:
+@pytest.mark.parametrize("saved", [False, True])
+def test_frozen_module_has_only_the_root_and_says_why(saved: bool, tmp_path: Any) -> None:
+    """In memory, a frozen module's ops still name the inlined modules; loaded from a
+    file, they name only the root. Either way: the root row and why."""
     model, x = ResNetish().eval(), torch.randn(1, 3, 16, 16)
     frozen = torch.jit.freeze(torch.jit.script(model))
+    if saved:
+        torch.jit.save(frozen, tmp_path / "f.ts")
+        frozen = torch.jit.load(tmp_path / "f.ts")
     rows = script_capture(frozen, (x,), None, iters=2)
     assert [i.path for i in rows.layers] == [""]
-    assert any("no rows below ResNetish" in n and "frozen" in n for n in rows.notes)
+    assert len(rows.notes) == 1
+    assert "no per-layer rows: ResNetish has no sub-modules left" in rows.notes[0]
+    assert "torch.jit.freeze" in rows.notes[0]
     no_time_lost(rows, 2)
 
 
@@ -366,3 +374,73 @@ def test_with_modules_deprecation_is_not_shown(monkeypatch: pytest.MonkeyPatch) 
         script_capture(scripted, (torch.randn(2, 4),), None, iters=1)
     messages = [str(w.message) for w in seen if w.category is FutureWarning]
     assert messages == ["another profiler warning"]
+
+
+class PastParent(nn.Module):
+    """The root calls ``seq.0`` itself as well as through ``seq``, and ``only.0``, which
+    the profiler names the same: ``0(Linear)``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seq = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
+        self.only = nn.Sequential(nn.Linear(8, 8))
+        self.other = nn.Sequential(nn.Tanh())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.seq(x)
+        x = self.seq[0](x)
+        x = self.only[0](x)
+        return self.other[0](x)
+
+
+def test_calls_the_tree_cannot_show_are_left_out() -> None:
+    rows = script_capture(torch.jit.script(PastParent()), (torch.randn(2, 8),), None, iters=2)
+    samples = no_time_lost(rows, 2)
+    paths = {i.path for i in rows.layers}
+    assert {"seq.0", "only.0"}.isdisjoint(paths)
+    assert {"seq", "seq.1", "only", "other", "other.0"} <= paths
+    # a container never called itself: its element's rows stand
+    assert samples["other.0"].calls == 1 and "other" not in samples
+    assert samples["seq"].calls == 1 and samples["seq.1"].calls == 1
+    notes = [n for n in rows.notes if "no rows for" in n]
+    assert any("seq.0 " in n and "past seq" in n for n in notes)
+    assert any("only.0 " in n and "alike, 0(Linear)" in n for n in notes)
+
+
+def test_cli_frozen_module(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """A frozen module has no ``training`` attribute: the run must not trip over it."""
+    from layerprof.cli import main
+
+    frozen = torch.jit.freeze(torch.jit.script(ResNetish().eval()))
+    torch.jit.save(frozen, tmp_path / "f.ts")
+    code = main(["run", str(tmp_path / "f.ts"), "--input", "1x3x16x16", "--warmup", "1",
+                 "--iters", "2"])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "has no sub-modules left" in " ".join(out.split())
+
+
+@pytest.mark.parametrize("how", ["trace", "script"])
+def test_embedding_shared_by_encoder_and_decoder(how: str) -> None:
+    """T5's shared embedding. Scripted, each path calls its own copy: every row stands.
+    Traced, the decoder's graph gets the shared module as an argument: the rows that
+    may be it go, with a note, the rest stand."""
+    from tests.real_models import EncoderDecoder
+
+    torch.manual_seed(0)
+    model, ids = EncoderDecoder().eval(), torch.randint(0, 64, (2, 6))
+    rows = script_capture(to_torchscript(model, ids, how), (ids,), None, iters=2)
+    samples = no_time_lost(rows, 2)
+    paths = {i.path for i in rows.layers}
+    for kept in ("encoder.block.1.0", "decoder.block.0", "decoder.final_layer_norm", "lm_head"):
+        assert samples[kept].calls == 1, kept
+    embeds = {"shared", "encoder.embed_tokens", "decoder.embed_tokens"}
+    if how == "script":
+        assert samples["encoder.embed_tokens"].calls == samples["decoder.embed_tokens"].calls == 1
+        assert "shared" not in samples and len(rows.notes) == 1
+    else:
+        (named,) = embeds & set(samples)  # the stack the tracer let name it
+        assert samples[named].calls == 1
+        assert embeds & paths == {named}
+        (note,) = [n for n in rows.notes if "no rows" in n]
+        assert "gets as an argument" in note and "shared" in note

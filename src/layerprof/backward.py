@@ -1,43 +1,49 @@
-"""Backward time per layer: full backward hooks (hooks mode) or autograd ops (ops mode).
+"""Backward time per layer: autograd graph-node hooks (hooks mode) or autograd ops (ops mode).
 
-Hooks mode (``profile_backward``): a module's backward starts when its
-full-backward *pre* hook fires (the gradient w.r.t. its outputs is ready) and
-ends when its full-backward hook fires (the gradient w.r.t. its inputs is
-ready). The CPU autograd engine runs ready nodes highest sequence number
-first, and a module's nodes were created in one contiguous run during its
-forward, so a module's backward nodes run as one block and children's blocks
-fall inside their parent's: the intervals nest like forward calls, and the
-forward logic (``layertimes.build_samples``) applies. Where they do not:
+Hooks mode (``profile_backward``): forward pre/post hooks give every module
+call the range of autograd sequence numbers its ops took
+(``torch.autograd._get_sequence_nr`` at entry and exit: numbers are handed
+out per thread, in creation order). Before each ``backward()`` the graph is
+walked from the loss, and every node created inside a recorded call gets a
+pre-hook and a post-hook (``Node.register_prehook`` / ``register_hook``) that
+mark when it starts and ends; the innermost call whose range holds the node's
+sequence number owns it. A call's backward runs from the first of its
+subtree's nodes to start to the last to end.
 
-* a module none of whose inputs needs a gradient (the first layer, an
-  embedding over token ids, the root of a model fed token ids) gets its
-  full-backward hook called right after the pre hook, before its
-  weight-gradient work runs. Its end is then the latest of: the last gradient
-  accumulation of parameters it alone owns in its subtree (post-accumulate
-  hooks; shared parameters are left out, their accumulation waits for every
-  user) and the end of its sub-layers' backward intervals that started after
-  it.
-* a child interval that ends after its parent's (interleaving of other
-  branches) extends the parent: a parent's backward is not done before its
-  children's. After that every child lies inside its parent, siblings are
-  disjoint, and per iteration ``total == self + sum(children)`` and
-  ``self >= 0`` hold exactly. This is the invariant the tests check.
+Why the intervals nest: the CPU autograd engine runs ready nodes highest
+sequence number first, and running a node only makes older (lower-numbered)
+nodes ready, so the nodes of one call run as one block and a child's block
+lies inside its parent's. Intervals are nested by containment
+(``nest_intervals``: a child that ends after its parent extends the parent),
+so per iteration ``total == self + sum(children)`` and ``self >= 0`` hold
+exactly. A call that created no graph node (``nn.Identity``, a layer no
+gradient reaches) has a backward time of zero. Gradient accumulation into
+``.grad`` (``AccumulateGrad``, no sequence number) and the loss's own
+backward belong to no layer.
 
-Modules with ``inplace=True`` (``nn.ReLU(inplace=True)``) cannot modify the
-views full backward hooks hand them; they run with ``inplace=False`` during
-the backward profile (same result, one more buffer) and are restored after.
+Unlike full backward hooks (``register_full_backward_hook``), these hooks put
+nothing into the graph: full backward hooks wrap each module's inputs and
+outputs in ``BackwardHookFunction`` views, and every in-place op on such a
+view (a ResNet's ``out += identity``, ``nn.ReLU(inplace=True)``, ``x.add_()``)
+fails. Where node hooks cannot be used (a torch without them, a node that
+refuses a hook) the times come from ops mode instead, and the profile says so.
 
-Ops mode attributes backward by autograd sequence numbers in the trace
-engine instead (``layerprof.trace.attribution``).
+Ops mode attributes backward in the trace engine instead
+(``layerprof.trace.attribution``): an ``autograd::engine::evaluate_function:
+XBackward0`` span carries the sequence number of the forward op that created
+the node; its time belongs to that op's layer. Nodes with no forward op
+(``AccumulateGrad``, the loss) go to ``(unattributed)``, never dropped.
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
-import warnings
+import functools
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from layerprof.clocks import Clock, HostClock, synchronizer
 from layerprof.device import device_of
@@ -50,7 +56,7 @@ if TYPE_CHECKING:
     import torch
 
 LossFn = Callable[[Any], Any]
-BackwardTimes = dict[str, tuple[Sequence[int], Sequence[int]]]
+BackwardTimes = dict[str, tuple[tuple[int, ...], tuple[int, ...]]]
 
 
 # ---- loss and one optimizer-free step ------------------------------------------------
@@ -88,8 +94,13 @@ def backward_step(
     kwargs: dict[str, Any],
     loss: LossFn | None,
     sync: Callable[[], None],
+    *,
+    before_backward: Callable[[Any], Any] | None = None,
 ) -> Callable[[], None]:
-    """forward + loss + backward; gradients set to None first (no optimizer, no step)."""
+    """forward + loss + backward; gradients set to None first (no optimizer, no step).
+
+    ``before_backward(loss)`` runs between the loss and ``backward()``.
+    """
     params = [p for p in model.parameters() if p.requires_grad]
     loss_fn = loss or default_loss
 
@@ -99,6 +110,8 @@ def backward_step(
         value = loss_fn(model(*args, **kwargs))
         if getattr(value, "ndim", 0) != 0:
             value = value.sum()
+        if before_backward is not None:
+            before_backward(value)
         value.backward()
         sync()
 
@@ -106,102 +119,180 @@ def backward_step(
 
 
 @contextlib.contextmanager
-def backward_state(model: torch.nn.Module, *, no_inplace: bool = False) -> Iterator[None]:
-    """Grad mode on, users' ``.grad`` and (optionally) ``inplace`` flags restored after."""
+def backward_state(model: torch.nn.Module) -> Iterator[None]:
+    """Grad mode on; the users' ``.grad`` tensors restored after (also on errors)."""
     import torch
 
     grads = {p: p.grad for p in model.parameters()}
-    flipped = (
-        [m for m in model.modules() if getattr(m, "inplace", None) is True] if no_inplace else []
-    )
-    for m in flipped:
-        setattr(m, "inplace", False)  # noqa: B010 - nn.Module's attribute typing rejects a bool
     try:
         # inference_mode(False): enable_grad alone does nothing inside inference_mode.
         with torch.inference_mode(False), torch.enable_grad():
             yield
     finally:
-        for m in flipped:
-            setattr(m, "inplace", True)  # noqa: B010
         for p, g in grads.items():
             p.grad = g
 
 
-# ---- hooks mode --------------------------------------------------------------------
+# ---- hooks mode: autograd graph-node hooks -----------------------------------------
+
+
+class NodeHooksUnavailable(Exception):
+    """This torch or this graph does not take node hooks: use ops mode instead."""
+
+
+@dataclass(frozen=True)
+class BackwardProfile:
+    """Per layer ``path -> (backward_total_ns, backward_self_ns)``, one value per
+    iteration, and how they were measured (``method``: ``node-hooks`` or ``ops``)."""
+
+    times: BackwardTimes
+    method: str
+    notes: tuple[str, ...]
 
 
 @dataclass
-class _Open:
+class _Call:
+    """One module call of the current iteration: its range of sequence numbers and
+    the marks of its first node to start and its last node to end in backward."""
+
     path: str
-    start: Any
-    end: Any = None
-    early: bool = False  # no input needed a gradient: the hook fired before the work
+    parent: int
+    first: int
+    end: int = -1
+    start_mark: Any = None
+    end_mark: Any = None
 
 
-class BackwardMarks:
-    """Full backward pre/post hooks on every module + accumulate hooks on owned params."""
+class NodeMarks:
+    """Forward hooks that give each module call its sequence-number range, and the
+    node hooks that time the graph nodes created in each call (module docstring)."""
 
     def __init__(self, model: torch.nn.Module, clock: Clock) -> None:
         self.model = model
         self.clock = clock
-        self.done: list[_Open] = []
-        self.accumulated: list[tuple[str, Any]] = []
-        self._open: dict[str, list[_Open]] = {}
+        self.calls: list[_Call] = []
+        self.failed: str | None = None  # innermost layer a forward raised in
+        self._stack: list[int] = []
+        self._running: list[int] = []  # owners of nodes started and not finished
         self._hooks = HookHandles()
+        self._next_seq = next_sequence_nr()
 
-    def __enter__(self) -> BackwardMarks:
+    def __enter__(self) -> NodeMarks:
         with self._hooks.registering() as hooks:
             for path, module in hookable_modules(self.model):
-                hooks.add(module.register_full_backward_pre_hook(self._pre(path)))
-                hooks.add(module.register_full_backward_hook(self._post(path)))
-            for path, param in owned_parameters(self.model):
-                hooks.add(param.register_post_accumulate_grad_hook(self._acc(path)))
+                hooks.add(module.register_forward_pre_hook(functools.partial(self._enter, path)))
+                hooks.add(
+                    module.register_forward_hook(
+                        functools.partial(self._exit, path), always_call=True
+                    )
+                )
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._hooks.remove()
 
-    def _pre(self, path: str) -> Callable[..., None]:
-        def hook(module: Any, grad_output: Any) -> None:
-            self._open.setdefault(path, []).append(_Open(path, self.clock.mark()))
+    def _enter(self, path: str, module: Any, args: Any) -> None:
+        parent = self._stack[-1] if self._stack else -1
+        self.calls.append(_Call(path, parent, self._next_seq()))
+        self._stack.append(len(self.calls) - 1)
 
-        return hook
+    def _exit(self, path: str, module: Any, args: Any, output: Any) -> None:
+        # always_call: also runs when the forward raised; the innermost unwinds first
+        if self.failed is None and sys.exc_info()[0] is not None:
+            self.failed = path
+        while self._stack:
+            call = self.calls[self._stack.pop()]
+            call.end = self._next_seq()
+            if call.path == path:
+                break
 
-    def _post(self, path: str) -> Callable[..., None]:
-        def hook(module: Any, grad_input: Any, grad_output: Any) -> None:
-            t = self.clock.mark()
-            stack = self._open.get(path)
-            if stack:
-                entry = stack.pop()
-                entry.end = t
-                entry.early = all(g is None for g in grad_input)
-                self.done.append(entry)
+    # ---- backward ----------------------------------------------------------------
+    def hook_graph(self, loss: Any) -> int:
+        """Pre- and post-hook every node that a recorded call created; returns how many.
 
-        return hook
+        The hooks live on this iteration's graph, which autograd frees after
+        ``backward()``: nothing stays behind on the model.
+        """
+        if not self.calls or loss.grad_fn is None:
+            return 0
+        firsts = [c.first for c in self.calls]
+        seen: set[Any] = set()
+        todo = [loss.grad_fn]
+        hooked = 0
+        while todo:
+            node = todo.pop()
+            if node is None or node in seen:
+                continue
+            seen.add(node)
+            seq = node._sequence_nr()
+            if seq < firsts[0]:
+                continue  # made before the forward: so is everything behind it
+            owner = self._owner(seq, firsts)
+            if owner >= 0:
+                try:
+                    node.register_prehook(functools.partial(self._node_start, owner))
+                    node.register_hook(functools.partial(self._node_end, owner))
+                except (RuntimeError, TypeError, AttributeError) as exc:
+                    raise NodeHooksUnavailable(f"{node.name()}: {exc}") from exc
+                hooked += 1
+            todo.extend(fn for fn, _ in node.next_functions)
+        return hooked
 
-    def _acc(self, path: str) -> Callable[..., None]:
-        def hook(param: Any) -> None:
-            self.accumulated.append((path, self.clock.mark()))
+    def _owner(self, seq: int, firsts: list[int]) -> int:
+        """The innermost call whose sequence range holds ``seq`` (-1: none)."""
+        k = bisect.bisect_right(firsts, seq) - 1
+        while k >= 0 and not seq < self.calls[k].end:
+            k = self.calls[k].parent
+        return k
 
-        return hook
+    def _node_start(self, owner: int, grad_outputs: Any) -> None:
+        mark = self.clock.mark()
+        call = self.calls[owner]
+        if call.start_mark is None:
+            call.start_mark = mark
+        self._running.append(owner)
 
-    def take(self) -> tuple[list[_Open], list[tuple[str, Any]]]:
-        """This iteration's closed intervals and accumulations; resets for the next one."""
-        done, acc = self.done, self.accumulated
-        self.done, self.accumulated, self._open = [], [], {}
-        return done, acc
+    def _node_end(self, owner: int, grad_inputs: Any, grad_outputs: Any) -> None:
+        self.calls[owner].end_mark = self.clock.mark()
+        if self._running:
+            self._running.pop()
+
+    def failing_path(self) -> str | None:
+        """The innermost layer the last step failed in: forward, else backward node."""
+        if self.failed is not None:
+            return self.failed
+        return self.calls[self._running[-1]].path if self._running else None
+
+    def take(self, iteration: int) -> tuple[list[LayerCall], set[str]]:
+        """This iteration's backward calls (parents before children) and the paths
+        that ran forward; resets for the next iteration."""
+        calls, ran = self.calls, {c.path for c in self.calls}
+        timed = [i for i, c in enumerate(calls) if c.start_mark is not None]
+        times = self.clock.resolve(
+            [m for i in timed for m in (calls[i].start_mark, calls[i].end_mark)]
+        )
+        hull: list[tuple[int, int] | None] = [None] * len(calls)
+        for k, i in enumerate(timed):
+            hull[i] = (times[2 * k], times[2 * k + 1])
+        for i in range(len(calls) - 1, -1, -1):  # children after parents: fold upwards
+            p, own = calls[i].parent, hull[i]
+            if p >= 0 and own is not None:
+                up = hull[p]
+                hull[p] = own if up is None else (min(up[0], own[0]), max(up[1], own[1]))
+        spans = [(c.path, h[0], h[1]) for c, h in zip(calls, hull, strict=True) if h is not None]
+        self.calls, self._stack, self._running, self.failed = [], [], [], None
+        return nest_intervals(spans, iteration), ran
 
 
-def owned_parameters(model: torch.nn.Module) -> list[tuple[str, Any]]:
-    """(module path, parameter) for parameters held by exactly one module."""
-    owners: dict[int, list[str]] = {}
-    params: dict[int, Any] = {}
-    for path, module in model.named_modules(remove_duplicate=False):
-        for p in module.parameters(recurse=False):
-            if p.requires_grad:
-                owners.setdefault(id(p), []).append(path)
-                params[id(p)] = p
-    return [(paths[0], params[k]) for k, paths in owners.items() if len(set(paths)) == 1]
+def next_sequence_nr() -> Callable[[], int]:
+    """torch's per-thread autograd sequence counter (the number the next node gets)."""
+    import torch
+
+    peek = getattr(torch.autograd, "_get_sequence_nr", None)
+    node = getattr(torch.autograd.graph, "Node", None)
+    if peek is None or not hasattr(node, "register_prehook"):
+        raise NodeHooksUnavailable(f"torch {torch.__version__} has no graph-node hooks")
+    return cast(Callable[[], int], peek)
 
 
 def profile_backward(
@@ -212,78 +303,99 @@ def profile_backward(
     iters: int,
     loss: LossFn | None,
     clock: Clock | None = None,
-) -> BackwardTimes:
-    """Backward total and self time of every layer, per iteration (see module docstring).
+) -> BackwardProfile:
+    """Backward total and self time of every layer that ran forward, per iteration.
 
-    Returns ``path -> (backward_total_ns, backward_self_ns)``, one value per
-    iteration; layers whose backward never ran (no gradient flows through
-    them) are absent. One untimed step runs first (autograd warm-up).
+    Graph-node hooks (see the module docstring); where they cannot be used,
+    ops mode (torch.profiler). One untimed step runs first (autograd warm-up).
+    Forward hooks are removed and ``.grad`` restored also on errors and Ctrl-C.
     """
-    clock = clock or HostClock()
+    try:
+        times = _node_hook_times(model, args, kwargs, iters, loss, clock or HostClock())
+    except NodeHooksUnavailable as why:
+        return _ops_backward(model, args, kwargs, iters, loss, str(why))
+    note = (
+        "backward: per-layer times from autograd graph-node hooks - a layer's backward"
+        " runs from the first to the last graph node its forward created; gradient"
+        " accumulation into .grad and the loss's own backward are in no layer"
+    )
+    return BackwardProfile(times, "node-hooks", (note,))
+
+
+def _node_hook_times(
+    model: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any] | None,
+    iters: int,
+    loss: LossFn | None,
+    clock: Clock,
+) -> BackwardTimes:
     device = device_of(model)
-    step = backward_step(model, args, kwargs or {}, loss, synchronizer(device))
-    calls: list[LayerCall] = []
-    with backward_state(model, no_inplace=True), warnings.catch_warnings():
-        # "full backward hook is firing ... since no inputs require gradients":
-        # expected, and handled by ending such layers at their last accumulation.
-        warnings.filterwarnings("ignore", message="Full backward hook is firing")
-        # a module returning a dict gets no backward hooks; the runner notes it
-        warnings.filterwarnings("ignore", message="For backward hooks to be called")
-        _run(model, step)
-        with BackwardMarks(model, clock) as marks:
-            marks.take()
-            for it in range(iters):
-                _run(model, step)
-                done, acc = marks.take()
-                base = len(calls)
-                calls += [
-                    replace(c, parent=c.parent + base if c.parent >= 0 else -1)
-                    for c in backward_calls(done, acc, it, clock)
-                ]
+    with backward_state(model), NodeMarks(model, clock) as marks:
+        step = backward_step(
+            model, args, kwargs or {}, loss, synchronizer(device), before_backward=marks.hook_graph
+        )
+        _run(model, step, marks)
+        marks.take(0)
+        calls: list[LayerCall] = []
+        ran: set[str] = set()
+        for it in range(iters):
+            _run(model, step, marks)
+            done, paths = marks.take(it)
+            ran |= paths
+            base = len(calls)
+            calls += [replace(c, parent=c.parent + base if c.parent >= 0 else -1) for c in done]
     samples = build_samples(calls, iters)
-    return {p: (s.total_ns.tolist() or [], s.self_ns.tolist() or []) for p, s in samples.items()}
+    zeros = (0,) * iters
+    times: BackwardTimes = {p: (tuple(s.total_ns), tuple(s.self_ns)) for p, s in samples.items()}
+    # a layer that made no graph node (an Identity, no gradient reaching it): no backward work
+    return times | {p: (zeros, zeros) for p in ran - set(times)}
 
 
-def _run(model: torch.nn.Module, step: Callable[[], None]) -> None:
+def _ops_backward(
+    model: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any] | None,
+    iters: int,
+    loss: LossFn | None,
+    why: str,
+) -> BackwardProfile:
+    """The fallback: autograd nodes from torch.profiler, attributed by sequence number."""
+    from layerprof.opcapture import OpOptions, capture_ops
+
+    cap = capture_ops(
+        model, args, kwargs, iters=iters, device=device_of(model), options=OpOptions(),
+        backward=True, loss=loss,
+    )  # fmt: skip
+    times: BackwardTimes = {
+        p: (tuple(s.backward_total_ns), tuple(s.backward_self_ns))
+        for p, s in cap.profile().samples.items()
+        if s.backward_total_ns is not None and s.backward_self_ns is not None
+    }
+    note = (
+        f"backward: per-layer times from torch.profiler's autograd nodes (ops mode), as"
+        f" graph-node hooks could not be used ({why}); a layer's backward self time is"
+        f" the time of the nodes its forward ops created"
+    )
+    return BackwardProfile(times, "ops", (note,))
+
+
+def _run(model: torch.nn.Module, step: Callable[[], None], marks: NodeMarks) -> None:
     from layerprof.runner import model_error
 
     try:
         step()
-    except (KeyboardInterrupt, ModelRunError, UsageError):
+    except (KeyboardInterrupt, ModelRunError, UsageError, NodeHooksUnavailable):
         raise
     except Exception as exc:
-        err = model_error(model, None, exc)
-        if "inplace" in str(exc) or "view" in str(exc):
-            err.hint = (
-                "a module modifies a hooked tensor in place; --backward needs out-of-place ops"
-            )
-        raise err from exc
-
-
-def backward_calls(
-    done: Sequence[_Open], accumulated: Sequence[tuple[str, Any]], iteration: int, clock: Clock
-) -> list[LayerCall]:
-    """Resolve marks and nest the intervals into LayerCall records (parents before children)."""
-    marks = [m for d in done for m in (d.start, d.end)] + [m for _, m in accumulated]
-    times = clock.resolve(marks)
-    acc = [(p, t) for (p, _), t in zip(accumulated, times[2 * len(done) :], strict=True)]
-    spans = [(d.path, times[2 * i], times[2 * i + 1]) for i, d in enumerate(done)]
-    # Deepest first, so an early parent sees its early children's corrected ends.
-    for i in sorted(range(len(done)), key=lambda k: -done[k].path.count(".") - bool(done[k].path)):
-        if done[i].early:
-            path, start, end = spans[i]
-            later = [t for p, t in acc if _within(p, path) and t >= start]
-            later += [e for p, s, e in spans if p != path and _within(p, path) and s >= start]
-            spans[i] = (path, start, max([end, *later]))
-    return nest_intervals(spans, iteration)
-
-
-def _within(path: str, root: str) -> bool:
-    return root == "" or path == root or path.startswith(root + ".")
+        raise model_error(model, marks.failing_path(), exc) from exc
 
 
 def nest_intervals(spans: Sequence[tuple[str, int, int]], iteration: int) -> list[LayerCall]:
-    """Containment nesting; a child ending after its parent extends the parent (and up)."""
+    """Containment nesting; a child ending after its parent extends the parent (and up).
+
+    Spans that coincide nest in the order given (give parents first).
+    """
     ordered = sorted(spans, key=lambda s: (s[1], -s[2]))
     rows: list[list[Any]] = []  # [path, start, end, parent]
     stack: list[int] = []
@@ -295,6 +407,3 @@ def nest_intervals(spans: Sequence[tuple[str, int, int]], iteration: int) -> lis
         rows.append([path, start, end, stack[-1] if stack else -1])
         stack.append(len(rows) - 1)
     return [LayerCall(p, iteration, s, e, parent) for p, s, e, parent in rows]
-
-
-# ---- ops mode ----------------------------------------------------------------------------

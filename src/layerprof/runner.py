@@ -191,26 +191,12 @@ def _layer_pass(
     latency = (base.latency_ns.tolist() if base.latency_ns is not None else None) or []
     samples, overhead = _hooked(model, forward, sync, device, opts, progress, latency)
     if opts.backward:
-        samples, untimed = _with_backward(samples, model, args, kwargs, opts)
-        base = base.with_notes(*_backward_notes(model, untimed))
+        samples, notes = _with_backward(samples, model, args, kwargs, opts)
+        base = base.with_notes(*notes)
     layers = layer_infos(
         model, shapes.shapes, flops=flops, output_bytes=shapes.output_bytes, peak_bytes=peaks
     )
     return replace(base, layers=layers, samples=samples, overhead=overhead)
-
-
-def _backward_notes(model: torch.nn.Module, untimed: list[str]) -> list[str]:
-    """Layers that ran forward but whose backward hooks never fired."""
-    if not untimed:
-        return []
-    names = ", ".join(p or type(model).__name__ for p in untimed[:5])
-    more = f" and {len(untimed) - 5} more" if len(untimed) > 5 else ""
-    return [
-        f"no backward time for {names}{more}: full backward hooks do not fire for a layer"
-        " whose output is not a tensor or tuple of tensors (or that no gradient reaches);"
-        " its backward total is its children's, its own backward work is not shown"
-        " (use --ops to see it)"
-    ]
 
 
 def _opaque_notes(model: torch.nn.Module) -> list[str]:
@@ -321,22 +307,21 @@ def _with_backward(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     opts: RunOptions,
-) -> tuple[dict[str, LayerSamples], list[str]]:
-    """Hooks mode: add each layer's backward times from full backward hooks."""
+) -> tuple[dict[str, LayerSamples], tuple[str, ...]]:
+    """Hooks mode: add each layer's backward times (layerprof.backward says how)."""
     from layerprof.backward import profile_backward
 
     device = opts.device or device_of(model)
     # On CUDA host marks around an asynchronous backward time launches, not work:
     # time each layer's backward with CUDA events, resolved once per iteration.
     clock = CudaEventClock(device) if device.startswith("cuda") else None
-    times = profile_backward(model, args, kwargs, iters=opts.iters, loss=opts.loss, clock=clock)
+    result = profile_backward(model, args, kwargs, iters=opts.iters, loss=opts.loss, clock=clock)
     out = dict(samples)
-    missing = [p for p, _ in hookable_modules(model) if p not in times and p in samples]
-    for path, (total, self_t) in times.items():
+    for path, (total, self_t) in result.times.items():
         zeros = [0] * len(total)
         old = out.get(path) or LayerSamples(total_ns=zeros, self_ns=zeros, calls=0.0)
         out[path] = replace(old, backward_total_ns=Series(total), backward_self_ns=Series(self_t))
-    return out, missing
+    return out, result.notes
 
 
 def _scripted(
@@ -430,7 +415,7 @@ def _meta(
         warmup=opts.warmup,
         iters=opts.iters,
         threads=torch.get_num_threads(),
-        mode="eval" if opts.eval else ("train" if model.training else "eval"),
+        mode="eval" if opts.eval else ("train" if getattr(model, "training", False) else "eval"),
         grad=opts.grad,
         source="layerprof.run",
         created=now_iso(),
@@ -560,7 +545,7 @@ def _run_state(model: torch.nn.Module, opts: RunOptions, device: str) -> Iterato
     """Eval mode, grad mode, thread count and current CUDA device for the run; all restored."""
     import torch
 
-    was_training = model.training
+    was_training = getattr(model, "training", False)  # torch.jit.freeze drops it
     threads = torch.get_num_threads()
     if opts.threads is not None:
         torch.set_num_threads(opts.threads)

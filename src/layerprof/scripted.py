@@ -1,14 +1,25 @@
 """Per-layer rows for models whose forward hooks never fire: TorchScript and torch.export.
 
 TorchScript: the profiler's ``with_modules=True`` tags every op with its
-``Module Hierarchy`` (``TOP(Net)::forward.features(Sequential)::forward.0(Block)
-::forward.conv(Conv2d)::forward.SELF(Conv2d)::_conv_forward.``). Each
-iteration runs inside a root ``layer:`` range; inside it, consecutive
-top-level ops of the same module path form one call of that layer, from its
-first op's start to its last op's end. Time between ops of one layer is the
-layer's self time; time between layers (interpreter dispatch) is their common
-ancestor's. Two back-to-back calls of one module with no op between them
-merge into one call.
+``Module Hierarchy`` (``TOP(Net)::forward.blocks(ModuleList)...`` is *not*
+what it says: it names each module by the last attribute its caller took,
+``TOP(Net)::forward.0(Sequential)::forward.0(Linear)::forward.`` for
+``blocks.0.0``). So the module's own code is read first (``call_graph``):
+every ``prim::CallMethod`` on a ``prim::GetAttr`` chain in a submodule's
+graph is a call site with its real path and how many calls per caller call
+the code makes. Each op's hierarchy resolves through these sites to real
+paths. Each iteration runs inside a root ``layer:`` range; inside it,
+consecutive top-level ops under the same module form one call of it, from its
+first op's start to its last op's end (``observed_spans``). Time between ops
+of one layer is the layer's self time; time between layers (interpreter
+dispatch) is their common ancestor's.
+
+Then ``judge`` walks from the root: a layer's rows are kept only when its
+calls per iteration fit what its caller's code makes. Interleaved ops (an
+optimized graph moved one), back-to-back calls that look like one, calls in
+loops, call sites the hierarchy names alike and ops naming a module the code
+does not call leave the layer (and its sub-layers) out, with a note; their
+time stays in the caller's self time. Never a wrong row.
 
 torch.export: graph nodes carry ``nn_module_stack`` metadata (original
 qualified paths, outermost first). A graph pass over ``program.module()``
@@ -29,7 +40,7 @@ import math
 import re
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from layerprof.device import device_of
@@ -92,6 +103,10 @@ class CallGraph:
     types: dict[str, str]  # path -> type name, in named_modules() order
     sites: dict[str, dict[str, CallSite]]  # caller path -> callee path -> site
     flawed: dict[str, str]  # callee path -> why its rows cannot be trusted
+    # layers no call site names, that code may still call (see call_graph)
+    suspect: dict[str, str] = field(default_factory=dict)
+    # caller -> types of the modules its code calls without naming them
+    unnamed: dict[str, set[str]] = field(default_factory=dict)
 
     def callees(self, caller: str) -> dict[str, CallSite]:
         return self.sites.get(caller, {})
@@ -103,7 +118,9 @@ class CallGraph:
         that layer (eager hooks would not see it): its ops stay with the caller.
         Stops at the first segment that no call site of its caller matches by
         name and type (then False): the op belongs somewhere under the last
-        path returned, but not to a module this graph can name.
+        path returned, but not to a module this graph can name. A segment
+        that several call sites match (``seq.0`` and ``only.0`` are both
+        ``0(Linear)``) stops too, with True: those callees are flawed.
         """
         paths: list[str] = []
         caller = ""
@@ -115,8 +132,11 @@ class CallGraph:
                 for s in self.callees(caller).values()
                 if s.name == name and self.types.get(s.path) == type_name
             ]
-            if len(found) != 1:
-                return paths, False
+            if len(found) > 1:
+                return paths, True  # callees the hierarchy cannot tell apart: all flawed
+            if not found:
+                # a module the code got as an argument is known: its ops stay with the caller
+                return paths, type_name in self.unnamed.get(caller, ())
             caller = found[0]
             paths.append(caller)
         return paths, True
@@ -329,6 +349,12 @@ class Verdict:
     def notes(self, module: Any) -> tuple[str, ...]:
         """One line on the method, then one per reason layers were left out."""
         root = str(getattr(module, "original_name", type(module).__name__))
+        if sum(1 for _ in module.named_modules()) == 1:
+            return (
+                f"torchscript: no per-layer rows: {root} has no sub-modules left (frozen or"
+                " optimized for inference: torch.jit.freeze inlines them into its graph),"
+                " so all its time is its own self time",
+            )
         out = [
             "torchscript: layer times come from the module hierarchy the profiler records"
             " per operator (a call spans its first to its last operator); each layer's"
@@ -360,18 +386,13 @@ def judge(
     seen: dict[str, list[int]] = {"": [1] * iterations}
     for s in spans:
         seen.setdefault(s.path, [0] * iterations)[s.iteration] += 1
-    verdict = Verdict(trusted={""}, empty={}, dropped={}, below={})
+    verdict = Verdict(trusted={""}, empty={}, dropped=dict(graph.suspect), below={})
     queue = [""]
     while queue:
         caller = queue.pop(0)
         if caller in unresolved:
             verdict.below[caller] = (
                 "its operators name sub-modules that its TorchScript code does not call"
-                + (
-                    " (the module was frozen or optimized for inference, which inlines them)"
-                    if len(graph.types) == 1
-                    else ""
-                )
             )
             continue
         calls = seen.get(caller, [0] * iterations)
@@ -424,15 +445,16 @@ def zero_time_spans(
     caller's first call of each iteration."""
     caller_of = {callee: caller for caller, sites in graph.sites.items() for callee in sites}
     every = [*roots, *spans]
+    first: dict[tuple[str, int], _Span] = {}
+    for span in every:
+        first.setdefault((span.path, span.iteration), span)
     added: list[_Span] = []
     for path, per_iteration in empty.items():  # callers before callees: judge's order
         for it, n in enumerate(per_iteration):
-            caller = next(
-                (s for s in every if s.path == caller_of[path] and s.iteration == it), None
-            )
-            if caller is not None:
+            caller = first.get((caller_of[path], it))
+            if caller is not None and n > 0:
                 zero = [_Span(path, caller.tid, caller.start, caller.start, it)] * n
-                every += zero
+                first.setdefault((path, it), zero[0])
                 added += zero
     return added
 
@@ -442,29 +464,64 @@ def call_graph(module: Any) -> CallGraph:
     modules = dict(module.named_modules())
     types = {p: str(getattr(m, "original_name", type(m).__name__)) for p, m in modules.items()}
     sites: dict[str, dict[str, CallSite]] = {}
-    flawed: dict[str, str] = {}
+    opaque: list[tuple[str, str]] = []  # (caller, type of the module it got)
     for path, sub in modules.items():
         if not _has_code(sub, "forward"):
             continue
         for chain, (low, high) in _method_counts(sub, "forward", ("forward",)).items():
+            if chain[0] == _ARGUMENT:
+                opaque.append((path, chain[1]))
+                continue
             callee = f"{path}.{'.'.join(chain)}" if path else ".".join(chain)
             sites.setdefault(path, {})[callee] = CallSite(callee, chain[-1], int(low), high)
-            why = _site_flaw(path, callee, modules)
-            if why is not None:
-                flawed[callee] = why
-    return CallGraph(types, sites, flawed)
+    called = {callee for callees in sites.values() for callee in callees}
+    # torch.jit.trace hands a module shared by two parts of the model to the second
+    # part's graph as an argument: the code calls a module no call site names, so
+    # any uncalled layer of its type may be it, and its 0 calls are unproven.
+    suspect = {
+        path: (
+            f"{caller or 'the model'} calls a {type_name} module that its code gets as an"
+            " argument (torch.jit.trace passes a module shared by two parts of the model"
+            " so), which may be one of these"
+        )
+        for caller, type_name in opaque
+        for path in modules
+        if path and path not in called and types[path] == type_name
+    }
+    flawed = {
+        callee: why
+        for caller, callees in sites.items()
+        for callee in callees
+        if (why := _site_flaw(caller, callee, modules, called)) is not None
+    }
+    for callees in sites.values():
+        twins: dict[tuple[str, str], list[str]] = {}
+        for callee, site in callees.items():
+            twins.setdefault((site.name, types.get(callee, "")), []).append(callee)
+        for (name, type_name), group in twins.items():
+            if len(group) > 1:
+                why = f"the profiler names {' and '.join(group)} alike, {name}({type_name})"
+                for callee in group:
+                    flawed.setdefault(callee, why)
+    unnamed: dict[str, set[str]] = {}
+    for caller, type_name in opaque:
+        unnamed.setdefault(caller, set()).add(type_name)
+    return CallGraph(types, sites, flawed, suspect, unnamed)
 
 
-def _site_flaw(caller: str, callee: str, modules: dict[str, Any]) -> str | None:
-    """A call the module tree cannot show as parent -> child."""
+def _site_flaw(caller: str, callee: str, modules: dict[str, Any], called: set[str]) -> str | None:
+    """A call that the module tree would show under the wrong parent."""
     if callee not in modules:
-        return "it is not in named_modules() (one module shared under two paths)"
+        return "they are not in named_modules() (one module shared under two paths)"
     rel = callee[len(caller) + 1 :] if caller else callee
     parts = rel.split(".")
     for k in range(1, len(parts)):
         mid = f"{caller}.{'.'.join(parts[:k])}" if caller else ".".join(parts[:k])
-        if _has_code(modules[mid], "forward"):
-            return f"{caller or 'the model'} calls it directly, not through {mid}"
+        if mid in called:
+            return (
+                f"{caller or 'the model'} calls them directly, past {mid}, which is called"
+                " on its own too: the tree would put their time under the wrong parent"
+            )
     return None
 
 
@@ -474,6 +531,7 @@ def _has_code(sub: Any, method: str) -> bool:
 
 
 Counts = dict[tuple[str, ...], tuple[float, float]]  # attribute chain -> (low, high) calls
+_ARGUMENT = "<argument>"  # first key of a module the code did not take from self
 
 
 def _method_counts(sub: Any, method: str, stack: tuple[str, ...]) -> Counts:
@@ -494,6 +552,10 @@ def _block_counts(nodes: Any, sub: Any, self_id: int, stack: tuple[str, ...]) ->
             if chain == () and name not in stack and _has_code(sub, name):
                 # a method of its own: its calls count as this module's
                 _add(total, _method_counts(sub, name, (*stack, name)))
+            elif _FORWARD.match(name) and chain is None:
+                # a module from an argument or a list: known by its type only
+                kind_of = node.inputsAt(0).type()
+                _add(total, {(_ARGUMENT, getattr(kind_of, "name", lambda: "?")()): (1, 1)})
             elif chain and _FORWARD.match(name):  # other methods are no layer call
                 _add(total, {chain: (1, 1)})
         parts = [_block_counts(b.nodes(), sub, self_id, stack) for b in node.blocks()]
