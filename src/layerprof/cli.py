@@ -352,9 +352,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise UsageError(f"--arch-kwargs is not valid JSON: {exc.msg}") from exc
         if not isinstance(kwargs, dict):
             raise UsageError("--arch-kwargs must be a JSON object, e.g. '{\"depth\": 18}'")
-    model_file = Path(args.model) if args.model else None
-    # fail before a long load unless the file may be a .pt2 carrying example inputs
-    if not args.input and not (model_file and model_file.suffix == ".pt2" and model_file.is_file()):
+    # fail before a long load unless the file is an export archive carrying example inputs
+    if not args.input and not _is_export_archive(args.model):
         raise _no_input()
     loaded = load_model(
         args.model, arch=args.arch, arch_kwargs=kwargs, strict=not args.non_strict,
@@ -373,6 +372,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     _emit(measured, args)
     return 0
+
+
+def _is_export_archive(model: str | None) -> bool:
+    """Told by the file's content, never its name (a .pt2 renamed .pth is one)."""
+    from layerprof.loading import torch_file_format
+
+    if model is None or not Path(model).is_file():
+        return False
+    try:
+        return torch_file_format(Path(model)) == "export"
+    except OSError:
+        return True  # let the loader report the unreadable file
 
 
 def _no_input() -> UsageError:

@@ -4,7 +4,9 @@ What :func:`load_model` accepts, decided in this order:
 
 * no file, ``arch`` only: the callable builds the model (random weights);
 * a TorchScript archive (zip with ``code/`` and ``constants.pkl``): ``torch.jit.load``;
-* a ``torch.export`` archive (``.pt2``): ``torch.export.load(...).module()``;
+* a ``torch.export`` archive (``.pt2``): ``torch.export.load(...).module()``, after
+  :func:`layerprof.archive.check_export_archive` found no string in its JSON that
+  torch would evaluate as Python other than the shape expressions torch writes;
 * any other ``torch.save`` file, read with ``weights_only=True`` (no code from the
   file runs): a state dict, or a checkpoint dict holding one under
   ``state_dict`` / ``model_state_dict`` / ``model`` / ``module``, loaded into the
@@ -257,8 +259,13 @@ def torch_file_format(file: Path) -> FileFormat:
     ``OSError`` when the file cannot be read.
     """
     if zipfile.is_zipfile(file):
-        with zipfile.ZipFile(file) as archive:
-            return _zip_kind(archive.namelist())
+        from layerprof.archive import member_names
+
+        try:
+            with zipfile.ZipFile(file) as archive:
+                return _zip_kind(member_names(archive, file))
+        except zipfile.BadZipFile:
+            return "damaged-zip"
     with file.open("rb") as handle:
         head = handle.read(2)
     if head == b"PK":
@@ -310,6 +317,10 @@ def _load_torchscript(file: Path, arch: str | None, map_location: str) -> Loaded
 def _load_exported(file: Path, arch: str | None, *, trust_pickle: bool = False) -> LoadedModel:
     import torch
 
+    from layerprof.archive import check_export_archive
+
+    # Before torch reads a byte of it: its shape expressions and guards are eval'd.
+    check_export_archive(file, trust_code=trust_pickle)
     guard = contextlib.nullcontext() if trust_pickle else _pickles_refused()
     try:
         with guard:

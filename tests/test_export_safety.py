@@ -1,0 +1,353 @@
+"""A torch.export archive is checked before torch reads it: no string in it runs as Python.
+
+torch.export.load sympifies (evals) every shape expression of the archive and
+ExportedProgram.module() execs its guards; these tests put code there and check
+that it never runs, whatever the file is called and whatever flags are given.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import struct
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from layerprof import archive
+from layerprof.cli import main
+from layerprof.errors import ModelLoadError
+from layerprof.loading import load_model
+from layerprof.symexpr import UnsafeExpression, check_guard, check_sym_expr
+
+ROOT = Path(__file__).resolve().parents[1]
+FAST = ["--warmup", "1", "--iters", "2"]
+
+
+class Sliced(torch.nn.Module):
+    """Floor division and modulo of a dynamic size: the expression forms torch writes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        head = y[: x.shape[0] // 2 + 1].sum()
+        return self.fc(x).sum(0) + head + (x.shape[0] % 3)
+
+
+@pytest.fixture(scope="module")
+def dynamic_pt2(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    batch = torch.export.Dim("batch", min=2, max=64)
+    n = torch.export.Dim("n", min=10)
+    program = torch.export.export(
+        Sliced(),
+        (torch.randn(8, 4), torch.randn(20)),
+        dynamic_shapes={"x": {0: batch}, "y": {0: n}},
+    )
+    path = tmp_path_factory.mktemp("export") / "dynamic.pt2"
+    torch.export.save(program, str(path))
+    return path
+
+
+def rewritten(src: Path, dst: Path, edit: Callable[[dict[str, Any]], None]) -> Path:
+    """A copy of ``src`` whose models/*.json went through ``edit``."""
+    with zipfile.ZipFile(src) as z:
+        data = {n: z.read(n) for n in z.namelist()}
+    name = next(n for n in data if n.endswith("models/model.json"))
+    doc = json.loads(data[name])
+    edit(doc)
+    data[name] = json.dumps(doc).encode()
+    with zipfile.ZipFile(dst, "w") as z:
+        for member, blob in data.items():
+            z.writestr(member, blob)
+    return dst
+
+
+def toucher(marker: Path) -> str:
+    return f"__import__('pathlib').Path({str(marker)!r}).touch()"
+
+
+def expression_payload(marker: Path) -> Callable[[dict[str, Any]], None]:
+    def edit(doc: dict[str, Any]) -> None:
+        sizes = doc["graph_module"]["graph"]["tensor_values"]["x"]["sizes"]
+        sizes[0] = {"as_expr": {"expr_str": f"1+0*{toucher(marker)}", "hint": {"as_int": 1}}}
+
+    return edit
+
+
+def guard_payload(marker: Path) -> Callable[[dict[str, Any]], None]:
+    def edit(doc: dict[str, Any]) -> None:
+        doc["guards_code"] = [f"{toucher(marker)} is None"]
+
+    return edit
+
+
+FLAGS = {
+    "--arch": ["--arch", "tests.cli_models:Net"],
+    "--trust-pickle": ["--trust-pickle"],
+    "--input": ["--input", "8x4", "--input", "20"],
+}
+FLAG_SETS = [c for r in range(len(FLAGS) + 1) for c in itertools.combinations(FLAGS, r)]
+
+
+@pytest.mark.parametrize("suffix", [".pt2", ".pth", ".pt", ""])
+@pytest.mark.parametrize("payload", [expression_payload, guard_payload])
+def test_code_in_archive_never_runs(
+    dynamic_pt2: Path,
+    tmp_path: Path,
+    suffix: str,
+    payload: Callable[[Path], Callable[[dict[str, Any]], None]],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(ROOT)
+    marker = tmp_path / "MARKER"
+    evil = rewritten(dynamic_pt2, tmp_path / f"model{suffix}", payload(marker))
+    for flags in FLAG_SETS:
+        argv = ["run", str(evil), *itertools.chain.from_iterable(FLAGS[f] for f in flags), *FAST]
+        code = main(argv)
+        _, err = capsys.readouterr()
+        assert not marker.exists(), (flags, "the archive's code ran")
+        assert code == 2, (flags, err)
+        lines = err.strip().splitlines()
+        assert lines[0].startswith(f"layerprof: error: {evil}: refused: "), err
+        assert "Traceback" not in err and len(lines) == 2 and lines[1].startswith("  hint:")
+        field = "expr_str" if payload is expression_payload else "guards_code"
+        assert field in lines[0]
+
+
+def test_payloads_run_without_the_check(dynamic_pt2: Path, tmp_path: Path) -> None:
+    # Keeps the test above honest: torch itself runs both payloads, the expression
+    # while loading, the guard when the loaded module is called.
+    for payload in (expression_payload, guard_payload):
+        marker = tmp_path / f"{payload.__name__}.marker"
+        evil = rewritten(dynamic_pt2, tmp_path / f"{payload.__name__}.pt2", payload(marker))
+        # the expression payload breaks the load after it has run
+        with contextlib.suppress(Exception):
+            torch.export.load(str(evil)).module()(torch.randn(8, 4), torch.randn(20))
+        assert marker.exists(), payload.__name__
+
+
+def test_dynamic_shape_export_loads_and_runs(
+    dynamic_pt2: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    archive.check_export_archive(dynamic_pt2)  # every expression torch wrote is admitted
+    loaded = load_model(dynamic_pt2)
+    x, y = torch.randn(5, 4), torch.randn(12)
+    assert loaded.module(x, y).shape == (3,)  # another batch size than exported with
+    renamed = tmp_path / "dynamic_renamed"
+    renamed.write_bytes(dynamic_pt2.read_bytes())
+    for path, inputs in ((dynamic_pt2, []), (renamed, ["--input", "5x4", "--input", "12"])):
+        code = main(
+            ["run", str(path), *inputs, *FAST, "--quiet", "--json", str(tmp_path / "p.json")]
+        )
+        assert code == 0, capsys.readouterr().err
+        meta = json.loads((tmp_path / "p.json").read_text())["meta"]
+        assert meta["extra"]["kind"] == "export"
+
+
+def test_aot_inductor_code_refused(dynamic_pt2: Path, tmp_path: Path) -> None:
+    package = tmp_path / "aoti.pt2"
+    with zipfile.ZipFile(dynamic_pt2) as src, zipfile.ZipFile(package, "w") as dst:
+        for name in src.namelist():
+            dst.writestr(name, src.read(name))
+        root = src.namelist()[0].split("/")[0]
+        dst.writestr(f"{root}/data/aotinductor/model/model.so", b"\x7fELF not really")
+    with pytest.raises(ModelLoadError, match=r"AOTInductor package .*data/aotinductor") as info:
+        load_model(package)
+    assert "--trust-pickle" in (info.value.hint or "")
+
+
+def test_duplicate_member_refused(dynamic_pt2: Path, tmp_path: Path) -> None:
+    # zipfile reads the last copy, torch's reader the first: check one, load the other.
+    twice = tmp_path / "twice.pt2"
+    with zipfile.ZipFile(dynamic_pt2) as src, zipfile.ZipFile(twice, "w") as dst:
+        names = src.namelist()
+        model = next(n for n in names if n.endswith("models/model.json"))
+        for name in names:
+            dst.writestr(name, src.read(name))
+        with pytest.warns(UserWarning, match="Duplicate name"):
+            dst.writestr(model, src.read(model))
+    with pytest.raises(ModelLoadError, match="two members named"):
+        load_model(twice)
+
+
+def test_oversized_and_bomb_members_refused(
+    dynamic_pt2: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(archive, "MAX_JSON_BYTES", 1 << 20)
+    bomb = tmp_path / "bomb.pt2"
+    with zipfile.ZipFile(dynamic_pt2) as src, zipfile.ZipFile(bomb, "w") as dst:
+        for name in src.namelist():
+            dst.writestr(name, src.read(name))
+        root = src.namelist()[0].split("/")[0]
+        # 64 MiB of spaces compress to ~64 KiB: refused by its declared size, never inflated
+        dst.writestr(f"{root}/models/extra.json", b" " * (64 << 20), zipfile.ZIP_DEFLATED)
+    assert bomb.stat().st_size < 1 << 20
+    with pytest.raises(ModelLoadError, match=r"models/extra\.json is 67108864 bytes, more than"):
+        load_model(bomb)
+
+
+def test_member_lying_about_its_size_refused(
+    dynamic_pt2: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(archive, "MAX_JSON_BYTES", 1 << 20)
+    liar = tmp_path / "liar.pt2"
+    with zipfile.ZipFile(dynamic_pt2) as src, zipfile.ZipFile(liar, "w") as dst:
+        for name in src.namelist():
+            dst.writestr(name, src.read(name))
+        root = src.namelist()[0].split("/")[0]
+        dst.writestr(f"{root}/models/big.json", b"[" + b"0," * (1 << 20) + b"0]", 8)
+    data = bytearray(liar.read_bytes())
+    # Declare 100 bytes in the central directory entry of models/big.json.
+    central = data.rfind(b"PK\x01\x02", 0, data.rfind(b"models/big.json"))
+    data[central + 24 : central + 28] = struct.pack("<I", 100)
+    liar.write_bytes(bytes(data))
+    with pytest.raises(ModelLoadError, match=r"big\.json"):
+        load_model(liar)
+
+
+def test_deeply_nested_json_refused(dynamic_pt2: Path, tmp_path: Path) -> None:
+    deep = tmp_path / "deep.pt2"
+    with zipfile.ZipFile(dynamic_pt2) as src, zipfile.ZipFile(deep, "w") as dst:
+        for name in src.namelist():
+            blob = src.read(name)
+            if name.endswith("models/model.json"):
+                blob = b"[" * 200_000 + b"]" * 200_000
+            dst.writestr(name, blob)
+    with pytest.raises(ModelLoadError, match="nested too deeply"):
+        load_model(deep)
+
+
+def test_extra_files_are_not_parsed(dynamic_pt2: Path, tmp_path: Path) -> None:
+    extra = tmp_path / "extra.pt2"
+    with zipfile.ZipFile(dynamic_pt2) as src, zipfile.ZipFile(extra, "w") as dst:
+        for name in src.namelist():
+            dst.writestr(name, src.read(name))
+        root = src.namelist()[0].split("/")[0]
+        dst.writestr(f"{root}/extra/notes.json", b"not json, and torch never parses it")
+    archive.check_export_archive(extra)
+
+
+# ------------------------------------------------------------------ the grammars
+
+
+SYMBOLS = [f"s{i}" for i in range(4)]
+
+
+def sympy_exprs() -> st.SearchStrategy[Any]:
+    import sympy
+    from torch.utils._sympy.functions import FloorDiv, Mod, PythonMod
+
+    syms = [sympy.Symbol(name, positive=True, integer=True) for name in SYMBOLS]
+    leaves = st.one_of(st.sampled_from(syms), st.integers(1, 1000).map(sympy.Integer))
+
+    def combine(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+        pair = st.tuples(children, children)
+        by_leaf = st.tuples(children, leaves)  # divisors that cannot be zero
+        return st.one_of(
+            pair.map(lambda p: p[0] + p[1]),
+            pair.map(lambda p: p[0] * p[1]),
+            pair.map(lambda p: p[0] - p[1]),
+            by_leaf.map(lambda p: FloorDiv(p[0], p[1])),
+            by_leaf.map(lambda p: Mod(p[0], p[1])),
+            by_leaf.map(lambda p: PythonMod(p[0], p[1])),
+            pair.map(lambda p: sympy.Max(p[0], p[1])),
+            pair.map(lambda p: sympy.Min(p[0], p[1])),
+        )
+
+    arithmetic = st.recursive(leaves, combine, max_leaves=8)
+    pair = st.tuples(arithmetic, arithmetic)
+    return st.one_of(
+        arithmetic,
+        pair.map(lambda p: sympy.Eq(p[0], p[1])),
+        pair.map(lambda p: sympy.Le(p[0], p[1])),
+        pair.map(lambda p: sympy.And(sympy.Lt(p[0], p[1]), sympy.Ne(p[1], 3))),
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(sympy_exprs())
+def test_expressions_torch_writes_are_admitted(expr: Any) -> None:
+    import sympy
+
+    check_sym_expr(sympy.srepr(expr))  # torch >= 2.5
+    check_sym_expr(str(expr))  # older archives
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "1+0*__import__('os').system('true')",
+        "eval('1')",
+        "Symbol('s0').__class__",
+        "Symbol('s0\\'); import os')",
+        'Symbol("s0")',
+        "Integer(1).__reduce__()",
+        "sympify('1')",
+        "lambdify(s0, s0)",
+        "[c for c in ()]",
+        "(lambda: 1)()",
+        "s0 if s0 else 1",
+        "Float('1.0', **{'x': 1})",
+        "Function('f')(s0)",
+        "__builtins__",
+        "s0\n+1",
+        "f'{s0}'",
+        "1 # comment",
+        "Add(" * 300 + "s0" + ")" * 300,
+        "s0 + " * 40000 + "1",
+    ],
+)
+def test_expressions_that_could_run_code_are_refused(text: str) -> None:
+    with pytest.raises(UnsafeExpression):
+        check_sym_expr(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "1 + (L['x'].size()[0] // 2) <= L['y'].size()[0]",
+        "L['x'].size()[0] == 8",
+        "L['x'].stride()[0] == L['x'].size()[1]",
+        "L['args'][0]['mask'].size()[1] >= 2 and L['x'].storage_offset() == 0",
+        "math.floor(L['x'].size()[0] / 3) != max(L['y'].size()[0], 4)",
+        "not (L['x'].size()[0] % 2 == 1)",
+        "L['x'].size()[0] <= math.inf",
+        "torch.sym_float(L['x'].size()[0]) > 1.5",
+    ],
+)
+def test_guards_torch_prints_are_admitted(text: str) -> None:
+    check_guard(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "__import__('os').system('true') == 0",
+        "L['x'].__class__ == 1",
+        "L['x'].size(0) == 1",
+        'L["it\'s"].size()[0] == 1',
+        "L['a b'].size()[0] == 1",
+        "len(L['x']) == 1",
+        "L['x'].tolist() == 1",
+        "math.__dict__ is None",
+        "torch.load('f')",
+        "open('f')",
+        "L['x'].size()[0] == 1, print(1)",
+        "L['x'].size()[0] == 1 # ",
+        "M['x'].size()[0] == 1",
+        "L[s].size()[0] == 1",
+    ],
+)
+def test_guards_that_could_run_code_are_refused(text: str) -> None:
+    with pytest.raises(UnsafeExpression):
+        check_guard(text)
