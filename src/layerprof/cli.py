@@ -57,13 +57,11 @@ _NON_NEGATIVE = _int_at_least(0)
 
 
 def _add_output_options(p: argparse.ArgumentParser, *, json: bool = True) -> None:
-    out = p.add_argument_group("output")
+    out = p.add_argument_group("output", outputs.STDOUT_HELP)
     if json:
-        out.add_argument(
-            "--json", metavar="FILE", help="write the profile as JSON (schema layerprof.profile/1)"
-        )
-    out.add_argument("--csv", metavar="FILE", help="write one CSV line per layer")
-    out.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
+        outputs.add_output(out, "--json", "write the profile as JSON (schema layerprof.profile/1)")
+    outputs.add_output(out, "--csv", "write one CSV line per layer")
+    outputs.add_output(out, "--html", "write a self-contained HTML report")
     out.add_argument(
         "--depth",
         type=_NON_NEGATIVE,
@@ -163,22 +161,16 @@ def _add_ops_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--loss", metavar="MODULE:CALLABLE", help="with --backward: fn(output) -> loss tensor"
     )
-    g.add_argument(
+    outputs.add_output(
+        g,
         "--trace",
-        metavar="FILE",
-        help="with --ops: write a Chrome/Perfetto trace (.json or .json.gz) with a lane of layer spans",
+        "with --ops: write a Chrome/Perfetto trace (.json or .json.gz) with a lane of layer spans",
     )
-    g.add_argument(
-        "--tensorboard",
-        metavar="DIR",
-        help="with --ops: write a tensorboard_trace_handler-style trace directory",
+    outputs.add_output(
+        g, "--tensorboard", "with --ops: write a tensorboard_trace_handler-style trace directory"
     )
-    g.add_argument(
-        "--stacks", metavar="FILE", help="write layer self times as folded stacks (flamegraph.pl)"
-    )
-    g.add_argument(
-        "--speedscope", metavar="FILE", help="write the layer tree as a speedscope profile"
-    )
+    outputs.add_output(g, "--stacks", "write layer self times as folded stacks (flamegraph.pl)")
+    outputs.add_output(g, "--speedscope", "write the layer tree as a speedscope profile")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -253,11 +245,12 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="analyze a torch.profiler trace (.json, .json.gz or a directory of ranks)",
     )
-    analyze.add_argument("trace", metavar="TRACE")
     analyze.add_argument(
-        "--json", metavar="FILE", help="write the analysis (schema layerprof.trace/1)"
+        "trace", metavar="TRACE", help="a trace file (.json, .json.gz) or a directory of them"
     )
-    analyze.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
+    out = analyze.add_argument_group("output", outputs.STDOUT_HELP)
+    outputs.add_output(out, "--json", "write the analysis (schema layerprof.trace/1)")
+    outputs.add_output(out, "--html", "write a self-contained HTML report")
     analyze.add_argument(
         "--top", type=_COUNT, default=10, metavar="N", help="rows per table (default 10)"
     )
@@ -302,10 +295,9 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument(
         "--rank", type=_NON_NEGATIVE, metavar="N", help="rank to compare in multi-rank traces"
     )
-    diff.add_argument("--json", metavar="FILE", help="write the diff (schema layerprof.diff/1)")
-    diff.add_argument(
-        "--html", metavar="FILE", help="write a self-contained HTML report of the diff"
-    )
+    out = diff.add_argument_group("output", outputs.STDOUT_HELP)
+    outputs.add_output(out, "--json", "write the diff (schema layerprof.diff/1)")
+    outputs.add_output(out, "--html", "write a self-contained HTML report of the diff")
 
     report = sub.add_parser(
         "report",
@@ -324,8 +316,8 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_demo(args: argparse.Namespace) -> int:
     from layerprof.demo import DEMOS, build
 
-    outputs.check_outputs(args)
     names = list(DEMOS) if args.model == "all" else [args.model]
+    outputs.check_outputs(args, suffixes=names if len(names) > 1 else [None])
     for name in names:
         model = build(name)
         label = f"demo {name} ({type(model).__name__})"
@@ -440,8 +432,8 @@ def _op_options(args: argparse.Namespace) -> OpOptions | None:
         "--with-stack": args.with_stack,
         "--with-flops": args.with_flops,
         "--schedule": args.schedule,
-        "--trace": args.trace,
-        "--tensorboard": args.tensorboard,
+        "--trace": outputs.target(args, "trace"),
+        "--tensorboard": outputs.target(args, "tensorboard"),
     }
     if not args.ops:
         given = [flag for flag, value in flags.items() if value]
@@ -495,7 +487,7 @@ def _emit(measured: Measurement, args: argparse.Namespace, *, suffix: str | None
 
     info = rank_info()
     if not args.quiet and (info is None or info.rank == 0):  # torchrun: one report, not N
-        console = make_console()
+        console = make_console(stderr=outputs.to_stdout(args))
         print_profile(
             profile, console=console, depth=args.depth, top=args.top, sort=args.sort,
             shapes=not args.no_shapes,
@@ -530,18 +522,18 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     data = report.to_dict(top=None)
     findings = diagnose_trace(data)
     if not args.quiet:
-        console = make_console()
+        console = make_console(stderr=outputs.to_stdout(args))
         print_trace_report(report, console, top=args.top)
         print_findings(findings, console)
-    if args.json:
+    json_out, html_out = outputs.target(args, "json"), outputs.target(args, "html")
+    if json_out:
         import orjson
 
         from layerprof.files import write_atomic
 
-        outputs.info(
-            f"wrote {write_atomic(args.json, orjson.dumps(data, option=orjson.OPT_INDENT_2))}", args
-        )
-    if args.html:
+        written = write_atomic(json_out, orjson.dumps(data, option=orjson.OPT_INDENT_2))
+        outputs.report_written([written], args)
+    if html_out:
         from layerprof.render.html import write_html
 
         profile = report.to_profile()
@@ -551,12 +543,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
                 f" of {len(report.ranks)}; the trace section compares all ranks"
             )
         html = write_html(
-            args.html,
-            profile=profile,
-            trace=data,
-            findings=[f.to_dict() for f in findings],
+            html_out, profile=profile, trace=data, findings=[f.to_dict() for f in findings]
         )
-        outputs.info(f"wrote {html}", args)
+        outputs.report_written([html], args)
     return 0
 
 
@@ -568,7 +557,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
     threshold = parse_percent(args.threshold)
     fail_above = parse_percent(args.fail_above) if args.fail_above else None
-    outputs.check_outputs(args)
+    printed = f"--format {args.format}" if args.format != "console" else None
+    outputs.check_outputs(args, stdout_taken=printed)
     base = sources.load_comparable(args.base, rank=args.rank)
     new = sources.load_comparable(args.new, rank=args.rank)
     result = diff(base, new, threshold_pct=threshold)
@@ -584,15 +574,15 @@ def cmd_diff(args: argparse.Namespace) -> int:
         from layerprof.render.console import make_console
         from layerprof.render.diff_console import print_diff
 
-        print_diff(result, make_console(), top=args.top, gate=gate)
-    if args.json:
-        outputs.info(
-            f"wrote {write_atomic(args.json, orjson.dumps(data, option=orjson.OPT_INDENT_2))}", args
-        )
-    if args.html:
+        print_diff(result, make_console(stderr=outputs.to_stdout(args)), top=args.top, gate=gate)
+    json_out, html_out = outputs.target(args, "json"), outputs.target(args, "html")
+    if json_out:
+        written = write_atomic(json_out, orjson.dumps(data, option=orjson.OPT_INDENT_2))
+        outputs.report_written([written], args)
+    if html_out:
         from layerprof.render.html import write_html
 
-        outputs.info(f"wrote {write_html(args.html, diff=data)}", args)
+        outputs.report_written([write_html(html_out, diff=data)], args)
     if gate is None:
         return 0
     if args.format != "console":  # the console report already ends with the verdict
@@ -613,7 +603,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         _emit(Measurement(profile_from_dict(data, source=str(p))), args)
         return 0
     if schema in ("layerprof.trace/1", "layerprof.diff/1"):
-        if not args.html:
+        html_out = outputs.target(args, "html")
+        if not html_out:
             raise UsageError(
                 f"{p}: a {schema} file is re-rendered as HTML",
                 hint=f"layerprof report {p} --html report.html",
@@ -623,10 +614,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 
         if schema == "layerprof.trace/1":
             findings = [f.to_dict() for f in diagnose_trace(data)]
-            html = write_html(args.html, trace=data, findings=findings)
+            html = write_html(html_out, trace=data, findings=findings)
         else:
-            html = write_html(args.html, diff=data)
-        outputs.info(f"wrote {html}", args)
+            html = write_html(html_out, diff=data)
+        outputs.report_written([html], args)
         return 0
     raise ProfileFormatError(
         f"{p}: not a layerprof profile, trace analysis or diff (no known 'schema' key)",

@@ -1,5 +1,13 @@
-"""Where the CLI's results go: output paths (checked before measuring, with the
-demo model or torchrun rank in their names) and the files written after."""
+"""Where the CLI's results go: output options (declared apart from inputs, checked
+before measuring, with the demo model or torchrun rank in their names) and the
+files written after.
+
+Output options are declared with :func:`add_output`, which stores them under
+``args.out_<name>``: nothing but an output option lives in that namespace, so an
+input argument (``analyze TRACE``) can never be taken for an output (``--trace``).
+Every output takes ``-`` for standard output; at most one may, and then the
+console report goes to standard error.
+"""
 
 from __future__ import annotations
 
@@ -11,55 +19,131 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from layerprof.errors import UsageError
+from layerprof.files import STDOUT, is_stdout
 
 if TYPE_CHECKING:
     from layerprof.profile import Profile
     from layerprof.runner import Measurement
 
+PREFIX = "out_"
+#: Outputs that name a directory, not a file.
+DIRECTORY_OUTPUTS = frozenset({"tensorboard"})
+STDOUT_HELP = (
+    "FILE may be - for standard output (one output at most); the console report then goes"
+    " to standard error"
+)
 
-FILE_OUTPUTS = ("json", "csv", "html", "trace", "stacks", "speedscope")
+
+def add_output(
+    group: argparse._ArgumentGroup | argparse.ArgumentParser, flag: str, help: str, **kw: Any
+) -> None:
+    """Declare an output option ``--name`` (stored as ``args.out_name``)."""
+    name = flag.removeprefix("--").replace("-", "_")
+    metavar = "DIR" if name in DIRECTORY_OUTPUTS else "FILE"
+    group.add_argument(flag, dest=PREFIX + name, metavar=metavar, help=help, **kw)
 
 
-def check_outputs(args: argparse.Namespace) -> None:
-    """Fail fast on an output path that cannot be written, before any measuring."""
-    from layerprof.files import ensure_parent
+def target(args: argparse.Namespace, name: str) -> str | None:
+    """The value of output option ``name`` (``"json"``), or None when not given."""
+    value = getattr(args, PREFIX + name, None)
+    return str(value) if value else None
 
-    for name in FILE_OUTPUTS:
-        if getattr(args, name, None):
-            ensure_parent(getattr(args, name))
-    if getattr(args, "tensorboard", None):
-        ensure_parent(args.tensorboard, is_dir=True)
+
+def given(args: argparse.Namespace) -> dict[str, str]:
+    """Every output option given: name -> path (``"-"`` for standard output)."""
+    return {
+        key.removeprefix(PREFIX): str(value)
+        for key, value in vars(args).items()
+        if key.startswith(PREFIX) and value
+    }
+
+
+def to_stdout(args: argparse.Namespace) -> bool:
+    """True when an output goes to standard output (the report must then not)."""
+    return any(is_stdout(path) for path in given(args).values())
+
+
+def check_outputs(
+    args: argparse.Namespace,
+    *,
+    suffixes: Sequence[str | None] = (None,),
+    stdout_taken: str | None = None,
+) -> None:
+    """Fail fast on output paths that cannot be written, before any measuring.
+
+    ``suffixes`` go into the file names, one copy of each output per suffix
+    (the demo's model names); ``stdout_taken`` names what else already prints
+    data on standard output (``diff --format json``).
+    """
+    from layerprof.files import check_writable, ensure_parent
+
+    outs = given(args)
+    _check_stdout(outs, copies=len(suffixes), stdout_taken=stdout_taken)
+    for name, path in outs.items():
+        if is_stdout(path):
+            continue
+        if name in DIRECTORY_OUTPUTS:
+            ensure_parent(path, is_dir=True)
+            continue
+        for suffix in suffixes:
+            check_writable(with_suffix(path, suffix))
+
+
+def _check_stdout(outs: dict[str, str], *, copies: int, stdout_taken: str | None) -> None:
+    flags = [f"--{name.replace('_', '-')}" for name, path in outs.items() if is_stdout(path)]
+    if not flags:
+        return
+    for flag in flags:
+        if flag.removeprefix("--") in DIRECTORY_OUTPUTS:
+            raise UsageError(f"{flag} takes a directory; - (standard output) cannot be one")
+    taken = [*flags, *([stdout_taken] if stdout_taken else [])]
+    if len(taken) > 1:
+        raise UsageError(
+            f"{' and '.join(taken)} would all write to standard output; at most one may",
+            hint="give the others a file name",
+        )
+    if copies > 1:
+        raise UsageError(
+            f"{flags[0]} -: {copies} models would write one after another to standard output",
+            hint="pick one with --model, or give a file name (the model name goes into it)",
+        )
+    if rank_suffix() is not None:
+        raise UsageError(
+            f"{flags[0]} -: every torchrun rank would write to the same standard output",
+            hint="give a file name; each rank writes its own (p.rank-1.json)",
+        )
 
 
 def write_exports(measured: Measurement, args: argparse.Namespace, *, suffix: str | None) -> None:
     written: list[Path] = []
     capture = measured.capture
-    if getattr(args, "trace", None) or getattr(args, "tensorboard", None):
+    trace, tensorboard = target(args, "trace"), target(args, "tensorboard")
+    if trace or tensorboard:
         from layerprof.render.chrome import write_chrome_trace, write_tensorboard_dir
 
         if capture is None:  # pragma: no cover - _op_options refuses this earlier
             raise UsageError("--trace and --tensorboard need --ops")
-        if args.trace:
+        if trace:
             written.append(
-                write_chrome_trace(with_suffix(args.trace, suffix), capture, measured.profile)
+                write_chrome_trace(with_suffix(trace, suffix), capture, measured.profile)
             )
-        if args.tensorboard:
+        if tensorboard:
             # all ranks share the directory, as with tensorboard_trace_handler;
             # the rank goes into the worker name, where analyze finds it
-            out_dir = with_suffix(args.tensorboard, suffix, rank=False)
+            out_dir = with_suffix(tensorboard, suffix, rank=False)
             rank = rank_suffix()
             worker = f"{socket.gethostname()}_{rank}" if rank else None
             written.append(write_tensorboard_dir(out_dir, capture, measured.profile, worker=worker))
-    if getattr(args, "stacks", None):
+    stacks, speedscope = target(args, "stacks"), target(args, "speedscope")
+    if stacks:
         from layerprof.render.stacks import write_folded
 
-        written.append(write_folded(with_suffix(args.stacks, suffix), measured.profile))
-    if getattr(args, "speedscope", None):
+        written.append(write_folded(with_suffix(stacks, suffix), measured.profile))
+    if speedscope:
         from layerprof.render.stacks import write_speedscope
 
-        written.append(write_speedscope(with_suffix(args.speedscope, suffix), measured.profile))
-    for path in written:
-        info(f"wrote {path}", args)
+        written.append(write_speedscope(with_suffix(speedscope, suffix), measured.profile))
+    report_written(written, args)
 
 
 KNOWN_EXTENSIONS = (".speedscope.json", ".pt.trace.json", ".json.gz", ".json", ".csv", ".html")
@@ -67,10 +151,11 @@ KNOWN_EXTENSIONS = (".speedscope.json", ".pt.trace.json", ".json.gz", ".json", "
 
 def with_suffix(path: str, suffix: str | None, *, rank: bool = True) -> Path:
     """Insert ``suffix`` (and, under torchrun, the rank) before the file extension:
-    ``report.html`` -> ``report.cnn.html``, ``t.json.gz`` -> ``t.rank-1.json.gz``."""
+    ``report.html`` -> ``report.cnn.html``, ``t.json.gz`` -> ``t.rank-1.json.gz``.
+    Standard output (``-``) stays ``-``."""
     p = Path(path)
     parts = [x for x in (suffix, rank_suffix() if rank else None) if x]
-    if not parts:
+    if not parts or is_stdout(path):
         return p
     ext = next((e for e in KNOWN_EXTENSIONS if p.name.endswith(e)), p.suffix)
     stem = p.name[: len(p.name) - len(ext)] if ext else p.name
@@ -92,20 +177,27 @@ def write_outputs(
     findings: Sequence[dict[str, Any]] = (),
 ) -> None:
     written: list[Path] = []
-    if getattr(args, "json", None):
-        written.append(profile.save(with_suffix(args.json, suffix)))
-    if getattr(args, "csv", None):
+    json_out, csv_out, html_out = target(args, "json"), target(args, "csv"), target(args, "html")
+    if json_out:
+        written.append(profile.save(with_suffix(json_out, suffix)))
+    if csv_out:
         from layerprof.files import write_atomic
         from layerprof.render.table import profile_to_csv
 
-        written.append(write_atomic(with_suffix(args.csv, suffix), profile_to_csv(profile)))
-    if getattr(args, "html", None):
+        written.append(write_atomic(with_suffix(csv_out, suffix), profile_to_csv(profile)))
+    if html_out:
         from layerprof.render.html import write_html
 
-        path = with_suffix(args.html, suffix)
+        path = with_suffix(html_out, suffix)
         written.append(write_html(path, profile=profile, findings=findings))
-    for path in written:
-        info(f"wrote {path}", args)
+    report_written(written, args)
+
+
+def report_written(paths: Sequence[Path], args: argparse.Namespace) -> None:
+    """``wrote PATH`` on standard error for each file (not for standard output)."""
+    for path in paths:
+        if str(path) != STDOUT:
+            info(f"wrote {path}", args)
 
 
 def info(message: str, args: argparse.Namespace) -> None:
