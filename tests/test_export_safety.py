@@ -244,34 +244,33 @@ SYMBOLS = [f"s{i}" for i in range(4)]
 
 
 def sympy_exprs() -> st.SearchStrategy[Any]:
+    """Shape expressions as torch builds them: sizes, integers, + - *, FloorDiv, Mod,
+    Max/Min, and comparisons of those (combinations torch refuses are skipped)."""
+    import operator
+
     import sympy
     from torch.utils._sympy.functions import FloorDiv, Mod, PythonMod
 
     syms = [sympy.Symbol(name, positive=True, integer=True) for name in SYMBOLS]
     leaves = st.one_of(st.sampled_from(syms), st.integers(1, 1000).map(sympy.Integer))
+    ops = [operator.add, operator.mul, operator.sub, FloorDiv, Mod, PythonMod, sympy.Max,
+           sympy.Min]  # fmt: skip
+
+    def built(step: tuple[Any, Any, Any]) -> Any:
+        fn, a, b = step
+        try:
+            return fn(a, b)
+        except (ArithmeticError, AssertionError, TypeError):
+            return None  # e.g. torch's Mod of a possibly negative value
 
     def combine(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
-        pair = st.tuples(children, children)
-        by_leaf = st.tuples(children, leaves)  # divisors that cannot be zero
-        return st.one_of(
-            pair.map(lambda p: p[0] + p[1]),
-            pair.map(lambda p: p[0] * p[1]),
-            pair.map(lambda p: p[0] - p[1]),
-            by_leaf.map(lambda p: FloorDiv(p[0], p[1])),
-            by_leaf.map(lambda p: Mod(p[0], p[1])),
-            by_leaf.map(lambda p: PythonMod(p[0], p[1])),
-            pair.map(lambda p: sympy.Max(p[0], p[1])),
-            pair.map(lambda p: sympy.Min(p[0], p[1])),
-        )
+        step = st.tuples(st.sampled_from(ops), children, st.one_of(children, leaves))
+        return step.map(built).filter(lambda e: e is not None)
 
     arithmetic = st.recursive(leaves, combine, max_leaves=8)
-    pair = st.tuples(arithmetic, arithmetic)
-    return st.one_of(
-        arithmetic,
-        pair.map(lambda p: sympy.Eq(p[0], p[1])),
-        pair.map(lambda p: sympy.Le(p[0], p[1])),
-        pair.map(lambda p: sympy.And(sympy.Lt(p[0], p[1]), sympy.Ne(p[1], 3))),
-    )
+    relations = [sympy.Eq, sympy.Le, sympy.Lt, sympy.Ne]
+    related = st.tuples(st.sampled_from(relations), arithmetic, arithmetic).map(built)
+    return st.one_of(arithmetic, related.filter(lambda e: e is not None))
 
 
 @settings(max_examples=150, deadline=None)

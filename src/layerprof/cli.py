@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from layerprof import outputs, sources
 from layerprof.errors import LayerprofError, ProfileFormatError, UsageError
@@ -56,6 +56,29 @@ _COUNT = _int_at_least(1)
 _NON_NEGATIVE = _int_at_least(0)
 
 
+def _threads(text: str) -> int:
+    from layerprof.limits import threads_problem
+
+    value = _COUNT(text)
+    problem = threads_problem(value)
+    if problem is not None:  # torch segfaults on absurd counts rather than refusing
+        raise argparse.ArgumentTypeError(problem)
+    return int(value)
+
+
+def _seed(text: str) -> int:
+    from layerprof.limits import seed_problem
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    problem = seed_problem(value)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return value
+
+
 def _add_output_options(p: argparse.ArgumentParser, *, json: bool = True) -> None:
     out = p.add_argument_group("output", outputs.STDOUT_HELP)
     if json:
@@ -91,7 +114,10 @@ def _add_measure_options(p: argparse.ArgumentParser, *, warmup: int, iters: int)
         "--iters", type=_COUNT, default=iters, help=f"timed forwards per pass (default {iters})"
     )
     m.add_argument(
-        "--threads", type=_COUNT, help="torch.set_num_threads for the run (restored after)"
+        "--threads",
+        type=_threads,
+        metavar="N",
+        help="torch.set_num_threads for the run (restored after); at most 4 per CPU",
     )
     m.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     m.add_argument(
@@ -113,7 +139,9 @@ def _add_measure_options(p: argparse.ArgumentParser, *, warmup: int, iters: int)
         action="store_true",
         help="do not subtract the calibrated hook cost from self times",
     )
-    m.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
+    m.add_argument(
+        "--seed", type=_seed, default=0, help="seed for random inputs (default 0; 64 bits)"
+    )
 
 
 def _add_ops_options(p: argparse.ArgumentParser) -> None:
@@ -173,10 +201,18 @@ def _add_ops_options(p: argparse.ArgumentParser) -> None:
     outputs.add_output(g, "--speedscope", "write the layer tree as a speedscope profile")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with argument errors in layerprof's one-line form instead of the
+    whole usage text (twenty lines for ``run``) above the one line that matters."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_ERROR, f"layerprof: error: {message}\n  hint: see {self.prog} --help\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from layerprof import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="layerprof",
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -184,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"layerprof {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     # --debug is accepted after the subcommand too; SUPPRESS keeps the main value.
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument(
         "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks"
     )
@@ -396,8 +432,10 @@ def _measure(
 ) -> Measurement:
     from layerprof.device import prepare_model, resolve_device
     from layerprof.inputs import build_inputs, example_inputs
+    from layerprof.modulegraph import check_acyclic
     from layerprof.runner import RunOptions, run_model
 
+    check_acyclic(model)  # before .to(): it recurses forever on a looping tree
     ops = _op_options(args)
     loss = _loss(args)
     device = resolve_device(args.device)
@@ -636,7 +674,10 @@ COMMANDS = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a bad argument (one line, _Parser)
+        return exc.code if isinstance(exc.code, int) else EXIT_ERROR
     if args.command is None:
         parser.print_help()
         return EXIT_ERROR
@@ -658,6 +699,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"layerprof: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
         print("  hint: run again with --debug for the traceback, and report it", file=sys.stderr)
         return 3
+    except BaseException as exc:
+        # SystemExit (or another BaseException) from the model's own code: layerprof
+        # never raises these itself once the arguments are parsed.
+        if args.debug:
+            raise
+        text = str(exc).strip()
+        detail = f": {text.splitlines()[0]}" if text else ""
+        print(
+            f"layerprof: error: the model's code raised {type(exc).__name__}{detail}",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
 
 
 def entry() -> None:

@@ -32,6 +32,8 @@ from layerprof.device import device_of
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.hooks import hookable_modules
 from layerprof.layertimes import Correction
+from layerprof.limits import threads_problem
+from layerprof.modulegraph import check_acyclic
 from layerprof.progress import Progress
 from layerprof.recorder import Recorder, ShapeCapture, layer_infos
 from layerprof.records import LayerSamples, Meta, OpStat, Overhead
@@ -86,8 +88,8 @@ class RunOptions:
             raise UsageError(f"iters must be at least 1 (got {self.iters})")
         if self.warmup < 0:
             raise UsageError(f"warmup cannot be negative (got {self.warmup})")
-        if self.threads is not None and self.threads < 1:
-            raise UsageError(f"threads must be at least 1 (got {self.threads})")
+        if self.threads is not None and (problem := threads_problem(self.threads)) is not None:
+            raise UsageError(f"threads: {problem}")
         if self.backward and self.kind != "eager":
             raise UsageError(
                 f"--backward is not available for {self.kind} models",
@@ -128,6 +130,7 @@ def run_model(
     """
     opts = options or RunOptions()
     kwargs = kwargs or {}
+    check_acyclic(model)  # eval()/train() recurse forever on a looping module tree
     device = opts.device or _infer_device(model, args, kwargs)
     sync = synchronizer(device)
     forward = _forward(model, args, kwargs)
