@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from layerprof.clocks import CudaEventClock, HostClock, synchronizer
+from layerprof.compilewatch import CompileWatch
 from layerprof.device import device_of
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.hooks import hookable_modules
@@ -134,18 +135,24 @@ def run_model(
     device = opts.device or _infer_device(model, args, kwargs)
     sync = synchronizer(device)
     forward = _forward(model, args, kwargs)
+    watch = CompileWatch()  # torch.compile recompiles inside the timed forwards
     with _run_state(model, opts, device):
         progress = Progress(enabled=opts.progress, total=1 + opts.warmup + 2 * opts.iters)
         try:
-            first_ns, latency = _latency_pass(forward, sync, model, opts, progress)
+            first_ns, latency = _latency_pass(forward, sync, model, opts, progress, watch)
             base = _base_profile(model, opts, device, latency, first_ns, args, kwargs)
             if not opts.layers:
-                return Measurement(base)
-            if opts.kind != "eager":
-                return _scripted(model, program, args, kwargs, opts, base)
-            return _layer_pass(model, args, kwargs, forward, sync, device, opts, progress, base)
+                measured = Measurement(base)
+            elif opts.kind != "eager":
+                measured = _scripted(model, program, args, kwargs, opts, base)
+            else:
+                measured = _layer_pass(
+                    model, args, kwargs, forward, sync, device, opts, progress, base, watch
+                )
         finally:
             progress.close()
+    notes = watch.notes()
+    return replace(measured, profile=measured.profile.with_notes(*notes)) if notes else measured
 
 
 def _latency_pass(
@@ -154,6 +161,7 @@ def _latency_pass(
     model: torch.nn.Module,
     opts: RunOptions,
     progress: Progress,
+    watch: CompileWatch,
 ) -> tuple[int, list[int]]:
     """The cold call, the warm-up, then ``iters`` clean timed forwards."""
     first_ns = _timed(forward, sync, model)
@@ -162,9 +170,10 @@ def _latency_pass(
         _guarded(forward, model)
         progress.advance(1)
     latency = []
-    for _ in range(opts.iters):
-        latency.append(_timed(forward, sync, model))
-        progress.advance(1)
+    with watch.window("timed latency forwards"):
+        for _ in range(opts.iters):
+            latency.append(_timed(forward, sync, model))
+            progress.advance(1)
     return first_ns, latency
 
 
@@ -178,6 +187,7 @@ def _layer_pass(
     opts: RunOptions,
     progress: Progress,
     base: Profile,
+    watch: CompileWatch,
 ) -> Measurement:
     """Shapes, FLOPs and memory, then per-layer times from hooks or from ops mode."""
     with ShapeCapture(model) as shapes:
@@ -190,7 +200,8 @@ def _layer_pass(
     overhead: Overhead | None = None
     if opts.ops is not None:
         progress.close()  # stderr is held while the profiler runs (layerprof.quiet)
-        capture = _capture(model, args, kwargs, device, opts)
+        with watch.window("ops capture (its untimed first step included)"):
+            capture = _capture(model, args, kwargs, device, opts)
         samples = capture.layer_samples()
         ops = capture.ops + capture.backward_ops
         if peaks is None:  # no allocator counters (CPU): --profile-memory's events
@@ -201,7 +212,7 @@ def _layer_pass(
         )
     else:
         latency = list(base.latency_ns)
-        samples, overhead = _hooked(model, forward, sync, device, opts, progress, latency)
+        samples, overhead = _hooked(model, forward, sync, device, opts, progress, latency, watch)
         if opts.backward:
             samples, untimed = _with_backward(samples, model, args, kwargs, opts)
             base = base.with_notes(*_backward_notes(model, untimed))
@@ -282,6 +293,7 @@ def _hooked(
     opts: RunOptions,
     progress: Progress,
     latency: list[int],
+    watch: CompileWatch,
 ) -> tuple[dict[str, LayerSamples], Overhead]:
     """Hooks mode: calibration (always reported), then the instrumented pass:
     one untimed hooked forward (the hooks' own warm-up), then ``iters`` timed ones."""
@@ -292,9 +304,10 @@ def _hooked(
     with rec:
         _guarded(forward, model, rec)
         rec.reset()
-        for _ in range(opts.iters):
-            inst_ns.append(_timed(forward, sync, model, rec))
-            progress.advance(1)
+        with watch.window("timed per-layer (hooked) forwards"):
+            for _ in range(opts.iters):
+                inst_ns.append(_timed(forward, sync, model, rec))
+                progress.advance(1)
     rec.correction = calibration if opts.correct_overhead else None
     overhead = Overhead(
         per_call_ns=calibration.per_call_ns,
