@@ -266,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     load.add_argument(
         "--trust-pickle", action="store_true",
-        help="allow loading a whole pickled module: this runs code from the file, only use it for files you trust",
+        help="allow files that unpickle objects or carry native code (a whole pickled module, a .pt2 with pickled weights, an AOTInductor package): this runs code from the file, only use it for files you trust (SECURITY.md)",
     )  # fmt: skip
     run.add_argument(
         "--input", "-i", action="append", default=[], metavar="SPEC",
