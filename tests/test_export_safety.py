@@ -90,6 +90,76 @@ def guard_payload(marker: Path) -> Callable[[dict[str, Any]], None]:
     return edit
 
 
+class Keyed(torch.nn.Module):
+    """A dict input, a string keyword, and a ModuleDict key that is no identifier:
+    names torch pastes into code (``getattr(self.blocks, "conv-1")``, ``'add'``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = torch.nn.ModuleDict({"conv-1": torch.nn.Linear(4, 4)})
+
+    def forward(self, x: torch.Tensor, d: dict[str, torch.Tensor], mode: str = "add") -> Any:
+        y = self.blocks["conv-1"](x) + d["inner"]
+        return y + 1 if mode == "add" else y
+
+
+@pytest.fixture(scope="module")
+def keyed_pt2(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    args = (torch.randn(3, 4), {"inner": torch.randn(3, 4)})
+    program = torch.export.export(Keyed(), args, {"mode": "add"})
+    path = tmp_path_factory.mktemp("export") / "keyed.pt2"
+    torch.export.save(program, str(path))
+    return path
+
+
+def renamed_input(marker: Path) -> Callable[[dict[str, Any]], None]:
+    """The last user input named like Python: FX pastes it into 'def forward(self, ...)'."""
+    new = f"y={toucher(marker)}"
+
+    def edit(doc: dict[str, Any]) -> None:
+        graph = doc["graph_module"]["graph"]
+        graph["inputs"][-1]["as_tensor"]["name"] = new
+        graph["tensor_values"][new] = graph["tensor_values"].pop("y")
+        for node in graph["nodes"]:
+            for arg in node["inputs"]:
+                if arg["arg"].get("as_tensor", {}).get("name") == "y":
+                    arg["arg"]["as_tensor"]["name"] = new
+        for spec in doc["graph_module"]["signature"]["input_specs"]:
+            inner = next(iter(spec.values()))
+            if inner.get("arg", {}).get("name") == "y":
+                inner["arg"]["name"] = new
+
+    return edit
+
+
+def string_input(marker: Path) -> Callable[[dict[str, Any]], None]:
+    """A constant string input: torch writes the guard L['mode'] == '<it>'."""
+
+    def edit(doc: dict[str, Any]) -> None:
+        for arg in doc["graph_module"]["graph"]["inputs"]:
+            if "as_string" in arg:
+                arg["as_string"] = f"add' and {toucher(marker)} or '"
+
+    return edit
+
+
+def argument_name(marker: Path) -> Callable[[dict[str, Any]], None]:
+    def edit(doc: dict[str, Any]) -> None:
+        signature = doc["graph_module"]["module_call_graph"][0]["signature"]
+        signature["forward_arg_names"][-1] = f"mode={toucher(marker)}"
+
+    return edit
+
+
+def parameter_path(marker: Path) -> Callable[[dict[str, Any]], None]:
+    def edit(doc: dict[str, Any]) -> None:
+        for spec in doc["graph_module"]["signature"]["input_specs"]:
+            if "parameter" in spec:
+                spec["parameter"]["parameter_name"] = f'blocks.conv-1"), {toucher(marker)}, ("'
+
+    return edit
+
+
 FLAGS = {
     "--arch": ["--arch", "tests.cli_models:Net"],
     "--trust-pickle": ["--trust-pickle"],
@@ -124,6 +194,77 @@ def test_code_in_archive_never_runs(
         assert field in lines[0]
 
 
+@pytest.mark.parametrize("suffix", [".pt2", ""])
+@pytest.mark.parametrize(
+    ("payload", "field"),
+    [
+        (renamed_input, ".as_tensor.name is not a value name"),
+        (string_input, "graph.inputs[4].as_string is not a constant input"),
+        (argument_name, "signature.forward_arg_names is not an argument name"),
+        (parameter_path, "parameter.parameter_name is not a name"),
+    ],
+)
+def test_names_pasted_into_code_are_checked(
+    dynamic_pt2: Path,
+    keyed_pt2: Path,
+    tmp_path: Path,
+    suffix: str,
+    payload: Callable[[Path], Callable[[dict[str, Any]], None]],
+    field: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(ROOT)
+    marker = tmp_path / "MARKER"
+    source = dynamic_pt2 if payload is renamed_input else keyed_pt2
+    evil = rewritten(source, tmp_path / f"model{suffix}", payload(marker))
+    for flags in ([], ["--trust-pickle"], ["--input", "3x4"]):
+        code = main(["run", str(evil), *flags, *FAST])
+        err = capsys.readouterr().err
+        assert not marker.exists(), (flags, "the archive's code ran")
+        assert code == 2 and f"{evil}: refused: " in err and field in err, err
+
+
+def example_key_archive(source: Path, dst: Path, marker: Path) -> Path:
+    """Example inputs whose dict key closes the string literal torch pastes it into."""
+    import io
+
+    key = '" + str(' + toucher(marker).replace("'", '"') + ') + "'
+    with zipfile.ZipFile(source) as z:
+        data = {n: z.read(n) for n in z.namelist()}
+    sample = next(n for n in data if n.endswith("sample_inputs/model.pt"))
+    (x, d), kwargs = torch.load(io.BytesIO(data[sample]), weights_only=True)
+    buffer = io.BytesIO()
+    torch.save(((x, {key: d["inner"]}), kwargs), buffer)
+    data[sample] = buffer.getvalue()
+    model = next(n for n in data if n.endswith("models/model.json"))
+    doc = json.loads(data[model])
+    signature = doc["graph_module"]["module_call_graph"][0]["signature"]
+    signature["in_spec"] = signature["in_spec"].replace(
+        json.dumps(json.dumps("inner"))[1:-1], json.dumps(json.dumps(key))[1:-1]
+    )
+    data[model] = json.dumps(doc).encode()
+    with zipfile.ZipFile(dst, "w") as z:
+        for name, blob in data.items():
+            z.writestr(name, blob)
+    return dst
+
+
+def test_example_input_keys_are_checked(keyed_pt2: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "MARKER"
+    evil = example_key_archive(keyed_pt2, tmp_path / "keys.pt2", marker)
+    with pytest.raises(ModelLoadError, match=r"refused: example input \[0\]\[1\]\['\" \+ str"):
+        load_model(evil)
+    assert not marker.exists()
+
+
+def test_keyed_export_loads(keyed_pt2: Path) -> None:
+    archive.check_export_archive(keyed_pt2)
+    loaded = load_model(keyed_pt2)
+    x = torch.randn(3, 4)
+    assert loaded.module(x, {"inner": x}, mode="add").shape == (3, 4)
+
+
 def test_payloads_run_without_the_check(dynamic_pt2: Path, tmp_path: Path) -> None:
     # Keeps the test above honest: torch itself runs both payloads, the expression
     # while loading, the guard when the loaded module is called.
@@ -134,6 +275,24 @@ def test_payloads_run_without_the_check(dynamic_pt2: Path, tmp_path: Path) -> No
         with contextlib.suppress(Exception):
             torch.export.load(str(evil)).module()(torch.randn(8, 4), torch.randn(20))
         assert marker.exists(), payload.__name__
+    marker = tmp_path / "renamed.marker"
+    evil = rewritten(dynamic_pt2, tmp_path / "renamed.pt2", renamed_input(marker))
+    with contextlib.suppress(Exception):
+        torch.export.load(str(evil))  # runs while torch builds the graph module
+    assert marker.exists()
+
+
+def test_string_and_key_payloads_run_without_the_check(keyed_pt2: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "string.marker"
+    evil = rewritten(keyed_pt2, tmp_path / "string.pt2", string_input(marker))
+    keys_marker = tmp_path / "keys.marker"
+    keys = example_key_archive(keyed_pt2, tmp_path / "keys.pt2", keys_marker)
+    for path in (evil, keys):
+        program = torch.export.load(str(path))
+        args, kwargs = program.example_inputs
+        with contextlib.suppress(Exception):
+            program.module()(*args, **kwargs)
+    assert marker.exists() and keys_marker.exists()
 
 
 def test_dynamic_shape_export_loads_and_runs(

@@ -1,11 +1,22 @@
 """Zip archives of model files, read with bounds before torch reads them.
 
 A ``torch.export`` archive is JSON that torch turns back into Python objects,
-and two kinds of string in it are evaluated as Python (see
-:mod:`layerprof.symexpr`); an AOTInductor package also carries a compiled
-shared library that ``torch.export.load`` would load. :func:`check_export_archive`
-reads every JSON member itself, with bounded sizes, and refuses the archive
-before anything deserializes it when any such string is not what torch writes.
+and much of its text ends up in Python that torch evaluates:
+
+* shape expressions (``expr_str``) go through ``sympy.sympify``, i.e. ``eval``;
+* ``guards_code`` is pasted into a function that ``module()`` executes;
+* value names (``name``, ``as_name``) and ``forward_arg_names`` become
+  identifiers in the code FX generates for the graph (``def forward(self, x)``),
+  and parameter paths (``parameter_name``, ``fqn``, ``target``...) are pasted
+  inside quotes (``getattr(self.blocks, "conv-1")``);
+* constant inputs (``graph.inputs[i].as_string``) are pasted into guards
+  (``L['mode'] == 'add'``).
+
+An AOTInductor package also carries a compiled shared library that
+``torch.export.load`` would load. :func:`check_export_archive` reads every JSON
+member itself, with bounded sizes, and refuses the archive before anything
+deserializes it when any of these strings is not what torch writes
+(:mod:`layerprof.symexpr` has the grammars).
 
 Bounds: at most :data:`MAX_MEMBERS` members, no two with the same name (two
 zip readers could pick different ones), JSON members up to
@@ -17,13 +28,14 @@ the bound). Pure Python; torch is not imported.
 from __future__ import annotations
 
 import json
+import re
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from layerprof.errors import ModelLoadError
-from layerprof.symexpr import UnsafeExpression, check_guard, check_sym_expr
+from layerprof.symexpr import UnsafeExpression, check_guard, check_sym_expr, check_text
 
 __all__ = [
     "MAX_JSON_BYTES",
@@ -40,6 +52,7 @@ MAX_JSON_TOTAL = 1024 * 2**20
 _AOTI_DIR = "data/aotinductor/"
 # torch.export.load reads these as plain strings and never parses them.
 _EXTRA_DIRS = ("extra/", "extra_files/")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,999}")
 _REEXPORT = "re-export the model with torch.export.save, or load the weights with --arch"
 
 
@@ -76,10 +89,9 @@ def read_member(archive: zipfile.ZipFile, name: str, file: Path, limit: int) -> 
 def check_export_archive(file: Path, *, trust_code: bool = False) -> None:
     """Refuse a ``torch.export`` archive whose JSON would make torch run code.
 
-    Checks every symbolic-shape expression (``expr_str``) and every guard
-    (``guards_code``) against the grammar torch writes, and refuses compiled
-    AOTInductor code unless ``trust_code``. Raises :class:`ModelLoadError`
-    naming the member and the field.
+    Checks every field listed in the module docstring against what torch writes,
+    and refuses compiled AOTInductor code unless ``trust_code``. Raises
+    :class:`ModelLoadError` naming the member and the field.
     """
     try:
         with zipfile.ZipFile(file) as archive:
@@ -131,18 +143,36 @@ def _parse_json(data: bytes, name: str, file: Path) -> Any:
 
 def _check_document(doc: Any, name: str, file: Path) -> None:
     for path, key, value in _keyed_values(doc):
+        check = _field_check(path, key)
+        if check is None:
+            continue
+        what, checker = check
         try:
-            if key == "expr_str":
-                check_sym_expr(value)
-            elif key == "guards_code":
-                _check_guards(value)
+            checker(value)
         except UnsafeExpression as exc:
-            what = "shape expression" if key == "expr_str" else "shape guard"
             raise ModelLoadError(
-                f"{file}: refused: {name} field {_dotted(path)} is not a {what} torch writes"
+                f"{file}: refused: {name} field {_dotted(path)} is not {what} torch writes"
                 f" ({exc}); torch would run it as Python",
                 hint=f"this file was crafted or damaged; {_REEXPORT}",
             ) from None
+
+
+def _field_check(path: tuple[str | int, ...], key: str) -> tuple[str, Callable[[Any], None]] | None:
+    """The rule for one JSON field, by its key: every string torch evaluates or
+    pastes into the Python code it generates for the graph has one."""
+    if key == "expr_str":
+        return "a shape expression", check_sym_expr
+    if key == "guards_code":
+        return "a shape guard", _check_guards
+    if key in ("name", "as_name"):  # FX node names, pasted as Python identifiers
+        return "a value name", _check_name
+    if key == "forward_arg_names":  # pasted into 'def forward(self, ...)'
+        return "an argument name", _check_names
+    if key.endswith("_name") or key in ("fqn", "target", "class_fqn"):
+        return "a name", check_text  # pasted inside quotes: getattr(self.blocks, "conv-1")
+    if key in _CONSTANTS and path[-4:-2] == ("graph", "inputs"):
+        return "a constant input", _CONSTANTS[key]  # pasted into a guard: L['mode'] == 'add'
+    return None
 
 
 def _check_guards(value: Any) -> None:
@@ -150,6 +180,34 @@ def _check_guards(value: Any) -> None:
         raise UnsafeExpression(f"a {type(value).__name__}, not a list of strings")
     for guard in value:
         check_guard(guard)
+
+
+def _check_name(value: Any) -> None:
+    if value != "" and not (isinstance(value, str) and _IDENTIFIER.fullmatch(value)):
+        raise UnsafeExpression(f"{value!r} is not an identifier")
+
+
+def _check_names(value: Any) -> None:
+    if not isinstance(value, list):
+        raise UnsafeExpression(f"a {type(value).__name__}, not a list of names")
+    for item in value:
+        _check_name(item)
+
+
+def _check_typed(kind: type | tuple[type, ...]) -> Callable[[Any], None]:
+    def check(value: Any) -> None:
+        if isinstance(value, bool) is not (kind is bool) or not isinstance(value, kind):
+            raise UnsafeExpression(f"{value!r} is not a {getattr(kind, '__name__', 'number')}")
+
+    return check
+
+
+_CONSTANTS: dict[str, Callable[[Any], None]] = {
+    "as_string": check_text,
+    "as_int": _check_typed(int),
+    "as_float": _check_typed((int, float)),
+    "as_bool": _check_typed(bool),
+}
 
 
 def _keyed_values(doc: Any) -> Iterator[tuple[tuple[str | int, ...], str, Any]]:

@@ -26,6 +26,7 @@ import importlib
 import importlib.util
 import os
 import pickle
+import re
 import sys
 import warnings
 import zipfile
@@ -320,13 +321,17 @@ def _load_exported(file: Path, arch: str | None, *, trust_pickle: bool = False) 
 
     from layerprof.archive import check_export_archive
 
-    # Before torch reads a byte of it: its shape expressions and guards are eval'd.
+    # Before torch reads it: shape expressions, guards and names from the archive end
+    # up in Python that torch evaluates (sympify, exec of the code it generates).
     check_export_archive(file, trust_code=trust_pickle)
     guard = contextlib.nullcontext() if trust_pickle else _pickles_refused()
     try:
         with guard:
             program = torch.export.load(str(file))
+        _check_example_keys(program, file)
         module = program.module()
+    except ModelLoadError:
+        raise
     except _PickleInArchiveError as exc:
         raise _pickle_refused(file, "its weights or constants are pickled") from exc
     except Exception as exc:
@@ -341,6 +346,29 @@ def _load_exported(file: Path, arch: str | None, *, trust_pickle: bool = False) 
         "exported program: its train/eval behaviour was fixed at export time",
     )
     return LoadedModel(module, "export", file.stem, f"torch.export {file}", notes, program=program)
+
+
+# What torch may paste into the guard code module() generates: L['x'][0]['mask'].
+_KEY_PATH = re.compile(r"(?:\[(?:[0-9]+|'[A-Za-z_][A-Za-z0-9_]*')\]|\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def _check_example_keys(program: Any, file: Path) -> None:
+    """``ExportedProgram.module()`` writes a guard per example input, naming it by
+    its pytree path (``L['d']['inner'].size()[0] == 3``) inside Python it runs; a
+    dict key of the archive's example inputs is text the file chose."""
+    from torch.utils import _pytree as pytree
+
+    example = getattr(program, "example_inputs", None)
+    if not example:
+        return
+    for path, _ in pytree.tree_flatten_with_path(example)[0]:
+        text = pytree.keystr(path)
+        if not _KEY_PATH.fullmatch(text):
+            raise ModelLoadError(
+                f"{file}: refused: example input {text[:80]} is not a plain name or index;"
+                " torch would paste it into the guard code it runs",
+                hint="this file was crafted or damaged; re-export the model with torch.export.save",
+            )
 
 
 class _PickleInArchiveError(Exception):

@@ -1,4 +1,4 @@
-"""What a ``torch.export`` archive may say in the two places torch evaluates as Python.
+"""What a ``torch.export`` archive may say where torch evaluates its text as Python.
 
 ``torch.export.load`` turns every symbolic-shape expression of the archive
 (``{"as_expr": {"expr_str": ...}}``) into a sympy object with ``sympy.sympify``,
@@ -19,7 +19,9 @@ checked against the grammar torch itself writes before torch sees the file:
 
 Both are parsed with :func:`ast.parse`, which runs nothing, and walked with an
 allow-list: no attribute but the listed ones, no call but the listed names, no
-string but a symbol name or an input key. Pure Python; torch is not imported.
+string but a symbol name or an input key. :func:`check_text` is the rule for
+text torch pastes inside a quoted literal (parameter paths, constant inputs).
+Pure Python; torch is not imported.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import ast
 import re
 from collections.abc import Callable, Sequence
 
-__all__ = ["UnsafeExpression", "check_guard", "check_sym_expr"]
+__all__ = ["UnsafeExpression", "check_guard", "check_sym_expr", "check_text"]
 
 MAX_CHARS = 65_536
 MAX_DEPTH = 200
@@ -100,6 +102,18 @@ def check_sym_expr(text: str) -> None:
 def check_guard(text: str) -> None:
     """Raise :class:`UnsafeExpression` unless ``text`` is a shape guard as torch prints it."""
     _walk(_parse(text, _GUARD_CHARS), _guard_children)
+
+
+def check_text(text: object) -> None:
+    """Raise :class:`UnsafeExpression` unless ``text`` can sit inside a quoted Python
+    string literal without ending it: no quote, backslash or control character."""
+    if not isinstance(text, str):
+        raise UnsafeExpression(f"a {type(text).__name__}, not a string")
+    if len(text) > MAX_CHARS:
+        raise UnsafeExpression(f"{len(text)} characters, more than {MAX_CHARS}")
+    bad = next((c for c in text if c in "'\"\\" or ord(c) < 32 or ord(c) == 127), None)
+    if bad is not None:
+        raise UnsafeExpression(f"character {bad!r} is not allowed")
 
 
 # ------------------------------------------------------------------ parsing
