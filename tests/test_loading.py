@@ -365,8 +365,8 @@ def test_pickled_module_refused_by_default(tmp_path: Path, net: TinyNet) -> None
     torch.save(net, path)
     err = load_error(path)
     assert str(err) == (
-        f"{path} is not plain weights (it contains tests.loading_models.TinyNet); loading it "
-        "means unpickling, which runs code named by the file"
+        f"{path} was refused: it is not plain weights (it contains tests.loading_models.TinyNet),"
+        " and loading it means unpickling, which runs code named by the file"
     )
     assert err.hint is not None and "--trust-pickle" in err.hint
 
@@ -556,3 +556,52 @@ def test_exported_program_with_pickled_weights_is_refused(tmp_path: Path) -> Non
     assert "--trust-pickle" in (info.value.hint or "")
     assert not marker.exists()
     assert load_model(str(good)).kind == "export"  # the guard does not break real files
+
+
+class _Calls:
+    """A pickle that calls a builtin function when loaded (GLOBAL builtins.eval, ...)."""
+
+    def __init__(self, func: object, arg: str) -> None:
+        self.func, self.arg = func, arg
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (self.func, (self.arg,))
+
+
+@pytest.mark.parametrize("protocol", [2, 4])
+@pytest.mark.parametrize(
+    ("func", "named"),
+    [(eval, "builtins.eval"), (os.system, f"{os.system.__module__}.system"),
+     (getattr, "builtins.getattr")],
+)  # fmt: skip
+def test_code_naming_pickle_is_refused_not_damaged(
+    tmp_path: Path, protocol: int, func: object, named: str
+) -> None:
+    # torch words these "GLOBAL eval" (no module) or, for protocol 4, an unsupported
+    # opcode: the old reading of its message called the file damaged.
+    path = tmp_path / "payload.pt"
+    path.write_bytes(pickle.dumps(_Calls(func, "1"), protocol=protocol))
+    err = load_error(path, arch=ARCH)
+    assert str(err).startswith(f"{path} was refused: it is not plain weights (it contains {named})")
+    assert "damaged" not in str(err)
+    assert err.hint is not None and "--trust-pickle" in err.hint
+
+
+def test_damaged_only_when_damaged(tmp_path: Path, net: TinyNet) -> None:
+    path = tmp_path / "cut.pt"
+    data = pickle.dumps(_Calls(eval, "1"), protocol=2)
+    path.write_bytes(data[: len(data) // 3])  # cut before the global is named
+    assert "damaged pickle stream" in str(load_error(path, arch=ARCH))
+
+
+def test_input_file_naming_code_is_refused_not_damaged(tmp_path: Path) -> None:
+    from layerprof.errors import InputSpecError
+    from layerprof.inputs import build_inputs
+
+    path = tmp_path / "x.pt"
+    path.write_bytes(pickle.dumps(_Calls(eval, "1"), protocol=4))
+    with pytest.raises(InputSpecError, match=r"was refused \(it contains builtins\.eval\)"):
+        build_inputs([f"@{path}"])
+    path.write_bytes(pickle.dumps(_Calls(eval, "1"), protocol=2)[:9])
+    with pytest.raises(InputSpecError, match="damaged pickle stream"):
+        build_inputs([f"@{path}"])

@@ -128,18 +128,25 @@ def test_ops_mode_profile_memory_gives_peaks_on_cpu() -> None:
 
 
 def test_layer_peaks_from_events() -> None:
-    from layerprof.opcapture import LAYER_PREFIX, HostEvent, MemoryEvent, layer_peaks
+    from layerprof.trace.attribution import layer_peaks
+    from layerprof.trace.kineto import tables_from_documents
 
-    spans = [
-        HostEvent(LAYER_PREFIX + "", tid=1, start=0, end=100),
-        HostEvent(LAYER_PREFIX + "a", tid=1, start=10, end=40),
+    def span(name: str, ts: int, dur: int) -> dict[str, object]:
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+
+    def alloc(tid: int, ts: int, nbytes: int) -> dict[str, object]:
+        args = {"Bytes": nbytes, "Device Type": 0, "Device Id": -1}
+        return {"ph": "i", "name": "[memory]", "pid": 1, "tid": tid, "ts": ts, "args": args}
+
+    events = [
+        span("layer:", 1000, 100),
+        span("layer:a", 1010, 30),
+        alloc(1, 1005, 1000),  # before a: the root's own
+        alloc(1, 1015, 300),
+        alloc(1, 1020, -300),
+        alloc(1, 1030, 50),
+        alloc(1, 1060, 10),
+        alloc(2, 1020, 10**6),  # another thread: not ours
     ]
-    mem = [
-        MemoryEvent(1, 5, 1000, False),  # before a: the root's own
-        MemoryEvent(1, 15, 300, False),
-        MemoryEvent(1, 20, -300, False),
-        MemoryEvent(1, 30, 50, False),
-        MemoryEvent(1, 60, 10, False),
-        MemoryEvent(2, 20, 10**6, False),  # another thread: not ours
-    ]
-    assert layer_peaks(spans, mem, on_device=False) == {"": 1300, "a": 300}
+    tables = tables_from_documents([{"traceEvents": events}])
+    assert layer_peaks(tables, on_device=False) == {"": 1300, "a": 300}

@@ -12,7 +12,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from layerprof import outputs, sources
 from layerprof.errors import LayerprofError, UsageError
@@ -55,20 +55,41 @@ _COUNT = _int_at_least(1)
 _NON_NEGATIVE = _int_at_least(0)
 
 
+def _threads(text: str) -> int:
+    from layerprof.limits import threads_problem
+
+    value = _COUNT(text)
+    problem = threads_problem(value)
+    if problem is not None:  # torch segfaults on absurd counts rather than refusing
+        raise argparse.ArgumentTypeError(problem)
+    return int(value)
+
+
+def _seed(text: str) -> int:
+    from layerprof.limits import seed_problem
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    problem = seed_problem(value)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return value
+
+
 def _add_output_options(p: argparse.ArgumentParser, *, json: bool = True) -> None:
-    out = p.add_argument_group("output")
+    out = p.add_argument_group("output", outputs.STDOUT_HELP)
     if json:
-        out.add_argument(
-            "--json", metavar="FILE", help="write the profile as JSON (schema layerprof.profile/2)"
-        )
+        outputs.add_output(out, "--json", "write the profile as JSON (schema layerprof.profile/2)")
         out.add_argument(
             "--samples",
             action="store_true",
             help="with --json: keep every iteration's times (default: summaries only, which"
             " diff judges without the rank test)",
         )
-    out.add_argument("--csv", metavar="FILE", help="write one CSV line per layer")
-    out.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
+    outputs.add_output(out, "--csv", "write one CSV line per layer")
+    outputs.add_output(out, "--html", "write a self-contained HTML report")
     out.add_argument(
         "--depth",
         type=_NON_NEGATIVE,
@@ -98,7 +119,10 @@ def _add_measure_options(p: argparse.ArgumentParser, *, warmup: int, iters: int)
         "--iters", type=_COUNT, default=iters, help=f"timed forwards per pass (default {iters})"
     )
     m.add_argument(
-        "--threads", type=_COUNT, help="torch.set_num_threads for the run (restored after)"
+        "--threads",
+        type=_threads,
+        metavar="N",
+        help="torch.set_num_threads for the run (restored after); at most 4 per CPU",
     )
     m.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     m.add_argument(
@@ -120,7 +144,9 @@ def _add_measure_options(p: argparse.ArgumentParser, *, warmup: int, iters: int)
         action="store_true",
         help="do not subtract the calibrated hook cost from self times",
     )
-    m.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
+    m.add_argument(
+        "--seed", type=_seed, default=0, help="seed for random inputs (default 0; 64 bits)"
+    )
 
 
 def _add_ops_options(p: argparse.ArgumentParser) -> None:
@@ -168,28 +194,30 @@ def _add_ops_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--loss", metavar="MODULE:CALLABLE", help="with --backward: fn(output) -> loss tensor"
     )
-    g.add_argument(
+    outputs.add_output(
+        g,
         "--trace",
-        metavar="FILE",
-        help="with --ops: write a Chrome/Perfetto trace (.json or .json.gz) with a lane of layer spans",
+        "with --ops: write a Chrome/Perfetto trace (.json or .json.gz) with a lane of layer spans",
     )
-    g.add_argument(
-        "--tensorboard",
-        metavar="DIR",
-        help="with --ops: write a tensorboard_trace_handler-style trace directory",
+    outputs.add_output(
+        g, "--tensorboard", "with --ops: write a tensorboard_trace_handler-style trace directory"
     )
-    g.add_argument(
-        "--stacks", metavar="FILE", help="write layer self times as folded stacks (flamegraph.pl)"
-    )
-    g.add_argument(
-        "--speedscope", metavar="FILE", help="write the layer tree as a speedscope profile"
-    )
+    outputs.add_output(g, "--stacks", "write layer self times as folded stacks (flamegraph.pl)")
+    outputs.add_output(g, "--speedscope", "write the layer tree as a speedscope profile")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with argument errors in layerprof's one-line form instead of the
+    whole usage text (twenty lines for ``run``) above the one line that matters."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_ERROR, f"layerprof: error: {message}\n  hint: see {self.prog} --help\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
     from layerprof import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="layerprof",
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -197,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"layerprof {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     # --debug is accepted after the subcommand too; SUPPRESS keeps the main value.
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument(
         "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks"
     )
@@ -243,7 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     load.add_argument(
         "--trust-pickle", action="store_true",
-        help="allow loading a whole pickled module: this runs code from the file, only use it for files you trust",
+        help="allow files that unpickle objects or carry native code (a whole pickled module, a .pt2 with pickled weights, an AOTInductor package): this runs code from the file, only use it for files you trust (SECURITY.md)",
     )  # fmt: skip
     run.add_argument(
         "--input", "-i", action="append", default=[], metavar="SPEC",
@@ -258,11 +286,12 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="analyze a torch.profiler trace (.json, .json.gz or a directory of ranks)",
     )
-    analyze.add_argument("trace", metavar="TRACE")
     analyze.add_argument(
-        "--json", metavar="FILE", help="write the analysis (schema layerprof.trace/1)"
+        "trace", metavar="TRACE", help="a trace file (.json, .json.gz) or a directory of them"
     )
-    analyze.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
+    out = analyze.add_argument_group("output", outputs.STDOUT_HELP)
+    outputs.add_output(out, "--json", "write the analysis (schema layerprof.trace/1)")
+    outputs.add_output(out, "--html", "write a self-contained HTML report")
     analyze.add_argument(
         "--top", type=_COUNT, default=10, metavar="N", help="rows per table (default 10)"
     )
@@ -307,10 +336,9 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument(
         "--rank", type=_NON_NEGATIVE, metavar="N", help="rank to compare in multi-rank traces"
     )
-    diff.add_argument("--json", metavar="FILE", help="write the diff (schema layerprof.diff/1)")
-    diff.add_argument(
-        "--html", metavar="FILE", help="write a self-contained HTML report of the diff"
-    )
+    out = diff.add_argument_group("output", outputs.STDOUT_HELP)
+    outputs.add_output(out, "--json", "write the diff (schema layerprof.diff/1)")
+    outputs.add_output(out, "--html", "write a self-contained HTML report of the diff")
 
     report = sub.add_parser(
         "report",
@@ -329,8 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_demo(args: argparse.Namespace) -> int:
     from layerprof.demo import DEMOS, build
 
-    outputs.check_outputs(args)
     names = list(DEMOS) if args.model == "all" else [args.model]
+    outputs.check_outputs(args, suffixes=names if len(names) > 1 else [None])
     for name in names:
         model = build(name)
         label = f"demo {name} ({type(model).__name__})"
@@ -357,9 +385,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise UsageError(f"--arch-kwargs is not valid JSON: {exc.msg}") from exc
         if not isinstance(kwargs, dict):
             raise UsageError("--arch-kwargs must be a JSON object, e.g. '{\"depth\": 18}'")
-    model_file = Path(args.model) if args.model else None
-    # fail before a long load unless the file may be a .pt2 carrying example inputs
-    if not args.input and not (model_file and model_file.suffix == ".pt2" and model_file.is_file()):
+    # fail before a long load unless the file is an export archive carrying example inputs
+    if not args.input and not _is_export_archive(args.model):
         raise _no_input()
     loaded = load_model(
         args.model, arch=args.arch, arch_kwargs=kwargs, strict=not args.non_strict,
@@ -380,6 +407,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _is_export_archive(model: str | None) -> bool:
+    """Told by the file's content, never its name (a .pt2 renamed .pth is one)."""
+    from layerprof.loading import torch_file_format
+
+    if model is None or not Path(model).is_file():
+        return False
+    try:
+        return torch_file_format(Path(model)) == "export"
+    except OSError:
+        return True  # let the loader report the unreadable file
+
+
 def _no_input() -> UsageError:
     return UsageError(
         "no --input given", hint="e.g. --input 1x3x224x224 (repeat for more arguments)"
@@ -398,8 +437,10 @@ def _measure(
 ) -> Profile:
     from layerprof.device import prepare_model, resolve_device
     from layerprof.inputs import build_inputs, example_inputs
+    from layerprof.modulegraph import check_acyclic
     from layerprof.runner import RunOptions, run_model
 
+    check_acyclic(model)  # before .to(): it recurses forever on a looping tree
     ops = _op_options(args)
     loss = _loss(args)
     device = resolve_device(args.device)
@@ -432,8 +473,8 @@ def _op_options(args: argparse.Namespace) -> OpOptions | None:
         "--with-stack": args.with_stack,
         "--with-flops": args.with_flops,
         "--schedule": args.schedule,
-        "--trace": args.trace,
-        "--tensorboard": args.tensorboard,
+        "--trace": outputs.target(args, "trace"),
+        "--tensorboard": outputs.target(args, "tensorboard"),
     }
     if not args.ops:
         given = [flag for flag, value in flags.items() if value]
@@ -483,10 +524,18 @@ def _emit(profile: Profile, args: argparse.Namespace, *, suffix: str | None = No
     info = rank_info()
     if not args.quiet and (info is None or info.rank == 0):  # torchrun: one report, not N
         sinks.show(
-            profile, depth=args.depth, top=args.top, sort=args.sort, shapes=not args.no_shapes,
+            profile, console=_console(args), depth=args.depth,
+            top=args.top, sort=args.sort, shapes=not args.no_shapes,
             op_sort=getattr(args, "op_sort", "self"),
             group_by_shape=getattr(args, "group_by_shape", False),
         )  # fmt: skip
+
+
+def _console(args: argparse.Namespace) -> Any:
+    """The report's console: standard error when an output goes to standard output."""
+    from layerprof.render.terminal import make_console
+
+    return make_console(stderr=outputs.to_stdout(args))
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
@@ -495,11 +544,14 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     outputs.check_outputs(args)
     run = analyze(args.trace, group_by_shape=args.group_by_shape)
-    for fmt in ("json", "html"):
-        if getattr(args, fmt):
-            outputs.info(f"wrote {sinks.write(run, getattr(args, fmt), fmt)}", args)
+    written = [
+        sinks.write(run, path, fmt)
+        for fmt in ("json", "html")
+        if (path := outputs.target(args, fmt))
+    ]
+    outputs.report_written(written, args)
     if not args.quiet:
-        sinks.show(run, top=args.top)
+        sinks.show(run, console=_console(args), top=args.top)
     return 0
 
 
@@ -509,7 +561,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
     threshold = parse_percent(args.threshold)
     fail_above = parse_percent(args.fail_above) if args.fail_above else None
-    outputs.check_outputs(args)
+    printed = f"--format {args.format}" if args.format != "console" else None
+    outputs.check_outputs(args, stdout_taken=printed)
     base, said_base = sources.load_comparable(args.base, rank=args.rank)
     new, said_new = sources.load_comparable(args.new, rank=args.rank)
     for line in (*said_base, *said_new):
@@ -517,15 +570,18 @@ def cmd_diff(args: argparse.Namespace) -> int:
     result = diff(base, new, threshold_pct=threshold)
     gate = result.gate(fail_above, args.fail_metric) if fail_above is not None else None
     if args.format == "console":
-        sinks.show(result, top=args.top, gate=gate)
+        sinks.show(result, console=_console(args), top=args.top, gate=gate)
     else:
         fmt = "md" if args.format == "md" else "json"
         text = sinks.render(result, fmt, top=args.top if fmt == "md" else None, gate=gate)
         text = text.decode() if isinstance(text, bytes) else text
         sys.stdout.write(_escape(text, keep_newlines=True))  # names in it are file content
-    for fmt in ("json", "html"):
-        if getattr(args, fmt):
-            outputs.info(f"wrote {sinks.write(result, getattr(args, fmt), fmt, gate=gate)}", args)
+    written = [
+        sinks.write(result, path, fmt, gate=gate)
+        for fmt in ("json", "html")
+        if (path := outputs.target(args, fmt))
+    ]
+    outputs.report_written(written, args)
     if gate is None:
         return 0
     if args.format != "console":  # the console report already ends with the verdict
@@ -544,17 +600,18 @@ def cmd_report(args: argparse.Namespace) -> int:
     if isinstance(saved, Profile):
         _emit(saved, args)
         return 0
-    if getattr(args, "csv", None):
+    if outputs.target(args, "csv"):
         raise UsageError(
             f"{args.file}: --csv writes the layers of a profile, not of a {type(saved).__name__}"
         )
-    if args.html:
-        outputs.info(
-            f"wrote {sinks.write(saved, args.html, 'html', gate=_saved_gate(saved))}", args
+    html_out = outputs.target(args, "html")
+    if html_out:
+        outputs.report_written(
+            [sinks.write(saved, html_out, "html", gate=_saved_gate(saved))], args
         )
     if not args.quiet:
         options = {"gate": saved.gate_result} if isinstance(saved, Diff) else {}
-        sinks.show(saved, top=args.top, **options)
+        sinks.show(saved, console=_console(args), top=args.top, **options)
     return 0
 
 
@@ -575,7 +632,10 @@ COMMANDS = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a bad argument (one line, _Parser)
+        return exc.code if isinstance(exc.code, int) else EXIT_ERROR
     if args.command is None:
         parser.print_help()
         return EXIT_ERROR
@@ -597,6 +657,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say(f"layerprof: internal error: {type(exc).__name__}: {exc}")
         print("  hint: run again with --debug for the traceback, and report it", file=sys.stderr)
         return 3
+    except BaseException as exc:
+        # SystemExit (or another BaseException) from the model's own code: layerprof
+        # never raises these itself once the arguments are parsed.
+        if args.debug:
+            raise
+        text = str(exc).strip()
+        detail = f": {text.splitlines()[0]}" if text else ""
+        print(
+            f"layerprof: error: the model's code raised {type(exc).__name__}{detail}",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
 
 
 def _escape(text: str, *, keep_newlines: bool = False) -> str:

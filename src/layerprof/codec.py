@@ -373,7 +373,9 @@ def run_to_dict(run: Run, *, samples: bool = False, top: int | None = None) -> d
         "rank_source": run.rank_source,
         "skipped": list(run.skipped),
         "notes": list(run.notes),
-        "ranks": [_profile_body(p, samples=samples, top=top) for p in run.ranks],
+        "ranks": [
+            {"rank": p.rank, **_profile_body(p, samples=samples, top=top)} for p in run.ranks
+        ],
         "cross_rank": _cross(run.cross),
     }
 

@@ -23,6 +23,12 @@ the order given. ``@file.pt`` loads a tensor, tuple, list or dict saved with
 ``torch.save``, with ``weights_only=True`` (no code from the file runs): a tuple
 or list becomes positional arguments, a dict keyword arguments, unless the
 spec is named, in which case the whole value is that one keyword argument.
+Sparse tensors load too, their invariants checked (an index out of bounds would
+crash the operators reading it).
+
+Before anything is allocated, the bytes the generated tensors need are compared
+with the memory available (and, on CUDA, the device's free memory): a spec
+that cannot fit is refused by name, not allocated until the process is killed.
 
 Parsing is pure Python; torch is imported only to build tensors.
 """
@@ -263,8 +269,14 @@ def build_inputs(
     """
     import torch
 
+    from layerprof.limits import seed_problem
+
     parsed = [s if isinstance(s, InputSpec) else parse_input_spec(s) for s in specs]
     cast = _float_dtype(float_dtype)
+    problem = seed_problem(seed)
+    if problem is not None:
+        raise UsageError(f"--seed: {problem}")
+    _check_memory(parsed, device)
     generator = torch.Generator().manual_seed(seed)
     placed = _Placed()
     for spec in parsed:
@@ -336,6 +348,75 @@ def _generate(spec: InputSpec, generator: torch.Generator) -> torch.Tensor:
     return (uniform * (spec.high - spec.low) + spec.low).to(dtype)
 
 
+_ITEMSIZE = {
+    "float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int64": 8, "int32": 4,
+    "int16": 2, "int8": 1, "uint8": 1, "bool": 1,
+}  # fmt: skip
+
+
+def build_bytes(spec: InputSpec) -> tuple[int, int]:
+    """Bytes ``(peak, kept)`` building the tensor of ``spec`` takes: it is drawn in a
+    wider dtype first (float32 normals, float64 uniforms scaled in two steps, int64
+    integers, float32 for bools), then cast to the one it keeps."""
+    numel = math.prod(spec.shape or ())
+    kept = _ITEMSIZE[spec.dtype]
+    kind = DTYPES[spec.dtype]
+    if kind == "int":
+        drawn = 8
+    elif kind == "bool" or spec.low is None:
+        drawn = 4
+    else:
+        drawn = 3 * 8
+    return numel * (drawn + kept), numel * kept
+
+
+def _check_memory(specs: Sequence[InputSpec], device: str) -> None:
+    """Refuse inputs that cannot fit before allocating them: an oversized spec
+    would otherwise be allocated until the kernel kills the process."""
+    from layerprof.limits import available_memory
+    from layerprof.render.units import human_bytes
+
+    room = available_memory()
+    if room is None:
+        return
+    kept = 0
+    for spec in specs:
+        if spec.shape is None:
+            continue
+        peak, size = build_bytes(spec)
+        if kept + peak > room:
+            numel = math.prod(spec.shape)
+            before = f" after {human_bytes(kept)} of earlier inputs" if kept else ""
+            raise InputSpecError(
+                f"bad input spec {spec.text!r}: {numel:,} elements of {spec.dtype} need"
+                f" {human_bytes(peak)} to build{before}, more than the"
+                f" {human_bytes(room)} of memory available",
+                hint="use a smaller shape",
+            )
+        kept += size
+    _check_device_memory(specs, device, kept)
+
+
+def _check_device_memory(specs: Sequence[InputSpec], device: str, total: int) -> None:
+    if not device.startswith("cuda") or total == 0:
+        return
+    import torch
+
+    from layerprof.render.units import human_bytes
+
+    try:
+        free, _ = torch.cuda.mem_get_info(device)
+    except (RuntimeError, AssertionError, ValueError):
+        return  # no such device: moving the inputs reports it
+    if total > free:
+        texts = ", ".join(repr(s.text) for s in specs if s.shape is not None)
+        raise InputSpecError(
+            f"inputs {texts} need {human_bytes(total)} on {device}, more than its"
+            f" {human_bytes(free)} free",
+            hint="use a smaller shape",
+        )
+
+
 def _int_range(spec: InputSpec) -> tuple[int, int]:
     if spec.low is None or spec.high is None:
         return DEFAULT_INT_RANGE
@@ -355,16 +436,40 @@ def _load_file(spec: InputSpec) -> Any:
     if _file_format(spec, path) not in ("torch", "pickle"):
         raise _bad(spec.text, f"{path} is not a torch.save file")
     try:
-        value = torch.load(path, map_location="cpu", weights_only=True)
+        # Sparse tensors are checked as they load: one whose indices break its
+        # invariants would crash (segfault) the operators that read it.
+        with torch.sparse.check_sparse_tensor_invariants():  # type: ignore[no-untyped-call]
+            value = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
-        raise _bad(
-            spec.text,
-            f"{path} holds objects other than tensors, numbers, tuples, lists and dicts "
-            "(only those load without running code from the file)",
-        ) from None
+        raise _bad(spec.text, _refused_text(path)) from None
     except Exception as exc:
-        raise _bad(spec.text, f"{path} is not a torch.save file ({type(exc).__name__})") from exc
+        raise _bad(spec.text, _unloadable_text(path, exc)) from exc
     return value
+
+
+def _refused_text(path: Path) -> str:
+    from layerprof.pickles import refused_globals, scan_torch_file
+
+    scan = scan_torch_file(path)
+    refused = refused_globals(scan)
+    if not refused and not scan.complete:
+        return f"{path} is a damaged pickle stream (truncated?)"
+    named = f" (it contains {refused[0]})" if refused else ""
+    return (
+        f"{path} was refused{named}: only tensors, numbers, tuples, lists and dicts load"
+        " without running code from the file"
+    )
+
+
+def _unloadable_text(path: Path, exc: Exception) -> str:
+    import torch
+
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    try:  # does it load when sparse invariants are not checked?
+        torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:
+        return f"{path} is not a torch.save file ({type(exc).__name__})"
+    return f"{path} holds a sparse tensor that breaks its invariants ({first})"
 
 
 def _file_format(spec: InputSpec, path: Path) -> str:

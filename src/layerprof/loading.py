@@ -4,7 +4,9 @@ What :func:`load_model` accepts, decided in this order:
 
 * no file, ``arch`` only: the callable builds the model (random weights);
 * a TorchScript archive (zip with ``code/`` and ``constants.pkl``): ``torch.jit.load``;
-* a ``torch.export`` archive (``.pt2``): ``torch.export.load(...).module()``;
+* a ``torch.export`` archive (``.pt2``): ``torch.export.load(...).module()``, after
+  :func:`layerprof.archive.check_export_archive` found no string in its JSON that
+  torch would evaluate as Python other than the shape expressions torch writes;
 * any other ``torch.save`` file, read with ``weights_only=True`` (no code from the
   file runs): a state dict, or a checkpoint dict holding one under
   ``state_dict`` / ``model_state_dict`` / ``model`` / ``module``, loaded into the
@@ -58,7 +60,6 @@ CHECKPOINT_KEYS: tuple[str, ...] = ("state_dict", "model_state_dict", "model", "
 
 _ARCH_EXAMPLE = "e.g. --arch mypkg.nets:ResNetish --arch-kwargs '{\"depth\": 18}'"
 _SHOWN_KEYS = 5
-_DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
 
 
 @dataclass(frozen=True)
@@ -143,11 +144,12 @@ def build_arch(spec: str, kwargs: Mapping[str, Any] | None = None) -> nn.Module:
     factory = import_callable(spec)
     try:
         model = factory(**dict(kwargs or {}))
-    except Exception as exc:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit too: the user's code is not ours to exit
         # The user's constructor failed: say which call, keep the cause for --debug.
         raise ModelLoadError(
-            f"--arch {spec}: calling it{_kwargs_text(kwargs)} raised "
-            f"{type(exc).__name__}: {_first_line(exc)}",
+            f"--arch {spec}: calling it{_kwargs_text(kwargs)} raised {_raised(exc)}",
             hint="check --arch-kwargs against the constructor's parameters",
         ) from exc
     if not isinstance(model, nn.Module):
@@ -189,10 +191,11 @@ def _import_module(module_name: str, spec: str) -> Any:
             f"--arch {spec}: cannot import module '{module_name}' ({exc})",
             hint=f"run from the directory that holds it, or set PYTHONPATH; cwd is {Path.cwd()}",
         ) from exc
-    except Exception as exc:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # a script that calls sys.exit() when imported
         raise ModelLoadError(
-            f"--arch {spec}: importing '{module_name}' raised "
-            f"{type(exc).__name__}: {_first_line(exc)}"
+            f"--arch {spec}: importing '{module_name}' raised {_raised(exc)}"
         ) from exc
 
 
@@ -212,11 +215,12 @@ def _import_file(file: Path, spec: str) -> Any:
     sys.modules[name] = module
     try:
         loader_spec.loader.exec_module(module)
-    except Exception as exc:
+    except KeyboardInterrupt:
         del sys.modules[name]
-        raise ModelLoadError(
-            f"--arch {spec}: importing {file} raised {type(exc).__name__}: {_first_line(exc)}"
-        ) from exc
+        raise
+    except BaseException as exc:
+        del sys.modules[name]
+        raise ModelLoadError(f"--arch {spec}: importing {file} raised {_raised(exc)}") from exc
     return module
 
 
@@ -257,8 +261,13 @@ def torch_file_format(file: Path) -> FileFormat:
     ``OSError`` when the file cannot be read.
     """
     if zipfile.is_zipfile(file):
-        with zipfile.ZipFile(file) as archive:
-            return _zip_kind(archive.namelist())
+        from layerprof.archive import member_names
+
+        try:
+            with zipfile.ZipFile(file) as archive:
+                return _zip_kind(member_names(archive, file))
+        except zipfile.BadZipFile:
+            return "damaged-zip"
     with file.open("rb") as handle:
         head = handle.read(2)
     if head == b"PK":
@@ -310,16 +319,24 @@ def _load_torchscript(file: Path, arch: str | None, map_location: str) -> Loaded
 def _load_exported(file: Path, arch: str | None, *, trust_pickle: bool = False) -> LoadedModel:
     import torch
 
+    from layerprof.archive import check_export_archive
+
+    # Before torch reads it: shape expressions, guards and names from the archive end
+    # up in Python that torch evaluates (sympify, exec of the code it generates).
+    check_export_archive(file, trust_code=trust_pickle)
     guard = contextlib.nullcontext() if trust_pickle else _pickles_refused()
     try:
         with guard:
             program = torch.export.load(str(file))
+        _check_example_keys(program, file)
         module = program.module()
+    except ModelLoadError:
+        raise
     except _PickleInArchiveError as exc:
-        raise _pickle_refused(file, exc) from exc
+        raise _pickle_refused(file, "its weights or constants are pickled") from exc
     except Exception as exc:
         if not trust_pickle and _is_unpickling_error(exc):
-            raise _pickle_refused(file, exc) from exc
+            raise _pickle_refused(file, "its weights or constants are pickled") from exc
         raise ModelLoadError(
             f"cannot load torch.export program {file}: {_first_line(exc)}"
         ) from exc
@@ -329,6 +346,29 @@ def _load_exported(file: Path, arch: str | None, *, trust_pickle: bool = False) 
         "exported program: its train/eval behaviour was fixed at export time",
     )
     return LoadedModel(module, "export", file.stem, f"torch.export {file}", notes, program=program)
+
+
+# What torch may paste into the guard code module() generates: L['x'][0]['mask'].
+_KEY_PATH = re.compile(r"(?:\[(?:[0-9]+|'[A-Za-z_][A-Za-z0-9_]*')\]|\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def _check_example_keys(program: Any, file: Path) -> None:
+    """``ExportedProgram.module()`` writes a guard per example input, naming it by
+    its pytree path (``L['d']['inner'].size()[0] == 3``) inside Python it runs; a
+    dict key of the archive's example inputs is text the file chose."""
+    from torch.utils import _pytree as pytree
+
+    example = getattr(program, "example_inputs", None)
+    if not example:
+        return
+    for path, _ in pytree.tree_flatten_with_path(example)[0]:
+        text = pytree.keystr(path)
+        if not _KEY_PATH.fullmatch(text):
+            raise ModelLoadError(
+                f"{file}: refused: example input {text[:80]} is not a plain name or index;"
+                " torch would paste it into the guard code it runs",
+                hint="this file was crafted or damaged; re-export the model with torch.export.save",
+            )
 
 
 class _PickleInArchiveError(Exception):
@@ -412,14 +452,36 @@ def _torch_load(file: Path, *, trust_pickle: bool, map_location: str) -> Any:
     try:
         return torch.load(file, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
-        if _unsupported_global(str(exc)) is None:
-            # Not a foreign class: a damaged stream (weights_only words both the same).
+        refusal = _refusal(file, exc)
+        if refusal is None:
             raise _unreadable(file, exc) from exc
         if not trust_pickle:
-            raise _pickle_refused(file, exc) from None
+            raise refusal from None
     except Exception as exc:
         raise _unreadable(file, exc) from exc
     return _trusted_load(file, map_location)
+
+
+def _refusal(file: Path, exc: Exception) -> ModelLoadError | None:
+    """Why weights_only refused ``file`` when it was for safety; None when the file
+    is damaged. Told from the stream's own opcodes, not from torch's wording."""
+    from layerprof.pickles import refused_globals, scan_torch_file
+
+    scan = scan_torch_file(file)
+    refused = refused_globals(scan)
+    if refused:
+        return _pickle_refused(file, f"it contains {refused[0]}")
+    if scan.complete:  # whole, names nothing foreign: refused for another reason
+        return _pickle_refused(file, f"torch's weights_only loader says: {_weights_reason(exc)}")
+    return None
+
+
+def _weights_reason(exc: Exception) -> str:
+    # torch wraps the reason in paragraphs of advice; keep its one line.
+    for line in str(exc).splitlines():
+        if "WeightsUnpickler error:" in line:
+            return line.split("WeightsUnpickler error:", 1)[1].strip()
+    return _first_line(exc)
 
 
 def _unreadable(file: Path, exc: Exception) -> ModelLoadError:
@@ -430,49 +492,14 @@ def _unreadable(file: Path, exc: Exception) -> ModelLoadError:
     return ModelLoadError(f"{file} is not a readable torch file: {reason}")
 
 
-def _pickle_refused(file: Path, exc: Exception) -> ModelLoadError:
-    found = _unsupported_global(str(exc))
-    what = f" (it contains {found})" if found else ""
+def _pickle_refused(file: Path, detail: str | None = None) -> ModelLoadError:
+    what = f" ({detail})" if detail else ""
     return ModelLoadError(
-        f"{file} is not plain weights{what}; loading it means unpickling, which runs "
-        "code named by the file",
+        f"{file} was refused: it is not plain weights{what}, and loading it means"
+        " unpickling, which runs code named by the file",
         hint="if you trust this file, pass --trust-pickle; better, save a state_dict "
         "and load it with --arch",
     )
-
-
-def _unsupported_global(message: str) -> str | None:
-    # torch words it "Unsupported global: GLOBAL pkg.mod.Class was not an allowed ...".
-    marker = "GLOBAL "
-    start = message.find(marker)
-    if start < 0:
-        return None
-    words = message[start + len(marker) :].split()
-    # A truncated stream can name half a global ("torch._uti.", "collections.Or"):
-    # no real class, so a damaged file rather than foreign code.
-    if not words or not _DOTTED.fullmatch(words[0]) or _missing_attribute(words[0]):
-        return None
-    return words[0]
-
-
-def _missing_attribute(name: str) -> bool:
-    """True when ``name``'s module is already imported but lacks the attribute.
-
-    Only modules already in ``sys.modules`` are consulted: importing one named
-    by an untrusted file would run its code.
-    """
-    parts = name.split(".")
-    for cut in range(len(parts) - 1, 0, -1):
-        module = sys.modules.get(".".join(parts[:cut]))
-        if module is None:
-            continue
-        obj: Any = module
-        for attr in parts[cut:]:
-            if not hasattr(obj, attr):
-                return True
-            obj = getattr(obj, attr)
-        return False
-    return False
 
 
 def _trusted_load(file: Path, map_location: str) -> Any:
@@ -690,6 +717,13 @@ def _shape(value: Any) -> list[int] | None:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _raised(exc: BaseException) -> str:
+    """``ValueError: bad depth``, ``SystemExit: 3``, ``SystemExit`` (no message)."""
+    text = str(exc).strip()
+    name = type(exc).__name__
+    return f"{name}: {text.splitlines()[0]}" if text else name
 
 
 def _type_name(obj: Any) -> str:

@@ -28,10 +28,13 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from layerprof.clocks import CudaEventClock, HostClock, synchronizer
+from layerprof.compilewatch import CompileWatch
 from layerprof.device import device_of
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.hooks import hookable_modules
 from layerprof.layertimes import Correction
+from layerprof.limits import threads_problem
+from layerprof.modulegraph import check_acyclic
 from layerprof.progress import Progress
 from layerprof.recorder import Recorder, ShapeCapture, layer_infos
 from layerprof.records import LayerInfo, LayerSamples, Meta, Overhead
@@ -86,8 +89,8 @@ class RunOptions:
             raise UsageError(f"iters must be at least 1 (got {self.iters})")
         if self.warmup < 0:
             raise UsageError(f"warmup cannot be negative (got {self.warmup})")
-        if self.threads is not None and self.threads < 1:
-            raise UsageError(f"threads must be at least 1 (got {self.threads})")
+        if self.threads is not None and (problem := threads_problem(self.threads)) is not None:
+            raise UsageError(f"threads: {problem}")
         if self.backward and self.kind != "eager":
             raise UsageError(
                 f"--backward is not available for {self.kind} models",
@@ -121,21 +124,27 @@ def run_model(
     """
     opts = options or RunOptions()
     kwargs = kwargs or {}
+    check_acyclic(model)  # eval()/train() recurse forever on a looping module tree
     device = opts.device or _infer_device(model, args, kwargs)
     sync = synchronizer(device)
     forward = _forward(model, args, kwargs)
+    watch = CompileWatch()  # torch.compile recompiles inside the timed forwards
     with _run_state(model, opts, device):
         progress = Progress(enabled=opts.progress, total=1 + opts.warmup + 2 * opts.iters)
         try:
-            first_ns, latency = _latency_pass(forward, sync, model, opts, progress)
+            first_ns, latency = _latency_pass(forward, sync, model, opts, progress, watch)
             base = _base_profile(model, opts, device, latency, first_ns, args, kwargs)
             if not opts.layers:
-                return base
-            if opts.kind != "eager":
-                return _scripted(model, program, args, kwargs, opts, base)
-            return _layer_pass(model, args, kwargs, forward, sync, device, opts, progress, base)
+                profile = base
+            elif opts.kind != "eager":
+                profile = _scripted(model, program, args, kwargs, opts, base)
+            else:
+                profile = _layer_pass(
+                    model, args, kwargs, forward, sync, device, opts, progress, base, watch
+                )
         finally:
             progress.close()
+    return profile.with_notes(*watch.notes())
 
 
 def _latency_pass(
@@ -144,6 +153,7 @@ def _latency_pass(
     model: torch.nn.Module,
     opts: RunOptions,
     progress: Progress,
+    watch: CompileWatch,
 ) -> tuple[int, list[int]]:
     """The cold call, the warm-up, then ``iters`` clean timed forwards."""
     first_ns = _timed(forward, sync, model)
@@ -152,9 +162,10 @@ def _latency_pass(
         _guarded(forward, model)
         progress.advance(1)
     latency = []
-    for _ in range(opts.iters):
-        latency.append(_timed(forward, sync, model))
-        progress.advance(1)
+    with watch.window("timed latency forwards"):
+        for _ in range(opts.iters):
+            latency.append(_timed(forward, sync, model))
+            progress.advance(1)
     return first_ns, latency
 
 
@@ -168,6 +179,7 @@ def _layer_pass(
     opts: RunOptions,
     progress: Progress,
     base: Profile,
+    watch: CompileWatch,
 ) -> Profile:
     """Shapes, FLOPs and memory, then per-layer times from hooks or from ops mode."""
     with ShapeCapture(model) as shapes:
@@ -177,7 +189,8 @@ def _layer_pass(
     base = base.with_notes(*_opaque_notes(model), *([flop_note] if flop_note else []))
     if opts.ops is not None:
         progress.close()  # stderr is held while the profiler runs (layerprof.quiet)
-        raw = _capture(model, args, kwargs, device, opts)
+        with watch.window("ops capture (its untimed first step included)"):
+            raw = _capture(model, args, kwargs, device, opts)
         if peaks is None:  # no allocator counters (CPU): --profile-memory's events
             peaks = raw.peak_bytes()
         layers = layer_infos(
@@ -189,7 +202,7 @@ def _layer_pass(
         )
         return _with_trace(base, raw.profile(), raw, ops=True, layers=layers, notes=(note,))
     latency = (base.latency_ns.tolist() if base.latency_ns is not None else None) or []
-    samples, overhead = _hooked(model, forward, sync, device, opts, progress, latency)
+    samples, overhead = _hooked(model, forward, sync, device, opts, progress, latency, watch)
     if opts.backward:
         samples, notes = _with_backward(samples, model, args, kwargs, opts)
         base = base.with_notes(*notes)
@@ -254,6 +267,7 @@ def _hooked(
     opts: RunOptions,
     progress: Progress,
     latency: list[int],
+    watch: CompileWatch,
 ) -> tuple[dict[str, LayerSamples], Overhead]:
     """Hooks mode: calibration (always reported), then the instrumented pass:
     one untimed hooked forward (the hooks' own warm-up), then ``iters`` timed ones."""
@@ -264,9 +278,10 @@ def _hooked(
     with rec:
         _guarded(forward, model, rec)
         rec.reset()
-        for _ in range(opts.iters):
-            inst_ns.append(_timed(forward, sync, model, rec))
-            progress.advance(1)
+        with watch.window("timed per-layer (hooked) forwards"):
+            for _ in range(opts.iters):
+                inst_ns.append(_timed(forward, sync, model, rec))
+                progress.advance(1)
     rec.correction = calibration if opts.correct_overhead else None
     overhead = Overhead(
         per_call_ns=calibration.per_call_ns,

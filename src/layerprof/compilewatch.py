@@ -1,0 +1,55 @@
+"""torch.compile (re)compilations inside the measured windows of a run.
+
+A compiled model that recompiles while it is being timed (a guard fails: a new
+shape, a Python attribute that changes every call, hooks added) spends that
+forward in Dynamo, and the time lands silently in the latency or in a layer.
+:class:`CompileWatch` counts the frames Dynamo compiled inside named windows,
+from ``torch._dynamo.utils.counters["frames"]["total"]`` (one per frame
+Dynamo converts, i.e. per compile or recompile), so the profile can say so.
+
+Nothing is imported: when Dynamo was never loaded nothing was compiled, and a
+model that compiles lazily loads it inside the window, where the count starts
+at zero.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+
+__all__ = ["CompileWatch"]
+
+
+class CompileWatch:
+    """Counts of compilations per window name, in the order the windows ran."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    @contextlib.contextmanager
+    def window(self, name: str) -> Iterator[None]:
+        before = compiled_frames()
+        try:
+            yield
+        finally:
+            added = compiled_frames() - before
+            if added > 0:
+                self.counts[name] = self.counts.get(name, 0) + added
+
+    def notes(self) -> list[str]:
+        """One note per window that compiled, or none."""
+        return [
+            f"torch.compile recompiled {n} time{'s' if n != 1 else ''} during the {name}:"
+            " those forwards include compile time, so their times are too high"
+            " (TORCH_LOGS=recompiles says why; more --warmup helps if it settles)"
+            for name, n in self.counts.items()
+        ]
+
+
+def compiled_frames() -> int:
+    utils = sys.modules.get("torch._dynamo.utils")
+    counters = getattr(utils, "counters", None)
+    if counters is None:
+        return 0
+    return int(counters["frames"]["total"])
