@@ -54,6 +54,20 @@ def _int_at_least(low: int) -> Any:
 
 _COUNT = _int_at_least(1)
 _NON_NEGATIVE = _int_at_least(0)
+MAX_INPUT_HELP = (
+    "most bytes a JSON or trace input may hold or expand to, e.g. 64G"
+    " (default: 16G or half the free memory, whichever is smaller)"
+)
+
+
+def _size(text: str) -> int:
+    """An argparse type: a byte size such as 512M or 64G."""
+    from layerprof.reading import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _add_output_options(p: argparse.ArgumentParser, *, json: bool = True) -> None:
@@ -191,10 +205,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"layerprof {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    parser.add_argument("--max-input-size", type=_size, metavar="SIZE", help=MAX_INPUT_HELP)
     # --debug is accepted after the subcommand too; SUPPRESS keeps the main value.
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks"
+    )
+    common.add_argument(
+        "--max-input-size",
+        type=_size,
+        default=argparse.SUPPRESS,
+        metavar="SIZE",
+        help=MAX_INPUT_HELP,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -515,7 +537,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from layerprof.trace import analyze
 
     outputs.check_outputs(args)
-    report = analyze(args.trace, group_by_shape=args.group_by_shape)
+    report = analyze(
+        args.trace, group_by_shape=args.group_by_shape, max_input_size=args.max_input_size
+    )
     data = report.to_dict(top=None)
     findings = diagnose_trace(data)
     if not args.quiet:
@@ -558,8 +582,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
     threshold = parse_percent(args.threshold)
     fail_above = parse_percent(args.fail_above) if args.fail_above else None
     outputs.check_outputs(args)
-    base = sources.load_comparable(args.base, rank=args.rank)
-    new = sources.load_comparable(args.new, rank=args.rank)
+    base = sources.load_comparable(args.base, rank=args.rank, max_input_size=args.max_input_size)
+    new = sources.load_comparable(args.new, rank=args.rank, max_input_size=args.max_input_size)
     result = diff(base, new, threshold_pct=threshold)
     gate = result.gate(fail_above, args.fail_metric) if fail_above is not None else None
     data = result.to_dict(gate=gate)
@@ -594,7 +618,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     outputs.check_outputs(args)
     p = Path(args.file)
-    data = sources.read_json(p)
+    data = sources.read_json(p, max_input_size=args.max_input_size)
     schema = data.get("schema") if isinstance(data, dict) else None
     if schema == "layerprof.profile/1":
         from layerprof.runner import Measurement

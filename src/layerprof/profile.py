@@ -493,19 +493,12 @@ def _check_types(data: dict[str, Any]) -> None:
         raise TypeError("'ops' is not a list")
 
 
-def load_profile(path: str | os.PathLike[str]) -> Profile:
+def load_profile(path: str | os.PathLike[str], *, max_input_size: int | None = None) -> Profile:
+    """A saved profile (``run --json``), read within the input size ceiling."""
+    from layerprof.sources import read_json
+
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except FileNotFoundError as exc:
-        raise ProfileFormatError(f"{p}: no such file") from exc
-    except OSError as exc:
-        raise ProfileFormatError(f"{p}: cannot read ({exc.strerror})") from exc
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise ProfileFormatError(f"{p}: not JSON ({exc})") from exc
-    return profile_from_dict(data, source=str(p))
+    return profile_from_dict(read_json(p, max_input_size=max_input_size), source=str(p))
 
 
 def now_iso() -> str:

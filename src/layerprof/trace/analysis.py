@@ -36,17 +36,31 @@ LAYER_SOURCE = "layerprof_layer"
 MODULE_SOURCE = "nn.Module"
 
 
-def analyze(path: str | os.PathLike[str], *, group_by_shape: bool = False) -> TraceReport:
+def analyze(
+    path: str | os.PathLike[str],
+    *,
+    group_by_shape: bool = False,
+    max_input_size: int | None = None,
+    data: bytearray | None = None,
+) -> TraceReport:
     """Analyze a ``.json`` / ``.json.gz`` trace or a directory of per-rank traces.
 
+    ``max_input_size``: the most bytes of JSON one file may hold or expand to
+    (default: ``layerprof.reading.default_limit()``); ``data``: the bytes of
+    the single file ``path`` when already read (a pipe can be read once).
     Raises :class:`layerprof.errors.TraceError` (one line naming the file)
     for anything that is not a readable, non-empty trace.
     """
+    if data is not None:
+        files = [read_trace_file(path, keep_shapes=group_by_shape, data=data)]
+        return _report(str(path), files, [])
     names = trace_files(path)
     files, skipped = [], []
     for name in names:
         try:
-            files.append(read_trace_file(name, keep_shapes=group_by_shape))
+            files.append(
+                read_trace_file(name, keep_shapes=group_by_shape, max_input_size=max_input_size)
+            )
         except NotATraceError as exc:
             if len(names) == 1:
                 raise
@@ -56,10 +70,16 @@ def analyze(path: str | os.PathLike[str], *, group_by_shape: bool = False) -> Tr
             skipped.append(str(exc))
     if not files:
         raise TraceError(f"{path}: no readable trace among {len(names)} files ({skipped[0]})")
-    ranks, source = assign_ranks(files)
+    return _report(str(path), files, skipped, group_by_shape=group_by_shape)
+
+
+def _report(
+    path: str, files: list[TraceFile], skipped: list[str], *, group_by_shape: bool = False
+) -> TraceReport:
+    ranks = assign_ranks(files)
     reports = [
-        analyze_file(f, rank, group_by_shape=group_by_shape)
-        for f, rank in zip(files, ranks, strict=True)
+        analyze_file(f, rank, group_by_shape=group_by_shape, extra_notes=ranks.notes)
+        for f, rank in zip(files, ranks.ranks, strict=True)
     ]
     reports.sort(key=lambda r: r.rank)
     cross = None
@@ -68,15 +88,21 @@ def analyze(path: str | os.PathLike[str], *, group_by_shape: bool = False) -> Tr
             [r.rank for r in reports], [r.steps for r in reports], [r.kinds for r in reports]
         )
     return TraceReport(
-        path=str(path),
+        path=path,
         ranks=tuple(reports),
-        rank_source=source,
+        rank_source=ranks.source,
         cross=cross,
         skipped=tuple(skipped),
     )
 
 
-def analyze_file(trace: TraceFile, rank: int, *, group_by_shape: bool = False) -> RankReport:
+def analyze_file(
+    trace: TraceFile,
+    rank: int,
+    *,
+    group_by_shape: bool = False,
+    extra_notes: tuple[str, ...] = (),
+) -> RankReport:
     tables = trace.tables
     nesting = nest(tables.host)
     links = link(tables, nesting)
@@ -113,7 +139,7 @@ def analyze_file(trace: TraceFile, rank: int, *, group_by_shape: bool = False) -
         module_types=module_types(trace.header) if module_source == LAYER_SOURCE else {},
         run=_run(marker),
     )
-    notes = _notes(trace, steps, report)
+    notes = (*extra_notes, *_notes(trace, steps, report))
     return RankReport(**{**report.__dict__, "notes": notes})
 
 
