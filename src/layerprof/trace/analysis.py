@@ -183,6 +183,7 @@ def _notes(trace: TraceFile, steps: Steps, report: RankReport) -> tuple[str, ...
         notes.append("no steps found: the whole trace is one unit")
     elif steps.source != "ProfilerStep":
         notes.append(f"no ProfilerStep spans: steps are the {STEP_DEFINITIONS[steps.source]}")
+    notes.extend(steps.notes)
     for s in steps.steps:
         if s.cut_off:
             notes.append(

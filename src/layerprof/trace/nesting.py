@@ -69,9 +69,7 @@ def nest(host: HostSpans) -> Nesting:
     )
 
 
-def _sweep(
-    host: HostSpans, order: I64
-) -> tuple[dict[int, I64], I64, npt.NDArray[np.bool_]]:
+def _sweep(host: HostSpans, order: I64) -> tuple[dict[int, I64], I64, npt.NDArray[np.bool_]]:
     """One pass in (thread, start, longest first) order with a stack per kind."""
     n = len(host)
     parents = {k: [-1] * n for k in _TRACKED}
