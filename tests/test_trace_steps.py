@@ -66,8 +66,9 @@ def test_a_user_span_around_each_iteration_is_the_step(tmp_path: Path) -> None:
     assert rank.steps.source == "record_function"
     steps = rank.steps.steps
     assert [s.name for s in steps] == ["iteration"] * 3
-    optimizer = [r for r in rank.annotations if r.name.startswith("Optimizer_step")]
-    assert optimizer and all(s.dur_ns > optimizer[0].total_ns / 3 for s in steps)
+    (optimizer,) = [r for r in rank.annotations if r.name.startswith("Optimizer_step")]
+    # each step holds its iteration's optimizer step, and more
+    assert all(0 < o < s.dur_ns for o, s in zip(optimizer.step_total_ns, steps, strict=True))
     note = f"no ProfilerStep spans: steps are the {STEP_DEFINITIONS['record_function']}"
     assert note in rank.notes
     assert any(n.startswith("the steps cover") for n in rank.notes)

@@ -138,6 +138,7 @@ def analyze_file(
         producer=_producer(marker),
         module_types=module_types(trace.header) if module_source == LAYER_SOURCE else {},
         run=_run(marker),
+        device_kind=tables.platform,
     )
     notes = (*extra_notes, *_notes(trace, steps, report))
     return RankReport(**{**report.__dict__, "notes": notes})
@@ -174,11 +175,19 @@ def _device_names(trace: TraceFile) -> tuple[str, ...]:
     return tuple(str(p.get("name")) for p in props if isinstance(p, dict) and "name" in p)
 
 
+def _no_device_ops(categories: dict[str, int]) -> str:
+    """Why the device columns are absent: no device events at all, or none with busy time."""
+    if not categories:
+        return "no device data (CPU-only trace): device columns are absent"
+    counts = ", ".join(f"{n} {cat}" for cat, n in sorted(categories.items()))
+    return f"device events ({counts}) but no kernels, memcpys or memsets: device columns are absent"
+
+
 def _notes(trace: TraceFile, steps: Steps, report: RankReport) -> tuple[str, ...]:
     tables = trace.tables
     notes: list[str] = []
     if not report.has_device:
-        notes.append("no device data (CPU-only trace): device columns are absent")
+        notes.append(_no_device_ops(tables.device_categories))
     if steps.source == "trace":
         notes.append("no steps found: the whole trace is one unit")
     elif steps.source != "ProfilerStep":
@@ -217,6 +226,6 @@ def _notes(trace: TraceFile, steps: Steps, report: RankReport) -> tuple[str, ...
         if report.launches.negative_delays:
             notes.append(
                 f"{report.launches.negative_delays} launch delays are negative"
-                " (CPU and GPU clocks disagree)"
+                " (CPU and device clocks disagree)"
             )
     return tuple(notes)

@@ -63,6 +63,9 @@ class RankReport:
     producer: dict[str, Any] | None = None  # {"version", "model"} when layerprof wrote the trace
     run: dict[str, Any] = field(default_factory=dict)  # the run's meta from layerprof's marker
     module_types: dict[str, str] = field(default_factory=dict)  # the run's path -> class
+    # What the trace says about the device: "cuda", "mtia", "xpu", "hpu", "cpu" (no
+    # device events at all), or None (device events of an unknown platform).
+    device_kind: str | None = None
 
     @property
     def step_summary(self) -> Summary | None:
@@ -128,10 +131,11 @@ class RankReport:
             layers.append(LayerInfo(path=path, type="step", parent=None))
             durations = tuple(s.dur_ns for s in done) or (self.window_ns,)
             samples[path] = LayerSamples(total_ns=durations, self_ns=durations, calls=1.0)
+        # Only what the trace says: a trace has no dtype, and a device only when known.
         meta = Meta(
-            **_run_meta(self.run),
+            **{"dtype": "", **_run_meta(self.run)},
             model=self.model,
-            device="cuda" if self.has_device else "cpu",
+            device=self.device_kind or "",
             iters=n,
             source="trace",
             created=now_iso(),
