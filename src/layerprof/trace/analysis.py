@@ -214,9 +214,22 @@ def _notes(trace: TraceFile, steps: Steps, report: RankReport) -> tuple[str, ...
     else:
         notes.append("no nn.Module events: profile with with_stack=True for the module tree")
     if tables.dropped_ts0:
-        notes.append(f"{tables.dropped_ts0} events with ts == 0 were dropped")
+        notes.append(
+            f"{tables.dropped_ts0} events with ts == 0 or below were dropped"
+            " (the rest of the trace is on an epoch clock)"
+        )
     if tables.skipped:
         notes.append(f"{tables.skipped} events without a usable timestamp were skipped")
+    if tables.bad_durations:
+        notes.append(
+            f"{tables.bad_durations} spans had an unusable duration (not a number, negative"
+            " or over 104 days): kept with duration 0"
+        )
+    if tables.malformed_fields:
+        notes.append(
+            f"{tables.malformed_fields} id, device, stream or byte fields were not integers:"
+            " read as unknown"
+        )
     if report.launches is not None:
         if report.launches.unmatched_device_ops:
             notes.append(
