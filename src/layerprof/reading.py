@@ -9,7 +9,7 @@ analyses, diffs) is read here, so one rule bounds them all:
   (``limit=`` here) sets another;
 * a regular file is read into one buffer of its size (``readinto``: no
   second copy); gzip (found by its magic bytes, never the name) is inflated
-  1 MiB at a time into one buffer sized from the gzip trailer when that is
+  256 KiB at a time into one buffer sized from the gzip trailer when that is
   plausible; pipes, FIFOs and devices are read in chunks, with the same
   ceiling;
 * the first bytes must open gzip or a JSON value, so ``/dev/zero`` or
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from layerprof.errors import LayerprofError
 
-CHUNK = 1 << 20  # bytes appended at a time (inflated output, pipe reads)
+CHUNK = 1 << 18  # bytes appended at a time (inflated output, pipe reads)
 HEAD = 1 << 16  # read first, to sniff gzip / JSON before sizing the buffer
 GZIP_READ = 1 << 18  # compressed bytes per read: small, so each inflate step stays small
 MAX_DEFAULT = 16 << 30

@@ -14,6 +14,8 @@ from layerprof.stats import median
 from layerprof.trace.gpu import KindRow
 from layerprof.trace.steps import Steps
 
+NAMED_STEPS = ("ProfilerStep", "GPU ProfilerStep")  # ProfilerStep#N names one step on every rank
+
 
 @dataclass(frozen=True)
 class StepAcrossRanks:
@@ -50,7 +52,7 @@ def cross_rank(
         seen: dict[str, int] = {}
         for s in done:
             k = seen[s.name] = seen.get(s.name, 0) + 1
-            key = s.name if st.source == "ProfilerStep" else f"{s.name} #{k}"
+            key = s.name if st.source in NAMED_STEPS else f"{s.name} #{k}"
             by_name.setdefault(key, []).append((rank, s.dur_ns))
         totals = {k.kind: k.total_ns for k in kd}
         lines.append(
