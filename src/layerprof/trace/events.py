@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from layerprof.trace.columns import F64 as F64  # the column types, for the analyses
+from layerprof.trace.columns import I64 as I64
 from layerprof.trace.columns import (
     INVALID,
     dur_from_us,
@@ -41,8 +43,6 @@ from layerprof.trace.columns import (
 )
 from layerprof.trace.timestamps import has_fraction, rewrite_exact
 
-I64 = npt.NDArray[np.int64]
-F64 = npt.NDArray[np.float64]
 I8 = npt.NDArray[np.int8]
 
 # Host span kinds (one thread each).
@@ -282,62 +282,63 @@ class _Columns:
         self.epoch_times = 0
         self.bad_durations = 0
         self.malformed = 0
-        h_kind, h_thread, h_ts, h_dur, h_name, h_ref, h_shape = rows.h
-        self.host = None
-        if h_ts:
-            shapes = (
-                np.asarray(h_shape, dtype=np.int64)
-                if keep_shapes
-                else np.full(len(h_ts), -1, dtype=np.int64)
-            )
-            self.host = (
-                np.asarray(h_kind, dtype=np.int8),
-                np.asarray(h_thread, dtype=np.int64),
-                self._ts(h_ts),
-                self._dur(h_dur),
-                np.asarray(h_name, dtype=np.int64),
-                self._ids(h_ref),
-                shapes,
-            )
-        d_kind, d_dev, d_stream, d_ts, d_dur, d_name, d_corr, d_ext, d_bytes = rows.d
-        self.device = None
-        if d_ts:
-            self.device = (
-                np.asarray(d_kind, dtype=np.int8),
-                self._ids(d_dev),
-                self._ids(d_stream),
-                self._ts(d_ts),
-                self._dur(d_dur),
-                np.asarray(d_name, dtype=np.int64),
-                self._ids(d_corr),
-                self._ids(d_ext),
-                self._ids(d_bytes),
-            )
-        m_thread, m_ts, m_bytes, m_alloc, m_dev = rows.m
-        self.memory = None
-        if m_ts:
-            self.memory = (
-                np.asarray(m_thread, dtype=np.int64),
-                self._ts(m_ts),
-                self._ids(m_bytes, missing=0),
-                self._ids(m_alloc),
-                np.asarray(m_dev, dtype=np.int64),
-            )
-        a_dev, a_stream, a_ts, a_dur, a_name = rows.a
-        self.annotations = None
-        if a_ts:
-            self.annotations = (
-                self._ids(a_dev),
-                self._ids(a_stream),
-                self._ts(a_ts),
-                self._dur(a_dur),
-                np.asarray(a_name, dtype=np.int64),
-            )
-        w_ts, w_dur = rows.window
+        self.host = self._host(rows.h, keep_shapes) if rows.h[2] else None
+        self.device = self._device(rows.d) if rows.d[3] else None
+        self.memory = self._memory(rows.m) if rows.m[1] else None
+        self.annotations = self._annotations(rows.a) if rows.a[2] else None
         self.window_ends = None
+        w_ts, w_dur = rows.window
         if w_ts:
             starts = self._ts(w_ts)
             self.window_ends = (starts + self._dur(w_dur))[starts != INVALID]
+
+    def _host(self, h: tuple[list[Any], ...], keep_shapes: bool) -> tuple[Any, ...]:
+        kind, thread, ts, dur, name, ref, shape = h
+        return (
+            np.asarray(kind, dtype=np.int8),
+            np.asarray(thread, dtype=np.int64),
+            self._ts(ts),
+            self._dur(dur),
+            np.asarray(name, dtype=np.int64),
+            self._ids(ref),
+            np.asarray(shape, dtype=np.int64)
+            if keep_shapes
+            else np.full(len(ts), -1, dtype=np.int64),
+        )
+
+    def _device(self, d: tuple[list[Any], ...]) -> tuple[Any, ...]:
+        kind, dev, stream, ts, dur, name, corr, ext, nbytes = d
+        return (
+            np.asarray(kind, dtype=np.int8),
+            self._ids(dev),
+            self._ids(stream),
+            self._ts(ts),
+            self._dur(dur),
+            np.asarray(name, dtype=np.int64),
+            self._ids(corr),
+            self._ids(ext),
+            self._ids(nbytes),
+        )
+
+    def _memory(self, m: tuple[list[Any], ...]) -> tuple[Any, ...]:
+        thread, ts, nbytes, allocated, dev = m
+        return (
+            np.asarray(thread, dtype=np.int64),
+            self._ts(ts),
+            self._ids(nbytes, missing=0),
+            self._ids(allocated),
+            np.asarray(dev, dtype=np.int64),
+        )
+
+    def _annotations(self, a: tuple[list[Any], ...]) -> tuple[Any, ...]:
+        dev, stream, ts, dur, name = a
+        return (
+            self._ids(dev),
+            self._ids(stream),
+            self._ts(ts),
+            self._dur(dur),
+            np.asarray(name, dtype=np.int64),
+        )
 
     def loses_digits(self, text: Any) -> bool:
         """Whether decoding rounded some epoch-µs float times (see ``columns``).
