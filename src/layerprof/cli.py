@@ -53,6 +53,20 @@ def _int_at_least(low: int) -> Any:
 
 _COUNT = _int_at_least(1)
 _NON_NEGATIVE = _int_at_least(0)
+MAX_INPUT_HELP = (
+    "most bytes a JSON or trace input may hold or expand to, e.g. 64G"
+    " (default: 16G or half the free memory, whichever is smaller)"
+)
+
+
+def _size(text: str) -> int:
+    """An argparse type: a byte size such as 512M or 64G."""
+    from layerprof.reading import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _threads(text: str) -> int:
@@ -224,10 +238,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"layerprof {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    parser.add_argument("--max-input-size", type=_size, metavar="SIZE", help=MAX_INPUT_HELP)
     # --debug is accepted after the subcommand too; SUPPRESS keeps the main value.
     common = _Parser(add_help=False)
     common.add_argument(
         "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks"
+    )
+    common.add_argument(
+        "--max-input-size",
+        type=_size,
+        default=argparse.SUPPRESS,
+        metavar="SIZE",
+        help=MAX_INPUT_HELP,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -543,7 +565,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from layerprof.trace import analyze
 
     outputs.check_outputs(args)
-    run = analyze(args.trace, group_by_shape=args.group_by_shape)
+    run = analyze(
+        args.trace, group_by_shape=args.group_by_shape, max_input_size=args.max_input_size
+    )
     written = [
         sinks.write(run, path, fmt)
         for fmt in ("json", "html")
@@ -563,8 +587,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
     fail_above = parse_percent(args.fail_above) if args.fail_above else None
     printed = f"--format {args.format}" if args.format != "console" else None
     outputs.check_outputs(args, stdout_taken=printed)
-    base, said_base = sources.load_comparable(args.base, rank=args.rank)
-    new, said_new = sources.load_comparable(args.new, rank=args.rank)
+    limit = args.max_input_size
+    base, said_base = sources.load_comparable(args.base, rank=args.rank, max_input_size=limit)
+    new, said_new = sources.load_comparable(args.new, rank=args.rank, max_input_size=limit)
     for line in (*said_base, *said_new):
         _say(f"layerprof: {line}")
     result = diff(base, new, threshold_pct=threshold)
@@ -596,7 +621,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from layerprof.profile import Profile
 
     outputs.check_outputs(args)
-    saved = codec.load(args.file)
+    saved = codec.load(args.file, max_input_size=args.max_input_size)
     if isinstance(saved, Profile):
         _emit(saved, args)
         return 0

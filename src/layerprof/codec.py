@@ -666,13 +666,14 @@ def diff_from_dict(data: Any, *, source: str = "<dict>") -> Diff:
     return loaded
 
 
-def load(path: str | os.PathLike[str]) -> Profile | Run | Diff:
+def load(
+    path: str | os.PathLike[str], *, max_input_size: int | None = None
+) -> Profile | Run | Diff:
     """Read a saved profile, trace analysis or diff (bounded read, type-checked)."""
-
     from layerprof.sources import read_json
 
     p = Path(path)
-    return from_dict(read_json(p), source=str(p))
+    return from_dict(read_json(p, max_input_size=max_input_size), source=str(p))
 
 
 # ---- profile ----------------------------------------------------------------------------

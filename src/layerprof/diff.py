@@ -950,9 +950,12 @@ def judgement(change: Change) -> str:
 
 
 def side_label(meta: Meta) -> str:
-    """``Net (cpu, float32, torch 2.4)`` for headers."""
-    facts = [meta.device, meta.dtype] + ([f"torch {meta.torch}"] if meta.torch else [])
-    return f"{meta.model or '?'} ({', '.join(facts)})"
+    """``Net (cpu, float32, torch 2.4)`` for headers; what a side does not know is left out
+    (a trace has no dtype, and a device only when its events name one)."""
+    facts = [f for f in (meta.device, meta.dtype) if f]
+    facts += [f"torch {meta.torch}"] if meta.torch else []
+    model = meta.model or "?"
+    return f"{model} ({', '.join(facts)})" if facts else model
 
 
 def _fmt_num(x: float) -> str:

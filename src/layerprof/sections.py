@@ -16,9 +16,12 @@ from layerprof.stats import Summary
 #: What a step is, per ``Steps.source``: one wording for the console, notes and HTML.
 STEP_DEFINITIONS: dict[str, str] = {
     "ProfilerStep": "ProfilerStep#N spans (prof.step())",
-    "record_function": "outermost record_function spans on the main thread",
+    "GPU ProfilerStep": "ProfilerStep#N spans on the GPU timeline (gpu_user_annotation),"
+    " the trace's only step markers",
+    "record_function": "outermost record_function spans on the main thread"
+    " (framework annotations left out)",
     "layerprof_layer": "outermost layerprof layer spans (one per forward)",
-    "nn.Module": "outermost nn.Module spans on the main thread",
+    "nn.Module": "outermost nn.Module spans on the main thread (forward passes)",
     "trace": "the whole trace (no steps found)",
 }
 
@@ -37,11 +40,14 @@ class Step:
 
 @dataclass(frozen=True)
 class Steps:
-    """The steps found, how (``source``) and on which thread."""
+    """The steps found, how (``source``), on which host thread, and what else was tried."""
 
     steps: tuple[Step, ...]
-    source: str  # "ProfilerStep" | "record_function" | "layerprof_layer" | "nn.Module" | "trace"
+    # "ProfilerStep" | "GPU ProfilerStep" | "record_function" | "layerprof_layer"
+    # | "nn.Module" | "trace" (see STEP_DEFINITIONS)
+    source: str
     thread: int | None
+    notes: tuple[str, ...] = ()
 
     @property
     def complete(self) -> tuple[Step, ...]:
@@ -100,7 +106,7 @@ class KindRow:
 
 @dataclass(frozen=True)
 class MemcpyRow:
-    kind: str  # HtoD, DtoH, DtoD, ..., or "Memset"
+    kind: str  # HtoD, DtoH, DtoD, ..., "Memset", or the op's name (MTIA: dma_request)
     calls: int
     total_ns: int
     bytes: int

@@ -7,71 +7,68 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from layerprof.errors import ProfileFormatError
+from layerprof.reading import read_input
 
 if TYPE_CHECKING:
-    from layerprof.profile import Profile
+    from layerprof.profile import Profile, Run
 
 
 SCHEMA_KEY = re.compile(rb'"schema"\s*:')
+SNIFF_BYTES = 4096  # layerprof's files open with "schema": look no further
 
 
-def load_comparable(path: str, *, rank: int | None = None) -> tuple[Profile, list[str]]:
+def load_comparable(
+    path: str, *, rank: int | None = None, max_input_size: int | None = None
+) -> tuple[Profile, list[str]]:
     """A saved profile, a saved trace analysis, or a trace (file or directory) -> one
     rank's Profile, with a line for the user when a rank was chosen for them.
 
-    A file is sniffed from its first bytes (layerprof's files start with their
-    "schema" key), so a large trace is decoded once, by the trace reader.
-    ``rank`` picks a rank of a multi-rank trace (default: the lowest).
+    A file is read once (bounded by ``max_input_size``, see ``layerprof.reading``)
+    and sniffed by content: layerprof's files open with their "schema" key,
+    anything else is decoded by the trace reader. So a pipe works too
+    (``diff <(zcat a.json.gz) b.json``). ``rank`` picks a rank of a multi-rank
+    trace or analysis (default: the lowest).
     """
-    from layerprof.profile import Profile, Run
+    from layerprof.codec import from_dict
+    from layerprof.diff import Diff
+    from layerprof.profile import Profile
+    from layerprof.trace import analyze
 
     p = Path(path)
-    if p.is_dir() or p.name.endswith(".gz") or not looks_like_layerprof(p):
-        from layerprof.trace import analyze
-
-        loaded: Profile | Run | object = analyze(p)
-    else:
-        from layerprof.codec import from_dict
-
-        loaded = from_dict(read_json(p), source=str(p))
+    if p.is_dir():
+        return _one_rank(analyze(p, max_input_size=max_input_size), p, rank)
+    data = read_input(p, limit=max_input_size, error=ProfileFormatError)
+    if not SCHEMA_KEY.search(data, 0, SNIFF_BYTES):
+        return _one_rank(analyze(p, data=data), p, rank)
+    loaded = from_dict(_loads(data, p), source=str(p))
+    del data
+    if isinstance(loaded, Diff):
+        raise ProfileFormatError(
+            f"{p}: a diff cannot be compared again",
+            hint="compare saved profiles (run --json), trace analyses (analyze --json) or traces",
+        )
     if isinstance(loaded, Profile):
         return loaded, []
-    if isinstance(loaded, Run):
-        chosen = loaded.rank(rank)
-        said = []
-        if rank is None and len(loaded.ranks) > 1:
-            said.append(
-                f"{p}: comparing rank {chosen.rank} of {len(loaded.ranks)} (choose with --rank)"
-            )
-        return chosen, said
-    raise ProfileFormatError(
-        f"{p}: a diff cannot be compared again",
-        hint="compare saved profiles (run --json), trace analyses (analyze --json) or traces",
-    )
+    return _one_rank(loaded, p, rank)
 
 
-def looks_like_layerprof(p: Path) -> bool:
-    """Whether a JSON file opens with a "schema" key (layerprof's files do)."""
-    try:
-        with p.open("rb") as handle:
-            head = handle.read(4096)
-    except FileNotFoundError as exc:
-        raise ProfileFormatError(f"{p}: no such file") from exc
-    except OSError as exc:
-        raise ProfileFormatError(f"{p}: cannot read ({exc.strerror})") from exc
-    return bool(SCHEMA_KEY.search(head))
+def _one_rank(run: Run, p: Path, rank: int | None) -> tuple[Profile, list[str]]:
+    chosen = run.rank(rank)
+    said = []
+    if rank is None and len(run.ranks) > 1:
+        said.append(f"{p}: comparing rank {chosen.rank} of {len(run.ranks)} (choose with --rank)")
+    return chosen, said
 
 
-def read_json(p: Path) -> Any:
+def read_json(p: Path, *, max_input_size: int | None = None) -> Any:
+    """A JSON file's value (gzip or not), read within the input size ceiling."""
+    return _loads(read_input(p, limit=max_input_size, error=ProfileFormatError), p)
+
+
+def _loads(data: bytearray, p: Path) -> Any:
     import orjson
 
     try:
-        return orjson.loads(p.read_bytes())
-    except FileNotFoundError as exc:
-        raise ProfileFormatError(f"{p}: no such file") from exc
-    except IsADirectoryError as exc:
-        raise ProfileFormatError(f"{p}: is a directory") from exc
-    except OSError as exc:
-        raise ProfileFormatError(f"{p}: cannot read ({exc.strerror})") from exc
+        return orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise ProfileFormatError(f"{p}: not JSON ({exc})") from exc

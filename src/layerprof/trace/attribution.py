@@ -32,7 +32,7 @@ from layerprof.stats import Series
 from layerprof.trace.events import I64, LAYER, OP, EventTables
 from layerprof.trace.modules import step_index
 from layerprof.trace.nesting import Nesting
-from layerprof.trace.ops import OpTimes
+from layerprof.trace.ops import OpTimes, merged_roots
 
 UNATTRIBUTED = "(unattributed)"
 BACKWARD_NODE = "autograd::engine::evaluate_function: "
@@ -142,30 +142,33 @@ def layer_ops(
     idx = np.flatnonzero(host.kind == OP)
     if len(idx) == 0:
         return ()
-    step, n_steps = step_of(steps, host.start[idx])
+    # Same-name single-child ops merge into their parent, as in key_averages (trace/ops.py):
+    # grouped under the top op, they add their self time and nothing else.
+    top = merged_roots(tables, nesting)[idx]
+    step, n_steps = step_of(steps, host.start[top])
     keep = step >= 0
-    idx, step = idx[keep], step[keep]
+    idx, top, step = idx[keep], top[keep], step[keep]
     if len(idx) == 0:
         return ()
+    counted = (top == idx).astype(np.int64)
     n_paths = len(attribution.paths) + 1
     n_shapes = len(tables.shapes) + 1
-    layer = attribution.layer[idx] + 1  # 0 = unattributed
-    phase = (attribution.node[idx] >= 0).astype(np.int64)
-    shape = (host.shape[idx] + 1) if by_shape else np.zeros(len(idx), dtype=np.int64)
-    key = ((host.name[idx] * n_paths + layer) * n_shapes + shape) * 2 + phase
+    layer = attribution.layer[top] + 1  # 0 = unattributed
+    phase = (attribution.node[top] >= 0).astype(np.int64)
+    shape = (host.shape[top] + 1) if by_shape else np.zeros(len(idx), dtype=np.int64)
+    key = ((host.name[top] * n_paths + layer) * n_shapes + shape) * 2 + phase
     uniq, group = np.unique(key, return_inverse=True)
     cells = group * n_steps + step
     size = len(uniq) * n_steps
 
-    def per_step(values: I64 | None) -> np.ndarray:
-        weights = None if values is None else values.astype(np.float64)
-        sums = np.bincount(cells, weights=weights, minlength=size)
+    def per_step(values: I64) -> np.ndarray:
+        sums = np.bincount(cells, weights=values.astype(np.float64), minlength=size)
         return np.rint(sums).astype(np.int64).reshape(len(uniq), n_steps)
 
-    calls = per_step(None)
+    calls = per_step(counted)
     self_ns = per_step(nesting.self_ns[idx])
-    total_ns = per_step(host.dur[idx])
-    device_ns = per_step(times.device_total[idx]) if has_device else None
+    total_ns = per_step(host.dur[idx] * counted)
+    device_ns = per_step(times.device_total[idx] * counted) if has_device else None
     rows: list[OpStat] = []
     for g, k in enumerate(uniq.tolist()):
         k, ph = divmod(k, 2)

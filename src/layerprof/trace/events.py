@@ -3,17 +3,26 @@
 A Kineto trace decodes into one dict per event; keeping those dicts costs
 about four times the JSON text. The collector below reads each batch of
 dicts once, keeps only the fields the analyses need in flat lists, turns
-them into numpy columns at the end of the batch and lets the dicts go.
+them into checked numpy columns at the end of the batch (``columns``) and
+lets the dicts go.
 
-Times stay in the file's microseconds until ``finish``; there they become
-integer nanoseconds relative to ``origin_us`` (an integer number of µs).
-Subtracting the integer origin before scaling keeps float traces' ns digits:
-epoch-µs floats near 1.7e15 would lose them in a direct ``* 1000``.
+Times become integer ns per batch: absolute ns while collecting, then
+relative to ``origin_us`` (an integer number of µs, the file's first) in
+``finish``. Epoch-µs floats whose ns digits a double cannot hold are read
+exactly from the batch's JSON text (``timestamps``).
+
+Categories: every host category Kineto writes for ops, annotations,
+python functions and runtime calls (CUDA, ROCm, MTIA, XPU, HPU,
+PrivateUse1) and every device category with busy time: ``kernel``,
+``gpu_memcpy``/``gpu_memset`` and other ``gpu_*`` ops, MTIA's
+``mtia_ccp_events`` (its DMA requests as memcpys), and any other category
+whose event names a device (``args.device``). Device events without busy
+time (``gpu_user_annotation``, ``cuda_event``, ...) are counted per
+category, so a trace with device events is never taken for a CPU-only one.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -22,18 +31,26 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-_MAX_US = 2.0**62 / 1000.0  # largest duration that fits int64 nanoseconds
+from layerprof.trace.columns import F64 as F64  # the column types, for the analyses
+from layerprof.trace.columns import I64 as I64
+from layerprof.trace.columns import (
+    INVALID,
+    dur_from_us,
+    epoch_scale,
+    ints,
+    ts_from_ns,
+    ts_from_us,
+)
+from layerprof.trace.timestamps import has_fraction, rewrite_exact
 
-I64 = npt.NDArray[np.int64]
-F64 = npt.NDArray[np.float64]
 I8 = npt.NDArray[np.int8]
 
 # Host span kinds (one thread each).
 OP = 0  # cpu_op (legacy: Operator)
 ANNOTATION = 1  # user_annotation / record_function, incl. ProfilerStep#N
 MODULE = 2  # python_function "nn.Module: Class_k"
-RUNTIME = 3  # cuda_runtime / cuda_driver (legacy: Runtime)
-SYNC = 4  # cuda_sync
+RUNTIME = 3  # runtime / driver calls that launch device work
+SYNC = 4  # cuda_sync / xpu_sync
 LAYER = 5  # layerprof_layer: a module call from layerprof's hooks, named by its path
 
 # Device op kinds (one device/stream each).
@@ -49,7 +66,15 @@ HOST_CATEGORIES: dict[str, int] = {
     "cuda_runtime": RUNTIME,
     "cuda_driver": RUNTIME,
     "Runtime": RUNTIME,
+    "mtia_runtime": RUNTIME,
+    "xpu_runtime": RUNTIME,
+    "xpu_driver": RUNTIME,
+    "hpu_op": RUNTIME,
+    "privateuse1_runtime": RUNTIME,
+    "privateuse1_driver": RUNTIME,
+    "glow_runtime": RUNTIME,
     "cuda_sync": SYNC,
+    "xpu_sync": SYNC,
     "layerprof_layer": LAYER,
 }
 DEVICE_CATEGORIES: dict[str, int] = {
@@ -60,9 +85,30 @@ DEVICE_CATEGORIES: dict[str, int] = {
     "gpu_memset": MEMSET,
     "Memset": MEMSET,
 }
+GPU_ANNOTATION = "gpu_user_annotation"
+MTIA_DEVICE = "mtia_ccp_events"
+# Device-side categories that carry no busy time (markers, counters, ranges).
+DEVICE_MARKERS = frozenset(
+    {GPU_ANNOTATION, "cuda_event", "cuda_profiler_range", "mtia_insight", "mtia_counters",
+     "xpu_scope_profiler"}
+)  # fmt: skip
+# Which accelerator a runtime (or device) category belongs to.
+PLATFORMS: dict[str, str] = {
+    "cuda_runtime": "cuda",
+    "cuda_driver": "cuda",
+    "Runtime": "cuda",
+    "mtia_runtime": "mtia",
+    MTIA_DEVICE: "mtia",
+    "xpu_runtime": "xpu",
+    "xpu_driver": "xpu",
+    "hpu_op": "hpu",
+}
 MODULE_PREFIX = "nn.Module: "
 LAYER_RANGE = "layer:"  # the record_function range layerprof's hooks open around a module call
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Below this many epoch-scale times, a batch whose doubles all look whole may
+# still have had decimals in the text (each rounds to whole with odds 1/4).
+_FEW_TIMES = 64
 
 
 @dataclass(frozen=True)
@@ -127,6 +173,24 @@ class MemoryEvents:
 
 
 @dataclass(frozen=True)
+class DeviceAnnotations:
+    """``gpu_user_annotation`` spans: annotations on a device's timeline (no busy time)."""
+
+    device: I64
+    stream: I64
+    start: I64
+    dur: I64
+    name: I64
+
+    @property
+    def end(self) -> I64:
+        return self.start + self.dur
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+
+@dataclass(frozen=True)
 class EventTables:
     """Everything the analyses read from one trace file."""
 
@@ -140,14 +204,36 @@ class EventTables:
     origin_us: int
     window_end_ns: int | None  # profiler window end ("Record Window End" / Trace span)
     events: int
-    dropped_ts0: int
-    skipped: int
+    dropped_ts0: int  # events at ts <= 0 in a file whose other times are epoch-scale
+    skipped: int  # events whose ts is missing or unusable
     # LAYER spans' display names where they differ from the path (the root: its class).
     layer_labels: dict[str, str] = field(default_factory=dict)
+    device_annotations: DeviceAnnotations | None = None
+    # Device-side events per category, those without busy time included.
+    device_categories: dict[str, int] = field(default_factory=dict)
+    runtime_categories: frozenset[str] = frozenset()
+    bad_durations: int = 0  # spans whose dur was unusable (kept with duration 0)
+    malformed_fields: int = 0  # ids, devices, streams, bytes that were not integers
+    exact_ts: bool = False  # ns digits were read from the text (epoch-µs floats)
 
     @property
     def has_device(self) -> bool:
         return len(self.device) > 0
+
+    @property
+    def device_events(self) -> int:
+        """Device-side events of any category (ops, annotations, markers)."""
+        return sum(self.device_categories.values())
+
+    @property
+    def platform(self) -> str | None:
+        """``cuda``, ``mtia``, ``xpu``, ``hpu``; ``cpu`` without device events; None: unknown."""
+        if not self.device_categories:
+            return "cpu"
+        for category in (*sorted(self.runtime_categories), *sorted(self.device_categories)):
+            if category in PLATFORMS:
+                return PLATFORMS[category]
+        return None
 
     def extent(self) -> tuple[int, int]:
         """First start and last end (ns) over all host spans and device ops."""
@@ -174,30 +260,118 @@ class _Interner:
         return i
 
 
-def _floats(values: list[Any]) -> F64:
-    """A float64 column; non-numeric entries become NaN instead of raising."""
-    try:
-        return np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError, OverflowError):
-        return np.asarray([_num(v) for v in values], dtype=np.float64)
+class _Rows:
+    """One batch's raw fields, column by column (a plain mutable helper)."""
+
+    def __init__(self) -> None:
+        self.h: tuple[list[Any], ...] = tuple([] for _ in range(8))
+        self.d: tuple[list[Any], ...] = tuple([] for _ in range(9))
+        self.m: tuple[list[Any], ...] = tuple([] for _ in range(5))
+        self.a: tuple[list[Any], ...] = tuple([] for _ in range(5))  # device annotations
+        self.window: tuple[list[Any], list[Any]] = ([], [])  # ts, dur (0 for instants)
+        self.device_categories: dict[str, int] = {}
+        self.runtime_categories: set[str] = set()
+        self.events = 0
 
 
-def _num(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        return math.nan
-    try:
-        return float(value)
-    except (ValueError, OverflowError):
-        return math.nan
+class _Columns:
+    """One batch's rows as numpy columns, times in absolute ns (a plain helper)."""
 
+    def __init__(self, rows: _Rows, *, ts_in_ns: bool, keep_shapes: bool) -> None:
+        self.events = rows.events
+        self.device_categories = rows.device_categories
+        self.runtime_categories = rows.runtime_categories
+        self.ts_in_ns = ts_in_ns
+        self.lossy = False
+        self.epoch_times = 0
+        self.bad_durations = 0
+        self.malformed = 0
+        self.host = self._host(rows.h, keep_shapes) if rows.h[2] else None
+        self.device = self._device(rows.d) if rows.d[3] else None
+        self.memory = self._memory(rows.m) if rows.m[1] else None
+        self.annotations = self._annotations(rows.a) if rows.a[2] else None
+        self.window_ends = None
+        w_ts, w_dur = rows.window
+        if w_ts:
+            starts = self._ts(w_ts)
+            self.window_ends = (starts + self._dur(w_dur))[starts != INVALID]
 
-def _ids(values: list[Any]) -> I64:
-    """An int64 id column; missing or non-numeric ids become -1."""
-    f = _floats(values)
-    out = np.full(len(f), -1, dtype=np.int64)
-    ok = np.isfinite(f) & (np.abs(f) < 2.0**62)
-    out[ok] = f[ok].astype(np.int64)
-    return out
+    def _host(self, h: tuple[list[Any], ...], keep_shapes: bool) -> tuple[Any, ...]:
+        kind, thread, ts, dur, name, ref, shape, seq = h
+        return (
+            np.asarray(kind, dtype=np.int8),
+            np.asarray(thread, dtype=np.int64),
+            self._ts(ts),
+            self._dur(dur),
+            np.asarray(name, dtype=np.int64),
+            self._ids(ref),
+            np.asarray(shape, dtype=np.int64)
+            if keep_shapes
+            else np.full(len(ts), -1, dtype=np.int64),
+            self._ids(seq),
+        )
+
+    def _device(self, d: tuple[list[Any], ...]) -> tuple[Any, ...]:
+        kind, dev, stream, ts, dur, name, corr, ext, nbytes = d
+        return (
+            np.asarray(kind, dtype=np.int8),
+            self._ids(dev),
+            self._ids(stream),
+            self._ts(ts),
+            self._dur(dur),
+            np.asarray(name, dtype=np.int64),
+            self._ids(corr),
+            self._ids(ext),
+            self._ids(nbytes),
+        )
+
+    def _memory(self, m: tuple[list[Any], ...]) -> tuple[Any, ...]:
+        thread, ts, nbytes, allocated, dev = m
+        return (
+            np.asarray(thread, dtype=np.int64),
+            self._ts(ts),
+            self._ids(nbytes, missing=0),
+            self._ids(allocated),
+            np.asarray(dev, dtype=np.int64),
+        )
+
+    def _annotations(self, a: tuple[list[Any], ...]) -> tuple[Any, ...]:
+        dev, stream, ts, dur, name = a
+        return (
+            self._ids(dev),
+            self._ids(stream),
+            self._ts(ts),
+            self._dur(dur),
+            np.asarray(name, dtype=np.int64),
+        )
+
+    def loses_digits(self, text: Any) -> bool:
+        """Whether decoding rounded some epoch-µs float times (see ``columns``).
+
+        Few epoch-scale times that all decoded whole may still have had
+        decimals in the text (each rounds to a whole µs with odds 1/4).
+        """
+        if self.lossy:
+            return True
+        return 0 < self.epoch_times < _FEW_TIMES and has_fraction(text)
+
+    def _ts(self, values: list[Any]) -> I64:
+        if self.ts_in_ns:
+            return ts_from_ns(values)
+        out, lossy = ts_from_us(values)
+        self.lossy |= lossy
+        self.epoch_times += epoch_scale(out)
+        return out
+
+    def _dur(self, values: list[Any]) -> I64:
+        out, bad = dur_from_us(values)
+        self.bad_durations += bad
+        return out
+
+    def _ids(self, values: list[Any], missing: int = -1) -> I64:
+        out, bad = ints(values, missing)
+        self.malformed += bad
+        return out
 
 
 class EventCollector:
@@ -210,37 +384,40 @@ class EventCollector:
         self.shapes = _Interner()
         self.mem_devices = _Interner()
         self.events = 0
-        self.window_ends: list[float] = []
         self.layer_labels: dict[str, str] = {}
+        self.device_categories: dict[str, int] = {}
+        self.runtime_categories: set[str] = set()
+        self.bad_durations = 0
+        self.malformed = 0
+        # Sticky: once a batch needed its ns digits from the text, all later ones do.
+        self.exact = False
         self._host: list[tuple[Any, ...]] = []
         self._device: list[tuple[Any, ...]] = []
         self._memory: list[tuple[Any, ...]] = []
+        self._annotations: list[tuple[Any, ...]] = []
+        self._window: list[I64] = []
+
+    def add_batch(self, batch: list[Any], text: Any = None) -> None:
+        """Collect one batch; ``text`` is its JSON (for exact ns digits when needed)."""
+        if self.exact and text is not None:
+            rewrite_exact(batch, text)
+            self._keep(_Columns(self._collect(batch), ts_in_ns=True, keep_shapes=self.keep_shapes))
+            return
+        columns = _Columns(self._collect(batch), ts_in_ns=False, keep_shapes=self.keep_shapes)
+        if text is not None and columns.loses_digits(text):
+            self.exact = True
+            rewrite_exact(batch, text)
+            columns = _Columns(self._collect(batch), ts_in_ns=True, keep_shapes=self.keep_shapes)
+        self._keep(columns)
 
     # One pass over a batch. Kept flat and branchy on purpose: it runs once
     # per event (100k+ per file), so every attribute lookup is hoisted.
-    def add_batch(self, batch: Iterable[Any]) -> None:
-        h_kind: list[int] = []
-        h_thread: list[int] = []
-        h_ts: list[Any] = []
-        h_dur: list[Any] = []
-        h_name: list[int] = []
-        h_ref: list[Any] = []
-        h_shape: list[int] = []
-        h_seq: list[Any] = []
-        d_kind: list[int] = []
-        d_dev: list[Any] = []
-        d_stream: list[Any] = []
-        d_ts: list[Any] = []
-        d_dur: list[Any] = []
-        d_name: list[int] = []
-        d_corr: list[Any] = []
-        d_ext: list[Any] = []
-        d_bytes: list[Any] = []
-        m_thread: list[int] = []
-        m_ts: list[Any] = []
-        m_bytes: list[Any] = []
-        m_alloc: list[Any] = []
-        m_dev: list[int] = []
+    def _collect(self, batch: Iterable[Any]) -> _Rows:
+        rows = _Rows()
+        h_kind, h_thread, h_ts, h_dur, h_name, h_ref, h_shape, h_seq = rows.h
+        d_kind, d_dev, d_stream, d_ts, d_dur, d_name, d_corr, d_ext, d_bytes = rows.d
+        m_thread, m_ts, m_bytes, m_alloc, m_dev = rows.m
+        runtime_categories = rows.runtime_categories
         host_cat = HOST_CATEGORIES.get
         dev_cat = DEVICE_CATEGORIES.get
         name_id = self.names.add
@@ -297,6 +474,7 @@ class EventCollector:
                     if kind >= RUNTIME:
                         h_ref.append(args.get("correlation"))
                         h_seq.append(None)
+                        runtime_categories.add(cat)
                     else:
                         ref = args.get("External id")
                         h_ref.append(args.get("external id") if ref is None else ref)
@@ -306,30 +484,30 @@ class EventCollector:
                         h_shape.append(-1 if dims is None else shape_id(_shape_text(dims)))
                     continue
                 dkind = dev_cat(cat)
-                if dkind is not None:
-                    name = e.get("name")
-                    if type(name) is not str:
-                        name = "" if name is None else str(name)
-                    args = e.get("args")
-                    if type(args) is not dict:
-                        args = {}
-                    d_kind.append(dkind)
-                    dev = args.get("device")
-                    d_dev.append(e.get("pid") if dev is None else dev)
-                    stream = args.get("stream")
-                    d_stream.append(e.get("tid") if stream is None else stream)
-                    d_ts.append(e.get("ts"))
-                    d_dur.append(e.get("dur", 0))
-                    nid = name_known(name)
-                    d_name.append(name_id(name) if nid is None else nid)
-                    d_corr.append(args.get("correlation"))
-                    ref = args.get("External id")
-                    d_ext.append(args.get("external id") if ref is None else ref)
-                    d_bytes.append(args.get("bytes"))
-                elif cat == "Trace":
-                    ts, dur = e.get("ts"), e.get("dur")
-                    if isinstance(ts, (int, float)) and isinstance(dur, (int, float)):
-                        self.window_ends.append(float(ts) + float(dur))
+                if dkind is None:
+                    dkind = self._other_category(e, cat, rows)
+                    if dkind is None:
+                        continue
+                name = e.get("name")
+                if type(name) is not str:
+                    name = "" if name is None else str(name)
+                args = e.get("args")
+                if type(args) is not dict:
+                    args = {}
+                d_kind.append(dkind)
+                dev = args.get("device")
+                d_dev.append(e.get("pid") if dev is None else dev)
+                stream = args.get("stream")
+                d_stream.append(e.get("tid") if stream is None else stream)
+                d_ts.append(e.get("ts"))
+                d_dur.append(e.get("dur", 0))
+                nid = name_known(name)
+                d_name.append(name_id(name) if nid is None else nid)
+                d_corr.append(args.get("correlation"))
+                ref = args.get("External id")
+                d_ext.append(args.get("external id") if ref is None else ref)
+                d_bytes.append(args.get("bytes"))
+                rows.device_categories[cat] = rows.device_categories.get(cat, 0) + 1
             elif ph == "i" or ph == "I":
                 name = e.get("name")
                 if name == "[memory]":
@@ -350,49 +528,67 @@ class EventCollector:
                         )
                     )
                 elif name == "Record Window End":
-                    ts = e.get("ts")
-                    if isinstance(ts, (int, float)):
-                        self.window_ends.append(float(ts))
-        self.events += n
-        if h_ts:
-            self._host.append(
-                (
-                    np.asarray(h_kind, dtype=np.int8),
-                    np.asarray(h_thread, dtype=np.int64),
-                    _floats(h_ts),
-                    _floats(h_dur),
-                    np.asarray(h_name, dtype=np.int64),
-                    _ids(h_ref),
-                    np.asarray(h_shape, dtype=np.int64)
-                    if keep_shapes
-                    else np.full(len(h_ts), -1, dtype=np.int64),
-                    _ids(h_seq),
-                )
-            )
-        if d_ts:
-            self._device.append(
-                (
-                    np.asarray(d_kind, dtype=np.int8),
-                    _ids(d_dev),
-                    _ids(d_stream),
-                    _floats(d_ts),
-                    _floats(d_dur),
-                    np.asarray(d_name, dtype=np.int64),
-                    _ids(d_corr),
-                    _ids(d_ext),
-                    _ids(d_bytes),
-                )
-            )
-        if m_ts:
-            self._memory.append(
-                (
-                    np.asarray(m_thread, dtype=np.int64),
-                    _floats(m_ts),
-                    _ids(m_bytes),
-                    _ids(m_alloc),
-                    np.asarray(m_dev, dtype=np.int64),
-                )
-            )
+                    rows.window[0].append(e.get("ts"))
+                    rows.window[1].append(0)
+        rows.events = n
+        return rows
+
+    def _other_category(self, e: dict[str, Any], cat: str, rows: _Rows) -> int | None:
+        """The device op kind of a rarer category, or None (then it is not a device op).
+
+        Also keeps the profiler window (``Trace`` spans) and device annotations.
+        """
+        if cat == "Trace":
+            rows.window[0].append(e.get("ts"))
+            rows.window[1].append(e.get("dur", 0))
+            return None
+        args = e.get("args")
+        if type(args) is not dict:
+            args = {}
+        if cat in DEVICE_MARKERS:
+            rows.device_categories[cat] = rows.device_categories.get(cat, 0) + 1
+            if cat == GPU_ANNOTATION:
+                self._device_annotation(e, args, rows)
+            return None
+        if cat == MTIA_DEVICE:
+            name = e.get("name")
+            return MEMCPY if type(name) is str and "dma" in name.lower() else KERNEL
+        if cat.startswith("gpu_"):  # ROCm and other gpu_* device ops
+            return KERNEL
+        device = args.get("device")
+        if type(device) is int:  # an unknown category that names a device
+            return KERNEL
+        return None
+
+    def _device_annotation(self, e: dict[str, Any], args: dict[str, Any], rows: _Rows) -> None:
+        name = e.get("name")
+        if type(name) is not str:
+            name = "" if name is None else str(name)
+        device, stream = args.get("device"), args.get("stream")
+        a_dev, a_stream, a_ts, a_dur, a_name = rows.a
+        a_dev.append(e.get("pid") if device is None else device)
+        a_stream.append(e.get("tid") if stream is None else stream)
+        a_ts.append(e.get("ts"))
+        a_dur.append(e.get("dur", 0))
+        a_name.append(self.names.add(name))
+
+    def _keep(self, columns: _Columns) -> None:
+        self.events += columns.events
+        for cat, count in columns.device_categories.items():
+            self.device_categories[cat] = self.device_categories.get(cat, 0) + count
+        self.runtime_categories |= columns.runtime_categories
+        self.bad_durations += columns.bad_durations
+        self.malformed += columns.malformed
+        for kept, table in (
+            (self._host, columns.host),
+            (self._device, columns.device),
+            (self._memory, columns.memory),
+            (self._annotations, columns.annotations),
+        ):
+            if table is not None:
+                kept.append(table)
+        if columns.window_ends is not None:
+            self._window.append(columns.window_ends)
 
     def _layer(self, e: dict[str, Any], name: str) -> tuple[str, Any, Any]:
         args = e.get("args")
@@ -408,43 +604,38 @@ class EventCollector:
         return name, pid, tid
 
     def finish(self) -> EventTables:
-        host = _concat(self._host, 8)
-        device = _concat(self._device, 9)
-        memory = _concat(self._memory, 5)
-        self._host, self._device, self._memory = [], [], []
-        h_ts, d_ts, m_ts = host[2], device[3], memory[1]
-        skipped = 0
-        # Drop rows whose time is missing or not a number.
-        keep_h = np.isfinite(h_ts)
-        keep_d = np.isfinite(d_ts)
-        keep_m = np.isfinite(m_ts)
-        skipped += int((~keep_h).sum() + (~keep_d).sum() + (~keep_m).sum())
+        host = _concat(self._host, _HOST_DTYPES)
+        device = _concat(self._device, _DEVICE_DTYPES)
+        memory = _concat(self._memory, _MEMORY_DTYPES)
+        notes = _concat(self._annotations, _ANNOTATION_DTYPES)
+        self._host, self._device, self._memory, self._annotations = [], [], [], []
+        h_ts, d_ts, m_ts, a_ts = host[2], device[3], memory[1], notes[2]
+        # Drop rows whose time is missing or not a usable number.
+        keep_h, keep_d, keep_m, keep_a = (ts != INVALID for ts in (h_ts, d_ts, m_ts, a_ts))
+        skipped = int(sum((~k).sum() for k in (keep_h, keep_d, keep_m, keep_a)))
         # "ts == 0 blocks": Kineto sometimes writes a few events at ts 0 in an
-        # otherwise epoch-based file; they would stretch every window to 1970.
+        # otherwise epoch-based file; they (and negative times there) would
+        # stretch every window to 1970.
         positive = np.concatenate([h_ts[keep_h & (h_ts > 0)], d_ts[keep_d & (d_ts > 0)]])
         dropped_ts0 = 0
-        if len(positive) and positive.min() > 1e6:
-            zero_h, zero_d = h_ts == 0, d_ts == 0
-            dropped_ts0 = int(zero_h.sum() + zero_d.sum())
-            keep_h &= ~zero_h
-            keep_d &= ~zero_d
+        if len(positive) and positive.min() > 1_000_000_000:
+            early = [keep & (ts <= 0) for keep, ts in ((keep_h, h_ts), (keep_d, d_ts))]
+            dropped_ts0 = int(sum(e.sum() for e in early))
+            keep_h &= ~early[0]
+            keep_d &= ~early[1]
+            keep_m &= m_ts > 0
+            keep_a &= a_ts > 0
         host = tuple(col[keep_h] for col in host)
         device = tuple(col[keep_d] for col in device)
         memory = tuple(col[keep_m] for col in memory)
-        all_ts = np.concatenate([host[2], device[3], memory[1]])
-        origin = math.floor(float(all_ts.min())) if len(all_ts) else 0
-
-        def ns(us: F64) -> I64:
-            return np.rint((us - origin) * 1000.0).astype(np.int64)
-
-        def dur_ns(us: F64) -> I64:
-            # absurd durations (beyond ~146 years) would overflow int64 ns: drop them
-            d = np.where(np.isfinite(us) & (us > 0) & (us < _MAX_US), us, 0.0)
-            return np.rint(d * 1000.0).astype(np.int64)
-
+        notes = tuple(col[keep_a] for col in notes)
+        all_ts = np.concatenate([host[2], device[3], memory[1], notes[2]])
+        origin_us = int(all_ts.min()) // 1000 if len(all_ts) else 0
+        origin = origin_us * 1000
         window_end = None
-        if self.window_ends:
-            window_end = round((max(self.window_ends) - origin) * 1000.0)
+        ends = np.concatenate(self._window) if self._window else np.zeros(0, dtype=np.int64)
+        if len(ends):
+            window_end = int(ends.max()) - origin
         names = tuple(_CONTROL.sub("?", s) for s in self.names.values)
         return EventTables(
             names=names,
@@ -454,8 +645,8 @@ class EventCollector:
             host=HostSpans(
                 kind=host[0],
                 thread=host[1],
-                start=ns(host[2]),
-                dur=dur_ns(host[3]),
+                start=host[2] - origin,
+                dur=host[3],
                 name=host[4],
                 ref=host[5],
                 shape=host[6],
@@ -465,8 +656,8 @@ class EventCollector:
                 kind=device[0],
                 device=device[1],
                 stream=device[2],
-                start=ns(device[3]),
-                dur=dur_ns(device[4]),
+                start=device[3] - origin,
+                dur=device[4],
                 name=device[5],
                 corr=device[6],
                 ext=device[7],
@@ -474,43 +665,44 @@ class EventCollector:
             ),
             memory=MemoryEvents(
                 thread=memory[0],
-                ts=ns(memory[1]),
+                ts=memory[1] - origin,
                 bytes=memory[2],
                 allocated=memory[3],
                 device=memory[4],
             ),
-            origin_us=origin,
+            origin_us=origin_us,
             window_end_ns=window_end,
             events=self.events,
             dropped_ts0=dropped_ts0,
             skipped=skipped,
             layer_labels=dict(self.layer_labels),
+            device_annotations=DeviceAnnotations(
+                device=notes[0],
+                stream=notes[1],
+                start=notes[2] - origin,
+                dur=notes[3],
+                name=notes[4],
+            ),
+            device_categories=dict(self.device_categories),
+            runtime_categories=frozenset(self.runtime_categories),
+            bad_durations=self.bad_durations,
+            malformed_fields=self.malformed,
+            exact_ts=self.exact,
         )
 
 
-_EMPTY_DTYPES = {
-    8: (np.int8, np.int64, np.float64, np.float64, np.int64, np.int64, np.int64, np.int64),
-    9: (
-        np.int8,
-        np.int64,
-        np.int64,
-        np.float64,
-        np.float64,
-        np.int64,
-        np.int64,
-        np.int64,
-        np.int64,
-    ),
-    5: (np.int64, np.float64, np.int64, np.int64, np.int64),
-}
+_HOST_DTYPES = (np.int8, np.int64, np.int64, np.int64, np.int64, np.int64, np.int64, np.int64)
+_DEVICE_DTYPES = (np.int8, *([np.int64] * 8))
+_MEMORY_DTYPES = (np.int64,) * 5
+_ANNOTATION_DTYPES = (np.int64,) * 5
 
 
-def _concat(chunks: list[tuple[Any, ...]], width: int) -> tuple[Any, ...]:
+def _concat(chunks: list[tuple[Any, ...]], dtypes: tuple[Any, ...]) -> tuple[Any, ...]:
     if not chunks:
-        return tuple(np.zeros(0, dtype=t) for t in _EMPTY_DTYPES[width])
+        return tuple(np.zeros(0, dtype=t) for t in dtypes)
     if len(chunks) == 1:
         return chunks[0]
-    return tuple(np.concatenate([c[i] for c in chunks]) for i in range(width))
+    return tuple(np.concatenate([c[i] for c in chunks]) for i in range(len(dtypes)))
 
 
 def _shape_text(dims: Any) -> str:

@@ -209,7 +209,7 @@ def memcpy_table(tables: EventTables) -> tuple[MemcpyRow, ...]:
             label = "Memset"
         else:
             m = _MEMCPY_KIND.search(names[name_id])
-            label = m.group(1) if m else "other"
+            label = m.group(1) if m else names[name_id]  # e.g. MTIA's dma_request
         a = acc.setdefault(label, [0, 0, 0])
         a[0] += 1
         a[1] += dur

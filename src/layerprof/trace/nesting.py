@@ -1,11 +1,17 @@
 """Who encloses whom on each CPU thread, and self times.
 
 One sweep per thread in start order keeps a stack per span kind (ops,
-modules, annotations, layerprof layer ranges). A span's parent of kind K is the innermost open span
-of kind K when it starts. Self time is the span minus the *union* of its
-direct children of the same kind, each clipped to the parent: overlapping
-or overrunning spans (a known Kineto quirk) then still give
-``0 <= self <= total``.
+modules, annotations, layerprof layer ranges). A span's parent of kind K is
+the innermost open span of kind K when it starts. Self time is the span
+minus the *union* of its direct children of the same kind, each clipped to
+the parent, so ``0 <= self <= total`` always.
+
+A span that ends more than ``OVERRUN_SLACK_NS`` after the parent it started
+in is *detached*: an asynchronous range (``hccl:all_to_all`` lasting 2.5 s
+from inside an 8.6 ms annotation), not work nested in that parent. It is kept
+on its own track: no parent of its kind, never a parent of anything, not
+subtracted from any self time. Smaller overruns (ts and dur rounded apart)
+are clipped to the parent, which then closes on time.
 """
 
 from __future__ import annotations
@@ -13,10 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from layerprof.trace.events import ANNOTATION, I64, LAYER, MODULE, OP, RUNTIME, SYNC, HostSpans
 
 _TRACKED = (OP, MODULE, ANNOTATION, LAYER)
+OVERRUN_SLACK_NS = 1_000  # integer-µs traces round ts and dur apart: up to 1 µs
 
 
 @dataclass(frozen=True)
@@ -33,6 +41,7 @@ class Nesting:
     parent_annotation: I64
     parent_layer: I64
     self_ns: I64
+    detached: npt.NDArray[np.bool_]  # overran the parent it started in (see module doc)
 
     def parent_of_kind(self, kind: int) -> I64:
         by_kind = {OP: self.parent_op, MODULE: self.parent_module, LAYER: self.parent_layer}
@@ -42,12 +51,13 @@ class Nesting:
 def nest(host: HostSpans) -> Nesting:
     order = np.lexsort((-host.dur, host.start, host.thread)).astype(np.int64)
     tracked = np.isin(host.kind[order], _TRACKED)
-    parents, self_ns = _sweep(host, order[tracked])
+    parents, self_ns, detached = _sweep(host, order[tracked])
     # Runtime/sync calls never enclose anything that matters here: find their
     # enclosing spans with vectorized searches instead of the Python sweep.
     leaves = order[~tracked]
+    nested = order[tracked][~detached[order[tracked]]]
     for kind in _TRACKED:
-        parents[kind][leaves] = _enclosing(host, order[tracked], parents[kind], kind, leaves)
+        parents[kind][leaves] = _enclosing(host, nested, parents[kind], kind, leaves)
     _runtime_is_not_self(host, parents[OP], leaves, self_ns)
     return Nesting(
         order=order,
@@ -56,13 +66,15 @@ def nest(host: HostSpans) -> Nesting:
         parent_annotation=parents[ANNOTATION],
         parent_layer=parents[LAYER],
         self_ns=self_ns,
+        detached=detached,
     )
 
 
-def _sweep(host: HostSpans, order: I64) -> tuple[dict[int, I64], I64]:
+def _sweep(host: HostSpans, order: I64) -> tuple[dict[int, I64], I64, npt.NDArray[np.bool_]]:
     """One pass in (thread, start, longest first) order with a stack per kind."""
     n = len(host)
     parents = {k: [-1] * n for k in _TRACKED}
+    detached = [False] * n
     self_ns = host.dur.tolist()
     starts = host.start.tolist()
     durs = host.dur.tolist()
@@ -99,17 +111,23 @@ def _sweep(host: HostSpans, order: I64) -> tuple[dict[int, I64], I64]:
             p_ann[i] = ann_stack[-1][1]
         if lay_stack:
             p_lay[i] = lay_stack[-1][1]
-        stack = stacks[kinds[i]]
+        kind = kinds[i]
+        stack = stacks[kind]
         if stack:
             frame = stack[-1]
+            if e > frame[0] + OVERRUN_SLACK_NS:  # an async range: its own track
+                detached[i] = True
+                parents[kind][i] = -1
+                continue
+            if e > frame[0]:
+                e = frame[0]
             lo = s if s > frame[2] else frame[2]
-            hi = e if e < frame[0] else frame[0]
-            if hi > lo:
-                self_ns[frame[1]] -= hi - lo
-                frame[2] = hi
+            if e > lo:
+                self_ns[frame[1]] -= e - lo
+                frame[2] = e
         stack.append([e, i, s])
     arrays = {k: np.asarray(v, dtype=np.int64) for k, v in parents.items()}
-    return arrays, np.asarray(self_ns, dtype=np.int64)
+    return arrays, np.asarray(self_ns, dtype=np.int64), np.asarray(detached, dtype=bool)
 
 
 def _runtime_is_not_self(host: HostSpans, parent_op: I64, leaves: I64, self_ns: I64) -> None:
@@ -177,7 +195,7 @@ def roll_up(values: I64, parent: I64, order: I64, members: I64) -> I64:
 def enclosing_at(host: HostSpans, nesting: Nesting, kind: int, thread: I64, ts: I64) -> I64:
     """Innermost span of ``kind`` on ``thread`` that contains each instant ``ts``."""
     out = np.full(len(ts), -1, dtype=np.int64)
-    members = np.flatnonzero(host.kind == kind)
+    members = np.flatnonzero((host.kind == kind) & ~nesting.detached)
     if len(members) == 0 or len(ts) == 0:
         return out
     parent = nesting.parent_of_kind(kind).tolist()

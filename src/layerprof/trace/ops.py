@@ -4,6 +4,12 @@ Host total = sum of the op's span durations; self = total minus the union
 of its direct child ops on the same thread. Device time is inclusive: the
 kernels, memcpys and memsets launched inside the op or any op it encloses.
 ``device_self`` counts only those launched by the op itself.
+
+Like torch's ``key_averages()`` (``EventList._remove_dup_nodes``), an op
+whose parent has the same name and no other child (``aten::sum`` ->
+``aten::sum``: one overload dispatching to another) is merged into that
+parent: one call, the parent's total, and its own self time added to the
+parent's. Chains merge into their top op.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from layerprof.trace.events import I64, OP, EventTables
+from layerprof.trace.events import ANNOTATION, I64, OP, EventTables
 from layerprof.trace.links import Links
 from layerprof.trace.nesting import Nesting, roll_up
 
@@ -49,6 +55,36 @@ def device_times(tables: EventTables, nesting: Nesting, links: Links) -> OpTimes
     return OpTimes(device_total=total, device_self=own)
 
 
+def merged_roots(tables: EventTables, nesting: Nesting) -> I64:
+    """Per host span: the op it is merged into (itself when not merged), as torch merges.
+
+    A span is merged when it is an op whose direct parent is an op of the
+    same name with no other direct child (ops, and annotations directly
+    inside it, count as children, as in torch's event tree).
+    """
+    host = tables.host
+    n = len(host)
+    root = np.arange(n, dtype=np.int64)
+    ops = np.flatnonzero(host.kind == OP)
+    parent = nesting.parent_op
+    children = np.zeros(n, dtype=np.int64)
+    under = ops[parent[ops] >= 0]
+    np.add.at(children, parent[under], 1)
+    # An annotation is a direct child of the innermost of its enclosing op and annotation.
+    ann = np.flatnonzero((host.kind == ANNOTATION) & (parent >= 0))
+    outer_ann = nesting.parent_annotation[ann]
+    direct = (outer_ann < 0) | (host.start[np.clip(outer_ann, 0, None)] < host.start[parent[ann]])
+    np.add.at(children, parent[ann[direct]], 1)
+    same = under[host.name[under] == host.name[parent[under]]]
+    merged = same[children[parent[same]] == 1]
+    root[merged] = parent[merged]
+    while True:  # chains (a -> a -> a): follow up to the top op
+        up = root[root[merged]]
+        if (up == root[merged]).all():
+            return root
+        root[merged] = up
+
+
 def op_table(
     tables: EventTables,
     nesting: Nesting,
@@ -63,11 +99,16 @@ def op_table(
     starting inside a complete step.
     """
     host = tables.host
-    idx = np.flatnonzero((host.kind == OP) if select is None else (host.kind == OP) & select)
+    root = merged_roots(tables, nesting)
+    is_op = host.kind == OP
+    idx = np.flatnonzero(is_op if select is None else is_op & select[root])
     if len(idx) == 0:
         return ()
-    names = host.name[idx]
-    shapes = host.shape[idx] if by_shape else np.full(len(idx), -1, dtype=np.int64)
+    # A merged op is grouped under its root's name and shapes, and adds only its self times.
+    top = root[idx]
+    counted = (top == idx).astype(np.int64)
+    names = host.name[top]
+    shapes = host.shape[top] if by_shape else np.full(len(idx), -1, dtype=np.int64)
     # One int key per (name, shape) pair keeps np.unique one-dimensional (fast path).
     width = len(tables.shapes) + 1
     uniq_keys, group = np.unique(names * width + (shapes + 1), return_inverse=True)
@@ -78,10 +119,10 @@ def op_table(
         sums: list[int] = np.bincount(group, weights=values, minlength=k).astype(np.int64).tolist()
         return sums
 
-    calls = np.bincount(group, minlength=k).tolist()
-    tot = total(host.dur[idx])
+    calls = np.bincount(group, weights=counted, minlength=k).astype(np.int64).tolist()
+    tot = total(host.dur[idx] * counted)
     slf = total(nesting.self_ns[idx])
-    dev = total(times.device_total[idx])
+    dev = total(times.device_total[idx] * counted)
     dev_self = total(times.device_self[idx])
     rows = [
         OpRow(

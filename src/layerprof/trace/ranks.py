@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from layerprof.sections import CrossRank, KindRow, RankLine, StepAcrossRanks, Steps
 from layerprof.stats import median
 
+NAMED_STEPS = ("ProfilerStep", "GPU ProfilerStep")  # ProfilerStep#N names one step on every rank
+
 
 def cross_rank(
     ranks: Sequence[int], steps: Sequence[Steps], kinds: Sequence[tuple[KindRow, ...]]
@@ -25,7 +27,7 @@ def cross_rank(
         seen: dict[str, int] = {}
         for s in done:
             k = seen[s.name] = seen.get(s.name, 0) + 1
-            key = s.name if st.source == "ProfilerStep" else f"{s.name} #{k}"
+            key = s.name if st.source in NAMED_STEPS else f"{s.name} #{k}"
             by_name.setdefault(key, []).append((rank, s.dur_ns))
         totals = {k.kind: k.total_ns for k in kd}
         lines.append(

@@ -2,7 +2,7 @@
 
 Decoding the whole ``traceEvents`` array at once holds every event dict in
 memory at the same time (about 4x the JSON text). Instead the array is
-decoded a few MB at a time: a batch ends at a ``}`` ``,`` ``{`` boundary and
+decoded 256 KiB at a time: a batch ends at a ``}`` ``,`` ``{`` boundary and
 is parsed as ``[`` + slice + ``]``. A slice cut inside a nested object or a
 string cannot parse, so a batch that parses ended on a real element boundary;
 one that does not is retried at the next boundary. The last batch is parsed
@@ -15,19 +15,22 @@ from __future__ import annotations
 import gc
 import os
 import re
-import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import orjson
 
 from layerprof.errors import TraceError
+from layerprof.reading import read_input
 from layerprof.trace.events import EventCollector, EventTables
 
-BATCH_BYTES = 4 << 20
+# orjson's parser briefly needs about 12x the text it parses (on top of the
+# dicts it returns): 256 KiB batches keep that to a few MB. Smaller ones
+# gain little memory; larger ones no speed (measured on HTA's 26 MB trace).
+BATCH_BYTES = 1 << 18
 _MAX_RETRIES = 16
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
@@ -62,52 +65,12 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def read_bytes(path: Path) -> bytearray:
-    """The file's JSON text, gunzipped when it is gzip (by magic, not by name).
-
-    A bytearray, because ``_batches`` brackets each batch in place.
-    """
-    try:
-        with path.open("rb") as handle:
-            head = handle.read(2)
-            handle.seek(0)
-            if head == b"\x1f\x8b":
-                return _gunzip(handle, path)
-            return bytearray(handle.read())
-    except FileNotFoundError as exc:
-        raise TraceError(f"{path}: no such file") from exc
-    except IsADirectoryError as exc:
-        raise TraceError(f"{path}: is a directory") from exc
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from exc
-
-
-def _gunzip(handle: BinaryIO, path: Path) -> bytearray:
-    """Decompress straight into one growing buffer (no second full-size copy)."""
-    out = bytearray()
-    inflater = zlib.decompressobj(wbits=31)
-    pending = b""
-    try:
-        while chunk := pending or handle.read(1 << 20):
-            pending = b""
-            if inflater.eof:  # another gzip member follows (or trailing junk)
-                if chunk[:2] != b"\x1f\x8b":
-                    break
-                inflater = zlib.decompressobj(wbits=31)
-            out += inflater.decompress(chunk)
-            if inflater.eof:
-                pending = inflater.unused_data
-    except zlib.error as exc:
-        raise TraceError(f"{path}: corrupt gzip ({exc})") from exc
-    if not inflater.eof:
-        raise TraceError(f"{path}: truncated gzip (the file ends mid-stream)")
-    return out
-
-
 _NON_SPACE = re.compile(rb"\S")
+#: consume(events, text): a batch of decoded events and the JSON text they came from.
+Consumer = Callable[[list[Any], Any], None]
 
 
-def decode(data: bytearray, consume: Callable[[list[Any]], None], source: str) -> dict[str, Any]:
+def decode(data: bytearray, consume: Consumer, source: str) -> dict[str, Any]:
     """Feed ``traceEvents`` to ``consume`` in batches; return the other top-level keys."""
     if _NON_SPACE.search(data) is None:
         raise TraceError(f"{source}: empty file")
@@ -116,7 +79,7 @@ def decode(data: bytearray, consume: Callable[[list[Any]], None], source: str) -
         if match is None:
             doc = _loads(data, source)
             if isinstance(doc, list):  # Chrome's bare "JSON Array Format"
-                consume(doc)
+                consume(doc, data)
                 return {}
             _require_trace(doc, source)
             return dict(doc)  # pragma: no cover - _require_trace raises
@@ -127,14 +90,13 @@ def decode(data: bytearray, consume: Callable[[list[Any]], None], source: str) -
         if pos > match.end():
             rest = b"".join((data[:head], b'"traceEvents":[', memoryview(data)[pos:]))
         doc = _loads(rest, source)
-        del rest
         _require_trace(doc, source)
         events = doc.pop("traceEvents")
-        consume(events)
+        consume(events, rest)
         return dict(doc)
 
 
-def _batches(data: bytearray, pos: int, consume: Callable[[list[Any]], None]) -> int:
+def _batches(data: bytearray, pos: int, consume: Consumer) -> int:
     """Consume whole batches from ``pos``; return where the unread events start.
 
     ``data[pos - 1]`` is the array's ``[`` or a separator byte, and so is the
@@ -159,7 +121,8 @@ def _batches(data: bytearray, pos: int, consume: Callable[[list[Any]], None]) ->
                     continue  # the boundary was inside a nested value or string
                 finally:
                     data[pos - 1], data[end] = saved
-                consume(batch)
+                with view[pos - 1 : end + 1] as text:
+                    consume(batch, text)
                 del batch
                 pos = found.end() - 1
                 break
@@ -189,10 +152,21 @@ def _require_trace(doc: Any, source: str) -> None:
         )
 
 
-def read_trace_file(path: str | os.PathLike[str], *, keep_shapes: bool = False) -> TraceFile:
-    """Decode one ``.json`` / ``.json.gz`` trace into typed tables."""
+def read_trace_file(
+    path: str | os.PathLike[str],
+    *,
+    keep_shapes: bool = False,
+    max_input_size: int | None = None,
+    data: bytearray | None = None,
+) -> TraceFile:
+    """Decode one ``.json`` / ``.json.gz`` trace into typed tables.
+
+    ``max_input_size``: the ceiling on its JSON size (see ``layerprof.reading``);
+    ``data``: its bytes when already read (a pipe can be read only once).
+    """
     p = Path(path)
-    data = read_bytes(p)
+    if data is None:
+        data = read_input(p, limit=max_input_size, error=TraceError)
     collector = EventCollector(keep_shapes=keep_shapes)
     header = decode(data, collector.add_batch, str(p))
     del data
@@ -215,15 +189,43 @@ def trace_files(path: str | os.PathLike[str]) -> list[Path]:
     return [p]
 
 
-def assign_ranks(files: list[TraceFile]) -> tuple[list[int], str]:
-    """Rank of each file and how it was found (the report says which)."""
-    from_info = [f.distributed_rank for f in files]
-    if all(r is not None for r in from_info) and len(set(from_info)) == len(files):
-        return [r for r in from_info if r is not None], "distributedInfo.rank"
-    from_name = [_rank_from_name(f.path.name) for f in files]
-    if all(r is not None for r in from_name) and len(set(from_name)) == len(files):
-        return [r for r in from_name if r is not None], "file name (rank-N / rank_N)"
-    return list(range(len(files))), "file order"
+@dataclass(frozen=True)
+class Ranks:
+    """The rank of each file, how it was found, and what went wrong on the way."""
+
+    ranks: tuple[int, ...]
+    source: str  # "distributedInfo.rank" | "file name (rank-N / rank_N)" | "file order"
+    notes: tuple[str, ...] = ()
+
+
+def assign_ranks(files: list[TraceFile]) -> Ranks:
+    """Rank of each file and how it was found (the report says which).
+
+    Two files claiming one rank cannot both have it: the next rule is used
+    (file name, then file order), and a note names the files that collided.
+    """
+    notes: list[str] = []
+    rules = (
+        ("distributedInfo.rank", [f.distributed_rank for f in files]),
+        ("file name (rank-N / rank_N)", [_rank_from_name(f.path.name) for f in files]),
+    )
+    for source, found in rules:
+        if any(r is None for r in found):
+            continue
+        clash = _first_clash(files, found)
+        if clash is None:
+            return Ranks(tuple(r for r in found if r is not None), source, tuple(notes))
+        notes.append(clash + f" ({source}); ranks were not taken from it")
+    return Ranks(tuple(range(len(files))), "file order", tuple(notes))
+
+
+def _first_clash(files: list[TraceFile], ranks: list[int | None]) -> str | None:
+    seen: dict[int | None, Path] = {}
+    for f, r in zip(files, ranks, strict=True):
+        if r in seen:
+            return f"{seen[r]} and {f.path} both claim rank {r}"
+        seen[r] = f.path
+    return None
 
 
 def _rank_from_name(name: str) -> int | None:

@@ -88,7 +88,7 @@ def reduce(
     )
     done = steps.complete
     profile = Profile(
-        meta=_meta(source, marker, len(done)),
+        meta=_meta(source, tables.platform, len(done)),
         layers=layers,
         samples=samples,
         latency_ns=Series([s.dur_ns for s in done]) if done else None,
@@ -227,8 +227,10 @@ def _annotation(r: TreeRow) -> AnnotationRow:
     )
 
 
-def _meta(source: TraceSource, marker: dict[str, Any] | None, steps: int) -> Meta:
-    """What the trace says about its run, and nothing it does not say."""
+def _meta(source: TraceSource, platform: str | None, steps: int) -> Meta:
+    """What the trace says about its run, and nothing it does not say: the device is
+    the accelerator its events come from ("" when it has none, or an unknown one),
+    the dtype only what layerprof's marker recorded."""
     run = source.run
     named = (source.producer or {}).get("model")
     model = named if isinstance(named, str) and named else _file_model(source.file)
@@ -247,7 +249,7 @@ def _meta(source: TraceSource, marker: dict[str, Any] | None, steps: int) -> Met
     values.setdefault("dtype", "")
     return Meta(
         model=model,
-        device="cuda" if source.has_device else "cpu",
+        device=platform or "",
         iters=steps,
         source="trace",
         extra={"file": source.file, "rank": source.rank},
@@ -279,16 +281,25 @@ def _device_names(header: dict[str, Any]) -> tuple[str, ...]:
     return tuple(str(p.get("name")) for p in props if isinstance(p, dict) and "name" in p)
 
 
+def _no_device_ops(categories: dict[str, int]) -> str:
+    """Why the device columns are absent: no device events at all, or none with busy time."""
+    if not categories:
+        return "no device data (CPU-only trace): device columns are absent"
+    counts = ", ".join(f"{n} {cat}" for cat, n in sorted(categories.items()))
+    return f"device events ({counts}) but no kernels, memcpys or memsets: device columns are absent"
+
+
 def _notes(tables: EventTables, steps: Steps, p: Profile) -> list[str]:
     source = p.source
     assert source is not None
     notes: list[str] = []
     if not source.has_device:
-        notes.append("no device data (CPU-only trace): device columns are absent")
+        notes.append(_no_device_ops(tables.device_categories))
     if steps.source == "trace":
         notes.append("no steps found: the whole trace is one unit")
     elif steps.source != "ProfilerStep":
         notes.append(f"no ProfilerStep spans: steps are the {steps.definition}")
+    notes.extend(steps.notes)
     for s in steps.steps:
         if s.cut_off:
             notes.append(
@@ -310,9 +321,22 @@ def _notes(tables: EventTables, steps: Steps, p: Profile) -> list[str]:
     else:
         notes.append("no nn.Module events: profile with with_stack=True for the module tree")
     if tables.dropped_ts0:
-        notes.append(f"{tables.dropped_ts0} events with ts == 0 were dropped")
+        notes.append(
+            f"{tables.dropped_ts0} events with ts == 0 or below were dropped"
+            " (the rest of the trace is on an epoch clock)"
+        )
     if tables.skipped:
         notes.append(f"{tables.skipped} events without a usable timestamp were skipped")
+    if tables.bad_durations:
+        notes.append(
+            f"{tables.bad_durations} spans had an unusable duration (not a number, negative"
+            " or over 104 days): kept with duration 0"
+        )
+    if tables.malformed_fields:
+        notes.append(
+            f"{tables.malformed_fields} id, device, stream or byte fields were not integers:"
+            " read as unknown"
+        )
     launch = p.launches
     if launch is not None:
         if launch.unmatched_device_ops:
@@ -322,6 +346,7 @@ def _notes(tables: EventTables, steps: Steps, p: Profile) -> list[str]:
             )
         if launch.negative_delays:
             notes.append(
-                f"{launch.negative_delays} launch delays are negative (CPU and GPU clocks disagree)"
+                f"{launch.negative_delays} launch delays are negative"
+                " (CPU and device clocks disagree)"
             )
     return notes
