@@ -71,7 +71,7 @@ def mtia_events() -> list[dict[str, Any]]:
 
 def test_mtia_device_events_count(tmp_path: Path) -> None:
     rank = analyze(write(tmp_path, mtia_events())).ranks[0]
-    assert rank.has_device and rank.device_kind == "mtia"
+    assert rank.has_device and rank.meta.device == "mtia"
     assert not any("CPU-only" in n for n in rank.notes)
     (use,) = rank.devices
     assert use.device == 9
@@ -81,7 +81,7 @@ def test_mtia_device_events_count(tmp_path: Path) -> None:
     ops = {o.name: o for o in rank.ops}
     assert ops["aten::mul"].device_ns == 30_000  # linked through mtia_runtime's correlation
     assert rank.launches is not None and rank.launches.launches == 1
-    assert rank.to_profile().meta.device == "mtia"
+    assert rank.meta.device == "mtia"
 
 
 @pytest.mark.parametrize(
@@ -111,7 +111,7 @@ def test_device_markers_alone_are_not_a_cpu_only_trace(tmp_path: Path) -> None:
         " memsets: device columns are absent"
     ) in rank.notes
     assert not any("CPU-only" in n for n in rank.notes)
-    assert rank.to_profile().meta.device == ""  # device events, but of no known platform
+    assert rank.meta.device == ""  # device events, but of no known platform
 
 
 def cuda_trace() -> list[dict[str, Any]]:

@@ -18,8 +18,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from layerprof.diagnose import diagnose_trace
+from layerprof import codec
+from layerprof.diagnose import diagnose_run
 from layerprof.errors import TraceError
+from layerprof.sinks import render
 from layerprof.trace import analyze
 
 T0 = 1_712_195_495_519_689  # epoch µs; times are written with ns digits (exact-digit path)
@@ -156,14 +158,16 @@ def analyze_or_refuse(events: list[dict[str, Any]], header: dict[str, Any]) -> N
         except TraceError as exc:
             assert "\n" not in str(exc)
             return
-        data = report.to_dict()
+        data = report.to_dict(samples=True)
         orjson.dumps(data)
-        diagnose_trace(data)
-        profile = report.to_profile()
-        orjson.dumps(profile.to_dict())
+        codec.from_dict(data, source="fuzz")  # what was written loads back
+        diagnose_run(report)
+        render(report, "console")  # every section renders
         for rank in report.ranks:
             for row in rank.ops:
-                assert 0 <= row.self_ns <= row.total_ns or row.calls == 0
+                assert row.samples is not None
+                for s, t in zip(row.samples.self_ns, row.samples.total_ns, strict=True):
+                    assert 0 <= s <= t
 
 
 def test_the_unmutated_trace_is_fine() -> None:

@@ -14,8 +14,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import pytest
-
+from layerprof import codec
+from layerprof.profile import Profile
 from layerprof.trace import analyze
 
 
@@ -79,29 +79,42 @@ def torch_op_calls(events: tuple[dict[str, Any], ...]) -> Counter[str]:
     return calls
 
 
+def _op_totals(profile: Profile) -> dict[str, list[int]]:
+    """Calls, total and self per op name over the analyzed steps (forward and backward)."""
+    out: dict[str, list[int]] = {}
+    for o in profile.ops:
+        assert o.samples is not None
+        acc = out.setdefault(o.name, [0, 0, 0])
+        acc[0] += sum(o.samples.calls)
+        acc[1] += sum(o.samples.total_ns)
+        acc[2] += sum(o.samples.self_ns)
+    return out
+
+
 def test_large_a100_trace(hta_dir: Path) -> None:
     path = hta_dir / "negative_queue_length_values_check" / "rank0.json.gz"
     events = raw_events(path)
-    report = analyze(path).to_dict()
-    rank = report["ranks"][0]
-    assert rank["rank"] == 0 and report["rank_source"] == "distributedInfo.rank"
+    run = analyze(path)
+    rank = run.rank()
+    assert rank.rank == 0 and run.rank_source == "distributedInfo.rank"
     # Steps: every ProfilerStep span, in order, to the ns.
     steps = sorted(
         (e["ts"], e["name"], e["dur"])
         for e in events
         if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")
     )
-    assert [(s["name"], s["ms"]) for s in rank["steps"]] == [
-        (name, dur / 1000) for _, name, dur in steps
+    assert rank.steps is not None
+    assert [(s.name, s.dur_ns) for s in rank.steps.steps] == [
+        (name, ns(dur)) for _, name, dur in steps
     ]
     # Busy: union of kernel/memcpy/memset intervals on device 0.
     dev = [e for e in events if e.get("cat") in GPU_CATS and e.get("ph") == "X"]
     busy = union_length([(ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])) for e in dev])
-    (device,) = rank["devices"]
-    assert device["busy_ms"] == pytest.approx(busy / 1e6, abs=1e-9)
+    (device,) = rank.devices
+    assert device.busy_ns == busy
     window = sum(ns(d) for _, _, d in steps)
-    assert device["window_ms"] == pytest.approx(window / 1e6)
-    assert device["idle_ms"] + device["busy_in_window_ms"] == pytest.approx(device["window_ms"])
+    assert device.window_ns == window
+    assert device.idle_ns + device.busy_in_window_ns == device.window_ns
     # Kernel and op tables: calls and totals per name.
     kernels = Counter()
     kernel_ns: Counter[str] = Counter()
@@ -109,18 +122,23 @@ def test_large_a100_trace(hta_dir: Path) -> None:
         if e["cat"] == "kernel":
             kernels[e["name"]] += 1
             kernel_ns[e["name"]] += ns(e["dur"])
-    top = rank["kernels"][0]
-    assert top["calls"] == kernels[top["name"]]
-    assert top["total_ms"] == pytest.approx(kernel_ns[top["name"]] / 1e6)
-    assert top["total_ms"] == max(kernel_ns.values()) / 1e6
-    ops = torch_op_calls(events)
-    assert sum(ops.values()) < sum(1 for e in events if e.get("cat") == "cpu_op")  # merges
-    for op in rank["ops"]:
-        assert op["calls"] == ops[op["name"]]
-        assert 0 <= op["self_ms"] <= op["total_ms"] + 1e-9
+    top = rank.kernels[0]
+    assert top.calls == kernels[top.name]
+    assert top.total_ns == kernel_ns[top.name]
+    assert top.total_ns == max(kernel_ns.values())
+    # Ops per step are those starting inside the (complete) steps: count them so.
+    windows = [(ns(ts), ns(ts) + ns(dur)) for ts, _, dur in steps]
+    in_steps = tuple(
+        e for e in events if e.get("ph") != "X" or any(lo <= ns(e["ts"]) < hi for lo, hi in windows)
+    )
+    ops = torch_op_calls(in_steps)
+    assert sum(ops.values()) < sum(1 for e in in_steps if e.get("cat") == "cpu_op")  # merges
+    for name, (calls, total_ns, self_ns) in _op_totals(rank).items():
+        assert calls == ops[name], name
+        assert 0 <= self_ns <= total_ns
     # Memcpy by kind: bytes summed from args.
     htod = sum(e["args"]["bytes"] for e in dev if e["name"].startswith("Memcpy HtoD"))
-    assert {m["kind"]: m["bytes"] for m in rank["memcpy"]}["HtoD"] == htod
+    assert {m.kind: m.bytes for m in rank.memcpy}["HtoD"] == htod
 
 
 def test_ns_precision_trace(hta_dir: Path) -> None:
@@ -129,9 +147,8 @@ def test_ns_precision_trace(hta_dir: Path) -> None:
     kernels = [e for e in events if e.get("cat") == "kernel"]
     assert any(e["dur"] != int(e["dur"]) for e in kernels)  # sub-µs durations exist
     expected = sum(ns(e["dur"]) for e in kernels)
-    rank = analyze(path).to_dict()["ranks"][0]
-    total = sum(k["total_ms"] for k in rank["kernels"])
-    assert total * 1e6 == pytest.approx(expected, abs=len(kernels) * 1e-6)
+    rank = analyze(path).rank()
+    assert sum(k.total_ns for k in rank.kernels) == expected
     assert expected % 1000 != 0  # never rounded to whole µs
 
 
@@ -139,15 +156,15 @@ def test_nccl_trace_has_communication(hta_dir: Path) -> None:
     path = hta_dir / "nccl_parser_config" / "nccl_data.json.gz"
     events = raw_events(path)
     nccl = sum(ns(e["dur"]) for e in events if e.get("cat") == "kernel" and "nccl" in e["name"])
-    rank = analyze(path).to_dict()["ranks"][0]
-    kinds = {k["kind"]: k["total_ms"] for k in rank["kernel_kinds"]}
-    assert kinds["communication"] == pytest.approx(nccl / 1e6)
-    assert rank["step_source"] == "ProfilerStep" and len(rank["steps"]) == 3
+    rank = analyze(path).rank()
+    kinds = {k.kind: k.total_ns for k in rank.kinds}
+    assert kinds["communication"] == nccl
+    assert rank.steps is not None
+    assert rank.steps.source == "ProfilerStep" and len(rank.steps.steps) == 3
     # Device time attributed to ops can never exceed the device ops' total time.
-    dev_total = sum(ns(e["dur"]) for e in events if e.get("cat") in GPU_CATS) / 1e6
-    outer = [o for o in rank["ops"] if o["name"].startswith("ProfilerStep")]
-    assert not outer
-    assert max(o["device_ms"] for o in rank["ops"]) <= dev_total + 1e-9
+    dev_total = sum(ns(e["dur"]) for e in events if e.get("cat") in GPU_CATS)
+    assert not [o for o in rank.ops if o.name.startswith("ProfilerStep")]
+    assert max(o.device_ns or 0 for o in rank.ops) <= dev_total
 
 
 def test_legacy_format(hta_dir: Path) -> None:
@@ -160,69 +177,67 @@ def test_legacy_format(hta_dir: Path) -> None:
         for e in events
         if e.get("cat") == "Kernel" and e["args"]["correlation"] in launches
     ]
-    rank = analyze(path).to_dict()["ranks"][0]
-    assert rank["rank"] == 1
-    assert rank["launch"]["launches"] == len(delays)
-    assert rank["launch"]["delay_us"]["max"] == pytest.approx(max(delays) / 1000)
-    assert rank["step_source"] == "trace"
+    rank = analyze(path).rank()
+    assert rank.rank == 1
+    assert rank.launches is not None and rank.launches.launches == len(delays)
+    assert rank.launches.delay_ns is not None and rank.launches.delay_ns.max == max(delays)
+    assert rank.steps is not None and rank.steps.source == "trace"
 
 
 def test_cpu_only(hta_dir: Path) -> None:
     path = next((hta_dir / "cpu_only").glob("*.json.gz"))
-    report = analyze(path)
-    rank = report.to_dict()["ranks"][0]
-    assert rank["rank"] == 34
-    assert rank["devices"] == [] and rank["has_device_data"] is False
-    assert any("no device data" in n for n in rank["notes"])
-    assert all(o["device_ms"] is None for o in rank["ops"])
-    prof = report.to_profile()
-    assert prof.meta.device == "cpu"
-    assert all(o.device_ns is None for o in prof.ops)
+    rank = analyze(path).rank()
+    assert rank.rank == 34
+    assert rank.devices == () and rank.source is not None and rank.source.has_device is False
+    assert any("no device data" in n for n in rank.notes)
+    assert all(o.device_ns is None for o in rank.ops)
+    assert rank.meta.device == "cpu"
 
 
 def test_cut_off_steps(hta_dir: Path) -> None:
-    amd = analyze(next((hta_dir / "amd_trace").glob("*.json.gz"))).to_dict()["ranks"][0]
-    assert [s["cut_off"] for s in amd["steps"]] == [False, True]  # 9.3 ms then 0.05 ms
-    assert amd["step_ms"]["n"] == 1
-    triton = analyze(hta_dir / "triton_example").to_dict()["ranks"][0]
-    assert triton["steps"][0]["cut_off"] is True  # ends 13 s after the window closed
-    assert triton["step_ms"] is None
+    amd = analyze(next((hta_dir / "amd_trace").glob("*.json.gz"))).rank()
+    assert amd.steps is not None
+    assert [s.cut_off for s in amd.steps.steps] == [False, True]  # 9.3 ms then 0.05 ms
+    assert amd.latency is not None and amd.latency.n == 1
+    triton = analyze(hta_dir / "triton_example").rank()
+    assert triton.steps is not None
+    assert triton.steps.steps[0].cut_off is True  # ends 13 s after the window closed
+    assert triton.latency is None
 
 
 def test_two_ranks_side_by_side(hta_dir: Path, tmp_path: Path) -> None:
-    report = analyze(hta_dir / "trace_filter").to_dict()
-    assert report["rank_source"] == "distributedInfo.rank"
-    assert [r["rank"] for r in report["ranks"]] == [0, 1]
-    per_rank: dict[str, dict[int, float]] = {}
+    run = analyze(hta_dir / "trace_filter")
+    assert run.rank_source == "distributedInfo.rank"
+    assert [p.rank for p in run.ranks] == [0, 1]
+    per_rank: dict[str, dict[int, int]] = {}
     for rank in (0, 1):
         for e in raw_events(hta_dir / "trace_filter" / f"sampled_rank-{rank}.json.gz"):
             if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"):
-                per_rank.setdefault(e["name"], {})[rank] = e["dur"] / 1000
-    cross = {s["name"]: s for s in report["cross_rank"]["steps"]}
+                per_rank.setdefault(e["name"], {})[rank] = ns(e["dur"])
+    assert run.cross is not None
+    cross = {s.name: s for s in run.cross.steps}
     assert set(cross) == set(per_rank)
     for name, by_rank in per_rank.items():
-        assert cross[name]["slowest_rank"] == max(by_rank, key=by_rank.__getitem__)
-        assert cross[name]["spread_ms"] == pytest.approx(
-            max(by_rank.values()) - min(by_rank.values())
-        )
+        assert cross[name].slowest_rank == max(by_rank, key=by_rank.__getitem__)
+        assert cross[name].spread_ns == max(by_rank.values()) - min(by_rank.values())
     # The same files under rank-N names without distributedInfo would use the names;
     # here a copy keeps distributedInfo, which wins.
     for f in (hta_dir / "trace_filter").iterdir():
         shutil.copy(f, tmp_path / f.name.replace("sampled_rank-", "x_rank_"))
-    assert analyze(tmp_path).to_dict()["rank_source"] == "distributedInfo.rank"
+    assert analyze(tmp_path).rank_source == "distributedInfo.rank"
 
 
 def test_every_real_trace_analyzes(hta_dir: Path) -> None:
     files = sorted(hta_dir.rglob("*.json.gz"))
     assert files
     for f in files:
-        report = analyze(f)
-        for rank in report.ranks:
-            for row in rank.modules + rank.annotations:
-                assert 0 <= row.self_ns <= row.total_ns
-            for op in rank.ops:
-                assert 0 <= op.self_ns <= op.total_ns
-        # Overlapping annotations on one thread make total > self + children
-        # impossible to keep with self >= 0, so only the pivot's shape is checked.
-        prof = report.to_profile()
-        assert prof.meta.source == "trace" and prof.layers
+        run = analyze(f)
+        for rank in run.ranks:
+            for a in rank.annotations:
+                assert 0 <= a.self_ns <= a.total_ns
+            for name, (_, total_ns, self_ns) in _op_totals(rank).items():
+                assert 0 <= self_ns <= total_ns, name
+            # Overlapping annotations on one thread make total > self + children
+            # impossible to keep with self >= 0, so only the pivot's shape is checked.
+            assert rank.meta.source == "trace" and rank.layers
+            codec.to_dict(run)  # and every section encodes

@@ -63,8 +63,9 @@ def test_rounding_overrun_is_clipped_to_the_parent(tmp_path: Path) -> None:
     assert rows["outer.inner"].parent == "outer"
     assert rows["outer"].self_ns == 50_000  # inner clipped to outer's end
     assert rows["next"].parent is None
-    ops = {o.name: o for o in rank.ops}
-    assert ops["aten::add"].self_ns == 10_000
+    ops = {o.name: o for o in rank.ops}  # per step: "outer" and "next" are the steps
+    assert ops["aten::add"].samples is not None
+    assert ops["aten::add"].samples.self_ns == [10_000, 0]
 
 
 def test_overrunning_op_is_not_subtracted_and_adopts_nothing(tmp_path: Path) -> None:

@@ -12,7 +12,9 @@ import orjson
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from layerprof import codec
 from layerprof.errors import TraceError
+from layerprof.profile import Run
 from layerprof.trace import analyze
 from layerprof.trace import reader as reader_mod
 
@@ -75,13 +77,13 @@ events = st.lists(
 ).filter(lambda evs: any(e["ph"] == "X" for e in evs))
 
 
-def run(evs: list[dict[str, Any]], *, batch: int | None = None) -> dict[str, Any]:
+def run(evs: list[dict[str, Any]], *, batch: int | None = None) -> Run:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "t.json"
         path.write_bytes(orjson.dumps({"traceEvents": evs, "distributedInfo": {"rank": 0}}))
         try:
             with mock.patch.object(reader_mod, "BATCH_BYTES", batch or reader_mod.BATCH_BYTES):
-                return analyze(path, group_by_shape=True).to_dict()
+                return analyze(path, group_by_shape=True)
         except TraceError as exc:  # only python frames kept nothing: a valid refusal
             assert "empty trace" in str(exc)
             assume(False)
@@ -91,22 +93,33 @@ def run(evs: list[dict[str, Any]], *, batch: int | None = None) -> dict[str, Any
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(events)
 def test_random_traces_keep_invariants(evs: list[dict[str, Any]]) -> None:
-    rank = run(evs)["ranks"][0]
-    for row in rank["ops"] + rank["modules"] + rank["annotations"]:
-        assert 0 <= row["self_ms"] <= row["total_ms"] + 1e-12
-    for d in rank["devices"]:
-        assert 0 <= d["busy_in_window_ms"] <= d["window_ms"] + 1e-12
-        assert d["idle_ms"] >= -1e-12
-        assert 0.0 <= d["utilization"] <= 1.0
-        assert abs(sum(d["idle_breakdown_ms"].values()) - d["idle_ms"]) < 1e-9
-    for s in rank["steps"]:
-        assert s["ms"] >= 0
+    rank = run(evs).rank()
+    for op in rank.ops:
+        assert op.samples is not None
+        for self_ns, total_ns in zip(op.samples.self_ns, op.samples.total_ns, strict=True):
+            assert 0 <= self_ns <= total_ns
+    for a in rank.annotations:
+        assert 0 <= a.self_ns <= a.total_ns
+    for root in rank.tree():
+        root.self_check(tolerance_ns=1e-6)
+    for d in rank.devices:
+        assert 0 <= d.busy_in_window_ns <= d.window_ns
+        assert d.idle_ns >= 0
+        assert 0.0 <= d.utilization <= 1.0
+        assert d.host_wait_ns + d.short_gap_ns + d.other_idle_ns == d.idle_ns
+    assert rank.steps is not None
+    assert all(s.dur_ns >= 0 for s in rank.steps.steps)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(events, st.integers(min_value=1, max_value=300))
 def test_batch_size_changes_nothing(evs: list[dict[str, Any]], batch: int) -> None:
-    def where_free(d: dict[str, Any]) -> dict[str, Any]:  # temp paths differ per run
-        return {**d, "path": "", "ranks": [{**r, "file": ""} for r in d["ranks"]]}
+    def where_free(run: Run) -> dict[str, Any]:  # temp paths differ per run
+        d = codec.to_dict(run, samples=True)
+        ranks = [
+            {**r, "source": {**r["source"], "file": ""}, "meta": {**r["meta"], "extra": {}}}
+            for r in d["ranks"]
+        ]
+        return {**d, "path": "", "ranks": ranks}
 
     assert where_free(run(evs, batch=batch)) == where_free(run(evs))

@@ -35,7 +35,7 @@ def test_every_rule_clashing_leaves_file_order_and_says_why(tmp_path: Path) -> N
     b = write(tmp_path, "b_rank_3.json", 2)
     report = analyze(tmp_path)
     assert report.rank_source == "file order"
-    assert [(r.rank, Path(r.file).name) for r in report.ranks] == [
+    assert [(r.rank, Path(r.source.file).name) for r in report.ranks] == [
         (0, "a_rank_3.json"),
         (1, "b_rank_3.json"),
     ]
@@ -56,5 +56,5 @@ def test_distinct_ranks_need_no_note(tmp_path: Path) -> None:
     write(tmp_path, "y.json", 0)
     report = analyze(tmp_path)
     assert report.rank_source == "distributedInfo.rank"
-    assert [Path(r.file).name for r in report.ranks] == ["y.json", "x.json"]
+    assert [Path(r.source.file).name for r in report.ranks] == ["y.json", "x.json"]
     assert not any("claim" in n for r in report.ranks for n in r.notes)

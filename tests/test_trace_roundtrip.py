@@ -21,9 +21,8 @@ from layerprof.diff import diff
 from layerprof.opcapture import OpOptions
 from layerprof.profile import Profile
 from layerprof.render.chrome import write_chrome_trace
-from layerprof.runner import Measurement, RunOptions, run_model
-from layerprof.trace import RankReport, analyze
-from layerprof.trace.modules import TreeRow
+from layerprof.runner import RunOptions, run_model
+from layerprof.trace import analyze
 
 ITERS = 3
 
@@ -71,48 +70,58 @@ def called_paths(model: nn.Module, x: Any) -> list[str]:
     return seen
 
 
-def run(tmp_path: Path, **options: Any) -> tuple[nn.Module, Measurement, Path, list[str]]:
+def run(tmp_path: Path, **options: Any) -> tuple[nn.Module, Profile, Path, list[str]]:
     torch.manual_seed(0)
     model, x = Net().eval(), torch.randn(4, 8)
     ops = OpOptions(**options.pop("ops", {}))
-    m = run_model(model, (x,), None, RunOptions(ops=ops, iters=ITERS, warmup=1, **options))
-    assert m.capture is not None
-    path = write_chrome_trace(tmp_path / "run.pt.trace.json.gz", m.capture, m.profile)
-    return model, m, path, called_paths(model, x)
+    live = run_model(model, (x,), None, RunOptions(ops=ops, iters=ITERS, warmup=1, **options))
+    assert live.events is not None
+    path = write_chrome_trace(tmp_path / "run.pt.trace.json.gz", live)
+    return model, live, path, called_paths(model, x)
 
 
-def check_step_tree(rank: RankReport) -> None:
+def called_rows(p: Profile) -> list[str]:
+    """Layer paths that ran, in the profile's order (never-called containers left out)."""
+    return [i.path for i in p.layers if i.path in p.samples]
+
+
+def check_step_tree(p: Profile) -> None:
     """Per complete step: total == self + direct children (layer spans nest exactly)."""
-    rows = {r.path: r for r in rank.modules}
-    kids: dict[str | None, list[TreeRow]] = {}
-    for r in rank.modules:
-        kids.setdefault(r.parent, []).append(r)
-    for r in rank.modules:
-        assert 0 <= r.self_ns <= r.total_ns, r.path
-        for i in range(len(rank.steps.complete)):
-            children = sum(c.step_total_ns[i] for c in kids.get(r.path, []))
+    kids: dict[str | None, list[str]] = {}
+    parent_of = {i.path: i.parent for i in p.layers}
+    for info in p.layers:
+        if info.path in p.samples:
+            parent = info.parent
+            while parent is not None and parent not in p.samples:  # never-called containers
+                parent = parent_of.get(parent)
+            kids.setdefault(parent, []).append(info.path)
+    assert p.steps is not None
+    for path, s in p.samples.items():
+        for i in range(len(p.steps.complete)):
+            assert 0 <= s.self_ns[i] <= s.total_ns[i], path
+            children = sum(p.samples[c].total_ns[i] for c in kids.get(path, []))
             # µs floats with ns digits round to whole ns once per span end: 1 ns per child
-            assert abs(r.step_total_ns[i] - r.step_self_ns[i] - children) <= len(
-                kids.get(r.path, [])
-            ), (r.path, i)
-    assert rows[""].parent is None
+            assert abs(s.total_ns[i] - s.self_ns[i] - children) <= len(kids.get(path, [])), (
+                path,
+                i,
+            )
 
 
 @pytest.fixture(scope="module")
 def forward_run(
     tmp_path_factory: pytest.TempPathFactory,
-) -> tuple[nn.Module, Measurement, Path, list[str]]:
+) -> tuple[nn.Module, Profile, Path, list[str]]:
     return run(tmp_path_factory.mktemp("fwd"))
 
 
 def test_export_keeps_steps_on_the_main_thread_and_marks_layerprof(
-    forward_run: tuple[nn.Module, Measurement, Path, list[str]],
+    forward_run: tuple[nn.Module, Profile, Path, list[str]],
 ) -> None:
     _, m, path, _ = forward_run
     doc = orjson.loads(gzip.decompress(path.read_bytes()))
     assert doc["layerprof"]["version"] == layerprof.__version__
-    assert doc["layerprof"]["model"] == m.profile.meta.model
-    assert list(doc["layerprof"]["module_types"]) == [i.path for i in m.profile.layers]
+    assert doc["layerprof"]["model"] == m.meta.model
+    assert list(doc["layerprof"]["module_types"]) == [i.path for i in m.layers]
     events = doc["traceEvents"]
     steps = [e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")]
     # torch numbers its own step spans; step 0 is the discarded warm-up step
@@ -137,42 +146,41 @@ def test_export_keeps_steps_on_the_main_thread_and_marks_layerprof(
 
 
 def test_analyze_builds_the_tree_from_layer_spans(
-    forward_run: tuple[nn.Module, Measurement, Path, list[str]],
+    forward_run: tuple[nn.Module, Profile, Path, list[str]],
 ) -> None:
     _, m, path, called = forward_run
-    report = analyze(path)
-    rank = report.ranks[0]
-    assert rank.steps.source == "ProfilerStep"
-    assert len(rank.steps.complete) == ITERS == m.profile.meta.iters
-    assert rank.module_source == "layerprof_layer"
-    assert [r.path for r in rank.modules] == called  # first-call (pre-)order
-    rows = {r.path: r for r in rank.modules}
-    assert rows[""].name == rows[""].type == "Net"
-    assert rows["blocks.0.fc"].type == "Linear" and rows["blocks.0.fc"].parent == "blocks.0"
-    assert rows["blocks.0"].parent == ""  # the ModuleList is never called: no span, no row
-    assert rows["head"].step_calls == (2,) * ITERS
+    rank = analyze(path).rank()
+    assert rank.steps is not None and rank.steps.source == "ProfilerStep"
+    assert len(rank.steps.complete) == ITERS == m.meta.iters
+    assert rank.source is not None and rank.source.module_source == "layerprof_layer"
+    assert called_rows(rank) == called  # module order, as the run's
+    info = {i.path: i for i in rank.layers}
+    assert info[""].type == "Net"
+    assert info["blocks.0.fc"].type == "Linear" and info["blocks.0.fc"].parent == "blocks.0"
+    assert info["blocks.0"].parent == "blocks"  # the never-called ModuleList keeps its row
+    assert "blocks" not in rank.samples  # ... but no span, no samples
+    assert rank.samples["head"].calls == 2 and not rank.samples["head"].calls_vary
     check_step_tree(rank)
-    out = report.to_dict()["ranks"][0]
-    assert out["module_source"] == "layerprof_layer"
-    assert out["layerprof"] == {"version": layerprof.__version__, "model": "Net"}
-    assert any("written by layerprof" in n for n in out["notes"])
-    assert not any("no nn.Module events" in n for n in out["notes"])
+    assert rank.source.producer == {"version": layerprof.__version__, "model": "Net"}
+    assert any("written by layerprof" in n for n in rank.notes)
+    assert not any("no nn.Module events" in n for n in rank.notes)
     # the ops are unchanged by the layer lane: ProfilerStep/layers are not ops
-    assert not any(o["name"].startswith(("ProfilerStep", "layer:")) for o in out["ops"])
+    assert not any(o.name.startswith(("ProfilerStep", "layer:")) for o in rank.ops)
 
 
 def test_trace_profile_matches_the_live_profile(
-    forward_run: tuple[nn.Module, Measurement, Path, list[str]],
+    forward_run: tuple[nn.Module, Profile, Path, list[str]],
 ) -> None:
     _, m, path, _ = forward_run
-    live = m.profile
-    traced = analyze(path).to_profile()
+    live = m
+    traced = analyze(path).rank()
     assert [(i.path, i.type, i.parent) for i in traced.layers] == [
         (i.path, i.type, i.parent) for i in live.layers
     ]
     assert traced.meta.model == live.meta.model and traced.meta.inputs == live.meta.inputs
     assert traced.meta.threads == live.meta.threads
-    assert traced.meta.iters == ITERS and len(traced.latency_ns) == ITERS
+    assert traced.meta.iters == ITERS
+    assert traced.latency_ns is not None and len(traced.latency_ns) == ITERS
     # The same spans: per-iteration samples agree to the ns rounding of the µs floats.
     for p, s in live.samples.items():
         t = traced.samples[p]
@@ -188,25 +196,27 @@ def test_trace_profile_matches_the_live_profile(
     assert {r.path for r in d.layers} == {i.path for i in live.layers}
     assert all(r.note is None for r in d.layers)  # no type or calls-per-forward changes
     assert {r.status for r in d.layers} == {"same"}
-    # Ops are per iteration on both sides.
+    # Ops are per iteration on both sides, attributed to the same layers.
     assert not d.added_ops() and not d.removed_ops()
-    live_calls: dict[str, int] = {}
-    for o in live.ops:
-        live_calls[o.name] = live_calls.get(o.name, 0) + o.calls
-    assert {o.name: o.calls for o in traced.ops} == live_calls
+    assert {(o.layer, o.name): o.calls for o in traced.ops} == {
+        (o.layer, o.name): o.calls for o in live.ops
+    }
 
 
 def test_backward_run_round_trips(tmp_path: Path) -> None:
     _, m, path, called = run(tmp_path, backward=True)
-    rank = analyze(path).ranks[0]
+    rank = analyze(path).rank()
+    assert rank.steps is not None
     assert rank.steps.source == "ProfilerStep" and len(rank.steps.complete) == ITERS
-    assert [r.path for r in rank.modules] == called
+    assert called_rows(rank) == called
     check_step_tree(rank)
-    names = {o.name for o in rank.ops}
+    names = {o.name for o in rank.ops if o.phase == "backward"}
     assert any("Backward" in n for n in names)
-    # the step spans cover the backward too: every op starts inside a step
-    assert sum(o.calls for o in rank.step_ops or ()) == sum(o.calls for o in rank.ops)
-    d = diff(m.profile, analyze(path).to_profile())
+    # the backward of each layer, from the trace as from the live run
+    assert {p for p, s in rank.samples.items() if s.backward_total_ns is not None} == {
+        p for p, s in m.samples.items() if s.backward_total_ns is not None
+    }
+    d = diff(m, rank)
     assert not d.added_layers() and not d.removed_layers()
 
 
@@ -215,12 +225,12 @@ def test_schedule_keeps_torchs_own_step_spans(tmp_path: Path) -> None:
     doc = orjson.loads(gzip.decompress(path.read_bytes()))
     steps = [e for e in doc["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")]
     assert steps and not any("layerprof" in s.get("args", {}) for s in steps)  # torch's own
-    rank = analyze(path).ranks[0]
-    assert rank.steps.source == "ProfilerStep"
-    assert len(rank.steps.complete) == 2 == m.capture.iterations  # type: ignore[union-attr]
-    assert [r.path for r in rank.modules] == called
+    rank = analyze(path).rank()
+    assert rank.steps is not None and rank.steps.source == "ProfilerStep"
+    assert len(rank.steps.complete) == 2 == m.samples["head"].total_ns.n
+    assert called_rows(rank) == called
     check_step_tree(rank)
-    d = diff(m.profile, analyze(path).to_profile())
+    d = diff(m, rank)
     assert not d.added_layers() and not d.removed_layers()
 
 
@@ -281,29 +291,24 @@ def cuda_like_trace() -> dict[str, Any]:
 def test_layer_spans_give_device_time_and_win_over_nn_module(tmp_path: Path) -> None:
     path = tmp_path / "cuda.json"
     path.write_bytes(orjson.dumps(cuda_like_trace()))
-    report = analyze(path)
-    rank = report.ranks[0]
-    assert rank.module_source == "layerprof_layer"
-    rows = {r.path: r for r in rank.modules}
-    assert set(rows) == {"", "fc"}
-    root, fc = rows[""], rows["fc"]
-    assert (root.name, root.type, fc.type, fc.parent) == ("Net", "Net", "Linear", "")
-    assert root.step_total_ns == (60_000, 60_000) and root.step_self_ns == (20_000, 20_000)
-    assert fc.step_device_ns == (15_000, 15_000)  # gemm, launched inside fc
-    assert root.step_device_ns == (15_000, 15_000) and root.step_device_self_ns == (0, 0)
-    prof = report.to_profile()
+    prof = analyze(path).rank()
+    assert prof.source is not None and prof.source.module_source == "layerprof_layer"
+    assert set(prof.samples) == {"", "fc"}
+    root, fc = prof.samples[""], prof.samples["fc"]
+    assert root.total_ns == (60_000, 60_000) and root.self_ns == (20_000, 20_000)
+    assert fc.device_total_ns == (15_000, 15_000)  # gemm, launched inside fc
+    assert root.device_total_ns == (15_000, 15_000) and root.device_self_ns == (0, 0)
     assert prof.meta.model == "Net"
     assert [(i.path, i.type, i.parent) for i in prof.layers] == [
         ("", "Net", None),
         ("fc", "Linear", ""),
         ("unused", "Linear", ""),
     ]
-    assert prof.samples["fc"].device_total_ns == (15_000, 15_000)
     assert "unused" not in prof.samples
-    # per-iteration ops: 1 call of each per step
-    assert {o.name: (o.calls, o.device_ns) for o in prof.ops} == {
-        "aten::addmm": (1, 15_000),
-        "aten::sum": (1, 2_000),
+    # per-iteration ops: 1 call of each per step, attributed to their layers
+    assert {(o.layer, o.name): (o.calls, o.device_ns) for o in prof.ops} == {
+        ("fc", "aten::addmm"): (1, 15_000),
+        ("(unattributed)", "aten::sum"): (1, 2_000),
     }
 
 
@@ -316,10 +321,10 @@ def test_old_export_without_steps_or_marker(tmp_path: Path) -> None:
     del doc["layerprof"]
     path = tmp_path / "old.json"
     path.write_bytes(orjson.dumps(doc))
-    rank = analyze(path).ranks[0]
-    assert rank.steps.source == "layerprof_layer"
+    rank = analyze(path).rank()
+    assert rank.steps is not None and rank.steps.source == "layerprof_layer"
     assert [s.name for s in rank.steps.steps] == ["Net", "Net"]
-    assert rank.producer is None
-    assert {r.path: r.type for r in rank.modules} == {"": "Net", "fc": "layer"}
-    prof = Profile.from_dict(analyze(path).to_profile().to_dict())
+    assert rank.source is not None and rank.source.producer is None
+    assert {i.path: i.type for i in rank.layers} == {"": "Net", "fc": "layer"}
+    prof = Profile.from_dict(rank.to_dict())
     assert [i.path for i in prof.layers] == ["", "fc"]

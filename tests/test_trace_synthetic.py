@@ -11,7 +11,11 @@ from typing import Any
 import orjson
 import pytest
 
-from layerprof.trace import SCHEMA, analyze
+from layerprof import codec
+from layerprof.profile import Profile
+from layerprof.records import OpStat
+from layerprof.sections import DeviceMemory
+from layerprof.trace import analyze
 from layerprof.trace import reader as reader_mod
 
 US = 1000  # ns per µs
@@ -99,84 +103,87 @@ def write(tmp_path: Path, doc: Any, name: str = "t.json") -> Path:
 
 
 @pytest.fixture
-def report_dict(tmp_path: Path) -> dict[str, Any]:
-    return analyze(write(tmp_path, two_steps(), "t.json.gz")).to_dict()
+def rank(tmp_path: Path) -> Profile:
+    return analyze(write(tmp_path, two_steps(), "t.json.gz")).rank()
 
 
-def test_steps(report_dict: dict[str, Any]) -> None:
-    rank = report_dict["ranks"][0]
-    assert report_dict["schema"] == SCHEMA
-    assert report_dict["rank_source"] == "distributedInfo.rank"
-    assert rank["rank"] == 3
-    assert rank["step_source"] == "ProfilerStep"
-    assert [(s["name"], s["ms"], s["cut_off"]) for s in rank["steps"]] == [
-        ("ProfilerStep#1", 0.1, False),
-        ("ProfilerStep#2", 0.1, False),
+def ops_of(p: Profile) -> dict[str, OpStat]:
+    return {o.name: o for o in p.ops}
+
+
+def test_steps(tmp_path: Path) -> None:
+    run = analyze(write(tmp_path, two_steps(), "t.json.gz"))
+    assert codec.to_dict(run)["schema"] == "layerprof.trace/2"
+    assert run.rank_source == "distributedInfo.rank"
+    rank = run.rank()
+    assert rank.rank == 3
+    assert rank.steps is not None and rank.steps.source == "ProfilerStep"
+    assert [(s.name, s.dur_ns, s.cut_off) for s in rank.steps.steps] == [
+        ("ProfilerStep#1", 100 * US, False),
+        ("ProfilerStep#2", 100 * US, False),
     ]
-    assert rank["step_ms"]["median"] == pytest.approx(0.1)
-    assert rank["step_ms"]["n"] == 2
+    assert rank.latency is not None
+    assert rank.latency.median == 100 * US and rank.latency.n == 2
 
 
-def test_ops_self_total_device(report_dict: dict[str, Any]) -> None:
-    ops = {o["name"]: o for o in report_dict["ranks"][0]["ops"]}
+def test_ops_self_total_device(rank: Profile) -> None:
+    """Per step (both steps hold the same host spans): medians of the step sums."""
+    ops = ops_of(rank)
     linear, addmm, relu = ops["aten::linear"], ops["aten::addmm"], ops["aten::relu"]
-    assert linear["calls"] == 2
-    assert linear["total_ms"] == pytest.approx(0.080)
-    assert linear["self_ms"] == pytest.approx(0.020)  # 2 x (40 - 30)
-    assert addmm["self_ms"] == pytest.approx(0.060)  # runtime calls are not child ops
-    # gemm 20 + (gemm 20 + gemm2 5), inclusive for linear, own for addmm.
-    assert addmm["device_ms"] == pytest.approx(0.045)
-    assert linear["device_ms"] == pytest.approx(0.045)
-    assert linear["device_self_ms"] == pytest.approx(0.0)
-    assert relu["device_ms"] == pytest.approx(0.004)
+    assert linear.calls == 1
+    assert linear.total_ns == 40 * US
+    assert linear.self_ns == 10 * US  # 40 - 30
+    # the launch calls (5 µs; 5 + 2 µs in step 2) are not addmm's own time
+    assert addmm.samples is not None and addmm.samples.self_ns == [25 * US, 23 * US]
+    # gemm 20 (step 1) and gemm 20 + gemm2 5 (step 2): inclusive for linear
+    assert addmm.samples.device_ns == [20 * US, 25 * US]
+    assert addmm.device_ns == pytest.approx(22.5 * US)
+    assert linear.device_ns == pytest.approx(22.5 * US)
+    assert relu.device_ns == 2 * US
 
 
-def test_device_busy_idle_and_gaps(report_dict: dict[str, Any]) -> None:
-    (dev,) = report_dict["ranks"][0]["devices"]
-    assert dev["busy_ms"] == pytest.approx(0.053)  # 20+2+4 + 20+5+2
-    assert dev["window_ms"] == pytest.approx(0.200)
-    assert dev["idle_ms"] == pytest.approx(0.147)
-    assert dev["utilization"] == pytest.approx(0.053 / 0.2)
-    assert dev["kernel_ms"] == pytest.approx(0.049)
-    assert dev["memcpy_ms"] == pytest.approx(0.004)
-    gaps = dev["idle_breakdown_ms"]
+def test_device_busy_idle_and_gaps(rank: Profile) -> None:
+    (dev,) = rank.devices
+    assert dev.busy_ns == 53 * US  # 20+2+4 + 20+5+2
+    assert dev.window_ns == 200 * US
+    assert dev.idle_ns == 147 * US
+    assert dev.utilization == pytest.approx(0.053 / 0.2)
+    assert dev.kernel_ns == 49 * US
+    assert dev.memcpy_ns == 4 * US
     # Adjacent steps merge into one window [100, 300] µs. Gaps:
     # [100,130] host, [150,166] host, [168,190] host, [194,230] host (gemm launched
     # at 225), [250,255] short (gemm2 launched at 228), [260,266] host, [268,300] other.
-    assert gaps["host_wait"] == pytest.approx(0.110)
-    assert gaps["short_gap"] == pytest.approx(0.005)
-    assert gaps["other"] == pytest.approx(0.032)
-    assert sum(gaps.values()) == pytest.approx(dev["idle_ms"])
+    assert dev.host_wait_ns == 110 * US
+    assert dev.short_gap_ns == 5 * US
+    assert dev.other_idle_ns == 32 * US
+    assert dev.host_wait_ns + dev.short_gap_ns + dev.other_idle_ns == dev.idle_ns
 
 
-def test_launch_memcpy_kernels(report_dict: dict[str, Any]) -> None:
-    rank = report_dict["ranks"][0]
-    launch = rank["launch"]
-    assert launch["launches"] == 6
+def test_launch_memcpy_kernels(rank: Profile) -> None:
+    launch = rank.launches
+    assert launch is not None and launch.launches == 6
     # delays: 5, 0, 7 and 5, 27, 0 µs
-    assert launch["delay_us"]["median"] == pytest.approx(5.0)
-    assert launch["delay_us"]["max"] == pytest.approx(27.0)
-    assert launch["unmatched_device_ops"] == 0
-    (htod,) = rank["memcpy"]
-    assert (htod["kind"], htod["calls"], htod["bytes"]) == ("HtoD", 1, 4000)
-    assert htod["gb_per_s"] == pytest.approx(1.0)
-    kernels = {k["name"]: k for k in rank["kernels"]}
-    assert kernels["gemm"]["calls"] == 2
-    assert kernels["gemm"]["mean_ms"] == pytest.approx(0.020)
-    kinds = {k["kind"]: k["total_ms"] for k in rank["kernel_kinds"]}
-    assert kinds == pytest.approx({"compute": 0.049, "memory": 0.004})
+    assert launch.delay_ns is not None
+    assert launch.delay_ns.median == 5 * US and launch.delay_ns.max == 27 * US
+    assert launch.unmatched_device_ops == 0
+    (htod,) = rank.memcpy
+    assert (htod.kind, htod.calls, htod.bytes) == ("HtoD", 1, 4000)
+    assert htod.gb_per_s == pytest.approx(1.0)
+    kernels = {k.name: k for k in rank.kernels}
+    assert kernels["gemm"].calls == 2
+    assert kernels["gemm"].mean_ns == 20 * US
+    assert {k.kind: k.total_ns for k in rank.kinds} == {"compute": 49 * US, "memory": 4 * US}
 
 
 def test_module_tree_and_profile(tmp_path: Path) -> None:
-    report = analyze(write(tmp_path, two_steps()))
-    modules = {m["path"]: m for m in report.to_dict()["ranks"][0]["modules"]}
-    assert set(modules) == {"Net_0", "Net_0.Linear_0"}
-    net, lin = modules["Net_0"], modules["Net_0.Linear_0"]
-    assert net["type"] == "Net" and lin["parent"] == "Net_0"
-    assert net["self_ms"] == pytest.approx(2 * 0.025)
-    assert lin["device_ms"] == pytest.approx(0.045)
-    assert net["device_ms"] == pytest.approx(0.049)  # memcpy launch is outside Net_0
-    prof = report.to_profile()
+    prof = analyze(write(tmp_path, two_steps())).rank()
+    rows = {r.path: r for r in prof.rows()}
+    assert set(rows) == {"Net_0", "Net_0.Linear_0"}
+    net, lin = rows["Net_0"], rows["Net_0.Linear_0"]
+    assert net.type == "Net" and lin.parent == "Net_0"
+    assert net.self_ns == 25 * US  # per step
+    assert lin.device_total_ns == pytest.approx(22.5 * US)  # median of 20 and 25
+    assert prof.samples["Net_0"].device_total_ns == [22 * US, 27 * US]  # + relu's 2 µs
     assert prof.meta.source == "trace"
     assert prof.meta.model == "t"
     assert prof.latency_ns == (100 * US, 100 * US)
@@ -194,27 +201,28 @@ def test_batches_split_anywhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     doc = two_steps()
     doc["deviceProperties"] = [{"id": 0, "name": "GPU, {x}"}, {"id": 1, "name": "}, {"}]
     path = write(tmp_path, doc)
-    whole = analyze(path).to_dict()
+    whole = codec.to_dict(analyze(path), samples=True)
     monkeypatch.setattr(reader_mod, "BATCH_BYTES", 7)
-    assert analyze(path).to_dict() == whole
+    assert codec.to_dict(analyze(path), samples=True) == whole
 
 
 def test_cut_off_last_step(tmp_path: Path) -> None:
     doc = two_steps()
     # A third step that runs past the profiler window end (400 µs).
     doc["traceEvents"].append(span("user_annotation", "ProfilerStep#3", 300, 5000))
-    rank = analyze(write(tmp_path, doc)).to_dict()["ranks"][0]
-    assert [s["cut_off"] for s in rank["steps"]] == [False, False, True]
-    assert rank["step_ms"]["n"] == 2
-    assert rank["devices"][0]["window_ms"] == pytest.approx(0.2)
-    assert any("ProfilerStep#3" in n and "cut off" in n for n in rank["notes"])
+    rank = analyze(write(tmp_path, doc)).rank()
+    assert rank.steps is not None
+    assert [s.cut_off for s in rank.steps.steps] == [False, False, True]
+    assert rank.latency is not None and rank.latency.n == 2
+    assert rank.devices[0].window_ns == 200 * US
+    assert any("ProfilerStep#3" in n and "cut off" in n for n in rank.notes)
 
 
 def test_short_last_step_is_cut_off(tmp_path: Path) -> None:
     doc = two_steps()
     doc["traceEvents"].append(span("user_annotation", "ProfilerStep#3", 300, 2))
-    rank = analyze(write(tmp_path, doc)).to_dict()["ranks"][0]
-    assert rank["steps"][-1]["cut_off"] is True
+    rank = analyze(write(tmp_path, doc)).rank()
+    assert rank.steps is not None and rank.steps.steps[-1].cut_off is True
 
 
 def test_quirks(tmp_path: Path) -> None:
@@ -236,20 +244,20 @@ def test_quirks(tmp_path: Path) -> None:
         # a ts == 0 block from a broken clock
         span("cpu_op", "zero", 0, 10, tid="main thread"),
     ]
-    rank = analyze(write(tmp_path, {"traceEvents": events})).to_dict()["ranks"][0]
-    ops = {o["name"]: o for o in rank["ops"]}
+    rank = analyze(write(tmp_path, {"traceEvents": events})).rank()
+    ops = ops_of(rank)
     assert "zero" not in ops
-    assert any("ts == 0" in n for n in rank["notes"])
+    assert any("ts == 0" in n for n in rank.notes)
     weird = ops["weird??name"]
-    assert weird["total_ms"] == 0.050001  # ns digits kept on an epoch-µs timeline
+    assert weird.total_ns == 50_001  # ns digits kept on an epoch-µs timeline
     # a child overrunning its parent by more than 1 µs is not its child (as in
     # torch's event tree): the parent keeps its whole time as self time
-    assert weird["self_ms"] == 0.050001
-    assert ops["nodur"]["total_ms"] == 0
-    assert rank["steps"][0]["ms"] == pytest.approx(0.1)
-    assert "no device data (CPU-only trace): device columns are absent" in rank["notes"]
-    assert rank["devices"] == [] and rank["launch"] is None
-    assert ops["overrun"]["device_ms"] is None
+    assert weird.self_ns == 50_001
+    assert ops["nodur"].total_ns == 0
+    assert rank.steps is not None and rank.steps.steps[0].dur_ns == 100 * US
+    assert "no device data (CPU-only trace): device columns are absent" in rank.notes
+    assert rank.devices == () and rank.launches is None
+    assert ops["overrun"].device_ns is None
 
 
 def test_no_steps_uses_outermost_record_function(tmp_path: Path) -> None:
@@ -259,14 +267,13 @@ def test_no_steps_uses_outermost_record_function(tmp_path: Path) -> None:
         span("cpu_op", "aten::mm", 12, 5),
         span("user_annotation", "infer", 100, 70),
     ]
-    report = analyze(write(tmp_path, {"traceEvents": events}))
-    rank = report.to_dict()["ranks"][0]
-    assert rank["step_source"] == "record_function"
-    assert [s["ms"] for s in rank["steps"]] == [0.05, 0.07]
-    paths = {a["path"]: a for a in rank["annotations"]}
-    assert paths["infer.inner"]["parent"] == "infer"
-    assert paths["infer"]["self_ms"] == pytest.approx(0.120 - 0.020)
-    prof = report.to_profile()  # no modules: the annotation tree is the layer tree
+    prof = analyze(write(tmp_path, {"traceEvents": events})).rank()
+    assert prof.steps is not None and prof.steps.source == "record_function"
+    assert [s.dur_ns for s in prof.steps.steps] == [50 * US, 70 * US]
+    paths = {a.path: a for a in prof.annotations}
+    assert paths["infer.inner"].parent == "infer"
+    assert paths["infer"].self_ns == 120 * US - 20 * US
+    # no modules: the annotation tree is the layer tree
     assert [layer.path for layer in prof.layers] == ["infer", "infer.inner"]
 
 
@@ -277,10 +284,10 @@ def test_group_by_shape(tmp_path: Path) -> None:
         span("cpu_op", "aten::mm", 20, 5, **{"Input Dims": [[2, 3], [3, 4]]}),
     ]
     path = write(tmp_path, {"traceEvents": events})
-    plain = analyze(path).to_dict()["ranks"][0]["ops"]
-    assert [(o["name"], o["calls"]) for o in plain] == [("aten::mm", 3)]
-    shaped = analyze(path, group_by_shape=True).to_dict()["ranks"][0]["ops"]
-    assert [(o["input_shapes"], o["calls"]) for o in shaped] == [
+    plain = analyze(path).rank().ops
+    assert [(o.name, o.calls) for o in plain] == [("aten::mm", 3)]
+    shaped = analyze(path, group_by_shape=True).rank().ops
+    assert [(o.input_shapes, o.calls) for o in shaped] == [
         ("[2, 3], [3, 4]", 2),
         ("[8, 3], [3, 4]", 1),
     ]
@@ -307,17 +314,18 @@ def test_memory_instants(tmp_path: Path) -> None:
         mem(28, -1024, 4096),
         mem(40, 100, 4196),  # outside any op
     ]
-    memory = analyze(write(tmp_path, {"traceEvents": events})).to_dict()["ranks"][0]["memory"]
-    assert memory["devices"] == [
-        {
-            "device": "cuda:0",
-            "peak_allocated_bytes": 5120,
-            "allocations": 3,
-            "allocated_bytes": 5220,
-            "freed_bytes": 1024,
-        }
-    ]
-    assert [(r["op"], r["bytes"]) for r in memory["top_ops"]] == [
+    memory = analyze(write(tmp_path, {"traceEvents": events})).rank().memory
+    assert memory is not None
+    assert memory.devices == (
+        DeviceMemory(
+            device="cuda:0",
+            peak_allocated=5120,
+            allocations=3,
+            allocated_bytes=5220,
+            freed_bytes=1024,
+        ),
+    )
+    assert [(r.op, r.bytes) for r in memory.top_ops] == [
         ("aten::cat", 4096),
         ("aten::empty", 1024),
         ("(outside ops)", 100),
@@ -332,26 +340,25 @@ def test_directory_ranks_from_file_names(tmp_path: Path) -> None:
             gpu("kernel", "ncclKernel_AllReduce", 10, 40 + rank, 1),
         ]
         write(tmp_path, {"traceEvents": events}, f"worker_rank_{rank}.pt.trace.json")
-    report = analyze(tmp_path)
-    d = report.to_dict()
-    assert d["rank_source"] == "file name (rank-N / rank_N)"
-    assert [r["rank"] for r in d["ranks"]] == [0, 1]
-    cross = d["cross_rank"]
-    step5 = next(s for s in cross["steps"] if s["name"] == "ProfilerStep#5")
-    assert step5["slowest_rank"] == 1
-    assert step5["spread_ms"] == pytest.approx(0.030)
-    assert cross["slowest_rank"] == 1
-    comm = [r["communication_ms"] for r in cross["ranks"]]
-    assert comm == pytest.approx([0.040, 0.041])
-    assert report.to_profile(1).meta.extra["rank"] == 1
+    run = analyze(tmp_path)
+    assert run.rank_source == "file name (rank-N / rank_N)"
+    assert [p.rank for p in run.ranks] == [0, 1]
+    cross = run.cross
+    assert cross is not None
+    step5 = next(s for s in cross.steps if s.name == "ProfilerStep#5")
+    assert step5.slowest_rank == 1
+    assert step5.spread_ns == 30 * US
+    assert cross.slowest_rank == 1
+    assert [r.communication_ns for r in cross.ranks] == [40 * US, 41 * US]
+    assert run.rank(1).meta.extra["rank"] == 1
 
 
 def test_directory_ranks_from_file_order(tmp_path: Path) -> None:
     for name in ("b.json", "a.json"):
         write(tmp_path, {"traceEvents": [span("cpu_op", name, 0, 1)]}, name)
-    d = analyze(tmp_path).to_dict()
-    assert d["rank_source"] == "file order"
-    assert [Path(r["file"]).name for r in d["ranks"]] == ["a.json", "b.json"]
+    run = analyze(tmp_path)
+    assert run.rank_source == "file order"
+    assert [Path(p.source.file).name for p in run.ranks if p.source] == ["a.json", "b.json"]
 
 
 def test_legacy_categories_and_bare_array(tmp_path: Path) -> None:
@@ -377,28 +384,22 @@ def test_legacy_categories_and_bare_array(tmp_path: Path) -> None:
             "args": {"device": 0, "stream": 7, "correlation": 5, "external id": 0},
         },
     ]
-    rank = analyze(write(tmp_path, events)).to_dict()["ranks"][0]
-    assert rank["launch"]["launches"] == 1
-    assert rank["launch"]["delay_us"]["median"] == pytest.approx(6.0)
-    assert rank["step_source"] == "trace"
+    rank = analyze(write(tmp_path, events)).rank()
+    assert rank.launches is not None and rank.launches.launches == 1
+    assert rank.launches.delay_ns is not None and rank.launches.delay_ns.median == 6 * US
+    assert rank.steps is not None and rank.steps.source == "trace"
 
 
 def test_to_dict_top_limits_lists(tmp_path: Path) -> None:
-    report = analyze(write(tmp_path, two_steps()))
-    d = report.to_dict(top=1)["ranks"][0]
+    run = analyze(write(tmp_path, two_steps()))
+    d = run.to_dict(top=1)["ranks"][0]
     assert len(d["ops"]) == 1 and len(d["kernels"]) == 1
-    assert len(report.to_dict()["ranks"][0]["ops"]) == 3
-    orjson.dumps(report.to_dict())  # JSON-serializable as is
+    assert len(run.to_dict()["ranks"][0]["ops"]) == 3
+    orjson.dumps(run.to_dict())  # JSON-serializable as is
 
 
 def test_console_report(tmp_path: Path) -> None:
-    from rich.console import Console
-
-    from layerprof.render.trace_console import print_trace_report
-
-    console = Console(record=True, width=200)
-    print_trace_report(analyze(write(tmp_path, two_steps())), console, top=5)
-    text = console.export_text()
+    text = str(analyze(write(tmp_path, two_steps())).render("console", width=200, top=5))
     for expected in ("ProfilerStep#1", "aten::linear", "gemm", "Net_0", "launch delay", "HtoD"):
         assert expected in text
 
@@ -411,10 +412,8 @@ def test_import_does_not_import_torch() -> None:
 def test_module_paths_from_layerprof_header(tmp_path: Path) -> None:
     doc = two_steps()
     doc["layerprof"] = {"module_paths": {"Net_0": "", "Net_0.Linear_0": "fc"}}
-    report = analyze(write(tmp_path, doc))
-    modules = {m["path"]: m["parent"] for m in report.to_dict()["ranks"][0]["modules"]}
-    assert modules == {"": None, "fc": ""}
-    prof = report.to_profile()
+    prof = analyze(write(tmp_path, doc)).rank()
+    assert {r.path: r.parent for r in prof.rows()} == {"": None, "fc": ""}
     (root,) = prof.tree()
     assert root.row.path == "" and [c.row.path for c in root.children] == ["fc"]
 
@@ -437,7 +436,7 @@ def test_numpy_summary_matches_stats() -> None:
 def test_profile_round_trips_through_save(tmp_path: Path) -> None:
     from layerprof.profile import Profile
 
-    prof = analyze(write(tmp_path, two_steps())).to_profile()
+    prof = analyze(write(tmp_path, two_steps())).rank()
     summary_only = Profile.load(prof.save(tmp_path / "s.json"))
     assert summary_only.samples["Net_0.Linear_0"].total_ns.values is None
     assert summary_only.row("Net_0.Linear_0") == prof.row("Net_0.Linear_0")

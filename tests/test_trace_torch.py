@@ -75,36 +75,36 @@ def stack_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_steps_from_schedule(stack_trace: Path) -> None:
-    rank = analyze(stack_trace).to_dict()["ranks"][0]
-    assert rank["step_source"] == "ProfilerStep"
-    assert len(rank["steps"]) == 3
-    assert all(s["name"].startswith("ProfilerStep#") for s in rank["steps"])
-    assert all(s["ms"] > 0 for s in rank["steps"])
-    assert rank["has_device_data"] is False
+    rank = analyze(stack_trace).rank()
+    assert rank.steps is not None and rank.steps.source == "ProfilerStep"
+    assert len(rank.steps.steps) == 3
+    assert all(s.name.startswith("ProfilerStep#") for s in rank.steps.steps)
+    assert all(s.dur_ns > 0 for s in rank.steps.steps)
+    assert rank.source is not None and rank.source.has_device is False
 
 
 def test_module_tree(stack_trace: Path) -> None:
-    report = analyze(stack_trace)
-    rank = report.ranks[0]
-    rows = {m.path: m for m in rank.modules}
+    prof = analyze(stack_trace).rank()
+    assert prof.source is not None and prof.source.module_source == "nn.Module"
+    assert prof.steps is not None
+    rows = {r.path: r for r in prof.rows()}
     assert set(rows) == EXPECTED_PATHS
-    n_steps = len(rank.steps.complete)
-    assert rows["Net_0.Linear_2"].calls == 2 * n_steps  # head runs twice per forward
-    assert rows["Net_0"].calls == n_steps
+    n_steps = len(prof.steps.complete)
+    assert rows["Net_0.Linear_2"].calls == 2  # head runs twice per forward (per step)
+    assert rows["Net_0"].calls == 1
     assert rows["Net_0.Sequential_0.ReLU_0"].type == "ReLU"
     children: dict[str | None, list[str]] = {}
-    for row in rank.modules:
+    for row in rows.values():
         children.setdefault(row.parent, []).append(row.path)
-    for row in rank.modules:
-        assert 0 <= row.self_ns <= row.total_ns
+    for path, s in prof.samples.items():
         # Per step, exactly: total = self + direct children (well-nested spans).
         for i in range(n_steps):
-            kids = sum(rows[c].step_total_ns[i] for c in children.get(row.path, []))
-            assert row.step_total_ns[i] == row.step_self_ns[i] + kids
-    prof = report.to_profile()
+            kids = sum(prof.samples[c].total_ns[i] for c in children.get(path, []))
+            assert s.total_ns[i] == s.self_ns[i] + kids
+            assert 0 <= s.self_ns[i] <= s.total_ns[i]
     assert prof.layers[0].path == "Net_0"
     assert prof.samples["Net_0.Linear_2"].calls == 2.0
-    assert len(prof.latency_ns) == n_steps
+    assert prof.latency_ns is not None and len(prof.latency_ns) == n_steps
     assert prof.meta.model == "net"
     # Ops run inside the module spans, so every module's total covers its ops.
     for root in prof.tree():
@@ -112,24 +112,22 @@ def test_module_tree(stack_trace: Path) -> None:
 
 
 def test_backward_and_memory(stack_trace: Path) -> None:
-    rank = analyze(stack_trace, group_by_shape=True).to_dict()["ranks"][0]
-    names = {o["name"] for o in rank["ops"]}
+    rank = analyze(stack_trace, group_by_shape=True).rank()
+    names = {o.name for o in rank.ops}
     assert any("Backward" in n for n in names)
-    assert any(o.get("input_shapes") for o in rank["ops"])
-    memory = rank["memory"]
+    assert any(o.input_shapes for o in rank.ops)
+    memory = rank.memory
     assert memory is not None
-    assert memory["devices"][0]["device"] == "cpu"
-    assert memory["devices"][0]["peak_allocated_bytes"] > 0
-    assert memory["top_ops"]
+    assert memory.devices[0].device == "cpu"
+    assert memory.devices[0].peak_allocated > 0
+    assert memory.top_ops
 
 
 def test_without_stack_uses_steps(tmp_path: Path) -> None:
     path = record(tmp_path, with_stack=False, steps=True, backward=False)
-    report = analyze(path)
-    rank = report.to_dict()["ranks"][0]
-    assert rank["modules"] == []
-    assert any("with_stack=True" in n for n in rank["notes"])
-    prof = report.to_profile()
+    prof = analyze(path).rank()
+    assert prof.source is not None and prof.source.module_source is None
+    assert any("with_stack=True" in n for n in prof.notes)
     (layer,) = prof.layers
     assert layer.path == "ProfilerStep"
     assert prof.samples["ProfilerStep"].total_ns == prof.latency_ns
@@ -137,10 +135,10 @@ def test_without_stack_uses_steps(tmp_path: Path) -> None:
 
 def test_no_schedule_uses_outermost_modules(tmp_path: Path) -> None:
     path = record(tmp_path, with_stack=True, steps=False, backward=True)
-    rank = analyze(path).to_dict()["ranks"][0]
-    assert rank["step_source"] == "nn.Module"
-    assert [s["name"] for s in rank["steps"]] == ["nn.Module: Net_0"] * 2
-    assert {m["path"] for m in rank["modules"]} == EXPECTED_PATHS
+    rank = analyze(path).rank()
+    assert rank.steps is not None and rank.steps.source == "nn.Module"
+    assert [s.name for s in rank.steps.steps] == ["nn.Module: Net_0"] * 2
+    assert {r.path for r in rank.rows()} == EXPECTED_PATHS
 
 
 class SmallCNN(nn.Module):  # type: ignore[misc]
@@ -182,14 +180,20 @@ def training_trace(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]
 def test_operator_table_equals_key_averages(training_trace: tuple[Path, Any]) -> None:
     path, averages = training_trace
     rank = analyze(path).ranks[0]
-    ours = {o.name: o for o in rank.ops}
+    ours: dict[str, list[int]] = {}  # over the whole trace, forward and backward, like torch
+    for o in rank.ops:
+        assert o.samples is not None
+        acc = ours.setdefault(o.name, [0, 0, 0])
+        acc[0] += sum(o.samples.calls)
+        acc[1] += sum(o.samples.total_ns)
+        acc[2] += sum(o.samples.self_ns)
     theirs = {e.key: e for e in averages if e.key.startswith("aten::")}
     assert len(theirs) > 30
     for name, e in theirs.items():
-        row = ours[name]
-        assert row.calls == e.count, name
-        assert row.total_ns / 1e3 == pytest.approx(e.cpu_time_total, rel=0.01, abs=0.002), name
-        assert row.self_ns / 1e3 == pytest.approx(e.self_cpu_time_total, rel=0.01, abs=0.002), name
+        calls, total_ns, self_ns = ours[name]
+        assert calls == e.count, name
+        assert total_ns / 1e3 == pytest.approx(e.cpu_time_total, rel=0.01, abs=0.002), name
+        assert self_ns / 1e3 == pytest.approx(e.self_cpu_time_total, rel=0.01, abs=0.002), name
     # The case that needs torch's merge rule is really in this trace: an op whose
     # only child op has its own name (aten::sum -> aten::sum).
     raw = orjson.loads(path.read_bytes())["traceEvents"]

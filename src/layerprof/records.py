@@ -158,13 +158,21 @@ class OpStat:
         input_shapes: str | None = None,
         phase: str = "forward",
     ) -> OpStat:
-        """The row of per-iteration samples: mean calls, median times."""
+        """The row of per-iteration samples: mean calls, median times (the mean where the
+        number of calls varies between iterations, as for layers: a median of mostly
+        zeros would hide an op that runs in some iterations only)."""
+        calls = samples.calls
+        vary = calls.values is not None and bool((calls.values != calls.values[0]).any())
+
+        def mid(series: Series) -> float:
+            return series.mean if vary else series.median
+
         return cls(
             name=name,
-            calls=samples.calls.mean,
-            self_ns=samples.self_ns.median,
-            total_ns=samples.total_ns.median,
-            device_ns=samples.device_ns.median if samples.device_ns is not None else None,
+            calls=calls.mean,
+            self_ns=mid(samples.self_ns),
+            total_ns=mid(samples.total_ns),
+            device_ns=mid(samples.device_ns) if samples.device_ns is not None else None,
             layer=layer,
             input_shapes=input_shapes,
             phase=phase,

@@ -101,7 +101,7 @@ def reduce(
         memcpy=memcpy_table(tables),
         launches=launches(tables, links) if has_device else None,
         memory=memory_summary(tables, nesting),
-        annotations=tuple(_annotation(r) for r in annotation_rows) if modules else (),
+        annotations=tuple(_annotation(r) for r in annotation_rows),
     )
     return profile.with_notes(*_notes(tables, steps, profile))
 
