@@ -26,8 +26,8 @@ from typing import Any
 import torch
 
 import layerprof
-from layerprof.demo import build
-from layerprof.opcapture import OpOptions, capture_ops
+from layerprof.capture.ops import OpOptions, capture_ops
+from layerprof.load.demo import build
 from layerprof.stats import median
 
 

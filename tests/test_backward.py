@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from layerprof import backward as bwd
-from layerprof.backward import (
+from layerprof.capture import backward as bwd
+from layerprof.capture.backward import (
     BackwardProfile,
     NodeHooksUnavailable,
     NodeMarks,
@@ -18,10 +18,10 @@ from layerprof.backward import (
     nest_intervals,
     profile_backward,
 )
-from layerprof.clocks import FakeClock
-from layerprof.demo import SmallCNN, TinyTransformer
+from layerprof.capture.clocks import FakeClock
+from layerprof.capture.layertimes import build_samples
 from layerprof.errors import ModelRunError, UsageError
-from layerprof.layertimes import build_samples
+from layerprof.load.demo import SmallCNN, TinyTransformer
 from tests import zoo_models as zoo
 from tests.real_models import InPlaceAdd, ListEncoder, ResNetish, TinyGPT
 

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from layerprof import codec
-from layerprof.diff import Diff, diff
+from layerprof.analysis.diff import Diff, diff
 from layerprof.errors import ProfileFormatError
 from layerprof.profile import Profile, Run
 from tests.test_console import fake_profile

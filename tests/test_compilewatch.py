@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 import layerprof
-from layerprof.compilewatch import CompileWatch, compiled_frames
+from layerprof.capture.compilewatch import CompileWatch, compiled_frames
 
 
 class Stable(nn.Module):

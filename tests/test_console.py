@@ -12,7 +12,7 @@ from rich.console import Console
 from torch import nn
 
 from layerprof import Recorder
-from layerprof.clocks import FakeClock
+from layerprof.capture.clocks import FakeClock
 from layerprof.profile import Profile
 from layerprof.records import Meta, Overhead
 from layerprof.render.console import print_profile

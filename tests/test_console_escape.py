@@ -22,11 +22,11 @@ from rich.console import Console
 from rich.text import Text
 from torch import nn
 
+from layerprof.capture.ops import OpOptions
+from layerprof.capture.runner import RunOptions, run_model
 from layerprof.cli import main
-from layerprof.opcapture import OpOptions
 from layerprof.render.console import print_profile
 from layerprof.render.terminal import SafeConsole, escape_controls, escaping, make_console
-from layerprof.runner import RunOptions, run_model
 
 CLEAR = "\x1b[2J"
 TITLE = "\x1b]0;title\x07"

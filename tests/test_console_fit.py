@@ -22,7 +22,8 @@ from rich.console import Console
 from rich.table import Table
 from torch import nn
 
-from layerprof.diff import diff, fmt_delta_ms, fmt_ms, fmt_pct
+from layerprof.analysis.diff import diff, fmt_pct
+from layerprof.capture.runner import RunOptions, run_model
 from layerprof.profile import LayerRow, Profile
 from layerprof.records import OpStat
 from layerprof.render.columns import (
@@ -39,9 +40,8 @@ from layerprof.render.console import print_profile
 from layerprof.render.diff_console import print_diff
 from layerprof.render.ops_console import flat, merge_shapes, render_ops, sort_ops
 from layerprof.render.terminal import PIPE_WIDTH, make_console
-from layerprof.render.units import fmt_calls, unit_for
-from layerprof.runner import RunOptions, run_model
 from layerprof.trace import analyze
+from layerprof.units import fmt_calls, fmt_delta_ms, fmt_ms, unit_for
 from tests.deep_models import bert_like, resnet50_like
 
 WIDTHS = (80, 100, 120)

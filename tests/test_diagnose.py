@@ -7,8 +7,8 @@ from dataclasses import replace
 import torch
 
 from layerprof import Recorder
-from layerprof.clocks import FakeClock
-from layerprof.diagnose import diagnose, diagnose_run
+from layerprof.analysis.diagnose import diagnose, diagnose_run
+from layerprof.capture.clocks import FakeClock
 from layerprof.profile import Profile, Run
 from layerprof.records import Meta, Overhead
 from layerprof.sections import CrossRank, DeviceUse, KindRow, RankLine

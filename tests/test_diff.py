@@ -1,4 +1,4 @@
-"""layerprof.diff: alignment, the noise rule, the gate, and the three sinks.
+"""layerprof.analysis.diff: alignment, the noise rule, the gate, and the three sinks.
 
 Profiles are built from real torch models' module trees with per-iteration
 samples drawn from controlled distributions, so every expectation is exact;
@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from rich.console import Console
 from torch import nn
 
-from layerprof.diff import (
+from layerprof.analysis.diff import (
     ALPHA,
     Diff,
     diff,

@@ -21,11 +21,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from layerprof import archive
 from layerprof.cli import main
 from layerprof.errors import ModelLoadError
-from layerprof.loading import load_model
-from layerprof.symexpr import UnsafeExpression, check_guard, check_sym_expr
+from layerprof.load import archive
+from layerprof.load.model import load_model
+from layerprof.load.symexpr import UnsafeExpression, check_guard, check_sym_expr
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["--warmup", "1", "--iters", "2"]

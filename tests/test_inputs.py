@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from layerprof.errors import DeviceError, InputSpecError, UsageError
-from layerprof.inputs import (
+from layerprof.load.inputs import (
     DEFAULT_INT_RANGE,
     DTYPES,
     BuiltInputs,

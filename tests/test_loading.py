@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from layerprof.errors import ModelLoadError
-from layerprof.loading import CHECKPOINT_KEYS, LoadedModel, import_callable, load_model
+from layerprof.load.model import CHECKPOINT_KEYS, LoadedModel, import_callable, load_model
 from tests.loading_models import TinyNet, WideNet
 
 ARCH = "tests.loading_models:TinyNet"
@@ -506,8 +506,8 @@ def test_modules_import_without_torch() -> None:
     code = textwrap.dedent(
         """
         import sys
-        import layerprof.loading, layerprof.inputs
-        spec = layerprof.inputs.parse_input_spec("ids=4x128:int64[0,30000)")
+        import layerprof.load.model, layerprof.load.inputs
+        spec = layerprof.load.inputs.parse_input_spec("ids=4x128:int64[0,30000)")
         assert spec.shape == (4, 128)
         bad = [m for m in sys.modules if m == "torch" or m.startswith("torch.")]
         assert not bad, bad[:5]
@@ -596,7 +596,7 @@ def test_damaged_only_when_damaged(tmp_path: Path, net: TinyNet) -> None:
 
 def test_input_file_naming_code_is_refused_not_damaged(tmp_path: Path) -> None:
     from layerprof.errors import InputSpecError
-    from layerprof.inputs import build_inputs
+    from layerprof.load.inputs import build_inputs
 
     path = tmp_path / "x.pt"
     path.write_bytes(pickle.dumps(_Calls(eval, "1"), protocol=4))

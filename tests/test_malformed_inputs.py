@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from layerprof import limits
 from layerprof.cli import main
 from layerprof.errors import InputSpecError, ModelLoadError, UsageError
-from layerprof.inputs import build_inputs
-from layerprof.modulegraph import check_acyclic, find_cycle
+from layerprof.load import limits
+from layerprof.load.inputs import build_inputs
+from layerprof.load.modulegraph import check_acyclic, find_cycle
 from tests.hostile_models import Looping, Tied
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,7 +69,7 @@ def test_model_exiting_in_forward(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_ctrl_c_in_factory_is_still_an_interrupt(monkeypatch: pytest.MonkeyPatch) -> None:
-    from layerprof import loading
+    from layerprof.load import model as loading
 
     def interrupted(spec: str) -> object:
         def factory() -> None:
@@ -90,7 +90,7 @@ def test_absurd_thread_count_refused(capsys: pytest.CaptureFixture[str], threads
 
 
 def test_thread_count_checked_from_python_too() -> None:
-    from layerprof.runner import RunOptions
+    from layerprof.capture.runner import RunOptions
 
     with pytest.raises(UsageError, match="more than 4 per CPU"):
         RunOptions(threads=100_000)

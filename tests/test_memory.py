@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from layerprof.memory import peak_memory
+from layerprof.capture.memory import peak_memory
 
 
 class FakeAllocator:
@@ -84,7 +84,7 @@ def test_parent_own_peak_after_children() -> None:
 def test_runner_reports_peak_bytes_with_a_counter(monkeypatch) -> None:
     """The CUDA path of the runner, driven on CPU by a fake allocator."""
     import layerprof
-    from layerprof import runner
+    from layerprof.capture import runner
 
     mem = FakeAllocator()
     model = Parent(mem)
@@ -115,7 +115,7 @@ def test_cuda_peak_memory_per_layer() -> None:
 
 def test_ops_mode_profile_memory_gives_peaks_on_cpu() -> None:
     import layerprof
-    from layerprof.opcapture import OpOptions
+    from layerprof.capture.ops import OpOptions
 
     model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 8))
     prof = layerprof.profile(

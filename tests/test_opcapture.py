@@ -11,10 +11,10 @@ import torch
 from rich.console import Console
 from torch import nn
 
-from layerprof import opcapture
-from layerprof.demo import SmallCNN, TinyTransformer
+from layerprof.capture import ops as opcapture
+from layerprof.capture.ops import UNATTRIBUTED, OpOptions, capture_ops, profile_from_capture
 from layerprof.errors import ModelRunError, UsageError
-from layerprof.opcapture import UNATTRIBUTED, OpOptions, capture_ops, profile_from_capture
+from layerprof.load.demo import SmallCNN, TinyTransformer
 from layerprof.profile import Profile
 from layerprof.records import OpStat
 from layerprof.render.ops_console import flat, render_ops

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from layerprof import progress as progress_mod
-from layerprof.progress import Progress
+from layerprof.capture import progress as progress_mod
+from layerprof.capture.progress import Progress
 
 
 def test_bar_appears_only_after_the_delay(monkeypatch: pytest.MonkeyPatch) -> None:

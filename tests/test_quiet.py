@@ -7,7 +7,7 @@ import sys
 def test_kineto_lines_dropped_other_stderr_kept() -> None:
     code = (
         "import os, sys\n"
-        "from layerprof.quiet import kineto_quiet\n"
+        "from layerprof.capture.quiet import kineto_quiet\n"
         "with kineto_quiet():\n"
         "    os.write(2, b'USDT:2026-11-22 02:23:12 27473:27473 Sync.cpp:52] profiler_start\\n')\n"
         "    os.write(2, b'STAGE:2026-11-22 02:23:12 27473:27473 Sync.cpp:51] Completed Stage\\n')\n"

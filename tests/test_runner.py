@@ -7,9 +7,9 @@ import torch
 from torch import nn
 
 import layerprof
+from layerprof.capture.runner import RunOptions, calibrate, profile_model
 from layerprof.errors import ModelRunError
 from layerprof.profile import Profile
-from layerprof.runner import RunOptions, calibrate, profile_model
 from tests import zoo_models as zoo
 
 
@@ -191,7 +191,7 @@ class _WithScripted(nn.Module):
 
 @pytest.mark.parametrize("ops", [False, True])
 def test_scripted_submodule_is_an_opaque_leaf(ops: bool) -> None:
-    from layerprof.opcapture import OpOptions
+    from layerprof.capture.ops import OpOptions
 
     model = _WithScripted()
     prof = profile_model(
@@ -246,7 +246,7 @@ def test_cuda_ops_and_backward() -> None:
 
 
 def test_flops_of_never_called_containers_are_their_childrens() -> None:
-    from layerprof.demo import build
+    from layerprof.load.demo import build
 
     prof = layerprof.profile(
         build("transformer"), torch.randint(0, 1000, (2, 8)), warmup=0, iters=1

@@ -11,12 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from layerprof.demo import SmallCNN, TinyTransformer
-from layerprof.errors import ModelRunError
-from layerprof.opcapture import LAYER_PREFIX
-from layerprof.profile import Profile
-from layerprof.records import LayerInfo, LayerSamples, Meta, OpStat
-from layerprof.scripted import (
+from layerprof.capture.ops import LAYER_PREFIX
+from layerprof.capture.scripted import (
     HostEvent,
     ScriptRows,
     call_graph,
@@ -27,6 +23,10 @@ from layerprof.scripted import (
     observed_spans,
     script_capture,
 )
+from layerprof.errors import ModelRunError
+from layerprof.load.demo import SmallCNN, TinyTransformer
+from layerprof.profile import Profile
+from layerprof.records import LayerInfo, LayerSamples, Meta, OpStat
 from tests.real_models import ListEncoder, ResNetish, TinyGPT
 
 Rows = tuple[tuple[LayerInfo, ...], dict[str, LayerSamples], tuple[OpStat, ...]]

@@ -9,8 +9,8 @@ from typing import Any
 import orjson
 import pytest
 
+from layerprof.analysis.diff import side_label
 from layerprof.cli import main
-from layerprof.diff import side_label
 from layerprof.records import Meta
 from layerprof.trace import analyze
 

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from layerprof import codec
-from layerprof.diagnose import diagnose_run
+from layerprof.analysis.diagnose import diagnose_run
 from layerprof.errors import TraceError
 from layerprof.sinks import render
 from layerprof.trace import analyze

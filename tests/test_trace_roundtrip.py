@@ -17,11 +17,11 @@ import torch
 from torch import nn
 
 import layerprof
-from layerprof.diff import diff
-from layerprof.opcapture import OpOptions
+from layerprof.analysis.diff import diff
+from layerprof.capture.ops import OpOptions
+from layerprof.capture.runner import RunOptions, run_model
 from layerprof.profile import Profile
 from layerprof.render.chrome import write_chrome_trace
-from layerprof.runner import RunOptions, run_model
 from layerprof.trace import analyze
 
 ITERS = 3

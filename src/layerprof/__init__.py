@@ -18,21 +18,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from layerprof import render as _render  # noqa: F401  (registers the renderers and the codec)
-from layerprof.diff import Diff, diff
+from layerprof.analysis.diff import Diff, diff
+from layerprof.capture.recorder import Recorder
 from layerprof.errors import LayerprofError
 from layerprof.profile import Profile, Run
-from layerprof.recorder import Recorder
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     import torch
 
-    from layerprof.opcapture import OpOptions
+    from layerprof.capture.ops import OpOptions
 
 __version__ = "0.1.0"
-# ``layerprof.diff`` is the function (``layerprof.diff(a, b) -> Diff``); the module
-# stays importable as ``from layerprof.diff import Diff``.
+# ``layerprof.analysis.diff`` is the function (``layerprof.diff(a, b) -> Diff``); the module
+# stays importable as ``from layerprof.analysis.diff import Diff``.
 __all__ = ["Diff", "LayerprofError", "Profile", "Recorder", "Run", "__version__", "diff", "profile"]
 
 
@@ -53,14 +53,14 @@ def profile(
 ) -> Profile:
     """Profile ``model(*args, **kwargs)``: clean latency pass + per-layer pass.
 
-    ``ops=True`` (or an :class:`layerprof.opcapture.OpOptions`) records the
+    ``ops=True`` (or an :class:`layerprof.capture.ops.OpOptions`) records the
     operators of every layer with torch.profiler (``Profile.ops``);
     ``backward=True`` adds each layer's backward time, with ``loss(output)``
     as the loss (default: the sum of the floating outputs). See
-    :class:`layerprof.runner.RunOptions` for the other options.
+    :class:`layerprof.capture.runner.RunOptions` for the other options.
     """
-    from layerprof.opcapture import OpOptions
-    from layerprof.runner import RunOptions, profile_model
+    from layerprof.capture.ops import OpOptions
+    from layerprof.capture.runner import RunOptions, profile_model
 
     options = RunOptions(
         warmup=warmup,

@@ -18,7 +18,7 @@ from layerprof import outputs, sources
 from layerprof.errors import LayerprofError, UsageError
 
 if TYPE_CHECKING:
-    from layerprof.opcapture import OpOptions
+    from layerprof.capture.ops import OpOptions
     from layerprof.profile import Profile
 
 EXIT_ERROR = 2
@@ -70,7 +70,7 @@ def _size(text: str) -> int:
 
 
 def _threads(text: str) -> int:
-    from layerprof.limits import threads_problem
+    from layerprof.load.limits import threads_problem
 
     value = _COUNT(text)
     problem = threads_problem(value)
@@ -80,7 +80,7 @@ def _threads(text: str) -> int:
 
 
 def _seed(text: str) -> int:
-    from layerprof.limits import seed_problem
+    from layerprof.load.limits import seed_problem
 
     try:
         value = int(text)
@@ -377,7 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from layerprof.demo import DEMOS, build
+    from layerprof.load.demo import DEMOS, build
 
     names = list(DEMOS) if args.model == "all" else [args.model]
     outputs.check_outputs(args, suffixes=names if len(names) > 1 else [None])
@@ -392,7 +392,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     import json
 
-    from layerprof.loading import load_model
+    from layerprof.load.model import load_model
 
     if not args.model and not args.arch:
         raise UsageError(
@@ -431,7 +431,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _is_export_archive(model: str | None) -> bool:
     """Told by the file's content, never its name (a .pt2 renamed .pth is one)."""
-    from layerprof.loading import torch_file_format
+    from layerprof.load.model import torch_file_format
 
     if model is None or not Path(model).is_file():
         return False
@@ -457,10 +457,10 @@ def _measure(
     notes: Sequence[str] = (),
     program: Any = None,
 ) -> Profile:
-    from layerprof.device import prepare_model, resolve_device
-    from layerprof.inputs import build_inputs, example_inputs
-    from layerprof.modulegraph import check_acyclic
-    from layerprof.runner import RunOptions, run_model
+    from layerprof.capture.device import prepare_model, resolve_device
+    from layerprof.capture.runner import RunOptions, run_model
+    from layerprof.load.inputs import build_inputs, example_inputs
+    from layerprof.load.modulegraph import check_acyclic
 
     check_acyclic(model)  # before .to(): it recurses forever on a looping tree
     ops = _op_options(args)
@@ -487,7 +487,7 @@ def _measure(
 
 def _op_options(args: argparse.Namespace) -> OpOptions | None:
     """--ops and the torch.profiler options; the options without --ops are a usage error."""
-    from layerprof.opcapture import OpOptions
+    from layerprof.capture.ops import OpOptions
 
     flags = {
         "--record-shapes": args.record_shapes or args.group_by_shape,
@@ -531,7 +531,7 @@ def _loss(args: argparse.Namespace) -> Any:
         return None
     if not args.backward:
         raise UsageError("--loss needs --backward")
-    from layerprof.loading import import_callable
+    from layerprof.load.model import import_callable
 
     return import_callable(args.loss)
 
@@ -539,7 +539,7 @@ def _loss(args: argparse.Namespace) -> Any:
 def _emit(profile: Profile, args: argparse.Namespace, *, suffix: str | None = None) -> None:
     """Write the requested files (each whole or not at all), then print the report."""
     from layerprof import sinks
-    from layerprof.distributed import rank_info
+    from layerprof.capture.distributed import rank_info
 
     # Files first: a measurement that took minutes is saved before anything else can fail.
     outputs.write_profile_outputs(profile, args, suffix=suffix)
@@ -581,7 +581,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 def cmd_diff(args: argparse.Namespace) -> int:
     from layerprof import sinks
-    from layerprof.diff import diff, parse_percent
+    from layerprof.analysis.diff import diff, parse_percent
 
     threshold = parse_percent(args.threshold)
     fail_above = parse_percent(args.fail_above) if args.fail_above else None
@@ -617,7 +617,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     """Re-render a saved profile, trace analysis or diff: console, and the files asked for."""
     from layerprof import codec, sinks
-    from layerprof.diff import Diff
+    from layerprof.analysis.diff import Diff
     from layerprof.profile import Profile
 
     outputs.check_outputs(args)
@@ -641,7 +641,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _saved_gate(saved: Any) -> Any:
-    from layerprof.diff import Diff
+    from layerprof.analysis.diff import Diff
 
     return saved.gate_result if isinstance(saved, Diff) else None
 

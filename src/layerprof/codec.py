@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from layerprof import sinks
-from layerprof.diff import (
+from layerprof.analysis.diff import (
     BASES,
     STATUSES,
     Change,

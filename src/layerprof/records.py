@@ -53,7 +53,7 @@ class LayerInfo:
     (None when not counted); ``output_bytes`` is the size of the tensors the
     layer's first call returned (its activation memory); ``peak_bytes`` (CUDA
     only) how far allocated device memory rose above its level at the layer's
-    entry, at the peak (see layerprof.memory).
+    entry, at the peak (see layerprof.capture.memory).
     """
 
     path: str

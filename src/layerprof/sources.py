@@ -29,8 +29,8 @@ def load_comparable(
     (``diff <(zcat a.json.gz) b.json``). ``rank`` picks a rank of a multi-rank
     trace or analysis (default: the lowest).
     """
+    from layerprof.analysis.diff import Diff
     from layerprof.codec import from_dict
-    from layerprof.diff import Diff
     from layerprof.profile import Profile
     from layerprof.trace import analyze
 

@@ -1,12 +1,14 @@
-"""Units: one time unit inside (integer nanoseconds), converted only at the edges.
+"""Units and formatting: one time unit inside (integer nanoseconds), converted only at the edges.
 
-Every module that turns nanoseconds into the milliseconds of JSON and CSV, or
-back, uses these; display formatting for people lives in ``layerprof.render.units``.
+The one home for turning numbers into JSON/CSV milliseconds (and back) and
+into text for people (one unit per table, a value in its best unit, counts,
+bytes, shapes). Every module that shows or stores a number uses these.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 NS_PER_US = 1_000
@@ -51,3 +53,92 @@ def ns_from_us(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{value!r} is not a number of microseconds")
     return ns_from_ms(float(value) / 1000)
+
+
+# ---- text for people ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TimeUnit:
+    name: str
+    ns: int
+    decimals: int
+
+    def fmt(self, ns: float | None) -> str:
+        if ns is None:
+            return "-"
+        return f"{ns / self.ns:,.{self.decimals}f}"
+
+
+US = TimeUnit("µs", 1_000, 1)
+MS = TimeUnit("ms", 1_000_000, 3)
+S = TimeUnit("s", 1_000_000_000, 3)
+
+
+def unit_for(largest_ns: float) -> TimeUnit:
+    """µs below 1 ms, ms below 100 s, else s."""
+    if largest_ns < 1_000_000:
+        return US
+    if largest_ns < 100_000_000_000:
+        return MS
+    return S
+
+
+def human_time(ns: float | None) -> str:
+    """One value in its own best unit, e.g. ``12.3 µs`` or ``4.567 ms``."""
+    if ns is None:
+        return "-"
+    unit = unit_for(abs(ns))
+    return f"{unit.fmt(ns)} {unit.name}"
+
+
+def human_count(n: float) -> str:
+    for size, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= size:
+            return f"{n / size:.1f}{suffix}"
+    return f"{n:g}"
+
+
+def human_bytes(n: float) -> str:
+    """Binary units: ``1.5 MiB``."""
+    for size, suffix in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {suffix}"
+    return f"{n:g} B"
+
+
+def fmt_calls(n: float) -> str:
+    """A call count in full (``12,345``, never ``1.23e+04``); a mean over
+    iterations that is not whole keeps two decimals (``2.50``)."""
+    return f"{round(n):,}" if float(n).is_integer() else f"{n:,.2f}"
+
+
+def format_shapes(tree: Any) -> str:
+    """Compact text: ``[1, 3, 224, 224]`` -> ``1x3x224x224``; lists joined by commas."""
+    if tree is None:
+        return ""
+    if isinstance(tree, list) and all(isinstance(d, int) for d in tree):
+        return "x".join(str(d) for d in tree) if tree else "scalar"
+    if isinstance(tree, list):
+        return ", ".join(format_shapes(t) for t in tree if t is not None)
+    if isinstance(tree, dict):
+        return ", ".join(f"{k}={format_shapes(v)}" for k, v in tree.items() if v is not None)
+    return str(tree)
+
+
+def fmt_ms(ns: float | None) -> str:
+    """Milliseconds with three significant decimals' worth of precision, '-' for none."""
+    if ns is None:
+        return "-"
+    ms = ns / NS_PER_MS
+    if 0 < abs(ms) < 0.01:
+        return f"{ms:.4f}"
+    if abs(ms) >= 100:
+        return f"{ms:.1f}"
+    if abs(ms) >= 1:
+        return f"{ms:.2f}"
+    return f"{ms:.3f}"
+
+
+def fmt_delta_ms(ns: float) -> str:
+    return ("+" if ns > 0 else "") + fmt_ms(ns)

@@ -11,20 +11,20 @@ from rich.text import Text
 
 from layerprof.render.columns import Cell, Col, Hide, Label, Row, Shrink, Step, print_table
 from layerprof.render.terminal import escaping, make_console
-from layerprof.render.units import (
+from layerprof.units import (
     TimeUnit,
     fmt_calls,
+    format_shapes,
     human_bytes,
     human_count,
     human_time,
     unit_for,
 )
-from layerprof.shapes import format_shapes
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from layerprof.diagnose import Finding
+    from layerprof.analysis.diagnose import Finding
     from layerprof.profile import LayerNode, LayerRow, Profile
 
 SortKey = Literal["total", "self", "name", "order"]
@@ -77,7 +77,7 @@ def print_profile(
 
 
 def print_findings(findings: Sequence[Finding], console: Console) -> None:
-    """Findings from layerprof.diagnose, most severe first."""
+    """Findings from layerprof.analysis.diagnose, most severe first."""
     if not findings:
         return
     style = {"high": "bold red", "warning": "yellow", "info": "cyan"}

@@ -8,21 +8,20 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from layerprof.diff import (
+from layerprof.analysis.diff import (
     Change,
     Diff,
     GateResult,
     LayerDelta,
     OpDelta,
     StepDelta,
-    fmt_delta_ms,
-    fmt_ms,
     fmt_pct,
     judgement,
     side_label,
 )
 from layerprof.render.columns import Col, Hide, Row, Shrink, Step, print_table
 from layerprof.render.terminal import escaping
+from layerprof.units import fmt_delta_ms, fmt_ms
 
 _STATUS_STYLE = {
     "slower": "bold red",

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from layerprof import codec, sinks
-from layerprof.diff import Diff
+from layerprof.analysis.diff import Diff
 from layerprof.errors import UsageError
 from layerprof.profile import Profile, Run
 
@@ -66,7 +66,7 @@ def _print_profile(
     findings: bool = True,
     **_: Any,
 ) -> None:
-    from layerprof.diagnose import diagnose
+    from layerprof.analysis.diagnose import diagnose
     from layerprof.render.console import print_findings, print_profile
     from layerprof.render.ops_console import merge_shapes, render_ops
     from layerprof.render.trace_console import print_sections
@@ -86,7 +86,7 @@ def _print_profile(
 
 def _print_run(run: Run, console: Any, **options: Any) -> None:
     """Every rank's report (its findings gathered at the end), then the ranks side by side."""
-    from layerprof.diagnose import diagnose_run
+    from layerprof.analysis.diagnose import diagnose_run
     from layerprof.render.console import print_findings
     from layerprof.render.trace_console import print_rank_rule, print_ranks, print_run_header
 
@@ -131,7 +131,7 @@ class HtmlRenderer:
     extensions: tuple[str, ...] = (".html", ".htm")
 
     def render(self, obj: Any, *, title: str | None = None, **options: Any) -> str:
-        from layerprof.diagnose import diagnose, diagnose_run
+        from layerprof.analysis.diagnose import diagnose, diagnose_run
         from layerprof.render.html import render_html
 
         if isinstance(obj, Profile):

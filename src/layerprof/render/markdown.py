@@ -4,19 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from layerprof.diff import (
+from layerprof.analysis.diff import (
     Change,
     Diff,
     GateResult,
     LayerDelta,
     OpDelta,
     StepDelta,
-    fmt_delta_ms,
-    fmt_ms,
     fmt_pct,
     judgement,
     side_label,
 )
+from layerprof.units import fmt_delta_ms, fmt_ms
 
 _ICON = {
     "slower": "🔴",

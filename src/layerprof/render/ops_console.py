@@ -17,7 +17,7 @@ from rich.text import Text
 from layerprof.records import OpStat
 from layerprof.render.columns import Col, Hide, Row, Shrink, Step, print_table
 from layerprof.render.terminal import escape_controls, escaping
-from layerprof.render.units import fmt_calls, unit_for
+from layerprof.units import fmt_calls, unit_for
 
 OpSort = Literal["self", "total", "device", "calls", "name"]
 

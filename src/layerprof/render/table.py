@@ -6,8 +6,7 @@ import csv
 import io
 from typing import TYPE_CHECKING
 
-from layerprof.shapes import format_shapes
-from layerprof.units import NS_PER_MS
+from layerprof.units import NS_PER_MS, format_shapes
 
 if TYPE_CHECKING:
     from layerprof.profile import Profile

@@ -13,29 +13,11 @@ from rich.text import Text
 from layerprof.profile import Profile, Run
 from layerprof.render.columns import Cell, Col, Row, Shrink, Step, print_table
 from layerprof.render.terminal import escape_controls, escaping
-from layerprof.render.units import fmt_calls
-from layerprof.units import NS_PER_MS
+from layerprof.units import MS, US, fmt_calls, human_bytes
 
 _NAME_CAP = 60  # kernel and step names beyond this are abbreviated in the middle
 # names give way to the numbers: down to 24 cells, then to 12
 _NAME_STEPS: tuple[Step, ...] = (Shrink(("name",), 24), Shrink(("name",), 12))
-
-
-def _ms(ns: float | None) -> str:
-    return "-" if ns is None else f"{ns / NS_PER_MS:,.3f}"
-
-
-def _us(ns: float | None) -> str:
-    return "-" if ns is None else f"{ns / 1000:,.1f}"
-
-
-def _bytes(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            return f"{value:,.1f} {unit}" if unit != "B" else f"{int(value)} B"
-        value /= 1024
-    return f"{value:,.1f} GiB"  # pragma: no cover
 
 
 def _print_table(
@@ -100,14 +82,14 @@ def _print_steps(p: Profile, console: Console) -> None:
         return
     console.print(
         Text(
-            f"{head}: median {_ms(summary.median)} ms, mean {_ms(summary.mean)},"
-            f" p90 {_ms(summary.p90)}, min {_ms(summary.min)}, max {_ms(summary.max)}"
+            f"{head}: median {MS.fmt(summary.median)} ms, mean {MS.fmt(summary.mean)},"
+            f" p90 {MS.fmt(summary.p90)}, min {MS.fmt(summary.min)}, max {MS.fmt(summary.max)}"
             f" (n={summary.n})"
         )
     )
     if len(steps.steps) <= 12:
         line = ", ".join(
-            f"{s.name} {_ms(s.dur_ns)}{' (cut off)' if s.cut_off else ''}" for s in steps.steps
+            f"{s.name} {MS.fmt(s.dur_ns)}{' (cut off)' if s.cut_off else ''}" for s in steps.steps
         )
         console.print(Text(f"  {line}", style="dim"))
 
@@ -122,9 +104,9 @@ def _print_devices(p: Profile, console: Console) -> None:
         if 0 <= d.device < len(names):
             name = f"{d.device} {names[d.device]}"
         rows.append(
-            [name, _ms(d.busy_ns), _ms(d.window_ns), _ms(d.idle_ns), f"{d.utilization:.1%}",
-             _ms(d.kernel_ns), _ms(d.memcpy_ns), _ms(d.memset_ns), _ms(d.host_wait_ns),
-             _ms(d.short_gap_ns), _ms(d.other_idle_ns)]
+            [name, MS.fmt(d.busy_ns), MS.fmt(d.window_ns), MS.fmt(d.idle_ns), f"{d.utilization:.1%}",
+             MS.fmt(d.kernel_ns), MS.fmt(d.memcpy_ns), MS.fmt(d.memset_ns), MS.fmt(d.host_wait_ns),
+             MS.fmt(d.short_gap_ns), MS.fmt(d.other_idle_ns)]
         )  # fmt: skip
     _print_table(
         console,
@@ -139,7 +121,7 @@ def _print_devices(p: Profile, console: Console) -> None:
             "memcpy / memset",
             ["kind", "calls", "total ms", "bytes", "GB/s"],
             [
-                [m.kind, fmt_calls(m.calls), _ms(m.total_ns), _bytes(m.bytes),
+                [m.kind, fmt_calls(m.calls), MS.fmt(m.total_ns), human_bytes(m.bytes),
                  "-" if m.gb_per_s is None else f"{m.gb_per_s:.2f}"]
                 for m in p.memcpy
             ],
@@ -154,12 +136,12 @@ def _print_kernels(p: Profile, console: Console, top: int) -> None:
         f"top {min(top, len(p.kernels))} of {len(p.kernels)} kernels (summed over the trace)",
         ["kernel", "kind", "calls", "total ms", "mean us", "min us", "max us"],
         [
-            [k.name, k.kind, fmt_calls(k.calls), _ms(k.total_ns), _us(k.mean_ns), _us(k.min_ns),
-             _us(k.max_ns)]
+            [k.name, k.kind, fmt_calls(k.calls), MS.fmt(k.total_ns), US.fmt(k.mean_ns), US.fmt(k.min_ns),
+             US.fmt(k.max_ns)]
             for k in p.kernels[:top]
         ],
     )  # fmt: skip
-    kinds = ", ".join(f"{k.kind} {_ms(k.total_ns)} ms ({k.calls})" for k in p.kinds)
+    kinds = ", ".join(f"{k.kind} {MS.fmt(k.total_ns)} ms ({k.calls})" for k in p.kinds)
     console.print(Text(f"kernel kinds: {kinds}"))
 
 
@@ -171,20 +153,20 @@ def _print_launches(p: Profile, console: Console, top: int) -> None:
     # memsets alike (a blocking cudaMemcpyAsync counts its whole wait here).
     parts = [
         f"launch overhead: {launch.launches} runtime calls that launched GPU work"
-        f" (kernels, copies, memsets), {_ms(launch.call_total_ns)} ms"
+        f" (kernels, copies, memsets), {MS.fmt(launch.call_total_ns)} ms"
     ]
     if launch.call_ns is not None:
-        parts.append(f"call median {_us(launch.call_ns.median)} us")
+        parts.append(f"call median {US.fmt(launch.call_ns.median)} us")
     if launch.delay_ns is not None:
         parts.append(
-            f"launch delay (kernel start - launch end) median {_us(launch.delay_ns.median)} us,"
-            f" p90 {_us(launch.delay_ns.p90)} us"
+            f"launch delay (kernel start - launch end) median {US.fmt(launch.delay_ns.median)} us,"
+            f" p90 {US.fmt(launch.delay_ns.p90)} us"
         )
-    parts.append(f"sync {_ms(launch.sync_ns)} ms")
+    parts.append(f"sync {MS.fmt(launch.sync_ns)} ms")
     console.print(Text("; ".join(parts)))
     if launch.runtime:
         runtime = ", ".join(
-            f"{x.name} {_ms(x.total_ns)} ms ({x.calls})" for x in launch.runtime[: min(top, 5)]
+            f"{x.name} {MS.fmt(x.total_ns)} ms ({x.calls})" for x in launch.runtime[: min(top, 5)]
         )
         console.print(Text(f"  runtime calls: {runtime}", style="dim"))
 
@@ -193,10 +175,10 @@ def _print_memory(p: Profile, console: Console, top: int) -> None:
     m = p.memory
     if m is None:
         return
-    peaks = ", ".join(f"{d.device} peak {_bytes(d.peak_allocated)}" for d in m.devices)
+    peaks = ", ".join(f"{d.device} peak {human_bytes(d.peak_allocated)}" for d in m.devices)
     console.print(Text(f"memory: {peaks}"))
     if m.top_ops:
-        allocs = ", ".join(f"{a.op} {_bytes(a.bytes)}" for a in m.top_ops[: min(top, 5)])
+        allocs = ", ".join(f"{a.op} {human_bytes(a.bytes)}" for a in m.top_ops[: min(top, 5)])
         console.print(Text(f"  allocated most: {allocs}", style="dim"))
 
 
@@ -210,8 +192,8 @@ def print_ranks(run: Run, console: Console, top: int) -> None:
         ranks = [p.rank for p in run.ranks]
         steps: list[list[Cell]] = [
             [step.name,
-             *[_ms(dict(step.ns_by_rank).get(r)) if r is not None else "-" for r in ranks],
-             str(step.slowest_rank), _ms(step.spread_ns)]
+             *[MS.fmt(dict(step.ns_by_rank).get(r)) if r is not None else "-" for r in ranks],
+             str(step.slowest_rank), MS.fmt(step.spread_ns)]
             for step in cross.steps[: max(top, 20)]
         ]  # fmt: skip
         _print_table(
@@ -225,8 +207,8 @@ def print_ranks(run: Run, console: Console, top: int) -> None:
             "per rank",
             ["rank", "median step ms", "communication ms", "compute ms"],
             [
-                [str(line.rank), _ms(line.median_step_ns), _ms(line.communication_ns),
-                 _ms(line.compute_ns)]
+                [str(line.rank), MS.fmt(line.median_step_ns), MS.fmt(line.communication_ns),
+                 MS.fmt(line.compute_ns)]
                 for line in cross.ranks
             ],
         )  # fmt: skip

@@ -16,7 +16,7 @@ An AOTInductor package also carries a compiled shared library that
 ``torch.export.load`` would load. :func:`check_export_archive` reads every JSON
 member itself, with bounded sizes, and refuses the archive before anything
 deserializes it when any of these strings is not what torch writes
-(:mod:`layerprof.symexpr` has the grammars).
+(:mod:`layerprof.load.symexpr` has the grammars).
 
 Bounds: at most :data:`MAX_MEMBERS` members, no two with the same name (two
 zip readers could pick different ones), JSON members up to
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from layerprof.errors import ModelLoadError
-from layerprof.symexpr import UnsafeExpression, check_guard, check_sym_expr, check_text
+from layerprof.load.symexpr import UnsafeExpression, check_guard, check_sym_expr, check_text
 
 __all__ = [
     "MAX_JSON_BYTES",

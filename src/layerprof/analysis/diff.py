@@ -81,7 +81,7 @@ from layerprof.errors import ProfileFormatError, UsageError
 from layerprof.profile import Profile
 from layerprof.records import LayerSamples, Meta, OpStat
 from layerprof.stats import CI_LEVEL, Series, Summary, min_p_value, rank_test
-from layerprof.units import NS_PER_MS
+from layerprof.units import fmt_ms
 
 ALPHA = 0.001
 """Two-sided significance level of the rank test, per row."""
@@ -912,24 +912,6 @@ def _describe(change: Change, fail_above_pct: float) -> str:
         f"{fmt_ms(change.base_ns)} -> {fmt_ms(change.new_ns)} ms ({pct}{noise})"
         f" is beyond noise and above {_fmt_num(fail_above_pct)} %"
     )
-
-
-def fmt_ms(ns: int | None) -> str:
-    """Milliseconds with three significant decimals' worth of precision, '-' for none."""
-    if ns is None:
-        return "-"
-    ms = ns / NS_PER_MS
-    if 0 < abs(ms) < 0.01:
-        return f"{ms:.4f}"
-    if abs(ms) >= 100:
-        return f"{ms:.1f}"
-    if abs(ms) >= 1:
-        return f"{ms:.2f}"
-    return f"{ms:.3f}"
-
-
-def fmt_delta_ms(ns: int) -> str:
-    return ("+" if ns > 0 else "") + fmt_ms(ns)
 
 
 def fmt_pct(change: Change) -> str:

@@ -45,11 +45,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
-from layerprof.clocks import Clock, HostClock, synchronizer
-from layerprof.device import device_of
+from layerprof.capture.clocks import Clock, HostClock, synchronizer
+from layerprof.capture.device import device_of
+from layerprof.capture.hooks import HookHandles, hookable_modules
+from layerprof.capture.layertimes import build_samples
 from layerprof.errors import ModelRunError, UsageError
-from layerprof.hooks import HookHandles, hookable_modules
-from layerprof.layertimes import build_samples
 from layerprof.records import LayerCall
 
 if TYPE_CHECKING:
@@ -361,7 +361,7 @@ def _ops_backward(
     why: str,
 ) -> BackwardProfile:
     """The fallback: autograd nodes from torch.profiler, attributed by sequence number."""
-    from layerprof.opcapture import OpOptions, capture_ops
+    from layerprof.capture.ops import OpOptions, capture_ops
 
     cap = capture_ops(
         model, args, kwargs, iters=iters, device=device_of(model), options=OpOptions(),
@@ -381,7 +381,7 @@ def _ops_backward(
 
 
 def _run(model: torch.nn.Module, step: Callable[[], None], marks: NodeMarks) -> None:
-    from layerprof.runner import model_error
+    from layerprof.capture.runner import model_error
 
     try:
         step()

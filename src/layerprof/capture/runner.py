@@ -11,8 +11,8 @@ Order of one run (see docs/definitions.md):
 5. hooks mode: calibration — the hooks' own per-call cost, measured on a model
    of empty layers with the same hooks — then one untimed hooked forward and
    ``iters`` hooked forwards (plus the backward pass with ``backward``);
-   ops mode instead: ``iters`` forwards under torch.profiler (layerprof.opcapture);
-   TorchScript / torch.export: the profiler's module hierarchy (layerprof.scripted).
+   ops mode instead: ``iters`` forwards under torch.profiler (layerprof.capture.ops);
+   TorchScript / torch.export: the profiler's module hierarchy (layerprof.capture.scripted).
 
 Hooks, threads and train/eval mode are restored in ``finally``, also when
 the model raises or the user presses Ctrl-C.
@@ -27,24 +27,24 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from layerprof.clocks import CudaEventClock, HostClock, synchronizer
-from layerprof.compilewatch import CompileWatch
-from layerprof.device import device_of
+from layerprof.capture.clocks import CudaEventClock, HostClock, synchronizer
+from layerprof.capture.compilewatch import CompileWatch
+from layerprof.capture.device import device_of
+from layerprof.capture.hooks import hookable_modules
+from layerprof.capture.layertimes import Correction
+from layerprof.capture.progress import Progress
+from layerprof.capture.recorder import Recorder, ShapeCapture, layer_infos
 from layerprof.errors import ModelRunError, UsageError
-from layerprof.hooks import hookable_modules
-from layerprof.layertimes import Correction
-from layerprof.limits import threads_problem
-from layerprof.modulegraph import check_acyclic
-from layerprof.progress import Progress
-from layerprof.recorder import Recorder, ShapeCapture, layer_infos
+from layerprof.load.limits import threads_problem
+from layerprof.load.modulegraph import check_acyclic
 from layerprof.records import LayerInfo, LayerSamples, Meta, Overhead
 from layerprof.stats import Series, median
 
 if TYPE_CHECKING:
     import torch
 
-    from layerprof.memory import MemoryCounter
-    from layerprof.opcapture import OpOptions, RawTrace
+    from layerprof.capture.memory import MemoryCounter
+    from layerprof.capture.ops import OpOptions, RawTrace
     from layerprof.profile import Profile
 
 
@@ -188,7 +188,7 @@ def _layer_pass(
     peaks = _peaks(model, forward, device)
     base = base.with_notes(*_opaque_notes(model), *([flop_note] if flop_note else []))
     if opts.ops is not None:
-        progress.close()  # stderr is held while the profiler runs (layerprof.quiet)
+        progress.close()  # stderr is held while the profiler runs (layerprof.capture.quiet)
         with watch.window("ops capture (its untimed first step included)"):
             raw = _capture(model, args, kwargs, device, opts)
         if peaks is None:  # no allocator counters (CPU): --profile-memory's events
@@ -214,7 +214,7 @@ def _layer_pass(
 
 def _opaque_notes(model: torch.nn.Module) -> list[str]:
     """Scripted submodules take no hooks: say where their time went."""
-    from layerprof.hooks import visible_modules
+    from layerprof.capture.hooks import visible_modules
 
     hooked = {p for p, _ in hookable_modules(model)}
     return [
@@ -230,7 +230,7 @@ def memory_counter(device: str) -> MemoryCounter | None:
     """The allocator counters of ``device``; CPU has none (tests replace this)."""
     if not device.startswith("cuda"):
         return None
-    from layerprof.memory import CudaMemory
+    from layerprof.capture.memory import CudaMemory
 
     return CudaMemory(device)
 
@@ -241,7 +241,7 @@ def _peaks(
     counter = memory_counter(device)
     if counter is None:
         return None
-    from layerprof.memory import peak_memory
+    from layerprof.capture.memory import peak_memory
 
     return peak_memory(model, forward, counter)
 
@@ -251,7 +251,7 @@ def _flops(
 ) -> tuple[dict[str, int] | None, str | None]:
     """FLOPs per layer from one counted forward; a model the counter cannot run
     keeps its timings and says why FLOPs are missing."""
-    from layerprof.flops import count_flops
+    from layerprof.capture.flops import count_flops
 
     try:
         return count_flops(model, forward), None
@@ -301,7 +301,7 @@ def _capture(
     device: str,
     opts: RunOptions,
 ) -> RawTrace:
-    from layerprof.opcapture import OpOptions, capture_ops
+    from layerprof.capture.ops import OpOptions, capture_ops
 
     return capture_ops(
         model,
@@ -323,8 +323,8 @@ def _with_backward(
     kwargs: dict[str, Any],
     opts: RunOptions,
 ) -> tuple[dict[str, LayerSamples], tuple[str, ...]]:
-    """Hooks mode: add each layer's backward times (layerprof.backward says how)."""
-    from layerprof.backward import profile_backward
+    """Hooks mode: add each layer's backward times (layerprof.capture.backward says how)."""
+    from layerprof.capture.backward import profile_backward
 
     device = opts.device or device_of(model)
     # On CUDA host marks around an asynchronous backward time launches, not work:
@@ -348,8 +348,8 @@ def _scripted(
     base: Profile,
 ) -> Profile:
     """TorchScript / torch.export: per-layer rows from the profiler, not from hooks."""
-    from layerprof.opcapture import OpOptions
-    from layerprof.scripted import export_capture, script_capture
+    from layerprof.capture.ops import OpOptions
+    from layerprof.capture.scripted import export_capture, script_capture
 
     options = opts.ops or OpOptions()
     if opts.kind == "torchscript":
@@ -440,7 +440,7 @@ def _meta(
 
 
 def _rank_meta() -> dict[str, Any]:
-    from layerprof.distributed import rank_info
+    from layerprof.capture.distributed import rank_info
 
     info = rank_info()
     return {} if info is None else {"rank": info.rank, "world_size": info.world_size}
@@ -612,7 +612,8 @@ def _dtype_of(model: torch.nn.Module) -> str:
 
 
 def _describe(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, ...]:
-    from layerprof.shapes import format_shapes, shape_tree
+    from layerprof.capture.shapes import shape_tree
+    from layerprof.units import format_shapes
 
     out = [format_shapes(shape_tree(a)) for a in args]
     out += [f"{k}={format_shapes(shape_tree(v))}" for k, v in kwargs.items()]

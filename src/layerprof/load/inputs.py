@@ -269,7 +269,7 @@ def build_inputs(
     """
     import torch
 
-    from layerprof.limits import seed_problem
+    from layerprof.load.limits import seed_problem
 
     parsed = [s if isinstance(s, InputSpec) else parse_input_spec(s) for s in specs]
     cast = _float_dtype(float_dtype)
@@ -373,8 +373,8 @@ def build_bytes(spec: InputSpec) -> tuple[int, int]:
 def _check_memory(specs: Sequence[InputSpec], device: str) -> None:
     """Refuse inputs that cannot fit before allocating them: an oversized spec
     would otherwise be allocated until the kernel kills the process."""
-    from layerprof.limits import available_memory
-    from layerprof.render.units import human_bytes
+    from layerprof.load.limits import available_memory
+    from layerprof.units import human_bytes
 
     room = available_memory()
     if room is None:
@@ -402,7 +402,7 @@ def _check_device_memory(specs: Sequence[InputSpec], device: str, total: int) ->
         return
     import torch
 
-    from layerprof.render.units import human_bytes
+    from layerprof.units import human_bytes
 
     try:
         free, _ = torch.cuda.mem_get_info(device)
@@ -448,7 +448,7 @@ def _load_file(spec: InputSpec) -> Any:
 
 
 def _refused_text(path: Path) -> str:
-    from layerprof.pickles import refused_globals, scan_torch_file
+    from layerprof.load.pickles import refused_globals, scan_torch_file
 
     scan = scan_torch_file(path)
     refused = refused_globals(scan)
@@ -473,7 +473,7 @@ def _unloadable_text(path: Path, exc: Exception) -> str:
 
 
 def _file_format(spec: InputSpec, path: Path) -> str:
-    from layerprof.loading import torch_file_format
+    from layerprof.load.model import torch_file_format
 
     try:
         return torch_file_format(path)

@@ -21,11 +21,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from layerprof.clocks import Clock, HostClock
-from layerprof.hooks import HookHandles, hookable_modules, visible_modules
-from layerprof.layertimes import Correction, build_samples
+from layerprof.capture.clocks import Clock, HostClock
+from layerprof.capture.hooks import HookHandles, hookable_modules, visible_modules
+from layerprof.capture.layertimes import Correction, build_samples
+from layerprof.capture.shapes import shape_tree, tensor_bytes
 from layerprof.records import LayerCall, LayerInfo, Meta, Overhead
-from layerprof.shapes import shape_tree, tensor_bytes
 
 if TYPE_CHECKING:
     import torch
@@ -310,7 +310,7 @@ class Recorder:
         if correction is None and (
             correct if correct is not None else type(self.clock) is HostClock
         ):
-            from layerprof.runner import calibrate
+            from layerprof.capture.runner import calibrate
 
             correction = calibrate()
         samples = build_samples(calls, iterations, correction)
@@ -333,7 +333,7 @@ class Recorder:
 def default_meta(model: torch.nn.Module, iterations: int) -> Meta:
     import torch
 
-    from layerprof.device import device_of
+    from layerprof.capture.device import device_of
     from layerprof.profile import now_iso
 
     return Meta(

@@ -5,7 +5,7 @@ What :func:`load_model` accepts, decided in this order:
 * no file, ``arch`` only: the callable builds the model (random weights);
 * a TorchScript archive (zip with ``code/`` and ``constants.pkl``): ``torch.jit.load``;
 * a ``torch.export`` archive (``.pt2``): ``torch.export.load(...).module()``, after
-  :func:`layerprof.archive.check_export_archive` found no string in its JSON that
+  :func:`layerprof.load.archive.check_export_archive` found no string in its JSON that
   torch would evaluate as Python other than the shape expressions torch writes;
 * any other ``torch.save`` file, read with ``weights_only=True`` (no code from the
   file runs): a state dict, or a checkpoint dict holding one under
@@ -261,7 +261,7 @@ def torch_file_format(file: Path) -> FileFormat:
     ``OSError`` when the file cannot be read.
     """
     if zipfile.is_zipfile(file):
-        from layerprof.archive import member_names
+        from layerprof.load.archive import member_names
 
         try:
             with zipfile.ZipFile(file) as archive:
@@ -319,7 +319,7 @@ def _load_torchscript(file: Path, arch: str | None, map_location: str) -> Loaded
 def _load_exported(file: Path, arch: str | None, *, trust_pickle: bool = False) -> LoadedModel:
     import torch
 
-    from layerprof.archive import check_export_archive
+    from layerprof.load.archive import check_export_archive
 
     # Before torch reads it: shape expressions, guards and names from the archive end
     # up in Python that torch evaluates (sympify, exec of the code it generates).
@@ -465,7 +465,7 @@ def _torch_load(file: Path, *, trust_pickle: bool, map_location: str) -> Any:
 def _refusal(file: Path, exc: Exception) -> ModelLoadError | None:
     """Why weights_only refused ``file`` when it was for safety; None when the file
     is damaged. Told from the stream's own opcodes, not from torch's wording."""
-    from layerprof.pickles import refused_globals, scan_torch_file
+    from layerprof.load.pickles import refused_globals, scan_torch_file
 
     scan = scan_torch_file(file)
     refused = refused_globals(scan)

@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from layerprof.capture.hooks import HookHandles, hookable_modules
+from layerprof.capture.quiet import kineto_quiet
 from layerprof.errors import ModelRunError, UsageError
-from layerprof.hooks import HookHandles, hookable_modules
-from layerprof.quiet import kineto_quiet
 from layerprof.trace.attribution import BACKWARD_NODE, UNATTRIBUTED, layer_peaks
 from layerprof.trace.events import EventTables
 from layerprof.trace.kineto import LAYER_PREFIX, tables_from_results
@@ -273,7 +273,7 @@ def _grad_state(
     import torch
 
     if backward:
-        from layerprof.backward import backward_state
+        from layerprof.capture.backward import backward_state
 
         return backward_state(model)
     return (factory or torch.no_grad)()
@@ -287,12 +287,12 @@ def _step_fn(
     loss: Callable[[Any], Any] | None,
     device: str,
 ) -> Callable[[], Any]:
-    from layerprof.clocks import synchronizer
+    from layerprof.capture.clocks import synchronizer
 
     sync = synchronizer(device)
     if not backward:
         return lambda: model(*args, **kwargs)
-    from layerprof.backward import backward_step
+    from layerprof.capture.backward import backward_step
 
     return backward_step(model, args, kwargs, loss, sync)
 
@@ -352,7 +352,7 @@ class LayerMarks:
             self.close_open()
             raise
         except Exception as exc:
-            from layerprof.runner import model_error
+            from layerprof.capture.runner import model_error
 
             path = self._failed or (self._open[-1][0] if self._open else None)
             self.close_open()
@@ -411,7 +411,7 @@ def profile_from_capture(
     """
     from dataclasses import replace
 
-    from layerprof.recorder import default_meta, layer_infos
+    from layerprof.capture.recorder import default_meta, layer_infos
 
     traced = raw.profile()
     iterations = len(traced.steps.complete) if traced.steps is not None else 0

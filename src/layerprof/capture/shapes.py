@@ -48,16 +48,3 @@ def tensor_bytes(value: Any, depth: int = 0) -> int:
         return 0
 
     return walk(value, depth)
-
-
-def format_shapes(tree: Any) -> str:
-    """Compact text: ``[1, 3, 224, 224]`` -> ``1x3x224x224``; lists joined by commas."""
-    if tree is None:
-        return ""
-    if isinstance(tree, list) and all(isinstance(d, int) for d in tree):
-        return "x".join(str(d) for d in tree) if tree else "scalar"
-    if isinstance(tree, list):
-        return ", ".join(format_shapes(t) for t in tree if t is not None)
-    if isinstance(tree, dict):
-        return ", ".join(f"{k}={format_shapes(v)}" for k, v in tree.items() if v is not None)
-    return str(tree)

@@ -43,9 +43,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from layerprof.device import device_of
-from layerprof.errors import ModelRunError
-from layerprof.opcapture import (
+from layerprof.capture.device import device_of
+from layerprof.capture.ops import (
     LAYER_PREFIX,
     OpOptions,
     RawTrace,
@@ -53,7 +52,8 @@ from layerprof.opcapture import (
     range_api,
     trace_loader,
 )
-from layerprof.quiet import kineto_quiet
+from layerprof.capture.quiet import kineto_quiet
+from layerprof.errors import ModelRunError
 from layerprof.records import LayerInfo
 from layerprof.trace.kineto import tables_from_documents
 
@@ -209,8 +209,8 @@ def _profiled_trace(
     """The Chrome trace of ``iters`` calls, each inside a root ``layer:`` range."""
     import torch
 
-    from layerprof.opcapture import profiler_kwargs
-    from layerprof.runner import model_error
+    from layerprof.capture.ops import profiler_kwargs
+    from layerprof.capture.runner import model_error
 
     kw = profiler_kwargs(options, device_of(module), iters)
     # The Module Hierarchy of TorchScript ops exists only with with_modules (no other

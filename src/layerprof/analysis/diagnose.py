@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from layerprof.render.units import human_count, human_time
+from layerprof.units import human_count, human_time
 
 if TYPE_CHECKING:
     from layerprof.profile import LayerRow, Profile, Run
