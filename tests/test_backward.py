@@ -14,12 +14,12 @@ from layerprof.capture.backward import (
     NodeHooksUnavailable,
     NodeMarks,
     _Call,
-    default_loss,
     nest_intervals,
     profile_backward,
 )
 from layerprof.capture.clocks import FakeClock
 from layerprof.capture.layertimes import build_samples
+from layerprof.capture.step import default_loss
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.load.demo import SmallCNN, TinyTransformer
 from tests import zoo_models as zoo

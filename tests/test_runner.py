@@ -7,7 +7,8 @@ import torch
 from torch import nn
 
 import layerprof
-from layerprof.capture.runner import RunOptions, calibrate, profile_model
+from layerprof.capture.recorder import calibrate
+from layerprof.capture.runner import RunOptions, profile_model
 from layerprof.errors import ModelRunError
 from layerprof.profile import Profile
 from tests import zoo_models as zoo

@@ -22,6 +22,7 @@ from layerprof.analysis.diff import Diff, diff
 from layerprof.capture.recorder import Recorder
 from layerprof.errors import LayerprofError
 from layerprof.profile import Profile, Run
+from layerprof.version import __version__
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
 
     from layerprof.capture.ops import OpOptions
 
-__version__ = "0.1.0"
 # ``layerprof.analysis.diff`` is the function (``layerprof.diff(a, b) -> Diff``); the module
 # stays importable as ``from layerprof.analysis.diff import Diff``.
 __all__ = ["Diff", "LayerprofError", "Profile", "Recorder", "Run", "__version__", "diff", "profile"]

@@ -229,7 +229,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from layerprof import __version__
+    from layerprof.version import __version__
 
     parser = _Parser(
         prog="layerprof",

@@ -42,6 +42,7 @@ from layerprof.analysis.diff import (
 )
 from layerprof.errors import ProfileFormatError
 from layerprof.profile import Profile, Run
+from layerprof.reading import read_json
 from layerprof.records import LayerInfo, LayerSamples, Meta, OpSamples, OpStat, Overhead
 from layerprof.sections import (
     AllocRow,
@@ -670,10 +671,9 @@ def load(
     path: str | os.PathLike[str], *, max_input_size: int | None = None
 ) -> Profile | Run | Diff:
     """Read a saved profile, trace analysis or diff (bounded read, type-checked)."""
-    from layerprof.sources import read_json
-
     p = Path(path)
-    return from_dict(read_json(p, max_input_size=max_input_size), source=str(p))
+    data = read_json(p, max_input_size=max_input_size, error=ProfileFormatError)
+    return from_dict(data, source=str(p))
 
 
 # ---- profile ----------------------------------------------------------------------------

@@ -25,6 +25,7 @@ import zlib
 from collections.abc import Iterator
 from io import BufferedReader
 from pathlib import Path
+from typing import Any
 
 from layerprof.errors import LayerprofError
 
@@ -226,3 +227,21 @@ class _Reader:
 def _prepend(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
     yield first
     yield from rest
+
+
+def read_json(
+    path: str | os.PathLike[str],
+    *,
+    max_input_size: int | None = None,
+    error: type[LayerprofError] = LayerprofError,
+) -> Any:
+    """A JSON file's value (gzip or not), read within the input size ceiling; ``error``
+    (one line naming the file) when it cannot be read or is not JSON."""
+    import orjson
+
+    p = Path(path)
+    data = read_input(p, limit=max_input_size, error=error)
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise error(f"{p}: not JSON ({exc})") from exc

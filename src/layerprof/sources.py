@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from layerprof import reading
 from layerprof.errors import ProfileFormatError
 from layerprof.reading import read_input
 
@@ -61,8 +62,8 @@ def _one_rank(run: Run, p: Path, rank: int | None) -> tuple[Profile, list[str]]:
 
 
 def read_json(p: Path, *, max_input_size: int | None = None) -> Any:
-    """A JSON file's value (gzip or not), read within the input size ceiling."""
-    return _loads(read_input(p, limit=max_input_size, error=ProfileFormatError), p)
+    """A saved layerprof file's JSON (gzip or not), read within the input size ceiling."""
+    return reading.read_json(p, max_input_size=max_input_size, error=ProfileFormatError)
 
 
 def _loads(data: bytearray, p: Path) -> Any:

@@ -38,10 +38,9 @@ the node; its time belongs to that op's layer. Nodes with no forward op
 from __future__ import annotations
 
 import bisect
-import contextlib
 import functools
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
@@ -49,88 +48,14 @@ from layerprof.capture.clocks import Clock, HostClock, synchronizer
 from layerprof.capture.device import device_of
 from layerprof.capture.hooks import HookHandles, hookable_modules
 from layerprof.capture.layertimes import build_samples
+from layerprof.capture.step import LossFn, backward_state, backward_step
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.records import LayerCall
 
 if TYPE_CHECKING:
     import torch
 
-LossFn = Callable[[Any], Any]
 BackwardTimes = dict[str, tuple[tuple[int, ...], tuple[int, ...]]]
-
-
-# ---- loss and one optimizer-free step ------------------------------------------------
-
-
-def default_loss(output: Any) -> Any:
-    """Sum of every floating tensor in the (nested) output."""
-    tensors = list(_floating(output))
-    if not tensors:
-        raise UsageError(
-            "the model returned no floating-point tensor to back-propagate",
-            hint="give --loss module:callable that maps the output to a scalar",
-        )
-    total = tensors[0].float().sum()
-    for t in tensors[1:]:
-        total = total + t.float().sum()
-    return total
-
-
-def _floating(value: Any) -> Iterator[Any]:
-    if hasattr(value, "is_floating_point") and hasattr(value, "requires_grad"):
-        if value.is_floating_point() and value.requires_grad:
-            yield value
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _floating(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _floating(v)
-
-
-def backward_step(
-    model: torch.nn.Module,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    loss: LossFn | None,
-    sync: Callable[[], None],
-    *,
-    before_backward: Callable[[Any], Any] | None = None,
-) -> Callable[[], None]:
-    """forward + loss + backward; gradients set to None first (no optimizer, no step).
-
-    ``before_backward(loss)`` runs between the loss and ``backward()``.
-    """
-    params = [p for p in model.parameters() if p.requires_grad]
-    loss_fn = loss or default_loss
-
-    def step() -> None:
-        for p in params:
-            p.grad = None
-        value = loss_fn(model(*args, **kwargs))
-        if getattr(value, "ndim", 0) != 0:
-            value = value.sum()
-        if before_backward is not None:
-            before_backward(value)
-        value.backward()
-        sync()
-
-    return step
-
-
-@contextlib.contextmanager
-def backward_state(model: torch.nn.Module) -> Iterator[None]:
-    """Grad mode on; the users' ``.grad`` tensors restored after (also on errors)."""
-    import torch
-
-    grads = {p: p.grad for p in model.parameters()}
-    try:
-        # inference_mode(False): enable_grad alone does nothing inside inference_mode.
-        with torch.inference_mode(False), torch.enable_grad():
-            yield
-    finally:
-        for p, g in grads.items():
-            p.grad = g
 
 
 # ---- hooks mode: autograd graph-node hooks -----------------------------------------
@@ -381,7 +306,7 @@ def _ops_backward(
 
 
 def _run(model: torch.nn.Module, step: Callable[[], None], marks: NodeMarks) -> None:
-    from layerprof.capture.runner import model_error
+    from layerprof.capture.failures import model_error
 
     try:
         step()

@@ -273,7 +273,7 @@ def _grad_state(
     import torch
 
     if backward:
-        from layerprof.capture.backward import backward_state
+        from layerprof.capture.step import backward_state
 
         return backward_state(model)
     return (factory or torch.no_grad)()
@@ -292,7 +292,7 @@ def _step_fn(
     sync = synchronizer(device)
     if not backward:
         return lambda: model(*args, **kwargs)
-    from layerprof.capture.backward import backward_step
+    from layerprof.capture.step import backward_step
 
     return backward_step(model, args, kwargs, loss, sync)
 
@@ -352,7 +352,7 @@ class LayerMarks:
             self.close_open()
             raise
         except Exception as exc:
-            from layerprof.capture.runner import model_error
+            from layerprof.capture.failures import model_error
 
             path = self._failed or (self._open[-1][0] if self._open else None)
             self.close_open()

@@ -18,14 +18,16 @@ raises is dropped from the record (see ``Recorder._unwind``).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from layerprof.capture.clocks import Clock, HostClock
+from layerprof.capture.clocks import Clock, CudaEventClock, HostClock, synchronizer
 from layerprof.capture.hooks import HookHandles, hookable_modules, visible_modules
 from layerprof.capture.layertimes import Correction, build_samples
 from layerprof.capture.shapes import shape_tree, tensor_bytes
 from layerprof.records import LayerCall, LayerInfo, Meta, Overhead
+from layerprof.stats import median
 
 if TYPE_CHECKING:
     import torch
@@ -310,8 +312,6 @@ class Recorder:
         if correction is None and (
             correct if correct is not None else type(self.clock) is HostClock
         ):
-            from layerprof.capture.runner import calibrate
-
             correction = calibrate()
         samples = build_samples(calls, iterations, correction)
         overhead = None
@@ -345,3 +345,51 @@ def default_meta(model: torch.nn.Module, iterations: int) -> Meta:
         source="recorder",
         created=now_iso(),
     )
+
+
+def calibrate(device: str = "cpu", *, children: int = 50, repeats: int = 60) -> Correction:
+    """Measure the hooks' cost per module call on a model of empty layers.
+
+    ``per_call_ns`` = (hooked - bare) forward time / hooked calls; ``inside_ns`` =
+    median measured duration of an empty layer, i.e. the part of the hook cost
+    that falls inside a call's own interval. On CUDA the hooks also record
+    CUDA events, so calibration runs on the same device with the same clocks;
+    what it measures is host time (the hooks cost the GPU nothing).
+    """
+    import torch
+
+    class Empty(torch.nn.Module):
+        def forward(self, x: Any) -> Any:
+            return x
+
+    class Wide(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = torch.nn.ModuleList(Empty() for _ in range(children))
+
+        def forward(self, x: Any) -> Any:
+            for layer in self.layers:
+                x = layer(x)
+            return x
+
+    model = Wide()
+    x = torch.zeros(1, device=device)
+    sync = synchronizer(device)
+
+    def median_forward(fn: Callable[[], Any]) -> float:
+        samples = []
+        for _ in range(repeats):
+            sync()
+            t0 = time.perf_counter_ns()
+            fn()
+            samples.append(time.perf_counter_ns() - t0)
+        return median(samples)
+
+    bare = median_forward(lambda: model(x))
+    dclock = CudaEventClock(device) if device.startswith("cuda") else None
+    rec = Recorder(model, device_clock=dclock, record_shapes=False)
+    with rec:
+        hooked = median_forward(lambda: model(x))
+    inside = median([c.duration_ns for c in rec.calls() if c.path != ""])
+    per_call = max((hooked - bare) / (children + 1), 0.0)
+    return Correction(per_call_ns=per_call, inside_ns=min(inside, per_call))

@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING, Any
 from layerprof.capture.clocks import CudaEventClock, HostClock, synchronizer
 from layerprof.capture.compilewatch import CompileWatch
 from layerprof.capture.device import device_of
+from layerprof.capture.failures import locate_failure, model_error
 from layerprof.capture.hooks import hookable_modules
-from layerprof.capture.layertimes import Correction
 from layerprof.capture.progress import Progress
-from layerprof.capture.recorder import Recorder, ShapeCapture, layer_infos
+from layerprof.capture.recorder import Recorder, ShapeCapture, calibrate, layer_infos
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.load.limits import threads_problem
 from layerprof.load.modulegraph import check_acyclic
@@ -470,89 +470,6 @@ def _guarded(
     except Exception as exc:
         path = rec.active_path() if rec is not None else locate_failure(model, forward)
         raise model_error(model, path, exc) from exc
-
-
-def model_error(model: torch.nn.Module, path: str | None, exc: BaseException) -> ModelRunError:
-    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    if path is None:
-        return ModelRunError(f"{type(model).__name__}: {message}", layer=None)
-    module = model.get_submodule(path) if path else model
-    where = path or type(model).__name__
-    return ModelRunError(
-        f"{where} ({type(module).__name__}): {message}",
-        layer=path,
-        hint=_input_hint(message),
-    )
-
-
-_INPUT_WORDS = ("shape", "size", "dimension", "dtype", "expected", "must match", "mat1")
-
-
-def _input_hint(message: str) -> str | None:
-    """The input hint only for errors that look like a wrong input, not for any bug."""
-    low = message.lower()
-    if any(word in low for word in _INPUT_WORDS):
-        return "check the --input shapes and dtypes against what this layer expects"
-    return None
-
-
-def locate_failure(model: torch.nn.Module, forward: Callable[[], Any]) -> str | None:
-    """Re-run a failing forward with hooks to find the innermost layer that raised."""
-    rec = Recorder(model, record_shapes=False)
-    try:
-        with rec:
-            forward()
-    except Exception:
-        return rec.active_path()
-    return None
-
-
-def calibrate(device: str = "cpu", *, children: int = 50, repeats: int = 60) -> Correction:
-    """Measure the hooks' cost per module call on a model of empty layers.
-
-    ``per_call_ns`` = (hooked - bare) forward time / hooked calls; ``inside_ns`` =
-    median measured duration of an empty layer, i.e. the part of the hook cost
-    that falls inside a call's own interval. On CUDA the hooks also record
-    CUDA events, so calibration runs on the same device with the same clocks;
-    what it measures is host time (the hooks cost the GPU nothing).
-    """
-    import torch
-
-    class Empty(torch.nn.Module):
-        def forward(self, x: Any) -> Any:
-            return x
-
-    class Wide(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.layers = torch.nn.ModuleList(Empty() for _ in range(children))
-
-        def forward(self, x: Any) -> Any:
-            for layer in self.layers:
-                x = layer(x)
-            return x
-
-    model = Wide()
-    x = torch.zeros(1, device=device)
-    sync = synchronizer(device)
-
-    def median_forward(fn: Callable[[], Any]) -> float:
-        samples = []
-        for _ in range(repeats):
-            sync()
-            t0 = time.perf_counter_ns()
-            fn()
-            samples.append(time.perf_counter_ns() - t0)
-        return median(samples)
-
-    bare = median_forward(lambda: model(x))
-    dclock = CudaEventClock(device) if device.startswith("cuda") else None
-    rec = Recorder(model, device_clock=dclock, record_shapes=False)
-    with rec:
-        hooked = median_forward(lambda: model(x))
-    inside = median([c.duration_ns for c in rec.calls() if c.path != ""])
-    per_call = max((hooked - bare) / (children + 1), 0.0)
-    return Correction(per_call_ns=per_call, inside_ns=min(inside, per_call))
 
 
 @contextlib.contextmanager

@@ -209,8 +209,8 @@ def _profiled_trace(
     """The Chrome trace of ``iters`` calls, each inside a root ``layer:`` range."""
     import torch
 
+    from layerprof.capture.failures import model_error
     from layerprof.capture.ops import profiler_kwargs
-    from layerprof.capture.runner import model_error
 
     kw = profiler_kwargs(options, device_of(module), iters)
     # The Module Hierarchy of TorchScript ops exists only with with_modules (no other

@@ -87,7 +87,7 @@ def trace_document(profile: Profile) -> dict[str, Any]:
 
 def marker(profile: Profile | None) -> dict[str, Any]:
     """The top-level ``"layerprof"`` object: who wrote the trace, for which model."""
-    from layerprof import __version__
+    from layerprof.version import __version__
 
     out: dict[str, Any] = {"version": __version__, "model": None}
     if profile is not None:
