@@ -1,0 +1,224 @@
+"""The codec's shared pieces: a typed reader that names the field in every error,
+summaries in ms/µs, flat section rows (``*_ns`` <-> ``*_ms``)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from typing import Any, TypeVar
+
+from layerprof.errors import ProfileFormatError
+from layerprof.stats import Series, Summary
+from layerprof.units import NS_PER_MS, NS_PER_US, ns_from_ms
+
+T = TypeVar("T")
+
+
+class Fields:
+    """Typed access to one JSON object, naming the field in every error."""
+
+    def __init__(self, data: Any, where: str) -> None:
+        if not isinstance(data, Mapping):
+            raise ProfileFormatError(f"{where} is not an object")
+        self.data = data
+        self.where = where
+
+    def _fail(self, key: str, what: str) -> ProfileFormatError:
+        return ProfileFormatError(f"{self.where}.{key}: {what}")
+
+    def has(self, key: str) -> bool:
+        return self.data.get(key) is not None
+
+    def text(self, key: str, default: str | None = None) -> str:
+        value = self.data.get(key, default)
+        if not isinstance(value, str):
+            raise self._fail(key, f"expected a string, found {kind(value)}")
+        return value
+
+    def opt_text(self, key: str) -> str | None:
+        return None if self.data.get(key) is None else self.text(key)
+
+    def number(self, key: str, default: float | None = None) -> float:
+        value = self.data.get(key, default)
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+        ):
+            raise self._fail(key, f"expected a finite number, found {kind(value)}")
+        return float(value)
+
+    def opt_number(self, key: str) -> float | None:
+        return None if self.data.get(key) is None else self.number(key)
+
+    def integer(self, key: str, default: int | None = None) -> int:
+        value = self.number(key, default)
+        if value != int(value) or abs(value) > 2**62:
+            raise self._fail(key, f"expected an integer, found {value!r}")
+        return int(value)
+
+    def opt_integer(self, key: str) -> int | None:
+        return None if self.data.get(key) is None else self.integer(key)
+
+    def flag(self, key: str, default: bool = False) -> bool:
+        value = self.data.get(key, default)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self._fail(key, f"expected true or false, found {kind(value)}")
+        return value
+
+    def ns(self, key: str) -> int:
+        """A required ``*_ms`` number as integer ns."""
+        value = ns_from_ms(self.number(key))
+        assert value is not None
+        return value
+
+    def opt_ns(self, key: str) -> int | None:
+        return None if self.data.get(key) is None else self.ns(key)
+
+    def items(self, key: str, *, required: bool = False) -> list[Any]:
+        value = self.data.get(key)
+        if value is None and not required:
+            return []
+        if not isinstance(value, list):
+            raise self._fail(key, f"expected a list, found {kind(value)}")
+        return value
+
+    def obj(self, key: str) -> Fields | None:
+        value = self.data.get(key)
+        return None if value is None else Fields(value, f"{self.where}.{key}")
+
+    def objects(self, key: str, *, required: bool = False) -> list[Fields]:
+        return [
+            Fields(item, f"{self.where}.{key}[{i}]")
+            for i, item in enumerate(self.items(key, required=required))
+        ]
+
+    def shapes(self, key: str) -> Any:
+        value = self.data.get(key)
+        if not json_tree(value):
+            raise self._fail(key, "expected nested lists of shapes")
+        return value
+
+
+def kind(value: Any) -> str:
+    if value is None:
+        return "nothing"
+    if isinstance(value, bool):
+        return "a boolean"
+    return f"{type(value).__name__} {str(value)[:40]!r}"
+
+
+def json_tree(value: Any, depth: int = 0) -> bool:
+    """Shapes as the hooks record them: ints, strings, None, lists and dicts of them."""
+    if depth > 32:
+        return False
+    if value is None or (isinstance(value, (int, str)) and not isinstance(value, bool)):
+        return True
+    if isinstance(value, list):
+        return all(json_tree(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and json_tree(v, depth + 1) for k, v in value.items())
+    return False
+
+
+def required(f: Fields, key: str) -> Fields:
+    found = f.obj(key)
+    if found is None:
+        raise ProfileFormatError(f"{f.where}.{key}: missing")
+    return found
+
+
+def strings(f: Fields, key: str) -> list[str]:
+    values = f.items(key)
+    if not all(isinstance(v, str) for v in values):
+        raise ProfileFormatError(f"{f.where}.{key}: expected a list of strings")
+    return values
+
+
+def read_summary(f: Fields, factor: float = NS_PER_MS) -> Summary:
+    """A summary written in ms (or µs), back in ns; rounded to 1e-3 ns so that the
+    float round trip (ns -> ms -> ns) gives back the numbers that were written."""
+
+    def value(key: str) -> float:
+        return round(f.number(key) * factor, 3)
+
+    def opt(key: str) -> float | None:
+        return None if f.opt_number(key) is None else value(key)
+
+    return Summary(
+        median=value("median"),
+        mean=value("mean"),
+        p90=value("p90"),
+        p99=value("p99"),
+        min=value("min"),
+        max=value("max"),
+        std=value("std"),
+        n=f.integer("n"),
+        mad=opt("mad"),
+        ci_low=opt("ci_low"),
+        ci_high=opt("ci_high"),
+    )
+
+
+def read_series(
+    samples: Fields | None, series: Fields | None, key: str, factor: float = NS_PER_MS
+) -> Series | None:
+    """A Series from kept samples (preferred) or from its summary; None when neither is there."""
+    if samples is not None and samples.has(key):
+        values = samples.items(key)
+        if not values or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v * factor) < 2.0**62
+            for v in values
+        ):
+            raise ProfileFormatError(f"{samples.where}.{key}: expected a list of numbers")
+        return Series([v * factor for v in values])
+    summary = series.obj(key) if series is not None else None
+    return Series(summary=read_summary(summary, factor)) if summary is not None else None
+
+
+def summary_dict(s: Summary, factor: float = 1 / NS_PER_MS) -> dict[str, float | int]:
+    return s.scaled(factor)
+
+
+def summary_us(s: Summary | None) -> dict[str, float | int] | None:
+    return None if s is None else s.scaled(1 / NS_PER_US)
+
+
+def asdict_ms(obj: Any) -> dict[str, Any]:
+    """A flat section row: ``*_ns`` fields become ``*_ms`` (µs for launch summaries)."""
+    out: dict[str, Any] = {}
+    for key, value in asdict(obj).items():
+        if key.endswith("_ns") and isinstance(value, (int, float)):
+            out[key[:-3] + "_ms"] = value / NS_PER_MS
+        elif key.endswith("_ns") and value is None:
+            out[key[:-3] + "_ms"] = None
+        else:
+            out[key] = value
+    return out
+
+
+def read_row(cls: type[T], f: Fields) -> T:
+    """A flat section row written by :func:`asdict_ms`: ``*_ms`` back to ``*_ns``."""
+    values: dict[str, Any] = {}
+    for name, fld in cls.__dataclass_fields__.items():  # type: ignore[attr-defined]
+        typ = str(fld.type)
+        key = name[:-3] + "_ms" if name.endswith("_ns") else name
+        optional = "None" in typ
+        if name.endswith("_ns"):
+            values[name] = f.opt_ns(key) if optional else f.ns(key)
+        elif typ.startswith("int"):
+            values[name] = f.opt_integer(key) if optional else f.integer(key)
+        elif typ.startswith("float"):
+            values[name] = f.opt_number(key) if optional else f.number(key)
+        elif typ.startswith("str"):
+            values[name] = f.opt_text(key) if optional else f.text(key)
+        else:  # pragma: no cover - every section row is flat
+            values[name] = f.data.get(key)
+    return cls(**values)
+
+
+def first_rows(rows: Sequence[T], top: int | None) -> Sequence[T]:
+    return rows if top is None else rows[: max(top, 0)]
