@@ -11,6 +11,8 @@ Kineto traces fill the sections they know; everything else stays empty.
 * for traces and ops mode: steps, devices (GPU busy/idle), kernels, kernel
   kinds, memcpy, launches, memory, record_function annotations, and where the
   trace came from (``source``);
+* passes: for live runs, whether the per-layer pass ran the clean pass's code
+  (fused fast paths, modules called in one pass only);
 * notes: facts the user should read next to the numbers.
 
 Nothing here imports torch, a renderer or the codec: saving, loading and
@@ -39,6 +41,7 @@ from layerprof.sections import (
     Launches,
     MemcpyRow,
     MemorySummary,
+    PassCheck,
     Steps,
     TraceSource,
 )
@@ -227,6 +230,7 @@ class Profile:
     launches: Launches | None = None
     memory: MemorySummary | None = None
     annotations: tuple[AnnotationRow, ...] = ()
+    passes: PassCheck | None = None  # live runs: did the per-layer pass run the clean code?
     events: RecordedTrace | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:

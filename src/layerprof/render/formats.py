@@ -66,7 +66,7 @@ def _print_profile(
     findings: bool = True,
     **_: Any,
 ) -> None:
-    from layerprof.analysis.diagnose import diagnose
+    from layerprof.analysis.diagnose import checks, diagnose
     from layerprof.render.console import print_findings, print_profile
     from layerprof.render.ops_console import merge_shapes, render_ops
     from layerprof.render.trace_console import print_sections
@@ -81,7 +81,7 @@ def _print_profile(
         if backward:
             render_ops(backward, console, top=n, sort=op_sort, title="backward operators")
     if findings:
-        print_findings(diagnose(profile), console)
+        print_findings(diagnose(profile), console, checks=checks(profile))
 
 
 def _print_run(run: Run, console: Any, **options: Any) -> None:

@@ -2,10 +2,12 @@
 
 One module per family: ``trace`` holds what traces and ops mode fill (steps,
 GPU time, kernels, memcpy, launches, memory, annotations, where a trace came
-from, cross-rank results). A new analysis adds its own module here, a field on
+from, cross-rank results); ``passes`` whether a live run's per-layer pass ran the
+clean pass's code (fused fast paths). A new analysis adds its own module here, a field on
 ``Profile`` (or ``Run``), and its writer/reader in ``layerprof.codec``.
 """
 
+from layerprof.sections.passes import FusedLayer, PassCheck
 from layerprof.sections.trace import (
     STEP_DEFINITIONS,
     AllocRow,
@@ -33,11 +35,13 @@ __all__ = [
     "CrossRank",
     "DeviceMemory",
     "DeviceUse",
+    "FusedLayer",
     "KernelRow",
     "KindRow",
     "Launches",
     "MemcpyRow",
     "MemorySummary",
+    "PassCheck",
     "RankLine",
     "RuntimeRow",
     "Step",
