@@ -20,6 +20,7 @@ from layerprof.analysis.passes import (
     never_called_findings,
     pass_gap,
 )
+from layerprof.stats import Summary
 from layerprof.units import human_count, human_time
 
 if TYPE_CHECKING:
@@ -145,10 +146,33 @@ def _ci(lo: float, hi: float) -> str:
     return "" if lo == hi else f" (95% CI {human_time(lo)}-{human_time(hi)})"
 
 
-def _significant(profile: Profile, row: LayerRow, whole: float, share: float) -> bool:
-    """Self time at least ``share`` of ``whole`` and ``MIN_FINDING_NS``, at its CI's low end."""
+def _share_low(profile: Profile, row: LayerRow, whole: float) -> float:
+    """The low end of the 95 % CI of the layer's share of the forward.
+
+    With per-iteration samples, the share of each iteration (self / root total of
+    the same iteration): contention that slows a whole forward leaves it alone.
+    Without them (a summary-only file), the self time's CI low over ``whole``."""
     lo, _ = _self_interval(profile, row)
-    return whole > 0 and lo >= MIN_FINDING_NS and lo / whole >= share
+    fallback = lo / whole if whole > 0 else 0.0
+    device = row.device_self_ns is not None
+    s = profile.samples.get(row.path)
+    roots = [i.path for i in profile.layers if i.parent is None]
+    root = profile.samples.get(roots[0]) if len(roots) == 1 else None
+    if s is None or root is None or row.calls_vary:
+        return fallback
+    own = s.device_self_ns if device else s.self_ns
+    total = root.device_total_ns if device else root.total_ns
+    if own is None or total is None or own.values is None or total.values is None:
+        return fallback
+    if len(own.values) != len(total.values) or not (total.values > 0).all():
+        return fallback
+    return interval(Summary.of(own.values / total.values))[0]
+
+
+def _significant(profile: Profile, row: LayerRow, whole: float, share: float) -> bool:
+    """At least ``share`` of the forward and ``MIN_FINDING_NS``, both at their CI's low end."""
+    lo, _ = _self_interval(profile, row)
+    return whole > 0 and lo >= MIN_FINDING_NS and _share_low(profile, row, whole) >= share
 
 
 def _bottleneck(profile: Profile) -> list[Finding]:
