@@ -205,7 +205,7 @@ def test_a_steady_share_under_contention_is_still_the_bottleneck() -> None:
         meta=Meta(model="m"),
         layers=(LayerInfo("", "M", None), LayerInfo("heavy", "H", ""), LayerInfo("act", "A", "")),
         samples={
-            "": LayerSamples(total_ns=[h + s for h, s in zip(heavy, light)], self_ns=[0] * 10, calls=1),
+            "": LayerSamples(total_ns=[h + s for h, s in zip(heavy, light, strict=True)], self_ns=[0] * 10, calls=1),
             "heavy": LayerSamples(total_ns=heavy, self_ns=heavy, calls=1),
             "act": LayerSamples(total_ns=light, self_ns=light, calls=1),
         },
