@@ -442,7 +442,12 @@ def _meta(
         source="layerprof.run",
         created=now_iso(),
         host=socket.gethostname(),
-        extra={**_rank_meta(), **host_load(), **opts.meta_extra},
+        extra={
+            **_rank_meta(),
+            **host_load(),
+            **(opts.ops.meta() if opts.ops is not None else {}),
+            **opts.meta_extra,
+        },
     )
 
 

@@ -119,6 +119,9 @@ def header_lines(profile: Profile) -> list[Text | str]:
     ]
     if m.inputs:
         lines.append(Text("inputs " + "; ".join(m.inputs)))
+    ops_line = _ops_line(m.extra.get("ops"))
+    if ops_line:
+        lines.append(Text(ops_line))
     lat = profile.latency
     if lat is not None:
         lines.append(
@@ -156,6 +159,19 @@ def header_lines(profile: Profile) -> list[Text | str]:
             )
         )
     return lines
+
+
+def _ops_line(ops: object) -> str | None:
+    """Ops mode's profiler options and schedule, as the run's meta recorded them."""
+    if not isinstance(ops, dict):
+        return None
+    options = [str(o) for o in ops.get("options") or () if isinstance(o, str)]
+    line = "ops torch.profiler" + (" with " + ", ".join(options) if options else "")
+    schedule = ops.get("schedule")
+    if isinstance(schedule, dict):
+        steps = "  ".join(f"{k} {schedule.get(k)}" for k in ("wait", "warmup", "active", "repeat"))
+        line += f"; schedule {steps} (only active steps are recorded)"
+    return line
 
 
 def _sorted(nodes: list[LayerNode], sort: SortKey) -> list[LayerNode]:
