@@ -46,6 +46,7 @@ from layerprof.sections import (
     TraceSource,
 )
 from layerprof.stats import Series, SeriesLike, Summary, as_series
+from layerprof.units import NS_PER_MS
 
 if TYPE_CHECKING:
     import pandas
@@ -97,6 +98,16 @@ class LayerRow:
     @property
     def name(self) -> str:
         return self.path.rsplit(".", 1)[-1] if self.path else self.type
+
+    @property
+    def total_ms(self) -> float:
+        """``total_ns`` in milliseconds, as the JSON's ``total_ms``."""
+        return self.total_ns / NS_PER_MS
+
+    @property
+    def self_ms(self) -> float:
+        """``self_ns`` in milliseconds, as the JSON's ``self_ms``."""
+        return self.self_ns / NS_PER_MS
 
 
 @dataclass
@@ -237,9 +248,25 @@ class Profile:
         latency: SeriesLike | None = self.latency_ns
         self.latency_ns = as_series(latency)
 
+    def __repr__(self) -> str:
+        lat = self.latency
+        latency = f"latency median {lat.median_ms:.3f} ms (n={lat.n})" if lat else "no latency"
+        timed = sum(1 for s in self.samples.values() if s.calls)
+        return (
+            f"<Profile {self.meta.model or '?'} on {self.meta.device}: {latency},"
+            f" {len(self.layers)} layers ({timed} timed), {len(self.ops)} op rows>"
+        )
+
+    def __str__(self) -> str:
+        """The console report (``print(prof)``), as wide as the terminal."""
+        import shutil
+
+        return str(self.render("console", width=shutil.get_terminal_size().columns))
+
     # ---- derived --------------------------------------------------------
     @property
     def latency(self) -> Summary | None:
+        """The clean pass's whole-forward times (nanoseconds; ``.median_ms`` for ms)."""
         return self.latency_ns.summary if self.latency_ns is not None else None
 
     @property

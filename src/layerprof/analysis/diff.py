@@ -268,6 +268,12 @@ class Diff:
     def __repr__(self) -> str:
         return f"<Diff {self.base_meta.model or '?'} -> {self.new_meta.model or '?'}: {self.headline()}>"
 
+    def __str__(self) -> str:
+        """The console report (``print(d)``), as wide as the terminal."""
+        import shutil
+
+        return str(sinks.render(self, "console", width=shutil.get_terminal_size().columns))
+
     # ---- sinks (through layerprof.sinks) ------------------------------------
     def print(self, **options: Any) -> None:
         """The console report of the diff (``top=N`` rows per table, ``gate=...``)."""
