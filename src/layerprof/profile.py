@@ -201,7 +201,7 @@ def _mean(series: Series | None) -> float | None:
 
 
 @dataclass
-class Profile:
+class Profile(sinks.Output):
     """Everything one profiling run (or one rank of an analyzed trace) produced.
 
     ``latency_ns`` holds the clean pass's whole-forward times (for a trace,
@@ -321,32 +321,6 @@ class Profile:
         """Write the profile as JSON (whole or not at all); ``samples`` keeps every iteration."""
         return sinks.save(self, path, samples=samples)
 
-    @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> Profile:
-        loaded = sinks.load(path)
-        if not isinstance(loaded, Profile):
-            raise UsageError(f"{path} holds a {type(loaded).__name__}, not a Profile")
-        return loaded
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], *, source: str = "<dict>") -> Profile:
-        loaded = sinks.from_dict(data, source=source)
-        if not isinstance(loaded, Profile):
-            raise UsageError(f"{source} holds a {type(loaded).__name__}, not a Profile")
-        return loaded
-
-    def print(self, **options: Any) -> None:
-        """The console report (options as for ``layerprof run``: depth, top, sort, shapes)."""
-        sinks.show(self, **options)
-
-    def render(self, fmt: str, **options: Any) -> str | bytes:
-        """The profile in a format by name: ``console``, ``json``, ``csv``, ``html``, ``md``, ..."""
-        return sinks.render(self, fmt, **options)
-
-    def write(self, path: str | os.PathLike[str], **options: Any) -> Path:
-        """Write in the format the file name says (``.html``, ``.csv``, ``.json``, ...)."""
-        return sinks.write(self, path, **options)
-
     def to_dataframe(self) -> pandas.DataFrame:
         try:
             import pandas as pd
@@ -358,7 +332,7 @@ class Profile:
 
 
 @dataclass(frozen=True)
-class Run:
+class Run(sinks.Output):
     """Several ranks of one job (a directory of per-rank traces, or per-rank profiles).
 
     ``ranks`` are Profiles sorted by rank; ``cross`` compares them;
@@ -393,15 +367,6 @@ class Run:
 
     def save(self, path: str | os.PathLike[str], *, samples: bool = False) -> Path:
         return sinks.save(self, path, samples=samples)
-
-    def print(self, **options: Any) -> None:
-        sinks.show(self, **options)
-
-    def render(self, fmt: str, **options: Any) -> str | bytes:
-        return sinks.render(self, fmt, **options)
-
-    def write(self, path: str | os.PathLike[str], **options: Any) -> Path:
-        return sinks.write(self, path, **options)
 
 
 def rank_order(profiles: Sequence[Profile]) -> tuple[Profile, ...]:

@@ -77,7 +77,7 @@ from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
 from layerprof import sinks
-from layerprof.errors import ProfileFormatError, UsageError
+from layerprof.errors import UsageError
 from layerprof.profile import Profile
 from layerprof.records import LayerSamples, Meta, OpStat
 from layerprof.stats import CI_LEVEL, Series, Summary, min_p_value, rank_test
@@ -239,7 +239,7 @@ class GateResult:
 
 
 @dataclass(frozen=True)
-class Diff:
+class Diff(sinks.Output):
     """Two profiles compared; build with :func:`diff`, never by hand.
 
     ``comparable`` is ``False`` (with ``reason``) when the two sides have no
@@ -269,10 +269,6 @@ class Diff:
         return f"<Diff {self.base_meta.model or '?'} -> {self.new_meta.model or '?'}: {self.headline()}>"
 
     # ---- sinks (through layerprof.sinks) ------------------------------------
-    def print(self, **options: Any) -> None:
-        """The console report of the diff (``top=N`` rows per table, ``gate=...``)."""
-        sinks.show(self, **options)
-
     def to_markdown(self, **options: Any) -> str:
         """A Markdown report for a pull-request comment."""
         return str(sinks.render(self, "md", **options))
@@ -283,16 +279,6 @@ class Diff:
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         return sinks.save(self, path)
-
-    def write(self, path: str | os.PathLike[str], **options: Any) -> Path:
-        return sinks.write(self, path, **options)
-
-    @classmethod
-    def from_dict(cls, data: Any, *, source: str = "<dict>") -> Diff:
-        loaded = sinks.from_dict(data, source=source)
-        if not isinstance(loaded, Diff):
-            raise ProfileFormatError(f"{source}: not a layerprof diff")
-        return loaded
 
     # ---- views ----------------------------------------------------------
     def changed_layers(self, top: int | None = None) -> list[LayerDelta]:
