@@ -359,9 +359,6 @@ class Run(sinks.Output):
         known = ", ".join(str(p.rank) for p in self.ranks)
         raise UsageError(f"no rank {rank} in {self.path} (ranks: {known})")
 
-    def to_profile(self, rank: int | None = None) -> Profile:
-        return self.rank(rank)
-
     def to_dict(self, *, samples: bool = False, top: int | None = None) -> dict[str, Any]:
         return sinks.to_dict(self, samples=samples, top=top)
 

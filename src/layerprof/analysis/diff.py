@@ -54,9 +54,10 @@ else is ``same``. When a side has too few samples for the rank test to ever
 reach ``p < ALPHA`` (fewer than about 7 per side), the test's smallest
 possible p stands in for ALPHA: the two sides' samples must not overlap
 (``basis == "separation"``); with one sample per side the threshold and the
-floor alone decide (``basis == "threshold"``). The diff says so in a warning. Operators (aggregates without per-iteration
-samples) and single steps are always judged that way; such rows are shown but
-do not decide the verdict or the default (``any``) gate.
+floor alone decide (``basis == "threshold"``). The diff says so in a warning.
+Operators without per-iteration samples on both sides, kernels and single
+steps are always judged by the threshold and the floor; such rows are shown
+but do not decide the verdict or the default (``any``) gate.
 
 The regression gate (:meth:`Diff.gate`) fails on a row that is beyond noise,
 slower, and more than ``fail_above_pct`` slower. Added and removed layers or
@@ -314,8 +315,8 @@ class Diff(sinks.Output):
         changes = [r.change for r in self.layers] + [r.change for r in self.ops]
         if self.latency is not None:
             changes.append(self.latency)
-        # Rows judged on threshold alone (ops: aggregates without per-iteration
-        # samples) would flip the verdict on noise; only noise-tested rows count.
+        # Rows judged on threshold alone (ops without per-iteration samples, single
+        # steps) would flip the verdict on noise; only noise-tested rows count.
         changes = [c for c in changes if c.basis != "threshold"]
         slower = any(c.status == "slower" for c in changes)
         faster = any(c.status == "faster" for c in changes)
