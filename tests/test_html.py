@@ -8,13 +8,14 @@ writing are in test_html_safety.py; the browser in test_html_browser.py.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from layerprof import codec, sinks
 from layerprof.analysis.diagnose import diagnose, diagnose_run
-from layerprof.analysis.diff import fmt_pct, judgement
+from layerprof.analysis.diff import diff, fmt_pct, judgement
 from layerprof.cli import main
 from layerprof.errors import UsageError
 from layerprof.profile import Profile, Run
@@ -29,6 +30,7 @@ from tests.html_subjects import (
     chart_data,
     cpu_run,
     hooks_profile,
+    hostile_profile,
     number,
     one_rank_run,
     ops_profile,
@@ -176,6 +178,11 @@ def test_one_rank_trace_shows_step_time_and_trace_sections() -> None:
     chart = chart_data(page)["lp-steps"]
     assert chart["series"][0]["ms"] == [s.dur_ns / 1e6 for s in p.steps.steps]
     assert page.count('<div class="finding ') == len(diagnose_run(run))
+    assert p.source is not None
+    details = dict(re.findall(r"<dt>(.*?)</dt><dd>(.*?)</dd>", page))
+    assert details["events"] == fmt_calls(p.source.events)
+    assert details["layers from"] == p.source.module_source
+    assert f"<span>rank from</span>{run.rank_source}" in page
 
 
 def test_two_rank_trace_compares_ranks() -> None:
@@ -272,7 +279,6 @@ def test_diff_gate_and_status_badges() -> None:
 
 
 def test_diff_of_traces_has_steps_ops_and_kernels_tables(hta_dir: Path) -> None:
-    from layerprof.analysis.diff import diff
     from layerprof.trace import analyze
 
     base = analyze(hta_dir / "trace_compare" / "base").rank()
@@ -290,9 +296,15 @@ def test_diff_of_traces_has_steps_ops_and_kernels_tables(hta_dir: Path) -> None:
         assert len(t["lp-diff-steps"].rows) == len(d.steps)
 
 
-def test_diff_of_two_cpu_traces_has_steps() -> None:
-    from layerprof.analysis.diff import diff
+def test_diff_of_different_models_says_so() -> None:
+    d = diff(hooks_profile(), hostile_profile())
+    assert not d.comparable and d.reason
+    page = render_html(d)
+    assert f"Not comparable: {d.reason}".replace("'", "&#x27;") in page
+    assert 'class="verdict bad"' in page
 
+
+def test_diff_of_two_cpu_traces_has_steps() -> None:
     run = cpu_run()
     d = diff(run.ranks[0], run.ranks[1])
     assert d.steps

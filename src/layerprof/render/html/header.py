@@ -6,6 +6,8 @@ from layerprof.analysis.diff import side_label
 from layerprof.records import Meta
 from layerprof.render.html.page import esc
 from layerprof.render.html.subject import Subject
+from layerprof.sections import TraceSource
+from layerprof.units import fmt_calls, human_time
 
 
 def default_title(s: Subject) -> str:
@@ -27,15 +29,16 @@ def header(s: Subject, heading: str) -> str:
         facts = [("base", side_label(diff.base_meta)), ("new", side_label(diff.new_meta))]
     else:
         if run is not None:
-            facts.append(("trace", run.path))
-            facts.append(("ranks", str(len(run.ranks))))
+            facts += [("trace", run.path), ("ranks", str(len(run.ranks)))]
+            facts.append(("rank from", run.rank_source))
         if p is not None:
             more, details = meta_facts(p.meta)
             facts += more
             if p.source is not None:
                 facts.append(("file", p.source.file))
-                if s.multi_rank:
-                    facts.append(("shown", f"rank {p.rank} of {len(s.ranks)}"))
+                details += source_details(p.source)
+            if s.multi_rank:
+                facts.append(("shown", f"rank {p.rank} of {len(s.ranks)}"))
     chips = "".join(
         f'<span class="chip"><span>{esc(k)}</span>{esc(v)}</span>' for k, v in facts if v
     )
@@ -77,3 +80,14 @@ def meta_facts(meta: Meta) -> tuple[list[tuple[str, str]], list[tuple[str, str]]
         if isinstance(v, str | int | float | bool) and k not in ("file", "rank")
     ]
     return facts, [(k, v) for k, v in details if v != ""]
+
+
+def source_details(src: TraceSource) -> list[tuple[str, str]]:
+    """What the trace held: events, devices, where the layer rows came from, its writer."""
+    out = [("events", fmt_calls(src.events)), ("trace window", human_time(src.window_ns))]
+    if src.device_names:
+        out.append(("devices", ", ".join(src.device_names)))
+    out.append(("layers from", src.module_source or "no module tree"))
+    if src.producer:
+        out.append(("written by", f"layerprof {src.producer.get('version', '?')}"))
+    return out
