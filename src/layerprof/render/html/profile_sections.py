@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from layerprof.profile import LayerRow
+from layerprof.profile import LayerRow, tree_of
 from layerprof.records import OpStat, Overhead
 from layerprof.render.html.charts import BarSeries, bars, in_ms, latency_chart, tree_chart
 from layerprof.render.html.page import (
@@ -127,8 +127,7 @@ def overhead_text(ov: Overhead) -> str:
 
 
 def hierarchy_section(s: Subject) -> Section | None:
-    p = s.profile
-    chart = tree_chart(p.tree()) if p is not None and p.layers else None
+    chart = tree_chart(tree_of(s.rows)) if s.rows else None
     if chart is None:
         return None
     buttons = (
@@ -150,8 +149,7 @@ def hierarchy_section(s: Subject) -> Section | None:
 
 
 def layers_section(s: Subject) -> Section | None:
-    p = s.profile
-    rows = p.rows() if p is not None else []
+    rows = s.rows
     if not rows:
         return None
     order = {r.path: i for i, r in enumerate(rows)}
@@ -287,7 +285,7 @@ def top_section(s: Subject) -> Section | None:
     if p is None:
         return None
     charts = {}
-    ranked = sorted((r for r in p.rows() if r.self_ns > 0), key=lambda r: -r.self_ns)[:TOP_N]
+    ranked = sorted((r for r in s.rows if r.self_ns > 0), key=lambda r: -r.self_ns)[:TOP_N]
     if ranked:
         series = [BarSeries("self", in_ms([r.self_ns for r in ranked]))]
         if any(r.device_self_ns is not None for r in ranked):

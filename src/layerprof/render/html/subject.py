@@ -3,11 +3,12 @@ that the section builders read."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from layerprof.analysis.diff import Diff, GateResult
-from layerprof.profile import Profile, Run
+from layerprof.profile import LayerRow, Profile, Run
 
 if TYPE_CHECKING:
     from layerprof.analysis.diagnose import Finding
@@ -34,6 +35,11 @@ class Subject:
         if isinstance(self.obj, Run) and self.obj.ranks:
             return self.obj.rank()
         return None
+
+    @functools.cached_property
+    def rows(self) -> list[LayerRow]:
+        """``profile.rows()``, derived once for every section that reads them."""
+        return self.profile.rows() if self.profile is not None else []
 
     @property
     def ranks(self) -> tuple[Profile, ...]:
