@@ -22,6 +22,7 @@ from layerprof.profile import Profile, Run
 from layerprof.render.html import Section, render_html
 from layerprof.render.html import sections as registry
 from layerprof.render.html.charts import BarSeries, bars
+from layerprof.render.html.page import short
 from layerprof.render.html.profile_sections import phase_ops
 from layerprof.render.html.subject import Subject
 from layerprof.units import fmt_calls, fmt_delta_ms, fmt_ms, fmt_share, format_shapes, human_bytes
@@ -219,7 +220,10 @@ def test_hta_gpu_traces(hta_dir: Path) -> None:
     ]
     kernels = t["lp-trace-kernels"]
     expect = [k for p in run.ranks for k in sorted(p.kernels, key=lambda k: -k.total_ns)[:50]]
-    assert [c.text for c in kernels.column("Kernel")] == [k.name for k in expect]
+    names = kernels.column("Kernel")  # long C++ signatures cut in the middle, whole on hover
+    assert [c.tip or c.text for c in names] == [k.name for k in expect]
+    assert [c.text for c in names] == [short(k.name, 160) for k in expect]
+    assert any(c.tip for c in names)
     assert_times(kernels, "Total (", [k.total_ns for k in expect])
     assert_times(kernels, "Mean (", [k.mean_ns for k in expect])
     launches = [p.launches for p in run.ranks if p.launches is not None]
@@ -287,7 +291,8 @@ def test_diff_of_traces_has_steps_ops_and_kernels_tables(hta_dir: Path) -> None:
     assert d.kernels and d.ops
     t = tables(render_html(d))
     kernels = sorted(d.kernels, key=lambda r: (-abs(r.change.delta_ns), r.label))
-    assert [c.text for c in t["lp-diff-kernels"].column("Kernel")] == [k.name for k in kernels]
+    shown = t["lp-diff-kernels"].column("Kernel")
+    assert [c.tip or c.text for c in shown] == [k.name for k in kernels]
     ops = sorted(d.ops, key=lambda r: (-abs(r.change.delta_ns), r.label))
     assert [c.text for c in t["lp-diff-ops"].column("New (ms)")] == [
         fmt_ms(o.change.new_ns) for o in ops

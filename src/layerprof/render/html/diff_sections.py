@@ -23,6 +23,7 @@ from layerprof.render.html.page import (
     Section,
     chart_slot,
     esc,
+    name_col,
     paragraph,
     stat_cards,
     table,
@@ -237,7 +238,7 @@ def diff_kernels_section(s: Subject) -> Section | None:
         return None
     rows = _largest_first(d.kernels)
     cols: list[Col[KernelDelta]] = [
-        text_col("Kernel", lambda r: r.name, css="path"),
+        name_col("Kernel", lambda r: r.name),
         *change_columns(rows),
     ]
     intro = "GPU kernels by name, time per step (judged by the threshold: no per-step samples)."

@@ -153,6 +153,16 @@ def text_col(header: str, get: Callable[[T], object], *, css: str = "") -> Col[T
     return Col(header, lambda r: _text(get(r)), css=css)
 
 
+def name_col(header: str, get: Callable[[T], str], *, limit: int = 160) -> Col[T]:
+    """A long name (a C++ kernel's signature) cut in the middle, whole on hover."""
+    return Col(
+        header,
+        lambda r: short(get(r), limit),
+        css="path",
+        tip=lambda r: get(r) if len(get(r)) > limit else "",
+    )
+
+
 def _text(value: object) -> str:
     return "" if value is None else str(value)
 

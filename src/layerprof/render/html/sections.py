@@ -5,7 +5,9 @@ objects of the subject (``s.profile``, ``s.ranks``, ``s.run``, ``s.diff``,
 ``s.findings``) and returns a card, or None when the subject has nothing for
 it. Write it in a module of its own (``render/html/<yours>.py``) with the
 helpers of ``page.py`` (``table``/``Col``, ``stat_cards``, ``chart_slot``) and
-``charts.py`` (``Bars``, ...), then add it to ``SECTIONS`` below.
+``charts.py`` (``Bars``, ...), then add it to ``SECTIONS`` below. Tables of
+every rank's rows (with a Rank column when there are several) come from
+``trace_sections.per_rank`` and ``trace_sections.columns``.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from layerprof.render.html.page import (
     chart_slot,
     heading,
     label,
+    name_col,
     paragraph,
     share_col,
     table,
@@ -279,7 +280,7 @@ def kernels_section(s: Subject) -> Section | None:
     cols: list[Col[At[KernelRow]]] = columns(
         s,
         [
-            text_col("Kernel", lambda k: k.name, css="path"),
+            name_col("Kernel", lambda k: k.name),
             text_col("Kind", lambda k: k.kind),
             calls_col("Calls", lambda k: k.calls),
             time_col("Total", lambda k: k.total_ns, unit),
