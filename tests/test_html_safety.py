@@ -247,3 +247,14 @@ def test_page_of_known_times_matches_golden() -> None:
     if os.environ.get("LAYERPROF_UPDATE_GOLDEN"):
         path.write_text(text, encoding="utf-8")
     assert text == path.read_text(encoding="utf-8")
+
+
+def test_share_format() -> None:
+    from layerprof.units import fmt_share
+
+    assert (fmt_share(0.1234), fmt_share(1.0), fmt_share(0.0), fmt_share(None)) == (
+        "12.3%",
+        "100.0%",
+        "0.0%",
+        "-",
+    )

@@ -74,7 +74,7 @@ def diff_section(s: Subject) -> Section | None:
         body += paragraph(d.headline(), f"verdict {verdict}".strip())
     if d.latency is not None:
         body += "<h3>Latency</h3>" + stat_cards(_change_cards(d.latency))
-    gate = s.the_gate
+    gate = s.shown_gate
     if gate is not None:
         cls = "bad" if gate.failed else "good"
         text = f"FAIL: regression beyond noise above {gate.fail_above_pct:g} %"

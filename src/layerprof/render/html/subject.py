@@ -64,7 +64,7 @@ class Subject:
         return len(self.ranks) > 1
 
     @property
-    def the_gate(self) -> GateResult | None:
+    def shown_gate(self) -> GateResult | None:
         diff = self.diff
         if self.gate is not None or diff is None:
             return self.gate
