@@ -174,6 +174,19 @@ def _add_opt(own: float | None, children: list[float | None]) -> float | None:
     return sum(values) if values else None
 
 
+def tree_of(rows: Sequence[LayerRow]) -> list[LayerNode]:
+    """The module tree of ``rows`` (roots first), built from their parent paths."""
+    nodes = {row.path: LayerNode(row) for row in rows}
+    roots: list[LayerNode] = []
+    for node in nodes.values():
+        parent = node.row.parent
+        if parent is not None and parent in nodes and parent != node.row.path:
+            nodes[parent].children.append(node)
+        else:
+            roots.append(node)
+    return roots
+
+
 def depth_of(path: str) -> int:
     return 0 if path == "" else path.count(".") + 1
 
@@ -293,15 +306,7 @@ class Profile(sinks.Output):
 
     def tree(self) -> list[LayerNode]:
         """The module tree (roots first), built from the rows' parent paths."""
-        nodes = {row.path: LayerNode(row) for row in self.rows()}
-        roots: list[LayerNode] = []
-        for node in nodes.values():
-            parent = node.row.parent
-            if parent is not None and parent in nodes and parent != node.row.path:
-                nodes[parent].children.append(node)
-            else:
-                roots.append(node)
-        return roots
+        return tree_of(self.rows())
 
     def row(self, path: str) -> LayerRow:
         for r in self.rows():
