@@ -194,6 +194,8 @@ def test_empty_findings_list_the_checks() -> None:
     text = prof.render("console")
     assert "findings: nothing to flag" in text
     assert "checked: bottleneck layers" in text and "latency noise" in text
+    page = str(prof.render("html"))
+    assert "nothing worth flagging. Checked: bottleneck layers" in page
 
 
 def test_a_steady_share_under_contention_is_still_the_bottleneck() -> None:

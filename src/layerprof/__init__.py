@@ -10,6 +10,7 @@ Public API::
         model(x)
     rec.profile().print()
     layerprof.diff(base, new).gate(5.0)                        # compare two profiles
+    layerprof.analyze("trace.json.gz").rank().print()          # a torch.profiler trace -> Run
 
 Importing this package does not import torch; running a model does.
 """
@@ -43,6 +44,7 @@ __all__ = [
     "Recorder",
     "Run",
     "__version__",
+    "analyze",
     "diff",
     "profile",
     "write_tensorboard",
@@ -110,3 +112,15 @@ def write_tensorboard(
     from layerprof.render.chrome import write_tensorboard_dir
 
     return write_tensorboard_dir(directory, profile, worker=worker)
+
+
+def analyze(path: str | os.PathLike[str], **options: Any) -> Run:
+    """Analyze a torch.profiler trace (``.json``, ``.json.gz``) or a directory of
+    per-rank traces -> a :class:`Run` (one Profile per rank). No torch import.
+
+    Options as for :func:`layerprof.trace.analysis.analyze` (``group_by_shape``,
+    ``max_input_size``, ...).
+    """
+    from layerprof.trace.analysis import analyze as analyze_trace
+
+    return analyze_trace(path, **options)
