@@ -59,6 +59,7 @@ def test_transformer_encoder_rows_that_time_other_code_are_named() -> None:
     finding = next(f for f in diagnose(prof) if "other code" in f.title)
     assert finding.layer == "enc.layers.0" and "_transformer_encoder_layer_fwd" in finding.detail
     assert "forward hooks" in finding.detail
+    assert prof.row("enc.layers.0").flops == 0 and "FLOPs are not counted" in finding.detail
     saved = json.loads(prof.render("json"))["passes"]
     assert saved["diverged"] == ["enc.layers.0", "enc.layers.1"]
     assert Profile.from_dict(json.loads(prof.render("json"))).passes == prof.passes
@@ -76,6 +77,31 @@ def test_multihead_attention_out_proj_zero_calls_is_explained() -> None:
     assert finding.layer == "inner" and "out_proj" in finding.detail
     assert "FLOPs are not counted" in finding.detail  # the counter saw the fused kernel
     assert not [f for f in diagnose(prof) if "never ran" in f.title]  # explained, not "unused"
+
+
+class PaddedEncoder(nn.Module):
+    """BERT-style use: a TransformerEncoder with a padding mask takes the nested-tensor path."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(32, 2, 64, batch_first=True)
+        self.enc = nn.TransformerEncoder(layer, 2)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.enc(x, src_key_padding_mask=mask)
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
+def test_padded_transformer_encoder_runs_and_is_named() -> None:
+    """Nested tensors between the layers used to crash the shape capture."""
+    mask = torch.zeros(2, 8, dtype=torch.bool)
+    mask[1, 5:] = True
+    prof = layerprof.profile(
+        PaddedEncoder(), torch.randn(2, 8, 32), kwargs={"mask": mask}, warmup=1, iters=3
+    )
+    assert prof.row("enc.layers.0").calls == 1
+    assert str(prof.row("enc.layers.0").input_shapes).startswith("['nested(2x?x32)'")
+    assert prof.passes is not None and prof.passes.diverged == ("enc.layers.0", "enc.layers.1")
 
 
 def test_ops_mode_is_checked_too() -> None:

@@ -91,7 +91,13 @@ def agreement_findings(profile: Profile) -> list[Finding]:
     diverged = profile.passes.diverged if profile.passes is not None else ()
     if kind == "layers slower" and diverged:
         return []  # the code-path finding explains it, with this ratio
-    if kind == "clean slower":
+    if kind == "clean slower" and diverged:
+        why = (
+            f"{both}. The per-layer pass ran other code ({_names(diverged)} off torch's fast"
+            " path), but a fast path is not slower than the code it replaces: most likely"
+            " something else used the CPU while the clean pass ran."
+        )
+    elif kind == "clean slower":
         why = (
             f"{both}. The per-layer pass does more work than the clean one, so it cannot be"
             " faster by the code: something else used the CPU while the clean pass ran."
@@ -187,12 +193,19 @@ def _diverged_finding(profile: Profile, type_: str, op: str, layers: list[FusedL
         if "TransformerEncoderLayer" in type_
         else "the instrumented pass did not take the fast path"
     )
+    flops = {i.path: i.flops for i in profile.layers}
+    uncounted = (
+        " Their FLOPs are not counted (the FLOP counter saw the fused kernel, which it has"
+        " no formula for)."
+        if any(flops.get(p) == 0 for p in paths)
+        else ""
+    )
     return Finding(
         "warning",
         f"the per-layer pass ran other code than the clean pass in {_count(paths, type_)}",
         f"in the clean pass {_names(paths)} ran torch's fused {op}; {why}, so the"
         f" per-layer pass ran their submodules one by one. Their rows time the unfused"
-        f" path, not the code behind the latency line.{ratio}",
+        f" path, not the code behind the latency line.{ratio}{uncounted}",
         "trust the latency line for speed; to make both passes run the unfused code call"
         " torch.backends.mha.set_fastpath_enabled(False) before profiling",
         paths[0],
