@@ -215,3 +215,17 @@ def test_a_steady_share_under_contention_is_still_the_bottleneck() -> None:
     )  # fmt: skip
     (found,) = [f for f in diagnose(prof) if "bottleneck" in f.title]
     assert found.layer == "heavy" and "95% CI" in found.detail
+
+
+def test_an_empty_run_lists_its_checks_too() -> None:
+    quiet = replace(fake_scaled(zoo.Nested, 1), latency_ns=(1000, 1001, 999, 1000, 1000, 1002))
+    rank0 = replace(quiet, meta=Meta(model="m", source="trace", extra={"rank": 0}))
+    rank1 = replace(quiet, meta=Meta(model="m", source="trace", extra={"rank": 1}))
+    cross = CrossRank(
+        steps=(), ranks=(RankLine(0, 1000, 0, 0), RankLine(1, 1001, 0, 0)), slowest_rank=1
+    )
+    run = Run(path="d", ranks=(rank0, rank1), cross=cross)
+    assert diagnose_run(run) == []
+    text = run.render("console")
+    assert "findings: nothing to flag" in text and "stragglers across ranks" in text
+    assert "Checked: bottleneck layers" in str(run.render("html"))

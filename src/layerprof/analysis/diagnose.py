@@ -27,7 +27,16 @@ if TYPE_CHECKING:
     from layerprof.profile import LayerRow, Profile, Run
     from layerprof.sections import CrossRank, DeviceUse
 
-__all__ = ["RULES", "Finding", "Rule", "Severity", "checks", "diagnose", "diagnose_run"]
+__all__ = [
+    "RULES",
+    "Finding",
+    "Rule",
+    "Severity",
+    "checks",
+    "diagnose",
+    "diagnose_run",
+    "run_checks",
+]
 _ORDER = ORDER
 
 BOTTLENECK_SHARE = 0.25  # a layer whose self time is this share of the forward
@@ -82,6 +91,14 @@ def diagnose(profile: Profile) -> list[Finding]:
 def checks(profile: Profile) -> list[str]:
     """The rules that looked at this profile (what "nothing to flag" means)."""
     return [rule.name for rule in RULES if rule.applies(profile)]
+
+
+def run_checks(run: Run) -> list[str]:
+    """The rules that looked at any rank of ``run``, and the cross-rank one."""
+    names = dict.fromkeys(c for p in run.ranks for c in checks(p))
+    if run.cross is not None:
+        names["stragglers across ranks"] = None
+    return list(names)
 
 
 def _timed_rows(profile: Profile) -> tuple[list[LayerRow], float]:

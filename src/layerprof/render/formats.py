@@ -93,7 +93,7 @@ def _print_profile(
 
 def _print_run(run: Run, console: Any, **options: Any) -> None:
     """Every rank's report (its findings gathered at the end), then the ranks side by side."""
-    from layerprof.analysis.diagnose import diagnose_run
+    from layerprof.analysis.diagnose import diagnose_run, run_checks
     from layerprof.render.console import print_findings
     from layerprof.render.trace_console import print_rank_rule, print_ranks, print_run_header
 
@@ -103,7 +103,7 @@ def _print_run(run: Run, console: Any, **options: Any) -> None:
         _print_profile(p, console, **{**options, "findings": False})
     print_ranks(run, console, options.get("top") or 10)
     if options.get("findings", True):
-        print_findings(diagnose_run(run), console)
+        print_findings(diagnose_run(run), console, checks=run_checks(run))
 
 
 class JsonRenderer:
