@@ -127,8 +127,12 @@ class Heavy(torch.nn.Module):
 def test_microsecond_layers_are_no_bottleneck() -> None:
     """Shares of a few µs (hook residue, noise) make no bottleneck finding."""
     prof = layerprof.profile(SeedModel(), torch.randn(1, 100), warmup=3, iters=20)
-    assert max(r.self_ns for r in prof.rows()) < MIN_FINDING_NS  # the premise
-    assert not [f for f in diagnose(prof) if "bottleneck" in f.title or "outside" in f.title]
+    named = [f for f in diagnose(prof) if "bottleneck" in f.title or "outside" in f.title]
+    for f in named:  # only a machine loaded enough to stretch them past the floor names one
+        s = prof.samples[f.layer or ""].self_ns.summary
+        assert s.ci_low is not None and s.ci_low >= MIN_FINDING_NS, f
+    if max(r.self_ns for r in prof.rows()) < MIN_FINDING_NS:  # as on any machine at rest
+        assert not named
     # the same shares in a fake-clock model 1000x slower are findings
     assert not [f for f in diagnose(fake_scaled(zoo.Nested, 1)) if "bottleneck" in f.title]
     assert [f for f in diagnose(fake_scaled(zoo.Nested, 1000)) if "bottleneck" in f.title]

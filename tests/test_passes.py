@@ -183,8 +183,10 @@ def test_passes_within_noise_agree() -> None:
 
 def test_contended_clean_pass_live(tmp_path: Path) -> None:
     """A real run whose clean pass is slowed from outside (sleeps): finding, exit code 0."""
-    iters, warmup = 6, 1
-    model = SlowFirst(slow_calls=1 + warmup + iters, sleep_ms=5)
+    # 30 ms sleeps against a forward of microseconds; 12 iterations, so that one
+    # iteration of the fast pass delayed by a loaded machine cannot close the gap
+    iters, warmup, sleep_ms = 12, 1, 30
+    model = SlowFirst(slow_calls=1 + warmup + iters, sleep_ms=sleep_ms)
     prof = layerprof.profile(model, torch.zeros(2, 16), warmup=warmup, iters=iters)
     assert prof.meta.extra.get("cpus")  # the run recorded what it ran on
     assert pass_gap(prof) is not None and pass_gap(prof)[0] == "clean slower"  # type: ignore[index]
@@ -192,7 +194,7 @@ def test_contended_clean_pass_live(tmp_path: Path) -> None:
     out = tmp_path / "p.json"
     code = main([
         "run", "--arch", "tests.timing_models:SlowFirst", "--arch-kwargs",
-        json.dumps({"slow_calls": 1 + warmup + iters, "sleep_ms": 5}), "--input", "2x16",
+        json.dumps({"slow_calls": 1 + warmup + iters, "sleep_ms": sleep_ms}), "--input", "2x16",
         "--warmup", str(warmup), "--iters", str(iters), "--json", str(out), "--quiet",
     ])  # fmt: skip
     assert code == 0
