@@ -408,3 +408,14 @@ def test_breakdown_of_random_traces_adds_up(
             row.compute_ns + row.overlap_ns, row.communication_ns + row.overlap_ns
         )
         assert set(dict(row.parts())) == set(BREAKDOWN_PARTS)
+
+
+def test_html_shows_the_distributed_section(tmp_path: Path) -> None:
+    from layerprof.render.formats import HtmlRenderer
+
+    page = HtmlRenderer().render(two_ranks(tmp_path))
+    assert 'id="distributed"' in page and "Step time breakdown" in page
+    # one stacked bar per rank and step, a segment per non-zero part
+    assert page.count("rank 1 · device 1 · ProfilerStep#") == 2
+    assert 'title="overlap 0.100 ms"' in page  # rank 0: [40, 50) units of 10 µs
+    assert "rank 1 arrives last most often" in page

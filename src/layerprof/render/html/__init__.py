@@ -27,6 +27,7 @@ from layerprof.errors import UsageError
 from layerprof.files import write_atomic
 from layerprof.profile import Profile
 from layerprof.render.html.diff_sections import _diff_section
+from layerprof.render.html.distributed import _distributed_section
 from layerprof.render.html.page import (
     _asset,
     _default_title,
@@ -87,6 +88,7 @@ def render_html(
         _profile_sections(page, pdata)
     if trace is not None:
         _trace_section(page, trace)
+        _distributed_section(page, trace)
     if diff is not None:
         _diff_section(page, diff)
     _findings_section(page, findings)
