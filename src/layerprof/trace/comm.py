@@ -249,10 +249,16 @@ def _collectives(
     execs.sort(key=lambda x: (x.issue if x.issue is not None else x.start, x.start))
     starts = np.asarray([x.start for x in execs], dtype=np.int64)
     ends = starts + np.asarray([x.dur for x in execs], dtype=np.int64)
-    lane_of = [compute.get(x.device) or empty_lane() for x in execs]
-    exposed = [x.dur - int(covered(ln, starts[k : k + 1], ends[k : k + 1])[0])
-               for k, (x, ln) in enumerate(zip(execs, lane_of, strict=True))]  # fmt: skip
     prior_from = _previous_ends(execs, starts, ends)
+    # compute under each execution and before it, one vectorized pass per device
+    under = np.zeros(len(execs), dtype=np.int64)
+    prior_ns = np.zeros(len(execs), dtype=np.int64)
+    devices = np.asarray([-2 if x.device is None else x.device for x in execs])
+    for d in np.unique(devices).tolist():
+        on = np.flatnonzero(devices == d)
+        ln = compute.get(None if d == -2 else d) or empty_lane()
+        under[on] = covered(ln, starts[on], ends[on])
+        prior_ns[on] = covered(ln, prior_from[on], starts[on])
     tops = _TopCompute(tables, compute)
     done = steps.complete
     step_s = np.asarray([s.start_ns for s in done], dtype=np.int64)
@@ -265,7 +271,6 @@ def _collectives(
         key = (group, x.kind, step)
         counters[key] = index = counters.get(key, -1) + 1
         lo = int(prior_from[k])
-        prior = int(covered(lane_of[k], np.asarray([lo]), starts[k : k + 1])[0])
         out.append(
             Collective(
                 kind=x.kind,
@@ -281,8 +286,8 @@ def _collectives(
                 bytes=x.args.bytes,
                 device=x.device,
                 stream=x.stream,
-                exposed_ns=exposed[k],
-                prior_compute_ns=prior,
+                exposed_ns=x.dur - int(under[k]),
+                prior_compute_ns=int(prior_ns[k]),
                 prior_top=tops.top(x.device, lo, x.start),
             )
         )
