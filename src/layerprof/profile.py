@@ -32,6 +32,8 @@ from layerprof.errors import UsageError
 from layerprof.records import LayerInfo, LayerSamples, Meta, OpStat, Overhead
 from layerprof.sections import (
     AnnotationRow,
+    Breakdown,
+    Communication,
     CrossRank,
     DeviceUse,
     KernelRow,
@@ -39,7 +41,10 @@ from layerprof.sections import (
     Launches,
     MemcpyRow,
     MemorySummary,
+    MemoryTimeline,
+    Queues,
     Steps,
+    Stragglers,
     TraceSource,
 )
 from layerprof.stats import Series, SeriesLike, Summary, as_series
@@ -240,6 +245,10 @@ class Profile(sinks.Output):
     launches: Launches | None = None
     memory: MemorySummary | None = None
     annotations: tuple[AnnotationRow, ...] = ()
+    breakdown: Breakdown | None = None
+    communication: Communication | None = None
+    queues: Queues | None = None
+    memory_timeline: MemoryTimeline | None = None
     events: RecordedTrace | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -351,6 +360,7 @@ class Run(sinks.Output):
     cross: CrossRank | None = None
     skipped: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    stragglers: Stragglers | None = None
 
     def rank(self, rank: int | None = None) -> Profile:
         """The profile of ``rank`` (default: the lowest rank)."""
