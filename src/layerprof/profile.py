@@ -34,6 +34,8 @@ from layerprof.errors import UsageError
 from layerprof.records import LayerInfo, LayerSamples, Meta, OpStat, Overhead
 from layerprof.sections import (
     AnnotationRow,
+    Breakdown,
+    Communication,
     CrossRank,
     DeviceUse,
     KernelRow,
@@ -41,8 +43,11 @@ from layerprof.sections import (
     Launches,
     MemcpyRow,
     MemorySummary,
+    MemoryTimeline,
     PassCheck,
+    Queues,
     Steps,
+    Stragglers,
     TraceSource,
 )
 from layerprof.stats import Series, SeriesLike, Summary, as_series
@@ -255,6 +260,10 @@ class Profile(sinks.Output):
     memory: MemorySummary | None = None
     annotations: tuple[AnnotationRow, ...] = ()
     passes: PassCheck | None = None  # live runs: did the per-layer pass run the clean code?
+    breakdown: Breakdown | None = None
+    communication: Communication | None = None
+    queues: Queues | None = None
+    memory_timeline: MemoryTimeline | None = None
     events: RecordedTrace | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -376,6 +385,7 @@ class Run(sinks.Output):
     cross: CrossRank | None = None
     skipped: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    stragglers: Stragglers | None = None
 
     def __repr__(self) -> str:
         ranks = ", ".join(str(p.rank) for p in self.ranks)

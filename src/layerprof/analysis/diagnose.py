@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from layerprof.analysis.distributed import distributed_findings, straggler_findings
 from layerprof.analysis.finding import ORDER, Finding, Severity
 from layerprof.analysis.passes import (
     agreement_findings,
@@ -96,7 +97,7 @@ def checks(profile: Profile) -> list[str]:
 def run_checks(run: Run) -> list[str]:
     """The rules that looked at any rank of ``run``, and the cross-rank one."""
     names = dict.fromkeys(c for p in run.ranks for c in checks(p))
-    if run.cross is not None:
+    if run.cross is not None or run.stragglers is not None:
         names["stragglers across ranks"] = None
     return list(names)
 
@@ -381,6 +382,7 @@ def diagnose_run(run: Run) -> list[Finding]:
         who = f"rank {p.rank}: " if len(run.ranks) > 1 else ""
         out += [replace(f, title=who + f.title) for f in diagnose(p)]
     out += _cross_rank(run.cross)
+    out += straggler_findings(run)
     return sorted(out, key=lambda f: _ORDER[f.severity])
 
 
@@ -494,5 +496,10 @@ RULES: tuple[Rule, ...] = (
     Rule("clean vs per-layer pass agreement", _has_root_samples, agreement_findings),
     Rule("fused fast paths and code paths", lambda p: p.passes is not None, code_path_findings),
     Rule("GPU idle, copies and communication", _has_devices, _devices),
+    Rule(
+        "exposed communication, data loading, launch-bound queues",
+        lambda p: p.breakdown is not None or p.queues is not None,
+        distributed_findings,
+    ),
     Rule("setup (dtype, train mode)", live, _setup),
 )

@@ -1,4 +1,9 @@
-"""One finding: what a rule saw, with the numbers behind it, and what to try."""
+"""One finding: what a rule saw, with the numbers behind it, and what to try.
+
+Its own module so that every findings module (``diagnose``, ``passes``,
+``distributed``) can build findings and ``diagnose`` can still call them all
+without an import cycle.
+"""
 
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from layerprof.codec.distributed import encode_stragglers, read_stragglers
 from layerprof.codec.fields import Fields, strings
 from layerprof.codec.profile import profile_body, read_profile
 from layerprof.codec.schemas import PROFILE_SCHEMA, RUN_SCHEMA
@@ -26,6 +27,7 @@ def run_to_dict(run: Run, *, samples: bool = False, top: int | None = None) -> d
         "notes": list(run.notes),
         "ranks": [{"rank": p.rank, **profile_body(p, samples=samples, top=top)} for p in run.ranks],
         "cross_rank": _cross(run.cross),
+        "stragglers": encode_stragglers(run.stragglers),
     }
 
 
@@ -73,6 +75,7 @@ def run_of(f: Fields, ranks: tuple[Profile, ...], source: str, *, notes: tuple[s
         cross=read_cross(f.obj("cross_rank")),
         skipped=tuple(strings(f, "skipped")),
         notes=notes,
+        stragglers=read_stragglers(f.obj("stragglers")),
     )
 
 
