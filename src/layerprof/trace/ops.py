@@ -72,4 +72,3 @@ def merged_roots(tables: EventTables, nesting: Nesting) -> I64:
         if (up == root[merged]).all():
             return root
         root[merged] = up
-
