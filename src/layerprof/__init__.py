@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
     import torch
 
+    from layerprof.capture.compiled import CompileOptions
     from layerprof.capture.ops import OpOptions
 
 # ``layerprof.analysis.diff`` is the function (``layerprof.diff(a, b) -> Diff``); the module
@@ -50,15 +51,20 @@ def profile(
     ops: bool | OpOptions = False,
     backward: bool = False,
     loss: Callable[[Any], Any] | None = None,
+    compile: bool | CompileOptions = False,
 ) -> Profile:
     """Profile ``model(*args, **kwargs)``: clean latency pass + per-layer pass.
 
     ``ops=True`` (or an :class:`layerprof.capture.ops.OpOptions`) records the
     operators of every layer with torch.profiler (``Profile.ops``);
     ``backward=True`` adds each layer's backward time, with ``loss(output)``
-    as the loss (default: the sum of the floating outputs). See
+    as the loss (default: the sum of the floating outputs). ``compile=True``
+    (or a :class:`layerprof.capture.compiled.CompileOptions`) runs the model
+    through ``torch.compile`` and attributes the compiled kernels' time to
+    layers (``Profile.compiled`` says how). See
     :class:`layerprof.capture.runner.RunOptions` for the other options.
     """
+    from layerprof.capture.compiled import CompileOptions
     from layerprof.capture.ops import OpOptions
     from layerprof.capture.runner import RunOptions, profile_model
 
@@ -73,5 +79,8 @@ def profile(
         ops=ops if isinstance(ops, OpOptions) else (OpOptions() if ops else None),
         backward=backward,
         loss=loss,
+        compile=compile
+        if isinstance(compile, CompileOptions)
+        else (CompileOptions() if compile else None),
     )
     return profile_model(model, args, kwargs, options)

@@ -11,6 +11,7 @@ Kineto traces fill the sections they know; everything else stays empty.
 * for traces and ops mode: steps, devices (GPU busy/idle), kernels, kernel
   kinds, memcpy, launches, memory, record_function annotations, and where the
   trace came from (``source``);
+* compiled (``--compile``): how the compiled kernels' time was attributed;
 * notes: facts the user should read next to the numbers.
 
 Nothing here imports torch, a renderer or the codec: saving, loading and
@@ -42,6 +43,7 @@ from layerprof.sections import (
     Steps,
     TraceSource,
 )
+from layerprof.sections.compiled import CompiledSection
 from layerprof.stats import Series, SeriesLike, Summary, as_series
 
 if TYPE_CHECKING:
@@ -227,6 +229,7 @@ class Profile:
     launches: Launches | None = None
     memory: MemorySummary | None = None
     annotations: tuple[AnnotationRow, ...] = ()
+    compiled: CompiledSection | None = None
     events: RecordedTrace | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:

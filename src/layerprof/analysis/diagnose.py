@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from layerprof.analysis.compiled import compiled_findings, is_bucket
 from layerprof.units import human_count, human_time
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ class Finding:
 def diagnose(profile: Profile) -> list[Finding]:
     """Findings about a profiled model, most severe first."""
     all_rows = profile.rows()
-    rows = [r for r in all_rows if r.calls]
+    rows = [r for r in all_rows if r.calls and not is_bucket(r)]
     root_total = sum(r.total_ns for r in all_rows if r.parent is None)
     out: list[Finding] = []
     if root_total > 0 and rows:
@@ -70,6 +71,7 @@ def diagnose(profile: Profile) -> list[Finding]:
     out += _latency_findings(profile)
     out += _device_findings(profile)
     out += _setup_findings(profile)
+    out += [Finding(**asdict(a)) for a in compiled_findings(profile)]
     return sorted(out, key=lambda f: _ORDER[f.severity])
 
 

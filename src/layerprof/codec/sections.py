@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from layerprof.codec.compiled import encode_compiled, read_compiled
 from layerprof.codec.fields import (
     Fields,
     asdict_ms,
@@ -48,6 +49,7 @@ def encode_sections(p: Profile, top: int | None) -> dict[str, Any]:
         "launch": _launches(p.launches, top),
         "memory": _memory(p.memory, top),
         "annotations": [asdict_ms(a) for a in p.annotations],
+        **encode_compiled(p.compiled),
     }
     return {k: v for k, v in sections.items() if v}
 
@@ -173,6 +175,7 @@ def read_sections(f: Fields) -> dict[str, Any]:
     out["launches"] = read_launches(f.obj("launch"))
     out["memory"] = read_memory(f.obj("memory"))
     out["annotations"] = tuple(read_row(AnnotationRow, a) for a in f.objects("annotations"))
+    out.update(read_compiled(f))
     return out
 
 

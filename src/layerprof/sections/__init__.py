@@ -2,10 +2,12 @@
 
 One module per family: ``trace`` holds what traces and ops mode fill (steps,
 GPU time, kernels, memcpy, launches, memory, annotations, where a trace came
-from, cross-rank results). A new analysis adds its own module here, a field on
+from, cross-rank results); ``compiled`` how a ``--compile`` run's kernel time
+went to layers. A new analysis adds its own module here, a field on
 ``Profile`` (or ``Run``), and its writer/reader in ``layerprof.codec``.
 """
 
+from layerprof.sections.compiled import CompiledSection
 from layerprof.sections.trace import (
     STEP_DEFINITIONS,
     AllocRow,
@@ -30,6 +32,7 @@ __all__ = [
     "STEP_DEFINITIONS",
     "AllocRow",
     "AnnotationRow",
+    "CompiledSection",
     "CrossRank",
     "DeviceMemory",
     "DeviceUse",

@@ -1,0 +1,102 @@
+"""Findings about a ``--compile`` run: overhead, graph breaks, recompiles, estimates.
+
+Each finding quotes the ``compiled`` section's numbers it rests on. The two
+bucket rows (``<compiled overhead>``, ``<outside compiled region>``) are not
+layers: :func:`is_bucket` keeps the layer rules from calling them a bottleneck.
+``diagnose`` turns each :class:`Advice` into one of its findings (this module
+does not import ``diagnose``, which calls it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from layerprof.sections.compiled import BUCKET_ROWS, BUCKET_TYPE
+from layerprof.units import human_time
+
+if TYPE_CHECKING:
+    from layerprof.profile import LayerRow, Profile
+
+OVERHEAD_SHARE = 0.25  # wrapper time beyond this share of the forward is worth a look
+OUTSIDE_SHARE = 0.10
+UNATTRIBUTED_SHARE = 0.30
+ESTIMATED_SHARE = 0.20
+
+
+@dataclass(frozen=True)
+class Advice:
+    """A finding's fields (``diagnose.Finding(**asdict(advice))``)."""
+
+    severity: Literal["high", "warning", "info"]
+    title: str
+    detail: str
+    hint: str = ""
+    layer: str | None = None
+
+
+def is_bucket(row: LayerRow) -> bool:
+    return row.type == BUCKET_TYPE and row.path in BUCKET_ROWS
+
+
+def compiled_findings(profile: Profile) -> list[Advice]:
+    c = profile.compiled
+    if c is None or c.coverage.forward_ns <= 0:
+        return []
+    cov = c.coverage
+    out: list[Advice] = []
+    forward = cov.forward_ns
+    if cov.overhead_ns > OVERHEAD_SHARE * forward:
+        out.append(
+            Advice(
+                "warning",
+                "the compiled code spends much of its time outside kernels",
+                f"{human_time(cov.overhead_ns)} of the {human_time(forward)} forward"
+                f" ({100 * cov.overhead_ns / forward:.0f}%) is compiled-wrapper time: allocations,"
+                " guards and the Python wrapper between kernels.",
+                "the kernels are small: a larger batch amortizes the wrapper; on CUDA,"
+                " mode reduce-overhead (CUDA graphs) removes most of it",
+            )
+        )
+    if c.breaks and cov.outside_ns > OUTSIDE_SHARE * forward:
+        top = max(c.breaks, key=lambda b: b.count)
+        out.append(
+            Advice(
+                "warning",
+                f"{sum(b.count for b in c.breaks)} graph break(s) split the compiled model",
+                f"{human_time(cov.outside_ns)} per forward ({100 * cov.outside_ns / forward:.0f}%)"
+                f" runs outside compiled regions; most frequent reason: {top.reason}.",
+                "TORCH_LOGS=graph_breaks shows where; remove the break to let inductor fuse"
+                " across it",
+            )
+        )
+    if c.recompiles:
+        first = c.recompiles[0]
+        out.append(
+            Advice(
+                "info",
+                f"{len(c.recompiles)} recompilation(s) during the run",
+                f"{first.frame} recompiled: {first.reason}.",
+                "mark changing sizes dynamic (--dynamic) or keep shapes fixed",
+            )
+        )
+    if cov.region_ns > 0 and 1 - cov.attributed_share > UNATTRIBUTED_SHARE:
+        out.append(
+            Advice(
+                "info",
+                "part of the compiled time belongs to no layer",
+                f"{100 * (1 - cov.attributed_share):.0f}% of the compiled regions' time is"
+                " wrapper overhead or unmatched kernel events (the notes say which).",
+            )
+        )
+    if cov.attributed_ns > 0 and cov.shared_ns > ESTIMATED_SHARE * cov.attributed_ns:
+        out.append(
+            Advice(
+                "info",
+                "many kernels fuse several layers",
+                f"{100 * cov.shared_ns / cov.attributed_ns:.0f}% of the attributed kernel time"
+                f" is split among layers by the {c.split} rule: those layers' times are estimates.",
+                "--compile-split lca gives such kernels to the layers' common parent instead",
+            )
+        )
+    return out
