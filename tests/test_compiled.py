@@ -10,6 +10,7 @@ gate, the codec, the console) compile nothing.
 from __future__ import annotations
 
 import json
+import logging
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,6 +41,9 @@ def inductor_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     patch = pytest.MonkeyPatch()
     patch.setenv("TORCHINDUCTOR_CACHE_DIR", str(path))
     patch.setattr(inductor_config, "compile_threads", 1)
+    # torch's structured trace logs whole graphs at DEBUG; pytest's log capture would
+    # make every compile serialize them
+    patch.setattr(logging.getLogger("torch.__trace"), "propagate", False)
     yield path
     patch.undo()
 

@@ -49,13 +49,12 @@ def print_compiled(console: Console, profile: Profile) -> None:
 
 def summary_lines(c: CompiledSection) -> list[Text]:
     regions = ", ".join(r or "the whole model" for r in c.regions)
-    again = " (it came compiled: compiled again)" if c.recompiled else ""
+    again = " (again: it came compiled)" if c.recompiled else ""
     lines = [
         Text.assemble(
             ("compiled ", "bold"),
-            f"mode {c.mode}{'  dynamic' if c.dynamic else ''}  split {c.split}"
-            f"  torch {c.torch}  regions: {regions}{again}"
-            f"  compile {human_time(c.compile_ns)} (on the first calls)",
+            f"{regions}{again}: mode {c.mode}{', dynamic' if c.dynamic else ''}, split {c.split},"
+            f" torch {c.torch}; compiling took {human_time(c.compile_ns)}",
         ),
     ]
     cov = c.coverage
