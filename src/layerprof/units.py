@@ -142,3 +142,8 @@ def fmt_ms(ns: float | None) -> str:
 
 def fmt_delta_ms(ns: float) -> str:
     return ("+" if ns > 0 else "") + fmt_ms(ns)
+
+
+def fmt_share(fraction: float | None) -> str:
+    """A fraction as a percentage with one decimal (``0.1234`` -> ``12.3%``), '-' for none."""
+    return "-" if fraction is None else f"{100 * fraction:.1f}%"

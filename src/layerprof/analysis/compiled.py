@@ -3,15 +3,13 @@
 Each finding quotes the ``compiled`` section's numbers it rests on. The two
 bucket rows (``<compiled overhead>``, ``<outside compiled region>``) are not
 layers: :func:`is_bucket` keeps the layer rules from calling them a bottleneck.
-``diagnose`` turns each :class:`Advice` into one of its findings (this module
-does not import ``diagnose``, which calls it).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
+from layerprof.analysis.finding import Finding
 from layerprof.sections.compiled import BUCKET_ROWS, BUCKET_TYPE
 from layerprof.units import human_time
 
@@ -24,31 +22,20 @@ UNATTRIBUTED_SHARE = 0.30
 ESTIMATED_SHARE = 0.20
 
 
-@dataclass(frozen=True)
-class Advice:
-    """A finding's fields (``diagnose.Finding(**asdict(advice))``)."""
-
-    severity: Literal["high", "warning", "info"]
-    title: str
-    detail: str
-    hint: str = ""
-    layer: str | None = None
-
-
 def is_bucket(row: LayerRow) -> bool:
     return row.type == BUCKET_TYPE and row.path in BUCKET_ROWS
 
 
-def compiled_findings(profile: Profile) -> list[Advice]:
+def compiled_findings(profile: Profile) -> list[Finding]:
     c = profile.compiled
     if c is None or c.coverage.forward_ns <= 0:
         return []
     cov = c.coverage
-    out: list[Advice] = []
+    out: list[Finding] = []
     forward = cov.forward_ns
     if cov.overhead_ns > OVERHEAD_SHARE * forward:
         out.append(
-            Advice(
+            Finding(
                 "warning",
                 "the compiled code spends much of its time outside kernels",
                 f"{human_time(cov.overhead_ns)} of the {human_time(forward)} forward"
@@ -61,7 +48,7 @@ def compiled_findings(profile: Profile) -> list[Advice]:
     if c.breaks and cov.outside_ns > OUTSIDE_SHARE * forward:
         top = max(c.breaks, key=lambda b: b.count)
         out.append(
-            Advice(
+            Finding(
                 "warning",
                 f"{sum(b.count for b in c.breaks)} graph break(s) split the compiled model",
                 f"{human_time(cov.outside_ns)} per forward ({100 * cov.outside_ns / forward:.0f}%)"
@@ -73,7 +60,7 @@ def compiled_findings(profile: Profile) -> list[Advice]:
     if c.recompiles:
         first = c.recompiles[0]
         out.append(
-            Advice(
+            Finding(
                 "info",
                 f"{len(c.recompiles)} recompilation(s) during the run",
                 f"{first.frame} recompiled: {first.reason}.",
@@ -82,7 +69,7 @@ def compiled_findings(profile: Profile) -> list[Advice]:
         )
     if cov.region_ns > 0 and 1 - cov.attributed_share > UNATTRIBUTED_SHARE:
         out.append(
-            Advice(
+            Finding(
                 "info",
                 "part of the compiled time belongs to no layer",
                 f"{100 * (1 - cov.attributed_share):.0f}% of the compiled regions' time is"
@@ -91,7 +78,7 @@ def compiled_findings(profile: Profile) -> list[Advice]:
         )
     if cov.attributed_ns > 0 and cov.shared_ns > ESTIMATED_SHARE * cov.attributed_ns:
         out.append(
-            Advice(
+            Finding(
                 "info",
                 "many kernels fuse several layers",
                 f"{100 * cov.shared_ns / cov.attributed_ns:.0f}% of the attributed kernel time"

@@ -2,12 +2,29 @@
 
 One module per family: ``trace`` holds what traces and ops mode fill (steps,
 GPU time, kernels, memcpy, launches, memory, annotations, where a trace came
-from, cross-rank results); ``compiled`` how a ``--compile`` run's kernel time
-went to layers. A new analysis adds its own module here, a field on
+from, cross-rank results); ``distributed`` the step breakdown, collectives,
+queues, memory timeline and stragglers; ``compiled`` how a ``--compile`` run's
+kernel time went to layers. A new analysis adds its own module here, a field on
 ``Profile`` (or ``Run``), and its writer/reader in ``layerprof.codec``.
 """
 
 from layerprof.sections.compiled import CompiledSection
+from layerprof.sections.distributed import (
+    BREAKDOWN_PARTS,
+    Breakdown,
+    Collective,
+    CollectiveMatch,
+    Communication,
+    DeviceTimeline,
+    LaunchOutlier,
+    MemoryTimeline,
+    Queues,
+    RankLateness,
+    StepBreakdown,
+    Stragglers,
+    StreamQueue,
+    bus_factor,
+)
 from layerprof.sections.trace import (
     STEP_DEFINITIONS,
     AllocRow,
@@ -29,22 +46,36 @@ from layerprof.sections.trace import (
 )
 
 __all__ = [
+    "BREAKDOWN_PARTS",
     "STEP_DEFINITIONS",
     "AllocRow",
     "AnnotationRow",
+    "Breakdown",
+    "Collective",
+    "CollectiveMatch",
+    "Communication",
     "CompiledSection",
     "CrossRank",
     "DeviceMemory",
+    "DeviceTimeline",
     "DeviceUse",
     "KernelRow",
     "KindRow",
+    "LaunchOutlier",
     "Launches",
     "MemcpyRow",
     "MemorySummary",
+    "MemoryTimeline",
+    "Queues",
+    "RankLateness",
     "RankLine",
     "RuntimeRow",
     "Step",
     "StepAcrossRanks",
+    "StepBreakdown",
     "Steps",
+    "Stragglers",
+    "StreamQueue",
     "TraceSource",
+    "bus_factor",
 ]
