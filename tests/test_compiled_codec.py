@@ -134,3 +134,19 @@ def test_findings_skip_the_buckets_and_speak_of_the_overhead() -> None:
     # 25 of 100 µs is wrapper overhead: at the threshold, not beyond it
     assert not any("outside kernels" in t for t in titles)
     assert "many kernels fuse several layers" not in titles
+
+
+def test_html_has_the_compiled_card_and_the_estimate_column() -> None:
+    prof = compiled_profile(
+        breaks=(GraphBreak("<script>alert(1)</script> break", 1),),
+    )
+    page = prof.render("html")
+    assert isinstance(page, str)
+    assert 'id="compiled"' in page and "Compiled (torch.compile)" in page
+    assert "% estimated" in page and "graph_0_cpp_fused_gelu_view_1" in page
+    assert "ln 75.0%, (root) 25.0%" in page
+    assert "<script>alert(1)</script> break" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; break" in page
+    plain = Profile(meta=Meta(model="m"), latency_ns=(1, 2))
+    plain_page = plain.render("html")
+    assert isinstance(plain_page, str) and 'id="compiled"' not in plain_page
