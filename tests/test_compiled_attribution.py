@@ -22,7 +22,6 @@ from layerprof.capture.compiled_attribution import (
     ModelPaths,
     align,
     attribute,
-    common_ancestor,
     kernel_event,
     split_time,
 )
@@ -30,6 +29,7 @@ from layerprof.capture.compiled_backend import (
     CallSite,
     GraphRecord,
     NodeInfo,
+    common_ancestor,
     event_name,
     module_path,
     provenance_sites,
@@ -390,3 +390,32 @@ def test_align_is_monotonic(events: list[str], sites: list[str]) -> None:
     assert matched == sorted(set(matched))
     for name, m in zip(events, align(events, sites), strict=True):
         assert m < 0 or sites[m] == name
+
+
+def test_a_node_a_pattern_pass_wrote_takes_its_neighbours_module() -> None:
+    """Inductor writes out attention (softmax(q @ k.T) @ v) as one SDPA node with no
+    module stack; it belongs to the module of the nodes around it."""
+    import operator
+    from types import SimpleNamespace
+
+    import torch
+    import torch.fx
+
+    from layerprof.capture.compiled_backend import node_info
+
+    def f(x: torch.Tensor) -> torch.Tensor:  # call_function nodes, as post-grad graphs have
+        q = torch.permute(x, (0, 1))
+        y = operator.mul(torch.relu(q), 2)
+        return operator.add(torch.permute(y, (1, 0)), 1)
+
+    graph = torch.fx.symbolic_trace(f).graph
+    nodes = {n.name: n for n in graph.nodes}
+    stack = {"a": ("L['self'].layers.0.attn", type("SelfAttention", (), {}))}
+    nodes["permute"].meta["nn_module_stack"] = stack
+    nodes["permute_1"].meta["nn_module_stack"] = stack
+    replaced = SimpleNamespace(pass_name="_sfdp_pattern_11_inference", action=["replace"])
+    nodes["relu"].meta["from_node"] = [replaced]
+    found = node_info(nodes["relu"])
+    assert (found.path, found.inferred) == ("layers.0.attn", True)
+    # the frame's own code (no stack, not a pattern's) stays the frame's
+    assert node_info(nodes["mul"]).path == "" and not node_info(nodes["mul"]).inferred

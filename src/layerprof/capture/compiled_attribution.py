@@ -36,8 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from layerprof.capture.compiled_backend import GraphRecord, NodeInfo
-from layerprof.profile import ancestors
+from layerprof.capture.compiled_backend import GraphRecord, NodeInfo, common_ancestor
 from layerprof.sections.compiled import PHASES
 from layerprof.trace.events import LAYER, RUNTIME, SYNC, EventTables
 from layerprof.trace.links import link
@@ -102,13 +101,6 @@ def _apportion(ns: int, shares: Mapping[str, float]) -> dict[str, int]:
     for p in sorted(raw, key=lambda p: raw[p] - out[p], reverse=True)[:rest]:
         out[p] += 1
     return out
-
-
-def common_ancestor(paths: Sequence[str]) -> str:
-    """The deepest module path that is (or is an ancestor of) every path."""
-    chains = [[p, *ancestors(p)] for p in paths]
-    shared = set(chains[0]).intersection(*chains[1:])
-    return max(shared, key=lambda p: 0 if p == "" else p.count(".") + 1) if shared else ""
 
 
 def join_path(prefix: str, rel: str) -> str:
@@ -177,6 +169,7 @@ class Attribution:
     estimated: dict[tuple[str, str], int]
     unmatched: dict[str, list[int]]  # event name -> [calls, host ns]
     unresolved_nodes: int = 0
+    inferred_nodes: int = 0
     unknown_graphs: int = 0
     backward_prefix_missing: int = 0
     device: bool = False
@@ -419,6 +412,7 @@ class _Walk:
         for name in site.nodes:
             node = record.nodes[name]
             path = self.paths.resolve(prefix, node)
+            self.result.inferred_nodes += node.inferred
             if path is None:
                 self.result.unresolved_nodes += 1
                 path = prefix

@@ -36,6 +36,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from layerprof.profile import ancestors
+
 __all__ = ["CallSite", "GraphRecord", "NodeInfo", "RecordingBackend", "event_name", "module_path"]
 
 _ROOT = re.compile(r"^[LG]\[(['\"])(?P<name>.+?)\1\]")
@@ -54,7 +56,8 @@ class NodeInfo:
 
     ``path`` is the module path relative to the compiled frame's ``self``
     (``""``: the frame's own code), None when the node's module stack names
-    something that is not a path under it; ``type`` the module's class name.
+    something that is not a path under it; ``type`` the module's class name;
+    ``inferred``: the path came from the node's neighbours (see :func:`node_info`).
     """
 
     name: str
@@ -62,6 +65,7 @@ class NodeInfo:
     type: str | None
     op: str
     cost: float
+    inferred: bool = False
 
 
 @dataclass(frozen=True)
@@ -236,17 +240,79 @@ def build_record(
 
 
 def node_info(node: Any, *, backward: bool = False) -> NodeInfo:
-    meta = node.meta
-    stack = (meta.get("fwd_nn_module_stack") if backward else None) or meta.get("nn_module_stack")
+    """A node's module path and cost. A node a pattern pass created (inductor writes
+    out attention as SDPA) has no module stack: it takes the common module of its
+    neighbours in the graph (``inferred``)."""
+    found = _stack_path(node, backward)
     path: str | None = ""
     type_name: str | None = None
-    if stack:
-        fqn, cls = list(stack.values())[-1]
-        path = module_path(str(fqn))
-        type_name = getattr(cls, "__name__", None) or str(cls).rsplit(".", 1)[-1].strip("'>")
+    inferred = False
+    if found is not None:
+        path, type_name = found
+    elif _pattern_made(node):
+        near = _neighbour_paths(node, backward)
+        if near:
+            path, inferred = common_ancestor(near), True
     return NodeInfo(
-        name=node.name, path=path, type=type_name, op=op_name(node), cost=node_cost(node)
+        name=node.name,
+        path=path,
+        type=type_name,
+        op=op_name(node),
+        cost=node_cost(node),
+        inferred=inferred,
     )
+
+
+def _stack_path(node: Any, backward: bool) -> tuple[str | None, str | None] | None:
+    """(path, module class) from the node's module stack; None without a stack."""
+    meta = node.meta
+    stack = (meta.get("fwd_nn_module_stack") if backward else None) or meta.get("nn_module_stack")
+    if not stack:
+        return None
+    fqn, cls = list(stack.values())[-1]
+    type_name = getattr(cls, "__name__", None) or str(cls).rsplit(".", 1)[-1].strip("'>")
+    return module_path(str(fqn)), type_name
+
+
+def _pattern_made(node: Any) -> bool:
+    """Whether a pattern pass made the node (its provenance says it replaced others)."""
+    sources = list(node.meta.get("from_node") or ())
+    while sources:
+        source = sources.pop()
+        action = str(getattr(source, "action", ""))
+        if "pattern" in str(getattr(source, "pass_name", "")) or "replace" in action.lower():
+            return True
+        sources.extend(getattr(source, "from_node", None) or ())
+    return False
+
+
+def _neighbour_paths(node: Any, backward: bool, hops: int = 4) -> list[str]:
+    """Module paths of the nearest nodes with a module stack, inputs and users alike."""
+    seen = {node}
+    frontier = [*node.all_input_nodes, *node.users]
+    for _ in range(hops):
+        paths: list[str] = []
+        after: list[Any] = []
+        for n in frontier:
+            if n in seen or n.op != "call_function":
+                continue
+            seen.add(n)
+            found = _stack_path(n, backward)
+            if found is None:
+                after += [*n.all_input_nodes, *n.users]
+            elif found[0] is not None:
+                paths.append(found[0])
+        if paths:
+            return paths
+        frontier = after
+    return []
+
+
+def common_ancestor(paths: Sequence[str]) -> str:
+    """The deepest module path that is (or is an ancestor of) every path."""
+    chains = [[p, *ancestors(p)] for p in paths]
+    shared = set(chains[0]).intersection(*chains[1:])
+    return max(shared, key=lambda p: 0 if p == "" else p.count(".") + 1) if shared else ""
 
 
 def module_path(fqn: str) -> str | None:

@@ -236,10 +236,17 @@ def notes(att: Attribution, section: CompiledSection) -> list[str]:
             f"{att.unknown_graphs} compiled graph call(s) belong to graphs layerprof did not"
             f" compile (another backend?): their time is in {OVERHEAD_ROW}"
         )
+    per_forward = max(att.iterations("forward"), 1)  # (a backward is part of its step)
     if att.unresolved_nodes:
         out.append(
-            f"{att.unresolved_nodes} node credit(s) named no module path under their compiled"
-            " frame: their time went to the frame's own module"
+            f"{att.unresolved_nodes / per_forward:g} node(s) per step named no module path"
+            " under their compiled frame: their time went to the frame's own module"
+        )
+    if att.inferred_nodes:
+        out.append(
+            f"{att.inferred_nodes / per_forward:g} node(s) per step had no module stack (a"
+            " pattern pass wrote them, e.g. attention as one SDPA op): each went to the common"
+            " module of its graph neighbours"
         )
     if att.backward_prefix_missing:
         out.append(
