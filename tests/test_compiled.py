@@ -433,7 +433,7 @@ def test_cli_run_compile_writes_json_csv_and_trace(
             "--csv", str(tmp_path / "p.csv"), "--trace", str(tmp_path / "t.json.gz")]  # fmt: skip
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "<compiled overhead>" in out and "compiled mode default  split lca" in out
+    assert "<compiled overhead>" in out and "mode default, split lca" in out
     data = json.loads((tmp_path / "p.json").read_text())
     assert data["compiled"]["split"] == "lca" and data["compiled"]["coverage"]["forward_ms"] > 0
     assert any(r["path"] == OVERHEAD_ROW for r in data["layers"])

@@ -36,6 +36,7 @@ from layerprof.capture.compiled_backend import RecordingBackend, make_backend
 from layerprof.capture.compiled_gate import check_compile_support
 from layerprof.capture.compiled_regions import (
     EagerRanges,
+    Unwrapped,
     compile_regions,
     eager_range_api,
     unwrap,
@@ -124,9 +125,10 @@ class CompiledRun:
         self.options = options
         self.args = args
         self.kwargs = kwargs
-        self._unwrapped = unwrap(model)
-        self.model: torch.nn.Module = self._unwrapped.model
-        self.regions = self._unwrapped.regions()
+        self.given = model
+        self.model: torch.nn.Module = model  # the eager model under it, once entered
+        self.regions: tuple[str, ...] = ("",)
+        self._unwrapped: Unwrapped | None = None
         self.backend: RecordingBackend | None = None
         self.eager: EagerFacts | None = None
         self.watch = CompileWatch()  # compiles inside the profiled steps
@@ -135,8 +137,10 @@ class CompiledRun:
 
     # ---- set-up -------------------------------------------------------------------
     def __enter__(self) -> CompiledRun:
+        check_compile_support()
+        self._unwrapped = undo = unwrap(self.given)
+        self.model, self.regions = undo.model, undo.regions()
         try:
-            check_compile_support()
             self.eager = eager_facts(self.model, self.args, self.kwargs)
             self._breaks, self._metrics = _dynamo_state()
             self.backend = make_backend(self.options.mode, self.options.dynamic)
@@ -145,15 +149,16 @@ class CompiledRun:
                 self.regions,
                 self.backend,
                 dynamic=self.options.dynamic,
-                undo=self._unwrapped.undo,
+                undo=undo.undo,
             )
         except BaseException:
-            self._unwrapped.restore()
+            undo.restore()
             raise
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._unwrapped.restore()
+        if self._unwrapped is not None:
+            self._unwrapped.restore()
 
     def forward(self) -> Any:
         """One compiled forward; a compiler failure is a one-line ModelRunError."""
@@ -292,7 +297,7 @@ class CompiledRun:
             dynamic=self.options.dynamic,
             split=self.options.split,
             regions=self.regions,
-            recompiled=self._unwrapped.recompiled,
+            recompiled=self._unwrapped is not None and self._unwrapped.recompiled,
             compile_ns=compile_ns,
             frames=frames,
             breaks=breaks,

@@ -24,6 +24,7 @@ block's ``forward`` on its own, once for every block).
 from __future__ import annotations
 
 import functools
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -119,7 +120,7 @@ def compile_regions(
 
     for path in regions:
         module = model.get_submodule(path) if path else model
-        compiled = torch.compile(_region, backend=backend, dynamic=dynamic)
+        compiled = torch.compile(_region_of(module, path), backend=backend, dynamic=dynamic)
         saved = module._compiled_call_impl
         module._compiled_call_impl = _ranged(
             functools.partial(compiled, module), LAYER_PREFIX + path
@@ -134,6 +135,28 @@ def eager_range_api() -> tuple[Callable[[str], Any], Callable[[Any], None]]:
     _skip_frame(enter)
     _skip_frame(leave)
     return enter, leave
+
+
+def _region_of(module: Any, path: str) -> Callable[..., Any]:
+    """:func:`_region` with a code object per module class and path.
+
+    Dynamo keeps its compiled code per code object, and a code object may be
+    compiled a limited number of times (``recompile_limit``): one shared by every
+    model layerprof compiles in a process would soon run eagerly, and count every
+    new model as a recompile. Named after the module, for the frame's name.
+    """
+    key = (type(module), path)
+    code = _REGION_CODE.get(key)
+    if code is None:
+        name = f"{type(module).__name__}.__call__"
+        code = _region.__code__.replace(co_name=name)
+        if hasattr(code, "co_qualname"):
+            code = code.replace(co_qualname=name)
+        _REGION_CODE[key] = code
+    return types.FunctionType(code, _region.__globals__, code.co_name)
+
+
+_REGION_CODE: dict[tuple[type, str], types.CodeType] = {}
 
 
 def _region(module: Any, *args: Any, **kwargs: Any) -> Any:
