@@ -3,9 +3,10 @@
 One module per family: ``trace`` holds what traces and ops mode fill (steps,
 GPU time, kernels, memcpy, launches, memory, annotations, where a trace came
 from, cross-rank results); ``distributed`` the step breakdown, collectives,
-queues, memory timeline and stragglers; ``compiled`` how a ``--compile`` run's
-kernel time went to layers. A new analysis adds its own module here, a field on
-``Profile`` (or ``Run``), and its writer/reader in ``layerprof.codec``.
+queues, memory timeline and stragglers; ``passes`` whether a live run's per-layer
+pass ran the clean pass's code (fused fast paths); ``compiled`` how a ``--compile``
+run's kernel time went to layers. A new analysis adds its own module here, a field
+on ``Profile`` (or ``Run``), and its writer/reader in ``layerprof.codec``.
 """
 
 from layerprof.sections.compiled import CompiledSection
@@ -25,6 +26,7 @@ from layerprof.sections.distributed import (
     StreamQueue,
     bus_factor,
 )
+from layerprof.sections.passes import FusedLayer, PassCheck
 from layerprof.sections.trace import (
     STEP_DEFINITIONS,
     AllocRow,
@@ -59,6 +61,7 @@ __all__ = [
     "DeviceMemory",
     "DeviceTimeline",
     "DeviceUse",
+    "FusedLayer",
     "KernelRow",
     "KindRow",
     "LaunchOutlier",
@@ -66,6 +69,7 @@ __all__ = [
     "MemcpyRow",
     "MemorySummary",
     "MemoryTimeline",
+    "PassCheck",
     "Queues",
     "RankLateness",
     "RankLine",

@@ -128,6 +128,8 @@ class HostSpans:
     # autograd sequence number of an op ("Sequence number"), -1 when absent: a backward
     # node carries the number of the forward op that created it (see trace/attribution.py)
     seq: I64
+    # the profiler's FLOP estimate of an op (with_flops; ops mode only), else None
+    flops: I64 | None = None
 
     @property
     def end(self) -> I64:
