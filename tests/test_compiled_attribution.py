@@ -35,10 +35,12 @@ from layerprof.capture.compiled_backend import (
     provenance_sites,
 )
 from layerprof.capture.compiled_section import (
+    backward_problem,
     bucket_infos,
     build_section,
     coverage,
     layer_samples,
+    notes,
 )
 from layerprof.records import LayerInfo
 from layerprof.sections.compiled import OUTSIDE_ROW, OVERHEAD_ROW
@@ -191,7 +193,10 @@ def test_a_path_that_is_not_in_the_model_goes_to_the_frame() -> None:
     assert att.unresolved_nodes == 1 and att.windows["forward"][0].paths[""] == 10_000
 
 
-def test_backward_calls_take_their_forward_prefix_last_in_first_out() -> None:
+def training_records(
+    bwd_sites: tuple[CallSite, ...] | None = None, bwd_node: NodeInfo | None = None
+) -> tuple[GraphRecord, GraphRecord]:
+    """A forward graph with one matmul, and its backward graph (the matmul's grad)."""
     fwd = GraphRecord(
         key="f", compile_id="1/0", phase="forward",
         sites=(CallSite("extern_kernels.mm", "aten::mm", True, ("mm",)),),
@@ -199,18 +204,31 @@ def test_backward_calls_take_their_forward_prefix_last_in_first_out() -> None:
     )  # fmt: skip
     bwd = GraphRecord(
         key=None, compile_id="1/0", phase="backward",
-        sites=(CallSite("extern_kernels.mm", "aten::mm", True, ("mm_1",)),),
-        nodes={"mm_1": node("mm_1", "fc", "Linear", "aten::mm", 1.0)},
+        sites=(CallSite("extern_kernels.mm", "aten::mm", True, ("mm_1",)),)
+        if bwd_sites is None else bwd_sites,
+        nodes={"mm_1": bwd_node or node("mm_1", "fc", "Linear", "aten::mm", 1.0)},
     )  # fmt: skip
+    return fwd, bwd
+
+
+def training_step(backwards: int = 1) -> list[dict[str, Any]]:
+    """Both blocks call the compiled forward; then ``backwards`` backward windows."""
     events = [span(FORWARD_MARK, 0, 100)]
     for i, t in enumerate((10, 50)):
         events += [span(f"layer:blocks.{i}", t, 30), span("Torch-Compiled Region: 1/0", t + 1, 25),
                    span(f"{CALL_PREFIX}f ##", t + 2, 20), span("aten::mm", t + 3, 5)]  # fmt: skip
-    events.append(span(BACKWARD_MARK, 100, 100))
-    for i, t in enumerate((110, 150)):  # blocks.1's backward runs first
-        events += [span("CompiledFunctionBackward", t, 30),
-                   span(f"{CALL_PREFIX}None ##", t + 1, 25), span("aten::mm", t + 2, 7 + i)]  # fmt: skip
-    att = attribute(tables(events), [fwd, bwd], PATHS)
+    for b in range(backwards):
+        t0 = 100 + 200 * b
+        events.append(span(BACKWARD_MARK, t0, 100))
+        for i, t in enumerate((t0 + 10, t0 + 50)):  # blocks.1's backward runs first
+            events += [span("CompiledFunctionBackward", t, 30),
+                       span(f"{CALL_PREFIX}None ##", t + 1, 25),
+                       span("aten::mm", t + 2, 7 + i)]  # fmt: skip
+    return events
+
+
+def test_backward_calls_take_their_forward_prefix_last_in_first_out() -> None:
+    att = attribute(tables(training_step()), list(training_records()), PATHS)
     back = att.windows["backward"][0]
     assert dict(back.paths) == {"blocks.1.fc": 7_000, "blocks.0.fc": 8_000}
     assert back.region_ns == 60_000 and att.backward_prefix_missing == 0
@@ -220,6 +238,44 @@ def test_backward_calls_take_their_forward_prefix_last_in_first_out() -> None:
     assert samples["blocks.0.fc"].backward_self_ns.tolist() == [8_000]
     assert samples["blocks"].backward_total_ns is not None
     assert samples["blocks"].backward_total_ns.tolist() == [15_000]
+
+
+@pytest.mark.parametrize(
+    ("records", "backwards", "why"),
+    [
+        (training_records(bwd_sites=()), 1, "no backward kernel event matched a call site"),
+        (
+            training_records(bwd_node=NodeInfo("mm_1", "", None, "aten::mm", 1.0, stackless=True)),
+            1,
+            "100% of the backward kernel time ran nodes with no forward module stack",
+        ),
+        (training_records(), 2, "2 profiled backward(s) for 1 forward(s) do not pair up"),
+    ],
+)
+def test_an_unreliable_backward_mapping_shows_no_backward_rows(
+    records: tuple[GraphRecord, GraphRecord], backwards: int, why: str
+) -> None:
+    """Where torch gives no trustworthy backward mapping, the rows get no backward time
+    (not the frame's or a wrong layer's) and a note says why."""
+    att = attribute(tables(training_step(backwards)), list(records), PATHS)
+    assert backward_problem(att) is not None and why in str(backward_problem(att))
+    infos = (*(LayerInfo(path=p, type=t, parent=None) for p, t in TYPES.items()), *bucket_infos())
+    samples = layer_samples(att, infos, {})
+    assert all(s.backward_self_ns is None for s in samples.values())
+    assert samples["blocks.0.fc"].self_ns.tolist() == [5_000]  # the forward is unaffected
+    section = build_section(att, facts())
+    assert not [p for p in section.paths if p.phase == "backward"]
+    assert all(not k.split for k in section.kernels if k.phase == "backward")
+    said = [n for n in notes(att, section) if n.startswith("backward:")]
+    assert len(said) == 1 and why in said[0] and "no backward time" in said[0]
+
+
+def test_a_reliable_backward_mapping_is_kept() -> None:
+    att = attribute(tables(training_step()), list(training_records()), PATHS)
+    assert backward_problem(att) is None and att.stackless_ns.get("backward", 0) == 0
+    section = build_section(att, facts())
+    assert [p.path for p in section.paths if p.phase == "backward"]
+    assert not [n for n in notes(att, section) if n.startswith("backward:")]
 
 
 # ---- CUDA: Triton launches and GPU durations ------------------------------------------

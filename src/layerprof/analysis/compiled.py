@@ -31,7 +31,7 @@ def compiled_findings(profile: Profile) -> list[Finding]:
     if c is None or c.coverage.forward_ns <= 0:
         return []
     cov = c.coverage
-    out: list[Finding] = []
+    out: list[Finding] = _compile_time(profile, c.compile_ns)
     forward = cov.forward_ns
     if cov.overhead_ns > OVERHEAD_SHARE * forward:
         out.append(
@@ -87,3 +87,22 @@ def compiled_findings(profile: Profile) -> list[Finding]:
             )
         )
     return out
+
+
+def _compile_time(profile: Profile, compile_ns: int) -> list[Finding]:
+    """The first call paid the compile (the eager rule's "lazy initialisation" reading
+    would be wrong here)."""
+    lat = profile.latency
+    if profile.first_ns is None or lat is None or compile_ns <= 0:
+        return []
+    return [
+        Finding(
+            "info",
+            f"the first call compiled the model ({human_time(compile_ns)})",
+            f"cold call {human_time(profile.first_ns)} vs median {human_time(lat.median)}"
+            f" once compiled; Dynamo and inductor compiled for {human_time(compile_ns)} in all"
+            " (recompiles and backward graphs included).",
+            "warm the model up before serving or timing it; inductor's on-disk cache"
+            " (TORCHINDUCTOR_CACHE_DIR) shortens the next process's compile",
+        )
+    ]

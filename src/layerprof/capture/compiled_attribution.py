@@ -173,6 +173,8 @@ class Attribution:
     unknown_graphs: int = 0
     backward_prefix_missing: int = 0
     device: bool = False
+    #: phase -> kernel time (host ns) credited to nodes without a module stack, by cost
+    stackless_ns: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
     def iterations(self, phase: str = "forward") -> int:
         return len(self.windows.get(phase, ()))
@@ -409,8 +411,14 @@ class _Walk:
         host_ns = int(self.host.dur[k])
         device_ns = int(self.device_ns[k])
         weights: dict[str, float] = defaultdict(float)
-        for name in site.nodes:
-            node = record.nodes[name]
+        nodes = [record.nodes[name] for name in site.nodes]
+        cost = sum(n.cost for n in nodes)
+        stackless = sum(n.cost for n in nodes if n.stackless)
+        if stackless or (nodes and cost == 0 and all(n.stackless for n in nodes)):
+            self.result.stackless_ns[phase] += (
+                round(host_ns * stackless / cost) if cost else host_ns
+            )
+        for node in nodes:
             path = self.paths.resolve(prefix, node)
             self.result.inferred_nodes += node.inferred
             if path is None:

@@ -57,7 +57,9 @@ class NodeInfo:
     ``path`` is the module path relative to the compiled frame's ``self``
     (``""``: the frame's own code), None when the node's module stack names
     something that is not a path under it; ``type`` the module's class name;
-    ``inferred``: the path came from the node's neighbours (see :func:`node_info`).
+    ``inferred``: the path came from the node's neighbours (see :func:`node_info`);
+    ``stackless``: the node had no module stack at all (its path is the frame's own
+    code by default, which for a backward node is a guess).
     """
 
     name: str
@@ -66,6 +68,7 @@ class NodeInfo:
     op: str
     cost: float
     inferred: bool = False
+    stackless: bool = False
 
 
 @dataclass(frozen=True)
@@ -260,6 +263,7 @@ def node_info(node: Any, *, backward: bool = False) -> NodeInfo:
         op=op_name(node),
         cost=node_cost(node),
         inferred=inferred,
+        stackless=found is None and not inferred,
     )
 
 

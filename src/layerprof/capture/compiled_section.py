@@ -33,6 +33,9 @@ from layerprof.sections.compiled import (
 from layerprof.units import NS_PER_MS
 
 _TOP_UNMATCHED = 5
+#: Beyond this share of backward kernel time on nodes with no module stack, the
+#: backward paths are guesses: no backward rows are shown.
+BACKWARD_STACKLESS_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,7 @@ def layer_samples(
 ) -> dict[str, LayerSamples]:
     """Per path and per profiled forward: self (credited kernel time) and total (its subtree)."""
     fwd = att.windows["forward"]
-    bwd = att.windows["backward"] if len(att.windows["backward"]) == len(fwd) else []
+    bwd = [] if backward_problem(att) else att.windows["backward"]
     known = [i.path for i in layers]
     host = _per_path(fwd, known, _host_parts)
     device = _per_path(fwd, known, _device_parts) if att.device else None
@@ -147,6 +150,7 @@ def build_section(att: Attribution, facts: RunFacts) -> CompiledSection:
         for u in att.graphs.values()
     )
     kernels = []
+    untrusted = "backward" if backward_problem(att) else None
     for k in sorted(
         att.kernels.values(), key=lambda k: -(k.device_ns if att.device else k.host_ns)
     ):
@@ -160,7 +164,9 @@ def build_section(att: Attribution, facts: RunFacts) -> CompiledSection:
                 calls=k.calls / n[k.phase],
                 time_ns=round(time / n[k.phase]),
                 estimated=k.estimated,
-                split=tuple(
+                split=()
+                if k.phase == untrusted
+                else tuple(
                     KernelShare(path=p, share=ns / whole if whole else 0.0)
                     for p, ns in sorted(k.by_path.items(), key=lambda kv: -kv[1])
                 ),
@@ -192,8 +198,36 @@ def build_section(att: Attribution, facts: RunFacts) -> CompiledSection:
     )  # fmt: skip
 
 
+def backward_problem(att: Attribution) -> str | None:
+    """Why the backward kernels' paths cannot be trusted on this run (None: they can).
+
+    The backward mapping rests on private torch state (the provenance map code
+    generation fills, ``fwd_nn_module_stack`` on backward nodes): where it is
+    missing, the layers get no backward time rather than a wrong one."""
+    fwd, bwd = att.windows["forward"], att.windows["backward"]
+    if not bwd:
+        return None
+    if len(bwd) != len(fwd):
+        return f"{len(bwd)} profiled backward(s) for {len(fwd)} forward(s) do not pair up"
+    kernel_ns = sum(w.kernel_ns for w in bwd)
+    if kernel_ns == 0:
+        return (
+            "no backward kernel event matched a call site (this torch gave no provenance"
+            " for the backward graphs)"
+        )
+    stackless = att.stackless_ns.get("backward", 0)
+    if stackless > BACKWARD_STACKLESS_SHARE * kernel_ns:
+        return (
+            f"{100 * stackless / kernel_ns:.0f}% of the backward kernel time ran nodes with no"
+            " forward module stack (fwd_nn_module_stack) on this torch"
+        )
+    return None
+
+
 def _path_times(att: Attribution, n: Mapping[str, int]) -> tuple[PathTime, ...]:
     keys = sorted(set(att.exact) | set(att.estimated))
+    if backward_problem(att):
+        keys = [k for k in keys if k[0] != "backward"]
     return tuple(
         PathTime(
             path=path,
@@ -247,6 +281,12 @@ def notes(att: Attribution, section: CompiledSection) -> list[str]:
             f"{att.inferred_nodes / per_forward:g} node(s) per step had no module stack (a"
             " pattern pass wrote them, e.g. attention as one SDPA op): each went to the common"
             " module of its graph neighbours"
+        )
+    problem = backward_problem(att)
+    if problem:
+        out.append(
+            f"backward: {problem}; the layers show no backward time rather than a wrong one"
+            " (the backward kernels are still listed, without their split over layers)"
         )
     if att.backward_prefix_missing:
         out.append(
