@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
     import torch
 
+    from layerprof.capture.compiled import CompileOptions
     from layerprof.capture.ops import OpOptions
 
 # ``layerprof.analysis.diff`` is the function (``layerprof.diff(a, b) -> Diff``); the module
@@ -68,6 +69,7 @@ def profile(
     ops: bool | OpOptions = False,
     backward: bool = False,
     loss: Callable[[Any], Any] | None = None,
+    compile: bool | CompileOptions = False,
 ) -> Profile:
     """Profile ``model(*args, **kwargs)``: clean latency pass + per-layer pass.
 
@@ -78,9 +80,13 @@ def profile(
     :class:`layerprof.capture.ops.OpOptions`) records the operators of every layer
     with torch.profiler (``Profile.ops``); ``backward=True`` adds each layer's
     backward time, with ``loss(output)`` as the loss (default: the sum of the
-    floating outputs). See :class:`layerprof.capture.runner.RunOptions` for the
-    other options and docs/python-api.md for the units of what comes back.
+    floating outputs). ``compile=True`` (or a
+    :class:`layerprof.capture.compiled.CompileOptions`) runs the model through
+    ``torch.compile`` and attributes the compiled kernels' time to layers
+    (``Profile.compiled`` says how). See :class:`layerprof.capture.runner.RunOptions`
+    for the other options and docs/python-api.md for the units of what comes back.
     """
+    from layerprof.capture.compiled import CompileOptions
     from layerprof.capture.device import placed
     from layerprof.capture.ops import OpOptions
     from layerprof.capture.runner import RunOptions, profile_model
@@ -100,6 +106,9 @@ def profile(
         ops=ops if isinstance(ops, OpOptions) else (OpOptions() if ops else None),
         backward=backward,
         loss=loss,
+        compile=compile
+        if isinstance(compile, CompileOptions)
+        else (CompileOptions() if compile else None),
     )
     return profile_model(model, args, kwargs, options)
 

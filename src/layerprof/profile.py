@@ -11,6 +11,7 @@ Kineto traces fill the sections they know; everything else stays empty.
 * for traces and ops mode: steps, devices (GPU busy/idle), kernels, kernel
   kinds, memcpy, launches, memory, record_function annotations, and where the
   trace came from (``source``);
+* compiled (``--compile``): how the compiled kernels' time was attributed;
 * passes: for live runs, whether the per-layer pass ran the clean pass's code
   (fused fast paths, modules called in one pass only);
 * notes: facts the user should read next to the numbers.
@@ -50,6 +51,7 @@ from layerprof.sections import (
     Stragglers,
     TraceSource,
 )
+from layerprof.sections.compiled import CompiledSection
 from layerprof.stats import Series, SeriesLike, Summary, as_series
 from layerprof.units import NS_PER_MS
 
@@ -264,6 +266,7 @@ class Profile(sinks.Output):
     communication: Communication | None = None
     queues: Queues | None = None
     memory_timeline: MemoryTimeline | None = None
+    compiled: CompiledSection | None = None
     events: RecordedTrace | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
