@@ -60,7 +60,7 @@ def ops_mode(model: Any, x: Any, iters: int) -> tuple[float, float]:
         t0 = time.perf_counter()
         loop.append(t0)
         cap = capture_ops(model, (x,), None, iters=iters, device="cpu", options=OpOptions())
-        _ = cap.ops, cap.layer_samples()
+        cap.profile()  # ops and samples per layer
         end = time.perf_counter()
     finally:
         torch.profiler.profile.step = original  # type: ignore[method-assign]
@@ -84,7 +84,7 @@ def alternate(
 def agreement(model: Any, x: Any, iters: int, *, corrected: bool) -> tuple[float, int]:
     hooks = layerprof.profile(model, x, warmup=3, iters=iters, correct_overhead=corrected)
     cap = capture_ops(model, (x,), None, iters=iters, device="cpu", options=OpOptions())
-    ops = cap.layer_samples()
+    ops = cap.profile().samples
     root = hooks.row("").total_ns
     diffs = []
     for row in hooks.rows():
