@@ -109,7 +109,9 @@ def forward_times(model: nn.Module, x: torch.Tensor, repeats: int) -> dict[str, 
     calls: dict[str, Callable[[], Any]] = {
         path: (lambda m=m: m.forward(x)) for path, m in model.named_modules()
     }
-    calls = {p: f for p, f in calls.items() if not isinstance(model.get_submodule(p), nn.ModuleList)}
+    calls = {
+        p: f for p, f in calls.items() if not isinstance(model.get_submodule(p), nn.ModuleList)
+    }
     samples: dict[str, list[int]] = {p: [] for p in calls}
     now = time.perf_counter_ns
     for _ in range(repeats):

@@ -11,6 +11,8 @@ Kineto traces fill the sections they know; everything else stays empty.
 * for traces and ops mode: steps, devices (GPU busy/idle), kernels, kernel
   kinds, memcpy, launches, memory, record_function annotations, and where the
   trace came from (``source``);
+* signatures: the distinct input shapes a Recorder saw, with forwards and
+  layer shapes per signature;
 * notes: facts the user should read next to the numbers.
 
 Nothing here imports torch, a renderer or the codec: saving, loading and
@@ -34,6 +36,7 @@ from layerprof.sections import (
     AnnotationRow,
     CrossRank,
     DeviceUse,
+    InputSignature,
     KernelRow,
     KindRow,
     Launches,
@@ -227,6 +230,7 @@ class Profile:
     launches: Launches | None = None
     memory: MemorySummary | None = None
     annotations: tuple[AnnotationRow, ...] = ()
+    signatures: tuple[InputSignature, ...] = ()
     events: RecordedTrace | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -131,7 +131,12 @@ class Series:
         if values is None and summary is None:
             raise ValueError("a Series needs samples or a summary")
         array = None
-        if values is not None:
+        if isinstance(values, np.ndarray) and values.dtype == np.int64:
+            if values.ndim != 1 or len(values) == 0:
+                raise ValueError("series samples must be a non-empty 1-d sequence of numbers")
+            array = values.copy()  # integer samples as they are: no float round trip
+            array.flags.writeable = False
+        elif values is not None:
             array = np.array(values, dtype=np.float64)
             if array.ndim != 1 or len(array) == 0 or not (np.abs(array) < 2.0**62).all():
                 raise ValueError("series samples must be a non-empty 1-d sequence of numbers")

@@ -273,7 +273,13 @@ def _hooked(
     one untimed hooked forward (the hooks' own warm-up), then ``iters`` timed ones."""
     calibration = calibrate(device)
     dclock = CudaEventClock(device) if device.startswith("cuda") else None
-    rec = Recorder(model, clock=HostClock(), device_clock=dclock, record_shapes=False)
+    rec = Recorder(
+        model,
+        clock=HostClock(),
+        device_clock=dclock,
+        record_shapes=False,
+        correction=calibration if opts.correct_overhead else None,
+    )
     inst_ns: list[int] = []
     with rec:
         _guarded(forward, model, rec)
@@ -282,12 +288,11 @@ def _hooked(
             for _ in range(opts.iters):
                 inst_ns.append(_timed(forward, sync, model, rec))
                 progress.advance(1)
-    rec.correction = calibration if opts.correct_overhead else None
     overhead = Overhead(
         per_call_ns=calibration.per_call_ns,
         inside_ns=calibration.inside_ns,
         corrected=opts.correct_overhead,
-        calls_per_forward=len(rec.calls()) / max(rec.iterations, 1),
+        calls_per_forward=rec.call_count / max(rec.iterations, 1),
         clean_ns=median(latency) if latency else None,
         instrumented_ns=median(inst_ns) if inst_ns else None,
     )
@@ -529,9 +534,6 @@ def _dtype_of(model: torch.nn.Module) -> str:
 
 
 def _describe(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, ...]:
-    from layerprof.capture.shapes import shape_tree
-    from layerprof.units import format_shapes
+    from layerprof.capture.shapes import describe_inputs
 
-    out = [format_shapes(shape_tree(a)) for a in args]
-    out += [f"{k}={format_shapes(shape_tree(v))}" for k, v in kwargs.items()]
-    return tuple(out)
+    return describe_inputs(args, kwargs)

@@ -2,10 +2,11 @@
 
 One module per family: ``trace`` holds what traces and ops mode fill (steps,
 GPU time, kernels, memcpy, launches, memory, annotations, where a trace came
-from, cross-rank results). A new analysis adds its own module here, a field on
+from, cross-rank results); ``inputs`` the input signatures a Recorder saw. A new analysis adds its own module here, a field on
 ``Profile`` (or ``Run``), and its writer/reader in ``layerprof.codec``.
 """
 
+from layerprof.sections.inputs import InputSignature
 from layerprof.sections.trace import (
     STEP_DEFINITIONS,
     AllocRow,
@@ -33,6 +34,7 @@ __all__ = [
     "CrossRank",
     "DeviceMemory",
     "DeviceUse",
+    "InputSignature",
     "KernelRow",
     "KindRow",
     "Launches",
