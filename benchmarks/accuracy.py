@@ -11,11 +11,12 @@ when it outlasts the spin's end):
 * ``large``: root (own 0.5 ms) -> [enc (own 0.2 ms) -> [a 2 ms, b 1 ms called
   twice], head 1.5 ms]. Target: within 2 %, the latency too.
 
-The truth is what an uninstrumented run spends: every layer's ``forward`` is
-timed on its own, without any instrumentation, many times (interleaved with
-the others, medians), and a layer's self time is its forward's time minus its
-children's. The Python cost of calling a child module (``Module.__call__``)
-is thus in the parent's self time, where it is spent. layerprof's numbers
+The truth is what an uninstrumented run spends: each layer's ``forward`` is
+timed on its own, without any instrumentation, with its children replaced by
+empty modules (its own work and the calls; see ``truth_of``), many times,
+interleaved with the other layers, medians. The Python cost of calling a
+child module (``Module.__call__``) is thus in the parent's self time, where
+it is spent. layerprof's numbers
 come from ``layerprof.profile`` (the ``layerprof run`` path) with its default
 overhead correction, and with ``--no-correct`` for comparison. Prints one line
 per layer kind, the worst and the median error, and how many layers miss.
@@ -28,8 +29,8 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -104,51 +105,72 @@ class Root(nn.Module):
         return self.head(self.enc(x))
 
 
-def forward_times(model: nn.Module, x: torch.Tensor, repeats: int) -> dict[str, float]:
-    """Median uninstrumented time of each module's own ``forward`` (ns), interleaved."""
-    calls: dict[str, Callable[[], Any]] = {
-        path: (lambda m=m: m.forward(x)) for path, m in model.named_modules()
-    }
-    calls = {
-        p: f for p, f in calls.items() if not isinstance(model.get_submodule(p), nn.ModuleList)
-    }
-    samples: dict[str, list[int]] = {p: [] for p in calls}
-    now = time.perf_counter_ns
-    for _ in range(repeats):
-        for path, fn in calls.items():
-            t0 = now()
-            fn()
-            samples[path].append(now() - t0)
-    return {p: statistics.median(s) for p, s in samples.items()}
+class Empty(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+@contextmanager
+def emptied(module: nn.Module) -> Iterator[None]:
+    """``module`` with each direct child (each item of a child ModuleList) replaced by
+    an empty module: its forward then does only its own work and the calls."""
+    saved: list[tuple[nn.Module, str, nn.Module]] = []
+    for name, child in module.named_children():
+        owners = (
+            [(child, str(i)) for i in range(len(child))]
+            if isinstance(child, nn.ModuleList)
+            else [(module, name)]
+        )
+        for owner, key in owners:
+            saved.append((owner, key, owner._modules[key]))  # type: ignore[arg-type]
+            owner._modules[key] = Empty()
+    try:
+        yield
+    finally:
+        for owner, key, original in saved:
+            owner._modules[key] = original
 
 
 def truth_of(model: nn.Module, x: torch.Tensor, repeats: int) -> dict[str, tuple[float, float]]:
-    """path -> (total, self) in ns: forward times, self = own forward minus the children's."""
-    fwd = forward_times(model, x, repeats)
+    """path -> (total, self) in ns of an uninstrumented run.
+
+    A layer's self time is the median time of its ``forward`` with its children
+    emptied (so the calls are there, the children's work is not), minus the
+    time of an empty module's ``forward`` timed the same way (the timer's own
+    cost); its total is its self time plus its children's totals. Each timing
+    is short (one layer's own work), so a context switch rarely lands in it,
+    and the layers are timed in turn (interleaved), so they share the load.
+    """
+    layers = [(p, m) for p, m in model.named_modules() if not isinstance(m, nn.ModuleList)]
+    samples: dict[str, list[int]] = {p: [] for p, _ in layers}
+    empty: list[int] = []
+    blank = Empty()
+    now = time.perf_counter_ns
+    for _ in range(repeats):
+        t0 = now()
+        blank.forward(x)
+        empty.append(now() - t0)
+        for path, module in layers:
+            with emptied(module):
+                t0 = now()
+                module.forward(x)
+                samples[path].append(now() - t0)
+    base = statistics.median(empty)
+    own = {p: statistics.median(s) - base for p, s in samples.items()}
     out: dict[str, tuple[float, float]] = {}
-    parents = {p: module for p, module in model.named_modules()}
-    for path, module in model.named_modules():
-        kids = [f"{path}.{n}" if path else n for n, _ in module.named_children()]
-        parent = parents.get(path.rsplit(".", 1)[0] if "." in path else "")
-        calls = calls_per_forward(parent, path) if path else 1
+    for path, module in reversed(list(model.named_modules())):  # children first
+        calls = calls_per_forward(model, path)
         if isinstance(module, nn.ModuleList):
-            total = sum(fwd[k] for k in kids)
-            out[path] = (total, 0.0)
+            out[path] = (sum(out[f"{path}.{n}"][0] for n, _ in module.named_children()), 0.0)
             continue
-        child_total = 0.0
-        for k in kids:
-            child = model.get_submodule(k)
-            if isinstance(child, nn.ModuleList):
-                child_total += sum(fwd[f"{k}.{n}"] for n, _ in child.named_children())
-            else:
-                child_total += fwd[k] * calls_per_forward(module, k)
-        out[path] = (calls * fwd[path], calls * (fwd[path] - child_total))
+        kids = sum(out[f"{path}.{n}" if path else n][0] for n, _ in module.named_children())
+        out[path] = (calls * (own[path] + kids), calls * own[path])
     return out
 
 
-def calls_per_forward(module: nn.Module | None, child_path: str) -> int:
-    """Enc calls b twice; every other parent calls each child once."""
-    return 2 if isinstance(module, Enc) and child_path.endswith(".b") else 1
+def calls_per_forward(model: nn.Module, path: str) -> int:
+    """Enc calls b twice; every other layer is called once per forward."""
+    return 2 if isinstance(model, Root) and path == "enc.b" else 1
 
 
 def errors(

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     import torch
 
     from layerprof.capture.memory import MemoryCounter
+    from layerprof.capture.opcost import OpsCorrection
     from layerprof.capture.ops import OpOptions, RawTrace
     from layerprof.profile import Profile
 
@@ -189,6 +190,7 @@ def _layer_pass(
     base = base.with_notes(*_opaque_notes(model), *([flop_note] if flop_note else []))
     if opts.ops is not None:
         progress.close()  # stderr is held while the profiler runs (layerprof.capture.quiet)
+        cost = _ops_cost(device, opts)
         with watch.window("ops capture (its untimed first step included)"):
             raw = _capture(model, args, kwargs, device, opts)
         if peaks is None:  # no allocator counters (CPU): --profile-memory's events
@@ -197,10 +199,19 @@ def _layer_pass(
             model, shapes.shapes, flops=flops, output_bytes=shapes.output_bytes, peak_bytes=peaks
         )
         note = (
-            "ops mode: layer times come from torch.profiler ranges and include its"
-            " per-op recording cost (not corrected); the latency is from the clean pass"
+            cost.note()
+            if cost is not None
+            else (
+                "ops mode: layer times come from torch.profiler ranges and include its"
+                " per-op recording cost (not corrected); the latency is from the clean pass"
+            )
         )
-        return _with_trace(base, raw.profile(), raw, ops=True, layers=layers, notes=(note,))
+        traced = _with_trace(base, raw.profile(), raw, ops=True, layers=layers, notes=(note,))
+        if cost is None:
+            return traced
+        from layerprof.capture.opcost import corrected_samples
+
+        return replace(traced, samples=corrected_samples(traced.samples, traced.ops, layers, cost))
     latency = (base.latency_ns.tolist() if base.latency_ns is not None else None) or []
     samples, overhead = _hooked(model, forward, sync, device, opts, progress, latency, watch)
     if opts.backward:
@@ -212,17 +223,25 @@ def _layer_pass(
     return replace(base, layers=layers, samples=samples, overhead=overhead)
 
 
+def _ops_cost(device: str, opts: RunOptions) -> OpsCorrection | None:
+    """Ops mode's recording cost per operator and layer range (layerprof.capture.opcost)."""
+    if not opts.correct_overhead:
+        return None
+    from layerprof.capture.opcost import calibrate_ops
+
+    return calibrate_ops(device)
+
+
 def _opaque_notes(model: torch.nn.Module) -> list[str]:
-    """Scripted submodules take no hooks: say where their time went."""
+    """Scripted submodules are timed whole: say why their insides have no rows."""
     from layerprof.capture.hooks import visible_modules
 
     hooked = {p for p, _ in hookable_modules(model)}
     return [
-        f"{path} is a TorchScript submodule: hooks cannot time it, so its time is in"
-        f" {parent or type(model).__name__}'s self time"
+        f"{path} is a TorchScript submodule: timed as one layer (its submodules run"
+        " inside TorchScript, where no Python code can time them)"
         for path, _ in visible_modules(model)
         if path not in hooked
-        for parent in [path.rsplit(".", 1)[0] if "." in path else ""]
     ]
 
 

@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from layerprof.render.columns import Cell, Col, Hide, Label, Row, Shrink, Step, print_table
+from layerprof.render.inputs_console import signature_lines
 from layerprof.render.terminal import escaping, make_console
 from layerprof.units import (
     TimeUnit,
@@ -109,8 +110,10 @@ def header_lines(profile: Profile) -> list[Text | str]:
             + f"  mode {m.mode}{' +grad' if m.grad else ''}"
         ),
     ]
-    if m.inputs:
+    sig_lines = signature_lines(profile)
+    if m.inputs and not sig_lines:
         lines.append(Text("inputs " + "; ".join(m.inputs)))
+    lines.extend(sig_lines)
     lat = profile.latency
     if lat is not None:
         lines.append(
