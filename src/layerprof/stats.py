@@ -134,7 +134,9 @@ class Series:
         if isinstance(values, np.ndarray) and values.dtype == np.int64:
             if values.ndim != 1 or len(values) == 0:
                 raise ValueError("series samples must be a non-empty 1-d sequence of numbers")
-            array = values.copy()  # integer samples as they are: no float round trip
+            # Integer samples as they are: no float round trip, and no copy of a
+            # read-only array (a row of the recorder's per-layer matrix stays a view).
+            array = values if not values.flags.writeable else values.copy()
             array.flags.writeable = False
         elif values is not None:
             array = np.array(values, dtype=np.float64)

@@ -290,47 +290,98 @@ def device_times(table: CallTable, parent: I64) -> tuple[F64, F64] | None:
 
 
 def build_samples(
-    calls: CallTable | Sequence[LayerCall],
+    calls: CallTable | Sequence[CallTable] | Sequence[LayerCall],
     iterations: int,
     correction: Correction | None = None,
     paths: list[str] | None = None,
 ) -> dict[str, LayerSamples]:
     """Sum each layer's calls per iteration; a layer absent from an iteration gets 0 there.
 
-    ``paths`` names the table's layer indices (LayerCall records name themselves).
+    ``calls`` is one table, or the Recorder's tables (each holding whole
+    iterations, reduced one at a time so the work arrays stay the size of a
+    table), or LayerCall records; ``paths`` names the tables' layer indices
+    (LayerCall records name themselves). The samples are int64 rows of one
+    matrix per quantity: 8 bytes per layer, iteration and quantity.
     """
     paths = list(paths or [])
-    table = calls if isinstance(calls, CallTable) else CallTable.of_calls(calls, paths)
-    if len(table) == 0 or iterations <= 0:
+    tables = _tables_of(calls, paths)
+    if iterations <= 0 or not any(len(t) for t in tables):
         return {}
-    parent = table.parents()
-    total, self_t = _times(table, parent, correction)
-    dev = device_times(table, parent)
-    it = table.iterations()
-    real = table.layer >= 0
-    outer = real & ~_nested_in_same(table, parent)
     n_paths = len(paths)
+    device = all(t.device_start is not None for t in tables)
+    sums = _Sums(n_paths, iterations, device)
+    offset = 0
+    for table in tables:
+        width = iterations if table.iteration is not None else int((table.level == 1).sum())
+        if len(table):
+            sums.add(table, correction, offset, width)
+        offset += width
+    return sums.samples(paths)
 
-    def per_layer(mask: npt.NDArray[np.bool_], weights: F64 | None) -> np.ndarray:
-        key = table.layer[mask].astype(np.int64) * iterations + it[mask]
-        w = weights[mask] if weights is not None else None
-        sums = np.bincount(key, weights=w, minlength=n_paths * iterations)
-        return sums.reshape(n_paths, iterations)
 
-    counts = per_layer(real, None)
-    tot = np.rint(per_layer(outer, total)).astype(np.int64)
-    slf = np.rint(per_layer(real, self_t)).astype(np.int64)
-    dtot = np.rint(per_layer(outer, dev[0])).astype(np.int64) if dev is not None else None
-    dslf = np.rint(per_layer(real, dev[1])).astype(np.int64) if dev is not None else None
-    out: dict[str, LayerSamples] = {}
-    for i in np.flatnonzero(counts.sum(axis=1)).tolist():
-        row = counts[i]
-        out[paths[i]] = LayerSamples(
-            total_ns=tot[i],
-            self_ns=slf[i],
-            calls=float(row.sum()) / iterations,
-            calls_vary=bool(row.min() != row.max()),
-            device_total_ns=dtot[i] if dtot is not None else None,
-            device_self_ns=dslf[i] if dslf is not None else None,
-        )
-    return out
+def _tables_of(
+    calls: CallTable | Sequence[CallTable] | Sequence[LayerCall], paths: list[str]
+) -> list[CallTable]:
+    if isinstance(calls, CallTable):
+        return [calls]
+    items = list(calls)
+    if items and isinstance(items[0], CallTable):
+        return [c for c in items if isinstance(c, CallTable)]
+    return [CallTable.of_calls([c for c in items if isinstance(c, LayerCall)], paths)]
+
+
+class _Sums:
+    """Per-layer, per-iteration sums, filled one table (a run of iterations) at a time."""
+
+    def __init__(self, n_paths: int, iterations: int, device: bool) -> None:
+        def matrix() -> np.ndarray:
+            return np.zeros((n_paths, iterations), dtype=np.int64)
+
+        self.iterations = iterations
+        self.total, self.self_ = matrix(), matrix()
+        self.device = (matrix(), matrix()) if device else None
+        self.calls = np.zeros(n_paths, dtype=np.int64)
+        self.fewest = np.full(n_paths, np.iinfo(np.int64).max, dtype=np.int64)
+        self.most = np.zeros(n_paths, dtype=np.int64)
+
+    def add(self, table: CallTable, correction: Correction | None, offset: int, width: int) -> None:
+        n_paths = len(self.calls)
+        parent = table.parents()
+        total, self_t = _times(table, parent, correction)
+        dev = device_times(table, parent)
+        key = table.layer.astype(np.int64) * width + table.iterations()
+        real = table.layer >= 0
+        outer = real & ~_nested_in_same(table, parent)
+        cols = slice(offset, offset + width)
+
+        def per_layer(mask: npt.NDArray[np.bool_], weights: F64 | None) -> np.ndarray:
+            w = weights[mask] if weights is not None else None
+            out = np.bincount(key[mask], weights=w, minlength=n_paths * width)
+            return out.reshape(n_paths, width)
+
+        counts = per_layer(real, None)
+        self.calls += counts.sum(axis=1)
+        np.minimum(self.fewest, counts.min(axis=1, initial=np.iinfo(np.int64).max), out=self.fewest)
+        np.maximum(self.most, counts.max(axis=1, initial=0), out=self.most)
+        self.total[:, cols] = np.rint(per_layer(outer, total))
+        self.self_[:, cols] = np.rint(per_layer(real, self_t))
+        if self.device is not None and dev is not None:
+            self.device[0][:, cols] = np.rint(per_layer(outer, dev[0]))
+            self.device[1][:, cols] = np.rint(per_layer(real, dev[1]))
+
+    def samples(self, paths: list[str]) -> dict[str, LayerSamples]:
+        arrays = [self.total, self.self_, *(self.device or ())]
+        for a in arrays:
+            a.flags.writeable = False  # the rows become Series as they are (no copy)
+        dev = self.device
+        return {
+            paths[i]: LayerSamples(
+                total_ns=self.total[i],
+                self_ns=self.self_[i],
+                calls=float(self.calls[i]) / self.iterations,
+                calls_vary=bool(self.fewest[i] != self.most[i]),
+                device_total_ns=dev[0][i] if dev is not None else None,
+                device_self_ns=dev[1][i] if dev is not None else None,
+            )
+            for i in np.flatnonzero(self.calls).tolist()
+        }

@@ -501,13 +501,14 @@ class Recorder:
     @property
     def call_count(self) -> int:
         """Recorded layer calls so far (complete forwards)."""
-        table = self._table()
-        return int((table.layer >= 0).sum())
+        self._compact()
+        return sum(int((t.layer >= 0).sum()) for t in self._tables)
 
     @property
     def iterations(self) -> int:
         """Recorded forwards (outermost calls), failed ones not counted."""
-        return int((self._table().level == 1).sum())
+        self._compact()
+        return sum(int((t.level == 1).sum()) for t in self._tables)
 
     @property
     def shapes(self) -> dict[str, tuple[Any, Any]]:
@@ -538,22 +539,24 @@ class Recorder:
         """
         from layerprof.profile import Profile
 
-        table = self._table()
-        iterations = int((table.level == 1).sum())
+        self._compact()
+        tables = self._tables
+        iterations = sum(int((t.level == 1).sum()) for t in tables)
+        n_calls = sum(int((t.layer >= 0).sum()) for t in tables)
         correction = self.correction
         wanted = correct if correct is not None else type(self.clock) is HostClock
         if not wanted:
             correction = None
         elif correction is None:
             correction = calibrate()
-        samples = build_samples(table, iterations, correction, self._paths)
+        samples = build_samples(tables, iterations, correction, self._paths)
         overhead = None
         if correction is not None:
             overhead = Overhead(
                 per_call_ns=correction.per_call_ns,
                 inside_ns=correction.inside_ns,
                 corrected=True,
-                calls_per_forward=int((table.layer >= 0).sum()) / max(iterations, 1),
+                calls_per_forward=n_calls / max(iterations, 1),
             )
         main = self._main_signature()
         return Profile(
