@@ -5,8 +5,10 @@ forwards of every variant in turn (bare first, then each instrumented one,
 then bare again), so all variants see the same machine load; the printed
 ratio of a variant is the median over rounds of (its median forward / the
 round's median bare forward), with the lowest and highest round beside it as
-the noise. Target: the default ``Recorder`` and ``layerprof run``'s hooked
-pass <= 1.2x bare.
+the noise. The same ratio of thread CPU time is printed beside it: on a
+shared machine it does not count the time other processes held the core, so
+it is the steadier of the two. Target: the default ``Recorder`` and
+``layerprof run``'s hooked pass <= 1.2x bare.
 
 Variants:
 
@@ -36,13 +38,16 @@ from layerprof import Recorder
 from layerprof.capture.clocks import HostClock
 
 
-def median_forward_ns(fn: Callable[[], Any], iters: int) -> float:
-    samples = []
+def median_forward_ns(fn: Callable[[], Any], iters: int) -> tuple[float, float]:
+    """Median (wall, thread CPU) time of one call of ``fn``."""
+    wall, cpu = [], []
     for _ in range(iters):
+        c0 = time.thread_time_ns()
         t0 = time.perf_counter_ns()
         fn()
-        samples.append(time.perf_counter_ns() - t0)
-    return statistics.median(samples)
+        wall.append(time.perf_counter_ns() - t0)
+        cpu.append(time.thread_time_ns() - c0)
+    return statistics.median(wall), statistics.median(cpu)
 
 
 @contextmanager
@@ -121,7 +126,7 @@ def main() -> None:
     if a.compare:
         variants["module __call__ hooks"] = lambda: module_hooks(model)
         variants["process-wide hooks"] = lambda: global_hooks(model)
-    ratios: dict[str, list[float]] = {k: [] for k in variants}
+    ratios: dict[str, list[tuple[float, float]]] = {k: [] for k in variants}
     bare_ns: list[float] = []
     with torch.inference_mode():
         for _ in range(3):
@@ -134,10 +139,11 @@ def main() -> None:
                     forward()  # shapes (default Recorder), first-call costs
                     times[name] = median_forward_ns(forward, a.iters)
             bare.append(median_forward_ns(forward, a.iters))
-            base = statistics.mean(bare)
-            bare_ns.append(base)
-            for name, t in times.items():
-                ratios[name].append(t / base)
+            wall = statistics.mean(b[0] for b in bare)
+            cpu = statistics.mean(b[1] for b in bare)
+            bare_ns.append(wall)
+            for name, (t_wall, t_cpu) in times.items():
+                ratios[name].append((t_wall / wall, t_cpu / cpu))
         torch_ratio = profiler_ratio(model, x, a) if a.compare else None
     calls = a.layers + 1
     base = statistics.median(bare_ns)
@@ -146,12 +152,18 @@ def main() -> None:
         f" of {a.iters} forwards; bare forward median {base / 1e6:.2f} ms"
         f" (rounds {min(bare_ns) / 1e6:.2f}-{max(bare_ns) / 1e6:.2f} ms)"
     )
+    print(
+        "  variant                  wall time / bare (rounds)      thread CPU time / bare (rounds)"
+    )
     for name, r in ratios.items():
-        med = statistics.median(r)
+        wall_r = [v[0] for v in r]
+        cpu_r = [v[1] for v in r]
+        med = statistics.median(wall_r)
         per_call = (med - 1) * base / calls / 1e3
         print(
-            f"  {name:24s} {med:5.2f}x bare  (rounds {min(r):.2f}-{max(r):.2f});"
-            f" {per_call:5.2f} us per module call"
+            f"  {name:24s} {med:5.2f}x ({min(wall_r):.2f}-{max(wall_r):.2f})"
+            f" {per_call:5.2f} us/call    {statistics.median(cpu_r):5.2f}x"
+            f" ({min(cpu_r):.2f}-{max(cpu_r):.2f})"
         )
     if torch_ratio is not None:
         print(f"  {'torch.profiler(stack)':24s} {torch_ratio:5.2f}x bare  (start/stop excluded)")
@@ -172,9 +184,9 @@ def profiler_ratio(model: nn.Module, x: torch.Tensor, a: argparse.Namespace) -> 
     out = []
     n = max(a.iters // 4, 3)
     for _ in range(3):
-        empty = median_forward_ns(run(lambda: None), n)
-        full = median_forward_ns(run(lambda: model(x)), n) - empty
-        bare = median_forward_ns(lambda: model(x), n)
+        empty = median_forward_ns(run(lambda: None), n)[0]
+        full = median_forward_ns(run(lambda: model(x)), n)[0] - empty
+        bare = median_forward_ns(lambda: model(x), n)[0]
         out.append(full / bare)
     return statistics.median(out)
 
