@@ -1,27 +1,31 @@
-"""Accuracy against known truth: layers that busy-wait known times.
+"""Accuracy against known truth: layers whose work takes a known time.
 
-Two models, each layer spinning on ``time.perf_counter_ns`` for a known time
-(a spin is deterministic in wall time: a context switch lengthens it only
-when it outlasts the spin's end):
+Two models:
 
 * ``small`` (the precision target): a root looping over 20 blocks; each block
-  spins 20 us of its own (10 before each child) and calls two leaves spinning
-  30 us and 40 us. Target: every layer's total and self within 5 % of the
-  truth, or within 1.5 us where 5 % is less than that.
-* ``large``: root (own 0.5 ms) -> [enc (own 0.2 ms) -> [a 2 ms, b 1 ms called
-  twice], head 1.5 ms]. Target: within 2 %, the latency too.
+  has ~20 us of its own work (half before each child) and calls two leaves of
+  ~30 us and ~40 us. The work is torch operators (``--work torch``, the
+  default: a count of small ``add``s sized at start to take that long, as a
+  real layer's work is) or a spin on ``time.perf_counter_ns`` (``--work
+  spin``: deterministic in wall time). Target: every layer's total and self
+  within 5 % of the truth, or within 1.5 us where 5 % is less than that.
+* ``large``: spins; root (own 0.5 ms) -> [enc (own 0.2 ms) -> [a 2 ms, b 1 ms
+  called twice], head 1.5 ms]. Target: within 2 %.
 
 The truth is what an uninstrumented run spends: each layer's ``forward`` is
-timed on its own, without any instrumentation, with its children replaced by
-empty modules (its own work and the calls; see ``truth_of``), many times,
-interleaved with the other layers, medians. The Python cost of calling a
-child module (``Module.__call__``) is thus in the parent's self time, where
-it is spent. layerprof's numbers
-come from ``layerprof.profile`` (the ``layerprof run`` path) with its default
-overhead correction, and with ``--no-correct`` for comparison. Prints one line
-per layer kind, the worst and the median error, and how many layers miss.
+timed on its own, without any instrumentation, many times, interleaved with
+the other layers, medians (see ``truth_of``); a layer's self time is its
+forward's time minus its children's. The Python cost of calling a child
+module (``Module.__call__``) is thus in the parent's self time, where it is
+spent. The root's forward is the longest window (2 ms), so on a busy machine
+its truth is the noisiest. layerprof's numbers come from ``layerprof.profile``
+(the ``layerprof run`` path) with its default overhead correction, and with
+``--no-correct`` for comparison. Each round measures the truth and both
+profiles; per layer the round with the median error is kept. Prints the
+worst and the median error and how many layers miss the bound.
 
-    python benchmarks/accuracy.py [--model small|large|both] [--iters 30] [--rounds 3]
+    python benchmarks/accuracy.py [--model small|large|both] [--work torch|spin]
+                                  [--iters 30] [--rounds 3] [--verbose]
 """
 
 from __future__ import annotations
@@ -29,13 +33,14 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import torch
 from torch import nn
 
 import layerprof
+
+Work = Callable[[torch.Tensor], torch.Tensor]
 
 
 def spin(ns: int) -> None:
@@ -44,41 +49,76 @@ def spin(ns: int) -> None:
         pass
 
 
-class Spin(nn.Module):
-    def __init__(self, us: float) -> None:
+def spin_work(us: float) -> Work:
+    ns = int(us * 1000)
+
+    def work(x: torch.Tensor) -> torch.Tensor:
+        spin(ns)
+        return x
+
+    return work
+
+
+_ADD_NS: list[float] = []
+
+
+def torch_work(us: float) -> Work:
+    """A fixed count of small ``add``s taking about ``us`` microseconds."""
+    if not _ADD_NS:
+        x = torch.zeros(16)
+        samples = []
+        for _ in range(200):
+            t0 = time.perf_counter_ns()
+            for _ in range(20):
+                torch.add(x, 1.0)
+            samples.append((time.perf_counter_ns() - t0) / 20)
+        _ADD_NS.append(statistics.median(samples))
+    n = max(1, round(us * 1000 / _ADD_NS[0]))
+
+    def work(x: torch.Tensor) -> torch.Tensor:
+        for _ in range(n):
+            torch.add(x, 1.0)
+        return x
+
+    return work
+
+
+class Leaf(nn.Module):
+    def __init__(self, work: Work) -> None:
         super().__init__()
-        self.ns = int(us * 1000)
+        self.work = work
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        spin(self.ns)
-        return x
+        return self.work(x)
 
 
 class Block(nn.Module):
-    """20 us of its own, split around two children of 30 us and 40 us."""
+    """~20 us of its own, split around two children of ~30 us and ~40 us."""
 
-    def __init__(self, own_us: float = 20, a_us: float = 30, b_us: float = 40) -> None:
+    def __init__(self, make: Callable[[float], Work]) -> None:
         super().__init__()
-        self.half = int(own_us * 500)
-        self.a = Spin(a_us)
-        self.b = Spin(b_us)
+        self.half = make(10)
+        self.a = Leaf(make(30))
+        self.b = Leaf(make(40))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        spin(self.half)
-        x = self.a(x)
-        spin(self.half)
-        return self.b(x)
+        x = self.a(self.half(x))
+        return self.b(self.half(x))
 
 
 class Blocks(nn.Module):
-    def __init__(self, n: int = 20) -> None:
+    def __init__(self, make: Callable[[float], Work], n: int = 20) -> None:
         super().__init__()
-        self.blocks = nn.ModuleList(Block() for _ in range(n))
+        self.blocks = nn.ModuleList(Block(make) for _ in range(n))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for block in self.blocks:
             x = block(x)
         return x
+
+
+def Spin(us: float) -> Leaf:
+    return Leaf(spin_work(us))
 
 
 class Enc(nn.Module):
@@ -110,61 +150,40 @@ class Empty(nn.Module):
         return x
 
 
-@contextmanager
-def emptied(module: nn.Module) -> Iterator[None]:
-    """``module`` with each direct child (each item of a child ModuleList) replaced by
-    an empty module: its forward then does only its own work and the calls."""
-    saved: list[tuple[nn.Module, str, nn.Module]] = []
-    for name, child in module.named_children():
-        owners = (
-            [(child, str(i)) for i in range(len(child))]
-            if isinstance(child, nn.ModuleList)
-            else [(module, name)]
-        )
-        for owner, key in owners:
-            saved.append((owner, key, owner._modules[key]))  # type: ignore[arg-type]
-            owner._modules[key] = Empty()
-    try:
-        yield
-    finally:
-        for owner, key, original in saved:
-            owner._modules[key] = original
-
-
 def truth_of(model: nn.Module, x: torch.Tensor, repeats: int) -> dict[str, tuple[float, float]]:
     """path -> (total, self) in ns of an uninstrumented run.
 
-    A layer's self time is the median time of its ``forward`` with its children
-    emptied (so the calls are there, the children's work is not), minus the
-    time of an empty module's ``forward`` timed the same way (the timer's own
-    cost); its total is its self time plus its children's totals. Each timing
-    is short (one layer's own work), so a context switch rarely lands in it,
-    and the layers are timed in turn (interleaved), so they share the load.
+    Every layer's ``forward`` is timed on its own, without any instrumentation,
+    ``repeats`` times, the layers in turn (interleaved, so they share the
+    machine's load); the time of an empty module's forward timed the same way
+    (the timer's and the call's own cost) is taken off each median. A layer's
+    total is its forward's time (times its calls per forward), its self time
+    that minus its children's totals: the Python cost of calling a child
+    (``Module.__call__``) is in the parent's self time, where an
+    uninstrumented run spends it.
     """
     layers = [(p, m) for p, m in model.named_modules() if not isinstance(m, nn.ModuleList)]
     samples: dict[str, list[int]] = {p: [] for p, _ in layers}
-    empty: list[int] = []
+    empty: dict[str, list[int]] = {p: [] for p, _ in layers}
     blank = Empty()
     now = time.perf_counter_ns
     for _ in range(repeats):
-        t0 = now()
-        blank.forward(x)
-        empty.append(now() - t0)
         for path, module in layers:
-            with emptied(module):
-                t0 = now()
-                module.forward(x)
-                samples[path].append(now() - t0)
-    base = statistics.median(empty)
-    own = {p: statistics.median(s) - base for p, s in samples.items()}
+            t0 = now()
+            module.forward(x)
+            samples[path].append(now() - t0)
+            t0 = now()  # the timer's own cost, in the same state of the caches
+            blank.forward(x)
+            empty[path].append(now() - t0)
+    fwd = {p: statistics.median(s) - statistics.median(empty[p]) for p, s in samples.items()}
     out: dict[str, tuple[float, float]] = {}
     for path, module in reversed(list(model.named_modules())):  # children first
-        calls = calls_per_forward(model, path)
-        if isinstance(module, nn.ModuleList):
-            out[path] = (sum(out[f"{path}.{n}"][0] for n, _ in module.named_children()), 0.0)
-            continue
         kids = sum(out[f"{path}.{n}" if path else n][0] for n, _ in module.named_children())
-        out[path] = (calls * (own[path] + kids), calls * own[path])
+        if isinstance(module, nn.ModuleList):
+            out[path] = (kids, 0.0)
+            continue
+        calls = calls_per_forward(model, path)
+        out[path] = (calls * fwd[path], calls * (fwd[path] - kids))
     return out
 
 
@@ -224,13 +243,15 @@ def main() -> None:
     ap.add_argument("--model", choices=["small", "large", "both"], default="both")
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--work", choices=["torch", "spin"], default="torch")
     ap.add_argument("--verbose", action="store_true")
     a = ap.parse_args()
     torch.set_num_threads(1)
-    x = torch.zeros(1)
+    x = torch.zeros(16)
     setups: list[tuple[str, nn.Module, float, float]] = []
     if a.model in ("small", "both"):
-        setups.append(("small (20 blocks)", Blocks(), 0.05, 1500.0))
+        make = torch_work if a.work == "torch" else spin_work
+        setups.append((f"small (20 blocks, {a.work} work)", Blocks(make), 0.05, 1500.0))
     if a.model in ("large", "both"):
         setups.append(("large", Root(), 0.02, 0.0))
     with torch.inference_mode():
