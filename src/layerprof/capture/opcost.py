@@ -146,7 +146,7 @@ def calibrate_ops(
 
     from layerprof.capture.ops import OpOptions, capture_ops
 
-    model, shell = _calibration_models()
+    model, shell = (m.to(device) for m in _calibration_models())
     x = torch.zeros(1, device=device)
     with torch.inference_mode():
         bare = _bare_times(model, shell, x, iters)
