@@ -13,6 +13,8 @@ Kineto traces fill the sections they know; everything else stays empty.
   trace came from (``source``);
 * signatures: the distinct input shapes a Recorder saw, with forwards and
   layer shapes per signature;
+* passes: for live runs, whether the per-layer pass ran the clean pass's code
+  (fused fast paths, modules called in one pass only);
 * notes: facts the user should read next to the numbers.
 
 Nothing here imports torch, a renderer or the codec: saving, loading and
@@ -34,6 +36,8 @@ from layerprof.errors import UsageError
 from layerprof.records import LayerInfo, LayerSamples, Meta, OpStat, Overhead
 from layerprof.sections import (
     AnnotationRow,
+    Breakdown,
+    Communication,
     CrossRank,
     DeviceUse,
     InputSignature,
@@ -42,10 +46,15 @@ from layerprof.sections import (
     Launches,
     MemcpyRow,
     MemorySummary,
+    MemoryTimeline,
+    PassCheck,
+    Queues,
     Steps,
+    Stragglers,
     TraceSource,
 )
 from layerprof.stats import Series, SeriesLike, Summary, as_series
+from layerprof.units import NS_PER_MS
 
 if TYPE_CHECKING:
     import pandas
@@ -97,6 +106,16 @@ class LayerRow:
     @property
     def name(self) -> str:
         return self.path.rsplit(".", 1)[-1] if self.path else self.type
+
+    @property
+    def total_ms(self) -> float:
+        """``total_ns`` in milliseconds, as the JSON's ``total_ms``."""
+        return self.total_ns / NS_PER_MS
+
+    @property
+    def self_ms(self) -> float:
+        """``self_ns`` in milliseconds, as the JSON's ``self_ms``."""
+        return self.self_ns / NS_PER_MS
 
 
 @dataclass
@@ -177,6 +196,19 @@ def _add_opt(own: float | None, children: list[float | None]) -> float | None:
     return sum(values) if values else None
 
 
+def tree_of(rows: Sequence[LayerRow]) -> list[LayerNode]:
+    """The module tree of ``rows`` (roots first), built from their parent paths."""
+    nodes = {row.path: LayerNode(row) for row in rows}
+    roots: list[LayerNode] = []
+    for node in nodes.values():
+        parent = node.row.parent
+        if parent is not None and parent in nodes and parent != node.row.path:
+            nodes[parent].children.append(node)
+        else:
+            roots.append(node)
+    return roots
+
+
 def depth_of(path: str) -> int:
     return 0 if path == "" else path.count(".") + 1
 
@@ -204,7 +236,7 @@ def _mean(series: Series | None) -> float | None:
 
 
 @dataclass
-class Profile:
+class Profile(sinks.Output):
     """Everything one profiling run (or one rank of an analyzed trace) produced.
 
     ``latency_ns`` holds the clean pass's whole-forward times (for a trace,
@@ -231,15 +263,30 @@ class Profile:
     memory: MemorySummary | None = None
     annotations: tuple[AnnotationRow, ...] = ()
     signatures: tuple[InputSignature, ...] = ()
+    passes: PassCheck | None = None  # live runs: did the per-layer pass run the clean code?
+    breakdown: Breakdown | None = None
+    communication: Communication | None = None
+    queues: Queues | None = None
+    memory_timeline: MemoryTimeline | None = None
     events: RecordedTrace | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         latency: SeriesLike | None = self.latency_ns
         self.latency_ns = as_series(latency)
 
+    def __repr__(self) -> str:
+        lat = self.latency
+        latency = f"latency median {lat.median_ms:.3f} ms (n={lat.n})" if lat else "no latency"
+        timed = sum(1 for s in self.samples.values() if s.calls)
+        return (
+            f"<Profile {self.meta.model or '?'} on {self.meta.device}: {latency},"
+            f" {len(self.layers)} layers ({timed} timed), {len(self.ops)} op rows>"
+        )
+
     # ---- derived --------------------------------------------------------
     @property
     def latency(self) -> Summary | None:
+        """The clean pass's whole-forward times (nanoseconds; ``.median_ms`` for ms)."""
         return self.latency_ns.summary if self.latency_ns is not None else None
 
     @property
@@ -297,15 +344,7 @@ class Profile:
 
     def tree(self) -> list[LayerNode]:
         """The module tree (roots first), built from the rows' parent paths."""
-        nodes = {row.path: LayerNode(row) for row in self.rows()}
-        roots: list[LayerNode] = []
-        for node in nodes.values():
-            parent = node.row.parent
-            if parent is not None and parent in nodes and parent != node.row.path:
-                nodes[parent].children.append(node)
-            else:
-                roots.append(node)
-        return roots
+        return tree_of(self.rows())
 
     def row(self, path: str) -> LayerRow:
         for r in self.rows():
@@ -325,32 +364,6 @@ class Profile:
         """Write the profile as JSON (whole or not at all); ``samples`` keeps every iteration."""
         return sinks.save(self, path, samples=samples)
 
-    @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> Profile:
-        loaded = sinks.load(path)
-        if not isinstance(loaded, Profile):
-            raise UsageError(f"{path} holds a {type(loaded).__name__}, not a Profile")
-        return loaded
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], *, source: str = "<dict>") -> Profile:
-        loaded = sinks.from_dict(data, source=source)
-        if not isinstance(loaded, Profile):
-            raise UsageError(f"{source} holds a {type(loaded).__name__}, not a Profile")
-        return loaded
-
-    def print(self, **options: Any) -> None:
-        """The console report (options as for ``layerprof run``: depth, top, sort, shapes)."""
-        sinks.show(self, **options)
-
-    def render(self, fmt: str, **options: Any) -> str | bytes:
-        """The profile in a format by name: ``console``, ``json``, ``csv``, ``html``, ``md``, ..."""
-        return sinks.render(self, fmt, **options)
-
-    def write(self, path: str | os.PathLike[str], **options: Any) -> Path:
-        """Write in the format the file name says (``.html``, ``.csv``, ``.json``, ...)."""
-        return sinks.write(self, path, **options)
-
     def to_dataframe(self) -> pandas.DataFrame:
         try:
             import pandas as pd
@@ -362,7 +375,7 @@ class Profile:
 
 
 @dataclass(frozen=True)
-class Run:
+class Run(sinks.Output):
     """Several ranks of one job (a directory of per-rank traces, or per-rank profiles).
 
     ``ranks`` are Profiles sorted by rank; ``cross`` compares them;
@@ -376,6 +389,11 @@ class Run:
     cross: CrossRank | None = None
     skipped: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    stragglers: Stragglers | None = None
+
+    def __repr__(self) -> str:
+        ranks = ", ".join(str(p.rank) for p in self.ranks)
+        return f"<Run {self.path}: {len(self.ranks)} rank(s) [{ranks}]>"
 
     def rank(self, rank: int | None = None) -> Profile:
         """The profile of ``rank`` (default: the lowest rank)."""
@@ -389,23 +407,11 @@ class Run:
         known = ", ".join(str(p.rank) for p in self.ranks)
         raise UsageError(f"no rank {rank} in {self.path} (ranks: {known})")
 
-    def to_profile(self, rank: int | None = None) -> Profile:
-        return self.rank(rank)
-
     def to_dict(self, *, samples: bool = False, top: int | None = None) -> dict[str, Any]:
         return sinks.to_dict(self, samples=samples, top=top)
 
     def save(self, path: str | os.PathLike[str], *, samples: bool = False) -> Path:
         return sinks.save(self, path, samples=samples)
-
-    def print(self, **options: Any) -> None:
-        sinks.show(self, **options)
-
-    def render(self, fmt: str, **options: Any) -> str | bytes:
-        return sinks.render(self, fmt, **options)
-
-    def write(self, path: str | os.PathLike[str], **options: Any) -> Path:
-        return sinks.write(self, path, **options)
 
 
 def rank_order(profiles: Sequence[Profile]) -> tuple[Profile, ...]:

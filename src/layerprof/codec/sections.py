@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from layerprof.codec.distributed import encode_distributed, read_distributed
 from layerprof.codec.fields import (
     Fields,
     asdict_ms,
@@ -18,6 +19,7 @@ from layerprof.codec.fields import (
     summary_us,
 )
 from layerprof.codec.inputs import encode_signatures, read_signatures
+from layerprof.codec.passes import encode_passes, read_passes
 from layerprof.profile import Profile
 from layerprof.sections import (
     AllocRow,
@@ -50,6 +52,8 @@ def encode_sections(p: Profile, top: int | None) -> dict[str, Any]:
         "memory": _memory(p.memory, top),
         "annotations": [asdict_ms(a) for a in p.annotations],
         "signatures": encode_signatures(p.signatures),
+        "passes": encode_passes(p.passes),
+        **encode_distributed(p),
     }
     return {k: v for k, v in sections.items() if v}
 
@@ -176,6 +180,8 @@ def read_sections(f: Fields) -> dict[str, Any]:
     out["memory"] = read_memory(f.obj("memory"))
     out["annotations"] = tuple(read_row(AnnotationRow, a) for a in f.objects("annotations"))
     out["signatures"] = read_signatures(f)
+    out["passes"] = read_passes(f.obj("passes"))
+    out.update(read_distributed(f))
     return out
 
 

@@ -2,11 +2,32 @@
 
 One module per family: ``trace`` holds what traces and ops mode fill (steps,
 GPU time, kernels, memcpy, launches, memory, annotations, where a trace came
-from, cross-rank results); ``inputs`` the input signatures a Recorder saw. A new analysis adds its own module here, a field on
-``Profile`` (or ``Run``), and its writer/reader in ``layerprof.codec``.
+from, cross-rank results); ``distributed`` the step breakdown, collectives,
+queues, memory timeline and stragglers; ``passes`` whether a live run's per-layer
+pass ran the clean pass's code (fused fast paths); ``inputs`` the input
+signatures a Recorder saw. A new analysis adds its own
+module here, a field on ``Profile`` (or ``Run``), and its writer/reader in
+``layerprof.codec``.
 """
 
+from layerprof.sections.distributed import (
+    BREAKDOWN_PARTS,
+    Breakdown,
+    Collective,
+    CollectiveMatch,
+    Communication,
+    DeviceTimeline,
+    LaunchOutlier,
+    MemoryTimeline,
+    Queues,
+    RankLateness,
+    StepBreakdown,
+    Stragglers,
+    StreamQueue,
+    bus_factor,
+)
 from layerprof.sections.inputs import InputSignature
+from layerprof.sections.passes import FusedLayer, PassCheck
 from layerprof.sections.trace import (
     STEP_DEFINITIONS,
     AllocRow,
@@ -28,22 +49,38 @@ from layerprof.sections.trace import (
 )
 
 __all__ = [
+    "BREAKDOWN_PARTS",
     "STEP_DEFINITIONS",
     "AllocRow",
     "AnnotationRow",
+    "Breakdown",
+    "Collective",
+    "CollectiveMatch",
+    "Communication",
     "CrossRank",
     "DeviceMemory",
+    "DeviceTimeline",
     "DeviceUse",
+    "FusedLayer",
     "InputSignature",
     "KernelRow",
     "KindRow",
+    "LaunchOutlier",
     "Launches",
     "MemcpyRow",
     "MemorySummary",
+    "MemoryTimeline",
+    "PassCheck",
+    "Queues",
+    "RankLateness",
     "RankLine",
     "RuntimeRow",
     "Step",
     "StepAcrossRanks",
+    "StepBreakdown",
     "Steps",
+    "Stragglers",
+    "StreamQueue",
     "TraceSource",
+    "bus_factor",
 ]
