@@ -17,12 +17,16 @@ timed on its own, without any instrumentation, many times, interleaved with
 the other layers, medians (see ``truth_of``); a layer's self time is its
 forward's time minus its children's. The Python cost of calling a child
 module (``Module.__call__``) is thus in the parent's self time, where it is
-spent. The root's forward is the longest window (2 ms), so on a busy machine
-its truth is the noisiest. layerprof's numbers come from ``layerprof.profile``
+spent. A parent's self truth is a small difference of two long windows (the
+root's: 2 ms minus 1.9 ms), so it can be noisier than the bound: every truth
+carries its 95 % confidence interval, and one wider than the bound, or from a
+window preempted by other processes (wall time > 1.05x thread CPU time), is
+listed as not judged instead of counted. layerprof's numbers come from ``layerprof.profile``
 (the ``layerprof run`` path) with its default overhead correction, and with
 ``--no-correct`` for comparison. Each round measures the truth and both
-profiles; per layer the round with the median error is kept. Prints the
-worst and the median error and how many layers miss the bound.
+profiles; per layer the round with the median error among the judged ones
+is kept. Prints the worst and the median error and how many layers miss the
+bound.
 
     python benchmarks/accuracy.py [--model small|large|both] [--work torch|spin]
                                   [--iters 30] [--rounds 3] [--verbose]
@@ -31,6 +35,7 @@ worst and the median error and how many layers miss the bound.
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -39,6 +44,7 @@ import torch
 from torch import nn
 
 import layerprof
+from layerprof.stats import median_ci
 
 Work = Callable[[torch.Tensor], torch.Tensor]
 
@@ -150,8 +156,16 @@ class Empty(nn.Module):
         return x
 
 
-def truth_of(model: nn.Module, x: torch.Tensor, repeats: int) -> dict[str, tuple[float, float]]:
-    """path -> (total, self) in ns of an uninstrumented run.
+Truth = dict[str, tuple[float, float]]
+
+#: A forward whose median wall time exceeds its median thread CPU time by more than
+#: this was preempted (other processes held the core): its truth is not trusted.
+PREEMPTED = 1.05
+
+
+def truth_of(model: nn.Module, x: torch.Tensor, repeats: int) -> tuple[Truth, Truth, set[str]]:
+    """path -> (total, self) in ns of an uninstrumented run; path -> the half-widths
+    of their 95 % confidence intervals; and the paths whose truth a busy machine spoiled.
 
     Every layer's ``forward`` is timed on its own, without any instrumentation,
     ``repeats`` times, the layers in turn (interleaved, so they share the
@@ -160,31 +174,63 @@ def truth_of(model: nn.Module, x: torch.Tensor, repeats: int) -> dict[str, tuple
     total is its forward's time (times its calls per forward), its self time
     that minus its children's totals: the Python cost of calling a child
     (``Module.__call__``) is in the parent's self time, where an
-    uninstrumented run spends it.
+    uninstrumented run spends it. The thread's CPU time is read around each
+    window too: where the wall time's median exceeds it by ``PREEMPTED``, the
+    window was preempted (long windows on a shared machine, typically the
+    root), and that layer's truth - and its parent's self, which subtracts it -
+    is marked unreliable rather than trusted. The confidence intervals come from
+    order statistics of each window's samples (``layerprof.stats.median_ci``),
+    added in quadrature where totals are subtracted: a parent's self time is a
+    small difference of two large windows, and its truth can be noisier than
+    the bound it is judged against.
     """
     layers = [(p, m) for p, m in model.named_modules() if not isinstance(m, nn.ModuleList)]
     samples: dict[str, list[int]] = {p: [] for p, _ in layers}
+    cpu: dict[str, list[int]] = {p: [] for p, _ in layers}
     empty: dict[str, list[int]] = {p: [] for p, _ in layers}
     blank = Empty()
-    now = time.perf_counter_ns
+    now, thread = time.perf_counter_ns, time.thread_time_ns
     for _ in range(repeats):
         for path, module in layers:
+            c0 = thread()
             t0 = now()
             module.forward(x)
-            samples[path].append(now() - t0)
+            t1 = now()
+            cpu[path].append(thread() - c0)
+            samples[path].append(t1 - t0)
             t0 = now()  # the timer's own cost, in the same state of the caches
             blank.forward(x)
             empty[path].append(now() - t0)
     fwd = {p: statistics.median(s) - statistics.median(empty[p]) for p, s in samples.items()}
-    out: dict[str, tuple[float, float]] = {}
+    ci = {p: half_ci(s) for p, s in samples.items()}
+    preempted = {
+        p
+        for p, s in samples.items()
+        if statistics.median(s) > PREEMPTED * statistics.median(cpu[p])
+    }
+    out: Truth = {}
+    noise: Truth = {}
     for path, module in reversed(list(model.named_modules())):  # children first
-        kids = sum(out[f"{path}.{n}" if path else n][0] for n, _ in module.named_children())
+        names = [f"{path}.{n}" if path else n for n, _ in module.named_children()]
+        kids = sum(out[k][0] for k in names)
+        kids_noise = math.sqrt(sum(noise[k][0] ** 2 for k in names))
         if isinstance(module, nn.ModuleList):
             out[path] = (kids, 0.0)
+            noise[path] = (kids_noise, 0.0)
+            if any(f"{path}.{n}" in preempted for n, _ in module.named_children()):
+                preempted.add(path)  # its total is the sum of its children's
             continue
         calls = calls_per_forward(model, path)
         out[path] = (calls * fwd[path], calls * (fwd[path] - kids))
-    return out
+        noise[path] = (calls * ci[path], calls * math.hypot(ci[path], kids_noise))
+    return out, noise, preempted
+
+
+def half_ci(samples: list[int]) -> float:
+    """Half the width of the 95 % confidence interval of the samples' median."""
+    ordered = sorted(samples)
+    lo, hi = median_ci(len(ordered))
+    return (ordered[hi] - ordered[lo]) / 2
 
 
 def calls_per_forward(model: nn.Module, path: str) -> int:
@@ -192,39 +238,78 @@ def calls_per_forward(model: nn.Module, path: str) -> int:
     return 2 if isinstance(model, Root) and path == "enc.b" else 1
 
 
+Error = tuple[str, str, float, float, bool, bool]
+
+
 def errors(
-    prof: layerprof.Profile, truth: dict[str, tuple[float, float]], rel: float, floor_ns: float
-) -> list[tuple[str, str, float, float, bool]]:
-    """(path, 'total'|'self', measured, truth, within bound) for every layer and quantity."""
+    prof: layerprof.Profile,
+    truth: tuple[Truth, Truth, set[str]],
+    rel: float,
+    floor_ns: float,
+) -> list[Error]:
+    """(path, 'total'|'self', measured, truth, within bound, truth trusted) for every
+    layer and quantity. A truth is not trusted when its confidence interval is wider
+    than the bound, a total when its own window was preempted, a self time when its
+    own or a direct child's was."""
+    truth, noise, preempted = truth
     out = []
     for path, (t_total, t_self) in truth.items():
         row = prof.row(path)
         if row.calls:
-            pairs = (("total", row.total_ns, t_total), ("self", row.self_ns, t_self))
-        else:
-            pairs = (("total", row.total_ns, t_total),)  # a ModuleList: its total only
-        for kind, got, want in pairs:
-            ok = abs(got - want) <= max(rel * abs(want), floor_ns)
-            out.append((path, kind, got, want, ok))
+            pairs = (
+                ("total", row.total_ns, t_total, path not in preempted),
+                ("self", row.self_ns, t_self, not spoiled_self(path, truth, preempted)),
+            )
+        else:  # a ModuleList: its total only, the sum of its children's
+            pairs = (("total", row.total_ns, t_total, path not in preempted),)
+        for kind, got, want, trusted in pairs:
+            bound = max(rel * abs(want), floor_ns)
+            ok = abs(got - want) <= bound
+            sure = noise[path][0 if kind == "total" else 1] <= bound
+            out.append((path, kind, got, want, ok, trusted and sure))
     return out
 
 
-def report(name: str, errs: list[tuple[str, str, float, float, bool]], rel: float) -> None:
-    relerr = [abs(g - w) / w for _, _, g, w, _ in errs if w > 0]
-    worst = max(errs, key=lambda e: abs(e[2] - e[3]) / e[3] if e[3] > 0 else 0)
-    misses = sum(not ok for *_, ok in errs)
+def parent_of(path: str) -> str:
+    return path.rsplit(".", 1)[0] if "." in path else ""
+
+
+def spoiled_self(path: str, truth: Truth, preempted: set[str]) -> bool:
+    """Whether ``path``'s self time (own total minus its children's) rests on a
+    preempted window: its own or a child's."""
+    kids = (c for c in truth if c and c != path and parent_of(c) == path)
+    return path in preempted or any(c in preempted for c in kids)
+
+
+def report(name: str, errs: list[Error], rel: float) -> None:
+    trusted = [e for e in errs if e[5]]
+    relerr = [abs(g - w) / w for _, _, g, w, _, _ in trusted if w > 0]
+    if not relerr:
+        print(f"  {name:14s} no truth trusted: every window was preempted (a busy machine)")
+        return
+    worst = max(trusted, key=lambda e: abs(e[2] - e[3]) / e[3] if e[3] > 0 else 0)
+    misses = sum(not e[4] for e in trusted)
     print(
         f"  {name:14s} median error {100 * statistics.median(relerr):5.2f} %,"
         f" worst {100 * max(relerr):6.2f} % ({worst[0] or '(root)'} {worst[1]}:"
         f" {worst[2] / 1e3:.2f} us vs truth {worst[3] / 1e3:.2f} us);"
-        f" {misses} of {len(errs)} outside the bound"
+        f" {misses} of {len(trusted)} outside the bound"
     )
+    spoiled = sorted({f"{e[0] or '(root)'} {e[1]}" for e in errs if not e[5]})
+    if spoiled:
+        print(
+            f"  {'':14s} not judged ({len(spoiled)}: in every round the truth's 95 % CI"
+            f" was wider than the bound, or its window preempted (wall > {PREEMPTED:g} x"
+            f" thread CPU)): {', '.join(spoiled[:6])}" + (" ..." if len(spoiled) > 6 else "")
+        )
 
 
-def by_kind(errs: list[tuple[str, str, float, float, bool]]) -> None:
+def by_kind(errs: list[Error]) -> None:
     """Mean measured vs truth per kind of layer (e.g. all block selves)."""
     groups: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    for path, kind, got, want, _ in errs:
+    for path, kind, got, want, _, trusted in errs:
+        if not trusted:
+            continue
         shape = ".".join("N" if p.isdigit() else p for p in path.split(".")) if path else "(root)"
         groups.setdefault((shape, kind), []).append((got, want))
     for (shape, kind), vals in groups.items():
@@ -256,7 +341,7 @@ def main() -> None:
         setups.append(("large", Root(), 0.02, 0.0))
     with torch.inference_mode():
         for name, model, rel, floor in setups:
-            per_mode: dict[str, list[list[tuple[str, str, float, float, bool]]]] = {
+            per_mode: dict[str, list[list[Error]]] = {
                 "corrected": [],
                 "not corrected": [],
             }
@@ -276,13 +361,13 @@ def main() -> None:
                     by_kind(merged)
 
 
-def median_round(
-    rounds: list[list[tuple[str, str, float, float, bool]]],
-) -> list[tuple[str, str, float, float, bool]]:
-    """Per layer and quantity, the round with the median error (noise across rounds)."""
+def median_round(rounds: list[list[Error]]) -> list[Error]:
+    """Per layer and quantity, the round with the median error among the rounds whose
+    truth is trusted (noise across rounds); untrusted only where no round is."""
     out = []
     for i in range(len(rounds[0])):
-        cands = sorted((r[i] for r in rounds), key=lambda e: abs(e[2] - e[3]))
+        cands = [r[i] for r in rounds if r[i][5]] or [r[i] for r in rounds]
+        cands.sort(key=lambda e: abs(e[2] - e[3]))
         out.append(cands[len(cands) // 2])
     return out
 
