@@ -14,7 +14,9 @@ Prints one run's ratios (not a timed assert):
   hooks mode, both from ``layerprof.profile`` as ``layerprof run`` makes them
   (each corrected for its own recording cost), in alternating rounds: the
   median abs % difference over the layers taking at least 1 % of the
-  forward (target <= 3 %), and the median signed one (the bias).
+  forward (target <= 3 %), and the median signed one (the bias); per round, and
+  pooled (each layer's median over the rounds in each mode, which takes out
+  most of the round-to-round noise of a shared machine).
 """
 
 from __future__ import annotations
@@ -82,11 +84,13 @@ def alternate(
     return out
 
 
-def agreement(model: Any, x: Any, iters: int, rounds: int) -> list[tuple[float, float, int]]:
-    """Per round: (median abs % difference, median signed % difference, layers) between
-    the per-layer totals of hooks mode and ops mode, both as ``layerprof run`` makes them
-    (``layerprof.profile``, default correction), run one after the other in each round,
-    over the layers taking at least 1 % of the forward."""
+Totals = dict[str, tuple[float, float]]  # layer -> (hooks total, ops total) in ns
+
+
+def agreement(model: Any, x: Any, iters: int, rounds: int) -> list[Totals]:
+    """Per round, the per-layer totals of hooks mode and ops mode, both as ``layerprof
+    run`` makes them (``layerprof.profile``, default correction), run one after the
+    other in each round, over the layers taking at least 1 % of the forward."""
     out = []
     for _ in range(rounds):
         hooks = {r.path: r for r in layerprof.profile(model, x, warmup=3, iters=iters).rows()}
@@ -94,13 +98,29 @@ def agreement(model: Any, x: Any, iters: int, rounds: int) -> list[tuple[float, 
             r.path: r for r in layerprof.profile(model, x, warmup=3, iters=iters, ops=True).rows()
         }
         root = hooks[""].total_ns
-        diffs = [
-            (ops[p].total_ns - r.total_ns) / r.total_ns * 100
-            for p, r in hooks.items()
-            if r.calls and p in ops and r.total_ns >= 0.01 * root
-        ]
-        out.append((median([abs(d) for d in diffs]), median(diffs), len(diffs)))
+        out.append(
+            {
+                p: (r.total_ns, ops[p].total_ns)
+                for p, r in hooks.items()
+                if r.calls and p in ops and r.total_ns >= 0.01 * root
+            }
+        )
     return out
+
+
+def differences(totals: Totals) -> tuple[float, float]:
+    """(median abs %, median signed %) difference of ops mode over hooks mode."""
+    diffs = [(o - h) / h * 100 for h, o in totals.values()]
+    return median([abs(d) for d in diffs]), median(diffs)
+
+
+def pooled(rounds: list[Totals]) -> Totals:
+    """Each layer's median over rounds in each mode: the systematic difference, with
+    the round-to-round noise of a shared machine mostly gone."""
+    layers = set.intersection(*(set(r) for r in rounds))
+    return {
+        p: (median([r[p][0] for r in rounds]), median([r[p][1] for r in rounds])) for p in layers
+    }
 
 
 def main() -> None:
@@ -140,13 +160,19 @@ def main() -> None:
         f" with_stack + key_averages {plain_e2e * 1e3:.1f} ms -> ratio {ops_e2e / plain_e2e:.3f}"
     )
     rounds = agreement(model, x, args.iters, args.repeats)
-    absd = [r[0] for r in rounds]
-    signed = [r[1] for r in rounds]
+    per_round = [differences(r) for r in rounds]
+    absd = [r[0] for r in per_round]
+    signed = [r[1] for r in per_round]
+    pooled_abs, pooled_signed = differences(pooled(rounds))
     print(
-        f"agreement: ops mode vs hooks mode per-layer total over {rounds[0][2]} layers"
+        f"agreement: ops mode vs hooks mode per-layer total over {len(rounds[0])} layers"
         f" (>= 1 % of the forward), {len(rounds)} rounds: median abs difference"
         f" {median(absd):.1f} % (rounds {min(absd):.1f}-{max(absd):.1f}), median signed"
         f" {median(signed):+.1f} % (target: median abs <= 3 %)"
+    )
+    print(
+        f"  pooled (each layer's median over the rounds): median abs difference"
+        f" {pooled_abs:.1f} %, median signed {pooled_signed:+.1f} %"
     )
 
 
