@@ -157,7 +157,7 @@ def _add_measure_options(p: argparse.ArgumentParser, *, warmup: int, iters: int)
     m.add_argument(
         "--no-correct",
         action="store_true",
-        help="do not subtract the calibrated hook cost from self times",
+        help="do not subtract the calibrated instrumentation cost (wrappers; --ops: the profiler's per-operator cost) from self times",
     )
     m.add_argument(
         "--seed", type=_seed, default=0, help="seed for random inputs (default 0; 64 bits)"

@@ -12,6 +12,8 @@ Kineto traces fill the sections they know; everything else stays empty.
   kinds, memcpy, launches, memory, record_function annotations, and where the
   trace came from (``source``);
 * compiled (``--compile``): how the compiled kernels' time was attributed;
+* signatures: the distinct input shapes a Recorder saw, with forwards and
+  layer shapes per signature;
 * passes: for live runs, whether the per-layer pass ran the clean pass's code
   (fused fast paths, modules called in one pass only);
 * notes: facts the user should read next to the numbers.
@@ -39,6 +41,7 @@ from layerprof.sections import (
     Communication,
     CrossRank,
     DeviceUse,
+    InputSignature,
     KernelRow,
     KindRow,
     Launches,
@@ -261,6 +264,7 @@ class Profile(sinks.Output):
     launches: Launches | None = None
     memory: MemorySummary | None = None
     annotations: tuple[AnnotationRow, ...] = ()
+    signatures: tuple[InputSignature, ...] = ()
     passes: PassCheck | None = None  # live runs: did the per-layer pass run the clean code?
     breakdown: Breakdown | None = None
     communication: Communication | None = None

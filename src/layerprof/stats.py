@@ -179,7 +179,14 @@ class Series:
         if values is None and summary is None:
             raise ValueError("a Series needs samples or a summary")
         array = None
-        if values is not None:
+        if isinstance(values, np.ndarray) and values.dtype == np.int64:
+            if values.ndim != 1 or len(values) == 0:
+                raise ValueError("series samples must be a non-empty 1-d sequence of numbers")
+            # Integer samples as they are: no float round trip, and no copy of a
+            # read-only array (a row of the recorder's per-layer matrix stays a view).
+            array = values if not values.flags.writeable else values.copy()
+            array.flags.writeable = False
+        elif values is not None:
             array = np.array(values, dtype=np.float64)
             if array.ndim != 1 or len(array) == 0 or not (np.abs(array) < 2.0**62).all():
                 raise ValueError("series samples must be a non-empty 1-d sequence of numbers")

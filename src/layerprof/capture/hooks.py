@@ -1,15 +1,19 @@
-"""Which modules take hooks, and hook handles that are removed together.
+"""Which modules take hooks or forward wrappers, and handles that are removed together.
 
-Every pass that hooks a model (timing, shapes, memory, ops ranges, backward)
-registers through ``HookHandles.registering()``: if registering fails half
-way, what was added is removed, and ``remove()`` takes every hook off again -
-a model is never left with hooks on it.
+Every pass that hooks a model (shapes, memory, backward) registers through
+``HookHandles.registering()``: if registering fails half way, what was added
+is removed, and ``remove()`` takes every hook off again - a model is never
+left with hooks on it. The timing passes (the Recorder, ops mode's layer
+ranges) swap an instance-level wrapper in for each module's entry point
+instead (``ForwardWrapper``), which ``remove()`` restores the same way; see
+docs/definitions.md ("What other code sees while recording").
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -17,7 +21,7 @@ if TYPE_CHECKING:
 
 
 class HookHandles:
-    """Handles of hooks registered together, removed together."""
+    """Handles of hooks (or forward wrappers) registered together, removed together."""
 
     def __init__(self) -> None:
         self._items: list[Any] = []
@@ -26,9 +30,9 @@ class HookHandles:
         self._items.append(handle)
 
     def remove(self) -> None:
-        for handle in self._items:
-            handle.remove()
-        self._items.clear()
+        # Last in, first out: a wrapper installed over another one comes off first.
+        while self._items:
+            self._items.pop().remove()
 
     def __bool__(self) -> bool:
         return bool(self._items)
@@ -44,24 +48,28 @@ class HookHandles:
 
 
 def visible_modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
-    """``named_modules()`` without the insides of ``torch.jit.script``-ed submodules.
+    """``named_modules()`` without the insides of scripted and compiled modules.
 
-    A scripted submodule inside an eager model refuses Python hooks, and its own
-    submodules run inside TorchScript where hooks never fire: it is one leaf
-    layer (its time shows in its parent's self time), not a tree. A
-    ``torch.compile``-d submodule is one leaf too, timed around the compiled
-    call: hooks inside it would be traced by dynamo, break its graph and
-    trigger recompiles, i.e. change what is measured.
+    A ``torch.jit.script``-ed (or traced) submodule runs its own submodules
+    inside TorchScript, where nothing Python fires: it is one leaf layer, not a
+    tree. A ``torch.compile``-d module (``torch.compile(m)`` or ``m.compile()``),
+    the root included, is one leaf too, timed around the compiled call: hooks or
+    wrappers inside it would be traced by dynamo, break its graph and trigger
+    recompiles, i.e. change what is measured.
     """
     out: list[tuple[str, torch.nn.Module]] = []
     opaque: list[str] = []
     for path, module in model.named_modules():
-        if any(path.startswith(o + ".") for o in opaque):
+        if any(_inside(path, o) for o in opaque):
             continue
-        if path and (_is_script(module) or _is_compiled(module)):
+        if (path and _is_script(module)) or _is_compiled(module):
             opaque.append(path)
         out.append((path, module))
     return out
+
+
+def _inside(path: str, outer: str) -> bool:
+    return path != outer and (outer == "" or path.startswith(outer + "."))
 
 
 def hookable_modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
@@ -71,8 +79,100 @@ def hookable_modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]
     return [(p, m) for p, m in visible_modules(model) if not _is_script(m)]
 
 
+def wrappable_modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    """The visible modules a forward wrapper times: scripted and compiled ones too,
+    as leaves (the wrapper runs outside TorchScript and outside dynamo)."""
+    if _is_script(model):
+        return []  # a whole scripted model: runner.py's TorchScript path handles it
+    return visible_modules(model)
+
+
+def is_opaque(module: Any) -> bool:
+    """Whether a module is timed as one leaf (scripted or compiled)."""
+    return _is_script(module) or _is_compiled(module)
+
+
 def _is_compiled(module: Any) -> bool:
-    return type(module).__name__ == "OptimizedModule" and hasattr(module, "_orig_mod")
+    if type(module).__name__ == "OptimizedModule" and hasattr(module, "_orig_mod"):
+        return True
+    return getattr(module, "_compiled_call_impl", None) is not None  # module.compile()
+
+
+class ForwardWrapper:
+    """An instance-level wrapper swapped in for one module's entry point, and restored.
+
+    The entry point is the instance attribute ``nn.Module.__call__`` reaches
+    last: ``forward`` (what ``_call_impl`` calls after the module's hooks), or
+    ``_compiled_call_impl`` for a module compiled in place (``m.compile()``),
+    whose hooks and ``forward`` run inside the compiled code. Like HF
+    accelerate's ``add_hook_to_module``, the wrapper carries ``__wrapped__``,
+    so ``inspect.signature(module.forward)`` is unchanged. ``remove()`` puts
+    back exactly what was there: the class's method (the instance attribute
+    deleted) or an instance attribute another tool had set.
+
+    ``make(inner)`` builds the wrapper around ``inner`` (the current entry
+    point) and may give it a ``disable()`` attribute: when another wrapper was
+    put on top of ours and is still there at ``remove()``, ours cannot come off
+    without breaking theirs, so it is disabled (a pass-through from then on)
+    and skipped when a layerprof wrapper above restores what it replaced.
+    """
+
+    __slots__ = ("_module", "_name", "_overlay", "_previous", "wrapper")
+    MISSING: Any = object()
+
+    def __init__(self, module: Any, make: Callable[[Any], Any]) -> None:
+        self._module = module
+        self._name = entry_point(module)
+        self._previous = module.__dict__.get(self._name, self.MISSING)
+        self._overlay: Any = None
+        inner = getattr(module, self._name)
+        wrapper = _wraps(make(inner), inner)
+        wrapper.__layerprof_previous__ = self._previous
+        wrapper.__layerprof_removed__ = False
+        object.__setattr__(module, self._name, wrapper)
+        self.wrapper = wrapper
+
+    def overlay(self, fn: Callable[..., Any]) -> None:
+        """Put ``fn`` (which calls ``self.wrapper``) in front of our wrapper until
+        ``clear_overlay``; nothing when another wrapper sits on top of ours."""
+        if self._module.__dict__.get(self._name) is self.wrapper:
+            self._overlay = _wraps(fn, self.wrapper)
+            object.__setattr__(self._module, self._name, self._overlay)
+
+    def clear_overlay(self) -> None:
+        if self._overlay is not None and self._module.__dict__.get(self._name) is self._overlay:
+            object.__setattr__(self._module, self._name, self.wrapper)
+        self._overlay = None
+
+    def remove(self) -> None:
+        self.clear_overlay()
+        module, name, wrapper = self._module, self._name, self.wrapper
+        if module.__dict__.get(name, self.MISSING) is wrapper:
+            previous = self._previous
+            while getattr(previous, "__layerprof_removed__", False):
+                previous = previous.__layerprof_previous__
+            if previous is self.MISSING:
+                object.__delattr__(module, name)
+            else:
+                object.__setattr__(module, name, previous)
+            return
+        wrapper.__layerprof_removed__ = True
+        disable = getattr(wrapper, "disable", None)
+        if disable is not None:
+            disable()
+
+
+def _wraps(wrapper: Any, inner: Any) -> Any:
+    """``functools.update_wrapper`` without merging ``inner.__dict__`` (a layerprof
+    wrapper's own attributes must not pass to the one around it)."""
+    return functools.update_wrapper(wrapper, inner, updated=())
+
+
+def entry_point(module: Any) -> str:
+    """The attribute a forward wrapper replaces (see ForwardWrapper)."""
+    if getattr(module, "_compiled_call_impl", None) is not None:
+        return "_compiled_call_impl"
+    return "forward"
 
 
 def _is_script(module: Any) -> bool:

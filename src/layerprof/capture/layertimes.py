@@ -1,16 +1,28 @@
-"""Raw layer calls -> per-iteration, per-layer total and self times.
+"""The Recorder's event log -> a table of calls -> per-iteration, per-layer total and self.
 
-Pure Python, no torch: the Recorder produces ``LayerCall`` records and this
-module reduces them, so the tree and self-time logic is tested with a fake
-clock and exact numbers.
+Pure numpy, no torch: the Recorder only appends ``(code, time)`` pairs to a
+list (a layer's index when its forward starts, ``EXIT`` or ``RAISED`` when it
+ends); everything else happens here, vectorized, so that the tree and
+self-time logic is tested with a fake clock and exact numbers, and a run of
+millions of calls keeps 24 bytes per call while it records (``CallTable``)
+and 8 bytes per sample and quantity after (``LayerSamples``).
 
-Overhead correction (see docs/definitions.md): a hooked call adds
-``per_call_ns`` to the forward in all; ``inside_ns`` of it lands inside the
-call's own measured interval and the rest lands in its parent's interval.
-So a call's measured self time holds ``inside_ns`` of its own overhead plus
-``per_call_ns - inside_ns`` for each direct child call. We subtract that from
-each call's self time (never below zero) and rebuild totals bottom-up as
-self + children, which keeps ``total == self + sum(children)`` exact.
+Nesting comes from the order of the events, never from comparing times (a
+fake clock may give a parent and its child the same time): the events form a
+well-parenthesized sequence, a call's level is its depth, and its parent is
+the last call one level up that started before it.
+
+Overhead correction (see docs/definitions.md): a recorded call costs
+``inside_ns`` inside its own measured interval and ``leak = per_call_ns -
+inside_ns`` in its parent's (the wrapper's work before the first and after
+the second clock read). A call's measured self time thus holds ``inside_ns``
+plus ``leak`` per direct child call; both are subtracted (never below zero)
+and totals are rebuilt bottom-up as self + children, which keeps
+``total == self + sum(children)`` exact.
+
+``SKIP`` pseudo-calls are time the recorder spent on itself inside a layer
+(recording shapes): subtracted from the enclosing call's self time, never a
+layer, never a child for the correction.
 """
 
 from __future__ import annotations
@@ -18,7 +30,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
+
 from layerprof.records import LayerCall, LayerSamples
+
+I64 = npt.NDArray[np.int64]
+I32 = npt.NDArray[np.int32]
+F64 = npt.NDArray[np.float64]
+
+EXIT = -1  #: a call ended normally
+RAISED = -2  #: a call ended by raising
+SKIP = -3  #: starts a pseudo-call: the recorder's own work, excluded from layers
 
 
 @dataclass(frozen=True)
@@ -28,101 +51,337 @@ class Correction:
     per_call_ns: float = 0.0
     inside_ns: float = 0.0
 
+    @property
+    def leak_ns(self) -> float:
+        """The part of a call's cost that lands in its parent's interval."""
+        return max(self.per_call_ns - self.inside_ns, 0.0)
+
+
+@dataclass(frozen=True)
+class CallTable:
+    """Calls in start order as parallel arrays (24 bytes a call, 40 with device times).
+
+    ``layer`` indexes the recorder's path list (``SKIP`` for a pseudo-call);
+    ``level`` is 1 for an outermost call (one iteration each), 2 for its
+    children, and so on. ``iteration`` overrides the iteration numbers that
+    ``level`` implies (records built by hand).
+    """
+
+    layer: I32
+    start: I64
+    end: I64
+    level: I32
+    device_start: I64 | None = None
+    device_end: I64 | None = None
+    iteration: I64 | None = None
+
+    def __len__(self) -> int:
+        return len(self.layer)
+
+    @property
+    def nbytes(self) -> int:
+        arrays = (self.layer, self.start, self.end, self.level, self.device_start, self.device_end)
+        return sum(a.nbytes for a in arrays if a is not None)
+
+    @classmethod
+    def empty(cls, device: bool = False) -> CallTable:
+        i64 = np.zeros(0, dtype=np.int64)
+        i32 = np.zeros(0, dtype=np.int32)
+        return cls(i32, i64, i64, i32, i64 if device else None, i64 if device else None)
+
+    @classmethod
+    def concat(cls, tables: Sequence[CallTable]) -> CallTable:
+        if not tables:
+            return cls.empty()
+        if len(tables) == 1:
+            return tables[0]
+        device = all(t.device_start is not None for t in tables)
+
+        def cat(name: str) -> np.ndarray:
+            return np.concatenate([getattr(t, name) for t in tables])
+
+        return cls(
+            layer=cat("layer"),
+            start=cat("start"),
+            end=cat("end"),
+            level=cat("level"),
+            device_start=cat("device_start") if device else None,
+            device_end=cat("device_end") if device else None,
+        )
+
+    def parents(self) -> I64:
+        """Index of each call's enclosing call, -1 for an outermost one."""
+        parent = np.full(len(self), -1, dtype=np.int64)
+        level = self.level
+        if len(level) == 0:
+            return parent
+        by_level = np.argsort(level, kind="stable")  # positions grouped by level, in order
+        bounds = np.searchsorted(level[by_level], np.arange(1, int(level.max()) + 2))
+        for lv in range(2, int(level.max()) + 1):
+            above = by_level[bounds[lv - 2] : bounds[lv - 1]]
+            here = by_level[bounds[lv - 1] : bounds[lv]]
+            parent[here] = above[np.searchsorted(above, here) - 1]
+        return parent
+
+    def iterations(self) -> I64:
+        """The iteration of each call: the number of outermost calls before it started."""
+        if self.iteration is not None:
+            return self.iteration
+        return np.cumsum(self.level == 1, dtype=np.int64) - 1
+
+    @classmethod
+    def of_calls(cls, calls: Sequence[LayerCall], paths: list[str]) -> CallTable:
+        """A table of LayerCall records (which name their parent); ``paths`` grows with
+        every path not in it yet."""
+        index = {p: i for i, p in enumerate(paths)}
+        level = [0] * len(calls)
+        for i, c in enumerate(calls):
+            level[i] = level[c.parent] + 1 if c.parent >= 0 else 1
+            if c.path not in index:
+                index[c.path] = len(paths)
+                paths.append(c.path)
+        device = bool(calls) and all(c.device_start_ns is not None for c in calls)
+        return cls(
+            layer=np.array([index[c.path] for c in calls], dtype=np.int32),
+            start=np.array([c.start_ns for c in calls], dtype=np.int64),
+            end=np.array([c.end_ns for c in calls], dtype=np.int64),
+            level=np.array(level, dtype=np.int32),
+            device_start=np.array([c.device_start_ns for c in calls], dtype=np.int64)
+            if device
+            else None,
+            device_end=np.array([c.device_end_ns for c in calls], dtype=np.int64)
+            if device
+            else None,
+            iteration=np.array([c.iteration for c in calls], dtype=np.int64),
+        )
+
+    def records(self, paths: Sequence[str]) -> list[LayerCall]:
+        """The calls as LayerCall records (pseudo-calls left out, parents re-indexed)."""
+        parent = self.parents()
+        iteration = self.iterations()
+        keep = np.flatnonzero(self.layer >= 0)
+        new_index = np.full(len(self) + 1, -1, dtype=np.int64)
+        new_index[keep] = np.arange(len(keep))
+        # A pseudo-call never has children, so no real call's parent is dropped.
+        dev = self.device_start is not None and self.device_end is not None
+        return [
+            LayerCall(
+                path=paths[int(self.layer[i])],
+                iteration=int(iteration[i]),
+                start_ns=int(self.start[i]),
+                end_ns=int(self.end[i]),
+                parent=int(new_index[parent[i]]),
+                device_start_ns=int(self.device_start[i]) if dev else None,  # type: ignore[index]
+                device_end_ns=int(self.device_end[i]) if dev else None,  # type: ignore[index]
+            )
+            for i in keep.tolist()
+        ]
+
+
+def is_entry(codes: I64) -> npt.NDArray[np.bool_]:
+    entry: npt.NDArray[np.bool_] = (codes >= 0) | (codes == SKIP)
+    return entry
+
+
+def complete_prefix(codes: I64, n_layers: int) -> int:
+    """How many leading pairs of the log form whole outermost calls (depth back at 0).
+
+    A pair whose code is no known layer or end marker (the log misaligned by a
+    KeyboardInterrupt between two appends) ends the usable part.
+    """
+    valid = (codes >= SKIP) & (codes < n_layers)
+    bad = np.flatnonzero(~valid)
+    usable = codes[: bad[0]] if len(bad) else codes
+    depth = np.cumsum(np.where(is_entry(usable), 1, -1))
+    negative = np.flatnonzero(depth < 0)
+    if len(negative):
+        depth = depth[: negative[0]]
+    zeros = np.flatnonzero(depth == 0)
+    return int(zeros[-1]) + 1 if len(zeros) else 0
+
+
+def parse_events(codes: I64, times: I64, device: I64 | None = None) -> CallTable:
+    """Pairs ``(code, time)`` forming whole outermost calls -> their CallTable.
+
+    Within one level the events alternate entry, exit, entry, exit (the
+    sequence is well parenthesized), so the k-th entry at a level is closed by
+    the k-th exit at that level.
+    """
+    entry = is_entry(codes)
+    depth = np.cumsum(np.where(entry, 1, -1))
+    level = np.where(entry, depth, depth + 1)
+    by_level = np.argsort(level, kind="stable")
+    starts = by_level[entry[by_level]]
+    ends = by_level[~entry[by_level]]
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], ends[order]
+    return CallTable(
+        layer=codes[starts].astype(np.int32),
+        start=times[starts],
+        end=times[ends],
+        level=level[starts].astype(np.int32),
+        device_start=device[starts] if device is not None else None,
+        device_end=device[ends] if device is not None else None,
+    )
+
 
 def call_times(
-    calls: Sequence[LayerCall], correction: Correction | None = None
-) -> tuple[list[float], list[float]]:
-    """Corrected (total, self) host time of every call, in the order given.
+    calls: CallTable | Sequence[LayerCall], correction: Correction | None = None
+) -> tuple[F64, F64]:
+    """Corrected (total, self) host time of every call, in start order.
 
-    Calls must be in start order, so that a child's index is above its parent's.
+    Totals are rebuilt bottom-up from self times (they equal the measured
+    durations when nothing is corrected or skipped).
     """
-    n = len(calls)
-    child_sum = [0.0] * n
-    kids = [0] * n
-    for c in calls:
-        if c.parent >= 0:
-            child_sum[c.parent] += c.duration_ns
-            kids[c.parent] += 1
-    measured_self = [calls[i].duration_ns - child_sum[i] for i in range(n)]
-    if correction is None or correction.per_call_ns <= 0:
-        return [float(c.duration_ns) for c in calls], measured_self
-    inside = correction.inside_ns
-    leak = max(correction.per_call_ns - inside, 0.0)
-    self_t = [max(measured_self[i] - inside - kids[i] * leak, 0.0) for i in range(n)]
-    total = list(self_t)
-    for i in range(n - 1, -1, -1):
-        p = calls[i].parent
-        if p >= 0:
-            total[p] += total[i]
+    table = calls if isinstance(calls, CallTable) else CallTable.of_calls(calls, [])
+    parent = table.parents()
+    total, self_t = _times(table, parent, correction)
     return total, self_t
 
 
-def device_call_times(calls: Sequence[LayerCall]) -> tuple[list[float], list[float]] | None:
-    """(total, self) device time of every call; None when calls carry no device times."""
-    durs = [c.device_duration_ns for c in calls]
-    if not durs or any(d is None for d in durs):
+def _times(table: CallTable, parent: I64, correction: Correction | None) -> tuple[F64, F64]:
+    n = len(table)
+    dur = (table.end - table.start).astype(np.float64)
+    real = table.layer >= 0
+    has = parent >= 0
+    child_sum = np.bincount(parent[has], weights=dur[has], minlength=n)
+    self_t = dur - child_sum
+    if correction is not None and correction.per_call_ns > 0:
+        kids = np.bincount(parent[has & real], minlength=n)
+        self_t = np.maximum(self_t - correction.inside_ns - kids * correction.leak_ns, 0.0)
+    self_t[~real] = 0.0
+    return _roll_up(self_t, parent, table.level), self_t
+
+
+def _roll_up(own: F64, parent: I64, level: I32) -> F64:
+    """Inclusive sums: each call's own value plus its descendants', deepest level first."""
+    total = own.copy()
+    if len(level) == 0:
+        return total
+    for lv in range(int(level.max()), 1, -1):
+        here = np.flatnonzero(level == lv)
+        np.add.at(total, parent[here], total[here])
+    return total
+
+
+def _nested_in_same(table: CallTable, parent: I64) -> npt.NDArray[np.bool_]:
+    """True for a call inside another call of the same layer (recursion): its total is
+    already in the outer call's, so it counts only for self time and calls."""
+    nested = np.zeros(len(table), dtype=bool)
+    anc = parent.copy()
+    layer = table.layer
+    while True:
+        up = np.flatnonzero(anc >= 0)
+        if len(up) == 0:
+            return nested
+        nested[up] |= layer[anc[up]] == layer[up]
+        anc[up] = parent[anc[up]]
+
+
+def device_times(table: CallTable, parent: I64) -> tuple[F64, F64] | None:
+    """(total, self) device time of every call; None without device times."""
+    if table.device_start is None or table.device_end is None:
         return None
-    total = [float(d or 0) for d in durs]
-    self_t = list(total)
-    for c, d in zip(calls, total, strict=True):
-        if c.parent >= 0:
-            self_t[c.parent] -= d
+    total = (table.device_end - table.device_start).astype(np.float64)
+    total[table.layer < 0] = 0.0
+    has = parent >= 0
+    self_t = total - np.bincount(parent[has], weights=total[has], minlength=len(table))
     return total, self_t
-
-
-def _outermost(calls: Sequence[LayerCall]) -> list[bool]:
-    """False for a call nested (at any depth) inside another call of the same layer.
-
-    A recursive layer's total counts only its outermost calls, else the nested
-    time would be counted twice; its self time still sums over all calls.
-    """
-    out = []
-    for c in calls:
-        p = c.parent
-        while p >= 0 and calls[p].path != c.path:
-            p = calls[p].parent
-        out.append(p < 0)
-    return out
 
 
 def build_samples(
-    calls: Sequence[LayerCall],
+    calls: CallTable | Sequence[CallTable] | Sequence[LayerCall],
     iterations: int,
     correction: Correction | None = None,
+    paths: list[str] | None = None,
 ) -> dict[str, LayerSamples]:
-    """Sum each layer's calls per iteration; a layer absent from an iteration gets 0 there."""
-    total_c, self_c = call_times(calls, correction)
-    dev = device_call_times(calls)
-    tot: dict[str, list[float]] = {}
-    slf: dict[str, list[float]] = {}
-    cnt: dict[str, list[int]] = {}
-    dtot: dict[str, list[float]] = {}
-    dslf: dict[str, list[float]] = {}
-    outermost = _outermost(calls)
-    for i, c in enumerate(calls):
-        if c.path not in tot:
-            tot[c.path] = [0.0] * iterations
-            slf[c.path] = [0.0] * iterations
-            cnt[c.path] = [0] * iterations
-            dtot[c.path] = [0.0] * iterations
-            dslf[c.path] = [0.0] * iterations
-        it = c.iteration
-        slf[c.path][it] += self_c[i]
-        cnt[c.path][it] += 1
-        if outermost[i]:
-            tot[c.path][it] += total_c[i]
-        if dev is not None:
-            if outermost[i]:
-                dtot[c.path][it] += dev[0][i]
-            dslf[c.path][it] += dev[1][i]
-    out: dict[str, LayerSamples] = {}
-    for path in tot:
-        out[path] = LayerSamples(
-            total_ns=tuple(round(v) for v in tot[path]),
-            self_ns=tuple(round(v) for v in slf[path]),
-            calls=sum(cnt[path]) / max(iterations, 1),
-            calls_vary=len(set(cnt[path])) > 1,
-            device_total_ns=tuple(round(v) for v in dtot[path]) if dev is not None else None,
-            device_self_ns=tuple(round(v) for v in dslf[path]) if dev is not None else None,
-        )
-    return out
+    """Sum each layer's calls per iteration; a layer absent from an iteration gets 0 there.
+
+    ``calls`` is one table, or the Recorder's tables (each holding whole
+    iterations, reduced one at a time so the work arrays stay the size of a
+    table), or LayerCall records; ``paths`` names the tables' layer indices
+    (LayerCall records name themselves). The samples are int64 rows of one
+    matrix per quantity: 8 bytes per layer, iteration and quantity.
+    """
+    paths = list(paths or [])
+    tables = _tables_of(calls, paths)
+    if iterations <= 0 or not any(len(t) for t in tables):
+        return {}
+    n_paths = len(paths)
+    device = all(t.device_start is not None for t in tables)
+    sums = _Sums(n_paths, iterations, device)
+    offset = 0
+    for table in tables:
+        width = iterations if table.iteration is not None else int((table.level == 1).sum())
+        if len(table):
+            sums.add(table, correction, offset, width)
+        offset += width
+    return sums.samples(paths)
+
+
+def _tables_of(
+    calls: CallTable | Sequence[CallTable] | Sequence[LayerCall], paths: list[str]
+) -> list[CallTable]:
+    if isinstance(calls, CallTable):
+        return [calls]
+    items = list(calls)
+    if items and isinstance(items[0], CallTable):
+        return [c for c in items if isinstance(c, CallTable)]
+    return [CallTable.of_calls([c for c in items if isinstance(c, LayerCall)], paths)]
+
+
+class _Sums:
+    """Per-layer, per-iteration sums, filled one table (a run of iterations) at a time."""
+
+    def __init__(self, n_paths: int, iterations: int, device: bool) -> None:
+        def matrix() -> np.ndarray:
+            return np.zeros((n_paths, iterations), dtype=np.int64)
+
+        self.iterations = iterations
+        self.total, self.self_ = matrix(), matrix()
+        self.device = (matrix(), matrix()) if device else None
+        self.calls = np.zeros(n_paths, dtype=np.int64)
+        self.fewest = np.full(n_paths, np.iinfo(np.int64).max, dtype=np.int64)
+        self.most = np.zeros(n_paths, dtype=np.int64)
+
+    def add(self, table: CallTable, correction: Correction | None, offset: int, width: int) -> None:
+        n_paths = len(self.calls)
+        parent = table.parents()
+        total, self_t = _times(table, parent, correction)
+        dev = device_times(table, parent)
+        key = table.layer.astype(np.int64) * width + table.iterations()
+        real = table.layer >= 0
+        outer = real & ~_nested_in_same(table, parent)
+        cols = slice(offset, offset + width)
+
+        def per_layer(mask: npt.NDArray[np.bool_], weights: F64 | None) -> np.ndarray:
+            w = weights[mask] if weights is not None else None
+            out = np.bincount(key[mask], weights=w, minlength=n_paths * width)
+            return out.reshape(n_paths, width)
+
+        counts = per_layer(real, None)
+        self.calls += counts.sum(axis=1)
+        np.minimum(self.fewest, counts.min(axis=1, initial=np.iinfo(np.int64).max), out=self.fewest)
+        np.maximum(self.most, counts.max(axis=1, initial=0), out=self.most)
+        self.total[:, cols] = np.rint(per_layer(outer, total))
+        self.self_[:, cols] = np.rint(per_layer(real, self_t))
+        if self.device is not None and dev is not None:
+            self.device[0][:, cols] = np.rint(per_layer(outer, dev[0]))
+            self.device[1][:, cols] = np.rint(per_layer(real, dev[1]))
+
+    def samples(self, paths: list[str]) -> dict[str, LayerSamples]:
+        arrays = [self.total, self.self_, *(self.device or ())]
+        for a in arrays:
+            a.flags.writeable = False  # the rows become Series as they are (no copy)
+        dev = self.device
+        return {
+            paths[i]: LayerSamples(
+                total_ns=self.total[i],
+                self_ns=self.self_[i],
+                calls=float(self.calls[i]) / self.iterations,
+                calls_vary=bool(self.fewest[i] != self.most[i]),
+                device_total_ns=dev[0][i] if dev is not None else None,
+                device_self_ns=dev[1][i] if dev is not None else None,
+            )
+            for i in np.flatnonzero(self.calls).tolist()
+        }

@@ -1,8 +1,8 @@
 """Ops mode: a ``torch.profiler`` run whose operators are attributed to module paths.
 
-Mechanism (see docs/ops.md): per-module forward pre/post hooks open and close
+Mechanism (see docs/ops.md): the Recorder's forward wrappers open and close
 a profiler range named ``layer:{path}`` (``_RecordFunctionFast``, the cheapest
-record function torch has) around every module call. After the run, the
+record function torch has) around every module's forward. After the run, the
 profiler's own event list (``kineto_results.events()``: about 1 ms per
 thousand events, against 10 ms for the Chrome export + orjson) becomes the
 same event tables a trace file gives (``layerprof.trace.kineto``), and the
@@ -20,9 +20,9 @@ exports read.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import os
-import sys
 import tempfile
 import warnings
 from collections.abc import Callable
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from layerprof.capture.hooks import HookHandles, hookable_modules
+from layerprof.capture.hooks import ForwardWrapper, HookHandles, wrappable_modules
 from layerprof.capture.quiet import kineto_quiet
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.trace.attribution import BACKWARD_NODE, UNATTRIBUTED, layer_peaks
@@ -313,65 +313,67 @@ def _step_fn(
 
 
 class LayerMarks:
-    """Forward hooks opening/closing a profiler range ``layer:{path}`` per module call.
+    """A profiler range ``layer:{path}`` around every module's forward.
 
-    On an error inside a forward, the ranges left open are closed innermost
-    first (the profiler would otherwise see unbalanced ranges) and the error
-    names the innermost open layer, as the hooks mode does.
+    The ranges are opened by the same instance-level forward wrappers the
+    Recorder uses (``layerprof.capture.hooks.ForwardWrapper``): a layer's
+    range is its ``forward``, as a layer's time is in hooks mode, scripted and
+    compiled modules are one range each, and no ``__call__`` hook slows every
+    call down. On an error the ranges close as the error passes (``with``)
+    and the error names the innermost layer it came from, as hooks mode does.
     """
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
-        self._hooks = HookHandles()
-        self._open: list[tuple[str, Any]] = []
+        self._wrappers = HookHandles()
         self._failed: str | None = None
+        self._error: BaseException | None = None
 
     def __enter__(self) -> LayerMarks:
-        enter, leave = range_api()
-        opened = self._open
-        with self._hooks.registering() as hooks:
-            for path, module in hookable_modules(self.model):
-                name = LAYER_PREFIX + path
-
-                def pre(mod: Any, a: Any, name: str = name, path: str = path) -> None:
-                    opened.append((path, enter(name)))
-
-                def post(mod: Any, a: Any, out: Any, path: str = path) -> None:
-                    # always_call: also runs when the forward raised, so a child
-                    # whose error its parent catches closes its range in time.
-                    if self._failed is None and sys.exc_info()[0] is not None:
-                        self._failed = path  # the innermost layer unwinds first
-                    while opened and opened[-1][0] != path:
-                        leave(opened.pop()[1])
-                    if opened:
-                        leave(opened.pop()[1])
-
-                hooks.add(module.register_forward_pre_hook(pre))
-                hooks.add(module.register_forward_hook(post, always_call=True))
+        with self._wrappers.registering() as wrappers:
+            for path, module in wrappable_modules(self.model):
+                wrappers.add(ForwardWrapper(module, functools.partial(self._ranged, path)))
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close_open()
-        self._hooks.remove()
+    def _ranged(self, path: str, inner: Callable[..., Any]) -> Callable[..., Any]:
+        span = range_context()
+        name = LAYER_PREFIX + path
 
-    def close_open(self) -> None:
-        _, leave = range_api()
-        while self._open:
-            leave(self._open.pop()[1])
+        def ranged(*args: Any, **kwargs: Any) -> Any:
+            with span(name):
+                try:
+                    return inner(*args, **kwargs) if kwargs else inner(*args)
+                except BaseException as exc:
+                    if exc is not self._error:  # the innermost layer sees it first
+                        self._error, self._failed = exc, path
+                    raise
+
+        return ranged
+
+    def __exit__(self, *exc: object) -> None:
+        self._wrappers.remove()
 
     def run(self, step: Callable[[], Any]) -> Any:
-        self._failed = None
+        self._failed = self._error = None
         try:
             return step()
         except (KeyboardInterrupt, ModelRunError):
-            self.close_open()
             raise
         except Exception as exc:
             from layerprof.capture.failures import model_error
 
-            path = self._failed or (self._open[-1][0] if self._open else None)
-            self.close_open()
+            path = self._failed if exc is self._error else None
             raise model_error(self.model, path, exc) from exc
+
+
+def range_context() -> Callable[[str], contextlib.AbstractContextManager[Any]]:
+    """``with span(name):`` a profiler range: the fast C++ one when torch has it."""
+    import torch
+
+    fast = getattr(torch._C._profiler, "_RecordFunctionFast", None)
+    if fast is not None:
+        return fast  # type: ignore[no-any-return]
+    return torch.profiler.record_function  # type: ignore[no-any-return]
 
 
 def range_api() -> tuple[Callable[[str], Any], Callable[[Any], None]]:

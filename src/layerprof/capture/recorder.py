@@ -1,38 +1,71 @@
-"""Hooks on every module of a model, recording one LayerCall per forward call.
+"""Times every module's forward: one instance-level wrapper per module, swapped in and out.
 
-Per-module ``forward_pre``/``forward`` hooks keep ``__call__`` semantics intact
-(other hooks, ``__call__`` overrides still work). ``benchmarks/overhead.py
---compare-hooks`` measures the alternatives side by side: process-wide module
-hooks cost the same per call (about 2 µs here) but fire for every module in
-the process; wrapping each module's ``forward`` is cheaper (well under 1 µs)
-but replaces ``forward`` itself, which ``torch.compile``, scripting, signature
-inspection and other hooks then see. We keep per-module hooks and remove
-their calibrated cost from the numbers instead (docs/definitions.md).
-The hooks only read the clock and append to a list; everything else happens
-after the run.
+Each recorded module's entry point (``forward``; ``_compiled_call_impl`` for
+a module compiled in place) is replaced by a small closure that appends
+``(layer index, clock)`` when the forward starts and ``(EXIT, clock)`` when
+it returns - the design HF accelerate uses (``add_hook_to_module``), measured
+by ``benchmarks/overhead.py`` at a fraction of what ``__call__`` hooks cost:
+a module with no hooks keeps ``nn.Module.__call__``'s fast path. Everything
+else (nesting, iterations, self times, the overhead correction) happens
+after the run, vectorized (``layerprof.capture.layertimes``).
 
-Hooks are always removed in ``detach`` (called from ``__exit__`` and from the
-runner's ``finally``), also when the model raises or on Ctrl-C. A forward that
-raises is dropped from the record (see ``Recorder._unwind``).
+What other code sees while a Recorder is attached, and why (tested in
+tests/test_recorder_wrappers.py; docs/definitions.md says the same):
+
+* the module's hooks (and the user's) still fire, around the timed interval:
+  a layer's time is its ``forward``, hooks are its caller's time;
+* ``module.forward`` is an instance attribute carrying ``__wrapped__``, so
+  ``inspect.signature(module.forward)`` is the original's; ``type(module)``
+  and ``type(module).forward`` are untouched;
+* scripted and compiled modules are timed as one leaf, from outside
+  TorchScript and outside dynamo, so nothing inside a compiled region changes
+  and nothing recompiles;
+* every wrapper comes off in ``detach`` (``__exit__``), also after an error or
+  Ctrl-C; a forward that raises is dropped from the record and the innermost
+  layer it raised in is kept for the error message (``active_path``).
+
+Shapes are recorded once per distinct input signature of the model (the
+shapes of the root's inputs): the first forward with a new signature runs with
+shape-recording wrappers, the forwards after it with the timing ones only.
+The time spent recording shapes is logged as ``SKIP`` pseudo-calls and taken
+out of the layers' times.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from layerprof.capture.clocks import Clock, CudaEventClock, HostClock, synchronizer
-from layerprof.capture.hooks import HookHandles, hookable_modules, visible_modules
-from layerprof.capture.layertimes import Correction, build_samples
-from layerprof.capture.shapes import shape_tree, tensor_bytes
+from layerprof.capture.hooks import ForwardWrapper, HookHandles, visible_modules, wrappable_modules
+from layerprof.capture.layertimes import (
+    EXIT,
+    RAISED,
+    SKIP,
+    CallTable,
+    Correction,
+    build_samples,
+    complete_prefix,
+    is_entry,
+    parse_events,
+)
+from layerprof.capture.shapes import describe_inputs, inputs_tree, shape_tree, tensor_bytes
 from layerprof.records import LayerCall, LayerInfo, Meta, Overhead
+from layerprof.sections import InputSignature
 from layerprof.stats import median
 
 if TYPE_CHECKING:
     import torch
 
     from layerprof.profile import Profile
+
+#: Log entries (two per event) kept before they are compacted into a CallTable.
+COMPACT_AT = 1 << 17
 
 
 def layer_infos(
@@ -70,43 +103,86 @@ def layer_infos(
     return tuple(infos)
 
 
+@dataclass
+class ShapeStore:
+    """Input/output shapes and output bytes of each layer's first call."""
+
+    shapes: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    output_bytes: dict[str, int] = field(default_factory=dict)
+    _claimed: set[str] = field(default_factory=set)
+
+    def claim(self, path: str) -> bool:
+        """True for the first call of ``path`` (the one whose shapes are kept)."""
+        if path in self._claimed:
+            return False
+        self._claimed.add(path)
+        return True
+
+    def keep(self, path: str, ins: Any, output: Any) -> None:
+        self.shapes[path] = (ins, shape_tree(output))
+        self.output_bytes[path] = tensor_bytes(output)
+
+
+def shape_wrapper(
+    path: str,
+    store: ShapeStore,
+    inner: Callable[..., Any],
+    skip: Callable[[int], None] | None = None,
+    mark: Callable[[], int] = time.perf_counter_ns,
+) -> Callable[..., Any]:
+    """A wrapper recording the shapes of ``path``'s first call around ``inner``.
+
+    With ``skip``, the time spent on the shapes is logged as pseudo-calls
+    (``skip(start)``), so a Recorder takes it out of the enclosing layer.
+    """
+
+    def shaped(*args: Any, **kwargs: Any) -> Any:
+        if not store.claim(path):
+            return inner(*args, **kwargs)
+        t0 = mark()
+        ins = inputs_tree(args, kwargs)
+        if skip is not None:
+            skip(t0)
+        out = inner(*args, **kwargs)
+        t0 = mark()
+        store.keep(path, ins, out)
+        if skip is not None:
+            skip(t0)
+        return out
+
+    return shaped
+
+
 class ShapeCapture:
-    """Records input/output shapes of each module's first call (one pass, then idle)."""
+    """Records input/output shapes of each module's first call, for one pass.
+
+    Wrappers like the Recorder's (scripted and compiled modules as leaves);
+    all removed on exit.
+    """
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
-        self.shapes: dict[str, tuple[Any, Any]] = {}
-        self.output_bytes: dict[str, int] = {}
-        self._pending: dict[str, Any] = {}
-        self._hooks = HookHandles()
+        self._store = ShapeStore()
+        self._wrappers = HookHandles()
+
+    @property
+    def shapes(self) -> dict[str, tuple[Any, Any]]:
+        return self._store.shapes
+
+    @property
+    def output_bytes(self) -> dict[str, int]:
+        return self._store.output_bytes
 
     def attach(self) -> ShapeCapture:
-        with self._hooks.registering() as hooks:
-            for path, module in hookable_modules(self.model):
-                hooks.add(module.register_forward_pre_hook(self._pre(path), with_kwargs=True))
-                hooks.add(module.register_forward_hook(self._post(path)))
+        with self._wrappers.registering() as wrappers:
+            for path, module in wrappable_modules(self.model):
+                wrappers.add(
+                    ForwardWrapper(module, functools.partial(shape_wrapper, path, self._store))
+                )
         return self
 
     def detach(self) -> None:
-        self._hooks.remove()
-
-    def _pre(self, path: str) -> Callable[..., None]:
-        def hook(module: Any, args: Any, kwargs: Any) -> None:
-            if path not in self.shapes and path not in self._pending:
-                ins = shape_tree(args)
-                if kwargs:
-                    ins = [*ins, {k: shape_tree(v) for k, v in kwargs.items()}]
-                self._pending[path] = ins
-
-        return hook
-
-    def _post(self, path: str) -> Callable[..., None]:
-        def hook(module: Any, args: Any, output: Any) -> None:
-            if path in self._pending:
-                self.shapes[path] = (self._pending.pop(path), shape_tree(output))
-                self.output_bytes[path] = tensor_bytes(output)
-
-        return hook
+        self._wrappers.remove()
 
     def __enter__(self) -> ShapeCapture:
         return self.attach()
@@ -115,12 +191,23 @@ class ShapeCapture:
         self.detach()
 
 
+@dataclass
+class _Signature:
+    """One distinct input signature: its description, forwards and shapes."""
+
+    inputs: tuple[str, ...]
+    forwards: int = 0
+    store: ShapeStore = field(default_factory=ShapeStore)
+
+
 class Recorder:
     """Times every module's forward; use as a context manager around your own loop.
 
     Each outermost call of a recorded module starts a new iteration. With a
     ``device_clock`` (CUDA events) the device marks are resolved after one
     synchronize at the end of each outermost call, never per layer.
+    ``correction`` is the calibrated wrapper cost to remove (the runner's);
+    without one, ``profile()`` calibrates when it corrects.
     """
 
     def __init__(
@@ -130,46 +217,45 @@ class Recorder:
         clock: Clock | None = None,
         device_clock: Clock | None = None,
         record_shapes: bool = True,
+        correction: Correction | None = None,
     ) -> None:
         self.model = model
         self.clock: Clock = clock or HostClock()
         self.device_clock = device_clock
-        self._handles = HookHandles()
-        self._raw: list[list[Any]] = []
-        self._stack: list[int] = []
-        self._iteration = -1
-        self._shapes = ShapeCapture(model) if record_shapes else None
-        self._done: list[LayerCall] = []
+        self.record_shapes = record_shapes
+        self.correction = correction
+        self._wrappers = HookHandles()
+        self._by_path: dict[str, ForwardWrapper] = {}
+        self._paths: list[str] = []  # layer index -> path (the log holds indices)
+        self._index: dict[str, int] = {}
+        self._log: list[int] = []  # (code, time) pairs since the last compaction
+        self._zero = 0  # a log index where no call is open
+        self._pending: list[Any] = []  # device marks of the open outermost call
+        self._dev: list[int] = []  # resolved device times, one per log pair
+        self._open = [0]  # open calls (device clock only: when to resolve)
+        self._tables: list[CallTable] = []
         self._failed: str | None = None
-        self._forwards = 0  # outermost forwards started, failed ones included
-        self._failed_in = -1  # the forward in which _failed was recorded
-        self._root_done = False
-        self.correction: Correction | None = None
+        self._signatures: dict[str, _Signature] = {}
+        self._root_depth = 0
 
     # ---- life cycle ---------------------------------------------------------
     def attach(self) -> Recorder:
-        if self._handles:
+        if self._wrappers:
             return self
-        try:
-            with self._handles.registering() as handles:
-                for path, module in hookable_modules(self.model):
-                    pre, post = self._hooks(path)
-                    handles.add(module.register_forward_pre_hook(pre))
-                    handles.add(module.register_forward_hook(post))
-                # Runs after the root's timing hook, also when its forward raises.
-                if handles:
-                    handles.add(self.model.register_forward_hook(self._unwind, always_call=True))
-            if self._shapes is not None:
-                self._shapes.attach()
-        except BaseException:
-            self.detach()
-            raise
+        with self._wrappers.registering() as wrappers:
+            for path, module in wrappable_modules(self.model):
+                pid = self._index.setdefault(path, len(self._index))
+                if pid == len(self._paths):
+                    self._paths.append(path)
+                make = self._timed_root if module is self.model else self._timed
+                wrapper = ForwardWrapper(module, functools.partial(make, pid))
+                wrappers.add(wrapper)
+                self._by_path[path] = wrapper
         return self
 
     def detach(self) -> None:
-        self._handles.remove()
-        if self._shapes is not None:
-            self._shapes.detach()
+        self._wrappers.remove()
+        self._by_path.clear()
 
     def __enter__(self) -> Recorder:
         return self.attach()
@@ -177,160 +263,326 @@ class Recorder:
     def __exit__(self, *exc: object) -> None:
         self.detach()
 
-    # ---- hooks (hot path) -----------------------------------------------------
-    def _hooks(self, path: str) -> tuple[Callable[..., None], Callable[..., None]]:
-        raw = self._raw
-        stack = self._stack
+    # ---- wrappers (hot path) --------------------------------------------------
+    def _timed(self, pid: int, fwd: Callable[..., Any]) -> Callable[..., Any]:
+        """The timing wrapper of layer ``pid`` around its entry point ``fwd``."""
+        a = self._log.append
+        m = self.clock.mark
+        raised = self._raised
+        if self.device_clock is not None:
+            return self._timed_device(pid, fwd)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            a(pid)
+            a(m())
+            try:
+                # Without keywords, a call without ** skips building a keyword dict.
+                out = fwd(*args, **kwargs) if kwargs else fwd(*args)
+            except BaseException:
+                raised()
+                raise
+            t = m()
+            a(EXIT)
+            a(t)
+            return out
+
+        def disable() -> None:  # left under another tool's wrapper: pass through
+            nonlocal a, m, raised
+            a, m, raised = _ignore, _zero_ns, _nothing
+
+        timed.disable = disable  # type: ignore[attr-defined]
+        return timed
+
+    def _timed_device(self, pid: int, fwd: Callable[..., Any]) -> Callable[..., Any]:
+        """The timing wrapper with CUDA-event marks, resolved when the outermost call ends."""
+        assert self.device_clock is not None
+        a = self._log.append
+        m = self.clock.mark
+        d = self._pending.append
+        dm = self.device_clock.mark
+        depth = self._open
+        flush = self._flush_device
+        raised = self._raised
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            a(pid)
+            depth[0] += 1
+            d(dm())
+            a(m())
+            try:
+                out = fwd(*args, **kwargs) if kwargs else fwd(*args)
+            except BaseException:
+                raised()
+                raise
+            t = m()
+            d(dm())
+            a(EXIT)
+            a(t)
+            depth[0] -= 1
+            if not depth[0]:
+                flush()
+            return out
+
+        def disable() -> None:
+            nonlocal a, m, d, dm, raised, flush
+            a, m, d, dm, raised, flush = _ignore, _zero_ns, _ignore, _zero_ns, _nothing, _nothing
+            depth[0] = 1  # never 0 again: nothing to flush
+
+        timed.disable = disable  # type: ignore[attr-defined]
+        return timed
+
+    def _timed_root(self, pid: int, fwd: Callable[..., Any]) -> Callable[..., Any]:
+        """The root's wrapper: input signatures and shapes around the root's timed call,
+        outside every measured interval."""
+        timed = self._timed(pid, fwd)
+        active = [True]
+
+        def root(*args: Any, **kwargs: Any) -> Any:
+            if self._root_depth or not active[0]:
+                return timed(*args, **kwargs)
+            sig = self._signature(args, kwargs) if self.record_shapes else None
+            shaping = sig is not None and not sig.store.shapes
+            if shaping:
+                assert sig is not None
+                self._shapes_on(sig.store)
+                ins = inputs_tree(args, kwargs)
+            self._root_depth = 1
+            try:
+                out = timed(*args, **kwargs)
+            finally:
+                self._root_depth = 0
+                if shaping:
+                    self._shapes_off()
+            if shaping:
+                assert sig is not None
+                sig.store.keep("", ins, out)
+            if sig is not None:
+                sig.forwards += 1
+            self._zero = len(self._log)
+            if self._zero >= COMPACT_AT:
+                self._compact()
+            return out
+
+        def disable() -> None:
+            active[0] = False
+            timed.disable()  # type: ignore[attr-defined]
+
+        root.disable = disable  # type: ignore[attr-defined]
+        return root
+
+    def _skip(self, t0: int) -> None:
+        """Log [t0, now] as recorder time inside the open layer (a SKIP pseudo-call)."""
+        t1 = self.clock.mark()
+        self._log += (SKIP, t0, EXIT, t1)
+        if self.device_clock is not None:
+            dm = self.device_clock.mark()
+            self._pending += (dm, dm)
+
+    def _shapes_on(self, store: ShapeStore) -> None:
+        """Overlay shape-recording wrappers on every non-root module for one forward."""
         mark = self.clock.mark
-        dmark = self.device_clock.mark if self.device_clock is not None else None
-        is_root = path == ""
+        for path, wrapper in self._by_path.items():
+            if path:
+                wrapper.overlay(shape_wrapper(path, store, wrapper.wrapper, self._skip, mark))
 
-        def pre(module: Any, args: Any) -> None:
-            if not stack:
-                self._iteration += 1
-                self._forwards += 1
-            parent = stack[-1] if stack else -1
-            stack.append(len(raw))
-            if dmark is not None:
-                raw.append([path, self._iteration, 0, 0, parent, dmark(), None])
-                raw[-1][2] = mark()
-            else:
-                raw.append([path, self._iteration, mark(), 0, parent, None, None])
+    def _shapes_off(self) -> None:
+        for wrapper in self._by_path.values():
+            wrapper.clear_overlay()
 
-        def post(module: Any, args: Any, output: Any) -> None:
-            t = mark()
-            i = stack.pop()
-            # A child that raised inside a forward which caught the error never
-            # reached its post hook: close it here, so the stack stays aligned.
-            while raw[i][0] is not path and stack:
-                raw[i][3] = t
-                i = stack.pop()
-            entry = raw[i]
-            entry[3] = t
-            if is_root:
-                self._root_done = True
-            if dmark is not None:
-                entry[6] = dmark()
-                if not stack:
-                    self._flush()
+    def _signature(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Signature:
+        tree = inputs_tree(args, kwargs)
+        key = repr(tree)
+        sig = self._signatures.get(key)
+        if sig is None:
+            sig = self._signatures[key] = _Signature(inputs=describe_inputs(args, kwargs))
+        return sig
 
-        return pre, post
+    # ---- cold paths -----------------------------------------------------------
+    def _flush_device(self) -> None:
+        """Resolve the device marks of the outermost call that just ended (one sync)."""
+        assert self.device_clock is not None
+        self._dev.extend(self.device_clock.resolve(self._pending))
+        self._pending.clear()
 
-    def _unwind(self, module: Any, args: Any, output: Any) -> None:
-        """After the root's call: if its forward raised, drop that iteration.
+    def _raised(self) -> None:
+        """A recorded call raised: close it; if it was the outermost one, drop its
+        iteration and remember the innermost layer the error came from."""
+        t = self.clock.mark()
+        log = self._log
+        log += (RAISED, t)
+        if self.device_clock is not None:
+            self._pending.append(self.device_clock.mark())
+            self._open[0] -= 1
+        codes = np.array(log[self._zero :: 2], dtype=np.int64)
+        depth = np.cumsum(np.where(is_entry(codes), 1, -1))
+        if depth[-1] > 0:
+            return  # an inner call: its caller may catch the error
+        self._failed = self._origin(codes, depth)
+        zeros = np.flatnonzero(depth[:-1] == 0)
+        start = self._zero + 2 * (int(zeros[-1]) + 1 if len(zeros) else 0)
+        del log[start:]
+        if self.device_clock is not None:
+            self.device_clock.resolve(self._pending)  # frees the events for reuse
+            self._pending.clear()
 
-        In normal completion the root's own post hook has already closed its
-        entry. When the forward raised, entries are still open: remember the
-        innermost open layer (where it failed) and discard the failed
-        iteration, so a caught exception in the user's loop does not corrupt
-        the calls that follow.
-        """
-        if self._root_done:
-            self._root_done = False
+    def _origin(self, codes: Any, depth: Any) -> str | None:
+        """The innermost layer of the error that just left the outermost call: the call
+        closed by the first of the trailing run of RAISED exits."""
+        first = len(codes) - 1
+        while first > 0 and codes[first - 1] == RAISED:
+            first -= 1
+        level = depth[first] + 1
+        opened = np.flatnonzero(is_entry(codes[:first]) & (depth[:first] == level))
+        if len(opened) == 0:
+            return None
+        code = int(codes[opened[-1]])
+        return self._paths[code] if code >= 0 else None
+
+    def _compact(self) -> None:
+        """Move the whole outermost calls in the log into a CallTable."""
+        log = self._log
+        if not log:
             return
-        if not self._stack:
-            return
-        if self._failed_in != self._forwards:  # the innermost layer unwinds first
-            self._failed = self._raw[self._stack[-1]][0]
-            self._failed_in = self._forwards
-        while self._stack and self._raw[self._stack[-1]][0] != "":
-            self._stack.pop()
-        if self._stack:
-            self._stack.pop()  # the root call that raised
-        if not self._stack:
-            first = next(i for i, e in enumerate(self._raw) if e[1] == self._iteration)
-            del self._raw[first:]
-            self._iteration -= 1
+        codes = np.array(log[0::2], dtype=np.int64)
+        n = complete_prefix(codes, len(self._paths))
+        if n:
+            times = np.array(log[1 : 2 * n : 2], dtype=np.int64)
+            dev = None
+            if self.device_clock is not None:
+                dev = np.array(self._dev[:n], dtype=np.int64)
+                del self._dev[:n]
+            self._tables.append(parse_events(codes[:n], times, dev))
+        if n < len(codes) and not self._inside_forward():
+            del log[:]  # a misaligned remainder (see complete_prefix): drop it
+            del self._dev[:]
+        else:
+            del log[: 2 * n]
+        self._zero = 0
 
-    def _flush(self) -> None:
-        """Turn completed raw entries into LayerCall records (resolving device marks)."""
-        if self._stack:
-            return
-        raw = self._raw
-        if not raw:
-            return
-        base = len(self._done)
-        host = self.clock.resolve([v for e in raw for v in (e[2], e[3])])
-        dev: list[int] | None = None
-        if self.device_clock is not None and raw[0][5] is not None:
-            dev = self.device_clock.resolve([v for e in raw for v in (e[5], e[6])])
-        for i, e in enumerate(raw):
-            self._done.append(
-                LayerCall(
-                    path=e[0],
-                    iteration=e[1],
-                    start_ns=host[2 * i],
-                    end_ns=host[2 * i + 1],
-                    parent=e[4] + base if e[4] >= 0 else -1,
-                    device_start_ns=dev[2 * i] if dev else None,
-                    device_end_ns=dev[2 * i + 1] if dev else None,
-                )
-            )
-        raw.clear()
+    def _inside_forward(self) -> bool:
+        return self._root_depth > 0 or bool(self._pending)
+
+    def _table(self) -> CallTable:
+        self._compact()
+        if len(self._tables) > 1:
+            self._tables = [CallTable.concat(self._tables)]
+        return self._tables[0] if self._tables else CallTable.empty()
 
     # ---- results ---------------------------------------------------------------
     def active_path(self) -> str | None:
-        """Innermost layer in which the last failed forward raised (None if none failed)."""
+        """Innermost layer in which the last failed forward raised (None if none failed);
+        while a forward is running, its innermost open layer."""
         if self._failed is not None:
             return self._failed
-        return self._raw[self._stack[-1]][0] if self._stack else None
+        codes = np.array(self._log[self._zero :: 2], dtype=np.int64)
+        if len(codes) == 0:
+            return None
+        depth = np.cumsum(np.where(is_entry(codes), 1, -1))
+        if depth[-1] <= 0:
+            return None
+        opened = np.flatnonzero(is_entry(codes) & (depth == depth[-1]))
+        code = int(codes[opened[-1]])
+        return self._paths[code] if code >= 0 else None
 
     def reset(self) -> None:
-        """Forget everything recorded so far (e.g. after an instrumented warm-up)."""
-        self._flush()
-        self._raw.clear()
-        self._stack.clear()
-        self._done.clear()
-        self._iteration = -1
+        """Forget every recorded call so far (e.g. after an instrumented warm-up); shapes
+        already recorded are kept, forward counts restart."""
+        self._compact()
+        self._tables.clear()
+        self._log.clear()
+        self._dev.clear()
+        self._zero = 0
+        for sig in self._signatures.values():
+            sig.forwards = 0
 
     def calls(self) -> list[LayerCall]:
-        self._flush()
-        return list(self._done)
+        return self._table().records(self._paths)
+
+    @property
+    def call_count(self) -> int:
+        """Recorded layer calls so far (complete forwards)."""
+        self._compact()
+        return sum(int((t.layer >= 0).sum()) for t in self._tables)
 
     @property
     def iterations(self) -> int:
-        return self._iteration + 1
+        """Recorded forwards (outermost calls), failed ones not counted."""
+        self._compact()
+        return sum(int((t.level == 1).sum()) for t in self._tables)
 
     @property
     def shapes(self) -> dict[str, tuple[Any, Any]]:
-        return self._shapes.shapes if self._shapes is not None else {}
+        """Shapes of the input signature with the most forwards (see ``signatures``)."""
+        sig = self._main_signature()
+        return sig.store.shapes if sig is not None else {}
+
+    def signatures(self) -> tuple[InputSignature, ...]:
+        """Each distinct input signature: its inputs, forwards and layer shapes."""
+        return tuple(
+            InputSignature(inputs=s.inputs, forwards=s.forwards, shapes=dict(s.store.shapes))
+            for s in self._signatures.values()
+            if s.forwards
+        )
+
+    def _main_signature(self) -> _Signature | None:
+        sigs = [s for s in self._signatures.values() if s.forwards]
+        return max(sigs, key=lambda s: s.forwards) if sigs else None
 
     def profile(self, meta: Meta | None = None, *, correct: bool | None = None) -> Profile:
         """A Profile of everything recorded (no latency pass: see ``layerprof.profile``).
 
-        ``correct`` removes the hooks' calibrated cost from host times (see
+        ``correct`` removes the wrappers' calibrated cost from host times (see
         docs/definitions.md); by default it is done for the real host clock and
         not for a test clock. A correction set on ``self.correction`` (the
-        runner's) is used as is. The first iteration also recorded shapes, so
-        it is slower; self times are medians over iterations.
+        runner's) is used unless ``correct=False``. Self times are medians over
+        iterations.
         """
         from layerprof.profile import Profile
 
-        calls = self.calls()
-        iterations = max((c.iteration for c in calls), default=-1) + 1
+        self._compact()
+        tables = self._tables
+        iterations = sum(int((t.level == 1).sum()) for t in tables)
+        n_calls = sum(int((t.layer >= 0).sum()) for t in tables)
         correction = self.correction
-        if correction is None and (
-            correct if correct is not None else type(self.clock) is HostClock
-        ):
+        wanted = correct if correct is not None else type(self.clock) is HostClock
+        if not wanted:
+            correction = None
+        elif correction is None:
             correction = calibrate()
-        samples = build_samples(calls, iterations, correction)
+        samples = build_samples(tables, iterations, correction, self._paths)
         overhead = None
         if correction is not None:
             overhead = Overhead(
                 per_call_ns=correction.per_call_ns,
                 inside_ns=correction.inside_ns,
                 corrected=True,
-                calls_per_forward=len(calls) / max(iterations, 1),
+                calls_per_forward=n_calls / max(iterations, 1),
             )
+        main = self._main_signature()
         return Profile(
-            meta=meta or default_meta(self.model, iterations),
-            layers=layer_infos(self.model, self.shapes),
+            meta=meta or default_meta(self.model, iterations, main.inputs if main else ()),
+            layers=layer_infos(
+                self.model, self.shapes, output_bytes=main.store.output_bytes if main else None
+            ),
             samples=samples,
             overhead=overhead,
+            signatures=self.signatures(),
         )
 
 
-def default_meta(model: torch.nn.Module, iterations: int) -> Meta:
+def _ignore(value: Any) -> None:
+    return None
+
+
+def _zero_ns() -> int:
+    return 0
+
+
+def _nothing() -> None:
+    return None
+
+
+def default_meta(model: torch.nn.Module, iterations: int, inputs: tuple[str, ...] = ()) -> Meta:
     import torch
 
     from layerprof.capture.device import device_of
@@ -340,6 +592,7 @@ def default_meta(model: torch.nn.Module, iterations: int) -> Meta:
         model=type(model).__name__,
         device=device_of(model),
         torch=torch.__version__,
+        inputs=inputs,
         iters=iterations,
         mode="train" if model.training else "eval",
         source="recorder",
@@ -347,25 +600,39 @@ def default_meta(model: torch.nn.Module, iterations: int) -> Meta:
     )
 
 
-def calibrate(device: str = "cpu", *, children: int = 50, repeats: int = 60) -> Correction:
-    """Measure the hooks' cost per module call on a model of empty layers.
+def calibrate(device: str = "cpu", *, children: int = 50, repeats: int = 120) -> Correction:
+    """Measure what a recorded call costs, inside its own interval and in its parent's.
 
-    ``per_call_ns`` = (hooked - bare) forward time / hooked calls; ``inside_ns`` =
-    median measured duration of an empty layer, i.e. the part of the hook cost
-    that falls inside a call's own interval. On CUDA the hooks also record
-    CUDA events, so calibration runs on the same device with the same clocks;
-    what it measures is host time (the hooks cost the GPU nothing).
+    On a model of ``children`` layers running one cheap operator each, the same forward runs without
+    and with the Recorder, in alternating rounds (the machine's load hits
+    both alike), and each figure is a median:
+
+    * ``inside_ns`` = a layer's measured duration minus its forward's
+      uninstrumented time: the wrapper's work between its two clock reads;
+    * the leak per child = (the parent's measured self time - its
+      uninstrumented self time - ``inside_ns``) / ``children``: the
+      wrapper's work outside the child's interval, which its parent pays.
+      The uninstrumented self time is the parent's forward minus its
+      children's forwards, so the Python cost of calling a module stays the
+      caller's, as it is in an uninstrumented run;
+    * ``per_call_ns`` = inside + leak: the whole cost of one recorded call.
+
+    On CUDA the wrappers also record CUDA events, so calibration runs on the
+    same device with the same clocks; what it measures is host time.
     """
     import torch
 
-    class Empty(torch.nn.Module):
+    class Small(torch.nn.Module):
+        # One cheap operator, not an empty forward: between two recorded calls of a
+        # real model the CPU runs torch code, which leaves the wrapper's path colder
+        # (and dearer) than back-to-back empty calls would (benchmarks/accuracy.py).
         def forward(self, x: Any) -> Any:
-            return x
+            return x + 1
 
     class Wide(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.layers = torch.nn.ModuleList(Empty() for _ in range(children))
+            self.layers = torch.nn.ModuleList(Small() for _ in range(children))
 
         def forward(self, x: Any) -> Any:
             for layer in self.layers:
@@ -375,21 +642,35 @@ def calibrate(device: str = "cpu", *, children: int = 50, repeats: int = 60) -> 
     model = Wide()
     x = torch.zeros(1, device=device)
     sync = synchronizer(device)
-
-    def median_forward(fn: Callable[[], Any]) -> float:
-        samples = []
-        for _ in range(repeats):
-            sync()
-            t0 = time.perf_counter_ns()
-            fn()
-            samples.append(time.perf_counter_ns() - t0)
-        return median(samples)
-
-    bare = median_forward(lambda: model(x))
     dclock = CudaEventClock(device) if device.startswith("cuda") else None
     rec = Recorder(model, device_clock=dclock, record_shapes=False)
-    with rec:
-        hooked = median_forward(lambda: model(x))
-    inside = median([c.duration_ns for c in rec.calls() if c.path != ""])
-    per_call = max((hooked - bare) / (children + 1), 0.0)
-    return Correction(per_call_ns=per_call, inside_ns=min(inside, per_call))
+    bare_parent: list[int] = []
+    bare_leaf: list[float] = []
+    now = time.perf_counter_ns
+    rounds = 8
+    per_round = max(repeats // rounds, 2)
+    for _ in range(rounds):
+        for _ in range(per_round):
+            t0 = now()
+            for layer in model.layers:
+                layer.forward(x)
+            bare_leaf.append((now() - t0) / children)
+            sync()
+            t0 = now()
+            model.forward(x)
+            bare_parent.append(now() - t0)
+        with rec:
+            for _ in range(per_round):
+                sync()
+                model(x)
+    table = rec._table()
+    durations = table.end - table.start
+    root = table.level == 1
+    inside = max(median(durations[~root].tolist()) - median(bare_leaf), 0.0)
+    per_iter_children = np.bincount(
+        np.cumsum(root)[~root] - 1, weights=durations[~root], minlength=int(root.sum())
+    )
+    measured_self = median((durations[root] - per_iter_children).tolist())
+    bare_self = median(bare_parent) - children * median(bare_leaf)
+    leak = max((measured_self - bare_self - inside) / children, 0.0)
+    return Correction(per_call_ns=inside + leak, inside_ns=inside)

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 
     from layerprof.capture.compiled import CompileOptions
     from layerprof.capture.memory import MemoryCounter
+    from layerprof.capture.opcost import OpsCorrection
     from layerprof.capture.ops import OpOptions, RawTrace
     from layerprof.profile import Profile
 
@@ -224,6 +225,7 @@ def _layer_pass(
     base = base.with_notes(*_opaque_notes(model), *([flop_note] if flop_note else []))
     if opts.ops is not None:
         progress.close()  # stderr is held while the profiler runs (layerprof.capture.quiet)
+        cost = _ops_cost(device, opts)
         with watch.window("ops capture (its untimed first step included)"):
             raw = _capture(model, args, kwargs, device, opts)
         if peaks is None:  # no allocator counters (CPU): --profile-memory's events
@@ -232,10 +234,19 @@ def _layer_pass(
             model, shapes.shapes, flops=flops, output_bytes=shapes.output_bytes, peak_bytes=peaks
         )
         note = (
-            "ops mode: layer times come from torch.profiler ranges and include its"
-            " per-op recording cost (not corrected); the latency is from the clean pass"
+            cost.note()
+            if cost is not None
+            else (
+                "ops mode: layer times come from torch.profiler ranges and include its"
+                " per-op recording cost (not corrected); the latency is from the clean pass"
+            )
         )
         traced = _with_trace(base, raw.profile(), raw, ops=True, layers=layers, notes=(note,))
+        if cost is not None:
+            from layerprof.capture.opcost import corrected_samples
+
+            samples = corrected_samples(traced.samples, traced.ops, layers, cost)
+            traced = replace(traced, samples=samples)
         return check_passes(traced, clean_path)
     latency = (base.latency_ns.tolist() if base.latency_ns is not None else None) or []
     samples, overhead = _hooked(model, forward, sync, device, opts, progress, latency, watch)
@@ -249,17 +260,25 @@ def _layer_pass(
     return check_passes(profile, clean_path)
 
 
+def _ops_cost(device: str, opts: RunOptions) -> OpsCorrection | None:
+    """Ops mode's recording cost per operator and layer range (layerprof.capture.opcost)."""
+    if not opts.correct_overhead:
+        return None
+    from layerprof.capture.opcost import calibrate_ops
+
+    return calibrate_ops(device)
+
+
 def _opaque_notes(model: torch.nn.Module) -> list[str]:
-    """Scripted submodules take no hooks: say where their time went."""
+    """Scripted submodules are timed whole: say why their insides have no rows."""
     from layerprof.capture.hooks import visible_modules
 
     hooked = {p for p, _ in hookable_modules(model)}
     return [
-        f"{path} is a TorchScript submodule: hooks cannot time it, so its time is in"
-        f" {parent or type(model).__name__}'s self time"
+        f"{path} is a TorchScript submodule: timed as one layer (its submodules run"
+        " inside TorchScript, where no Python code can time them)"
         for path, _ in visible_modules(model)
         if path not in hooked
-        for parent in [path.rsplit(".", 1)[0] if "." in path else ""]
     ]
 
 
@@ -310,7 +329,13 @@ def _hooked(
     one untimed hooked forward (the hooks' own warm-up), then ``iters`` timed ones."""
     calibration = calibrate(device)
     dclock = CudaEventClock(device) if device.startswith("cuda") else None
-    rec = Recorder(model, clock=HostClock(), device_clock=dclock, record_shapes=False)
+    rec = Recorder(
+        model,
+        clock=HostClock(),
+        device_clock=dclock,
+        record_shapes=False,
+        correction=calibration if opts.correct_overhead else None,
+    )
     inst_ns: list[int] = []
     with rec:
         _guarded(forward, model, rec)
@@ -319,12 +344,11 @@ def _hooked(
             for _ in range(opts.iters):
                 inst_ns.append(_timed(forward, sync, model, rec))
                 progress.advance(1)
-    rec.correction = calibration if opts.correct_overhead else None
     overhead = Overhead(
         per_call_ns=calibration.per_call_ns,
         inside_ns=calibration.inside_ns,
         corrected=opts.correct_overhead,
-        calls_per_forward=len(rec.calls()) / max(rec.iterations, 1),
+        calls_per_forward=rec.call_count / max(rec.iterations, 1),
         clean_ns=median(latency) if latency else None,
         instrumented_ns=median(inst_ns) if inst_ns else None,
     )
@@ -571,9 +595,6 @@ def _dtype_of(model: torch.nn.Module) -> str:
 
 
 def _describe(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, ...]:
-    from layerprof.capture.shapes import shape_tree
-    from layerprof.units import format_shapes
+    from layerprof.capture.shapes import describe_inputs
 
-    out = [format_shapes(shape_tree(a)) for a in args]
-    out += [f"{k}={format_shapes(shape_tree(v))}" for k, v in kwargs.items()]
-    return tuple(out)
+    return describe_inputs(args, kwargs)

@@ -61,3 +61,21 @@ def tensor_bytes(value: Any, depth: int = 0) -> int:
         return 0
 
     return walk(value, depth)
+
+
+def inputs_tree(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Shapes of a call's arguments: one entry per positional argument, then a dict of
+    the keyword arguments (when there are any)."""
+    ins = shape_tree(args)
+    if kwargs:
+        ins = [*ins, {k: shape_tree(v) for k, v in kwargs.items()}]
+    return ins
+
+
+def describe_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, ...]:
+    """One text per argument (``8x3x32x32``, ``mask=4x128``), as ``--input`` specs read."""
+    from layerprof.units import format_shapes
+
+    out = [format_shapes(shape_tree(a)) for a in args]
+    out += [f"{k}={format_shapes(shape_tree(v))}" for k, v in kwargs.items()]
+    return tuple(out)

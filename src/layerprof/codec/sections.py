@@ -19,6 +19,7 @@ from layerprof.codec.fields import (
     strings,
     summary_us,
 )
+from layerprof.codec.inputs import encode_signatures, read_signatures
 from layerprof.codec.passes import encode_passes, read_passes
 from layerprof.profile import Profile
 from layerprof.sections import (
@@ -51,6 +52,7 @@ def encode_sections(p: Profile, top: int | None) -> dict[str, Any]:
         "launch": _launches(p.launches, top),
         "memory": _memory(p.memory, top),
         "annotations": [asdict_ms(a) for a in p.annotations],
+        "signatures": encode_signatures(p.signatures),
         "passes": encode_passes(p.passes),
         **encode_compiled(p.compiled),
         **encode_distributed(p),
@@ -179,6 +181,7 @@ def read_sections(f: Fields) -> dict[str, Any]:
     out["launches"] = read_launches(f.obj("launch"))
     out["memory"] = read_memory(f.obj("memory"))
     out["annotations"] = tuple(read_row(AnnotationRow, a) for a in f.objects("annotations"))
+    out["signatures"] = read_signatures(f)
     out["passes"] = read_passes(f.obj("passes"))
     out.update(read_compiled(f))
     out.update(read_distributed(f))

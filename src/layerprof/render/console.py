@@ -12,6 +12,7 @@ from rich.text import Text
 from layerprof.analysis.passes import pass_gap
 from layerprof.render.columns import Cell, Col, Hide, Label, Row, Shrink, Step, print_table
 from layerprof.render.compiled_console import print_compiled, row_marks
+from layerprof.render.inputs_console import signature_lines
 from layerprof.render.terminal import escaping, make_console
 from layerprof.units import (
     TimeUnit,
@@ -119,8 +120,10 @@ def header_lines(profile: Profile) -> list[Text | str]:
             + f"  mode {m.mode}{' +grad' if m.grad else ''}"
         ),
     ]
-    if m.inputs:
+    sig_lines = signature_lines(profile)
+    if m.inputs and not sig_lines:
         lines.append(Text("inputs " + "; ".join(m.inputs)))
+    lines.extend(sig_lines)
     ops_line = _ops_line(m.extra.get("ops"))
     if ops_line:
         lines.append(Text(ops_line))

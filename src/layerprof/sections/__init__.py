@@ -5,8 +5,9 @@ GPU time, kernels, memcpy, launches, memory, annotations, where a trace came
 from, cross-rank results); ``distributed`` the step breakdown, collectives,
 queues, memory timeline and stragglers; ``passes`` whether a live run's per-layer
 pass ran the clean pass's code (fused fast paths); ``compiled`` how a ``--compile``
-run's kernel time went to layers. A new analysis adds its own module here, a field
-on ``Profile`` (or ``Run``), and its writer/reader in ``layerprof.codec``.
+run's kernel time went to layers; ``inputs`` the input signatures a Recorder saw.
+A new analysis adds its own module here, a field on ``Profile`` (or ``Run``), and
+its writer/reader in ``layerprof.codec``.
 """
 
 from layerprof.sections.compiled import CompiledSection
@@ -26,6 +27,7 @@ from layerprof.sections.distributed import (
     StreamQueue,
     bus_factor,
 )
+from layerprof.sections.inputs import InputSignature
 from layerprof.sections.passes import FusedLayer, PassCheck
 from layerprof.sections.trace import (
     STEP_DEFINITIONS,
@@ -62,6 +64,7 @@ __all__ = [
     "DeviceTimeline",
     "DeviceUse",
     "FusedLayer",
+    "InputSignature",
     "KernelRow",
     "KindRow",
     "LaunchOutlier",

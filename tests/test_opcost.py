@@ -1,0 +1,76 @@
+"""Ops mode's recording cost: removed per layer and iteration, exactly (synthetic samples)."""
+
+from __future__ import annotations
+
+import torch
+
+from layerprof.capture.opcost import OpsCorrection, calibrate_ops, corrected_samples
+from layerprof.records import LayerInfo, LayerSamples, OpSamples, OpStat
+from layerprof.stats import Series
+
+LAYERS = (LayerInfo("", "Net", None), LayerInfo("a", "Leaf", ""), LayerInfo("b", "Leaf", ""))
+
+
+def op(layer: str, name: str, calls: list[int], phase: str = "forward") -> OpStat:
+    zeros = Series([0] * len(calls))
+    return OpStat.of(
+        name,
+        OpSamples(calls=Series(calls), self_ns=zeros, total_ns=zeros),
+        layer=layer,
+        phase=phase,
+    )
+
+
+def samples() -> dict[str, LayerSamples]:
+    return {
+        "": LayerSamples(total_ns=[180, 200], self_ns=[100, 110], calls=1),
+        "a": LayerSamples(total_ns=[50, 60], self_ns=[50, 60], calls=1),
+        "b": LayerSamples(total_ns=[30, 30], self_ns=[30, 30], calls=1),
+    }
+
+
+def test_cost_per_operator_and_range_removed_and_tree_rebuilt() -> None:
+    ops = (
+        op("a", "aten::linear", [1, 1]),
+        op("a", "aten::addmm", [1, 1]),  # nested operators count too
+        op("", "aten::add", [1, 1]),
+        op("a", "AddmmBackward0", [5, 5], phase="backward"),  # not a forward operator
+    )
+    cost = OpsCorrection(per_op_ns=5, range_inside_ns=1, range_leak_ns=3)
+    out = corrected_samples(samples(), ops, LAYERS, cost)
+    assert out["a"].self_ns == (39, 49)  # 2 ops x 5 + its range's 1
+    assert out["b"].self_ns == (29, 29)
+    assert out[""].self_ns == (88, 98)  # 1 op x 5 + 1 + 2 child ranges x 3
+    assert out[""].total_ns == (88 + 39 + 29, 98 + 49 + 29)
+    assert out["a"].total_ns == out["a"].self_ns
+
+
+def test_never_below_zero() -> None:
+    cost = OpsCorrection(per_op_ns=1000, range_inside_ns=1, range_leak_ns=3)
+    out = corrected_samples(samples(), (op("a", "aten::mm", [1, 1]),), LAYERS, cost)
+    assert out["a"].self_ns == (0, 0)
+    assert out[""].total_ns == (
+        out[""].self_ns[0] + 29,
+        out[""].self_ns[1] + 29,
+    )
+
+
+def test_calibration_is_non_negative() -> None:
+    torch.set_num_threads(1)
+    c = calibrate_ops("cpu", iters=5)
+    assert c.per_op_ns > 0
+    assert c.range_inside_ns >= 0 and c.range_leak_ns >= 0
+    assert "per recorded operator" in c.note()
+
+
+def test_ops_run_corrects_says_so_and_adds_up() -> None:
+    import layerprof
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    x = torch.randn(2, 8)
+    prof = layerprof.profile(model, x, warmup=0, iters=3, ops=True)
+    assert any("recording cost was measured" in n for n in prof.notes)
+    for root in prof.tree():
+        root.self_check(tolerance_ns=1)
+    plain = layerprof.profile(model, x, warmup=0, iters=3, ops=True, correct_overhead=False)
+    assert any("(not corrected)" in n for n in plain.notes)
