@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     import torch
 
     from layerprof.profile import Profile
+    from layerprof.records import LayerInfo
 
 __all__ = ["CUDA_GRAPH_MODES", "MODES", "CompileOptions", "CompiledRun"]
 
@@ -134,14 +135,29 @@ class CompiledRun:
         self.watch = CompileWatch()  # compiles inside the profiled steps
         self._breaks: dict[str, int] = {}
         self._metrics: set[int] = set()
+        self._types: dict[str, str] = {}
+        self._layers: tuple[LayerInfo, ...] = ()
 
     # ---- set-up -------------------------------------------------------------------
     def __enter__(self) -> CompiledRun:
+        from layerprof.capture.recorder import layer_infos
+
         check_compile_support()
         self._unwrapped = undo = unwrap(self.given)
         self.model, self.regions = undo.model, undo.regions()
         try:
             self.eager = eager_facts(self.model, self.args, self.kwargs)
+            # The module tree as the eager model has it: once the regions compile,
+            # their roots carry a compiled call and count as opaque leaves.
+            self._types = {
+                p: type(m).__name__ for p, m in hookable_modules(self.model, compiled_leaves=False)
+            }
+            self._layers = layer_infos(
+                self.model,
+                self.eager.shapes,
+                flops=self.eager.flops,
+                output_bytes=self.eager.output_bytes,
+            )
             self._breaks, self._metrics = _dynamo_state()
             self.backend = make_backend(self.options.mode, self.options.dynamic)
             compile_regions(
@@ -180,21 +196,13 @@ class CompiledRun:
         loss: Callable[[Any], Any] | None = None,
     ) -> Profile:
         """Profile ``iters`` compiled forwards (and backwards) and attribute their kernels."""
-        from layerprof.capture.recorder import layer_infos
-
         assert self.eager is not None and self.backend is not None, "use inside `with`"
         raw = self._capture(iters, device, backward, loss)
-        types = {p: type(m).__name__ for p, m in hookable_modules(self.model)}
         att = attribute(
-            raw.tables(), self.backend.records, ModelPaths(types), rule=self.options.split
+            raw.tables(), self.backend.records, ModelPaths(self._types), rule=self.options.split
         )
         eager = self.eager
-        layers = (
-            *layer_infos(
-                self.model, eager.shapes, flops=eager.flops, output_bytes=eager.output_bytes
-            ),
-            *bucket_infos(),
-        )
+        layers = (*self._layers, *bucket_infos())
         section = build_section(att, self._facts(eager))
         lines = [*notes(att, section), *self.watch.notes()]
         if eager.flop_note:

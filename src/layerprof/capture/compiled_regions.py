@@ -204,7 +204,7 @@ class EagerRanges:
         enter, leave = eager_range_api()
         compiling = torch.compiler.is_compiling
         with self._hooks.registering() as hooks:
-            for path, module in hookable_modules(self.model):
+            for path, module in hookable_modules(self.model, compiled_leaves=False):
                 opened: list[Any] = []
 
                 def pre(mod: Any, args: Any, name: str = LAYER_PREFIX + path,

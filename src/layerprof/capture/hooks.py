@@ -47,7 +47,9 @@ class HookHandles:
             raise
 
 
-def visible_modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+def visible_modules(
+    model: torch.nn.Module, *, compiled_leaves: bool = True
+) -> list[tuple[str, torch.nn.Module]]:
     """``named_modules()`` without the insides of scripted and compiled modules.
 
     A ``torch.jit.script``-ed (or traced) submodule runs its own submodules
@@ -55,14 +57,16 @@ def visible_modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]
     tree. A ``torch.compile``-d module (``torch.compile(m)`` or ``m.compile()``),
     the root included, is one leaf too, timed around the compiled call: hooks or
     wrappers inside it would be traced by dynamo, break its graph and trigger
-    recompiles, i.e. change what is measured.
+    recompiles, i.e. change what is measured. ``compiled_leaves=False`` keeps the
+    insides of compiled modules: ``--compile`` compiles regions itself and attributes
+    their kernels to the modules inside (layerprof.capture.compiled).
     """
     out: list[tuple[str, torch.nn.Module]] = []
     opaque: list[str] = []
     for path, module in model.named_modules():
         if any(_inside(path, o) for o in opaque):
             continue
-        if (path and _is_script(module)) or _is_compiled(module):
+        if (path and _is_script(module)) or (compiled_leaves and _is_compiled(module)):
             opaque.append(path)
         out.append((path, module))
     return out
@@ -72,11 +76,14 @@ def _inside(path: str, outer: str) -> bool:
     return path != outer and (outer == "" or path.startswith(outer + "."))
 
 
-def hookable_modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+def hookable_modules(
+    model: torch.nn.Module, *, compiled_leaves: bool = True
+) -> list[tuple[str, torch.nn.Module]]:
     """The visible modules that take forward hooks (not scripted ones)."""
     if _is_script(model):
         return []  # a whole scripted model: runner.py's TorchScript path handles it
-    return [(p, m) for p, m in visible_modules(model) if not _is_script(m)]
+    visible = visible_modules(model, compiled_leaves=compiled_leaves)
+    return [(p, m) for p, m in visible if not _is_script(m)]
 
 
 def wrappable_modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
