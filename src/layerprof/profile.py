@@ -11,6 +11,8 @@ Kineto traces fill the sections they know; everything else stays empty.
 * for traces and ops mode: steps, devices (GPU busy/idle), kernels, kernel
   kinds, memcpy, launches, memory, record_function annotations, and where the
   trace came from (``source``);
+* flops: the model's counted FLOPs, their coverage and the device's peak
+  (per layer in ``LayerInfo.flops``/``flop_detail``);
 * notes: facts the user should read next to the numbers.
 
 Nothing here imports torch, a renderer or the codec: saving, loading and
@@ -42,6 +44,7 @@ from layerprof.sections import (
     Steps,
     TraceSource,
 )
+from layerprof.sections.flops import FlopSummary, LayerFlops
 from layerprof.stats import Series, SeriesLike, Summary, as_series
 
 if TYPE_CHECKING:
@@ -90,6 +93,7 @@ class LayerRow:
     flops: int | None = None
     output_bytes: int | None = None
     peak_bytes: int | None = None
+    flop_detail: LayerFlops | None = None
 
     @property
     def name(self) -> str:
@@ -227,6 +231,7 @@ class Profile:
     launches: Launches | None = None
     memory: MemorySummary | None = None
     annotations: tuple[AnnotationRow, ...] = ()
+    flops: FlopSummary | None = None
     events: RecordedTrace | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -287,6 +292,7 @@ class Profile:
                     flops=info.flops,
                     output_bytes=info.output_bytes,
                     peak_bytes=info.peak_bytes,
+                    flop_detail=info.flop_detail,
                 )
             )
         return _subtree_totals(out)

@@ -17,6 +17,7 @@ from layerprof.codec.fields import (
     strings,
     summary_us,
 )
+from layerprof.codec.flops import encode_flops, read_flops
 from layerprof.profile import Profile
 from layerprof.sections import (
     AllocRow,
@@ -48,6 +49,7 @@ def encode_sections(p: Profile, top: int | None) -> dict[str, Any]:
         "launch": _launches(p.launches, top),
         "memory": _memory(p.memory, top),
         "annotations": [asdict_ms(a) for a in p.annotations],
+        "flops": encode_flops(p.flops),
     }
     return {k: v for k, v in sections.items() if v}
 
@@ -173,6 +175,7 @@ def read_sections(f: Fields) -> dict[str, Any]:
     out["launches"] = read_launches(f.obj("launch"))
     out["memory"] = read_memory(f.obj("memory"))
     out["annotations"] = tuple(read_row(AnnotationRow, a) for a in f.objects("annotations"))
+    out["flops"] = read_flops(f.obj("flops"))
     return out
 
 

@@ -1,11 +1,13 @@
 """Typed sections of a Profile (value objects only: no torch, no numpy).
 
-One module per family: ``trace`` holds what traces and ops mode fill (steps,
+One module per family: ``flops`` holds counted FLOPs, their coverage and the
+device's peak; ``trace`` holds what traces and ops mode fill (steps,
 GPU time, kernels, memcpy, launches, memory, annotations, where a trace came
 from, cross-rank results). A new analysis adds its own module here, a field on
 ``Profile`` (or ``Run``), and its writer/reader in ``layerprof.codec``.
 """
 
+from layerprof.sections.flops import CONVENTION, FlopSummary, LayerFlops, Peak, UncountedOp
 from layerprof.sections.trace import (
     STEP_DEFINITIONS,
     AllocRow,
@@ -27,21 +29,26 @@ from layerprof.sections.trace import (
 )
 
 __all__ = [
+    "CONVENTION",
     "STEP_DEFINITIONS",
     "AllocRow",
     "AnnotationRow",
     "CrossRank",
     "DeviceMemory",
     "DeviceUse",
+    "FlopSummary",
     "KernelRow",
     "KindRow",
     "Launches",
+    "LayerFlops",
     "MemcpyRow",
     "MemorySummary",
+    "Peak",
     "RankLine",
     "RuntimeRow",
     "Step",
     "StepAcrossRanks",
     "Steps",
     "TraceSource",
+    "UncountedOp",
 ]
