@@ -42,7 +42,9 @@ NO_FORMULA = "no formula"
 class _Tally:
     """Counted work of one module call (or one path), forward or backward."""
 
-    __slots__ = ("bytes", "counted_ns", "elementwise", "tensor", "uncounted", "uncounted_ns")
+    __slots__ = (
+        "bytes", "counted_ns", "elementwise", "moved", "tensor", "uncounted", "uncounted_ns",
+    )  # fmt: skip
 
     def __init__(self, tensor: int = 0, elementwise: int = 0, nbytes: int = 0) -> None:
         self.tensor = tensor
@@ -52,6 +54,8 @@ class _Tally:
         self.uncounted_ns = 0
         # (op, why) -> [ns, calls]; None until an uncounted op is added (most tallies have none)
         self.uncounted: dict[tuple[str, str], list[int]] | None = None
+        # time in zero-FLOP ops by why ("lookup", "data movement"), to label such layers
+        self.moved: dict[str, int] | None = None
 
     def add(self, other: _Tally) -> None:
         self.tensor += other.tensor
@@ -62,6 +66,14 @@ class _Tally:
         if other.uncounted:
             for key, (ns, calls) in other.uncounted.items():
                 self.note(key, ns, calls)
+        if other.moved:
+            for why, ns in other.moved.items():
+                self.move(why, ns)
+
+    def move(self, why: str, ns: int) -> None:
+        if self.moved is None:
+            self.moved = {}
+        self.moved[why] = self.moved.get(why, 0) + ns
 
     def note(self, key: tuple[str, str], ns: int, calls: int = 1) -> None:
         if self.uncounted is None:
@@ -110,6 +122,7 @@ class _Record:
     start: Any
     end: Any
     reason: str | None  # None: counted
+    zero: str | None = None  # a zero-FLOP op: why ("lookup", "data movement")
 
 
 class FlopCounter:
@@ -125,25 +138,23 @@ class FlopCounter:
         self.clock = clock or HostClock()
         self.marks = NodeMarks(model, HostClock(), process_wide=True)
         self.records: list[_Record] = []
+        self.fused = 0  # > 0 inside a function counted whole (_fused_functions)
         self._mode: Any = None
+        self._exits = contextlib.ExitStack()
 
     def __enter__(self) -> FlopCounter:
-        self.marks.__enter__()
-        try:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(self.marks)
             self._mode = _counting_mode(self)
-            self._mode.__enter__()
-        except BaseException:
-            self.marks.__exit__(None, None, None)
-            raise
+            stack.enter_context(self._mode)
+            if _grad_mode():  # composite ops are split before the dispatch mode sees them
+                stack.enter_context(_fused_functions(self))
+            self._exits = stack.pop_all()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        try:
-            if self._mode is not None:
-                self._mode.__exit__(None, None, None)
-                self._mode = None
-        finally:
-            self.marks.__exit__(None, None, None)
+        self._exits.close()
+        self._mode = None
 
     # ---- per op (called from the dispatch mode) ---------------------------------------
     def owner(self, backward: bool) -> int:
@@ -194,6 +205,8 @@ def _tally_of(rec: _Record, duration: int) -> _Tally:
     tally = _Tally(rec.tensor, rec.elementwise, rec.bytes)
     if rec.reason is None:
         tally.counted_ns = duration
+        if rec.zero is not None:
+            tally.move(rec.zero, duration)
     else:
         tally.uncounted_ns = duration
         tally.note((rec.name, rec.reason), duration)
@@ -250,9 +263,22 @@ def _layer_flops(fwd: _Tally, bwd: _Tally | None) -> LayerFlops:
         counted_ns=fwd.counted_ns,
         uncounted_ns=fwd.uncounted_ns,
         uncounted=f"{worst[0][0]}: {worst[0][1]}" if worst is not None else None,
+        label=_label(fwd),
         backward=(bwd.tensor + bwd.elementwise) if bwd is not None else None,
         backward_elementwise=bwd.elementwise if bwd is not None else None,
     )
+
+
+def _label(tally: _Tally) -> str | None:
+    """What a layer's counted work is when it is not tensor FLOPs: ``elementwise``, or
+    for 0 FLOPs the kind of data work that took its op time (``lookup``, ``data movement``)."""
+    if tally.tensor or tally.uncounted_ns > tally.counted_ns:
+        return None
+    if tally.elementwise:
+        return "elementwise"
+    if tally.moved:
+        return max(tally.moved.items(), key=lambda kv: kv[1])[0]
+    return None
 
 
 def _summary(whole: dict[bool, _Tally], has_backward: bool, unattributed: int) -> FlopSummary:
@@ -289,6 +315,11 @@ class _OpInfo:
     name: str
     rule: Rule | None
     view: bool
+
+    @property
+    def zero(self) -> str | None:
+        """Why the op does no FLOPs, for ops that do none by nature (None otherwise)."""
+        return "data movement" if self.view else (self.rule.zero if self.rule else None)
 
 
 def _op_info(func: Any, table: dict[Any, Rule]) -> _OpInfo:
@@ -328,17 +359,70 @@ def _counting_mode(counter: FlopCounter) -> Any:
             out = func(*args, **kwargs)
             end = mark()
             backward = in_backward() != -1
-            tensor, elementwise, reason = _count(info, func, args, kwargs, out)
-            nbytes = _op_bytes(info, args, kwargs, out)
+            try:
+                if counter.fused:  # part of a function already counted whole: time only
+                    tensor, elementwise, reason = 0, 0, None
+                else:
+                    tensor, elementwise, reason = _count(info, func, args, kwargs, out)
+                nbytes = _op_bytes(info, args, kwargs, out)
+            except Exception as exc:  # an argument no rule foresaw: uncounted, never a crash
+                tensor, elementwise, nbytes = 0, 0, 0
+                reason = f"not countable: {type(exc).__name__}"
             append(
                 _Record(
                     counter.owner(backward), backward, info.name, tensor, elementwise, nbytes,
-                    start, end, reason,
+                    start, end, reason, info.zero,
                 )
             )  # fmt: skip
             return out
 
     return CountingMode()  # type: ignore[no-untyped-call]
+
+
+def _grad_mode() -> bool:
+    import torch
+
+    return not torch.is_inference_mode_enabled()
+
+
+def _fused_functions(counter: FlopCounter) -> Any:
+    """Functions counted whole at the Python level, by the formula of their ATen op.
+
+    In inference mode ``F.scaled_dot_product_attention`` reaches the dispatch mode
+    as one op, counted as useful work (a causal mask halves it) on every backend.
+    With autograd on, torch splits it before the dispatch mode sees it, and the math
+    backend's parts multiply the masked half too: a ``TorchFunctionMode`` counts the
+    call whole instead, and its parts only add their time.
+    """
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    sdpa = torch._C._nn.scaled_dot_product_attention
+    packet = torch.ops.aten.scaled_dot_product_attention
+    info = _OpInfo("aten.scaled_dot_product_attention", rules().get(packet), False)
+    mark = counter.clock.mark
+
+    class FusedFunctions(TorchFunctionMode):  # type: ignore[misc]
+        def __torch_function__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            kwargs = kwargs or {}
+            if func is not sdpa or counter.fused:
+                return func(*args, **kwargs)
+            counter.fused += 1
+            try:
+                out = func(*args, **kwargs)
+            finally:
+                counter.fused -= 1
+            tensor, elementwise, reason = _count(info, None, args, kwargs, out)
+            at = mark()
+            counter.records.append(
+                _Record(counter.owner(False), False, info.name, tensor, elementwise, 0, at, at,
+                        reason)
+            )  # fmt: skip
+            return out
+
+    return FusedFunctions()
 
 
 def _metadata_ops(torch: Any) -> frozenset[Any]:
@@ -439,7 +523,9 @@ def _tensors(args: Any, kwargs: Any) -> Iterator[Any]:
 
 
 def _is_tensor(value: Any) -> bool:
-    return hasattr(value, "dtype") and hasattr(value, "shape") and hasattr(value, "element_size")
+    # asked of the type: a nested tensor raises (not AttributeError) on .shape
+    kind = type(value)
+    return hasattr(kind, "dtype") and hasattr(kind, "shape") and hasattr(kind, "element_size")
 
 
 def _input_problem(args: Any, kwargs: Any) -> str | None:

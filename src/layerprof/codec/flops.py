@@ -4,7 +4,7 @@ Per layer (present when counted)::
 
     "flops": 1966080, "flops_elementwise": 55296, "bytes_moved": 572288,
     "op_counted_ms": 0.51, "op_uncounted_ms": 0.0, "uncounted_share": 0.0,
-    "uncounted_op": "aten.foo: no formula", "flops_backward": 3929600,
+    "uncounted_op": "aten.foo: no formula", "flops_label": null, "flops_backward": 3929600,
     "flops_backward_elementwise": 128512
 
 Per profile::
@@ -39,6 +39,7 @@ def encode_layer_flops(detail: LayerFlops | None) -> dict[str, Any]:
         "op_uncounted_ms": detail.uncounted_ns / NS_PER_MS,
         "uncounted_share": detail.uncounted_share,
         "uncounted_op": detail.uncounted,
+        "flops_label": detail.label,
     }
     if detail.backward is not None:
         out["flops_backward"] = detail.backward
@@ -55,6 +56,7 @@ def read_layer_flops(f: Fields) -> LayerFlops | None:
         counted_ns=f.ns("op_counted_ms") if f.has("op_counted_ms") else 0,
         uncounted_ns=f.ns("op_uncounted_ms") if f.has("op_uncounted_ms") else 0,
         uncounted=f.opt_text("uncounted_op"),
+        label=f.opt_text("flops_label"),
         backward=f.opt_integer("flops_backward"),
         backward_elementwise=f.opt_integer("flops_backward_elementwise"),
     )

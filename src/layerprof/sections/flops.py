@@ -32,8 +32,10 @@ class LayerFlops:
     ``counted_ns``/``uncounted_ns`` split the layer's op time, measured in the
     counting forward, between ops with and without a formula; ``uncounted``
     names the op with the most uncounted time and why (``aten.foo: no
-    formula``). ``backward``/``backward_elementwise`` are counted with
-    ``--backward`` only (None otherwise).
+    formula``). ``label`` says what the counted work is when it is not
+    tensor FLOPs: ``elementwise``, or for a layer of 0 FLOPs ``lookup``
+    (embeddings) or ``data movement``. ``backward``/``backward_elementwise``
+    are counted with ``--backward`` only (None otherwise).
     """
 
     elementwise: int = 0
@@ -41,6 +43,7 @@ class LayerFlops:
     counted_ns: int = 0
     uncounted_ns: int = 0
     uncounted: str | None = None
+    label: str | None = None
     backward: int | None = None
     backward_elementwise: int | None = None
 
