@@ -167,13 +167,25 @@ def _cudnn_bwd(grad: Any, q: Any, k: Any, v: Any, *rest: Any, out_shape: Any = N
     return _backward(attention_flops(q, v, bool(causal)))
 
 
-def _halved_when(raw: Formula, position: int, causal_values: tuple[int, ...]) -> Formula:
-    """Torch's raw varlen formula, halved when the argument at ``position`` says causal."""
+def _varlen(causal_at: int, causal_values: tuple[Any, ...], q_at: int, cum_at: int,
+            times: int = 1) -> Formula:  # fmt: skip
+    """The flash / memory-efficient kernels' own ops (``_flash_attention_forward``...):
+    tensors in (batch, length, heads, dim) layout, or packed sequences with cumulative
+    lengths (varlen). Counted from the lengths, halved when the mask argument says causal.
+    (torch's formulas for these read the dense layout as (batch, heads, length, dim).)"""
 
-    def formula(*args: Any, out_val: Any = None, **kwargs: Any) -> Any:
-        flops = raw(*args, out_val=out_val, **kwargs)
-        flag = args[position] if len(args) > position else 0
-        return flops // 2 if int(flag) in causal_values else flops
+    def formula(*args: Any, out_val: Any = None, **kwargs: Any) -> int:
+        q, k, v = args[q_at : q_at + 3]
+        cum_q, cum_k = args[cum_at], args[cum_at + 1]
+        if cum_q is None:
+            pairs = [(int(q.shape[-3]), int(k.shape[-3]))] * int(math.prod(q.shape[:-3]))
+        else:
+            qs, ks = cum_q.tolist(), cum_k.tolist()
+            pairs = [(qs[i + 1] - qs[i], ks[i + 1] - ks[i]) for i in range(len(qs) - 1)]
+        heads, e, ev = int(q.shape[-2]), int(q.shape[-1]), int(v.shape[-1])
+        flops = sum(2 * heads * lq * s * (e + ev) for lq, s in pairs)
+        flag = args[causal_at] if len(args) > causal_at else kwargs.get("is_causal", 0)
+        return times * (flops // 2 if flag in causal_values else flops)
 
     formula._get_raw = True  # type: ignore[attr-defined]
     return formula
@@ -541,8 +553,8 @@ def _tensor_formulas(aten: Any) -> dict[str, Formula]:
     return formulas
 
 
-def _causal_overrides(aten: Any, registry: dict[Any, Formula]) -> dict[str, Formula]:
-    """Torch's SDPA kernel formulas, made to halve the work of a causal mask."""
+def _causal_overrides() -> dict[str, Formula]:
+    """The SDPA kernels torch has formulas for, counted so that a causal mask halves the work."""
     out: dict[str, Formula] = {
         "_scaled_dot_product_flash_attention": _flash,
         "_scaled_dot_product_efficient_attention": _with_bias,
@@ -551,23 +563,16 @@ def _causal_overrides(aten: Any, registry: dict[Any, Formula]) -> dict[str, Form
         "_scaled_dot_product_efficient_attention_backward": _efficient_bwd,
         "_scaled_dot_product_cudnn_attention_backward": _cudnn_bwd,
     }
-    raw = {
-        # (q, k, v, cum_q, cum_k, max_q, max_k, dropout_p, is_causal, ...): is_causal at 8
-        "_flash_attention_forward": (8, (1,)),
-        # (grad, q, k, v, out, lse, cum_q, cum_k, max_q, max_k, dropout_p, is_causal, ...)
-        "_flash_attention_backward": (11, (1,)),
-        # (q, k, v, bias, cu_q, cu_k, max_q, max_k, dropout_p, custom_mask_type, ...)
-        "_efficient_attention_forward": (9, (1, 2)),
-        # (grad, q, k, v, bias, out, cu_q, cu_k, max_q, max_k, lse, dropout_p, seed, offset,
-        #  custom_mask_type, ...)
-        "_efficient_attention_backward": (14, (1, 2)),
-    }
-    wrapped: dict[str, Formula] = {}
-    for name, (position, values) in raw.items():
-        packet = _packet(aten, name)
-        if packet is not None and packet in registry:
-            wrapped[name] = _halved_when(registry[packet], position, values)
-    return {**out, **wrapped}
+    # (q, k, v, cum_q, cum_k, max_q, max_k, dropout_p, is_causal, ...)
+    out["_flash_attention_forward"] = _varlen(8, (True,), 0, 3)
+    # (grad, q, k, v, out, lse, cum_q, cum_k, max_q, max_k, dropout_p, is_causal, ...)
+    out["_flash_attention_backward"] = _varlen(11, (True,), 1, 6, times=2)
+    # (q, k, v, bias, cu_q, cu_k, max_q, max_k, dropout_p, custom_mask_type, ...): 1, 2 causal
+    out["_efficient_attention_forward"] = _varlen(9, (1, 2), 0, 4)
+    # (grad, q, k, v, bias, out, cu_q, cu_k, max_q, max_k, lse, dropout_p, seed, offset,
+    #  custom_mask_type, ...)
+    out["_efficient_attention_backward"] = _varlen(14, (1, 2), 1, 6, times=2)
+    return out
 
 
 _ELEMENTWISE_FUSED: dict[str, Formula] = {
@@ -607,7 +612,7 @@ def rules() -> dict[Any, Rule]:
         packet: (f.__wrapped__, False) if hasattr(f, "__wrapped__") else (f, True)
         for packet, f in registry.items()
     }
-    for name, formula in {**_COMPOSITE, **_causal_overrides(aten, registry)}.items():
+    for name, formula in {**_COMPOSITE, **_causal_overrides()}.items():
         packet = _packet(aten, name)
         if packet is not None:
             tensor[packet] = (formula, bool(getattr(formula, "_get_raw", False)))
