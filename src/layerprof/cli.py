@@ -92,6 +92,16 @@ def _seed(text: str) -> int:
     return value
 
 
+def _peak(text: str) -> Any:
+    """An argparse type: ``--peak FLOPS[,BYTES]`` per second (``2.5T``, ``312e12,2T``)."""
+    from layerprof.capture.peaks import parse_peak
+
+    try:
+        return parse_peak(text)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--peak: ")) from None
+
+
 def _add_output_options(p: argparse.ArgumentParser, *, json: bool = True) -> None:
     out = p.add_argument_group("output", outputs.STDOUT_HELP)
     if json:
@@ -161,6 +171,11 @@ def _add_measure_options(p: argparse.ArgumentParser, *, warmup: int, iters: int)
     m.add_argument(
         "--seed", type=_seed, default=0, help="seed for random inputs (default 0; 64 bits)"
     )
+    m.add_argument(
+        "--peak", type=_peak, metavar="FLOPS[,BYTES]",
+        help="the device's peak FLOP/s (and bytes/s) for %% of peak and the roofline, e.g."
+        " 2.5T,50G (default: measured once per machine on CPU, known GPUs by name)",
+    )  # fmt: skip
 
 
 def _add_ops_options(p: argparse.ArgumentParser) -> None:
@@ -479,7 +494,7 @@ def _measure(
         correct_overhead=not args.no_correct, progress=sys.stderr.isatty() and not args.quiet,
         model_name=model_name, input_descriptions=tuple(inputs.descriptions),
         dtype=args.dtype, ops=ops, backward=args.backward, loss=loss, kind=kind,
-        meta_extra={"kind": kind},
+        meta_extra={"kind": kind}, peak=args.peak,
     )  # fmt: skip
     profile = run_model(model, tuple(inputs.args), dict(inputs.kwargs), options, program=program)
     return profile.with_notes(*notes) if notes else profile

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from layerprof.analysis.roofline import roofline_findings
 from layerprof.units import human_count, human_time
 
 if TYPE_CHECKING:
@@ -70,6 +71,7 @@ def diagnose(profile: Profile) -> list[Finding]:
     out += _latency_findings(profile)
     out += _device_findings(profile)
     out += _setup_findings(profile)
+    out += roofline_findings(profile)  # type: ignore[arg-type]  # layerprof.analysis.finding
     return sorted(out, key=lambda f: _ORDER[f.severity])
 
 

@@ -30,14 +30,14 @@ from typing import Any, cast
 from layerprof.capture.gpus import DeviceQuery, gpu_peak
 from layerprof.errors import LayerprofError, UsageError
 from layerprof.sections.flops import Peak
-from layerprof.units import human_si, parse_si
+from layerprof.units import parse_si
 
 CACHE_SCHEMA = "layerprof.peaks/1"
 CACHE_FILE = "peaks.json"
 MAX_CACHE_BYTES = 1 << 20
 MATMUL_N = {"float32": 1024, "float64": 768}  # other dtypes: 512 (slow on many CPUs)
 COPY_BYTES = 32 << 20
-REPS = 5
+REPS = 10
 BUDGET_S = 0.5  # per measurement: stop repeating once it has taken this long
 
 
@@ -143,7 +143,6 @@ def measure_cpu_peak(dtype: str, threads: int) -> Peak:
     detail = (
         f"measured on {cpu_name()}: {n}x{n} {dtype} matmul, {COPY_BYTES >> 20} MiB copy,"
         f" {threads} thread{'s' if threads != 1 else ''}"
-        f" ({human_si(flops, 'FLOP/s')}, {human_si(bandwidth, 'B/s')})"
     )
     return Peak(flops, bandwidth, "measured", detail)
 
