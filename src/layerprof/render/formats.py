@@ -18,6 +18,7 @@ from layerprof import codec, sinks
 from layerprof.analysis.diff import Diff
 from layerprof.errors import UsageError
 from layerprof.profile import Profile, Run
+from layerprof.sections.sweep import Sweep
 
 
 def _unsupported(fmt: str, obj: Any) -> UsageError:
@@ -42,6 +43,10 @@ class ConsoleRenderer:
             _print_profile(obj, console, **options)
         elif isinstance(obj, Run):
             _print_run(obj, console, **options)
+        elif isinstance(obj, Sweep):
+            from layerprof.render.sweep_console import print_sweep
+
+            print_sweep(obj, console)
         else:
             raise _unsupported(self.name, obj)
 
