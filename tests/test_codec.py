@@ -78,6 +78,11 @@ def test_saved_files_are_sniffed_by_schema(tmp_path: Path) -> None:
     assert isinstance(codec.load(d.save(tmp_path / "d.json")), Diff)
     run = Run(path="x", ranks=(prof,))
     assert isinstance(codec.load(run.save(tmp_path / "r.json")), Run)
+    # each kind loads itself and refuses the others with a one-line error
+    assert Run.load(tmp_path / "r.json").rank().meta == prof.meta
+    assert Diff.load(tmp_path / "d.json").headline() == d.headline()
+    with pytest.raises(ProfileFormatError, match=r"d\.json holds a Diff, not a Profile"):
+        Profile.load(tmp_path / "d.json")
 
 
 def test_samples_only_when_asked(tmp_path: Path) -> None:

@@ -123,11 +123,11 @@ def cuda_trace() -> list[dict[str, Any]]:
 
 
 def test_a_trace_profile_says_only_what_the_trace_says(tmp_path: Path) -> None:
-    gpu = analyze(write(tmp_path, cuda_trace(), "gpu.json")).to_profile().meta
+    gpu = analyze(write(tmp_path, cuda_trace(), "gpu.json")).rank().meta
     cpu = analyze(write(tmp_path, [host("cpu_op", "aten::mm", 0, 50)], "cpu.json"))
     assert (gpu.device, gpu.dtype) == ("cuda", "")
     assert side_label(gpu) == "gpu (cuda)"
-    assert side_label(cpu.to_profile().meta) == "cpu (cpu)"
+    assert side_label(cpu.rank().meta) == "cpu (cpu)"
     unknown = Meta(model="x", device="", dtype="")
     assert side_label(unknown) == "x"
     live = Meta(model="Net", device="cpu", dtype="float32", torch="2.4")

@@ -9,12 +9,14 @@ Public API::
         model(x)
     rec.profile().print()
     layerprof.diff(base, new).gate(5.0)                        # compare two profiles
+    layerprof.analyze("trace.json.gz").rank().print()          # a torch.profiler trace -> Run
 
 Importing this package does not import torch; running a model does.
 """
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 from layerprof import render as _render  # noqa: F401  (registers the renderers and the codec)
@@ -33,7 +35,17 @@ if TYPE_CHECKING:
 
 # ``layerprof.analysis.diff`` is the function (``layerprof.diff(a, b) -> Diff``); the module
 # stays importable as ``from layerprof.analysis.diff import Diff``.
-__all__ = ["Diff", "LayerprofError", "Profile", "Recorder", "Run", "__version__", "diff", "profile"]
+__all__ = [
+    "Diff",
+    "LayerprofError",
+    "Profile",
+    "Recorder",
+    "Run",
+    "__version__",
+    "analyze",
+    "diff",
+    "profile",
+]
 
 
 def profile(
@@ -75,3 +87,15 @@ def profile(
         loss=loss,
     )
     return profile_model(model, args, kwargs, options)
+
+
+def analyze(path: str | os.PathLike[str], **options: Any) -> Run:
+    """Analyze a torch.profiler trace (``.json``, ``.json.gz``) or a directory of
+    per-rank traces -> a :class:`Run` (one Profile per rank). No torch import.
+
+    Options as for :func:`layerprof.trace.analysis.analyze` (``group_by_shape``,
+    ``max_input_size``, ...).
+    """
+    from layerprof.trace.analysis import analyze as analyze_trace
+
+    return analyze_trace(path, **options)

@@ -420,7 +420,7 @@ def build_parser() -> argparse.ArgumentParser:
         "trace", metavar="TRACE", help="a trace file (.json, .json.gz) or a directory of them"
     )
     out = analyze.add_argument_group("output", outputs.STDOUT_HELP)
-    outputs.add_output(out, "--json", "write the analysis (schema layerprof.trace/1)")
+    outputs.add_output(out, "--json", "write the analysis (schema layerprof.trace/2)")
     outputs.add_output(out, "--html", "write a self-contained HTML report")
     analyze.add_argument(
         "--top", type=_COUNT, default=10, metavar="N", help="rows per table (default 10)"

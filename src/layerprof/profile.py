@@ -34,6 +34,8 @@ from layerprof.errors import UsageError
 from layerprof.records import LayerInfo, LayerSamples, Meta, OpStat, Overhead
 from layerprof.sections import (
     AnnotationRow,
+    Breakdown,
+    Communication,
     CrossRank,
     DeviceUse,
     KernelRow,
@@ -41,7 +43,10 @@ from layerprof.sections import (
     Launches,
     MemcpyRow,
     MemorySummary,
+    MemoryTimeline,
+    Queues,
     Steps,
+    Stragglers,
     TraceSource,
 )
 from layerprof.sections.flops import FlopSummary, LayerFlops
@@ -178,6 +183,19 @@ def _add_opt(own: float | None, children: list[float | None]) -> float | None:
     return sum(values) if values else None
 
 
+def tree_of(rows: Sequence[LayerRow]) -> list[LayerNode]:
+    """The module tree of ``rows`` (roots first), built from their parent paths."""
+    nodes = {row.path: LayerNode(row) for row in rows}
+    roots: list[LayerNode] = []
+    for node in nodes.values():
+        parent = node.row.parent
+        if parent is not None and parent in nodes and parent != node.row.path:
+            nodes[parent].children.append(node)
+        else:
+            roots.append(node)
+    return roots
+
+
 def depth_of(path: str) -> int:
     return 0 if path == "" else path.count(".") + 1
 
@@ -205,7 +223,7 @@ def _mean(series: Series | None) -> float | None:
 
 
 @dataclass
-class Profile:
+class Profile(sinks.Output):
     """Everything one profiling run (or one rank of an analyzed trace) produced.
 
     ``latency_ns`` holds the clean pass's whole-forward times (for a trace,
@@ -231,6 +249,10 @@ class Profile:
     launches: Launches | None = None
     memory: MemorySummary | None = None
     annotations: tuple[AnnotationRow, ...] = ()
+    breakdown: Breakdown | None = None
+    communication: Communication | None = None
+    queues: Queues | None = None
+    memory_timeline: MemoryTimeline | None = None
     flops: FlopSummary | None = None
     events: RecordedTrace | None = field(default=None, compare=False, repr=False)
 
@@ -299,15 +321,7 @@ class Profile:
 
     def tree(self) -> list[LayerNode]:
         """The module tree (roots first), built from the rows' parent paths."""
-        nodes = {row.path: LayerNode(row) for row in self.rows()}
-        roots: list[LayerNode] = []
-        for node in nodes.values():
-            parent = node.row.parent
-            if parent is not None and parent in nodes and parent != node.row.path:
-                nodes[parent].children.append(node)
-            else:
-                roots.append(node)
-        return roots
+        return tree_of(self.rows())
 
     def row(self, path: str) -> LayerRow:
         for r in self.rows():
@@ -327,32 +341,6 @@ class Profile:
         """Write the profile as JSON (whole or not at all); ``samples`` keeps every iteration."""
         return sinks.save(self, path, samples=samples)
 
-    @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> Profile:
-        loaded = sinks.load(path)
-        if not isinstance(loaded, Profile):
-            raise UsageError(f"{path} holds a {type(loaded).__name__}, not a Profile")
-        return loaded
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], *, source: str = "<dict>") -> Profile:
-        loaded = sinks.from_dict(data, source=source)
-        if not isinstance(loaded, Profile):
-            raise UsageError(f"{source} holds a {type(loaded).__name__}, not a Profile")
-        return loaded
-
-    def print(self, **options: Any) -> None:
-        """The console report (options as for ``layerprof run``: depth, top, sort, shapes)."""
-        sinks.show(self, **options)
-
-    def render(self, fmt: str, **options: Any) -> str | bytes:
-        """The profile in a format by name: ``console``, ``json``, ``csv``, ``html``, ``md``, ..."""
-        return sinks.render(self, fmt, **options)
-
-    def write(self, path: str | os.PathLike[str], **options: Any) -> Path:
-        """Write in the format the file name says (``.html``, ``.csv``, ``.json``, ...)."""
-        return sinks.write(self, path, **options)
-
     def to_dataframe(self) -> pandas.DataFrame:
         try:
             import pandas as pd
@@ -364,7 +352,7 @@ class Profile:
 
 
 @dataclass(frozen=True)
-class Run:
+class Run(sinks.Output):
     """Several ranks of one job (a directory of per-rank traces, or per-rank profiles).
 
     ``ranks`` are Profiles sorted by rank; ``cross`` compares them;
@@ -378,6 +366,7 @@ class Run:
     cross: CrossRank | None = None
     skipped: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    stragglers: Stragglers | None = None
 
     def rank(self, rank: int | None = None) -> Profile:
         """The profile of ``rank`` (default: the lowest rank)."""
@@ -391,23 +380,11 @@ class Run:
         known = ", ".join(str(p.rank) for p in self.ranks)
         raise UsageError(f"no rank {rank} in {self.path} (ranks: {known})")
 
-    def to_profile(self, rank: int | None = None) -> Profile:
-        return self.rank(rank)
-
     def to_dict(self, *, samples: bool = False, top: int | None = None) -> dict[str, Any]:
         return sinks.to_dict(self, samples=samples, top=top)
 
     def save(self, path: str | os.PathLike[str], *, samples: bool = False) -> Path:
         return sinks.save(self, path, samples=samples)
-
-    def print(self, **options: Any) -> None:
-        sinks.show(self, **options)
-
-    def render(self, fmt: str, **options: Any) -> str | bytes:
-        return sinks.render(self, fmt, **options)
-
-    def write(self, path: str | os.PathLike[str], **options: Any) -> Path:
-        return sinks.write(self, path, **options)
 
 
 def rank_order(profiles: Sequence[Profile]) -> tuple[Profile, ...]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 from layerprof.errors import UsageError
 
@@ -132,6 +132,42 @@ def save(obj: Any, path: str | os.PathLike[str], *, samples: bool = False) -> Pa
 
 def layer_records(profile: Any) -> list[dict[str, Any]]:
     return codec().layer_records(profile)
+
+
+class Output:
+    """What a pivot object (Profile, Run, Diff, ...) does with itself, through the registry:
+    print its console report, render or write any format, load its own kind back."""
+
+    def print(self, **options: Any) -> None:
+        """The console report (options as for the matching command: depth, top, sort...)."""
+        show(self, **options)
+
+    def render(self, fmt: str, **options: Any) -> str | bytes:
+        """This object in a format by name: ``console``, ``json``, ``csv``, ``html``, ``md``..."""
+        return render(self, fmt, **options)
+
+    def write(self, path: str | os.PathLike[str], **options: Any) -> Path:
+        """Write in the format the file name says (``.html``, ``.csv``, ``.json``, ...)."""
+        return write(self, path, **options)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Self:
+        """A saved file of this kind (a ProfileFormatError for any other kind)."""
+        return cls._expect(load(path), str(path))
+
+    @classmethod
+    def from_dict(cls, data: Any, *, source: str = "<dict>") -> Self:
+        return cls._expect(from_dict(data, source=source), source)
+
+    @classmethod
+    def _expect(cls, loaded: Any, source: str) -> Self:
+        if not isinstance(loaded, cls):
+            from layerprof.errors import ProfileFormatError
+
+            raise ProfileFormatError(
+                f"{source} holds a {type(loaded).__name__}, not a {cls.__name__}"
+            )
+        return loaded
 
 
 def _ensure_registered() -> None:

@@ -166,3 +166,8 @@ def human_si(value: float, unit: str) -> str:
         if abs(value) >= size:
             return f"{value / size:.3g} {prefix}{unit}"
     return f"{value:.3g} {unit}"
+
+
+def fmt_share(fraction: float | None) -> str:
+    """A fraction as a percentage with one decimal (``0.1234`` -> ``12.3%``), '-' for none."""
+    return "-" if fraction is None else f"{100 * fraction:.1f}%"

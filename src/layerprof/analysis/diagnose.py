@@ -8,9 +8,12 @@ Thresholds are deliberately conservative: a finding should be worth reading.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
+from layerprof.analysis.distributed import distributed_findings, straggler_findings
+from layerprof.analysis.finding import Finding as Finding
+from layerprof.analysis.finding import Severity as Severity
 from layerprof.analysis.roofline import roofline_findings
 from layerprof.units import human_count, human_time
 
@@ -18,7 +21,6 @@ if TYPE_CHECKING:
     from layerprof.profile import LayerRow, Profile, Run
     from layerprof.sections import CrossRank, DeviceUse
 
-Severity = Literal["high", "warning", "info"]
 _ORDER = {"high": 0, "warning": 1, "info": 2}
 
 BOTTLENECK_SHARE = 0.25  # a layer whose self time is this share of the forward
@@ -46,18 +48,6 @@ _HINTS = {
 }
 
 
-@dataclass(frozen=True)
-class Finding:
-    severity: Severity
-    title: str
-    detail: str
-    hint: str = ""
-    layer: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
 def diagnose(profile: Profile) -> list[Finding]:
     """Findings about a profiled model, most severe first."""
     all_rows = profile.rows()
@@ -71,7 +61,8 @@ def diagnose(profile: Profile) -> list[Finding]:
     out += _latency_findings(profile)
     out += _device_findings(profile)
     out += _setup_findings(profile)
-    out += roofline_findings(profile)  # type: ignore[arg-type]  # layerprof.analysis.finding
+    out += distributed_findings(profile)
+    out += roofline_findings(profile)
     return sorted(out, key=lambda f: _ORDER[f.severity])
 
 
@@ -232,6 +223,7 @@ def diagnose_run(run: Run) -> list[Finding]:
         who = f"rank {p.rank}: " if len(run.ranks) > 1 else ""
         out += [replace(f, title=who + f.title) for f in diagnose(p)]
     out += _cross_rank(run.cross)
+    out += straggler_findings(run)
     return sorted(out, key=lambda f: _ORDER[f.severity])
 
 

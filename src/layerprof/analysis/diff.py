@@ -54,9 +54,10 @@ else is ``same``. When a side has too few samples for the rank test to ever
 reach ``p < ALPHA`` (fewer than about 7 per side), the test's smallest
 possible p stands in for ALPHA: the two sides' samples must not overlap
 (``basis == "separation"``); with one sample per side the threshold and the
-floor alone decide (``basis == "threshold"``). The diff says so in a warning. Operators (aggregates without per-iteration
-samples) and single steps are always judged that way; such rows are shown but
-do not decide the verdict or the default (``any``) gate.
+floor alone decide (``basis == "threshold"``). The diff says so in a warning.
+Operators without per-iteration samples on both sides, kernels and single
+steps are always judged by the threshold and the floor; such rows are shown
+but do not decide the verdict or the default (``any``) gate.
 
 The regression gate (:meth:`Diff.gate`) fails on a row that is beyond noise,
 slower, and more than ``fail_above_pct`` slower. Added and removed layers or
@@ -77,7 +78,7 @@ from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
 from layerprof import sinks
-from layerprof.errors import ProfileFormatError, UsageError
+from layerprof.errors import UsageError
 from layerprof.profile import Profile
 from layerprof.records import LayerSamples, Meta, OpStat
 from layerprof.stats import CI_LEVEL, Series, Summary, min_p_value, rank_test
@@ -239,7 +240,7 @@ class GateResult:
 
 
 @dataclass(frozen=True)
-class Diff:
+class Diff(sinks.Output):
     """Two profiles compared; build with :func:`diff`, never by hand.
 
     ``comparable`` is ``False`` (with ``reason``) when the two sides have no
@@ -269,10 +270,6 @@ class Diff:
         return f"<Diff {self.base_meta.model or '?'} -> {self.new_meta.model or '?'}: {self.headline()}>"
 
     # ---- sinks (through layerprof.sinks) ------------------------------------
-    def print(self, **options: Any) -> None:
-        """The console report of the diff (``top=N`` rows per table, ``gate=...``)."""
-        sinks.show(self, **options)
-
     def to_markdown(self, **options: Any) -> str:
         """A Markdown report for a pull-request comment."""
         return str(sinks.render(self, "md", **options))
@@ -283,16 +280,6 @@ class Diff:
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         return sinks.save(self, path)
-
-    def write(self, path: str | os.PathLike[str], **options: Any) -> Path:
-        return sinks.write(self, path, **options)
-
-    @classmethod
-    def from_dict(cls, data: Any, *, source: str = "<dict>") -> Diff:
-        loaded = sinks.from_dict(data, source=source)
-        if not isinstance(loaded, Diff):
-            raise ProfileFormatError(f"{source}: not a layerprof diff")
-        return loaded
 
     # ---- views ----------------------------------------------------------
     def changed_layers(self, top: int | None = None) -> list[LayerDelta]:
@@ -328,8 +315,8 @@ class Diff:
         changes = [r.change for r in self.layers] + [r.change for r in self.ops]
         if self.latency is not None:
             changes.append(self.latency)
-        # Rows judged on threshold alone (ops: aggregates without per-iteration
-        # samples) would flip the verdict on noise; only noise-tested rows count.
+        # Rows judged on threshold alone (ops without per-iteration samples, single
+        # steps) would flip the verdict on noise; only noise-tested rows count.
         changes = [c for c in changes if c.basis != "threshold"]
         slower = any(c.status == "slower" for c in changes)
         faster = any(c.status == "faster" for c in changes)

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from layerprof.codec.fields import Fields, read_row, strings
-from layerprof.codec.run import read_cross
+from layerprof.codec.run import run_of
 from layerprof.codec.sections import read_device, read_launches, read_memory
 from layerprof.profile import Profile, Run
 from layerprof.records import LayerInfo, LayerSamples, Meta, OpStat
@@ -27,15 +27,11 @@ def read_legacy_run(data: Any, source: str) -> Run:
     """A ``layerprof.trace/1`` document (layerprof 0.1.0): summaries per rank."""
     f = Fields(data, "trace")
     ranks = tuple(_legacy_rank(r, source) for r in f.objects("ranks", required=True))
-    return Run(
-        path=f.text("path", source),
-        ranks=ranks,
-        rank_source=f.text("rank_source", "file order"),
-        cross=read_cross(f.obj("cross_rank")),
-        skipped=tuple(strings(f, "skipped")),
-        notes=(f"{source}: a layerprof.trace/1 file; per-step layer and operator times"
-               " are the trace's totals divided by its steps",),
-    )  # fmt: skip
+    note = (
+        f"{source}: a layerprof.trace/1 file; per-step layer and operator times"
+        " are the trace's totals divided by its steps"
+    )
+    return run_of(f, ranks, source, notes=(note,))
 
 
 def _legacy_rank(f: Fields, source: str) -> Profile:

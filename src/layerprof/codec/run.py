@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from layerprof.codec.distributed import encode_stragglers, read_stragglers
 from layerprof.codec.fields import Fields, strings
 from layerprof.codec.profile import profile_body, read_profile
 from layerprof.codec.schemas import PROFILE_SCHEMA, RUN_SCHEMA
 from layerprof.errors import ProfileFormatError
-from layerprof.profile import Run
+from layerprof.profile import Profile, Run
 from layerprof.sections import (
     CrossRank,
     RankLine,
@@ -26,6 +27,7 @@ def run_to_dict(run: Run, *, samples: bool = False, top: int | None = None) -> d
         "notes": list(run.notes),
         "ranks": [{"rank": p.rank, **profile_body(p, samples=samples, top=top)} for p in run.ranks],
         "cross_rank": _cross(run.cross),
+        "stragglers": encode_stragglers(run.stragglers),
     }
 
 
@@ -61,13 +63,19 @@ def read_run(data: Any, source: str) -> Run:
         read_profile({**r.data, "schema": PROFILE_SCHEMA}, source)
         for r in f.objects("ranks", required=True)
     )
+    return run_of(f, ranks, source, notes=tuple(strings(f, "notes")))
+
+
+def run_of(f: Fields, ranks: tuple[Profile, ...], source: str, *, notes: tuple[str, ...]) -> Run:
+    """A Run of read ranks with the document's own fields (path, rank source, cross-rank)."""
     return Run(
         path=f.text("path", source),
         ranks=ranks,
         rank_source=f.text("rank_source", "file order"),
         cross=read_cross(f.obj("cross_rank")),
         skipped=tuple(strings(f, "skipped")),
-        notes=tuple(strings(f, "notes")),
+        notes=notes,
+        stragglers=read_stragglers(f.obj("stragglers")),
     )
 
 

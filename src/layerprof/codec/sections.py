@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from layerprof.codec.distributed import encode_distributed, read_distributed
 from layerprof.codec.fields import (
     Fields,
     asdict_ms,
@@ -50,6 +51,7 @@ def encode_sections(p: Profile, top: int | None) -> dict[str, Any]:
         "memory": _memory(p.memory, top),
         "annotations": [asdict_ms(a) for a in p.annotations],
         "flops": encode_flops(p.flops),
+        **encode_distributed(p),
     }
     return {k: v for k, v in sections.items() if v}
 
@@ -176,6 +178,7 @@ def read_sections(f: Fields) -> dict[str, Any]:
     out["memory"] = read_memory(f.obj("memory"))
     out["annotations"] = tuple(read_row(AnnotationRow, a) for a in f.objects("annotations"))
     out["flops"] = read_flops(f.obj("flops"))
+    out.update(read_distributed(f))
     return out
 
 

@@ -130,32 +130,24 @@ class CsvRenderer:
 
 
 class HtmlRenderer:
-    """The self-contained offline HTML report."""
+    """The self-contained offline HTML report of a Profile, a Run or a Diff (with the
+    diagnosis' findings, and a diff's gate), or of a Sweep."""
 
     name = "html"
     extensions: tuple[str, ...] = (".html", ".htm")
 
-    def render(self, obj: Any, *, title: str | None = None, **options: Any) -> str:
-        from layerprof.analysis.diagnose import diagnose, diagnose_run
+    def render(
+        self, obj: Any, *, title: str | None = None, gate: Any = None, **options: Any
+    ) -> str:
         from layerprof.render.html import render_html
 
-        if isinstance(obj, Profile):
-            findings = [f.to_dict() for f in diagnose(obj)]
-            return render_html(profile=obj, findings=findings, title=title)
-        if isinstance(obj, Diff):
-            return render_html(diff=codec.to_dict(obj, gate=options.get("gate")), title=title)
-        if isinstance(obj, Run):
-            profile = obj.rank()
-            if len(obj.ranks) > 1:
-                profile = profile.with_notes(
-                    f"the latency, hierarchy and layer sections show rank {profile.rank}"
-                    f" of {len(obj.ranks)}; the trace section compares all ranks"
-                )
-            findings = [f.to_dict() for f in diagnose_run(obj)]
-            return render_html(
-                profile=profile, trace=codec.to_dict(obj), findings=findings, title=title
-            )
-        raise _unsupported(self.name, obj)
+        if isinstance(obj, Sweep):
+            from layerprof.render.html.sweep import render_sweep_html
+
+            return render_sweep_html(obj, title=title)
+        if not isinstance(obj, Profile | Run | Diff):
+            raise _unsupported(self.name, obj)
+        return render_html(obj, title=title, gate=gate)
 
 
 class MarkdownRenderer:

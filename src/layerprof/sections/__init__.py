@@ -3,10 +3,27 @@
 One module per family: ``flops`` holds counted FLOPs, their coverage and the
 device's peak; ``trace`` holds what traces and ops mode fill (steps,
 GPU time, kernels, memcpy, launches, memory, annotations, where a trace came
-from, cross-rank results). A new analysis adds its own module here, a field on
+from, cross-rank results); ``distributed`` the step breakdown, collectives,
+queues, memory timeline and stragglers. A new analysis adds its own module here, a field on
 ``Profile`` (or ``Run``), and its writer/reader in ``layerprof.codec``.
 """
 
+from layerprof.sections.distributed import (
+    BREAKDOWN_PARTS,
+    Breakdown,
+    Collective,
+    CollectiveMatch,
+    Communication,
+    DeviceTimeline,
+    LaunchOutlier,
+    MemoryTimeline,
+    Queues,
+    RankLateness,
+    StepBreakdown,
+    Stragglers,
+    StreamQueue,
+    bus_factor,
+)
 from layerprof.sections.flops import CONVENTION, FlopSummary, LayerFlops, Peak, UncountedOp
 from layerprof.sections.trace import (
     STEP_DEFINITIONS,
@@ -29,26 +46,40 @@ from layerprof.sections.trace import (
 )
 
 __all__ = [
+    "BREAKDOWN_PARTS",
     "CONVENTION",
     "STEP_DEFINITIONS",
     "AllocRow",
     "AnnotationRow",
+    "Breakdown",
+    "Collective",
+    "CollectiveMatch",
+    "Communication",
     "CrossRank",
     "DeviceMemory",
+    "DeviceTimeline",
     "DeviceUse",
     "FlopSummary",
     "KernelRow",
     "KindRow",
+    "LaunchOutlier",
     "Launches",
     "LayerFlops",
     "MemcpyRow",
     "MemorySummary",
+    "MemoryTimeline",
     "Peak",
+    "Queues",
+    "RankLateness",
     "RankLine",
     "RuntimeRow",
     "Step",
     "StepAcrossRanks",
+    "StepBreakdown",
     "Steps",
+    "Stragglers",
+    "StreamQueue",
     "TraceSource",
     "UncountedOp",
+    "bus_factor",
 ]

@@ -6,8 +6,8 @@
       -> events   (one pass into typed numpy tables, integer ns)
       -> nesting  (who encloses whom per thread, self times)
       -> links    (device op -> launch call -> op / module)
-      -> steps, ops, gpu, modules, memory, ranks   (analyses)
-      -> report   (TraceReport: to_dict JSON contract, to_profile pivot)
+      -> steps, ops, gpu, modules, memory, attribution   (analyses)
+      -> reduce   (one rank's tables -> its typed Profile; ranks -> a Run)
 
 Entry point: :func:`analyze`.
 """

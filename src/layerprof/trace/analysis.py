@@ -15,6 +15,7 @@ from layerprof.trace.reader import (
     trace_files,
 )
 from layerprof.trace.reduce import reduce
+from layerprof.trace.stragglers import stragglers
 
 
 def analyze(
@@ -76,6 +77,7 @@ def _run(path: str, files: list[TraceFile], skipped: list[str], *, group_by_shap
         rank_source=ranks.source,
         cross=cross,
         skipped=tuple(skipped),
+        stragglers=stragglers(profiles),
     )
 
 
