@@ -33,7 +33,6 @@ from layerprof.load.demo import build
 from layerprof.load.inputs import build_inputs
 from layerprof.stats import median
 
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the test models (tests/)
 
 
@@ -59,35 +58,38 @@ def seconds(fn: Callable[[], Any]) -> float:
 
 
 def count_cost(rounds: int) -> None:
-    from torch.utils.flop_counter import FlopCounterMode
-
     print("counting forward / plain forward (median over interleaved rounds)")
     print(f"{'model':32} {'forward':>10} {'layerprof':>10} {'adds':>6} {'torch':>7}")
     for name, (model, args) in models().items():
-        model.eval()
-
-        def plain() -> None:
-            model(*args)
-
-        def counted() -> None:
-            count_flops(model, plain)
-
-        def torchs() -> None:
-            with FlopCounterMode(display=False):
-                plain()
-
-        with torch.inference_mode():
-            for fn in (plain, counted, torchs):  # warm-up: first calls, lazy init
-                fn()
-            times: dict[str, list[float]] = {"plain": [], "ours": [], "torch": []}
-            for _ in range(rounds):
-                times["plain"].append(seconds(plain))
-                times["ours"].append(seconds(counted))
-                times["torch"].append(seconds(torchs))
-        fwd = median(times["plain"])
-        ours = median([o / p for o, p in zip(times["ours"], times["plain"], strict=True)])
-        theirs = median([t / p for t, p in zip(times["torch"], times["plain"], strict=True)])
+        fwd, ours, theirs = _count_ratios(model.eval(), args, rounds)
         print(f"{name:32} {fwd * 1e3:8.2f}ms {ours:9.2f}x {ours - 1:5.2f} {theirs:6.2f}x")
+
+
+def _count_ratios(model: nn.Module, args: tuple[Any, ...], rounds: int) -> tuple[float, ...]:
+    """(median forward seconds, ours / forward, torch's FlopCounterMode / forward)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    def plain() -> None:
+        model(*args)
+
+    def counted() -> None:
+        count_flops(model, plain)
+
+    def torchs() -> None:
+        with FlopCounterMode(display=False):
+            plain()
+
+    with torch.inference_mode():
+        for fn in (plain, counted, torchs):  # warm-up: first calls, lazy init
+            fn()
+        times: dict[str, list[float]] = {"plain": [], "ours": [], "torch": []}
+        for _ in range(rounds):
+            times["plain"].append(seconds(plain))
+            times["ours"].append(seconds(counted))
+            times["torch"].append(seconds(torchs))
+    ours = median([o / p for o, p in zip(times["ours"], times["plain"], strict=True)])
+    theirs = median([t / p for t, p in zip(times["torch"], times["plain"], strict=True)])
+    return median(times["plain"]), ours, theirs
 
 
 def sweep_agreement(rounds: int, threads: int) -> None:
