@@ -410,9 +410,7 @@ def test_breakdown_of_random_traces_adds_up(
         assert set(dict(row.parts())) == set(BREAKDOWN_PARTS)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="the distributed HTML section is being ported to the typed page"
-)
+@pytest.mark.xfail(strict=True, reason="the distributed HTML section is being ported to the typed page")
 def test_html_shows_the_distributed_section(tmp_path: Path) -> None:
     from layerprof.render.formats import HtmlRenderer
 
