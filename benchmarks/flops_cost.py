@@ -103,17 +103,26 @@ def sweep_agreement(rounds: int, threads: int) -> None:
     opts = SweepOptions(batches=batches, threads=(threads,), warmup=3, iters=iters, memory=False)
     ratios: dict[int, list[float]] = {b: [] for b in batches}
     noise: dict[int, list[float]] = {b: [] for b in batches}
-    for _ in range(rounds):
+    for r in range(rounds):
+        # alternate which goes first, so that drift within a round cancels out
+        early = {b: separate(model, b, threads, iters) for b in batches} if r % 2 else {}
         sweep = run_sweep(model, ["1x3x32x32"], opts)
+        late = {b: separate(model, b, threads, iters) for b in batches}
+        if not early:
+            early = {b: separate(model, b, threads, iters) for b in batches}
         for point in sweep.points:
             assert point.batch is not None and point.latency is not None
-            first = separate(model, point.batch, threads, iters)
-            second = separate(model, point.batch, threads, iters)
-            ratios[point.batch].append(point.latency.median / first)
-            noise[point.batch].append(second / first)
-    print(f"{'batch':>6} {'sweep / run':>12} {'run / run':>10}")
+            ratios[point.batch].append(point.latency.median / early[point.batch])
+            noise[point.batch].append(late[point.batch] / early[point.batch])
+    print(
+        f"{'batch':>6} {'sweep / run: median [min, max]':>32} {'run / run: median [min, max]':>32}"
+    )
     for b in batches:
-        print(f"{b:6} {median(ratios[b]):11.3f}x {median(noise[b]):9.3f}x")
+        print(f"{b:6} {_spread(ratios[b]):>32} {_spread(noise[b]):>32}")
+
+
+def _spread(values: list[float]) -> str:
+    return f"{median(values):.3f}x [{min(values):.2f}, {max(values):.2f}]"
 
 
 def separate(model: nn.Module, batch: int, threads: int, iters: int) -> float:

@@ -447,3 +447,16 @@ def test_sdpa_functional_call_in_grad_mode_counts_once() -> None:
     with sdpa_kernel(SDPBackend.MATH):
         count = counted(Net(), q, mode="enable_grad")
     assert count.flops[""] - count.layers[""].elementwise == 2 * 2 * 8 * 8 * (4 + 4)
+
+
+def test_a_model_the_counter_cannot_run_keeps_its_timings(monkeypatch: pytest.MonkeyPatch) -> None:
+    from layerprof.capture import flops as flops_module
+
+    def refuse(*args: Any, **kwargs: Any) -> FlopCount:
+        raise RuntimeError("this model refuses dispatch modes\nsecond line")
+
+    monkeypatch.setattr(flops_module, "count_model", refuse)
+    prof = layerprof.profile(nn.Linear(4, 4), torch.randn(2, 4), warmup=0, iters=2)
+    assert prof.flops is None and prof.row("").flops is None
+    assert prof.row("").calls == 1
+    assert "FLOPs not counted: RuntimeError: this model refuses dispatch modes" in prof.notes

@@ -230,3 +230,20 @@ def test_cudnn_rnn_counts_every_layer_and_direction() -> None:
               False, 0.0, False, True, [], None)  # fmt: skip
     tokens = 30
     assert rule.tensor(*shapes, out_shape=None) == 2 * tokens * 2 * 4 * hidden * (inp + hidden)
+
+
+def test_cli_peak_reaches_the_saved_profile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from layerprof.cli import main
+
+    monkeypatch.chdir(Path(__file__).parent)
+    out = tmp_path / "p.json"
+    argv = ["run", "--arch", "cli_models:Net", "--input", "2x4", "--iters", "2", "--warmup", "0",
+            "--peak", "1T,100G", "--json", str(out), "--quiet"]  # fmt: skip
+    assert main(argv) == 0
+    peak = json.loads(out.read_text())["flops"]["peak"]
+    assert (peak["flops_per_s"], peak["bytes_per_s"], peak["source"]) == (1e12, 1e11, "given")
+    assert peak["ridge"] == pytest.approx(10.0)
+    assert main([*argv[:-3], "--peak", "fast"]) == 2
+    assert "argument --peak: 'fast' is not a number" in capsys.readouterr().err

@@ -261,8 +261,9 @@ def _dtype_name(text: str) -> str:
 DTYPES = ("float32", "float16", "bfloat16", "float64")
 
 
-def _add_model_options(p: argparse.ArgumentParser) -> None:
-    """MODEL, --arch and how the model file is read, and --input (run, sweep)."""
+def _add_model_options(p: argparse.ArgumentParser, *, example_inputs: bool = True) -> None:
+    """MODEL, --arch and how the model file is read, and --input (run, sweep); a .pt2
+    program's own example inputs stand in for --input with ``example_inputs``."""
     p.add_argument(
         "model", nargs="?", metavar="MODEL", help="model file (.pth/.pt/.pt2/TorchScript)"
     )
@@ -282,9 +283,11 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
         "--trust-pickle", action="store_true",
         help="allow files that unpickle objects or carry native code (a whole pickled module, a .pt2 with pickled weights, an AOTInductor package): this runs code from the file, only use it for files you trust (SECURITY.md)",
     )  # fmt: skip
+    exported = "; a .pt2 program defaults to its example inputs" if example_inputs else ""
     p.add_argument(
         "--input", "-i", action="append", default=[], metavar="SPEC",
-        help="input spec, repeatable: 1x3x224x224, 4x128:int64[0,30000), 2x8:bfloat16, :bool, name=SPEC (keyword), @file.pt; a .pt2 program defaults to its example inputs",
+        help="input spec, repeatable: 1x3x224x224, 4x128:int64[0,30000), 2x8:bfloat16, :bool,"
+        f" name=SPEC (keyword), @file.pt{exported}",
     )  # fmt: skip
 
 
@@ -302,7 +305,7 @@ def _add_sweep_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         " that runs out of memory ends its row: larger batches of the same dtype and threads"
         " are skipped, and the report says where.",
     )
-    _add_model_options(sweep)
+    _add_model_options(sweep, example_inputs=False)
     grid = sweep.add_argument_group("grid")
     grid.add_argument(
         "--batch", type=_list_of(_COUNT, "batch sizes"), default=(), metavar="N[,N...]",
