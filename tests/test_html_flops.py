@@ -45,6 +45,19 @@ def test_compute_section_numbers() -> None:
     assert chart["rate"] == pytest.approx([10e9, 1e9])
     assert chart["bound"] == ["compute", "memory"]
     assert chart["peak_flops"] == 100e9 and chart["peak_bytes"] == 10e9
+    assert chart["hover"][0].startswith("fc (Linear)<br>100.0M FLOPs")  # lines, not "&lt;br&gt;"
+
+
+def test_hostile_layer_names_are_escaped_in_chart_hover() -> None:
+    from dataclasses import replace
+
+    prof = flop_profile()
+    layers = tuple(replace(i, path="<b>fc") if i.path == "fc" else i for i in prof.layers)
+    samples = {("<b>fc" if k == "fc" else k): v for k, v in prof.samples.items()}
+    page = render_html(replace(prof, layers=layers, samples=samples))
+    chart = chart_data(page)["chart-roofline"]
+    assert chart["names"][0] == "&lt;b&gt;fc"
+    assert chart["hover"][0].startswith("&lt;b&gt;fc (Linear)<br>")
 
 
 def test_layers_table_has_the_uncounted_share() -> None:

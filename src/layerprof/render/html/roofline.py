@@ -117,13 +117,14 @@ def _chart(points: tuple[RooflinePoint, ...], peak: Peak | None) -> RooflineChar
         rate=tuple(p.rate for p in placed),
         time_ms=tuple(p.time_ns / NS_PER_MS for p in placed),
         bound=tuple(p.bound or "unknown" for p in placed),
-        hover=tuple(label(_hover(p)) for p in placed),
+        hover=tuple(_hover(p) for p in placed),
         peak_flops=peak.flops_per_s if peak is not None else None,
         peak_bytes=peak.bytes_per_s if peak is not None else None,
     )
 
 
 def _hover(p: RooflinePoint) -> str:
+    """Hover text for plotly: lines joined by ``<br>``, each line escaped."""
     parts = [
         f"{p.name} ({p.type})",
         f"{human_count(p.flops)} FLOPs in {human_time(p.time_ns)}: {human_si(p.rate, 'FLOP/s')}",
@@ -133,7 +134,7 @@ def _hover(p: RooflinePoint) -> str:
         parts.append(f"{100 * p.peak_share:.1f}% of peak, {p.bound or '?'}-bound")
     if not p.reliable and p.uncounted_share is not None:
         parts.append(f"{100 * p.uncounted_share:.0f}% of its op time uncounted: a lower bound")
-    return "<br>".join(parts)
+    return "<br>".join(label(part) for part in parts)  # each part escaped for plotly
 
 
 def _points_table(points: tuple[RooflinePoint, ...], device: bool) -> str:

@@ -106,7 +106,7 @@ def _series(sweep: Sweep, value: str) -> tuple[LineSeries, ...]:
                     name=label(_group_name(dtype, threads)),
                     x=tuple(float(p.batch or 0) for p in ok),
                     y=tuple(_value(p, value) or 0.0 for p in ok),
-                    hover=tuple(label(_hover(p)) for p in ok),
+                    hover=tuple(_hover(p) for p in ok),
                 )
             )
     return tuple(out)
@@ -134,7 +134,7 @@ def _hover(p: SweepPoint) -> str:
         parts.append(human_si(p.flops_per_s, "FLOP/s"))
     if p.peak_bytes is not None:
         parts.append(f"peak memory {human_bytes(p.peak_bytes)}")
-    return "<br>".join(parts)
+    return "<br>".join(label(part) for part in parts)  # each part escaped for plotly
 
 
 def _charts(sweep: Sweep) -> Section | None:
