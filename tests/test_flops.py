@@ -460,3 +460,48 @@ def test_a_model_the_counter_cannot_run_keeps_its_timings(monkeypatch: pytest.Mo
     assert prof.flops is None and prof.row("").flops is None
     assert prof.row("").calls == 1
     assert "FLOPs not counted: RuntimeError: this model refuses dispatch modes" in prof.notes
+
+
+# ---- the profiler's per-op estimate (--with-flops) agrees where both count -----------------
+
+
+class MatmulConvNet(nn.Module):
+    """Ops both counters know (grouped strided conv, addmm, bmm, baddbmm) plus the fused
+    attention torch.profiler leaves at 0."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(8, 16, 3, stride=2, padding=1, groups=2)
+        self.fc = nn.Linear(16 * 8 * 8, 32)
+        self.bias = nn.Parameter(torch.randn(4, 4, 8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc(self.conv(x).flatten(1)).view(4, 4, 8)
+        h = torch.baddbmm(self.bias, h, h.transpose(1, 2).bmm(h)[:, :8, :8].transpose(1, 2))
+        q = h.view(4, 1, 4, 8)
+        return F.scaled_dot_product_attention(q, q, q)
+
+
+def test_profiler_estimate_per_op_agrees_with_the_counter_where_both_count() -> None:
+    from layerprof.capture.ops import OpOptions
+
+    model = MatmulConvNet().eval()
+    prof = layerprof.profile(
+        model, torch.randn(4, 8, 16, 16), warmup=0, iters=1, ops=OpOptions(with_flops=True)
+    )
+    by_layer: dict[str, float] = {}
+    for op in prof.ops:
+        if op.flops and op.name in ("aten::conv2d", "aten::addmm") and op.layer:
+            by_layer[op.layer] = by_layer.get(op.layer, 0.0) + op.flops
+    assert by_layer["conv"] == prof.row("conv").flops == 2 * 4 * 16 * 8 * 8 * 4 * 9
+    assert by_layer["fc"] == prof.row("fc").flops == 2 * 4 * 1024 * 32
+    profiler = {o.name: o.flops for o in prof.ops if o.layer is None or o.layer == ""}
+    assert profiler.get("aten::bmm") == 2 * 4 * 8 * 4 * 8  # (4,8,4) @ (4,4,8)
+    assert profiler.get("aten::baddbmm") == 2 * 4 * 4 * 8 * 8  # beta*bias not counted
+    # SDPA: the profiler's estimate is 0 (a blank cell); the counter's formula counts it
+    assert not profiler.get("aten::scaled_dot_product_attention")
+    count = counted(model, torch.randn(4, 8, 16, 16))
+    sdpa = 2 * 2 * 4 * 1 * 4 * 4 * 8  # QK^T and PV: 2 matmuls of (4 x 8) @ (8 x 4)
+    assert count.summary.forward - count.summary.elementwise == (
+        by_layer["conv"] + by_layer["fc"] + profiler["aten::bmm"] + profiler["aten::baddbmm"] + sdpa
+    )

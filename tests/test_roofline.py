@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from layerprof.analysis.diagnose import diagnose
-from layerprof.analysis.roofline import roofline, roofline_findings
+from layerprof.analysis.diagnose import checks, diagnose
+from layerprof.analysis.roofline import coverage_findings, roofline, roofline_findings
 from layerprof.profile import Profile
 from layerprof.records import LayerInfo, LayerSamples, Meta
 from layerprof.render.console import print_profile
@@ -84,12 +84,20 @@ def test_findings_name_slow_heavy_layers_and_coverage() -> None:
     findings = roofline_findings(flop_profile())
     titles = [f.title for f in findings]
     assert "fc runs at 10% of peak, compute-bound at intensity 100 FLOP/B" in titles
-    assert "FLOPs cover 86% of the op time" in titles  # 12 of 14 ms counted
+    coverage = [f.title for f in coverage_findings(flop_profile())]
+    assert coverage == ["FLOPs cover 86% of the op time"]  # 12 of 14 ms counted
+    # both are rules of diagnose's registry, listed as checks even when nothing is flagged
+    names = checks(flop_profile())
+    assert any(n.startswith("FLOP coverage") for n in names)
+    assert any(n.startswith("roofline") for n in names)
+    assert not any(n.startswith("roofline") for n in checks(flop_profile(peak=None)))
+    assert {"FLOPs cover 86% of the op time", titles[0]} <= {
+        f.title for f in diagnose(flop_profile())
+    }
     fc = next(f for f in findings if f.layer == "fc")
     assert fc.severity == "warning"  # 71% of the forward
     assert "100.0M FLOPs in 10.000 ms" in fc.detail and "ridge 10.0 FLOP/B" in fc.detail
     assert all(f.layer != "act" for f in findings)  # memory-bound but near its roofline
-    assert any(f.title == titles[0] for f in diagnose(flop_profile()))
 
 
 def test_memory_bound_finding_says_what_its_intensity_allows() -> None:

@@ -4,6 +4,7 @@ in the comments, properties of the partition, bad input, and the codec."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -410,7 +411,6 @@ def test_breakdown_of_random_traces_adds_up(
         assert set(dict(row.parts())) == set(BREAKDOWN_PARTS)
 
 
-@pytest.mark.xfail(strict=True, reason="the distributed HTML section is being ported to the typed page")
 def test_html_shows_the_distributed_section(tmp_path: Path) -> None:
     from layerprof.render.formats import HtmlRenderer
 
@@ -418,5 +418,170 @@ def test_html_shows_the_distributed_section(tmp_path: Path) -> None:
     assert 'id="distributed"' in page and "Step time breakdown" in page
     # one stacked bar per rank and step, a segment per non-zero part
     assert page.count("rank 1 · device 1 · ProfilerStep#") == 2
-    assert 'title="overlap 0.100 ms"' in page  # rank 0: [40, 50) units of 10 µs
+    assert 'title="Overlap: 0.100 ms (10.0%)"' in page  # rank 0: [40, 50) units of 10 µs
+    assert page.count('<i class="part-overlap" style') == 2  # rank 1 never overlaps
     assert "rank 1 arrives last most often" in page
+
+
+BAR = re.compile(
+    r'<div class="sbar"><span class="sbar-name">([^<]*)</span><span class="sbar-track">(.*?)'
+    r'</span><span class="sbar-wall">([^<]*)</span></div>'
+)
+SEGMENT = re.compile(r'<i class="part-(\w+)" style="width:([\d.]+)%" title="([^"]*)"></i>')
+
+
+def test_html_numbers_are_the_typed_values(tmp_path: Path) -> None:
+    """Every bar, segment and table cell of the card is the typed value, formatted by units."""
+    from layerprof.render.html import render_html
+    from layerprof.render.html.distributed import PART_LABELS
+    from layerprof.units import MS, fmt_gb_s, fmt_share, human_bytes
+    from tests.html_subjects import assert_times, tables
+
+    run = two_ranks(tmp_path)
+    page = render_html(run)
+    bars = BAR.findall(page)
+    steps = [(p, row) for p in run.ranks if p.breakdown for row in p.breakdown.steps]
+    assert [name for name, _, _ in bars] == [
+        f"rank {p.rank} · device {row.device} · {row.step}" for p, row in steps
+    ]
+    longest = max(row.wall_ns for _, row in steps)
+    for (_, track, wall), (_, row) in zip(bars, steps, strict=True):
+        assert wall == f"{MS.fmt(row.wall_ns)} ms"
+        expect = [(part, ns) for part, ns in row.parts() if ns]
+        got = SEGMENT.findall(track)
+        assert [g[0] for g in got] == [part for part, _ in expect]
+        for (_, width, tip), (part, ns) in zip(got, expect, strict=True):
+            assert float(width) == pytest.approx(100 * ns / longest, abs=1e-3)
+            label = PART_LABELS[part][0]
+            assert tip == f"{label}: {MS.fmt(ns)} ms ({fmt_share(ns / row.wall_ns)})"
+    t = tables(page)
+    totals = [p.breakdown.totals(p.rank) for p in run.ranks if p.breakdown]
+    assert_times(t["lp-breakdown"], "Wall (", [x["wall"] for x in totals])
+    for part in BREAKDOWN_PARTS:
+        if part != "memset":  # zero in every step: left out (the caption says so)
+            assert_times(t["lp-breakdown"], f"{PART_LABELS[part][0]} (", [x[part] for x in totals])
+    assert "Memset (" not in " ".join(t["lp-breakdown"].headers)
+    assert "Zero in every step: Memset." in page
+    comms = [p.communication for p in run.ranks if p.communication]
+    comm = t["lp-comm"]
+    assert_times(comm, "Communication (", [c.comm_ns for c in comms])
+    assert_times(comm, "Overlapped by compute (", [c.overlap_ns for c in comms])
+    assert_times(comm, "Exposed (", [c.exposed_ns for c in comms])
+    assert [c.text for c in comm.column("Overlap")] == ["33.3%", "0.0%"]
+    assert [c.text for c in comm.column("Collectives")] == ["2", "2"]
+    groups = t["lp-collectives"]
+    assert [c.text for c in groups.column("Kind")] == ["all_reduce", "all_reduce"]
+    assert_times(groups, "Duration (", [sum(x.dur_ns for x in c.collectives) for c in comms])
+    assert_times(groups, "Exposed (", [sum(x.exposed_ns for x in c.collectives) for c in comms])
+    assert [c.text for c in groups.column("Bytes")] == [human_bytes(8000)] * 2
+    algbw = [c.collectives[0].algbw for c in comms]  # both calls of a rank alike
+    assert [c.text for c in groups.column("algbw (GB/s)")] == [fmt_gb_s(v) for v in algbw]
+    queues = [p.queues for p in run.ranks if p.queues]
+    assert_times(t["lp-queues"], "Host blocked (", [q.blocked_ns for q in queues])
+    streams = [s for q in queues for s in q.streams]
+    assert [c.text for c in t["lp-queue-streams"].column("Max queue")] == [
+        str(s.max_length) for s in streams
+    ]
+    peaks = [d for p in run.ranks if p.memory_timeline for d in p.memory_timeline.devices]
+    peak = t["lp-memory-peak"]
+    assert [c.text for c in peak.column("Peak allocated")] == [
+        human_bytes(d.peak_bytes) for d in peaks
+    ]
+    assert [c.text for c in peak.column("Operator")] == ["record_param_comms"] * 2
+    assert_times(peak, "At (", [d.peak_ns for d in peaks])
+    s = run.stragglers
+    assert s is not None
+    late = t["lp-stragglers"]
+    assert [c.text for c in late.column("Last")] == ["0", "2"]
+    assert_times(late, "Median late (", [r.median_late_ns for r in s.ranks])
+    assert_times(late, "Clock offset (", [r.clock_offset_ns for r in s.ranks])
+    assert [c.text for c in late.column("Mostly before")] == ["", "gemm"]
+    worst = t["lp-straggler-worst"]
+    assert_times(worst, "Skew (", [m.skew_ns for m in s.worst])
+    assert worst.column(worst.find("Skew ("))[0].tip == "rank 0 +0.0 µs, rank 1 +100.0 µs"
+
+
+def test_collective_groups_sum_and_take_median_bandwidths() -> None:
+    """The communication table's rows: by (kind, group), most time first; bandwidths are
+    the median over the calls (algbw bytes/ns; busbw x 2(n-1)/n = 1.5 for a 4-way all-reduce)."""
+    from dataclasses import replace
+
+    from layerprof.render.html.distributed import collective_groups
+    from layerprof.sections import Collective, Communication
+    from layerprof.units import fmt_gb_s
+
+    one = Collective(kind="all_reduce", name="nccl", group="0", group_size=4, step=None,
+                     index=0, seq=None, issue_ns=None, start_ns=0, dur_ns=1000, bytes=4000,
+                     device=0, stream=1, exposed_ns=200, prior_compute_ns=0, prior_top=None)  # fmt: skip
+    calls = (one, replace(one, dur_ns=2000, exposed_ns=0), replace(one, dur_ns=500, bytes=None))
+    gather = replace(one, kind="all_gather", dur_ns=100)
+    c = Communication(collectives=(*calls, gather), comm_ns=3600, overlap_ns=0, compute_ns=0,
+                      origin_ns=0, on_device=True)  # fmt: skip
+    reduce, gathers = collective_groups(c)
+    assert (reduce.kind, gathers.kind) == ("all_reduce", "all_gather")
+    assert (reduce.total_ns, reduce.exposed_ns, reduce.bytes) == (3500, 400, 8000)
+    assert reduce.algbw == pytest.approx((4.0 + 2.0) / 2)  # the call without bytes has none
+    assert reduce.busbw == pytest.approx(1.5 * 3.0)
+    assert gathers.busbw == pytest.approx(0.75 * 40.0)
+    assert (fmt_gb_s(None), fmt_gb_s(3.14159), fmt_gb_s(1234.5)) == ("-", "3.14", "1,234.50")
+
+
+def test_html_distributed_names_stay_text(tmp_path: Path) -> None:
+    """A kernel named like markup reaches the page through the stragglers table as text."""
+    from layerprof.render.html import render_html
+
+    evil = "</script><b>gemm<float, 128>"
+    for rank, late, clock in ((0, 0, 0.0), (1, 10, 5_000_000.0)):
+        doc = rank_doc(rank, late=late, clock=clock)
+        for e in doc["traceEvents"]:
+            if e["name"] == "gemm":
+                e["name"] = evil
+        write(tmp_path, doc, f"r{rank}.json")
+    page = render_html(analyze(tmp_path))
+    card = page[
+        page.index('id="distributed"') : page.index("</section>", page.index('id="distributed"'))
+    ]
+    assert evil not in card and "&lt;/script&gt;&lt;b&gt;gemm&lt;float, 128&gt;" in card
+
+
+def test_html_single_cpu_rank_has_no_empty_distributed_part() -> None:
+    """A one-rank CPU trace (torch.profiler, no collectives): its host breakdown and memory
+    peak, one line saying there are no collectives, and nothing empty: no table without
+    rows, no queue or straggler part. A profile without these sections has no card."""
+    from layerprof.render.html import render_html
+    from tests.html_subjects import assert_times, hooks_profile, one_rank_run, section_ids, tables
+
+    run = one_rank_run()
+    p = run.rank()
+    assert p.breakdown is not None and p.communication is None and p.queues is None
+    assert run.stragglers is None and p.memory_timeline is not None
+    page = render_html(run)
+    start = page.index('id="distributed"')
+    card = page[start : page.index("</section>", start)]
+    assert "No collectives in this trace." in card
+    for absent in ("Device queues", "Stragglers", "Collectives by kind", 'id="lp-comm"'):
+        assert absent not in card
+    ids = re.findall(r'<table class="data sortable" id="([^"]+)"', card)
+    assert ids == ["lp-breakdown", "lp-memory-peak"]
+    t = tables(page)
+    assert all(t[i].rows for i in ids)
+    assert [c.text for c in t["lp-breakdown"].column("Device")] == ["host"]
+    assert_times(t["lp-breakdown"], "Wall (", [p.breakdown.totals(None)["wall"]])
+    names = [name for name, _, _ in BAR.findall(card)]
+    assert names == [f"host · {row.step}" for row in p.breakdown.steps]
+    assert "distributed" not in section_ids(render_html(hooks_profile()))
+
+
+def test_html_bars_stop_at_the_first_steps_the_table_sums_all(tmp_path: Path) -> None:
+    from layerprof.render.html import render_html
+    from layerprof.render.html.page import TOP_N
+    from tests.html_subjects import tables
+
+    run = analyze(write(tmp_path, rank_doc(0, late=0, steps=TOP_N + 5), "r0.json"))
+    p = run.rank()
+    assert p.breakdown is not None and len(p.breakdown.steps) == TOP_N + 5
+    page = render_html(run)
+    names = [name for name, _, _ in BAR.findall(page)]
+    assert names == [f"device 0 · {row.step}" for row in p.breakdown.steps[:TOP_N]]
+    assert f"The first {TOP_N} steps of each rank and device; the table sums them all." in page
+    assert [c.text for c in tables(page)["lp-breakdown"].column("Steps")] == [str(TOP_N + 5)]

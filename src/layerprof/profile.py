@@ -13,6 +13,8 @@ Kineto traces fill the sections they know; everything else stays empty.
   trace came from (``source``);
 * flops: the model's counted FLOPs, their coverage and the device's peak
   (per layer in ``LayerInfo.flops``/``flop_detail``);
+* passes: for live runs, whether the per-layer pass ran the clean pass's code
+  (fused fast paths, modules called in one pass only);
 * notes: facts the user should read next to the numbers.
 
 Nothing here imports torch, a renderer or the codec: saving, loading and
@@ -44,6 +46,7 @@ from layerprof.sections import (
     MemcpyRow,
     MemorySummary,
     MemoryTimeline,
+    PassCheck,
     Queues,
     Steps,
     Stragglers,
@@ -51,6 +54,7 @@ from layerprof.sections import (
 )
 from layerprof.sections.flops import FlopSummary, LayerFlops
 from layerprof.stats import Series, SeriesLike, Summary, as_series
+from layerprof.units import NS_PER_MS
 
 if TYPE_CHECKING:
     import pandas
@@ -103,6 +107,16 @@ class LayerRow:
     @property
     def name(self) -> str:
         return self.path.rsplit(".", 1)[-1] if self.path else self.type
+
+    @property
+    def total_ms(self) -> float:
+        """``total_ns`` in milliseconds, as the JSON's ``total_ms``."""
+        return self.total_ns / NS_PER_MS
+
+    @property
+    def self_ms(self) -> float:
+        """``self_ns`` in milliseconds, as the JSON's ``self_ms``."""
+        return self.self_ns / NS_PER_MS
 
 
 @dataclass
@@ -249,6 +263,7 @@ class Profile(sinks.Output):
     launches: Launches | None = None
     memory: MemorySummary | None = None
     annotations: tuple[AnnotationRow, ...] = ()
+    passes: PassCheck | None = None  # live runs: did the per-layer pass run the clean code?
     breakdown: Breakdown | None = None
     communication: Communication | None = None
     queues: Queues | None = None
@@ -260,9 +275,19 @@ class Profile(sinks.Output):
         latency: SeriesLike | None = self.latency_ns
         self.latency_ns = as_series(latency)
 
+    def __repr__(self) -> str:
+        lat = self.latency
+        latency = f"latency median {lat.median_ms:.3f} ms (n={lat.n})" if lat else "no latency"
+        timed = sum(1 for s in self.samples.values() if s.calls)
+        return (
+            f"<Profile {self.meta.model or '?'} on {self.meta.device}: {latency},"
+            f" {len(self.layers)} layers ({timed} timed), {len(self.ops)} op rows>"
+        )
+
     # ---- derived --------------------------------------------------------
     @property
     def latency(self) -> Summary | None:
+        """The clean pass's whole-forward times (nanoseconds; ``.median_ms`` for ms)."""
         return self.latency_ns.summary if self.latency_ns is not None else None
 
     @property
@@ -367,6 +392,10 @@ class Run(sinks.Output):
     skipped: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     stragglers: Stragglers | None = None
+
+    def __repr__(self) -> str:
+        ranks = ", ".join(str(p.rank) for p in self.ranks)
+        return f"<Run {self.path}: {len(self.ranks)} rank(s) [{ranks}]>"
 
     def rank(self, rank: int | None = None) -> Profile:
         """The profile of ``rank`` (default: the lowest rank)."""

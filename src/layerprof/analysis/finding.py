@@ -1,8 +1,8 @@
-"""A finding: what a rule saw, with its numbers, and what to try.
+"""One finding: what a rule saw, with the numbers behind it, and what to try.
 
-Its own module so that every findings module (``diagnose``, ``distributed``)
-can build findings and ``diagnose`` can still call them all without an
-import cycle.
+Its own module so that every findings module (``diagnose``, ``passes``,
+``distributed``) can build findings and ``diagnose`` can still call them all
+without an import cycle.
 """
 
 from __future__ import annotations
@@ -11,10 +11,14 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 Severity = Literal["high", "warning", "info"]
+ORDER = {"high": 0, "warning": 1, "info": 2}
 
 
 @dataclass(frozen=True)
 class Finding:
+    """``title`` says what; ``detail`` the numbers a reader can check; ``hint`` what to
+    try; ``layer`` the module path it is about (None: the whole model or run)."""
+
     severity: Severity
     title: str
     detail: str

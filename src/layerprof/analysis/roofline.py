@@ -141,9 +141,20 @@ def _point(row: LayerRow, whole: float, peak: Peak | None) -> RooflinePoint:
 # ---- findings ------------------------------------------------------------------------
 
 
+def has_peak(profile: Profile) -> bool:
+    """Whether the roofline rule has what it reads: counted FLOPs and a peak FLOP/s."""
+    flops = profile.flops
+    return flops is not None and flops.peak is not None and bool(flops.peak.flops_per_s)
+
+
+def has_coverage(profile: Profile) -> bool:
+    """Whether the coverage rule has what it reads: op time split by counted ops."""
+    return profile.flops is not None and profile.flops.coverage is not None
+
+
 def roofline_findings(profile: Profile) -> list[Finding]:
-    """Heavy layers far below their roofline, and FLOP coverage worth a warning."""
-    out = _coverage_findings(profile)
+    """Heavy layers far below their roofline, and a measured peak that layers beat."""
+    out: list[Finding] = []
     line = roofline(profile)
     if line is None or line.peak is None or not line.peak.flops_per_s:
         return out
@@ -235,7 +246,8 @@ def _peak_text(peak: Peak) -> str:
     return f"{' and '.join(parts)}{ridge} ({peak.source}: {peak.detail})"
 
 
-def _coverage_findings(profile: Profile) -> list[Finding]:
+def coverage_findings(profile: Profile) -> list[Finding]:
+    """A warning when FLOPs cover too little of the op time for the rates to be read."""
     summary = profile.flops
     if summary is None or summary.coverage is None or summary.coverage >= RELIABLE_COVERAGE:
         return []

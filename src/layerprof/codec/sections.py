@@ -19,6 +19,7 @@ from layerprof.codec.fields import (
     summary_us,
 )
 from layerprof.codec.flops import encode_flops, read_flops
+from layerprof.codec.passes import encode_passes, read_passes
 from layerprof.profile import Profile
 from layerprof.sections import (
     AllocRow,
@@ -51,6 +52,7 @@ def encode_sections(p: Profile, top: int | None) -> dict[str, Any]:
         "memory": _memory(p.memory, top),
         "annotations": [asdict_ms(a) for a in p.annotations],
         "flops": encode_flops(p.flops),
+        "passes": encode_passes(p.passes),
         **encode_distributed(p),
     }
     return {k: v for k, v in sections.items() if v}
@@ -178,6 +180,7 @@ def read_sections(f: Fields) -> dict[str, Any]:
     out["memory"] = read_memory(f.obj("memory"))
     out["annotations"] = tuple(read_row(AnnotationRow, a) for a in f.objects("annotations"))
     out["flops"] = read_flops(f.obj("flops"))
+    out["passes"] = read_passes(f.obj("passes"))
     out.update(read_distributed(f))
     return out
 

@@ -71,27 +71,34 @@ def _print_profile(
     findings: bool = True,
     **_: Any,
 ) -> None:
-    from layerprof.analysis.diagnose import diagnose
+    from layerprof.analysis.diagnose import checks, diagnose
     from layerprof.render.console import print_findings, print_profile
-    from layerprof.render.ops_console import merge_shapes, render_ops
+    from layerprof.render.ops_console import render_ops
     from layerprof.render.trace_console import print_sections
 
     print_profile(profile, console=console, depth=depth, top=top, sort=sort, shapes=shapes)
     print_sections(profile, console, top=top or 10)
     if profile.ops:
-        ops = profile.ops if group_by_shape else merge_shapes(profile.ops)
-        n = top or 10
-        render_ops([o for o in ops if o.phase == "forward"], console, top=n, sort=op_sort)
+        ops, n, by_shape = profile.ops, top or 10, group_by_shape
+        forward = [o for o in ops if o.phase == "forward"]
+        render_ops(forward, console, top=n, sort=op_sort, by_shape=by_shape)
         backward = [o for o in ops if o.phase == "backward"]
         if backward:
-            render_ops(backward, console, top=n, sort=op_sort, title="backward operators")
+            render_ops(
+                backward,
+                console,
+                top=n,
+                sort=op_sort,
+                title="backward operators",
+                by_shape=by_shape,
+            )
     if findings:
-        print_findings(diagnose(profile), console)
+        print_findings(diagnose(profile), console, checks=checks(profile))
 
 
 def _print_run(run: Run, console: Any, **options: Any) -> None:
     """Every rank's report (its findings gathered at the end), then the ranks side by side."""
-    from layerprof.analysis.diagnose import diagnose_run
+    from layerprof.analysis.diagnose import diagnose_run, run_checks
     from layerprof.render.console import print_findings
     from layerprof.render.trace_console import print_rank_rule, print_ranks, print_run_header
 
@@ -101,7 +108,7 @@ def _print_run(run: Run, console: Any, **options: Any) -> None:
         _print_profile(p, console, **{**options, "findings": False})
     print_ranks(run, console, options.get("top") or 10)
     if options.get("findings", True):
-        print_findings(diagnose_run(run), console)
+        print_findings(diagnose_run(run), console, checks=run_checks(run))
 
 
 class JsonRenderer:

@@ -4,8 +4,10 @@ One module per family: ``flops`` holds counted FLOPs, their coverage and the
 device's peak; ``trace`` holds what traces and ops mode fill (steps,
 GPU time, kernels, memcpy, launches, memory, annotations, where a trace came
 from, cross-rank results); ``distributed`` the step breakdown, collectives,
-queues, memory timeline and stragglers. A new analysis adds its own module here, a field on
-``Profile`` (or ``Run``), and its writer/reader in ``layerprof.codec``.
+queues, memory timeline and stragglers; ``passes`` whether a live run's per-layer
+pass ran the clean pass's code (fused fast paths). A new analysis adds its own
+module here, a field on ``Profile`` (or ``Run``), and its writer/reader in
+``layerprof.codec``.
 """
 
 from layerprof.sections.distributed import (
@@ -25,6 +27,7 @@ from layerprof.sections.distributed import (
     bus_factor,
 )
 from layerprof.sections.flops import CONVENTION, FlopSummary, LayerFlops, Peak, UncountedOp
+from layerprof.sections.passes import FusedLayer, PassCheck
 from layerprof.sections.trace import (
     STEP_DEFINITIONS,
     AllocRow,
@@ -60,6 +63,7 @@ __all__ = [
     "DeviceTimeline",
     "DeviceUse",
     "FlopSummary",
+    "FusedLayer",
     "KernelRow",
     "KindRow",
     "LaunchOutlier",
@@ -68,6 +72,7 @@ __all__ = [
     "MemcpyRow",
     "MemorySummary",
     "MemoryTimeline",
+    "PassCheck",
     "Peak",
     "Queues",
     "RankLateness",

@@ -72,6 +72,7 @@ class _Builder:
         self.mem_devices = _Interner()
         self.events = 0
         self.host: list[tuple[int, int, int, int, int, int, int, int]] = []
+        self.flops: list[int] = []  # per host row: the profiler's estimate (with_flops)
         self.device: list[tuple[int, int, int, int, int, int, int, int, int]] = []
         self.memory: list[tuple[int, int, int, int]] = []
 
@@ -121,6 +122,7 @@ class _Builder:
             if dims and any(dims):
                 shape = self.shapes.add(_shape_text(list(dims)))
         seq = int(e.sequence_nr()) if kind == OP else -1
+        self.flops.append(int(e.flops()) if kind == OP and hasattr(e, "flops") else 0)
         self.host.append(
             (
                 kind,
@@ -148,33 +150,17 @@ class _Builder:
             threads=tuple((str(p), str(t)) for p, t in self.threads.values),
             shapes=tuple(self.shapes.values),
             memory_devices=tuple(self.mem_devices.values),
-            host=HostSpans(
-                kind=host[0].astype(np.int8),
-                thread=host[1],
-                start=host[2] - base,
-                dur=host[3],
-                name=host[4],
-                ref=host[5],
-                shape=host[6],
-                seq=host[7],
+            host=HostSpans.of(
+                host, base, np.asarray(self.flops, dtype=np.int64) if any(self.flops) else None
             ),
-            device=DeviceOps(
-                kind=device[0].astype(np.int8),
-                device=device[1],
-                stream=device[2],
-                start=device[3] - base,
-                dur=device[4],
-                name=device[5],
-                corr=device[6],
-                ext=device[7],
-                bytes=device[8],
-            ),
-            memory=MemoryEvents(
-                thread=memory[0],
-                ts=memory[1] - base,
-                bytes=memory[2],
-                allocated=np.full(len(memory[1]), -1, dtype=np.int64),
-                device=memory[3],
+            device=DeviceOps.of(device, base),
+            memory=MemoryEvents.of(
+                memory[0],
+                memory[1],
+                memory[2],
+                np.full(len(memory[1]), -1, dtype=np.int64),
+                memory[3],
+                base=base,
             ),
             origin_us=origin_us,
             window_end_ns=None,

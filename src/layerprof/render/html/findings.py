@@ -3,7 +3,7 @@ depend on."""
 
 from __future__ import annotations
 
-from layerprof.analysis.diagnose import Finding
+from layerprof.analysis.diagnose import Finding, checks, run_checks
 from layerprof.render.html.page import Section, esc, paragraph
 from layerprof.render.html.subject import Subject, rank_name
 
@@ -15,7 +15,9 @@ def findings_section(s: Subject) -> Section | None:
     if s.diff is not None:
         return None
     if not s.findings:
-        body = paragraph("No findings: the diagnosis found nothing worth flagging.", "empty")
+        ran = run_checks(s.run) if s.run is not None else [c for p in s.ranks for c in checks(p)]
+        said = f" Checked: {'; '.join(ran)}." if ran else ""
+        body = paragraph(f"No findings: the diagnosis found nothing worth flagging.{said}", "empty")
         return Section("findings", "Findings", body)
     body = "".join(finding_card(f) for f in s.findings)
     return Section("findings", f"Findings ({len(s.findings)})", body)

@@ -21,6 +21,7 @@ from layerprof.render.html.diff_sections import (
     diff_section,
     diff_steps_section,
 )
+from layerprof.render.html.distributed import distributed_section
 from layerprof.render.html.findings import findings_section, notes_section
 from layerprof.render.html.page import Section
 from layerprof.render.html.profile_sections import (
@@ -63,6 +64,7 @@ SECTIONS: tuple[SectionFn, ...] = (
     # trace sections, every rank
     steps_section,
     cross_rank_section,
+    distributed_section,
     devices_section,
     memcpy_section,
     kernels_section,
