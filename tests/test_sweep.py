@@ -67,6 +67,24 @@ def test_grid_order_throughput_and_shares() -> None:
     assert sweep.inputs == ("2x16",) and sweep.batch_dim == 0
 
 
+def test_notes_say_where_shares_time_the_unfused_path_and_the_machine_was_busy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # eval TransformerEncoderLayer: the clean pass runs the fused kernel, hooks refuse it
+    layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True).eval()
+    quiet = run_sweep(layer, ["2x4x16"], SweepOptions(batches=(1, 2), **FAST))
+    (unfused,) = [n for n in quiet.notes if "unfused path" in n]  # once, not per point
+    assert unfused.startswith("the layer shares of self_attn, ")
+    assert "fused fast path off there" in unfused
+    monkeypatch.setattr("layerprof.capture.runner.host_load", lambda: {"cpus": 2, "load_avg": 7.5})
+    busy = run_sweep(Mlp(), ["2x16"], SweepOptions(batches=(1, 2), **FAST))
+    (note,) = busy.notes
+    assert note.startswith("the machine was busy at 2 of 2 points (batch 1, float32; batch 2,")
+    assert "load average up to 7.5 on 2 CPUs" in note
+    monkeypatch.setattr("layerprof.capture.runner.host_load", lambda: {"cpus": 2, "load_avg": 1.0})
+    assert run_sweep(Mlp(), ["2x16"], SweepOptions(batches=(1,), **FAST)).notes == ()
+
+
 def test_the_callers_model_keeps_its_dtype_and_weights() -> None:
     model = Mlp()
     before = model.fc1.weight.detach().clone()

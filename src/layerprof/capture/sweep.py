@@ -14,7 +14,9 @@ Order: dtype, then threads, then batch ascending. A point that runs out of
 memory ends its (dtype, threads) row: the larger batches are marked skipped,
 and the sweep goes on with the next row. Other failures mark the point failed
 with the error's first line. The model is cast per dtype on a copy, so the
-caller's model is left as it was.
+caller's model is left as it was. Notes, once per grid: where rows stopped,
+layers whose shares time the unfused path (the per-layer pass refused a fused
+fast path), and points measured while the machine was busy.
 """
 
 from __future__ import annotations
@@ -95,14 +97,16 @@ def run_sweep(
     notes = _check_specs(parsed, options)
     own = _dtype_of(model)
     points: list[SweepPoint] = []
+    facts: list[_Facts] = []
     for dtype in options.dtypes or (own,):
         casted = _cast(model, options.device, dtype if dtype != own else None)
         for threads in options.threads or (None,):
-            row, stop = _row(casted, parsed, dtype, threads, options, progress)
+            row, stop = _row(casted, parsed, dtype, threads, options, progress, facts)
             points += row
             if stop:
                 notes.append(stop)
         del casted
+    notes += _fact_notes(facts)
     return Sweep(
         model=options.model_name or type(model).__name__,
         device=options.device,
@@ -149,8 +153,10 @@ def _row(
     threads: int | None,
     options: SweepOptions,
     progress: Progress | None,
+    facts: list[_Facts],
 ) -> tuple[list[SweepPoint], str | None]:
-    """One (dtype, threads) row over the batches; the note where it stopped, if it did."""
+    """One (dtype, threads) row over the batches; the note where it stopped, if it did.
+    What each point's run found that the numbers depend on goes to ``facts``."""
     out: list[SweepPoint] = []
     stopped: SweepPoint | None = None
     batches: list[int | None] = [*sorted(options.batches)] or [None]
@@ -165,8 +171,10 @@ def _row(
             continue
         if progress is not None:
             progress(point.label)
-        point = _point(model, specs, point, options)
+        point, fact = _point(model, specs, point, options)
         out.append(point)
+        if fact is not None:
+            facts.append(fact)
         if point.status == OUT_OF_MEMORY:
             stopped = point
     if stopped is None:
@@ -176,9 +184,56 @@ def _row(
     return out, f"{stopped.label}: out of memory ({stopped.reason}){rest}"
 
 
+@dataclass(frozen=True)
+class _Facts:
+    """What one point's run recorded beside its numbers: layers whose per-layer pass
+    ran other code than the clean pass, and how busy the machine was."""
+
+    label: str
+    diverged: tuple[str, ...]
+    load: float | None
+    cpus: int | None
+
+
+def _facts(point: SweepPoint, profile: Profile) -> _Facts:
+    extra = profile.meta.extra
+    load, cpus = extra.get("load_avg"), extra.get("cpus")
+    return _Facts(
+        point.label,
+        profile.passes.diverged if profile.passes is not None else (),
+        float(load) if isinstance(load, (int, float)) else None,
+        cpus if isinstance(cpus, int) else None,
+    )
+
+
+def _fact_notes(facts: list[_Facts]) -> list[str]:
+    """One note per kind of fact over the whole grid (not one per point)."""
+    notes: list[str] = []
+    diverged = list(dict.fromkeys(p for f in facts for p in f.diverged))
+    if diverged:
+        names = ", ".join(diverged[:3]) + (
+            f" and {len(diverged) - 3} more" if len(diverged) > 3 else ""
+        )
+        notes.append(
+            f"the layer shares of {names} time the unfused path: the per-layer pass's hooks"
+            " turn torch's fused fast path off there, while latency and throughput are the"
+            " fused path's (see `layerprof run` findings)"
+        )
+    busy = [f for f in facts if f.load is not None and f.cpus is not None and f.load > f.cpus]
+    if busy:
+        worst = max(busy, key=lambda f: f.load or 0.0)
+        labels = "; ".join(f.label for f in busy[:4]) + ("; ..." if len(busy) > 4 else "")
+        notes.append(
+            f"the machine was busy at {len(busy)} of {len(facts)} points ({labels}): 1-minute"
+            f" load average up to {worst.load:.1f} on {worst.cpus} CPUs (this sweep included);"
+            " their latencies may be inflated by other processes"
+        )
+    return notes
+
+
 def _point(
     model: Any, specs: list[InputSpec], point: SweepPoint, options: SweepOptions
-) -> SweepPoint:
+) -> tuple[SweepPoint, _Facts | None]:
     from layerprof.capture.runner import RunOptions, run_model
 
     sized = [_resized(s, point.batch, options.batch_dim) for s in specs]
@@ -199,8 +254,9 @@ def _point(
     except Exception as exc:
         _free(options.device)
         status = OUT_OF_MEMORY if is_out_of_memory(exc) else FAILED
-        return dataclasses.replace(point, status=status, reason=_first_line(exc))
-    return _measured(point, profile, peak, _batch_of(sized, point.batch, options.batch_dim))
+        return dataclasses.replace(point, status=status, reason=_first_line(exc)), None
+    measured = _measured(point, profile, peak, _batch_of(sized, point.batch, options.batch_dim))
+    return measured, _facts(point, profile)
 
 
 def _resized(spec: InputSpec, batch: int | None, dim: int) -> InputSpec:
