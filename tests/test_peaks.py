@@ -247,3 +247,16 @@ def test_cli_peak_reaches_the_saved_profile(
     assert peak["ridge"] == pytest.approx(10.0)
     assert main([*argv[:-3], "--peak", "fast"]) == 2
     assert "argument --peak: 'fast' is not a number" in capsys.readouterr().err
+
+
+def test_python_api_peak_is_given_like_the_cli() -> None:
+    import layerprof
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU())
+    prof = layerprof.profile(model, torch.randn(2, 4), warmup=0, iters=2, peak="2T,50G")
+    assert prof.flops is not None and prof.flops.peak is not None
+    given = prof.flops.peak
+    assert (given.flops_per_s, given.bytes_per_s, given.source) == (2e12, 5e10, "given")
+    with pytest.raises(UsageError, match="fast"):
+        layerprof.profile(model, torch.randn(2, 4), warmup=0, iters=2, peak="fast")
+    assert not model[0]._forward_hooks  # refused before any hook went on

@@ -68,6 +68,7 @@ def profile(
     ops: bool | OpOptions = False,
     backward: bool = False,
     loss: Callable[[Any], Any] | None = None,
+    peak: str | None = None,
 ) -> Profile:
     """Profile ``model(*args, **kwargs)``: clean latency pass + per-layer pass.
 
@@ -78,11 +79,14 @@ def profile(
     :class:`layerprof.capture.ops.OpOptions`) records the operators of every layer
     with torch.profiler (``Profile.ops``); ``backward=True`` adds each layer's
     backward time, with ``loss(output)`` as the loss (default: the sum of the
-    floating outputs). See :class:`layerprof.capture.runner.RunOptions` for the
+    floating outputs); ``peak`` (``"312e12,2T"``: FLOP/s[,bytes/s]) gives the
+    device's peak rates for the roofline, as ``--peak``. See
+    :class:`layerprof.capture.runner.RunOptions` for the
     other options and docs/python-api.md for the units of what comes back.
     """
     from layerprof.capture.device import placed
     from layerprof.capture.ops import OpOptions
+    from layerprof.capture.peaks import parse_peak
     from layerprof.capture.runner import RunOptions, profile_model
 
     model, args, kwargs, dev, dtype_name = placed(model, args, kwargs or {}, device, dtype)
@@ -100,6 +104,7 @@ def profile(
         ops=ops if isinstance(ops, OpOptions) else (OpOptions() if ops else None),
         backward=backward,
         loss=loss,
+        peak=parse_peak(peak) if peak is not None else None,
     )
     return profile_model(model, args, kwargs, options)
 
