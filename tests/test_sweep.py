@@ -243,6 +243,17 @@ def test_console_golden() -> None:
 def test_console_keeps_numbers_at_80_columns() -> None:
     text = _console_text(synthetic(), 80)
     assert "2,000.0" in text and "out of memory" in text
+    assert "lines wrap" not in text and "hidden columns: p90" in text  # p50, p99 stay
+    assert "hidden columns" not in _console_text(synthetic(), 100)
+
+
+def test_console_columns_only_for_dimensions_that_vary() -> None:
+    one = synthetic()
+    assert "peak memory (float32, 2 threads)" in _console_text(one)
+    varied = replace(one, points=(*one.points, replace(one.points[0], dtype="bfloat16", threads=1)))
+    header = next(ln for ln in _console_text(varied).splitlines() if "p50" in ln)
+    assert header.split()[:3] == ["Batch", "Dtype", "Threads"]
+    assert "peak memory (" not in _console_text(varied)
 
 
 # ---- command line --------------------------------------------------------------------------

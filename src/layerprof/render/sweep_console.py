@@ -8,13 +8,15 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from layerprof.render.columns import Cell, Col, Row, Shrink, Step, print_table
+from layerprof.render.columns import Cell, Col, Hide, Row, Shrink, Step, print_table
 from layerprof.render.terminal import escaping
 from layerprof.sections.sweep import FAILED, OK, Sweep, SweepPoint
 from layerprof.units import human_bytes, human_si, unit_for
 
 SHARE_LAYERS = 6
 _NAME_STEPS: tuple[Step, ...] = (Shrink(("name",), 24), Shrink(("name",), 12))
+# p50 and p99 bound the latency; p90 is the first to give way in a narrow terminal
+_POINT_STEPS: tuple[Step, ...] = (Hide(("p90",)),)
 
 
 def print_sweep(sweep: Sweep, console: Console, **_: object) -> None:
@@ -48,14 +50,19 @@ def _points_table(sweep: Sweep, console: Console) -> None:
     points = sweep.points
     ok = [p for p in points if p.latency is not None]
     unit = unit_for(max((p.latency.p99 for p in ok if p.latency), default=0.0))
+    # a dimension with one value on every point goes to the title, not a column of repeats
+    dtypes = {p.dtype for p in points}
+    threads = {p.threads for p in points}
+    show_dtype, show_threads = len(dtypes) > 1, len(threads) > 1
     columns: list[Col] = []
     if any(p.batch is not None for p in points):
         columns.append(Col("Batch", number=True))
-    columns.append(Col("Dtype", key="name"))
-    if any(p.threads is not None for p in points):
+    if show_dtype:
+        columns.append(Col("Dtype", key="name"))
+    if show_threads:
         columns.append(Col("Threads", number=True))
     columns += [
-        Col(f"p50 {unit.name}", number=True), Col(f"p90 {unit.name}", number=True),
+        Col(f"p50 {unit.name}", number=True), Col(f"p90 {unit.name}", number=True, key="p90"),
         Col(f"p99 {unit.name}", number=True), Col("samples/s", number=True),
         Col("FLOP/s", number=True), Col("Peak mem", number=True), Col("Status", number=True),
     ]  # fmt: skip
@@ -64,8 +71,9 @@ def _points_table(sweep: Sweep, console: Console) -> None:
         cells: list[Cell] = []
         if any(q.batch is not None for q in points):
             cells.append(str(p.batch) if p.batch is not None else "-")
-        cells.append(p.dtype)
-        if any(q.threads is not None for q in points):
+        if show_dtype:
+            cells.append(p.dtype)
+        if show_threads:
             cells.append(str(p.threads) if p.threads is not None else "-")
         lat = p.latency
         cells += [
@@ -78,8 +86,17 @@ def _points_table(sweep: Sweep, console: Console) -> None:
             p.status,
         ]
         rows.append(Row(tuple(cells), style=None if p.status == OK else "dim"))
-    title = "latency (clean pass), throughput and peak memory per point"
-    print_table(console, lambda: _frame(title), columns, rows)
+    fixed = [d for d in dtypes if not show_dtype] + [
+        _threads_text(t) for t in threads if not show_threads and t is not None
+    ]
+    title = "latency (clean pass), throughput and peak memory" + (
+        f" ({', '.join(fixed)})" if fixed else ""
+    )
+    print_table(console, lambda: _frame(title), columns, rows, steps=_POINT_STEPS)
+
+
+def _threads_text(threads: int) -> str:
+    return f"{threads} thread{'s' if threads != 1 else ''}"
 
 
 def _shares_table(
@@ -105,6 +122,6 @@ def _shares_table(
         if len(measured) > 1:
             cells.append(f"{100 * (shares[-1] - shares[0]):+.1f} pt")
         rows.append(Row(tuple(cells)))
-    where = dtype + (f", {threads} thread{'s' if threads != 1 else ''}" if threads else "")
+    where = dtype + (f", {_threads_text(threads)}" if threads else "")
     title = f"share of the forward by layer ({where})"
     print_table(console, lambda: _frame(title), columns, rows, steps=_NAME_STEPS)
