@@ -3,6 +3,7 @@ the page as text, and the page's script draws their charts."""
 
 from __future__ import annotations
 
+import html
 import json
 import shutil
 import subprocess
@@ -100,3 +101,19 @@ def test_report_rerenders_a_saved_sweep_as_html(tmp_path: Path) -> None:
     out = tmp_path / "again.html"
     assert main(["report", str(saved), "--html", str(out), "--quiet"]) == 0
     assert "sweep-points" in out.read_text()
+
+
+def test_roofline_findings_with_a_less_than_sign_are_on_the_page() -> None:
+    from dataclasses import replace
+
+    from layerprof.analysis.diagnose import diagnose
+    from layerprof.records import LayerSamples
+
+    slow = flop_profile()
+    samples = dict(slow.samples)
+    samples["act"] = LayerSamples([400_000_000] * 3, [400_000_000] * 3, 1.0)
+    prof = replace(slow, samples=samples)
+    titles = [f.title for f in diagnose(prof) if "<0.1% of peak" in f.title]
+    assert titles  # 'act runs at <0.1% of peak, ...'
+    page = render_html(prof)
+    assert all(html.escape(t) in page for t in titles)
