@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
     import torch
 
+    from layerprof.capture.compiled import CompileOptions
     from layerprof.capture.ops import OpOptions
 
 # ``layerprof.analysis.diff`` is the function (``layerprof.diff(a, b) -> Diff``); the module
@@ -69,6 +70,7 @@ def profile(
     backward: bool = False,
     loss: Callable[[Any], Any] | None = None,
     peak: str | None = None,
+    compile: bool | CompileOptions = False,
 ) -> Profile:
     """Profile ``model(*args, **kwargs)``: clean latency pass + per-layer pass.
 
@@ -79,11 +81,15 @@ def profile(
     :class:`layerprof.capture.ops.OpOptions`) records the operators of every layer
     with torch.profiler (``Profile.ops``); ``backward=True`` adds each layer's
     backward time, with ``loss(output)`` as the loss (default: the sum of the
-    floating outputs); ``peak`` (``"312e12,2T"``: FLOP/s[,bytes/s]) gives the
-    device's peak rates for the roofline, as ``--peak``. See
-    :class:`layerprof.capture.runner.RunOptions` for the
-    other options and docs/python-api.md for the units of what comes back.
+    floating outputs). ``compile=True`` (or a
+    :class:`layerprof.capture.compiled.CompileOptions`) runs the model through
+    ``torch.compile`` and attributes the compiled kernels' time to layers
+    (``Profile.compiled`` says how); ``peak`` (``"312e12,2T"``: FLOP/s[,bytes/s])
+    gives the device's peak rates for the roofline, as ``--peak``. See
+    :class:`layerprof.capture.runner.RunOptions` for the other options and
+    docs/python-api.md for the units of what comes back.
     """
+    from layerprof.capture.compiled import CompileOptions
     from layerprof.capture.device import placed
     from layerprof.capture.ops import OpOptions
     from layerprof.capture.peaks import parse_peak
@@ -105,6 +111,9 @@ def profile(
         backward=backward,
         loss=loss,
         peak=parse_peak(peak) if peak is not None else None,
+        compile=compile
+        if isinstance(compile, CompileOptions)
+        else (CompileOptions() if compile else None),
     )
     return profile_model(model, args, kwargs, options)
 

@@ -18,6 +18,7 @@ from layerprof import outputs, sources
 from layerprof.errors import LayerprofError, UsageError
 
 if TYPE_CHECKING:
+    from layerprof.capture.compiled import CompileOptions
     from layerprof.capture.ops import OpOptions
     from layerprof.profile import Profile
 
@@ -236,10 +237,13 @@ def _add_ops_options(p: argparse.ArgumentParser) -> None:
     outputs.add_output(
         g,
         "--trace",
-        "with --ops: write a Chrome/Perfetto trace (.json or .json.gz) with a lane of layer spans",
+        "with --ops or --compile: write a Chrome/Perfetto trace (.json or .json.gz) with a lane"
+        " of layer spans",
     )
     outputs.add_output(
-        g, "--tensorboard", "with --ops: write a tensorboard_trace_handler-style trace directory"
+        g,
+        "--tensorboard",
+        "with --ops or --compile: write a tensorboard_trace_handler-style trace directory",
     )
     outputs.add_output(g, "--stacks", "write layer self times as folded stacks (flamegraph.pl)")
     outputs.add_output(g, "--speedscope", "write the layer tree as a speedscope profile")
@@ -360,6 +364,30 @@ def _add_sweep_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     out.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
 
 
+def _add_compile_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("torch.compile (docs/compile.md)")
+    g.add_argument(
+        "--compile",
+        action="store_true",
+        help="run the model through torch.compile (inductor) and attribute the compiled kernels'"
+        " time to layers",
+    )
+    g.add_argument(
+        "--compile-mode",
+        choices=("default", "max-autotune-no-cudagraphs", "reduce-overhead", "max-autotune"),
+        help="with --compile: inductor's mode (default: default; the CUDA-graph modes are refused)",
+    )
+    g.add_argument(
+        "--dynamic", action="store_true", help="with --compile: torch.compile(dynamic=True)"
+    )
+    g.add_argument(
+        "--compile-split",
+        choices=("cost", "lca", "equal"),
+        help="with --compile: how a fused kernel spanning several layers is split: by its nodes'"
+        " FLOPs/elements (cost, the default), all to their common ancestor (lca), or evenly",
+    )
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, with argument errors in layerprof's one-line form instead of the
     whole usage text (twenty lines for ``run``) above the one line that matters."""
@@ -407,6 +435,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_measure_options(demo, warmup=3, iters=20)
     _add_ops_options(demo)
+    _add_compile_options(demo)
     _add_output_options(demo)
 
     run = sub.add_parser(
@@ -419,6 +448,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_options(run)
     _add_measure_options(run, warmup=5, iters=50)
     _add_ops_options(run)
+    _add_compile_options(run)
     _add_output_options(run)
 
     _add_sweep_parser(sub, common)
@@ -511,6 +541,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     outputs.check_outputs(args)
+    _compile_options(args)  # a bad combination fails before a long load
     loaded = _load(args)
     profile = _measure(
         loaded.module,
@@ -612,10 +643,28 @@ def _measure(
         correct_overhead=not args.no_correct, progress=sys.stderr.isatty() and not args.quiet,
         model_name=model_name, input_descriptions=tuple(inputs.descriptions),
         dtype=args.dtype, ops=ops, backward=args.backward, loss=loss, kind=kind,
-        meta_extra={"kind": kind}, peak=args.peak,
+        compile=_compile_options(args), meta_extra={"kind": kind}, peak=args.peak,
     )  # fmt: skip
     profile = run_model(model, tuple(inputs.args), dict(inputs.kwargs), options, program=program)
     return profile.with_notes(*notes) if notes else profile
+
+
+def _compile_options(args: argparse.Namespace) -> CompileOptions | None:
+    """--compile and its options; the options without --compile are a usage error."""
+    from layerprof.capture.compiled import CompileOptions
+
+    if not args.compile:
+        given = {"--compile-mode": args.compile_mode, "--dynamic": args.dynamic,
+                 "--compile-split": args.compile_split}  # fmt: skip
+        named = [flag for flag, value in given.items() if value]
+        if named:
+            raise UsageError(f"{named[0]} needs --compile", hint="add --compile")
+        return None
+    return CompileOptions(
+        mode=args.compile_mode or "default",
+        dynamic=True if args.dynamic else None,
+        split=args.compile_split or "cost",
+    )
 
 
 def _op_options(args: argparse.Namespace) -> OpOptions | None:
@@ -632,6 +681,9 @@ def _op_options(args: argparse.Namespace) -> OpOptions | None:
         "--tensorboard": outputs.target(args, "tensorboard"),
     }
     if not args.ops:
+        if args.compile:  # a compiled run records a trace of its own for these
+            flags.pop("--trace")
+            flags.pop("--tensorboard")
         given = [flag for flag, value in flags.items() if value]
         if given:
             raise UsageError(f"{given[0]} needs --ops", hint="add --ops to record operators")

@@ -13,6 +13,7 @@ Kineto traces fill the sections they know; everything else stays empty.
   trace came from (``source``);
 * flops: the model's counted FLOPs, their coverage and the device's peak
   (per layer in ``LayerInfo.flops``/``flop_detail``);
+* compiled (``--compile``): how the compiled kernels' time was attributed;
 * passes: for live runs, whether the per-layer pass ran the clean pass's code
   (fused fast paths, modules called in one pass only);
 * notes: facts the user should read next to the numbers.
@@ -52,6 +53,7 @@ from layerprof.sections import (
     Stragglers,
     TraceSource,
 )
+from layerprof.sections.compiled import CompiledSection
 from layerprof.sections.flops import FlopSummary, LayerFlops
 from layerprof.stats import Series, SeriesLike, Summary, as_series
 from layerprof.units import NS_PER_MS
@@ -269,6 +271,7 @@ class Profile(sinks.Output):
     queues: Queues | None = None
     memory_timeline: MemoryTimeline | None = None
     flops: FlopSummary | None = None
+    compiled: CompiledSection | None = None
     events: RecordedTrace | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:

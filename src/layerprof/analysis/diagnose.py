@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from layerprof.analysis.compiled import compiled_findings, is_bucket
 from layerprof.analysis.distributed import distributed_findings, straggler_findings
 from layerprof.analysis.finding import ORDER, Finding, Severity
 from layerprof.analysis.passes import (
@@ -111,10 +112,11 @@ def run_checks(run: Run) -> list[str]:
 
 
 def _timed_rows(profile: Profile) -> tuple[list[LayerRow], float]:
-    """Rows of layers that ran, and the root total (sum of root rows)."""
+    """Rows of layers that ran (not a compiled run's bucket rows), and the root total
+    (sum of root rows)."""
     all_rows = profile.rows()
     root_total = sum(r.total_ns for r in all_rows if r.parent is None)
-    return [r for r in all_rows if r.calls], root_total
+    return [r for r in all_rows if r.calls and not is_bucket(r)], root_total
 
 
 def _has_layers(profile: Profile) -> bool:
@@ -500,12 +502,18 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule("many small layers", _has_layers, _small_layers),
     Rule("layers that never ran", _has_layers, _never_called),
-    Rule("cold first call", _has_latency, _cold),
+    # a compiled run's first call compiles: analysis/compiled.py says so instead
+    Rule("cold first call", lambda p: _has_latency(p) and p.compiled is None, _cold),
     Rule("latency noise", _has_latency, _noisy),
     Rule("hook overhead", _has_overhead, _overhead),
     Rule("clean vs per-layer pass agreement", _has_root_samples, agreement_findings),
     Rule("fused fast paths and code paths", lambda p: p.passes is not None, code_path_findings),
     Rule("GPU idle, copies and communication", _has_devices, _devices),
+    Rule(
+        "compiled view (wrapper overhead, graph breaks, recompiles, estimated shares)",
+        lambda p: p.compiled is not None,
+        compiled_findings,
+    ),
     Rule(
         "exposed communication, data loading, launch-bound queues",
         lambda p: p.breakdown is not None or p.queues is not None,

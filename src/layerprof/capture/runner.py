@@ -15,7 +15,9 @@ Order of one run (see docs/definitions.md):
    of empty layers with the same hooks — then one untimed hooked forward and
    ``iters`` hooked forwards (plus the backward pass with ``backward``);
    ops mode instead: ``iters`` forwards under torch.profiler (layerprof.capture.ops);
-   TorchScript / torch.export: the profiler's module hierarchy (layerprof.capture.scripted).
+   TorchScript / torch.export: the profiler's module hierarchy (layerprof.capture.scripted);
+   ``compile``: the model runs compiled from the cold call on (which pays the
+   compile), and its kernels are attributed to layers (layerprof.capture.compiled).
 
 Hooks, threads and train/eval mode are restored in ``finally``, also when
 the model raises or the user presses Ctrl-C.
@@ -48,6 +50,7 @@ from layerprof.stats import Series, median
 if TYPE_CHECKING:
     import torch
 
+    from layerprof.capture.compiled import CompileOptions
     from layerprof.capture.flops import FlopCount
     from layerprof.capture.memory import MemoryCounter
     from layerprof.capture.ops import OpOptions, RawTrace
@@ -72,6 +75,8 @@ class RunOptions:
     hierarchy / the graph's ``nn_module_stack``); ``layers=False`` measures
     the latency only; ``peak`` (``--peak``) gives the device's peak rates for
     the roofline instead of the measured (CPU) or looked-up (CUDA) ones.
+    the latency only. ``compile`` runs the model through ``torch.compile``
+    and attributes the compiled kernels' time to layers.
     """
 
     warmup: int = 5
@@ -91,6 +96,7 @@ class RunOptions:
     backward: bool = False
     loss: Callable[[Any], Any] | None = None
     kind: str = "eager"
+    compile: CompileOptions | None = None
     meta_extra: dict[str, Any] = field(default_factory=dict)
     peak: GivenPeak | None = None
 
@@ -105,6 +111,12 @@ class RunOptions:
             raise UsageError(
                 f"--backward is not available for {self.kind} models",
                 hint="profile the eager model (state_dict + --arch) for per-layer backward times",
+            )
+        if self.compile is not None and (self.kind != "eager" or self.ops is not None):
+            what = "--ops" if self.kind == "eager" else f"a {self.kind} model"
+            raise UsageError(
+                f"--compile cannot be combined with {what}",
+                hint="--compile profiles an eager nn.Module through torch.compile on its own",
             )
 
 
@@ -139,13 +151,22 @@ def run_model(
     sync = synchronizer(device)
     forward = _forward(model, args, kwargs)
     watch = CompileWatch()  # torch.compile recompiles inside the timed forwards
-    with _run_state(model, opts, device):
+    compiled = _compiled_run(model, args, kwargs, opts)
+    with _run_state(model, opts, device), compiled or contextlib.nullcontext():
         progress = Progress(enabled=opts.progress, total=1 + opts.warmup + 2 * opts.iters)
+        if compiled is not None:
+            model, forward = compiled.model, compiled.forward
         try:
             first_ns, latency = _latency_pass(forward, sync, model, opts, progress, watch)
             base = _base_profile(model, opts, device, latency, first_ns, args, kwargs)
             if not opts.layers:
                 profile = base
+            elif compiled is not None:
+                progress.close()
+                profile = compiled.layer_pass(
+                    base, iters=opts.iters, device=device, backward=opts.backward,
+                    loss=opts.loss, peak=opts.peak,
+                )  # fmt: skip
             elif opts.kind != "eager":
                 profile = _scripted(model, program, args, kwargs, opts, base)
             else:
@@ -155,6 +176,17 @@ def run_model(
         finally:
             progress.close()
     return profile.with_notes(*watch.notes())
+
+
+def _compiled_run(
+    model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], opts: RunOptions
+) -> Any:
+    """The compiled run of ``--compile`` (layerprof.capture.compiled), or None."""
+    if opts.compile is None:
+        return None
+    from layerprof.capture.compiled import CompiledRun
+
+    return CompiledRun(model, args, kwargs, opts.compile)
 
 
 def _latency_pass(

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from layerprof.codec.compiled import encode_compiled, read_compiled
 from layerprof.codec.distributed import encode_distributed, read_distributed
 from layerprof.codec.fields import (
     Fields,
@@ -53,6 +54,7 @@ def encode_sections(p: Profile, top: int | None) -> dict[str, Any]:
         "annotations": [asdict_ms(a) for a in p.annotations],
         "flops": encode_flops(p.flops),
         "passes": encode_passes(p.passes),
+        **encode_compiled(p.compiled),
         **encode_distributed(p),
     }
     return {k: v for k, v in sections.items() if v}
@@ -181,6 +183,7 @@ def read_sections(f: Fields) -> dict[str, Any]:
     out["annotations"] = tuple(read_row(AnnotationRow, a) for a in f.objects("annotations"))
     out["flops"] = read_flops(f.obj("flops"))
     out["passes"] = read_passes(f.obj("passes"))
+    out.update(read_compiled(f))
     out.update(read_distributed(f))
     return out
 

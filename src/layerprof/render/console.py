@@ -11,6 +11,7 @@ from rich.text import Text
 
 from layerprof.analysis.passes import pass_gap
 from layerprof.render.columns import Cell, Col, Hide, Label, Row, Shrink, Step, print_table
+from layerprof.render.compiled_console import print_compiled, row_marks
 from layerprof.render.flops_console import (
     flop_cells,
     flop_columns,
@@ -80,6 +81,7 @@ def print_profile(
                         style="dim",
                     )
                 )
+        print_compiled(out, profile)
         for note in profile.notes:
             out.print(Text.assemble(("note: ", "yellow"), note))
 
@@ -205,6 +207,8 @@ def print_layer_table(
         rows = [(r.path or r.type, r) for r in flat[: opts.top]]
     else:
         _tree_rows(roots, opts, "", rows, top_level=True)
+    marks = row_marks(profile)  # compiled rows whose time is partly an estimate
+    rows = [(_marked(label, marks.get(r.path, "")), r) for label, r in rows]
     largest = max((r.total_ns for _, r in rows), default=0.0)
     root_total = sum(r.row.total_ns for r in roots)
     unit = unit_for(largest)
@@ -218,6 +222,12 @@ def print_layer_table(
         console, _frame, columns, cells, steps=_LAYER_STEPS,
         hint="--no-shapes" if any(c.name == "In" for c in columns) else None,
     )  # fmt: skip
+
+
+def _marked(label: Cell, mark: str) -> Cell:
+    if not mark:
+        return label
+    return Label(label.guides, label.name + mark) if isinstance(label, Label) else label + mark
 
 
 def _tree_rows(

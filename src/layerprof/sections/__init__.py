@@ -5,11 +5,12 @@ device's peak; ``trace`` holds what traces and ops mode fill (steps,
 GPU time, kernels, memcpy, launches, memory, annotations, where a trace came
 from, cross-rank results); ``distributed`` the step breakdown, collectives,
 queues, memory timeline and stragglers; ``passes`` whether a live run's per-layer
-pass ran the clean pass's code (fused fast paths). A new analysis adds its own
-module here, a field on ``Profile`` (or ``Run``), and its writer/reader in
-``layerprof.codec``.
+pass ran the clean pass's code (fused fast paths); ``compiled`` how a ``--compile``
+run's kernel time went to layers. A new analysis adds its own module here, a field
+on ``Profile`` (or ``Run``), and its writer/reader in ``layerprof.codec``.
 """
 
+from layerprof.sections.compiled import CompiledSection
 from layerprof.sections.distributed import (
     BREAKDOWN_PARTS,
     Breakdown,
@@ -58,6 +59,7 @@ __all__ = [
     "Collective",
     "CollectiveMatch",
     "Communication",
+    "CompiledSection",
     "CrossRank",
     "DeviceMemory",
     "DeviceTimeline",

@@ -112,8 +112,22 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _FEW_TIMES = 64
 
 
+class _Spans:
+    """Rows with a start and a duration (ns): their ends and their count."""
+
+    start: I64
+    dur: I64
+
+    @property
+    def end(self) -> I64:
+        return self.start + self.dur
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+
 @dataclass(frozen=True)
-class HostSpans:
+class HostSpans(_Spans):
     """CPU-side spans: ``kind``/``thread``/``name`` are small ints (see tables)."""
 
     kind: I8
@@ -139,16 +153,9 @@ class HostSpans:
             np.asarray(kind, dtype=np.int8), thread, start - base, dur, name, ref, shape, seq, flops
         )
 
-    @property
-    def end(self) -> I64:
-        return self.start + self.dur
-
-    def __len__(self) -> int:
-        return len(self.start)
-
 
 @dataclass(frozen=True)
-class DeviceOps:
+class DeviceOps(_Spans):
     """GPU-side kernels, memcpys and memsets."""
 
     kind: I8
@@ -177,13 +184,6 @@ class DeviceOps:
             nbytes,
         )
 
-    @property
-    def end(self) -> I64:
-        return self.start + self.dur
-
-    def __len__(self) -> int:
-        return len(self.start)
-
 
 @dataclass(frozen=True)
 class MemoryEvents:
@@ -207,7 +207,7 @@ class MemoryEvents:
 
 
 @dataclass(frozen=True)
-class DeviceAnnotations:
+class DeviceAnnotations(_Spans):
     """``gpu_user_annotation`` spans: annotations on a device's timeline (no busy time)."""
 
     device: I64
@@ -215,13 +215,6 @@ class DeviceAnnotations:
     start: I64
     dur: I64
     name: I64
-
-    @property
-    def end(self) -> I64:
-        return self.start + self.dur
-
-    def __len__(self) -> int:
-        return len(self.start)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from dataclasses import replace
 from layerprof.profile import LayerRow, tree_of
 from layerprof.records import OpStat, Overhead
 from layerprof.render.html.charts import BarSeries, bars, in_ms, latency_chart, tree_chart
+from layerprof.render.html.compiled import estimate_columns
 from layerprof.render.html.page import (
     TOP_N,
     Col,
@@ -154,7 +155,7 @@ def layers_section(s: Subject) -> Section | None:
     if not rows:
         return None
     order = {r.path: i for i, r in enumerate(rows)}
-    cols = layer_columns(rows, order)
+    cols = layer_columns(rows, order) + estimate_columns(s)  # compiled: fused-kernel splits
     intro = (
         "Times are per forward (summed over a layer's calls): self is the median over the"
         " measured iterations, total is self plus the children's totals. Hover a total for"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from layerprof.render.html.compiled import compiled_section
 from layerprof.render.html.diff_sections import (
     diff_kernels_section,
     diff_layers_section,
@@ -58,6 +59,7 @@ SECTIONS: tuple[SectionFn, ...] = (
     latency_section,
     hierarchy_section,
     layers_section,
+    compiled_section,
     top_section,
     layer_ops_section,
     roofline_section,

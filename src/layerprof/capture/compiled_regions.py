@@ -1,0 +1,229 @@
+"""Which parts of a model layerprof compiles, and the eager markers around them.
+
+A model can come already compiled: ``torch.compile(model)`` (an
+``OptimizedModule``), or regionally (``block.compile()``, or a submodule
+replaced by ``torch.compile(block)``). layerprof compiles it again with its
+own backend: the recording backend and the provenance / kernel-profile flags
+are part of how inductor compiles (and of its cache key), so code compiled
+without them cannot be attributed. The user's regions are kept: each becomes
+a region layerprof compiles; a plain model is compiled whole (region ``""``).
+Everything is restored afterwards.
+
+A region's call is wrapped in a ``layer:<path>`` range, and every module gets
+hooks that open such a range too - but only where the module runs eagerly:
+inside a compiled region Dynamo traces the hooks, sees
+``torch.compiler.is_compiling()`` and leaves them out of the graph, so the
+compiled program is the one a run without hooks compiles (same cache key).
+The hooks' code is marked for Dynamo to skip as a frame of its own, so a hook
+called from eager code runs as plain Python. The innermost eager range around
+a compiled graph's call names the module its frame's ``self`` is: that is the
+prefix of the graph's module paths (a graph break makes Dynamo compile a
+block's ``forward`` on its own, once for every block).
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from layerprof.capture.hooks import HookHandles, hookable_modules
+from layerprof.capture.ops import LAYER_PREFIX, range_api
+
+if TYPE_CHECKING:
+    import torch
+
+
+def _is_optimized(module: Any) -> bool:
+    return type(module).__name__ == "OptimizedModule" and hasattr(module, "_orig_mod")
+
+
+@dataclass
+class Unwrapped:
+    """The eager model under what the user compiled, and how to put it back."""
+
+    model: Any
+    user_regions: tuple[str, ...]
+    undo: list[Callable[[], None]] = field(default_factory=list)
+
+    @property
+    def recompiled(self) -> bool:
+        return bool(self.user_regions)
+
+    def regions(self) -> tuple[str, ...]:
+        """The paths to compile: the user's outermost regions, or the whole model."""
+        outer = [
+            r for r in self.user_regions
+            if not any(o != r and (o == "" or r.startswith(o + ".")) for o in self.user_regions)
+        ]  # fmt: skip
+        return tuple(outer) or ("",)
+
+    def restore(self) -> None:
+        while self.undo:
+            self.undo.pop()()
+
+
+def unwrap(model: Any) -> Unwrapped:
+    """Take off every ``torch.compile`` the user put on ``model`` (restored by ``restore``)."""
+    regions: list[str] = []
+    if _is_optimized(model):
+        model = model._orig_mod
+        regions.append("")
+    out = Unwrapped(model=model, user_regions=())
+    try:
+        _unwrap_children(model, "", regions, out.undo)
+    except BaseException:
+        out.restore()
+        raise
+    out.user_regions = tuple(dict.fromkeys(regions))
+    return out
+
+
+def _unwrap_children(
+    module: Any, path: str, regions: list[str], undo: list[Callable[[], None]]
+) -> None:
+    if getattr(module, "_compiled_call_impl", None) is not None:
+        regions.append(path)
+        saved = module._compiled_call_impl
+        module._compiled_call_impl = None
+        undo.append(functools.partial(setattr, module, "_compiled_call_impl", saved))
+    for name, child in list(module._modules.items()):
+        if child is None:
+            continue
+        child_path = f"{path}.{name}" if path else name
+        if _is_optimized(child):
+            regions.append(child_path)
+            module._modules[name] = child._orig_mod
+            undo.append(functools.partial(module._modules.__setitem__, name, child))
+            child = child._orig_mod
+        _unwrap_children(child, child_path, regions, undo)
+
+
+def compile_regions(
+    model: torch.nn.Module,
+    regions: tuple[str, ...],
+    backend: Any,
+    *,
+    dynamic: bool | None,
+    undo: list[Callable[[], None]],
+) -> None:
+    """Give every region a compiled call, wrapped in its range.
+
+    Each region compiles as ``torch.compile(module)`` compiles a module whose
+    ``forward`` is torch's own (a ``Sequential``): from an extra frame that
+    calls it (:func:`_region`), so that Dynamo traces the whole call, whatever
+    module it is.
+    """
+    import torch
+
+    for path in regions:
+        module = model.get_submodule(path) if path else model
+        compiled = torch.compile(_region_of(module, path), backend=backend, dynamic=dynamic)
+        saved = module._compiled_call_impl
+        module._compiled_call_impl = _ranged(
+            functools.partial(compiled, module), LAYER_PREFIX + path
+        )
+        undo.append(functools.partial(setattr, module, "_compiled_call_impl", saved))
+
+
+def eager_range_api() -> tuple[Callable[[str], Any], Callable[[Any], None]]:
+    """``range_api``'s enter/leave, which Dynamo leaves alone when eager code calls them
+    (it would otherwise look at them as frames to compile, and count them)."""
+    enter, leave = range_api()
+    _skip_frame(enter)
+    _skip_frame(leave)
+    return enter, leave
+
+
+def _region_of(module: Any, path: str) -> Callable[..., Any]:
+    """:func:`_region` with a code object per module class and path.
+
+    Dynamo keeps its compiled code per code object, and a code object may be
+    compiled a limited number of times (``recompile_limit``): one shared by every
+    model layerprof compiles in a process would soon run eagerly, and count every
+    new model as a recompile. Named after the module, for the frame's name.
+    """
+    key = (type(module), path)
+    code = _REGION_CODE.get(key)
+    if code is None:
+        name = f"{type(module).__name__}.__call__"
+        code = _region.__code__.replace(co_name=name)
+        if hasattr(code, "co_qualname"):
+            code = code.replace(co_qualname=name)
+        _REGION_CODE[key] = code
+    return types.FunctionType(code, _region.__globals__, code.co_name)
+
+
+_REGION_CODE: dict[tuple[type, str], types.CodeType] = {}
+
+
+def _region(module: Any, *args: Any, **kwargs: Any) -> Any:
+    """The frame a region compiles: layerprof's own, calling the module's hooks and forward.
+
+    ``_call_impl`` lives in torch, whose frames Dynamo does not compile: compiling
+    it directly would compile only the user-code frames under a torch module
+    (a ``Sequential``). The module comes in as an argument, so the graph's module
+    stacks start from this frame's local ``module``.
+    """
+    return module._call_impl(*args, **kwargs)
+
+
+def _ranged(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+    enter, leave = eager_range_api()
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        handle = enter(name)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            leave(handle)
+
+    _skip_frame(call)
+    return call
+
+
+def _skip_frame(fn: Callable[..., Any]) -> None:
+    """Dynamo never compiles ``fn`` as a frame of its own (it still inlines it when tracing)."""
+    from torch._dynamo.eval_frame import skip_code
+
+    skip_code(fn.__code__)
+
+
+class EagerRanges:
+    """``layer:<path>`` ranges around every module call that runs outside compiled code."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self._hooks = HookHandles()
+
+    def __enter__(self) -> EagerRanges:
+        import torch
+
+        enter, leave = eager_range_api()
+        compiling = torch.compiler.is_compiling
+        with self._hooks.registering() as hooks:
+            for path, module in hookable_modules(self.model):
+                opened: list[Any] = []
+
+                def pre(mod: Any, args: Any, name: str = LAYER_PREFIX + path,
+                        opened: list[Any] = opened) -> None:  # fmt: skip
+                    if compiling():  # traced into a graph: leave no trace in it
+                        return
+                    opened.append(enter(name))
+
+                def post(mod: Any, args: Any, out: Any, opened: list[Any] = opened) -> None:
+                    if compiling():
+                        return
+                    if opened:
+                        leave(opened.pop())
+
+                _skip_frame(pre)
+                _skip_frame(post)
+                hooks.add(module.register_forward_pre_hook(pre))
+                hooks.add(module.register_forward_hook(post, always_call=True))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._hooks.remove()

@@ -1,0 +1,477 @@
+"""``--compile`` on real models, compiled by inductor (g++ builds the CPU kernels).
+
+Compiling is the expensive part: every model here is compiled once per module
+(module-scoped fixtures), inductor's on-disk cache lives in a temporary
+directory of this module's own, and one compile thread avoids starting a
+worker pool. The other compiled-view tests (attribution on fake traces, the
+gate, the codec, the console) compile nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import layerprof
+from layerprof.capture.compiled import CompileOptions
+from layerprof.capture.compiled_attribution import CALL_PREFIX, FORWARD_MARK
+from layerprof.cli import main
+from layerprof.profile import Profile
+from layerprof.sections.compiled import BUCKET_ROWS, OUTSIDE_ROW, OVERHEAD_ROW
+from tests.real_models import BasicBlock, TinyGPT
+
+ROOT = Path(__file__).resolve().parents[1]
+ITERS = 6
+
+
+@pytest.fixture(scope="module", autouse=True)
+def inductor_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Inductor's cache (FX graphs, C++ kernels) in a directory this module owns."""
+    import torch._inductor.config as inductor_config
+
+    path = tmp_path_factory.mktemp("inductor")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("TORCHINDUCTOR_CACHE_DIR", str(path))
+    patch.setattr(inductor_config, "compile_threads", 1)
+    # torch's structured trace logs whole graphs at DEBUG; pytest's log capture would
+    # make every compile serialize them
+    patch.setattr(logging.getLogger("torch.__trace"), "propagate", False)
+    yield path
+    patch.undo()
+
+
+def gpt(dim: int = 128) -> TinyGPT:
+    torch.manual_seed(0)
+    return TinyGPT(vocab=256, dim=dim, heads=4, depth=2).eval()
+
+
+def ids(batch: int = 8, length: int = 64) -> torch.Tensor:
+    return torch.randint(0, 256, (batch, length), generator=torch.Generator().manual_seed(0))
+
+
+def run(model: nn.Module, *args: Any, **options: Any) -> Profile:
+    return layerprof.profile(
+        model, *args, warmup=1, iters=ITERS, threads=1, compile=options.pop("compile", True),
+        **options,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def gpt_run() -> tuple[TinyGPT, Profile]:
+    model = gpt()
+    return model, run(model, ids())
+
+
+# ---- the 2-block transformer: the three checks --------------------------------------
+
+
+def test_most_of_the_compiled_region_is_attributed(gpt_run: tuple[TinyGPT, Profile]) -> None:
+    c = gpt_run[1].compiled
+    assert c is not None
+    assert c.coverage.attributed_share >= 0.85, c.coverage
+    assert not c.unmatched and not c.breaks
+    assert [g.phase for g in c.graphs] == ["forward"] and c.graphs[0].calls == 1.0
+
+
+def forward_windows(profile: Profile) -> list[list[dict[str, Any]]]:
+    """Per profiled forward, its events in time order (from the Chrome trace)."""
+    assert profile.events is not None
+    events = [e for e in profile.events.trace_events if e.get("ph") == "X"]
+    events.sort(key=lambda e: (e["ts"], -e["dur"]))
+    marks = [e for e in events if e["name"] == FORWARD_MARK]
+    return [
+        [e for e in events if m["ts"] <= e["ts"] and e["ts"] + e["dur"] <= m["ts"] + m["dur"]]
+        for m in marks
+    ]
+
+
+def linear_order(model: nn.Module, *args: Any) -> list[str]:
+    """Linear layers in the order an eager forward calls them."""
+    order: list[str] = []
+    handles = [
+        m.register_forward_pre_hook(lambda mod, a, p=p: order.append(p))
+        for p, m in model.named_modules()
+        if isinstance(m, nn.Linear)
+    ]
+    with torch.no_grad():
+        model(*args)
+    for h in handles:
+        h.remove()
+    return order
+
+
+def test_every_linear_row_is_its_matmul_events(gpt_run: tuple[TinyGPT, Profile]) -> None:
+    """The k-th matmul under the compiled graph's call is the k-th Linear the eager
+    forward calls: its durations, iteration by iteration, are that Linear's row."""
+    model, profile = gpt_run
+    linears = linear_order(model, ids())
+    windows = forward_windows(profile)
+    assert len(windows) == ITERS
+    for i, window in enumerate(windows):
+        calls = [e for e in window if e["name"].startswith(CALL_PREFIX)]
+        matmuls = [
+            e for e in window
+            if e["name"] in ("aten::addmm", "aten::mm")
+            and any(c["ts"] <= e["ts"] <= c["ts"] + c["dur"] for c in calls)
+            and _depth_below(e, calls, window) == 1
+        ]  # fmt: skip
+        assert len(matmuls) == len(linears)
+        expected: dict[str, int] = defaultdict(int)
+        for path, event in zip(linears, matmuls, strict=True):
+            expected[path] += round(event["dur"] * 1000)
+        for path, ns in expected.items():
+            got = profile.samples[path].self_ns.values[i]
+            assert abs(got - ns) <= 1, (path, i, got, ns)
+
+
+def _depth_below(event: dict[str, Any], calls: list[dict[str, Any]], window: list[Any]) -> int:
+    """How many spans lie between ``event`` and the ``## Call`` span around it (1: a child)."""
+    end = event["ts"] + event["dur"]
+    outer = [
+        e for e in window
+        if e is not event and e["ts"] <= event["ts"] and end <= e["ts"] + e["dur"]
+    ]  # fmt: skip
+    call = next(c for c in calls if c in outer)
+    return sum(1 for e in outer if e["ts"] >= call["ts"] and e is not call) + 1
+
+
+def test_rows_and_buckets_add_up_to_each_forward(gpt_run: tuple[TinyGPT, Profile]) -> None:
+    _, profile = gpt_run
+    windows = forward_windows(profile)
+    leaves = [i.path for i in profile.layers]
+    for i, window in enumerate(windows):
+        forward_ns = round(window[0]["dur"] * 1000)
+        selfs = sum(int(profile.samples[p].self_ns.values[i]) for p in leaves)
+        assert abs(selfs - forward_ns) <= 2, (i, selfs, forward_ns)
+        root_total = int(profile.samples[""].total_ns.values[i])
+        assert root_total == selfs
+    c = profile.compiled
+    assert c is not None
+    cov = c.coverage
+    assert cov.forward_ns == cov.attributed_ns + cov.overhead_ns + cov.outside_ns
+    mean_rows = sum(profile.samples[p].self_ns.mean for p in leaves)
+    assert abs(mean_rows - cov.forward_ns) <= 1 + 1e-6 * cov.forward_ns
+
+
+def test_rows_are_module_paths_or_buckets(gpt_run: tuple[TinyGPT, Profile]) -> None:
+    model, profile = gpt_run
+    paths = {p for p, _ in model.named_modules()}
+    for row in profile.rows():
+        assert row.path in paths or row.path in BUCKET_ROWS
+    timed = {r.path for r in profile.rows() if r.self_ns > 0}
+    assert {"h.0.attn.c_attn", "h.1.mlp.c_proj", "h.0.attn", "lm_head"} <= timed
+    for node in profile.tree():
+        node.self_check(tolerance_ns=1e-6)
+
+
+def test_fused_rows_are_marked_and_layernorms_carry_estimates(
+    gpt_run: tuple[TinyGPT, Profile],
+) -> None:
+    _, profile = gpt_run
+    c = profile.compiled
+    assert c is not None
+    for path in ("h.0.attn.c_attn", "h.0.mlp.c_fc", "lm_head"):
+        assert c.estimated_share(path) == 0.0  # extern matmuls: exact
+    # the residual add of block 0 is fused into block 1's first LayerNorm
+    assert c.estimated_share("h.1.ln_1") > 0
+    text = profile.render("console")
+    assert isinstance(text, str)
+    assert "ln_1 *" in text and "c_attn *" not in text
+    assert "<compiled overhead>" in text and "part of the layer's time is a fused kernel" in text
+
+
+def test_profile_saves_renders_and_diffs(gpt_run: tuple[TinyGPT, Profile], tmp_path: Path) -> None:
+    model, compiled = gpt_run
+    compiled.save(tmp_path / "c.json")
+    loaded = Profile.load(tmp_path / "c.json")
+    assert loaded.compiled == compiled.compiled
+    for fmt in ("csv", "html"):
+        assert compiled.render(fmt)
+    eager = layerprof.profile(model, ids(), warmup=1, iters=3, threads=1)
+    d = layerprof.diff(eager, loaded)
+    compared = {row.path for row in d.layers}
+    assert {"h.0.attn.c_attn", "h.1.mlp.c_fc", "lm_head"} <= compared
+
+
+def test_compiled_runs_carry_the_eager_flop_count(gpt_run: tuple[TinyGPT, Profile]) -> None:
+    from layerprof.capture.flops import count_flops
+
+    model, compiled = gpt_run
+    assert compiled.flops is not None and compiled.flops.coverage is not None
+    head = compiled.row("lm_head")
+    assert head.flops and head.flop_detail is not None and head.flop_detail.bytes > 0
+    with torch.inference_mode():
+        eager = count_flops(model, lambda: model(ids()))
+    assert compiled.flops.forward == eager.summary.forward
+    assert Profile.from_dict(compiled.to_dict()).flops == compiled.flops
+
+
+def test_the_model_is_left_as_it_was(gpt_run: tuple[TinyGPT, Profile]) -> None:
+    model, _ = gpt_run
+    assert not model.training
+    for m in model.modules():
+        assert not m._forward_hooks and not m._forward_pre_hooks
+        assert m._compiled_call_impl is None
+
+
+# ---- a model the user compiled --------------------------------------------------------
+
+
+def test_an_already_compiled_model_is_compiled_again(gpt_run: tuple[TinyGPT, Profile]) -> None:
+    model = gpt()
+    user = torch.compile(model)  # never called: layerprof compiles its own way
+    profile = run(user, ids())
+    c = profile.compiled
+    assert c is not None and c.recompiled and c.regions == ("",)
+    assert any("already compiled" in n and "provenance" in n for n in profile.notes)
+    assert profile.meta.model == "TinyGPT"
+    assert user._orig_mod is model and model._compiled_call_impl is None
+
+
+# ---- graph breaks, recompiles, dynamic shapes -----------------------------------------
+
+
+class BreakingMLP(nn.Module):
+    """A pre-norm MLP block with a graph break in the middle."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.ln = nn.LayerNorm(dim)
+        self.fc1 = nn.Linear(dim, 4 * dim)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(4 * dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.act(self.fc1(self.ln(x)))
+        torch._dynamo.graph_break()
+        return x + self.fc2(h)
+
+
+class Scale(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.weight
+
+
+class ShrinkingNet(nn.Module):
+    """The breaks sit in a loop, so Dynamo compiles ``BreakingMLP.forward`` on its own,
+    once for both blocks; ``scale`` runs on the whole sequence twice, then on half of
+    it: a recompile, with the length dynamic."""
+
+    def __init__(self, dim: int = 128) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(BreakingMLP(dim) for _ in range(2))
+        self.scale = Scale(dim)
+        self.head = nn.Linear(dim, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = self.scale(block(x))
+        return self.head(self.scale(x[:, : x.shape[1] // 2]))
+
+
+@pytest.fixture(scope="module")
+def shrinking() -> Profile:
+    torch.manual_seed(0)
+    return run(ShrinkingNet().eval(), torch.randn(8, 64, 128))
+
+
+def test_graph_breaks_keep_absolute_paths(shrinking: Profile) -> None:
+    c = shrinking.compiled
+    assert c is not None
+    assert any("graph_break" in b.reason for b in c.breaks)
+    for path in ("blocks.0.ln", "blocks.0.fc1", "blocks.1.fc1", "blocks.0.act", "blocks.1.fc2"):
+        assert shrinking.samples[path].self_ns.median > 0, path
+    assert not c.unmatched
+    assert shrinking.samples[OUTSIDE_ROW].self_ns.median > 0  # the eager loop and head
+
+
+def test_recompiles_and_dynamic_shapes_get_a_record_per_graph(shrinking: Profile) -> None:
+    c = shrinking.compiled
+    assert c is not None
+    assert c.recompiles and all(r.reason for r in c.recompiles)
+    scale = sorted((g for g in c.graphs if g.frame.startswith("forward") and g.sites == 1),
+                   key=lambda g: g.compile_id)  # fmt: skip
+    # Scale.forward: compiled for the whole sequence (called twice), then again,
+    # dynamic, for the half: two records, two keys, one frame
+    assert [g.calls for g in scale] == [2.0, 1.0]
+    assert len({g.compile_id.split("/")[0] for g in scale}) == 1
+    assert len({g.key for g in c.graphs}) == len(c.graphs)
+    blocks = [g for g in c.graphs if g not in scale]
+    assert blocks and all(g.calls == 2.0 for g in blocks)  # one graph serves both blocks
+    assert shrinking.samples["scale"].self_ns.median > 0
+
+
+# ---- regional compilation -------------------------------------------------------------
+
+
+class StackedMLP(BreakingMLP):
+    """BreakingMLP with a code object of its own: Dynamo's caches are per code object,
+    and ShrinkingNet's recompiles must not decide which of them runs here (inductor's
+    cache still serves the same graphs)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.act(self.fc1(self.ln(x)))
+        torch._dynamo.graph_break()
+        return x + self.fc2(h)
+
+
+class StackNet(nn.Module):
+    """Two identical blocks (each with a graph break), the user's regions."""
+
+    def __init__(self, dim: int = 128) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(StackedMLP(dim) for _ in range(2))
+        self.head = nn.Linear(dim, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def test_regional_compilation_keeps_the_users_regions(shrinking: Profile) -> None:
+    torch.manual_seed(0)
+    model = StackNet().eval()
+    for block in model.blocks:
+        block.compile()
+    theirs = [b._compiled_call_impl for b in model.blocks]
+    profile = run(model, torch.randn(8, 64, 128))
+    c = profile.compiled
+    assert c is not None and c.regions == ("blocks.0", "blocks.1") and c.recompiled
+    # the blocks' graphs are structurally equal: one record per cache key serves both
+    # blocks, and each call's time goes under its own block's paths
+    assert c.graphs and all(g.calls == 2.0 for g in c.graphs)
+    for path in ("blocks.0.fc1", "blocks.1.fc1", "blocks.0.ln", "blocks.1.fc2"):
+        assert profile.samples[path].self_ns.median > 0, path
+    assert profile.samples["head"].self_ns.median == 0  # eager: outside the regions
+    assert [b._compiled_call_impl for b in model.blocks] == theirs
+
+
+# ---- a torchvision-style CNN ------------------------------------------------------------
+
+
+def test_cnn_convolutions_are_attributed_exactly() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU(inplace=True),
+        BasicBlock(16, 16), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10),
+    ).eval()  # fmt: skip
+    profile = run(model, torch.randn(4, 3, 32, 32))
+    c = profile.compiled
+    assert c is not None and not c.unmatched
+    convs = [k for k in c.kernels if k.extern and "conv" in k.name]
+    assert convs and all(not k.estimated for k in convs)
+    for path in ("0", "3.conv1", "3.conv2", "6"):
+        assert profile.samples[path].self_ns.median > 0, path
+    assert c.coverage.attributed_share > 0.5
+
+
+# ---- failures ------------------------------------------------------------------------
+
+
+@torch.library.custom_op("layerprof_test::twice", mutates_args=())
+def twice(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+@twice.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    raise RuntimeError("no fake kernel for twice")
+
+
+class Uncompilable(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return twice(self.fc(x))
+
+
+def test_a_model_that_fails_to_compile_gets_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "p.json"
+    argv = ["run", "--arch", "tests.test_compiled:Uncompilable", "--input", "2x4",
+            "--warmup", "0", "--iters", "1", "--compile", "--json", str(out)]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert lines[0].startswith("layerprof: error: torch.compile failed on Uncompilable:")
+    assert "no fake kernel for twice" in lines[0] and "Traceback" not in err
+    assert len(lines) == 2 and lines[1].startswith("  hint: --debug")
+    assert not out.exists()
+    with pytest.raises(layerprof.LayerprofError):
+        main(["--debug", *argv])
+    model = Uncompilable()
+    for m in model.modules():
+        assert m._compiled_call_impl is None
+
+
+def test_cuda_graph_modes_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["run", "--arch", "tests.test_compiled:Uncompilable", "--input", "2x4", "--compile",
+            "--compile-mode", "reduce-overhead"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "max-autotune-no-cudagraphs" in err and "Traceback" not in err
+    assert main(["run", "--arch", "x:y", "--input", "2x4", "--compile-split", "lca"]) == 2
+    assert "--compile-split needs --compile" in capsys.readouterr().err
+
+
+# ---- the command line ------------------------------------------------------------------
+
+
+def test_cli_run_compile_writes_json_csv_and_trace(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    gpt_run: tuple[TinyGPT, Profile],
+) -> None:  # fmt: skip
+    monkeypatch.chdir(ROOT)
+    argv = ["run", "--arch", "tests.real_models:TinyGPT",
+            "--arch-kwargs", '{"vocab": 256, "dim": 128, "heads": 4, "depth": 2}',
+            "--input", "8x64:int64[0,256)", "--warmup", "1", "--iters", "3", "--threads", "1",
+            "--compile", "--compile-split", "lca", "--json", str(tmp_path / "p.json"),
+            "--csv", str(tmp_path / "p.csv"), "--trace", str(tmp_path / "t.json.gz")]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "<compiled overhead>" in out and "mode default, split lca" in out
+    data = json.loads((tmp_path / "p.json").read_text())
+    assert data["compiled"]["split"] == "lca" and data["compiled"]["coverage"]["forward_ms"] > 0
+    assert any(r["path"] == OVERHEAD_ROW for r in data["layers"])
+    assert OVERHEAD_ROW in (tmp_path / "p.csv").read_text()
+    assert main(["analyze", str(tmp_path / "t.json.gz"), "-q"]) == 0
+
+
+# ---- backward, with dynamic shapes ------------------------------------------------------
+
+
+def test_backward_kernels_go_to_the_forward_layers() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(128, 512), nn.GELU(), nn.Linear(512, 128))
+    profile = run(model, torch.randn(64, 128), backward=True,
+                  compile=CompileOptions(dynamic=True, split="equal"))  # fmt: skip
+    c = profile.compiled
+    assert c is not None and c.backward is not None
+    assert c.dynamic is True and c.split == "equal"
+    assert {g.phase for g in c.graphs} == {"forward", "backward"}
+    for path in ("0", "1", "2"):
+        s = profile.samples[path]
+        assert s.self_ns.median > 0, path
+        assert s.backward_self_ns is not None and s.backward_self_ns.median > 0, path
+    assert c.backward.attributed_share > 0.5
+    # this torch's backward mapping passes the trust check (compiled_section.backward_problem)
+    assert not [n for n in profile.notes if n.startswith("backward:")]
+    assert model.training
+    assert all(p.grad is None for p in model.parameters())
