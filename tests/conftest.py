@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,10 @@ from hypothesis import settings
 settings.register_profile("ci", derandomize=True, deadline=None)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+# Runs measure the CPU's peak once and cache it per machine: in tests, in a folder of
+# their own (shared by the whole session, and by the CLI subprocesses), not the user's.
+os.environ.setdefault("LAYERPROF_CACHE_DIR", tempfile.mkdtemp(prefix="layerprof-cache-"))
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"

@@ -38,6 +38,7 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("layerprof.sources", 9),
     ("layerprof.outputs", 9),
     ("layerprof.cli", 10),
+    ("layerprof.sweepcmd", 10),
     ("layerprof.__main__", 10),
     ("layerprof", 10),  # the package's __init__: the public API
 )

@@ -201,6 +201,19 @@ def test_profile_saves_renders_and_diffs(gpt_run: tuple[TinyGPT, Profile], tmp_p
     assert {"h.0.attn.c_attn", "h.1.mlp.c_fc", "lm_head"} <= compared
 
 
+def test_compiled_runs_carry_the_eager_flop_count(gpt_run: tuple[TinyGPT, Profile]) -> None:
+    from layerprof.capture.flops import count_flops
+
+    model, compiled = gpt_run
+    assert compiled.flops is not None and compiled.flops.coverage is not None
+    head = compiled.row("lm_head")
+    assert head.flops and head.flop_detail is not None and head.flop_detail.bytes > 0
+    with torch.inference_mode():
+        eager = count_flops(model, lambda: model(ids()))
+    assert compiled.flops.forward == eager.summary.forward
+    assert Profile.from_dict(compiled.to_dict()).flops == compiled.flops
+
+
 def test_the_model_is_left_as_it_was(gpt_run: tuple[TinyGPT, Profile]) -> None:
     model, _ = gpt_run
     assert not model.training

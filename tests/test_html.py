@@ -8,6 +8,7 @@ writing are in test_html_safety.py; the browser in test_html_browser.py.
 
 from __future__ import annotations
 
+import html
 import re
 from pathlib import Path
 
@@ -78,7 +79,7 @@ def test_hooks_profile_layer_table_is_the_typed_rows() -> None:
 def test_hooks_profile_sections_latency_and_charts() -> None:
     prof = hooks_profile()
     page = render_html(prof)
-    assert section_ids(page)[:5] == ["latency", "hierarchy", "layers", "top", "findings"]
+    assert section_ids(page)[:6] == ["latency", "hierarchy", "layers", "top", "compute", "findings"]
     assert "<title>Net — layerprof</title>" in page
     assert prof.latency is not None and prof.latency_ns is not None
     assert prof.latency.ci_low is not None and prof.latency.ci_high is not None
@@ -108,8 +109,8 @@ def test_findings_are_the_diagnosis() -> None:
     page = render_html(prof)
     found = diagnose(prof)
     assert page.count('<div class="finding ') == len(found)
-    for f in found:
-        assert f.title.replace("'", "&#x27;") in page
+    for f in found:  # escaped as the page escapes text ('<0.1% of peak' in a roofline title)
+        assert html.escape(f.title) in page
     assert "No findings" in render_html(prof, findings=())
     assert 'id="findings"' in page
 

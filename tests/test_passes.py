@@ -64,7 +64,7 @@ def test_transformer_encoder_keeps_its_fast_path_in_the_layer_pass() -> None:
     assert not [f for f in findings if "other code" in f.title]
     finding = next(f for f in findings if "fused fast path" in f.title)
     assert finding.layer == "enc.layers.0" and "in both passes" in finding.detail
-    assert prof.row("enc.layers.0").flops == 0 and "FLOPs are not counted" in finding.detail
+    assert prof.row("enc.layers.0").flops and "FLOPs are counted from the fused" in finding.detail
     saved = json.loads(prof.render("json"))["passes"]
     assert [f["in_layer_pass"] for f in saved["fused"]] == [True, True]
     assert Profile.from_dict(json.loads(prof.render("json"))).passes == prof.passes
@@ -81,6 +81,8 @@ def test_rows_that_time_other_code_are_named() -> None:
     finding = next(f for f in diagnose(prof) if "other code" in f.title)
     assert finding.layer == "enc.layers.0" and "_transformer_encoder_layer_fwd" in finding.detail
     assert "forward hooks" in finding.detail
+    # the fused kernel is counted by layerprof's formula (tests/test_flops.py checks the count)
+    assert prof.row("enc.layers.0").flops and "FLOPs are counted from the fused" in finding.detail
     saved = json.loads(prof.render("json"))["passes"]
     assert saved["diverged"] == ["enc.layers.0", "enc.layers.1"]
     assert Profile.from_dict(json.loads(prof.render("json"))).passes == prof.passes
@@ -96,7 +98,14 @@ def test_multihead_attention_out_proj_zero_calls_is_explained() -> None:
     )  # fmt: skip
     finding = next(f for f in diagnose(prof) if "fused fast path" in f.title)
     assert finding.layer == "inner" and "out_proj" in finding.detail
-    assert "FLOPs are not counted" in finding.detail  # the counter saw the fused kernel
+    assert "FLOPs are counted from the fused kernel" in finding.detail
+    assert prof.row("inner").flops and prof.row("inner.out_proj").calls == 0
+    # a file from torch's counter (0 for the fused kernel) says so, never a silent 0
+    zero = tuple(
+        replace(i, flops=0, flop_detail=None) if i.path == "inner" else i for i in prof.layers
+    )
+    old = next(f for f in diagnose(replace(prof, layers=zero)) if "fused fast path" in f.title)
+    assert "FLOPs are not counted" in old.detail
     assert not [f for f in diagnose(prof) if "never ran" in f.title]  # explained, not "unused"
 
 

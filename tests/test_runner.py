@@ -172,8 +172,9 @@ def test_flops_and_activation_bytes_per_layer(tmp_path) -> None:
     rows = {r.path: r for r in prof.rows()}
     assert rows["0"].flops == 2 * 4 * 32 * 64
     assert rows["2"].flops == 2 * 4 * 64 * 8
-    assert rows["1"].flops == 0  # ReLU: elementwise ops are not counted
-    assert rows[""].flops == rows["0"].flops + rows["2"].flops
+    # ReLU: elementwise, one per element, counted and labelled as such
+    assert rows["1"].flops == rows["1"].flop_detail.elementwise == 4 * 64
+    assert rows[""].flops == rows["0"].flops + rows["1"].flops + rows["2"].flops
     assert rows["0"].output_bytes == 4 * 64 * 4
     again = Profile.load(prof.save(tmp_path / "p.json"))
     assert again.row("0").flops == rows["0"].flops

@@ -69,6 +69,7 @@ def profile(
     ops: bool | OpOptions = False,
     backward: bool = False,
     loss: Callable[[Any], Any] | None = None,
+    peak: str | None = None,
     compile: bool | CompileOptions = False,
 ) -> Profile:
     """Profile ``model(*args, **kwargs)``: clean latency pass + per-layer pass.
@@ -83,12 +84,15 @@ def profile(
     floating outputs). ``compile=True`` (or a
     :class:`layerprof.capture.compiled.CompileOptions`) runs the model through
     ``torch.compile`` and attributes the compiled kernels' time to layers
-    (``Profile.compiled`` says how). See :class:`layerprof.capture.runner.RunOptions`
-    for the other options and docs/python-api.md for the units of what comes back.
+    (``Profile.compiled`` says how); ``peak`` (``"312e12,2T"``: FLOP/s[,bytes/s])
+    gives the device's peak rates for the roofline, as ``--peak``. See
+    :class:`layerprof.capture.runner.RunOptions` for the other options and
+    docs/python-api.md for the units of what comes back.
     """
     from layerprof.capture.compiled import CompileOptions
     from layerprof.capture.device import placed
     from layerprof.capture.ops import OpOptions
+    from layerprof.capture.peaks import parse_peak
     from layerprof.capture.runner import RunOptions, profile_model
 
     model, args, kwargs, dev, dtype_name = placed(model, args, kwargs or {}, device, dtype)
@@ -106,6 +110,7 @@ def profile(
         ops=ops if isinstance(ops, OpOptions) else (OpOptions() if ops else None),
         backward=backward,
         loss=loss,
+        peak=parse_peak(peak) if peak is not None else None,
         compile=compile
         if isinstance(compile, CompileOptions)
         else (CompileOptions() if compile else None),

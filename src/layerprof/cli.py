@@ -30,6 +30,7 @@ Where the time and memory of a PyTorch model go, layer by layer.
 
   layerprof demo                                   profile the built-in models
   layerprof run ckpt.pth --arch pkg.mod:Net --input 8x3x224x224
+  layerprof sweep --arch pkg.mod:Net --input 8x3x224x224 --batch 1,8,32 --dtype float32,bfloat16
   layerprof analyze trace.json.gz                  read a torch.profiler trace
   layerprof diff base.json new.json --fail-above 5%
   layerprof report profile.json --html report.html
@@ -91,6 +92,16 @@ def _seed(text: str) -> int:
     if problem is not None:
         raise argparse.ArgumentTypeError(problem)
     return value
+
+
+def _peak(text: str) -> Any:
+    """An argparse type: ``--peak FLOPS[,BYTES]`` per second (``2.5T``, ``312e12,2T``)."""
+    from layerprof.capture.peaks import parse_peak
+
+    try:
+        return parse_peak(text)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--peak: ")) from None
 
 
 def _add_output_options(p: argparse.ArgumentParser, *, json: bool = True) -> None:
@@ -162,6 +173,11 @@ def _add_measure_options(p: argparse.ArgumentParser, *, warmup: int, iters: int)
     m.add_argument(
         "--seed", type=_seed, default=0, help="seed for random inputs (default 0; 64 bits)"
     )
+    m.add_argument(
+        "--peak", type=_peak, metavar="FLOPS[,BYTES]",
+        help="the device's peak FLOP/s (and bytes/s) for %% of peak and the roofline, e.g."
+        " 2.5T,50G (default: measured once per machine on CPU, known GPUs by name)",
+    )  # fmt: skip
 
 
 def _add_ops_options(p: argparse.ArgumentParser) -> None:
@@ -231,6 +247,121 @@ def _add_ops_options(p: argparse.ArgumentParser) -> None:
     )
     outputs.add_output(g, "--stacks", "write layer self times as folded stacks (flamegraph.pl)")
     outputs.add_output(g, "--speedscope", "write the layer tree as a speedscope profile")
+
+
+def _list_of(parse: Any, what: str) -> Any:
+    """An argparse type: a comma-separated list of ``parse``-d values (``1,8,32``)."""
+
+    def parse_list(text: str) -> tuple[Any, ...]:
+        items = [t.strip() for t in text.split(",")]
+        if not all(items):
+            raise argparse.ArgumentTypeError(f"{text!r}: expected {what} separated by commas")
+        values = tuple(parse(t) for t in items)
+        if len(set(values)) != len(values):
+            raise argparse.ArgumentTypeError(f"{text!r}: a value is given twice")
+        return values
+
+    parse_list.__name__ = f"list of {what}"
+    return parse_list
+
+
+def _dtype_name(text: str) -> str:
+    if text not in DTYPES:
+        raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(DTYPES)}")
+    return text
+
+
+DTYPES = ("float32", "float16", "bfloat16", "float64")
+
+
+def _add_model_options(p: argparse.ArgumentParser, *, example_inputs: bool = True) -> None:
+    """MODEL, --arch and how the model file is read, and --input (run, sweep); a .pt2
+    program's own example inputs stand in for --input with ``example_inputs``."""
+    p.add_argument(
+        "model", nargs="?", metavar="MODEL", help="model file (.pth/.pt/.pt2/TorchScript)"
+    )
+    load = p.add_argument_group("model")
+    load.add_argument(
+        "--arch",
+        metavar="MODULE:CALLABLE",
+        help="class or factory that builds the model, e.g. mypkg.nets:ResNetish",
+    )
+    load.add_argument(
+        "--arch-kwargs", metavar="JSON", help="keyword arguments for --arch as a JSON object"
+    )
+    load.add_argument(
+        "--non-strict", action="store_true", help="load state_dict keys that match, ignore the rest"
+    )
+    load.add_argument(
+        "--trust-pickle", action="store_true",
+        help="allow files that unpickle objects or carry native code (a whole pickled module, a .pt2 with pickled weights, an AOTInductor package): this runs code from the file, only use it for files you trust (SECURITY.md)",
+    )  # fmt: skip
+    exported = "; a .pt2 program defaults to its example inputs" if example_inputs else ""
+    p.add_argument(
+        "--input", "-i", action="append", default=[], metavar="SPEC",
+        help="input spec, repeatable: 1x3x224x224, 4x128:int64[0,30000), 2x8:bfloat16, :bool,"
+        f" name=SPEC (keyword), @file.pt{exported}",
+    )  # fmt: skip
+
+
+def _add_sweep_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    from layerprof.sections.sweep import DEFAULT_ITERS, DEFAULT_WARMUP
+
+    sweep = sub.add_parser(
+        "sweep",
+        parents=[common],
+        help="the same model over batch sizes, dtypes and thread counts",
+        description="Run the same model at every combination of --batch, --dtype and --threads"
+        " (any subset): latency percentiles, throughput, FLOP/s, peak memory and each layer's"
+        " share of the forward per point. The batch replaces dimension --batch-dim (default 0)"
+        " of every --input shape spec; inputs with fewer dimensions stay as they are. A point"
+        " that runs out of memory ends its row: larger batches of the same dtype and threads"
+        " are skipped, and the report says where.",
+    )
+    _add_model_options(sweep, example_inputs=False)
+    grid = sweep.add_argument_group("grid")
+    grid.add_argument(
+        "--batch", type=_list_of(_COUNT, "batch sizes"), default=(), metavar="N[,N...]",
+        help="batch sizes, e.g. 1,8,32,128 (default: the inputs as given)",
+    )  # fmt: skip
+    grid.add_argument(
+        "--dtype", type=_list_of(_dtype_name, "dtypes"), default=(), metavar="DTYPE[,DTYPE...]",
+        help=f"model and float input dtypes, of {', '.join(DTYPES)} (default: the model's own)",
+    )  # fmt: skip
+    grid.add_argument(
+        "--threads", type=_list_of(_threads, "thread counts"), default=(), metavar="N[,N...]",
+        help="torch.set_num_threads per point, e.g. 1,2 (default: torch's own)",
+    )  # fmt: skip
+    grid.add_argument(
+        "--batch-dim", type=_NON_NEGATIVE, default=0, metavar="D",
+        help="the dimension of each --input shape the batch replaces (default 0; 1 for"
+        " sequence-first inputs)",
+    )  # fmt: skip
+    m = sweep.add_argument_group("measurement")
+    m.add_argument("--warmup", type=_NON_NEGATIVE, default=DEFAULT_WARMUP,
+                   help=f"untimed forwards per point after its cold call (default {DEFAULT_WARMUP})")  # fmt: skip
+    m.add_argument("--iters", type=_COUNT, default=DEFAULT_ITERS,
+                   help=f"timed forwards per pass and point (default {DEFAULT_ITERS})")  # fmt: skip
+    m.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    m.add_argument(
+        "--seed", type=_seed, default=0, help="seed for random inputs (default 0; 64 bits)"
+    )
+    m.add_argument(
+        "--train", action="store_true", help="keep train mode (default: eval mode for the run)"
+    )
+    m.add_argument(
+        "--no-inference-mode", action="store_true",
+        help="run under torch.no_grad() instead of inference_mode()",
+    )  # fmt: skip
+    m.add_argument(
+        "--no-layers", action="store_true",
+        help="latency only: skip each point's per-layer pass (no layer shares, no FLOPs)",
+    )  # fmt: skip
+    m.add_argument("--no-memory", action="store_true", help="skip each point's peak-memory forward")
+    out = sweep.add_argument_group("output", outputs.STDOUT_HELP)
+    outputs.add_output(out, "--json", "write the sweep (schema layerprof.sweep/1)")
+    outputs.add_output(out, "--html", "write a self-contained HTML report with the charts")
+    out.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
 
 
 def _add_compile_options(p: argparse.ArgumentParser) -> None:
@@ -314,33 +445,13 @@ def build_parser() -> argparse.ArgumentParser:
         "file (needs --arch), a TorchScript archive, a torch.export .pt2 file, or a pickled module "
         "(needs --trust-pickle). Without MODEL, --arch builds the model with random weights.",
     )  # fmt: skip
-    run.add_argument(
-        "model", nargs="?", metavar="MODEL", help="model file (.pth/.pt/.pt2/TorchScript)"
-    )
-    load = run.add_argument_group("model")
-    load.add_argument(
-        "--arch",
-        metavar="MODULE:CALLABLE",
-        help="class or factory that builds the model, e.g. mypkg.nets:ResNetish",
-    )
-    load.add_argument(
-        "--arch-kwargs", metavar="JSON", help="keyword arguments for --arch as a JSON object"
-    )
-    load.add_argument(
-        "--non-strict", action="store_true", help="load state_dict keys that match, ignore the rest"
-    )
-    load.add_argument(
-        "--trust-pickle", action="store_true",
-        help="allow files that unpickle objects or carry native code (a whole pickled module, a .pt2 with pickled weights, an AOTInductor package): this runs code from the file, only use it for files you trust (SECURITY.md)",
-    )  # fmt: skip
-    run.add_argument(
-        "--input", "-i", action="append", default=[], metavar="SPEC",
-        help="input spec, repeatable: 1x3x224x224, 4x128:int64[0,30000), 2x8:bfloat16, :bool, name=SPEC (keyword), @file.pt; a .pt2 program defaults to its example inputs",
-    )  # fmt: skip
+    _add_model_options(run)
     _add_measure_options(run, warmup=5, iters=50)
     _add_ops_options(run)
     _add_compile_options(run)
     _add_output_options(run)
+
+    _add_sweep_parser(sub, common)
 
     analyze = sub.add_parser(
         "analyze",
@@ -429,16 +540,39 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    outputs.check_outputs(args)
+    _compile_options(args)  # a bad combination fails before a long load
+    loaded = _load(args)
+    profile = _measure(
+        loaded.module,
+        args.input,
+        args,
+        model_name=loaded.name,
+        kind=loaded.kind,
+        notes=loaded.notes,
+        program=loaded.program,
+    )
+    _emit(profile, args)
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from layerprof.sweepcmd import sweep_command
+
+    return sweep_command(args, load=lambda: _load(args))
+
+
+def _load(args: argparse.Namespace) -> Any:
+    """The model of ``run``/``sweep`` (MODEL file and/or --arch), checked before a long load."""
     import json
 
     from layerprof.load.model import load_model
 
     if not args.model and not args.arch:
         raise UsageError(
-            "give a MODEL file, --arch MODULE:CALLABLE, or both", hint="see layerprof run --help"
+            "give a MODEL file, --arch MODULE:CALLABLE, or both",
+            hint=f"see layerprof {args.command} --help",
         )
-    outputs.check_outputs(args)
-    _compile_options(args)  # a bad combination fails before a long load
     kwargs = None
     if args.arch_kwargs:
         try:
@@ -456,17 +590,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     )  # fmt: skip
     if not args.input and loaded.kind != "export":
         raise _no_input()
-    profile = _measure(
-        loaded.module,
-        args.input,
-        args,
-        model_name=loaded.name,
-        kind=loaded.kind,
-        notes=loaded.notes,
-        program=loaded.program,
-    )
-    _emit(profile, args)
-    return 0
+    return loaded
 
 
 def _is_export_archive(model: str | None) -> bool:
@@ -519,7 +643,7 @@ def _measure(
         correct_overhead=not args.no_correct, progress=sys.stderr.isatty() and not args.quiet,
         model_name=model_name, input_descriptions=tuple(inputs.descriptions),
         dtype=args.dtype, ops=ops, backward=args.backward, loss=loss, kind=kind,
-        compile=_compile_options(args), meta_extra={"kind": kind},
+        compile=_compile_options(args), meta_extra={"kind": kind}, peak=args.peak,
     )  # fmt: skip
     profile = run_model(model, tuple(inputs.args), dict(inputs.kwargs), options, program=program)
     return profile.with_notes(*notes) if notes else profile
@@ -715,6 +839,7 @@ def _saved_gate(saved: Any) -> Any:
 COMMANDS = {
     "demo": cmd_demo,
     "run": cmd_run,
+    "sweep": cmd_sweep,
     "analyze": cmd_analyze,
     "diff": cmd_diff,
     "report": cmd_report,

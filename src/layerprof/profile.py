@@ -11,6 +11,8 @@ Kineto traces fill the sections they know; everything else stays empty.
 * for traces and ops mode: steps, devices (GPU busy/idle), kernels, kernel
   kinds, memcpy, launches, memory, record_function annotations, and where the
   trace came from (``source``);
+* flops: the model's counted FLOPs, their coverage and the device's peak
+  (per layer in ``LayerInfo.flops``/``flop_detail``);
 * compiled (``--compile``): how the compiled kernels' time was attributed;
 * signatures: the distinct input shapes a Recorder saw, with forwards and
   layer shapes per signature;
@@ -55,6 +57,7 @@ from layerprof.sections import (
     TraceSource,
 )
 from layerprof.sections.compiled import CompiledSection
+from layerprof.sections.flops import FlopSummary, LayerFlops
 from layerprof.stats import Series, SeriesLike, Summary, as_series
 from layerprof.units import NS_PER_MS
 
@@ -104,6 +107,7 @@ class LayerRow:
     flops: int | None = None
     output_bytes: int | None = None
     peak_bytes: int | None = None
+    flop_detail: LayerFlops | None = None
 
     @property
     def name(self) -> str:
@@ -270,6 +274,7 @@ class Profile(sinks.Output):
     communication: Communication | None = None
     queues: Queues | None = None
     memory_timeline: MemoryTimeline | None = None
+    flops: FlopSummary | None = None
     compiled: CompiledSection | None = None
     events: RecordedTrace | None = field(default=None, compare=False, repr=False)
 
@@ -341,6 +346,7 @@ class Profile(sinks.Output):
                     flops=info.flops,
                     output_bytes=info.output_bytes,
                     peak_bytes=info.peak_bytes,
+                    flop_detail=info.flop_detail,
                 )
             )
         return _subtree_totals(out)

@@ -11,6 +11,7 @@ import statistics
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from layerprof.sections.flops import LayerFlops
 from layerprof.stats import Series, SeriesLike, as_series
 
 Shape = tuple[int, ...]
@@ -50,8 +51,10 @@ class LayerCall:
 class LayerInfo:
     """What a layer is, independent of any timing.
 
-    ``flops`` counts matmul/conv/attention FLOPs of one forward inclusively
-    (None when not counted); ``output_bytes`` is the size of the tensors the
+    ``flops`` counts the FLOPs of one forward inclusively (None when not
+    counted; ``flop_detail`` has the elementwise part, bytes moved, the share
+    of op time in uncounted ops and, with ``--backward``, the backward's: see
+    layerprof.sections.flops); ``output_bytes`` is the size of the tensors the
     layer's first call returned (its activation memory); ``peak_bytes`` (CUDA
     only) how far allocated device memory rose above its level at the layer's
     entry, at the peak (see layerprof.capture.memory).
@@ -64,7 +67,8 @@ class LayerInfo:
     params_own: int = 0
     input_shapes: ShapeTree = None
     output_shapes: ShapeTree = None
-    flops: int | None = None  # inclusive, per forward (torch.utils.flop_counter)
+    flops: int | None = None  # inclusive, per forward (layerprof.capture.flops)
+    flop_detail: LayerFlops | None = None
     output_bytes: int | None = None  # tensors returned by the first call
     peak_bytes: int | None = None  # CUDA: allocated memory's rise above entry, at its peak
 

@@ -33,6 +33,7 @@ def load_comparable(
     from layerprof.analysis.diff import Diff
     from layerprof.codec import from_dict
     from layerprof.profile import Profile
+    from layerprof.sections.sweep import Sweep
     from layerprof.trace import analyze
 
     p = Path(path)
@@ -50,6 +51,11 @@ def load_comparable(
         )
     if isinstance(loaded, Profile):
         return loaded, []
+    if isinstance(loaded, Sweep):
+        raise ProfileFormatError(
+            f"{p}: a sweep holds many runs, not one to compare",
+            hint="compare saved profiles (run --json), trace analyses (analyze --json) or traces",
+        )
     return _one_rank(loaded, p, rank)
 
 

@@ -7,6 +7,7 @@ bytes, shapes). Every module that shows or stores a number uses these.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -142,6 +143,29 @@ def fmt_ms(ns: float | None) -> str:
 
 def fmt_delta_ms(ns: float) -> str:
     return ("+" if ns > 0 else "") + fmt_ms(ns)
+
+
+_SI = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "p": 1e15}
+_SI_RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?(?:e[+-]?[0-9]{1,3})?)\s*([kmgtp]?)\s*$", re.I)
+
+
+def parse_si(text: str) -> float:
+    """``"2.5T"`` -> 2.5e12 (k, M, G, T, P are powers of 1000; a bare number as is)."""
+    m = _SI_RATE.match(text)
+    if m is None:
+        raise ValueError(f"{text!r} is not a number with an optional k/M/G/T/P suffix")
+    value = float(m.group(1)) * _SI[m.group(2).lower()]
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"{text!r} is not a positive rate")
+    return value
+
+
+def human_si(value: float, unit: str) -> str:
+    """``85.3e9, "FLOP/s"`` -> ``85.3 GFLOP/s`` (decimal prefixes, three significant digits)."""
+    for size, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= size:
+            return f"{value / size:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
 
 
 def fmt_share(fraction: float | None) -> str:

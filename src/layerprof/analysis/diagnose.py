@@ -22,6 +22,14 @@ from layerprof.analysis.passes import (
     never_called_findings,
     pass_gap,
 )
+from layerprof.analysis.roofline import (
+    LOW_PEAK,
+    RELIABLE_COVERAGE,
+    coverage_findings,
+    has_coverage,
+    has_peak,
+    roofline_findings,
+)
 from layerprof.stats import Summary
 from layerprof.units import human_count, human_time
 
@@ -512,4 +520,14 @@ RULES: tuple[Rule, ...] = (
         distributed_findings,
     ),
     Rule("setup (dtype, train mode)", live, _setup),
+    Rule(
+        f"FLOP coverage (>= {100 * RELIABLE_COVERAGE:.0f}% of the op time in counted ops)",
+        has_coverage,
+        coverage_findings,
+    ),
+    Rule(
+        f"roofline (heavy layers below {100 * LOW_PEAK:.0f}% of what their intensity allows)",
+        has_peak,
+        roofline_findings,
+    ),
 )

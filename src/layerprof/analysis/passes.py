@@ -160,10 +160,9 @@ def code_path_findings(profile: Profile) -> list[Finding]:
     groups: dict[tuple[str, str, bool], list[FusedLayer]] = {}
     for f in check.fused:
         groups.setdefault((f.type, f.op, f.in_layer_pass), []).append(f)
-    flops = {i.path: i.flops for i in profile.layers}
     for (type_, op, same), layers in groups.items():
         if same:
-            out.append(_fused_finding(type_, op, layers, flops))
+            out.append(_fused_finding(profile, type_, op, layers))
         else:
             out.append(_diverged_finding(profile, type_, op, layers))
     fused = {f.layer for f in check.fused}
@@ -193,13 +192,7 @@ def _diverged_finding(profile: Profile, type_: str, op: str, layers: list[FusedL
         if "TransformerEncoderLayer" in type_
         else "the instrumented pass did not take the fast path"
     )
-    flops = {i.path: i.flops for i in profile.layers}
-    uncounted = (
-        " Their FLOPs are not counted (the FLOP counter saw the fused kernel, which it has"
-        " no formula for)."
-        if any(flops.get(p) == 0 for p in paths)
-        else ""
-    )
+    uncounted = _flop_sentence(profile, paths, "their")
     return Finding(
         "warning",
         f"the per-layer pass ran other code than the clean pass in {_count(paths, type_)}",
@@ -212,21 +205,36 @@ def _diverged_finding(profile: Profile, type_: str, op: str, layers: list[FusedL
     )
 
 
-def _fused_finding(
-    type_: str, op: str, layers: list[FusedLayer], flops: dict[str, int | None]
-) -> Finding:
+def _flop_sentence(profile: Profile, paths: list[str], its: str) -> str:
+    """What the FLOP counter made of fused layers: counted by layerprof's formula for the
+    fused kernel (layerprof.capture.formulas), or not counted (an older file's counter,
+    or a kernel with no formula) - never a silent 0."""
+    infos = [i for i in profile.layers if i.path in paths]
+    if not infos or all(i.flops is None and i.flop_detail is None for i in infos):
+        return ""
+    share = [i.flop_detail.uncounted_share for i in infos if i.flop_detail is not None]
+    if any(i.flops == 0 for i in infos) or any(s is not None and s > 0.5 for s in share):
+        return (
+            f" {its.capitalize()} FLOPs are not counted (the FLOP counter has no formula for"
+            " the fused kernel)."
+        )
+    return (
+        f" {its.capitalize()} FLOPs are counted from the fused kernel's shapes"
+        " (layerprof's formula for it, docs/flops.md)."
+    )
+
+
+def _fused_finding(profile: Profile, type_: str, op: str, layers: list[FusedLayer]) -> Finding:
     paths = [f.layer for f in layers]
     skipped = sorted({p.rsplit(".", 1)[-1] for f in layers for p in f.skipped})
     its = "its" if len(paths) == 1 else "their"
-    uncounted = [p for p in paths if flops.get(p) == 0]
     return Finding(
         "info",
         f"{_count(paths, type_)} ran torch's fused fast path",
         f"{_names(paths)} ran {op} in both passes; {its} submodules ({_names(skipped)})"
         f" never ran and show 0 calls: the fused kernel does their work, which is in"
         f" {its} own self time."
-        + (f" {its.capitalize()} FLOPs are not counted (the FLOP counter has no formula for"
-           " the fused kernel)." if uncounted else ""),
+        + _flop_sentence(profile, paths, its),
         "torch.backends.mha.set_fastpath_enabled(False) times the submodules one by one"
         " (the unfused path, slower than what inference runs)",
         paths[0],

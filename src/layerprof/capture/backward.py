@@ -92,17 +92,24 @@ class NodeMarks:
     """Forward hooks that give each module call its sequence-number range, and the
     node hooks that time the graph nodes created in each call (module docstring)."""
 
-    def __init__(self, model: torch.nn.Module, clock: Clock) -> None:
+    def __init__(self, model: torch.nn.Module, clock: Clock, *, process_wide: bool = False) -> None:
         self.model = model
         self.clock = clock
+        # process-wide module hooks: torch's fast-path checks (TransformerEncoderLayer
+        # refuses its fused kernel when a module carries hooks) do not see them, so the
+        # model runs the code its clean forward runs (the FLOP counter uses this)
+        self.process_wide = process_wide
         self.calls: list[_Call] = []
         self.failed: str | None = None  # innermost layer a forward raised in
         self._stack: list[int] = []
         self._running: list[int] = []  # owners of nodes started and not finished
         self._hooks = HookHandles()
         self._next_seq = next_sequence_nr()
+        self._firsts: list[int] = []
 
     def __enter__(self) -> NodeMarks:
+        if self.process_wide:
+            return self._enter_process_wide()
         with self._hooks.registering() as hooks:
             for path, module in hookable_modules(self.model):
                 hooks.add(module.register_forward_pre_hook(functools.partial(self._enter, path)))
@@ -111,6 +118,29 @@ class NodeMarks:
                         functools.partial(self._exit, path), always_call=True
                     )
                 )
+        return self
+
+    def _enter_process_wide(self) -> NodeMarks:
+        from torch.nn.modules.module import (
+            register_module_forward_hook,
+            register_module_forward_pre_hook,
+        )
+
+        paths = {id(m): p for p, m in hookable_modules(self.model)}
+
+        def pre(module: Any, args: Any) -> None:
+            path = paths.get(id(module))
+            if path is not None:
+                self._enter(path, module, args)
+
+        def post(module: Any, args: Any, output: Any) -> None:
+            path = paths.get(id(module))
+            if path is not None:
+                self._exit(path, module, args, output)
+
+        with self._hooks.registering() as hooks:
+            hooks.add(register_module_forward_pre_hook(pre))
+            hooks.add(register_module_forward_hook(post, always_call=True))
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -162,6 +192,19 @@ class NodeMarks:
                 hooked += 1
             todo.extend(fn for fn, _ in node.next_functions)
         return hooked
+
+    def current(self) -> int:
+        """The innermost module call running forward now (-1: none)."""
+        return self._stack[-1] if self._stack else -1
+
+    def owner(self, seq: int) -> int:
+        """The innermost recorded call whose forward created the graph node numbered ``seq``
+        (-1: none, e.g. gradient accumulation or the loss); for the FLOP counter's backward."""
+        if len(self._firsts) != len(self.calls):  # calls only grow during one step
+            self._firsts = [c.first for c in self.calls]
+        if not self._firsts or seq < self._firsts[0]:
+            return -1
+        return self._owner(seq, self._firsts)
 
     def _owner(self, seq: int, firsts: list[int]) -> int:
         """The innermost call whose sequence range holds ``seq`` (-1: none)."""

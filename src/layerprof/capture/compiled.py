@@ -59,6 +59,8 @@ from layerprof.sections.compiled import SPLIT_RULES, GraphBreak, Recompile
 if TYPE_CHECKING:
     import torch
 
+    from layerprof.capture.flops import FlopCount
+    from layerprof.capture.peaks import GivenPeak
     from layerprof.profile import Profile
     from layerprof.records import LayerInfo
 
@@ -104,7 +106,7 @@ class EagerFacts:
     calls: dict[str, float]
     shapes: dict[str, tuple[Any, Any]]
     output_bytes: dict[str, int]
-    flops: dict[str, int] | None
+    flops: FlopCount | None
     flop_note: str | None
 
 
@@ -152,10 +154,11 @@ class CompiledRun:
             self._types = {
                 p: type(m).__name__ for p, m in hookable_modules(self.model, compiled_leaves=False)
             }
+            counted = self.eager.flops
             self._layers = layer_infos(
                 self.model,
                 self.eager.shapes,
-                flops=self.eager.flops,
+                flops=counted.flops if counted else None,
                 output_bytes=self.eager.output_bytes,
             )
             self._breaks, self._metrics = _dynamo_state()
@@ -194,15 +197,24 @@ class CompiledRun:
         device: str,
         backward: bool = False,
         loss: Callable[[Any], Any] | None = None,
+        peak: GivenPeak | None = None,
     ) -> Profile:
-        """Profile ``iters`` compiled forwards (and backwards) and attribute their kernels."""
+        """Profile ``iters`` compiled forwards (and backwards) and attribute their kernels;
+        FLOPs are the eager forward's (layerprof.capture.flops), ``peak`` as ``--peak``."""
+        from layerprof.capture.flops import flop_sections
+
         assert self.eager is not None and self.backend is not None, "use inside `with`"
         raw = self._capture(iters, device, backward, loss)
         att = attribute(
             raw.tables(), self.backend.records, ModelPaths(self._types), rule=self.options.split
         )
         eager = self.eager
-        layers = (*self._layers, *bucket_infos())
+        counted = eager.flops
+        infos, summary = flop_sections(
+            self._layers, counted, device=base.meta.device, dtype=base.meta.dtype,
+            threads=base.meta.threads or 1, given=peak,
+        )  # fmt: skip
+        layers = (*infos, *bucket_infos())
         section = build_section(att, self._facts(eager))
         lines = [*notes(att, section), *self.watch.notes()]
         if eager.flop_note:
@@ -212,6 +224,7 @@ class CompiledRun:
             layers=layers,
             samples=layer_samples(att, layers, eager.calls),
             compiled=section,
+            flops=summary,
             events=raw,
             notes=(*base.notes, *lines),
         )
@@ -388,7 +401,7 @@ def eager_facts(
     finally:
         hooks.remove()
     try:
-        flops: dict[str, int] | None = count_flops(model, forward)
+        flops: FlopCount | None = count_flops(model, forward)
         note = None
     except Exception as exc:  # the counter's own limits: the model ran above
         flops, note = (

@@ -8,8 +8,9 @@ Order of one run (see docs/definitions.md):
    iteration on CUDA, wall time of each;
 4. code path — one watched forward that notes fused fast paths without changing
    them (layerprof.capture.fastpath), compared with the per-layer pass at the end;
-   shapes — one forward with shape hooks; one counting FLOPs
-   (torch.utils.flop_counter); on CUDA one reading the allocator's peaks;
+   shapes — one forward with shape hooks; one counting FLOPs, bytes and op time
+   per layer (layerprof.capture.flops; with ``backward`` also one counted
+   training step); on CUDA one reading the allocator's peaks;
 5. hooks mode: calibration — the hooks' own per-call cost, measured on a model
    of empty layers with the same hooks — then one untimed hooked forward and
    ``iters`` hooked forwards (plus the backward pass with ``backward``);
@@ -50,10 +51,13 @@ if TYPE_CHECKING:
     import torch
 
     from layerprof.capture.compiled import CompileOptions
+    from layerprof.capture.flops import FlopCount
     from layerprof.capture.memory import MemoryCounter
     from layerprof.capture.opcost import OpsCorrection
     from layerprof.capture.ops import OpOptions, RawTrace
+    from layerprof.capture.peaks import GivenPeak
     from layerprof.profile import Profile
+    from layerprof.sections.flops import FlopSummary
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,8 @@ class RunOptions:
     the loss; default: sum of floating outputs). ``kind`` is ``eager``,
     ``torchscript`` or ``export`` (per-layer rows from the profiler's module
     hierarchy / the graph's ``nn_module_stack``); ``layers=False`` measures
+    the latency only; ``peak`` (``--peak``) gives the device's peak rates for
+    the roofline instead of the measured (CPU) or looked-up (CUDA) ones.
     the latency only. ``compile`` runs the model through ``torch.compile``
     and attributes the compiled kernels' time to layers.
     """
@@ -93,6 +99,7 @@ class RunOptions:
     kind: str = "eager"
     compile: CompileOptions | None = None
     meta_extra: dict[str, Any] = field(default_factory=dict)
+    peak: GivenPeak | None = None
 
     def __post_init__(self) -> None:
         if self.iters < 1:
@@ -158,8 +165,9 @@ def run_model(
             elif compiled is not None:
                 progress.close()
                 profile = compiled.layer_pass(
-                    base, iters=opts.iters, device=device, backward=opts.backward, loss=opts.loss
-                )
+                    base, iters=opts.iters, device=device, backward=opts.backward,
+                    loss=opts.loss, peak=opts.peak,
+                )  # fmt: skip
             elif opts.kind != "eager":
                 profile = _scripted(model, program, args, kwargs, opts, base)
             else:
@@ -220,7 +228,7 @@ def _layer_pass(
     clean_path = watch_clean_path(model, forward)  # before any hook changes the path
     with ShapeCapture(model) as shapes:
         _guarded(forward, model)
-    flops, flop_note = _flops(model, forward)
+    flops, flop_note = _flops(model, forward, args, kwargs, device, opts)
     peaks = _peaks(model, forward, device)
     base = base.with_notes(*_opaque_notes(model), *([flop_note] if flop_note else []))
     if opts.ops is not None:
@@ -231,8 +239,11 @@ def _layer_pass(
         if peaks is None:  # no allocator counters (CPU): --profile-memory's events
             peaks = raw.peak_bytes()
         layers = layer_infos(
-            model, shapes.shapes, flops=flops, output_bytes=shapes.output_bytes, peak_bytes=peaks
-        )
+            model, shapes.shapes, flops=flops.flops if flops else None,
+            output_bytes=shapes.output_bytes, peak_bytes=peaks,
+        )  # fmt: skip
+        layers, summary = _flop_sections(layers, flops, base, opts)
+        base = replace(base, flops=summary)
         note = (
             cost.note()
             if cost is not None
@@ -254,9 +265,11 @@ def _layer_pass(
         samples, notes = _with_backward(samples, model, args, kwargs, opts)
         base = base.with_notes(*notes)
     layers = layer_infos(
-        model, shapes.shapes, flops=flops, output_bytes=shapes.output_bytes, peak_bytes=peaks
-    )
-    profile = replace(base, layers=layers, samples=samples, overhead=overhead)
+        model, shapes.shapes, flops=flops.flops if flops else None,
+        output_bytes=shapes.output_bytes, peak_bytes=peaks,
+    )  # fmt: skip
+    layers, summary = _flop_sections(layers, flops, base, opts)
+    profile = replace(base, layers=layers, samples=samples, overhead=overhead, flops=summary)
     return check_passes(profile, clean_path)
 
 
@@ -303,16 +316,40 @@ def _peaks(
 
 
 def _flops(
-    model: torch.nn.Module, forward: Callable[[], Any]
-) -> tuple[dict[str, int] | None, str | None]:
-    """FLOPs per layer from one counted forward; a model the counter cannot run
-    keeps its timings and says why FLOPs are missing."""
-    from layerprof.capture.flops import count_flops
+    model: torch.nn.Module,
+    forward: Callable[[], Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    device: str,
+    opts: RunOptions,
+) -> tuple[FlopCount | None, str | None]:
+    """FLOPs per layer from one counted forward (and a counted step with ``backward``);
+    a model the counter cannot run keeps its timings and says why FLOPs are missing."""
+    from layerprof.capture.flops import count_model
+    from layerprof.capture.step import backward_step
 
+    step = (
+        backward_step(model, args, kwargs, opts.loss, synchronizer(device))
+        if opts.backward
+        else None
+    )
     try:
-        return count_flops(model, forward), None
+        return count_model(model, forward, device=device, step=step), None
     except Exception as exc:  # the counter's own limits, not a model bug: it ran before
         return None, f"FLOPs not counted: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+
+
+def _flop_sections(
+    layers: tuple[LayerInfo, ...], count: FlopCount | None, base: Profile, opts: RunOptions
+) -> tuple[tuple[LayerInfo, ...], FlopSummary | None]:
+    """Per-layer FLOP detail and the summary with the device's peak (layerprof.capture.flops)."""
+    from layerprof.capture.flops import flop_sections
+
+    meta = base.meta
+    return flop_sections(
+        layers, count, device=meta.device, dtype=meta.dtype, threads=meta.threads or 1,
+        given=opts.peak,
+    )  # fmt: skip
 
 
 def _hooked(

@@ -4,6 +4,7 @@
 ``layerprof.profile/2``    a Profile: meta, latency, overhead, layers, ops, trace sections
 ``layerprof.trace/2``      a Run: ranks (each a profile/2 document), cross-rank results
 ``layerprof.diff/1``       a Diff: latency, steps, layers, ops, kernels; settings; gate
+``layerprof.sweep/1``      a Sweep: one model over batch sizes, dtypes, threads
 =========================  ===========================================================
 
 Files written by layerprof 0.1.0 (``layerprof.profile/1``, ``layerprof.trace/1``)
@@ -39,16 +40,20 @@ from layerprof.codec.schemas import (
     PROFILE_SCHEMA,
     RUN_SCHEMA,
     SCHEMAS,
+    SWEEP_SCHEMA,
 )
+from layerprof.codec.sweep import read_sweep, sweep_to_dict
 from layerprof.errors import ProfileFormatError
 from layerprof.profile import Profile, Run
 from layerprof.reading import read_json
+from layerprof.sections.sweep import Sweep
 
 __all__ = [
     "DIFF_SCHEMA",
     "PROFILE_SCHEMA",
     "RUN_SCHEMA",
     "SCHEMAS",
+    "SWEEP_SCHEMA",
     "diff_from_dict",
     "from_dict",
     "layer_records",
@@ -74,10 +79,12 @@ def to_dict(
         return run_to_dict(obj, samples=samples, top=top)
     if isinstance(obj, Diff):
         return diff_to_dict(obj, top=top, gate=gate)
+    if isinstance(obj, Sweep):
+        return sweep_to_dict(obj)
     raise TypeError(f"cannot encode a {type(obj).__name__}")
 
 
-def from_dict(data: Any, *, source: str = "<dict>") -> Profile | Run | Diff:
+def from_dict(data: Any, *, source: str = "<dict>") -> Profile | Run | Diff | Sweep:
     """Whatever layerprof document ``data`` is; ProfileFormatError for anything else."""
     if not isinstance(data, Mapping) or "schema" not in data:
         raise ProfileFormatError(
@@ -85,12 +92,13 @@ def from_dict(data: Any, *, source: str = "<dict>") -> Profile | Run | Diff:
             hint="make one with layerprof run --json, analyze --json or diff --json",
         )
     schema = data["schema"]
-    readers: dict[str, Callable[[Any, str], Profile | Run | Diff]] = {
+    readers: dict[str, Callable[[Any, str], Profile | Run | Diff | Sweep]] = {
         PROFILE_SCHEMA: read_profile,
         LEGACY_PROFILE: read_profile,
         RUN_SCHEMA: read_run,
         LEGACY_RUN: read_legacy_run,
         DIFF_SCHEMA: read_diff,
+        SWEEP_SCHEMA: read_sweep,
     }
     reader = readers.get(schema) if isinstance(schema, str) else None
     if reader is None:
@@ -131,7 +139,7 @@ def diff_from_dict(data: Any, *, source: str = "<dict>") -> Diff:
 
 def load(
     path: str | os.PathLike[str], *, max_input_size: int | None = None
-) -> Profile | Run | Diff:
+) -> Profile | Run | Diff | Sweep:
     """Read a saved profile, trace analysis or diff (bounded read, type-checked)."""
     p = Path(path)
     data = read_json(p, max_input_size=max_input_size, error=ProfileFormatError)

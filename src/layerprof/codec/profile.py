@@ -16,6 +16,7 @@ from layerprof.codec.fields import (
     strings,
     summary_dict,
 )
+from layerprof.codec.flops import encode_layer_flops, read_layer_flops
 from layerprof.codec.schemas import LEGACY_PROFILE
 from layerprof.codec.sections import encode_sections, read_sections
 from layerprof.errors import ProfileFormatError
@@ -98,6 +99,7 @@ def layer_record(row: Any) -> dict[str, Any]:
         **({"flops": row.flops} if row.flops is not None else {}),
         **({"output_bytes": row.output_bytes} if row.output_bytes is not None else {}),
         **({"peak_bytes": row.peak_bytes} if row.peak_bytes is not None else {}),
+        **encode_layer_flops(row.flop_detail),
         "input_shapes": row.input_shapes,
         "output_shapes": row.output_shapes,
     }
@@ -228,6 +230,7 @@ def _read_layer(lf: Fields, legacy: bool) -> tuple[LayerInfo, LayerSamples | Non
         flops=lf.opt_integer("flops"),
         output_bytes=lf.opt_integer("output_bytes"),
         peak_bytes=lf.opt_integer("peak_bytes"),
+        flop_detail=read_layer_flops(lf),
     )
     calls = lf.number("calls", 0)
     kept = lf.obj("samples")

@@ -19,6 +19,7 @@ from layerprof.codec.fields import (
     strings,
     summary_us,
 )
+from layerprof.codec.flops import encode_flops, read_flops
 from layerprof.codec.inputs import encode_signatures, read_signatures
 from layerprof.codec.passes import encode_passes, read_passes
 from layerprof.profile import Profile
@@ -53,6 +54,7 @@ def encode_sections(p: Profile, top: int | None) -> dict[str, Any]:
         "memory": _memory(p.memory, top),
         "annotations": [asdict_ms(a) for a in p.annotations],
         "signatures": encode_signatures(p.signatures),
+        "flops": encode_flops(p.flops),
         "passes": encode_passes(p.passes),
         **encode_compiled(p.compiled),
         **encode_distributed(p),
@@ -182,6 +184,7 @@ def read_sections(f: Fields) -> dict[str, Any]:
     out["memory"] = read_memory(f.obj("memory"))
     out["annotations"] = tuple(read_row(AnnotationRow, a) for a in f.objects("annotations"))
     out["signatures"] = read_signatures(f)
+    out["flops"] = read_flops(f.obj("flops"))
     out["passes"] = read_passes(f.obj("passes"))
     out.update(read_compiled(f))
     out.update(read_distributed(f))

@@ -12,6 +12,12 @@ from rich.text import Text
 from layerprof.analysis.passes import pass_gap
 from layerprof.render.columns import Cell, Col, Hide, Label, Row, Shrink, Step, print_table
 from layerprof.render.compiled_console import print_compiled, row_marks
+from layerprof.render.flops_console import (
+    flop_cells,
+    flop_columns,
+    flop_header_lines,
+    print_roofline,
+)
 from layerprof.render.inputs_console import signature_lines
 from layerprof.render.terminal import escaping, make_console
 from layerprof.units import (
@@ -68,6 +74,7 @@ def print_profile(
             out.print(Text("no layer timings recorded", style="dim"))
         else:
             print_layer_table(out, profile, roots, opts)
+            print_roofline(out, profile)
             if depth is not None and top is None:
                 out.print(
                     Text(
@@ -163,7 +170,7 @@ def header_lines(profile: Profile) -> list[Text | str]:
                 style="bold red",
             )
         )
-    return lines
+    return lines + flop_header_lines(profile)
 
 
 def _ops_line(ops: object) -> str | None:
@@ -255,6 +262,7 @@ _LAYER_STEPS: tuple[Step, ...] = (
     Hide(("In",)),  # a layer's input is mostly the output of the row above
     Hide(("Out",)),
     Shrink(("Type",), 14),
+    Hide(("Uncounted",)),
     Hide(("FLOPs",)),
     Hide(("Params",)),
     Shrink(("Layer",), 20),
@@ -292,8 +300,7 @@ def _columns(
         columns += [Col("In", cap=_SHAPES_CAP), Col("Out", cap=_SHAPES_CAP)]
     if any(r.params for r in rows):
         columns.append(Col("Params", number=True))
-    if any(r.flops is not None for r in rows):
-        columns.append(Col("FLOPs", number=True))
+    columns += flop_columns(rows)
     if any(r.peak_bytes is not None for r in rows):
         columns.append(Col("Peak mem", number=True))
     return columns
@@ -316,7 +323,7 @@ def _cells(
         "In": format_shapes(r.input_shapes),
         "Out": format_shapes(r.output_shapes),
         "Params": human_count(r.params) if r.params else "",
-        "FLOPs": human_count(r.flops) if r.flops else "",
+        **flop_cells(r),
         "Peak mem": human_bytes(r.peak_bytes) if r.peak_bytes else "",
     }
     return tuple(values[c.name] for c in columns)

@@ -18,6 +18,7 @@ from layerprof import codec, sinks
 from layerprof.analysis.diff import Diff
 from layerprof.errors import UsageError
 from layerprof.profile import Profile, Run
+from layerprof.sections.sweep import Sweep
 
 
 def _unsupported(fmt: str, obj: Any) -> UsageError:
@@ -42,6 +43,10 @@ class ConsoleRenderer:
             _print_profile(obj, console, **options)
         elif isinstance(obj, Run):
             _print_run(obj, console, **options)
+        elif isinstance(obj, Sweep):
+            from layerprof.render.sweep_console import print_sweep
+
+            print_sweep(obj, console)
         else:
             raise _unsupported(self.name, obj)
 
@@ -133,7 +138,7 @@ class CsvRenderer:
 
 class HtmlRenderer:
     """The self-contained offline HTML report of a Profile, a Run or a Diff (with the
-    diagnosis' findings, and a diff's gate)."""
+    diagnosis' findings, and a diff's gate), or of a Sweep."""
 
     name = "html"
     extensions: tuple[str, ...] = (".html", ".htm")
@@ -143,6 +148,10 @@ class HtmlRenderer:
     ) -> str:
         from layerprof.render.html import render_html
 
+        if isinstance(obj, Sweep):
+            from layerprof.render.html.sweep import render_sweep_html
+
+            return render_sweep_html(obj, title=title)
         if not isinstance(obj, Profile | Run | Diff):
             raise _unsupported(self.name, obj)
         return render_html(obj, title=title, gate=gate)

@@ -1,6 +1,7 @@
 """Typed sections of a Profile (value objects only: no torch, no numpy).
 
-One module per family: ``trace`` holds what traces and ops mode fill (steps,
+One module per family: ``flops`` holds counted FLOPs, their coverage and the
+device's peak; ``trace`` holds what traces and ops mode fill (steps,
 GPU time, kernels, memcpy, launches, memory, annotations, where a trace came
 from, cross-rank results); ``distributed`` the step breakdown, collectives,
 queues, memory timeline and stragglers; ``passes`` whether a live run's per-layer
@@ -27,6 +28,7 @@ from layerprof.sections.distributed import (
     StreamQueue,
     bus_factor,
 )
+from layerprof.sections.flops import CONVENTION, FlopSummary, LayerFlops, Peak, UncountedOp
 from layerprof.sections.inputs import InputSignature
 from layerprof.sections.passes import FusedLayer, PassCheck
 from layerprof.sections.trace import (
@@ -51,6 +53,7 @@ from layerprof.sections.trace import (
 
 __all__ = [
     "BREAKDOWN_PARTS",
+    "CONVENTION",
     "STEP_DEFINITIONS",
     "AllocRow",
     "AnnotationRow",
@@ -63,16 +66,19 @@ __all__ = [
     "DeviceMemory",
     "DeviceTimeline",
     "DeviceUse",
+    "FlopSummary",
     "FusedLayer",
     "InputSignature",
     "KernelRow",
     "KindRow",
     "LaunchOutlier",
     "Launches",
+    "LayerFlops",
     "MemcpyRow",
     "MemorySummary",
     "MemoryTimeline",
     "PassCheck",
+    "Peak",
     "Queues",
     "RankLateness",
     "RankLine",
@@ -84,5 +90,6 @@ __all__ = [
     "Stragglers",
     "StreamQueue",
     "TraceSource",
+    "UncountedOp",
     "bus_factor",
 ]

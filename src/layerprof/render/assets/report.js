@@ -206,6 +206,60 @@
     });
   }
 
+  // ------------------------------------------------------------- kind "roofline"
+  // {title, names, intensity, rate, time_ms, bound, hover, peak_flops, peak_bytes}: layers at
+  // (FLOP/B, FLOP/s) on log axes, marker area by time, under min(peak, intensity x bandwidth)
+  function drawRoofline(id, d) {
+    var colours = { compute: C.accent, memory: C.warn, unknown: C.muted };
+    var maxT = Math.max.apply(null, d.time_ms) || 1;
+    var traces = ['compute', 'memory', 'unknown'].map(function (b) {
+      var idx = range(d.names.length).filter(function (i) { return d.bound[i] === b; });
+      return {
+        type: 'scatter', mode: 'markers', name: b === 'unknown' ? 'no peak' : b + '-bound',
+        x: idx.map(function (i) { return d.intensity[i]; }),
+        y: idx.map(function (i) { return d.rate[i]; }),
+        text: idx.map(function (i) { return d.hover[i]; }),
+        marker: { color: colours[b], opacity: 0.75, line: { color: '#ffffff', width: 1 },
+          size: idx.map(function (i) { return 8 + 32 * Math.sqrt(d.time_ms[i] / maxT); }) },
+        hovertemplate: '%{text}<extra></extra>'
+      };
+    }).filter(function (t) { return t.x.length; });
+    var lo = Math.min.apply(null, d.intensity) / 4, hi = Math.max.apply(null, d.intensity) * 4;
+    if (d.peak_flops) {
+      var xs = [lo], ys = [];
+      if (d.peak_bytes) {
+        var ridge = d.peak_flops / d.peak_bytes;
+        lo = Math.min(lo, ridge / 4); hi = Math.max(hi, ridge * 4); xs = [lo];
+        ys = [Math.min(d.peak_flops, lo * d.peak_bytes)];
+        if (ridge > lo && ridge < hi) { xs.push(ridge); ys.push(d.peak_flops); }
+      } else {
+        ys = [d.peak_flops];
+      }
+      xs.push(hi); ys.push(d.peak_flops);
+      traces.unshift({ type: 'scatter', mode: 'lines', name: 'roof', x: xs, y: ys,
+        line: { color: C.ink, width: 1.5 }, hoverinfo: 'skip' });
+    }
+    plot(id, traces, {
+      title: title(d.title), height: 460, showlegend: true,
+      xaxis: { type: 'log', title: { text: 'arithmetic intensity (FLOP per byte)' } },
+      yaxis: { type: 'log', title: { text: 'FLOP/s' }, exponentformat: 'SI' }
+    });
+  }
+
+  // ------------------------------------------------------------- kind "lines"
+  // {title, x_title, y_title, log_x, log_y, series: [{name, x, y, hover}]}
+  function drawLines(id, d) {
+    var traces = d.series.map(function (s) {
+      return { type: 'scatter', mode: 'lines+markers', name: s.name, x: s.x, y: s.y, text: s.hover,
+        marker: { size: 7 }, hovertemplate: '%{text}<extra></extra>' };
+    });
+    plot(id, traces, {
+      title: title(d.title), showlegend: d.series.length > 1,
+      xaxis: { type: d.log_x ? 'log' : 'linear', title: { text: d.x_title } },
+      yaxis: { type: d.log_y ? 'log' : 'linear', title: { text: d.y_title }, exponentformat: 'SI' }
+    });
+  }
+
   // ------------------------------------------------------------- tables
   function cellKey(row, i, num) {
     var cell = row.cells[i];
@@ -269,7 +323,8 @@
   // ------------------------------------------------------------- main
   // DATA maps a chart slot's id to its data; "kind" picks the drawing function
   // (render/html/charts.py has one dataclass per kind).
-  var KINDS = { latency: drawLatency, tree: drawTree, bars: drawBars, steps: drawSteps };
+  var KINDS = { latency: drawLatency, tree: drawTree, bars: drawBars, steps: drawSteps,
+    roofline: drawRoofline, lines: drawLines };
   setupTables();
   Object.keys(DATA).forEach(function (id) {
     var d = DATA[id], draw = d && KINDS[d.kind];

@@ -21,6 +21,7 @@ from layerprof.render.html.page import (
     esc,
     heading,
     latency_slot,
+    share_col,
     stat_cards,
     table,
     text_col,
@@ -223,11 +224,18 @@ def layer_columns(rows: Sequence[LayerRow], order: dict[str, int]) -> list[Col[L
         cols.append(replace(count_col("Params", lambda r: r.params), tip=_params_tip))
     if any(r.flops is not None for r in rows):
         cols.append(count_col("FLOPs", lambda r: r.flops))
+    if any(r.flop_detail is not None and r.flop_detail.uncounted_ns for r in rows):
+        cols.append(share_col("Uncounted", _uncounted))
     if any(r.output_bytes is not None for r in rows):
         cols.append(bytes_col("Output", lambda r: r.output_bytes))
     if any(r.peak_bytes is not None for r in rows):
         cols.append(bytes_col("Peak mem", lambda r: r.peak_bytes))
     return cols
+
+
+def _uncounted(r: LayerRow) -> float | None:
+    """Share of the layer's op time in operators without a usable FLOP formula."""
+    return r.flop_detail.uncounted_share if r.flop_detail is not None else None
 
 
 def _path_markup(r: LayerRow) -> str:

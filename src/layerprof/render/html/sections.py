@@ -32,6 +32,7 @@ from layerprof.render.html.profile_sections import (
     layers_section,
     top_section,
 )
+from layerprof.render.html.roofline import roofline_section
 from layerprof.render.html.subject import Subject
 from layerprof.render.html.trace_sections import (
     annotations_section,
@@ -61,6 +62,7 @@ SECTIONS: tuple[SectionFn, ...] = (
     compiled_section,
     top_section,
     layer_ops_section,
+    roofline_section,
     # trace sections, every rank
     steps_section,
     cross_rank_section,

@@ -1,0 +1,163 @@
+"""The roofline from a Profile with exact numbers: achieved rates, intensity, bounds,
+findings, and its console rendering (golden files)."""
+
+from __future__ import annotations
+
+import io
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from layerprof.analysis.diagnose import checks, diagnose
+from layerprof.analysis.roofline import coverage_findings, roofline, roofline_findings
+from layerprof.profile import Profile
+from layerprof.records import LayerInfo, LayerSamples, Meta
+from layerprof.render.console import print_profile
+from layerprof.render.flops_console import flops_cell, print_roofline
+from layerprof.sections.flops import FlopSummary, LayerFlops, Peak, UncountedOp
+
+GOLDEN = Path(__file__).parent / "golden"
+MS = 1_000_000
+PEAK = Peak(100e9, 10e9, "given", "--peak")  # ridge 10 FLOP/B
+
+
+def _layer(path: str, type_: str, flops: int, detail: LayerFlops) -> LayerInfo:
+    parent = None if path == "" else ""
+    return LayerInfo(path, type_, parent, flops=flops, flop_detail=detail)
+
+
+def flop_profile(peak: Peak | None = PEAK) -> Profile:
+    """fc: 100 MFLOP in 10 ms moving 1 MB (intensity 100, compute-bound, 10% of peak);
+    act: 1 MFLOP elementwise in 1 ms moving 8 MB (intensity 0.125, memory-bound, 80% of
+    what that intensity allows); spectrum: half its op time uncounted; emb: a lookup."""
+    layers = (
+        _layer("", "Net", 101_000_000, LayerFlops(elementwise=1_000_000, bytes=10_000_000,
+                                                  counted_ns=12 * MS, uncounted_ns=2 * MS)),
+        _layer("emb", "Embedding", 0, LayerFlops(bytes=1_000_000, counted_ns=MS,
+                                                 label="lookup")),
+        _layer("fc", "Linear", 100_000_000, LayerFlops(bytes=1_000_000, counted_ns=10 * MS)),
+        _layer("act", "ReLU", 1_000_000, LayerFlops(elementwise=1_000_000, bytes=8_000_000,
+                                                    counted_ns=MS, label="elementwise")),
+        _layer("spectrum", "Spectrum", 0, LayerFlops(bytes=1_000_000, counted_ns=0,
+                                                     uncounted_ns=2 * MS,
+                                                     uncounted="aten._fft_r2c: no formula")),
+    )  # fmt: skip
+    times = {"emb": 1 * MS, "fc": 10 * MS, "act": 1 * MS, "spectrum": 2 * MS}
+    samples = {p: LayerSamples([t] * 3, [t] * 3, 1.0) for p, t in times.items()}
+    samples[""] = LayerSamples([14 * MS] * 3, [0] * 3, 1.0)
+    summary = FlopSummary(
+        forward=101_000_000, elementwise=1_000_000, counted_ns=12 * MS, uncounted_ns=2 * MS,
+        uncounted_ops=(UncountedOp("aten._fft_r2c", 2 * MS, 1, "no formula"),), peak=peak,
+    )  # fmt: skip
+    meta = Meta(model="Net", torch="2.x", inputs=("8x64",), iters=3, created="fixed")
+    return Profile(
+        meta=meta, layers=layers, samples=samples, latency_ns=[14 * MS] * 3, flops=summary
+    )
+
+
+def test_points_rates_intensity_and_bounds() -> None:
+    line = roofline(flop_profile())
+    assert line is not None
+    by = {p.path: p for p in line.points}
+    assert [p.path for p in line.points] == ["fc", "spectrum", "emb", "act"]  # by time
+    fc, act = by["fc"], by["act"]
+    assert fc.rate == pytest.approx(10e9) and fc.intensity == pytest.approx(100)
+    assert fc.peak_share == pytest.approx(0.1) and fc.bound == "compute"
+    assert fc.attainable_share == pytest.approx(0.1)
+    assert act.intensity == pytest.approx(0.125) and act.bound == "memory"
+    assert act.attainable_share == pytest.approx(1e9 / (0.125 * 10e9))
+    assert fc.share == pytest.approx(10 / 14)
+    assert not by["spectrum"].reliable and fc.reliable
+    assert by["emb"].flops == 0 and by["emb"].label == "lookup"
+
+
+def test_no_flops_no_roofline_and_no_peak_no_bound() -> None:
+    assert roofline(replace(flop_profile(), flops=None)) is None
+    line = roofline(flop_profile(peak=None))
+    assert line is not None and all(p.bound is None for p in line.points)
+
+
+def test_findings_name_slow_heavy_layers_and_coverage() -> None:
+    findings = roofline_findings(flop_profile())
+    titles = [f.title for f in findings]
+    assert "fc runs at 10% of peak, compute-bound at intensity 100 FLOP/B" in titles
+    coverage = [f.title for f in coverage_findings(flop_profile())]
+    assert coverage == ["FLOPs cover 86% of the op time"]  # 12 of 14 ms counted
+    # both are rules of diagnose's registry, listed as checks even when nothing is flagged
+    names = checks(flop_profile())
+    assert any(n.startswith("FLOP coverage") for n in names)
+    assert any(n.startswith("roofline") for n in names)
+    assert not any(n.startswith("roofline") for n in checks(flop_profile(peak=None)))
+    assert {"FLOPs cover 86% of the op time", titles[0]} <= {
+        f.title for f in diagnose(flop_profile())
+    }
+    fc = next(f for f in findings if f.layer == "fc")
+    assert fc.severity == "warning"  # 71% of the forward
+    assert "100.0M FLOPs in 10.000 ms" in fc.detail and "ridge 10.0 FLOP/B" in fc.detail
+    assert all(f.layer != "act" for f in findings)  # memory-bound but near its roofline
+
+
+def test_memory_bound_finding_says_what_its_intensity_allows() -> None:
+    slow_act = flop_profile()
+    layers = tuple(
+        replace(i, flop_detail=replace(i.flop_detail, bytes=80_000_000))
+        if i.path == "act" and i.flop_detail is not None else i
+        for i in slow_act.layers
+    )  # fmt: skip
+    samples = dict(slow_act.samples)
+    samples["act"] = LayerSamples([40 * MS] * 3, [40 * MS] * 3, 1.0)
+    findings = roofline_findings(replace(slow_act, layers=layers, samples=samples))
+    act = next(f for f in findings if f.layer == "act")
+    assert act.title == "act runs at <0.1% of peak, memory-bound at intensity 0.013 FLOP/B"
+    assert "of what its intensity allows" in act.detail
+    assert "raise the batch size" in act.hint
+
+
+def test_a_layer_above_a_measured_peak_says_the_peak_is_low() -> None:
+    low = Peak(5e9, 10e9, "cached", "measured on a busy box")
+    findings = roofline_findings(flop_profile(peak=low))
+    assert any(f.title == "the measured peak is below what fc reached" for f in findings)
+    given = roofline_findings(flop_profile(peak=replace(low, source="given")))
+    assert not any("measured peak" in f.title for f in given)
+
+
+def test_flops_cells_label_their_kind() -> None:
+    rows = {r.path: r for r in flop_profile().rows()}
+    assert flops_cell(rows["fc"]) == "100.0M"
+    assert flops_cell(rows["act"]) == "1.0M ew"
+    assert flops_cell(rows["emb"]) == "0 lookup"
+    assert flops_cell(rows["spectrum"]) == "uncounted"
+
+
+def _render(width: int) -> str:
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, color_system=None, force_terminal=False)
+    print_profile(flop_profile(), console=console)
+    return buf.getvalue()
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("LAYERPROF_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text()
+
+
+def test_console_golden_120() -> None:
+    check_golden("console_flops_120.txt", _render(120))
+
+
+def test_console_golden_80_keeps_every_number() -> None:
+    text = _render(80)
+    check_golden("console_flops_80.txt", text)
+    assert "10.000" in text  # fc's time is never cut
+
+
+def test_roofline_table_only_with_flops() -> None:
+    buf = io.StringIO()
+    console = Console(file=buf, width=120, color_system=None)
+    print_roofline(console, replace(flop_profile(), flops=None))
+    assert buf.getvalue() == ""

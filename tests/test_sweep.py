@@ -1,0 +1,324 @@
+"""``layerprof sweep``: the grid, out-of-memory stops, the batch dimension, the codec,
+the console table and the command line."""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from rich.console import Console
+from torch import nn
+
+from layerprof import codec, sinks
+from layerprof.capture.sweep import SweepOptions, is_out_of_memory, run_sweep
+from layerprof.cli import main
+from layerprof.errors import ModelRunError, ProfileFormatError, UsageError
+from layerprof.sections.sweep import Sweep, SweepPoint
+from layerprof.stats import Summary
+from tests.test_roofline import check_golden
+
+FAST = {"warmup": 0, "iters": 2, "memory": False}
+
+
+class Mlp(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(16, 32)
+        self.act = nn.ReLU()
+        self.fc2 = nn.Linear(32, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class OutOfMemoryAbove(nn.Module):
+    """Runs out of memory (as CUDA's allocator says it) for batches above ``limit``."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] > self.limit:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return self.fc(x)
+
+
+def test_grid_order_throughput_and_shares() -> None:
+    sweep = run_sweep(
+        Mlp(), ["2x16"],
+        SweepOptions(batches=(4, 1), dtypes=("float32", "bfloat16"), threads=(1,), **FAST),
+    )  # fmt: skip
+    labels = [(p.batch, p.dtype, p.threads) for p in sweep.points]
+    assert labels == [(1, "float32", 1), (4, "float32", 1), (1, "bfloat16", 1), (4, "bfloat16", 1)]
+    for p in sweep.points:
+        assert p.status == "ok" and p.latency is not None
+        assert p.samples_per_s == pytest.approx(p.batch / p.latency.median * 1e9)
+        assert p.shares and all(0 <= s <= 1 for _, s in p.shares)
+        assert {path for path, _ in p.shares} >= {"fc1", "fc2"}
+    one, four = sweep.points[0], sweep.points[1]
+    assert one.flops is not None and four.flops == 4 * one.flops  # FLOPs scale with the batch
+    assert sweep.inputs == ("2x16",) and sweep.batch_dim == 0
+
+
+def test_notes_say_where_shares_time_the_unfused_path_and_the_machine_was_busy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # eval TransformerEncoderLayer: the clean pass runs the fused kernel, hooks refuse it
+    layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True).eval()
+    quiet = run_sweep(layer, ["2x4x16"], SweepOptions(batches=(1, 2), **FAST))
+    (unfused,) = [n for n in quiet.notes if "unfused path" in n]  # once, not per point
+    assert unfused.startswith("the layer shares of self_attn, ")
+    assert "fused fast path off there" in unfused
+    monkeypatch.setattr("layerprof.capture.runner.host_load", lambda: {"cpus": 2, "load_avg": 7.5})
+    busy = run_sweep(Mlp(), ["2x16"], SweepOptions(batches=(1, 2), **FAST))
+    (note,) = busy.notes
+    assert note.startswith("the machine was busy at 2 of 2 points (batch 1, float32; batch 2,")
+    assert "load average up to 7.5 on 2 CPUs" in note
+    monkeypatch.setattr("layerprof.capture.runner.host_load", lambda: {"cpus": 2, "load_avg": 1.0})
+    assert run_sweep(Mlp(), ["2x16"], SweepOptions(batches=(1,), **FAST)).notes == ()
+
+
+def test_the_callers_model_keeps_its_dtype_and_weights() -> None:
+    model = Mlp()
+    before = model.fc1.weight.detach().clone()
+    run_sweep(model, ["2x16"], SweepOptions(dtypes=("bfloat16",), **FAST))
+    assert model.fc1.weight.dtype == torch.float32
+    assert torch.equal(model.fc1.weight.detach(), before)
+
+
+def test_out_of_memory_stops_the_row_and_says_where() -> None:
+    sweep = run_sweep(
+        OutOfMemoryAbove(2), ["1x8"],
+        SweepOptions(batches=(1, 2, 4, 8), dtypes=("float32", "float64"), **FAST),
+    )  # fmt: skip
+    statuses = [(p.batch, p.dtype, p.status) for p in sweep.points]
+    assert statuses == [
+        (1, "float32", "ok"), (2, "float32", "ok"), (4, "float32", "out of memory"),
+        (8, "float32", "skipped"), (1, "float64", "ok"), (2, "float64", "ok"),
+        (4, "float64", "out of memory"), (8, "float64", "skipped"),
+    ]  # fmt: skip
+    oom = sweep.points[2]
+    assert "out of memory" in oom.reason.lower()
+    assert sweep.points[3].reason == "batch 4, float32 ran out of memory"
+    assert any(n.startswith("batch 4, float32: out of memory") and "batches 8 not tried" in n
+               for n in sweep.notes)  # fmt: skip
+
+
+def test_other_failures_mark_the_point_and_go_on() -> None:
+    class Picky(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if x.shape[0] == 3:
+                raise ValueError("batch 3 is unlucky")
+            return x * 2
+
+    sweep = run_sweep(Picky(), ["1x4"], SweepOptions(batches=(1, 3, 5), **FAST))
+    assert [p.status for p in sweep.points] == ["ok", "failed", "ok"]
+    assert "batch 3 is unlucky" in sweep.points[1].reason
+
+
+class SeqFirst(nn.Module):
+    """An LSTM over (time, batch, features), and a small tensor with no batch in it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(8, 16)
+
+    def forward(self, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        return self.lstm(x)[0] * scale.mean()
+
+
+def test_batch_dim_for_sequence_first_inputs() -> None:
+    sweep = run_sweep(
+        SeqFirst(), ["5x2x8", "scale=3"], SweepOptions(batches=(1, 3), batch_dim=1, **FAST)
+    )
+    assert [p.status for p in sweep.points] == ["ok", "ok"]
+    first, second = sweep.points
+    assert second.flops == pytest.approx(3 * first.flops, rel=0.01)  # the batch is dimension 1
+    assert any("'scale=3' has no dimension 1" in n for n in sweep.notes)
+
+
+def test_file_inputs_cannot_be_resized(tmp_path: Path) -> None:
+    path = tmp_path / "x.pt"
+    torch.save(torch.randn(2, 16), path)
+    with pytest.raises(UsageError, match="cannot be resized"):
+        run_sweep(Mlp(), [f"@{path}"], SweepOptions(batches=(1, 2), **FAST))
+    sweep = run_sweep(Mlp(), [f"@{path}"], SweepOptions(**FAST))  # not varied: fine
+    assert sweep.points[0].status == "ok" and sweep.points[0].batch is None
+
+
+def test_peak_memory_grows_with_the_batch() -> None:
+    sweep = run_sweep(Mlp(), ["1x16"], SweepOptions(batches=(1, 256), warmup=0, iters=1))
+    small, large = (p.peak_bytes for p in sweep.points)
+    assert small is not None and large is not None and large > small > 0
+
+
+@pytest.mark.parametrize(
+    "exc,expected",
+    [
+        (torch.OutOfMemoryError("CUDA out of memory"), True),
+        (RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1"), True),
+        (MemoryError(), True),
+        (RuntimeError("mat1 and mat2 shapes cannot be multiplied"), False),
+        (ValueError("out of memory is not a ValueError's business"), False),
+    ],
+)
+def test_is_out_of_memory(exc: BaseException, expected: bool) -> None:
+    assert is_out_of_memory(exc) is expected
+    wrapped = ModelRunError("fc (Linear): something")
+    wrapped.__cause__ = exc
+    assert is_out_of_memory(wrapped) is expected
+
+
+# ---- codec and console -------------------------------------------------------------------
+
+
+def synthetic() -> Sweep:
+    def lat(ms: float) -> Summary:
+        ns = ms * 1e6
+        return Summary(median=ns, mean=ns, p90=ns * 1.1, p99=ns * 1.2, min=ns, max=ns * 1.3,
+                       std=ns * 0.05, n=20)  # fmt: skip
+
+    points = (
+        SweepPoint(1, "float32", 2, latency=lat(1.0), samples_per_s=1000.0, peak_bytes=1 << 20,
+                   flops=10**9, shares=(("fc1", 0.6), ("fc2", 0.3))),
+        SweepPoint(8, "float32", 2, latency=lat(4.0), samples_per_s=2000.0, peak_bytes=8 << 20,
+                   flops=8 * 10**9, shares=(("fc1", 0.7), ("fc2", 0.25))),
+        SweepPoint(64, "float32", 2, status="out of memory", reason="CUDA out of memory"),
+        SweepPoint(128, "float32", 2, status="skipped", reason="batch 64, float32, 2 threads ran out of memory"),
+    )  # fmt: skip
+    return Sweep(
+        model="Mlp", device="cuda:0", inputs=("8x16",), batch_dim=0, points=points,
+        torch="2.x", host="h", created="fixed", warmup=3, iters=20,
+        notes=("batch 64, float32, 2 threads: out of memory (CUDA out of memory); batches 128 not tried",),
+    )  # fmt: skip
+
+
+def test_codec_round_trip() -> None:
+    data = codec.to_dict(synthetic())
+    assert data["schema"] == "layerprof.sweep/1"
+    again = codec.from_dict(json.loads(json.dumps(data)))
+    assert isinstance(again, Sweep)
+    assert codec.to_dict(again) == data
+    assert again.points[1].shares == (("fc1", 0.7), ("fc2", 0.25))
+
+
+@pytest.mark.parametrize(
+    "patch,where",
+    [({"points": "x"}, "sweep.points"), ({"model": 3}, "sweep.model")],
+)
+def test_malformed_sweep_names_the_field(patch: dict[str, Any], where: str) -> None:
+    data = {**codec.to_dict(synthetic()), **patch}
+    with pytest.raises(ProfileFormatError, match=where.replace(".", r"\.")):
+        codec.from_dict(data, source="s.json")
+
+
+def test_malformed_point_fields() -> None:
+    data = codec.to_dict(synthetic())
+    data["points"][0]["status"] = "great"
+    with pytest.raises(ProfileFormatError, match="status"):
+        codec.from_dict(data)
+    data = codec.to_dict(synthetic())
+    data["points"][0]["shares"] = [["fc1", 7]]
+    with pytest.raises(ProfileFormatError, match="shares"):
+        codec.from_dict(data)
+
+
+def _console_text(sweep: Sweep, width: int = 120) -> str:
+    buf = io.StringIO()
+    sinks.show(sweep, console=Console(file=buf, width=width, color_system=None))
+    return buf.getvalue()
+
+
+def test_console_golden() -> None:
+    check_golden("sweep_console.txt", _console_text(synthetic()))
+
+
+def test_console_keeps_numbers_at_80_columns() -> None:
+    text = _console_text(synthetic(), 80)
+    assert "2,000.0" in text and "out of memory" in text
+    assert "lines wrap" not in text and "hidden columns: p90" in text  # p50, p99 stay
+    assert "hidden columns" not in _console_text(synthetic(), 100)
+
+
+def test_console_columns_only_for_dimensions_that_vary() -> None:
+    one = synthetic()
+    assert "peak memory (float32, 2 threads)" in _console_text(one)
+    varied = replace(one, points=(*one.points, replace(one.points[0], dtype="bfloat16", threads=1)))
+    header = next(ln for ln in _console_text(varied).splitlines() if "p50" in ln)
+    assert header.split()[:3] == ["Batch", "Dtype", "Threads"]
+    assert "peak memory (" not in _console_text(varied)
+
+
+# ---- command line --------------------------------------------------------------------------
+
+
+def test_cli_sweep_writes_json_and_report_rereads_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(Path(__file__).parent)
+    out = tmp_path / "s.json"
+    code = main([
+        "sweep", "--arch", "cli_models:Net", "--input", "2x4", "--batch", "1,2",
+        "--iters", "2", "--warmup", "0", "--no-memory", "--json", str(out),
+    ])  # fmt: skip
+    assert code == 0
+    printed = capsys.readouterr()
+    assert "sweep 1/2: batch 1, float32" in printed.err and f"wrote {out}" in printed.err
+    assert "latency (clean pass)" in printed.out
+    saved = json.loads(out.read_text())
+    assert [p["batch"] for p in saved["points"]] == [1, 2]
+    assert main(["report", str(out)]) == 0
+    assert "share of the forward by layer" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--batch", "1,x"], "argument --batch: 'x' is not an integer"),
+        (["--batch", "0"], "argument --batch"),
+        (["--batch", "2,2"], "a value is given twice"),
+        (["--dtype", "float8"], "argument --dtype"),
+        (["--threads", "1,"], "expected thread counts separated by commas"),
+    ],
+)
+def test_cli_sweep_bad_arguments(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["sweep", "--arch", "m:N", "--input", "2x8", *argv])
+    assert code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cli_sweep_where_nothing_ran_fails(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(Path(__file__).parent)
+    code = main(["sweep", "--arch", "cli_models:Net", "--input", "2x8", "--batch", "1,2",
+                 "--iters", "1", "--warmup", "0", "--no-memory"])  # fmt: skip
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "no point of the sweep ran" in err and "mat1 and mat2 shapes" in err
+
+
+def test_cli_sweep_needs_input(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sweep", "--arch", "cli_models:Net"]) == 2
+    assert "sweep needs --input" in capsys.readouterr().err
+
+
+def test_sweep_is_not_a_diff_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(codec.to_dict(synthetic())))
+    assert main(["diff", str(path), str(path)]) == 2
+    assert "a sweep holds many runs" in capsys.readouterr().err
+
+
+def test_synthetic_points_label() -> None:
+    assert synthetic().points[0].label == "batch 1, float32, 2 threads"
+    assert replace(synthetic().points[0], batch=None, threads=None).label == "float32"
