@@ -67,15 +67,35 @@ def test_grid_order_throughput_and_shares() -> None:
     assert sweep.inputs == ("2x16",) and sweep.batch_dim == 0
 
 
+class UnfusedWhenWatched(nn.Module):
+    """Turns torch's fused attention path off while its encoder layer's forward is wrapped
+    (a model that branches on being watched, as some tracing-aware code does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.enc = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        before = torch.backends.mha.get_fastpath_enabled()
+        torch.backends.mha.set_fastpath_enabled(before and "forward" not in self.enc.__dict__)
+        try:
+            return self.enc(x)
+        finally:
+            torch.backends.mha.set_fastpath_enabled(before)
+
+
 def test_notes_say_where_shares_time_the_unfused_path_and_the_machine_was_busy(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # eval TransformerEncoderLayer: the clean pass runs the fused kernel, hooks refuse it
+    # layerprof's wrappers keep an eval TransformerEncoderLayer on its fused path...
     layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True).eval()
-    quiet = run_sweep(layer, ["2x4x16"], SweepOptions(batches=(1, 2), **FAST))
+    fused = run_sweep(layer, ["2x4x16"], SweepOptions(batches=(1,), **FAST))
+    assert not [n for n in fused.notes if "unfused path" in n]
+    # ...but a model that leaves it when watched has its per-layer rows on the slow path
+    quiet = run_sweep(UnfusedWhenWatched().eval(), ["2x4x16"], SweepOptions(batches=(1, 2), **FAST))
     (unfused,) = [n for n in quiet.notes if "unfused path" in n]  # once, not per point
-    assert unfused.startswith("the layer shares of self_attn, ")
-    assert "fused fast path off there" in unfused
+    assert unfused.startswith("the layer shares of enc time the unfused path")
+    assert "did not take torch's fused fast path there" in unfused
     monkeypatch.setattr("layerprof.capture.runner.host_load", lambda: {"cpus": 2, "load_avg": 7.5})
     busy = run_sweep(Mlp(), ["2x16"], SweepOptions(batches=(1, 2), **FAST))
     (note,) = busy.notes

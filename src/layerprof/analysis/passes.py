@@ -188,7 +188,9 @@ def _diverged_finding(profile: Profile, type_: str, op: str, layers: list[FusedL
     gap = pass_gap(profile)
     ratio = f" The per-layer forward took {gap[1]:.2f}x the clean one." if gap else ""
     why = (
-        f"{type_} refuses its fast path while forward hooks are attached to it"
+        f"{type_} refuses its fast path while forward hooks are attached to it (another"
+        " tool's or the model's own: layerprof wraps forward and attaches none), or the"
+        " model chose the slow path while watched"
         if "TransformerEncoderLayer" in type_
         else "the instrumented pass did not take the fast path"
     )

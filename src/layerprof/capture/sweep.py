@@ -15,8 +15,8 @@ memory ends its (dtype, threads) row: the larger batches are marked skipped,
 and the sweep goes on with the next row. Other failures mark the point failed
 with the error's first line. The model is cast per dtype on a copy, so the
 caller's model is left as it was. Notes, once per grid: where rows stopped,
-layers whose shares time the unfused path (the per-layer pass refused a fused
-fast path), and points measured while the machine was busy.
+layers whose shares time the unfused path (the per-layer pass did not take a
+fused fast path), and points measured while the machine was busy.
 """
 
 from __future__ import annotations
@@ -215,8 +215,8 @@ def _fact_notes(facts: list[_Facts]) -> list[str]:
             f" and {len(diverged) - 3} more" if len(diverged) > 3 else ""
         )
         notes.append(
-            f"the layer shares of {names} time the unfused path: the per-layer pass's hooks"
-            " turn torch's fused fast path off there, while latency and throughput are the"
+            f"the layer shares of {names} time the unfused path: the per-layer pass did not"
+            " take torch's fused fast path there, while latency and throughput are the"
             " fused path's (see `layerprof run` findings)"
         )
     busy = [f for f in facts if f.load is not None and f.cpus is not None and f.load > f.cpus]
