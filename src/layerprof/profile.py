@@ -37,6 +37,7 @@ from layerprof.sections import (
     KernelRow,
     KindRow,
     Launches,
+    LayerAcrossRanks,
     MemcpyRow,
     MemorySummary,
     Steps,
@@ -337,7 +338,8 @@ class Run(sinks.Output):
 
     ``ranks`` are Profiles sorted by rank; ``cross`` compares them;
     ``rank_source`` says how each file's rank was found; ``skipped`` lists
-    files that were not traces (with why); ``notes`` are facts about the set.
+    files that were not traces (with why); ``notes`` are facts about the set;
+    ``layer_ranks`` is each layer's time per forward on every rank.
     """
 
     path: str
@@ -346,6 +348,7 @@ class Run(sinks.Output):
     cross: CrossRank | None = None
     skipped: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    layer_ranks: tuple[LayerAcrossRanks, ...] = ()
 
     def rank(self, rank: int | None = None) -> Profile:
         """The profile of ``rank`` (default: the lowest rank)."""

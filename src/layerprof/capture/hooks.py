@@ -53,9 +53,11 @@ def visible_modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]
     call: hooks inside it would be traced by dynamo, break its graph and
     trigger recompiles, i.e. change what is measured.
     """
+    from layerprof.capture.distributed import user_modules
+
     out: list[tuple[str, torch.nn.Module]] = []
     opaque: list[str] = []
-    for path, module in model.named_modules():
+    for path, module in user_modules(model):  # DDP/FSDP wrappers left out of the paths
         if any(path.startswith(o + ".") for o in opaque):
             continue
         if path and (_is_script(module) or _is_compiled(module)):

@@ -6,6 +6,7 @@ from, cross-rank results). A new analysis adds its own module here, a field on
 ``Profile`` (or ``Run``), and its writer/reader in ``layerprof.codec``.
 """
 
+from layerprof.sections.ranks import LayerAcrossRanks
 from layerprof.sections.trace import (
     STEP_DEFINITIONS,
     AllocRow,
@@ -36,6 +37,7 @@ __all__ = [
     "KernelRow",
     "KindRow",
     "Launches",
+    "LayerAcrossRanks",
     "MemcpyRow",
     "MemorySummary",
     "RankLine",
