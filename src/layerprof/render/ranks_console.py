@@ -16,7 +16,7 @@ from layerprof.units import unit_for
 #: ranks shown one column each up to this many; beyond, only the summary columns
 RANK_COLUMNS = 4
 #: a Run of more ranks prints one rank's whole report, not every rank's
-FULL_REPORTS = 8
+FULL_REPORTS = 4
 
 
 def reported_ranks(run: Run, console: Console) -> tuple[Profile, ...]:

@@ -255,12 +255,12 @@ class DaskExecutor:
         }
         try:
             for future, value in distributed.as_completed(
-                futures, with_results=True, raise_errors=False
+                futures, loop=client.loop, with_results=True, raise_errors=False
             ):
                 i = futures.pop(future)
                 future.release()  # the client keeps only what it folded in
-                if isinstance(value, BaseException):
-                    yield i, Failed(_dask_reason(value))
+                if future.status == "error":  # value is (type, exception, traceback)
+                    yield i, Failed(_dask_reason(value[1]))
                 else:
                     yield i, value
         finally:

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from layerprof.errors import TraceError, UsageError
 from layerprof.reading import read_input, read_stream
@@ -52,9 +52,11 @@ def redact(url: str) -> str:
         parts = urlsplit(url)
     except ValueError:
         return _USERINFO.sub("", url.split("?", 1)[0])
+    if "@" not in parts.netloc and not parts.query and not parts.fragment:
+        return url  # nothing to hide (and memory:///x keeps its three slashes)
     host = parts.netloc.rsplit("@", 1)[-1]
     query = "&".join(f"{k.split('=', 1)[0]}=..." for k in parts.query.split("&") if k)
-    return urlunsplit((parts.scheme, host, parts.path, query, ""))
+    return f"{parts.scheme}://{host}{parts.path}" + (f"?{query}" if query else "")
 
 
 def scrub(text: str, url: str) -> str:
