@@ -6,8 +6,10 @@ ids and jittered timestamps (``tests/rank_traces.py``).
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import pickle
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -34,6 +36,23 @@ from layerprof.trace.remote import TraceInput, list_inputs
 from tests.rank_traces import KillAlways, KillOnce, cpu_trace, simulate_ranks
 
 RANKS = 8
+DASK_SECONDS = 120  # a LocalCluster of two workers starts in seconds; never wait forever
+
+
+@contextlib.contextmanager
+def bounded(seconds: float) -> Iterator[None]:
+    """Fail (TimeoutError in this thread) instead of hanging past ``seconds``."""
+
+    def expire(signum: int, frame: Any) -> None:
+        raise TimeoutError(f"took more than {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +92,8 @@ def test_processes_give_the_same_run_as_serial(rank_dir: Path, serial_doc: Any) 
 
 def test_dask_local_cluster_gives_the_same_run(rank_dir: Path, serial_doc: Any) -> None:
     pytest.importorskip("distributed")
-    run = analyze(rank_dir, executor=DaskExecutor(workers=2))
+    with bounded(DASK_SECONDS):
+        run = analyze(rank_dir, executor=DaskExecutor(workers=2))
     assert codec.to_dict(run, samples=True) == serial_doc
 
 
@@ -107,9 +127,12 @@ def test_dask_worker_that_always_dies_names_its_rank(rank_dir: Path) -> None:
         def run(self, fn: Any, items: Any, labels: Any) -> Any:
             return super().run(KillAlways(fn, "rank-2."), items, labels)
 
-    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
-        with pytest.raises(TraceError) as exc:
-            analyze(rank_dir, executor=Killing(workers=2))
+    with (
+        bounded(DASK_SECONDS),
+        dask.config.set({"distributed.scheduler.allowed-failures": 0}),
+        pytest.raises(TraceError) as exc,
+    ):
+        analyze(rank_dir, executor=Killing(workers=2))
     assert "trace.rank-2.json.gz: the Dask workers running it died" in str(exc.value)
 
 
@@ -221,5 +244,5 @@ def test_many_ranks_console_prints_one_report(rank_dir: Path) -> None:
 
 
 def test_glob_matching_nothing(tmp_path: Path) -> None:
-    with pytest.raises(TraceError, match="no .json or .json.gz file matches"):
+    with pytest.raises(TraceError, match=r"no \.json or \.json\.gz file matches"):
         list_inputs(str(tmp_path / "*.json"))
