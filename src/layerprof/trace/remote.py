@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 from layerprof.errors import TraceError, UsageError
 from layerprof.reading import read_input, read_stream
-from layerprof.trace.reader import TRACE_SUFFIXES
+from layerprof.trace.reader import TRACE_SUFFIXES, trace_files
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _USERINFO = re.compile(r"(?<=://)[^/@\s]*@")
@@ -77,14 +77,7 @@ def list_inputs(spec: str | os.PathLike[str]) -> list[TraceInput]:
         if not traces:
             raise TraceError(f"{text}: no .json or .json.gz file matches")
         return [TraceInput(f, f) for f in traces]
-    if not p.exists():
-        raise TraceError(f"{p}: no such file or directory")
-    if p.is_dir():
-        files = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES))
-        if not files:
-            raise TraceError(f"{p}: directory holds no .json or .json.gz trace files")
-        return [TraceInput(str(f), str(f)) for f in files]
-    return [TraceInput(str(p), str(p))]
+    return [TraceInput(str(f), str(f)) for f in trace_files(p)]
 
 
 def _remote_inputs(url: str) -> list[TraceInput]:
