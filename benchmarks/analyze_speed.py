@@ -161,7 +161,8 @@ def measure(path: Path, args: argparse.Namespace) -> int:
     vs_decode = median(r[2] / r[0] for r in rounds)
     vs_loads = median(r[2] / r[1] for r in rounds)
     report = analyze(path)
-    events = report.ranks[0].events
+    source = report.ranks[0].source
+    events = source.events if source is not None else "?"
     read_peak = peak_memory(lambda: read_only(path))
     peak = peak_memory(lambda: analyze(path))
 
