@@ -239,7 +239,7 @@ def test_many_ranks_console_prints_one_report(rank_dir: Path) -> None:
     text = run.render("console", width=120)
     assert isinstance(text, str)
     assert text.count("─ rank ") == 1  # one rank's whole report, not eight
-    assert f"{RANKS} ranks: the report of rank {RANKS - 1} (the slowest by median step)" in text
+    assert f"{RANKS} ranks: rank {RANKS - 1}'s report (slowest median step)" in text
     assert f"layers across {RANKS} ranks" in text
 
 

@@ -26,11 +26,11 @@ def reported_ranks(run: Run, console: Console) -> tuple[Profile, ...]:
         return run.ranks
     slowest = run.cross.slowest_rank if run.cross is not None else None
     chosen = run.rank(slowest)
-    why = "the slowest by median step" if slowest is not None else "the lowest"
+    why = "slowest median step" if slowest is not None else "lowest rank"
     with escaping(console) as out:
         out.print(
             Text(
-                f"{len(run.ranks)} ranks: the report of rank {chosen.rank} ({why}) follows;"
+                f"{len(run.ranks)} ranks: rank {chosen.rank}'s report ({why});"
                 " every rank's is in --json and --html",
                 style="dim",
             )
@@ -79,8 +79,8 @@ def print_layers_across_ranks(run: Run, console: Console, top: int = 10) -> None
         Shrink(("name",), 12),
     ]
     title = (
-        f"layers across {len(ranks)} ranks, time per forward"
-        + (f" (top {len(shown)} of {len(rows)} by median)" if len(shown) < len(rows) else "")
+        f"layers across {len(ranks)} ranks: time per forward (step)"
+        + (f", top {len(shown)} of {len(rows)} by median" if len(shown) < len(rows) else "")
         + "; spread = (max - min) / median"
     )
 
