@@ -141,6 +141,8 @@ def test_report_merges_rank_profiles(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main(["report", *files, "--html", str(tmp_path / "r.html")]) == 0
     text = capsys.readouterr().out
     assert "layers across 2 ranks" in text
+    html = (tmp_path / "r.html").read_text()
+    assert "Layers across 2 ranks" in html and 'id="lp-layer-ranks"' in html
     assert "slowest" in text
     run = load_ranks(files)
     assert [p.rank for p in run.ranks] == [0, 1]

@@ -27,6 +27,7 @@ from layerprof.render.html.page import (
     fmt_ms,
     fmt_pct,
 )
+from layerprof.render.html.ranks import layers_across_ranks
 
 # ---------------------------------------------------------------- trace section
 
@@ -38,6 +39,7 @@ def _trace_section(page: _Page, trace: Mapping[str, Any]) -> None:
         return
     body = _trace_steps(page, ranks) + _trace_devices(page, ranks) + _trace_kernels(page, ranks)
     body += _trace_memcpy(ranks) + _trace_launch(ranks) + _trace_memory(ranks) + _trace_ops(ranks)
+    body += layers_across_ranks(trace)
     warnings = [str(w) for w in trace.get("warnings") or [] if w]
     for i, rank in enumerate(ranks):
         warnings += [f"{_rank_name(rank, i)}: {n}" for n in rank.get("notes") or [] if n]
