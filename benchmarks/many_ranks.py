@@ -82,6 +82,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--executors", default="serial,processes,dask")
     ap.add_argument("--workers", type=int, default=None, help="default: one per core")
+    ap.add_argument("--no-memory", action="store_true", help="skip the traced-memory pass")
     args = ap.parse_args()
     workers = args.workers or cores()
     with tempfile.TemporaryDirectory(prefix="layerprof-ranks-") as tmp:
@@ -116,9 +117,10 @@ def main() -> None:
                     f" ({ratios[name][-1]:.2f}x one rank x {args.ranks})"
                 )
         one_s = median(one_times)
-        _, peak1, _ = timed(lambda: RankJob()(one), memory=True)
-        mems = {}
-        for name in chosen:
+        _, peak1, _ = timed(lambda: RankJob()(one), memory=not args.no_memory)
+        peak1 = max(peak1, 1)
+        mems = {name: 0 for name in chosen}
+        for name in chosen if not args.no_memory else ():
             _, peak, _ = timed(
                 lambda n=name: analyze(work / "ranks", executor=makers[n]()), memory=True
             )

@@ -36,7 +36,7 @@ from layerprof.trace.remote import TraceInput, list_inputs
 from tests.rank_traces import KillAlways, KillOnce, cpu_trace, simulate_ranks
 
 RANKS = 8
-DASK_SECONDS = 120  # a LocalCluster of two workers starts in seconds; never wait forever
+DASK_SECONDS = 300  # a LocalCluster of two workers starts in seconds; never wait forever
 
 
 @contextlib.contextmanager
@@ -246,3 +246,23 @@ def test_many_ranks_console_prints_one_report(rank_dir: Path) -> None:
 def test_glob_matching_nothing(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match=r"no \.json or \.json\.gz file matches"):
         list_inputs(str(tmp_path / "*.json"))
+
+
+def test_no_worker_process_can_start(
+    rank_dir: Path, serial_doc: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fork failing with EAGAIN (a process limit): the ranks run here, and a note says so."""
+
+    def refuse(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr("concurrent.futures.ProcessPoolExecutor.submit", refuse)
+    executor = ProcessExecutor(workers=2)
+    note = (
+        "worker processes could not start (BlockingIOError: [Errno 11] Resource temporarily"
+        " unavailable): the ranks ran here"
+    )
+    for _ in range(2):  # a reused executor says it once per run
+        run = analyze(rank_dir, executor=executor)
+        assert {**codec.to_dict(run, samples=True), "notes": []} == serial_doc
+        assert run.notes == (note,)

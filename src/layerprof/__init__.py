@@ -3,7 +3,8 @@
 Public API::
 
     prof = layerprof.profile(model, x, warmup=5, iters=50)   # -> Profile
-    prof.print(depth=3); prof.save("p.json")
+    prof.print(depth=3); prof.save("p.json"); prof.write("report.html")
+    prof.latency.median_ms                                     # explicit units (docs/python-api.md)
     layerprof.Profile.load("p.json").to_dataframe()
     with layerprof.Recorder(model) as rec:                     # your own loop
         model(x)
@@ -17,6 +18,7 @@ Importing this package does not import torch; running a model does.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from layerprof import render as _render  # noqa: F401  (registers the renderers and the codec)
@@ -45,6 +47,7 @@ __all__ = [
     "analyze",
     "diff",
     "profile",
+    "write_tensorboard",
 ]
 
 
@@ -55,8 +58,11 @@ def profile(
     warmup: int = 5,
     iters: int = 50,
     threads: int | None = None,
+    device: str | torch.device | None = None,
+    dtype: str | torch.dtype | None = None,
     eval: bool = True,
     inference_mode: bool = True,
+    grad: bool = False,
     correct_overhead: bool = True,
     progress: bool = False,
     ops: bool | OpOptions = False,
@@ -65,28 +71,47 @@ def profile(
 ) -> Profile:
     """Profile ``model(*args, **kwargs)``: clean latency pass + per-layer pass.
 
-    ``ops=True`` (or an :class:`layerprof.capture.ops.OpOptions`) records the
-    operators of every layer with torch.profiler (``Profile.ops``);
-    ``backward=True`` adds each layer's backward time, with ``loss(output)``
-    as the loss (default: the sum of the floating outputs). See
-    :class:`layerprof.capture.runner.RunOptions` for the other options.
+    ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:1"``) and ``dtype`` (a floating
+    dtype: ``torch.bfloat16`` or ``"bfloat16"``) run the model and its inputs
+    there, as ``layerprof run --device/--dtype`` do; your model is left as it is
+    (a moved or cast copy is profiled). ``ops=True`` (or an
+    :class:`layerprof.capture.ops.OpOptions`) records the operators of every layer
+    with torch.profiler (``Profile.ops``); ``backward=True`` adds each layer's
+    backward time, with ``loss(output)`` as the loss (default: the sum of the
+    floating outputs). See :class:`layerprof.capture.runner.RunOptions` for the
+    other options and docs/python-api.md for the units of what comes back.
     """
+    from layerprof.capture.device import placed
     from layerprof.capture.ops import OpOptions
     from layerprof.capture.runner import RunOptions, profile_model
 
+    model, args, kwargs, dev, dtype_name = placed(model, args, kwargs or {}, device, dtype)
     options = RunOptions(
         warmup=warmup,
         iters=iters,
+        device=dev,
         threads=threads,
         eval=eval,
         inference_mode=inference_mode,
+        grad=grad,
         correct_overhead=correct_overhead,
         progress=progress,
+        dtype=dtype_name,
         ops=ops if isinstance(ops, OpOptions) else (OpOptions() if ops else None),
         backward=backward,
         loss=loss,
     )
     return profile_model(model, args, kwargs, options)
+
+
+def write_tensorboard(
+    profile: Profile, directory: str | os.PathLike[str], *, worker: str | None = None
+) -> Path:
+    """Write an ops-mode profile's trace as ``tensorboard_trace_handler`` would (one
+    ``{worker}.{time}.pt.trace.json`` in ``directory``), as ``--tensorboard DIR`` does."""
+    from layerprof.render.chrome import write_tensorboard_dir
+
+    return write_tensorboard_dir(directory, profile, worker=worker)
 
 
 def analyze(path: str | os.PathLike[str], **options: Any) -> Run:

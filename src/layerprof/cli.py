@@ -177,7 +177,10 @@ def _add_ops_options(p: argparse.ArgumentParser) -> None:
         help="ops mode: run torch.profiler and list the operators (and kernels) of every layer",
     )
     g.add_argument(
-        "--record-shapes", action="store_true", help="with --ops: record operator input shapes"
+        "--record-shapes",
+        action="store_true",
+        help="with --ops: record operator input shapes (an Input shapes column: the shapes"
+        " with most time per op)",
     )
     g.add_argument(
         "--group-by-shape",
@@ -191,20 +194,26 @@ def _add_ops_options(p: argparse.ArgumentParser) -> None:
         help="with --ops: order of the operator tables (default: self time)",
     )
     g.add_argument(
-        "--profile-memory", action="store_true", help="with --ops: record allocator events"
+        "--profile-memory",
+        action="store_true",
+        help="with --ops: record allocator events (CPU Mem / Self CPU Mem columns per op,"
+        " each layer's peak memory)",
     )
     g.add_argument(
-        "--with-stack", action="store_true", help="with --ops: record Python stacks in the trace"
+        "--with-stack",
+        action="store_true",
+        help="with --ops and --trace/--tensorboard: record Python stacks in the trace file",
     )
     g.add_argument(
         "--with-flops",
         action="store_true",
-        help="with --ops: estimate FLOPs of matmul/conv ops in the trace",
+        help="with --ops: the profiler's FLOP estimate per op (a FLOPs column, 'flops' in JSON)",
     )
     g.add_argument(
         "--schedule",
         metavar="W,WU,A,R",
-        help="with --ops: torch.profiler.schedule(wait, warmup, active, repeat)",
+        help="with --ops: torch.profiler.schedule(wait, warmup, active, repeat); shown in the"
+        " report and kept in the profile's meta",
     )
     g.add_argument(
         "--backward",
@@ -535,6 +544,11 @@ def _op_options(args: argparse.Namespace) -> OpOptions | None:
         if given:
             raise UsageError(f"{given[0]} needs --ops", hint="add --ops to record operators")
         return None
+    if args.with_stack and not (flags["--trace"] or flags["--tensorboard"]):
+        raise UsageError(
+            "--with-stack records Python stacks into the trace file, and no trace is written",
+            hint="add --trace FILE or --tensorboard DIR",
+        )
     return OpOptions(
         record_shapes=bool(flags["--record-shapes"]),
         profile_memory=args.profile_memory,

@@ -11,6 +11,8 @@ Kineto traces fill the sections they know; everything else stays empty.
 * for traces and ops mode: steps, devices (GPU busy/idle), kernels, kernel
   kinds, memcpy, launches, memory, record_function annotations, and where the
   trace came from (``source``);
+* passes: for live runs, whether the per-layer pass ran the clean pass's code
+  (fused fast paths, modules called in one pass only);
 * notes: facts the user should read next to the numbers.
 
 Nothing here imports torch, a renderer or the codec: saving, loading and
@@ -32,6 +34,8 @@ from layerprof.errors import UsageError
 from layerprof.records import LayerInfo, LayerSamples, Meta, OpStat, Overhead
 from layerprof.sections import (
     AnnotationRow,
+    Breakdown,
+    Communication,
     CrossRank,
     DeviceUse,
     KernelRow,
@@ -40,10 +44,15 @@ from layerprof.sections import (
     LayerAcrossRanks,
     MemcpyRow,
     MemorySummary,
+    MemoryTimeline,
+    PassCheck,
+    Queues,
     Steps,
+    Stragglers,
     TraceSource,
 )
 from layerprof.stats import Series, SeriesLike, Summary, as_series
+from layerprof.units import NS_PER_MS
 
 if TYPE_CHECKING:
     import pandas
@@ -95,6 +104,16 @@ class LayerRow:
     @property
     def name(self) -> str:
         return self.path.rsplit(".", 1)[-1] if self.path else self.type
+
+    @property
+    def total_ms(self) -> float:
+        """``total_ns`` in milliseconds, as the JSON's ``total_ms``."""
+        return self.total_ns / NS_PER_MS
+
+    @property
+    def self_ms(self) -> float:
+        """``self_ns`` in milliseconds, as the JSON's ``self_ms``."""
+        return self.self_ns / NS_PER_MS
 
 
 @dataclass
@@ -175,6 +194,19 @@ def _add_opt(own: float | None, children: list[float | None]) -> float | None:
     return sum(values) if values else None
 
 
+def tree_of(rows: Sequence[LayerRow]) -> list[LayerNode]:
+    """The module tree of ``rows`` (roots first), built from their parent paths."""
+    nodes = {row.path: LayerNode(row) for row in rows}
+    roots: list[LayerNode] = []
+    for node in nodes.values():
+        parent = node.row.parent
+        if parent is not None and parent in nodes and parent != node.row.path:
+            nodes[parent].children.append(node)
+        else:
+            roots.append(node)
+    return roots
+
+
 def depth_of(path: str) -> int:
     return 0 if path == "" else path.count(".") + 1
 
@@ -228,15 +260,30 @@ class Profile(sinks.Output):
     launches: Launches | None = None
     memory: MemorySummary | None = None
     annotations: tuple[AnnotationRow, ...] = ()
+    passes: PassCheck | None = None  # live runs: did the per-layer pass run the clean code?
+    breakdown: Breakdown | None = None
+    communication: Communication | None = None
+    queues: Queues | None = None
+    memory_timeline: MemoryTimeline | None = None
     events: RecordedTrace | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         latency: SeriesLike | None = self.latency_ns
         self.latency_ns = as_series(latency)
 
+    def __repr__(self) -> str:
+        lat = self.latency
+        latency = f"latency median {lat.median_ms:.3f} ms (n={lat.n})" if lat else "no latency"
+        timed = sum(1 for s in self.samples.values() if s.calls)
+        return (
+            f"<Profile {self.meta.model or '?'} on {self.meta.device}: {latency},"
+            f" {len(self.layers)} layers ({timed} timed), {len(self.ops)} op rows>"
+        )
+
     # ---- derived --------------------------------------------------------
     @property
     def latency(self) -> Summary | None:
+        """The clean pass's whole-forward times (nanoseconds; ``.median_ms`` for ms)."""
         return self.latency_ns.summary if self.latency_ns is not None else None
 
     @property
@@ -294,15 +341,7 @@ class Profile(sinks.Output):
 
     def tree(self) -> list[LayerNode]:
         """The module tree (roots first), built from the rows' parent paths."""
-        nodes = {row.path: LayerNode(row) for row in self.rows()}
-        roots: list[LayerNode] = []
-        for node in nodes.values():
-            parent = node.row.parent
-            if parent is not None and parent in nodes and parent != node.row.path:
-                nodes[parent].children.append(node)
-            else:
-                roots.append(node)
-        return roots
+        return tree_of(self.rows())
 
     def row(self, path: str) -> LayerRow:
         for r in self.rows():
@@ -349,6 +388,11 @@ class Run(sinks.Output):
     skipped: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     layer_ranks: tuple[LayerAcrossRanks, ...] = ()
+    stragglers: Stragglers | None = None
+
+    def __repr__(self) -> str:
+        ranks = ", ".join(str(p.rank) for p in self.ranks)
+        return f"<Run {self.path}: {len(self.ranks)} rank(s) [{ranks}]>"
 
     def rank(self, rank: int | None = None) -> Profile:
         """The profile of ``rank`` (default: the lowest rank)."""

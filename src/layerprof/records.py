@@ -7,7 +7,8 @@ only at the edges (JSON, CSV, the console).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import statistics
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from layerprof.stats import Series, SeriesLike, as_series
@@ -136,6 +137,12 @@ class OpStat:
     traces with steps), for the noise test of ``diff``. ``device_ns`` is None
     where there is no device data (CPU runs), never 0; ``phase`` is
     ``forward`` or ``backward``.
+
+    With ``--profile-memory``: ``cpu_mem_bytes`` / ``self_cpu_mem_bytes`` (and the
+    device's) are bytes allocated minus freed while the op (and its children, or
+    only itself) ran, per iteration, as torch's ``key_averages()`` "CPU Mem" /
+    "Self CPU Mem"; with ``--with-flops``, ``flops`` is the profiler's estimate
+    per iteration. None where not recorded.
     """
 
     name: str
@@ -147,6 +154,25 @@ class OpStat:
     input_shapes: str | None = None
     phase: str = "forward"
     samples: OpSamples | None = None
+    cpu_mem_bytes: float | None = None
+    self_cpu_mem_bytes: float | None = None
+    device_mem_bytes: float | None = None
+    self_device_mem_bytes: float | None = None
+    flops: float | None = None
+
+    def with_columns(self, per_iteration: dict[str, Any]) -> OpStat:
+        """The row with optional columns (field -> per-iteration values) set to the
+        same statistic as its times (median; mean where the calls vary)."""
+        calls = self.samples.calls.values if self.samples is not None else None
+        vary = calls is not None and bool((calls != calls[0]).any())
+        mid = statistics.fmean if vary else statistics.median
+        changes: dict[str, Any] = {k: float(mid(list(v))) for k, v in per_iteration.items()}
+        return replace(self, **changes)
+
+    @property
+    def columns(self) -> dict[str, float]:
+        """The optional columns this row has (memory, FLOPs)."""
+        return {k: v for k in OP_COLUMNS if (v := getattr(self, k)) is not None}
 
     @classmethod
     def of(
@@ -178,6 +204,16 @@ class OpStat:
             phase=phase,
             samples=samples,
         )
+
+
+#: OpStat's optional columns, in table order.
+OP_COLUMNS = (
+    "flops",
+    "cpu_mem_bytes",
+    "self_cpu_mem_bytes",
+    "device_mem_bytes",
+    "self_device_mem_bytes",
+)
 
 
 @dataclass(frozen=True)

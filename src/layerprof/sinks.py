@@ -142,6 +142,12 @@ class Output:
         """The console report (options as for the matching command: depth, top, sort...)."""
         show(self, **options)
 
+    def __str__(self) -> str:
+        """The console report as text, as wide as the terminal: ``print(obj)`` shows it."""
+        import shutil
+
+        return str(render(self, "console", width=shutil.get_terminal_size().columns))
+
     def render(self, fmt: str, **options: Any) -> str | bytes:
         """This object in a format by name: ``console``, ``json``, ``csv``, ``html``, ``md``..."""
         return render(self, fmt, **options)

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Union
 
+from layerprof.units import NS_PER_MS
+
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
     """Linear-interpolated percentile (numpy's default method) of sorted values."""
@@ -27,7 +29,8 @@ _Z = 1.959963984540054  # standard normal quantile of 1 - (1 - CI_LEVEL) / 2
 
 @dataclass(frozen=True)
 class Summary:
-    """Spread of one measured quantity; all times in nanoseconds.
+    """Spread of one measured quantity; all times in nanoseconds (``median``,
+    ``median_ns``), with ``*_ms`` properties for milliseconds (``median_ms``).
 
     ``mad`` is the median absolute deviation from the median; ``ci_low`` /
     ``ci_high`` bound the median with ``CI_LEVEL`` confidence, from order
@@ -98,6 +101,51 @@ class Summary:
         if self.ci_low is None or self.ci_high is None:
             return None
         return (self.ci_high - self.ci_low) / 2
+
+    # Explicit units (docs/python-api.md): the fields are nanoseconds; these say so,
+    # and convert to the milliseconds of the JSON and the console.
+    @property
+    def median_ns(self) -> float:
+        return self.median
+
+    @property
+    def median_ms(self) -> float:
+        return self.median / NS_PER_MS
+
+    @property
+    def mean_ms(self) -> float:
+        return self.mean / NS_PER_MS
+
+    @property
+    def p90_ms(self) -> float:
+        return self.p90 / NS_PER_MS
+
+    @property
+    def p99_ms(self) -> float:
+        return self.p99 / NS_PER_MS
+
+    @property
+    def min_ms(self) -> float:
+        return self.min / NS_PER_MS
+
+    @property
+    def max_ms(self) -> float:
+        return self.max / NS_PER_MS
+
+    @property
+    def std_ms(self) -> float:
+        return self.std / NS_PER_MS
+
+    @property
+    def ci_ms(self) -> tuple[float, float] | None:
+        """The median's confidence interval in ms (None when unknown)."""
+        if self.ci_low is None or self.ci_high is None:
+            return None
+        return self.ci_low / NS_PER_MS, self.ci_high / NS_PER_MS
+
+    def ms(self) -> dict[str, float | int]:
+        """Every field in milliseconds (``n`` as is), as the JSON writes it."""
+        return self.scaled(1 / NS_PER_MS)
 
 
 def median_ci(n: int) -> tuple[int, int]:

@@ -142,3 +142,14 @@ def fmt_ms(ns: float | None) -> str:
 
 def fmt_delta_ms(ns: float) -> str:
     return ("+" if ns > 0 else "") + fmt_ms(ns)
+
+
+def fmt_share(fraction: float | None) -> str:
+    """A fraction as a percentage with one decimal (``0.1234`` -> ``12.3%``), '-' for none."""
+    return "-" if fraction is None else f"{100 * fraction:.1f}%"
+
+
+def fmt_gb_s(gb_per_s: float | None) -> str:
+    """A bandwidth in GB/s (10^9 bytes per second, i.e. bytes per ns) with two decimals,
+    '-' for none (no byte count, or a zero duration)."""
+    return "-" if gb_per_s is None else f"{gb_per_s:,.2f}"

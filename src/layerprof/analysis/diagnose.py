@@ -7,21 +7,44 @@ Thresholds are deliberately conservative: a finding should be worth reading.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
+from layerprof.analysis.distributed import distributed_findings, straggler_findings
+from layerprof.analysis.finding import ORDER, Finding, Severity
+from layerprof.analysis.passes import (
+    agreement_findings,
+    code_path_findings,
+    interval,
+    live,
+    never_called_findings,
+    pass_gap,
+)
+from layerprof.stats import Summary
 from layerprof.units import human_count, human_time
 
 if TYPE_CHECKING:
     from layerprof.profile import LayerRow, Profile, Run
     from layerprof.sections import CrossRank, DeviceUse
 
-Severity = Literal["high", "warning", "info"]
-_ORDER = {"high": 0, "warning": 1, "info": 2}
+__all__ = [
+    "RULES",
+    "Finding",
+    "Rule",
+    "Severity",
+    "checks",
+    "diagnose",
+    "diagnose_run",
+    "run_checks",
+]
+_ORDER = ORDER
 
 BOTTLENECK_SHARE = 0.25  # a layer whose self time is this share of the forward
 PARENT_SELF_SHARE = 0.15  # functional work inside a container's forward
+# Below this a layer's self time is not worth a finding, whatever its share: in a
+# 30 µs model "the bottleneck" at 6 µs is hook residue and noise, not a lead.
+MIN_FINDING_NS = 50_000
 SMALL_LAYER_NS = 20_000  # layers below this total are dominated by per-call overhead
 SMALL_LAYERS_SHARE = 0.30
 COLD_RATIO = 5.0
@@ -31,6 +54,7 @@ GPU_UTIL_LOW = 0.5
 MEMCPY_SHARE = 0.10
 COMM_SHARE = 0.30
 RANK_SPREAD = 0.10
+_TOP_OPS = 3  # operators named in an ops-mode finding
 
 _HINTS = {
     "Conv": "try channels_last memory format, torch.backends.cudnn.benchmark=True on GPU,"
@@ -46,40 +70,73 @@ _HINTS = {
 
 
 @dataclass(frozen=True)
-class Finding:
-    severity: Severity
-    title: str
-    detail: str
-    hint: str = ""
-    layer: str | None = None
+class Rule:
+    """One check: ``name`` (with its criterion, listed when nothing is flagged),
+    whether it ``applies`` to a profile (it has the numbers the rule reads), and the
+    findings it gives."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    name: str
+    applies: Callable[[Profile], bool]
+    find: Callable[[Profile], list[Finding]]
 
 
 def diagnose(profile: Profile) -> list[Finding]:
     """Findings about a profiled model, most severe first."""
-    all_rows = profile.rows()
-    rows = [r for r in all_rows if r.calls]
-    root_total = sum(r.total_ns for r in all_rows if r.parent is None)
     out: list[Finding] = []
-    if root_total > 0 and rows:
-        out += _bottleneck(rows, root_total)
-        out += _parent_self(rows, root_total)
-        out += _small_layers(rows, root_total)
-    out += _latency_findings(profile)
-    out += _device_findings(profile)
-    out += _setup_findings(profile)
+    for rule in RULES:
+        if rule.applies(profile):
+            out += rule.find(profile)
     return sorted(out, key=lambda f: _ORDER[f.severity])
 
 
-def _type_hint(row: LayerRow, has_children: bool) -> str:
+def checks(profile: Profile) -> list[str]:
+    """The rules that looked at this profile (what "nothing to flag" means)."""
+    return [rule.name for rule in RULES if rule.applies(profile)]
+
+
+def run_checks(run: Run) -> list[str]:
+    """The rules that looked at any rank of ``run``, and the cross-rank one."""
+    names = dict.fromkeys(c for p in run.ranks for c in checks(p))
+    if run.cross is not None or run.stragglers is not None:
+        names["stragglers across ranks"] = None
+    return list(names)
+
+
+def _timed_rows(profile: Profile) -> tuple[list[LayerRow], float]:
+    """Rows of layers that ran, and the root total (sum of root rows)."""
+    all_rows = profile.rows()
+    root_total = sum(r.total_ns for r in all_rows if r.parent is None)
+    return [r for r in all_rows if r.calls], root_total
+
+
+def _has_layers(profile: Profile) -> bool:
+    rows, root_total = _timed_rows(profile)
+    return root_total > 0 and bool(rows)
+
+
+def _type_hint(profile: Profile, row: LayerRow, has_children: bool) -> str:
     for key, hint in _HINTS.items():
         if key.lower() in row.type.lower():
             return hint
+    if profile.ops:  # ops mode: the detail names its operators; never "run with --ops"
+        return "look at its operators in the tables above, and at its input shapes and dtype"
     if has_children:
         return "its own forward does the work (functional ops): run with --ops to see which"
     return "look at its input shapes and dtype; run with --ops to see its operators"
+
+
+def _top_ops(profile: Profile, path: str) -> str:
+    """Ops mode: "; its top operators: aten::addmm 1.2 ms, ..." ("" without ops)."""
+    if not profile.ops:
+        return ""
+    own = sorted(
+        (o for o in profile.ops if o.layer == path and o.phase == "forward"),
+        key=lambda o: -o.self_ns,
+    )
+    if not own:
+        return "; no operators ran in its own code (Python work)"
+    shown = ", ".join(f"{o.name} {human_time(o.self_ns)}" for o in own[:_TOP_OPS])
+    return f"; its {'top ' if len(own) > _TOP_OPS else ''}operators: {shown}"
 
 
 def _self_time(row: LayerRow) -> float:
@@ -87,30 +144,82 @@ def _self_time(row: LayerRow) -> float:
     return row.device_self_ns if row.device_self_ns is not None else row.self_ns
 
 
-def _bottleneck(rows: Sequence[LayerRow], root_total: float) -> list[Finding]:
+def _self_interval(profile: Profile, row: LayerRow) -> tuple[float, float]:
+    """The 95 % confidence interval of the self time the rules use (host, or device).
+
+    A layer whose number of calls varies has a mean, not a median, per forward: its
+    interval is the value itself."""
+    value = _self_time(row)
+    s = profile.samples.get(row.path)
+    if s is None or row.calls_vary:
+        return value, value
+    series = s.device_self_ns if row.device_self_ns is not None else s.self_ns
+    if series is None:
+        return value, value
+    lo, hi = interval(series.summary)
+    return min(lo, value), max(hi, value)
+
+
+def _ci(lo: float, hi: float) -> str:
+    return "" if lo == hi else f" (95% CI {human_time(lo)}-{human_time(hi)})"
+
+
+def _share_low(profile: Profile, row: LayerRow, whole: float) -> float:
+    """The low end of the 95 % CI of the layer's share of the forward.
+
+    With per-iteration samples, the share of each iteration (self / root total of
+    the same iteration): contention that slows a whole forward leaves it alone.
+    Without them (a summary-only file), the self time's CI low over ``whole``."""
+    lo, _ = _self_interval(profile, row)
+    fallback = lo / whole if whole > 0 else 0.0
+    device = row.device_self_ns is not None
+    s = profile.samples.get(row.path)
+    roots = [i.path for i in profile.layers if i.parent is None]
+    root = profile.samples.get(roots[0]) if len(roots) == 1 else None
+    if s is None or root is None or row.calls_vary:
+        return fallback
+    own = s.device_self_ns if device else s.self_ns
+    total = root.device_total_ns if device else root.total_ns
+    if own is None or total is None or own.values is None or total.values is None:
+        return fallback
+    if len(own.values) != len(total.values) or not (total.values > 0).all():
+        return fallback
+    return interval(Summary.of(own.values / total.values))[0]
+
+
+def _significant(profile: Profile, row: LayerRow, whole: float, share: float) -> bool:
+    """At least ``share`` of the forward and ``MIN_FINDING_NS``, both at their CI's low end."""
+    lo, _ = _self_interval(profile, row)
+    return whole > 0 and lo >= MIN_FINDING_NS and _share_low(profile, row, whole) >= share
+
+
+def _bottleneck(profile: Profile) -> list[Finding]:
+    rows, root_total = _timed_rows(profile)
     parents = {r.parent for r in rows}
     # A model with no child layers is trivially its own bottleneck: say nothing.
     candidates = [r for r in rows if r.parent is not None or r.path in parents]
     if not candidates:
         return []
-    top = max(candidates, key=_self_time)
-    device = top.device_self_ns is not None
+    device = any(r.device_self_ns is not None for r in candidates)
     whole = sum(r.device_total_ns or 0 for r in rows if r.parent is None) if device else root_total
-    share = _self_time(top) / whole if whole > 0 else 0.0
-    if share < BOTTLENECK_SHARE:
-        return []
-    return [
-        Finding(
-            "high",
-            f"{top.path or top.type} ({top.type}) is the bottleneck",
-            f"its {'device ' if device else ''}self time is {human_time(_self_time(top))}"
-            f" per forward, {100 * share:.0f}% of the model's {human_time(whole)}"
-            + _throughput(top)
-            + ".",
-            _type_hint(top, top.path in parents),
-            top.path,
+    found = [r for r in candidates if _significant(profile, r, whole, BOTTLENECK_SHARE)]
+    found.sort(key=lambda r: -_self_time(r))
+    out = []
+    for r in found:
+        lo, hi = _self_interval(profile, r)
+        what = "the bottleneck" if len(found) == 1 else "a bottleneck"
+        out.append(
+            Finding(
+                "high",
+                f"{r.path or r.type} ({r.type}) is {what}",
+                f"its {'device ' if device else ''}self time is {human_time(_self_time(r))}"
+                f" per forward{_ci(lo, hi)}, {100 * _self_time(r) / whole:.0f}% of the"
+                f" model's {human_time(whole)}" + _throughput(r) + _top_ops(profile, r.path) + ".",
+                _type_hint(profile, r, r.path in parents),
+                r.path,
+            )
         )
-    ]
+    return out
 
 
 def _throughput(row: LayerRow) -> str:
@@ -121,27 +230,35 @@ def _throughput(row: LayerRow) -> str:
     return f"; {human_count(row.flops)}FLOPs at {row.flops / time_ns:.1f} GFLOP/s"
 
 
-def _parent_self(rows: Sequence[LayerRow], root_total: float) -> list[Finding]:
+def _parent_self(profile: Profile) -> list[Finding]:
+    rows, root_total = _timed_rows(profile)
     parents = {r.parent for r in rows if r.parent is not None}
     out = []
     for r in rows:
-        share = r.self_ns / root_total
-        if r.path in parents and PARENT_SELF_SHARE <= share < BOTTLENECK_SHARE:
-            out.append(
-                Finding(
-                    "warning",
-                    f"{r.path or r.type} spends {100 * share:.0f}% of the forward outside its child modules",
-                    f"{human_time(r.self_ns)} of self time in a layer that has child modules:"
-                    " functional calls (softmax, matmul, reshapes) inside its forward.",
-                    "run with --ops to see the operators; fused functional ops"
-                    " (scaled_dot_product_attention) or torch.compile may help",
-                    r.path,
-                )
+        if r.path not in parents or not _significant(profile, r, root_total, PARENT_SELF_SHARE):
+            continue
+        if r.self_ns / root_total >= BOTTLENECK_SHARE:
+            continue  # the bottleneck rule's (on device) or not significant there
+        lo, hi = _self_interval(profile, r)
+        out.append(
+            Finding(
+                "warning",
+                f"{r.path or r.type} spends {100 * r.self_ns / root_total:.0f}% of the forward"
+                " outside its child modules",
+                f"{human_time(r.self_ns)} of self time{_ci(lo, hi)} in a layer that has child"
+                " modules: functional calls (softmax, matmul, reshapes) inside its forward"
+                + _top_ops(profile, r.path)
+                + ".",
+                ("see its operators in the tables above" if profile.ops else "run with --ops to see the operators")
+                + "; fused functional ops (scaled_dot_product_attention) or torch.compile may help",
+                r.path,
             )
+        )  # fmt: skip
     return out
 
 
-def _small_layers(rows: Sequence[LayerRow], root_total: float) -> list[Finding]:
+def _small_layers(profile: Profile) -> list[Finding]:
+    rows, root_total = _timed_rows(profile)
     parents = {r.parent for r in rows}
     small = [r for r in rows if r.path not in parents and r.total_ns < SMALL_LAYER_NS]
     small_ns = sum(r.total_ns for r in small)
@@ -158,48 +275,83 @@ def _small_layers(rows: Sequence[LayerRow], root_total: float) -> list[Finding]:
     ]
 
 
-def _latency_findings(profile: Profile) -> list[Finding]:
+def _never_called(profile: Profile) -> list[Finding]:
+    return never_called_findings(profile, profile.rows())
+
+
+def _has_latency(profile: Profile) -> bool:
     lat = profile.latency
-    out: list[Finding] = []
-    if lat is None or lat.median <= 0:
-        return out
-    if profile.first_ns is not None and profile.first_ns > COLD_RATIO * lat.median:
-        out.append(
-            Finding(
-                "info",
-                f"the first call is {profile.first_ns / lat.median:.0f}x slower than steady state",
-                f"cold call {human_time(profile.first_ns)} vs median {human_time(lat.median)}:"
-                " lazy initialisation, allocator growth, kernel selection.",
-                "warm the model up before serving or timing it",
-            )
+    return lat is not None and lat.median > 0
+
+
+def _cold(profile: Profile) -> list[Finding]:
+    lat = profile.latency
+    if lat is None or profile.first_ns is None:
+        return []
+    _, hi = interval(lat)  # slower than the steady state's whole interval, not its median
+    if profile.first_ns <= COLD_RATIO * hi:
+        return []
+    return [
+        Finding(
+            "info",
+            f"the first call is {profile.first_ns / lat.median:.0f}x slower than steady state",
+            f"cold call {human_time(profile.first_ns)} vs median {human_time(lat.median)}:"
+            " lazy initialisation, allocator growth, kernel selection.",
+            "warm the model up before serving or timing it",
         )
-    if lat.n >= 5 and lat.p90 > NOISY_P90_RATIO * lat.median:
-        out.append(
-            Finding(
-                "warning",
-                "latency is noisy",
-                f"p90 {human_time(lat.p90)} is {lat.p90 / lat.median:.2f}x the median"
-                f" {human_time(lat.median)} (std {human_time(lat.std)}, n={lat.n}).",
-                "close other programs, fix --threads, raise --iters; compare medians only",
-            )
+    ]
+
+
+def _noisy(profile: Profile) -> list[Finding]:
+    lat = profile.latency
+    if lat is None or lat.n < 5 or lat.p90 <= NOISY_P90_RATIO * lat.median:
+        return []
+    return [
+        Finding(
+            "warning",
+            "latency is noisy",
+            f"p90 {human_time(lat.p90)} is {lat.p90 / lat.median:.2f}x the median"
+            f" {human_time(lat.median)} (std {human_time(lat.std)}, n={lat.n}).",
+            "close other programs, fix --threads, raise --iters; compare medians only",
         )
+    ]
+
+
+def _has_overhead(profile: Profile) -> bool:
     o = profile.overhead
-    if o and o.clean_ns and o.instrumented_ns and o.instrumented_ns > OVERHEAD_RATIO * o.clean_ns:
-        out.append(
-            Finding(
-                "warning",
-                f"instrumentation slowed the forward {o.instrumented_ns / o.clean_ns:.1f}x",
-                f"{human_time(o.per_call_ns)} per module call x {o.calls_per_forward:g} calls;"
-                " self times were corrected"
-                + (" for it" if o.corrected else " (correction off)")
-                + ", but shares of microsecond layers are less precise.",
-                "trust the latency line for the whole model; use --ops for tiny layers",
-            )
+    return o is not None and bool(o.clean_ns) and bool(o.instrumented_ns)
+
+
+def _overhead(profile: Profile) -> list[Finding]:
+    o, lat = profile.overhead, profile.latency
+    if o is None or not o.clean_ns or not o.instrumented_ns:
+        return []
+    clean_hi = interval(lat)[1] if lat is not None else o.clean_ns
+    if o.instrumented_ns <= OVERHEAD_RATIO * max(clean_hi, o.clean_ns):
+        return []
+    gap = pass_gap(profile)
+    if gap is not None and gap[0] == "layers slower":
+        return []  # not the hooks' cost: the pass-agreement or code-path finding says what
+    return [
+        Finding(
+            "warning",
+            f"instrumentation slowed the forward {o.instrumented_ns / o.clean_ns:.1f}x",
+            f"{human_time(o.per_call_ns)} per module call x {o.calls_per_forward:g} calls;"
+            " self times were corrected"
+            + (" for it" if o.corrected else " (correction off)")
+            + ", but shares of microsecond layers are less precise.",
+            "trust the latency line for the whole model; use --ops for tiny layers",
         )
-    return out
+    ]
 
 
-def _setup_findings(profile: Profile) -> list[Finding]:
+def _has_root_samples(profile: Profile) -> bool:
+    return (
+        live(profile) and _has_latency(profile) and any(s.calls for s in profile.samples.values())
+    )
+
+
+def _setup(profile: Profile) -> list[Finding]:
     m = profile.meta
     out: list[Finding] = []
     if m.device.startswith("cuda") and m.dtype == "float32":
@@ -230,10 +382,15 @@ def diagnose_run(run: Run) -> list[Finding]:
         who = f"rank {p.rank}: " if len(run.ranks) > 1 else ""
         out += [replace(f, title=who + f.title) for f in diagnose(p)]
     out += _cross_rank(run.cross)
+    out += straggler_findings(run)
     return sorted(out, key=lambda f: _ORDER[f.severity])
 
 
-def _device_findings(profile: Profile) -> list[Finding]:
+def _has_devices(profile: Profile) -> bool:
+    return bool(profile.devices) or bool(profile.kinds)
+
+
+def _devices(profile: Profile) -> list[Finding]:
     """GPU idle time, copies and communication, from a trace's (or ops mode's) sections."""
     out: list[Finding] = []
     for dev in profile.devices:
@@ -314,3 +471,35 @@ def _cross_rank(cross: CrossRank | None) -> list[Finding]:
             "compare that rank's data, kernels and host work with the others",
         )
     ]
+
+
+#: Every check, in the order its findings are gathered (then sorted by severity). A new
+#: analysis adds its rule here (see docs/architecture.md).
+RULES: tuple[Rule, ...] = (
+    Rule(
+        f"bottleneck layers (self time >= {100 * BOTTLENECK_SHARE:.0f}% of the forward and"
+        f" >= {human_time(MIN_FINDING_NS)}, at the low end of its 95% CI)",
+        _has_layers,
+        _bottleneck,
+    ),
+    Rule(
+        f"work outside child modules (>= {100 * PARENT_SELF_SHARE:.0f}% and"
+        f" >= {human_time(MIN_FINDING_NS)})",
+        _has_layers,
+        _parent_self,
+    ),
+    Rule("many small layers", _has_layers, _small_layers),
+    Rule("layers that never ran", _has_layers, _never_called),
+    Rule("cold first call", _has_latency, _cold),
+    Rule("latency noise", _has_latency, _noisy),
+    Rule("hook overhead", _has_overhead, _overhead),
+    Rule("clean vs per-layer pass agreement", _has_root_samples, agreement_findings),
+    Rule("fused fast paths and code paths", lambda p: p.passes is not None, code_path_findings),
+    Rule("GPU idle, copies and communication", _has_devices, _devices),
+    Rule(
+        "exposed communication, data loading, launch-bound queues",
+        lambda p: p.breakdown is not None or p.queues is not None,
+        distributed_findings,
+    ),
+    Rule("setup (dtype, train mode)", live, _setup),
+)

@@ -61,3 +61,42 @@ def prepare_model(model: Any, device: str, dtype: str | None) -> Any:
     if dtype is not None:
         model = model.to(getattr(torch, dtype))
     return model
+
+
+def placed(
+    model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], device: Any, dtype: Any
+) -> tuple[Any, tuple[Any, ...], dict[str, Any], str | None, str | None]:
+    """``model`` and its inputs on ``device`` in ``dtype`` for the Python API.
+
+    The caller's model is left as it is: when it must move or change dtype, a copy
+    is profiled (casting in place could not be undone exactly: float32 -> float16
+    -> float32 loses bits). Floating inputs are cast, every tensor input moved.
+    Returns the model, args, kwargs, the canonical device and the dtype name.
+    """
+    from layerprof.load.inputs import _float_dtype, move_inputs
+
+    dev = resolve_device(str(device)) if device is not None else None
+    name = str(dtype).removeprefix("torch.") if dtype is not None else None
+    torch_dtype = _float_dtype(name)  # UsageError for int/bool or unknown names
+    params = [*model.parameters(), *model.buffers()]
+    moves = dev is not None and any(str(p.device) != dev for p in params)
+    casts = torch_dtype is not None and any(
+        p.is_floating_point() and p.dtype != torch_dtype for p in params
+    )
+    if moves or casts:
+        model = prepare_model(_copy(model), dev or device_of(model), name)
+    args = move_inputs(args, dev, float_dtype=torch_dtype)
+    kwargs = move_inputs(kwargs, dev, float_dtype=torch_dtype)
+    return model, args, kwargs, dev, name
+
+
+def _copy(model: Any) -> Any:
+    import copy
+
+    try:
+        return copy.deepcopy(model)
+    except Exception as exc:
+        raise UsageError(
+            f"cannot copy {type(model).__name__} to move or cast it: {type(exc).__name__}: {exc}",
+            hint="move/cast the model yourself (model.to(device, dtype)) and leave device/dtype unset",
+        ) from exc

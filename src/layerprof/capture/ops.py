@@ -68,6 +68,21 @@ class OpOptions:
     with_flops: bool = False
     schedule: tuple[int, int, int, int] | None = None
 
+    def meta(self) -> dict[str, Any]:
+        """What a profile's meta records about ops mode (``meta.extra["ops"]``): the
+        options that were on, and the schedule as ``{wait, warmup, active, repeat}``."""
+        on = [
+            k
+            for k in ("record_shapes", "profile_memory", "with_stack", "with_flops")
+            if getattr(self, k)
+        ]
+        out: dict[str, Any] = {"options": on}
+        if self.schedule is not None:
+            out["schedule"] = dict(
+                zip(("wait", "warmup", "active", "repeat"), self.schedule, strict=True)
+            )
+        return {"ops": out}
+
 
 @dataclass
 class TraceCycle:

@@ -6,7 +6,9 @@ Order of one run (see docs/definitions.md):
 2. warm-up — ``warmup`` forwards, not timed;
 3. latency — ``iters`` forwards with no hooks, one device synchronize per
    iteration on CUDA, wall time of each;
-4. shapes — one forward with shape hooks; one counting FLOPs
+4. code path — one watched forward that notes fused fast paths without changing
+   them (layerprof.capture.fastpath), compared with the per-layer pass at the end;
+   shapes — one forward with shape hooks; one counting FLOPs
    (torch.utils.flop_counter); on CUDA one reading the allocator's peaks;
 5. hooks mode: calibration — the hooks' own per-call cost, measured on a model
    of empty layers with the same hooks — then one untimed hooked forward and
@@ -32,7 +34,9 @@ from layerprof.capture.compilewatch import CompileWatch
 from layerprof.capture.device import device_of
 from layerprof.capture.distributed import unwrap, user_paths
 from layerprof.capture.failures import locate_failure, model_error
+from layerprof.capture.fastpath import check_passes, watch_clean_path
 from layerprof.capture.hooks import hookable_modules
+from layerprof.capture.hostload import host_load
 from layerprof.capture.progress import Progress
 from layerprof.capture.recorder import Recorder, ShapeCapture, calibrate, layer_infos
 from layerprof.errors import ModelRunError, UsageError
@@ -190,6 +194,7 @@ def _layer_pass(
     watch: CompileWatch,
 ) -> Profile:
     """Shapes, FLOPs and memory, then per-layer times from hooks or from ops mode."""
+    clean_path = watch_clean_path(model, forward)  # before any hook changes the path
     with ShapeCapture(model) as shapes:
         _guarded(forward, model)
     flops, flop_note = _flops(model, forward)
@@ -208,7 +213,8 @@ def _layer_pass(
             "ops mode: layer times come from torch.profiler ranges and include its"
             " per-op recording cost (not corrected); the latency is from the clean pass"
         )
-        return _with_trace(base, raw.profile(), raw, ops=True, layers=layers, notes=(note,))
+        traced = _with_trace(base, raw.profile(), raw, ops=True, layers=layers, notes=(note,))
+        return check_passes(traced, clean_path)
     latency = (base.latency_ns.tolist() if base.latency_ns is not None else None) or []
     samples, overhead = _hooked(model, forward, sync, device, opts, progress, latency, watch)
     if opts.backward:
@@ -217,7 +223,8 @@ def _layer_pass(
     layers = layer_infos(
         model, shapes.shapes, flops=flops, output_bytes=shapes.output_bytes, peak_bytes=peaks
     )
-    return replace(base, layers=layers, samples=samples, overhead=overhead)
+    profile = replace(base, layers=layers, samples=samples, overhead=overhead)
+    return check_passes(profile, clean_path)
 
 
 def _opaque_notes(model: torch.nn.Module) -> list[str]:
@@ -443,7 +450,12 @@ def _meta(
         source="layerprof.run",
         created=now_iso(),
         host=socket.gethostname(),
-        extra={**_rank_meta(), **opts.meta_extra},
+        extra={
+            **_rank_meta(),
+            **host_load(),
+            **(opts.ops.meta() if opts.ops is not None else {}),
+            **opts.meta_extra,
+        },
     )
 
 

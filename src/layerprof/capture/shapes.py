@@ -13,6 +13,8 @@ def shape_tree(value: Any, depth: int = 0) -> Any:
     Long containers are cut at ``MAX_ITEMS`` with a trailing ``"..."`` marker so a
     model returning thousands of tensors does not bloat the profile.
     """
+    if getattr(value, "is_nested", False) is True:
+        return _nested_shape(value)  # its .shape raises (a TransformerEncoder's padded path)
     shape = getattr(value, "shape", None)
     if shape is not None and hasattr(value, "dtype"):
         return [int(d) for d in shape]
@@ -27,6 +29,17 @@ def shape_tree(value: Any, depth: int = 0) -> Any:
     if value is None:
         return None
     return type(value).__name__
+
+
+def _nested_shape(value: Any) -> str:
+    """``nested(2x?x32)``: a nested tensor's regular dims, ``?`` for the ragged ones."""
+    dims = []
+    for i in range(value.dim()):
+        try:
+            dims.append(str(int(value.size(i))))
+        except RuntimeError:
+            dims.append("?")
+    return f"nested({'x'.join(dims)})"
 
 
 def tensor_bytes(value: Any, depth: int = 0) -> int:

@@ -20,7 +20,15 @@ from layerprof.codec.schemas import LEGACY_PROFILE
 from layerprof.codec.sections import encode_sections, read_sections
 from layerprof.errors import ProfileFormatError
 from layerprof.profile import Profile
-from layerprof.records import LayerInfo, LayerSamples, Meta, OpSamples, OpStat, Overhead
+from layerprof.records import (
+    OP_COLUMNS,
+    LayerInfo,
+    LayerSamples,
+    Meta,
+    OpSamples,
+    OpStat,
+    Overhead,
+)
 from layerprof.stats import Series
 from layerprof.units import NS_PER_MS, NS_PER_US, ms, ms_list
 
@@ -142,6 +150,7 @@ def _op(o: OpStat, samples: bool) -> dict[str, Any]:
         "layer": o.layer,
         "input_shapes": o.input_shapes,
         **({"phase": o.phase} if o.phase != "forward" else {}),
+        **o.columns,  # memory bytes and FLOPs per iteration, where recorded
     }
     if o.samples is not None:
         series = _series_dict(o.samples, _OP_SERIES)
@@ -300,4 +309,5 @@ def _read_op(f: Fields) -> OpStat:
         input_shapes=f.opt_text("input_shapes"),
         phase=phase,
         samples=op_samples,
+        **{key: f.opt_number(key) for key in OP_COLUMNS},
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from layerprof.codec.distributed import encode_distributed, read_distributed
 from layerprof.codec.fields import (
     Fields,
     asdict_ms,
@@ -17,6 +18,7 @@ from layerprof.codec.fields import (
     strings,
     summary_us,
 )
+from layerprof.codec.passes import encode_passes, read_passes
 from layerprof.profile import Profile
 from layerprof.sections import (
     AllocRow,
@@ -48,6 +50,8 @@ def encode_sections(p: Profile, top: int | None) -> dict[str, Any]:
         "launch": _launches(p.launches, top),
         "memory": _memory(p.memory, top),
         "annotations": [asdict_ms(a) for a in p.annotations],
+        "passes": encode_passes(p.passes),
+        **encode_distributed(p),
     }
     return {k: v for k, v in sections.items() if v}
 
@@ -173,6 +177,8 @@ def read_sections(f: Fields) -> dict[str, Any]:
     out["launches"] = read_launches(f.obj("launch"))
     out["memory"] = read_memory(f.obj("memory"))
     out["annotations"] = tuple(read_row(AnnotationRow, a) for a in f.objects("annotations"))
+    out["passes"] = read_passes(f.obj("passes"))
+    out.update(read_distributed(f))
     return out
 
 

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from layerprof.analysis.passes import pass_gap
 from layerprof.render.columns import Cell, Col, Hide, Label, Row, Shrink, Step, print_table
 from layerprof.render.terminal import escaping, make_console
 from layerprof.units import (
@@ -76,9 +77,16 @@ def print_profile(
             out.print(Text.assemble(("note: ", "yellow"), note))
 
 
-def print_findings(findings: Sequence[Finding], console: Console) -> None:
-    """Findings from layerprof.analysis.diagnose, most severe first."""
+def print_findings(
+    findings: Sequence[Finding], console: Console, *, checks: Sequence[str] = ()
+) -> None:
+    """Findings from layerprof.analysis.diagnose, most severe first; with none, the
+    ``checks`` that ran (so "nothing to flag" says what was looked at)."""
     if not findings:
+        if checks:
+            with escaping(console) as out:
+                out.print(Text.assemble(("findings", "bold"), ": nothing to flag"))
+                out.print(Text("  checked: " + "; ".join(checks), style="dim"))
         return
     style = {"high": "bold red", "warning": "yellow", "info": "cyan"}
     # a grid, so wrapped lines stay under the text and the severity stands out
@@ -111,6 +119,9 @@ def header_lines(profile: Profile) -> list[Text | str]:
     ]
     if m.inputs:
         lines.append(Text("inputs " + "; ".join(m.inputs)))
+    ops_line = _ops_line(m.extra.get("ops"))
+    if ops_line:
+        lines.append(Text(ops_line))
     lat = profile.latency
     if lat is not None:
         lines.append(
@@ -139,7 +150,28 @@ def header_lines(profile: Profile) -> list[Text | str]:
                 f" x {o.calls_per_forward:g} calls/forward{ratio}; {corrected}"
             )
         )
+    if pass_gap(profile) is not None:
+        lines.append(
+            Text(
+                "the clean and the per-layer pass disagree beyond noise: the numbers are"
+                " unreliable (see findings)",
+                style="bold red",
+            )
+        )
     return lines
+
+
+def _ops_line(ops: object) -> str | None:
+    """Ops mode's profiler options and schedule, as the run's meta recorded them."""
+    if not isinstance(ops, dict):
+        return None
+    options = [str(o) for o in ops.get("options") or () if isinstance(o, str)]
+    line = "ops torch.profiler" + (" with " + ", ".join(options) if options else "")
+    schedule = ops.get("schedule")
+    if isinstance(schedule, dict):
+        steps = "  ".join(f"{k} {schedule.get(k)}" for k in ("wait", "warmup", "active", "repeat"))
+        line += f"; schedule {steps} (only active steps are recorded)"
+    return line
 
 
 def _sorted(nodes: list[LayerNode], sort: SortKey) -> list[LayerNode]:

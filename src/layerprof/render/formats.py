@@ -66,28 +66,35 @@ def _print_profile(
     findings: bool = True,
     **_: Any,
 ) -> None:
-    from layerprof.analysis.diagnose import diagnose
+    from layerprof.analysis.diagnose import checks, diagnose
     from layerprof.render.console import print_findings, print_profile
-    from layerprof.render.ops_console import merge_shapes, render_ops
+    from layerprof.render.ops_console import render_ops
     from layerprof.render.trace_console import print_sections
 
     print_profile(profile, console=console, depth=depth, top=top, sort=sort, shapes=shapes)
     print_sections(profile, console, top=top or 10)
     if profile.ops:
-        ops = profile.ops if group_by_shape else merge_shapes(profile.ops)
-        n = top or 10
-        render_ops([o for o in ops if o.phase == "forward"], console, top=n, sort=op_sort)
+        ops, n, by_shape = profile.ops, top or 10, group_by_shape
+        forward = [o for o in ops if o.phase == "forward"]
+        render_ops(forward, console, top=n, sort=op_sort, by_shape=by_shape)
         backward = [o for o in ops if o.phase == "backward"]
         if backward:
-            render_ops(backward, console, top=n, sort=op_sort, title="backward operators")
+            render_ops(
+                backward,
+                console,
+                top=n,
+                sort=op_sort,
+                title="backward operators",
+                by_shape=by_shape,
+            )
     if findings:
-        print_findings(diagnose(profile), console)
+        print_findings(diagnose(profile), console, checks=checks(profile))
 
 
 def _print_run(run: Run, console: Any, **options: Any) -> None:
     """Every rank's report (one, beyond ``FULL_REPORTS`` ranks; its findings gathered at
     the end), then the ranks side by side and each layer across the ranks."""
-    from layerprof.analysis.diagnose import diagnose_run
+    from layerprof.analysis.diagnose import diagnose_run, run_checks
     from layerprof.render.console import print_findings
     from layerprof.render.ranks_console import print_layers_across_ranks, reported_ranks
     from layerprof.render.trace_console import print_rank_rule, print_ranks, print_run_header
@@ -99,7 +106,7 @@ def _print_run(run: Run, console: Any, **options: Any) -> None:
     print_ranks(run, console, options.get("top") or 10)
     print_layers_across_ranks(run, console, options.get("top") or 10)
     if options.get("findings", True):
-        print_findings(diagnose_run(run), console)
+        print_findings(diagnose_run(run), console, checks=run_checks(run))
 
 
 class JsonRenderer:
@@ -128,32 +135,20 @@ class CsvRenderer:
 
 
 class HtmlRenderer:
-    """The self-contained offline HTML report."""
+    """The self-contained offline HTML report of a Profile, a Run or a Diff (with the
+    diagnosis' findings, and a diff's gate)."""
 
     name = "html"
     extensions: tuple[str, ...] = (".html", ".htm")
 
-    def render(self, obj: Any, *, title: str | None = None, **options: Any) -> str:
-        from layerprof.analysis.diagnose import diagnose, diagnose_run
+    def render(
+        self, obj: Any, *, title: str | None = None, gate: Any = None, **options: Any
+    ) -> str:
         from layerprof.render.html import render_html
 
-        if isinstance(obj, Profile):
-            findings = [f.to_dict() for f in diagnose(obj)]
-            return render_html(profile=obj, findings=findings, title=title)
-        if isinstance(obj, Diff):
-            return render_html(diff=codec.to_dict(obj, gate=options.get("gate")), title=title)
-        if isinstance(obj, Run):
-            profile = obj.rank()
-            if len(obj.ranks) > 1:
-                profile = profile.with_notes(
-                    f"the latency, hierarchy and layer sections show rank {profile.rank}"
-                    f" of {len(obj.ranks)}; the trace section compares all ranks"
-                )
-            findings = [f.to_dict() for f in diagnose_run(obj)]
-            return render_html(
-                profile=profile, trace=codec.to_dict(obj), findings=findings, title=title
-            )
-        raise _unsupported(self.name, obj)
+        if not isinstance(obj, Profile | Run | Diff):
+            raise _unsupported(self.name, obj)
+        return render_html(obj, title=title, gate=gate)
 
 
 class MarkdownRenderer:

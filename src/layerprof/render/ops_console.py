@@ -1,23 +1,25 @@
 """Operator tables for the terminal: a flat ``key_averages()``-like table and ops per layer.
 
 Times are per iteration, as in ``OpStat``. Device columns appear only when
-the ops carry device times (CUDA runs); on CPU they are absent, not zero.
+the ops carry device times (CUDA runs); on CPU they are absent, not zero. So
+do FLOPs (``--with-flops``) and CPU / device memory (``--profile-memory``:
+bytes allocated minus freed inside the op, with and without its children).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Literal
+from typing import Any, Literal
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from layerprof.records import OpStat
+from layerprof.records import OP_COLUMNS, OpStat
 from layerprof.render.columns import Col, Hide, Row, Shrink, Step, print_table
 from layerprof.render.terminal import escape_controls, escaping
-from layerprof.units import fmt_calls, unit_for
+from layerprof.units import fmt_calls, human_bytes, human_count, unit_for
 
 OpSort = Literal["self", "total", "device", "calls", "name"]
 
@@ -31,64 +33,84 @@ def render_ops(
     per_layer: bool = True,
     layers: int | None = 5,
     title: str = "operators",
+    by_shape: bool = True,
 ) -> None:
     """Print the flat op table, then (``per_layer``) the top ops of the ``layers``
-    layers whose ops take the most self time (None = every layer)."""
+    layers whose ops take the most self time (None = every layer). Without
+    ``by_shape``, rows recorded per input shapes are merged per op, each keeping the
+    shapes that took the most time (``merge_shapes``)."""
     with escaping(console) as out:
         if not ops:
             out.print(Text(f"no {title} recorded", style="dim"))
             return
-        print_op_table(out, flat(ops), top=top, sort=sort, title=f"{title} (all layers)")
+        table = flat(ops, by_shape=by_shape)
+        print_op_table(out, table, top=top, sort=sort, title=f"{title} (all layers)")
         if not per_layer or all(o.layer is None for o in ops):
             return
-        groups = by_layer(ops, sort=sort)
+        groups = by_layer(ops if by_shape else merge_shapes(ops), sort=sort)
         for layer, rows in groups[:layers] if layers is not None else groups:
             label = layer if layer else "(root)"
             print_op_table(out, rows, top=top, sort=sort, title=f"{title} in {label}")
 
 
 def merge_shapes(ops: Sequence[OpStat]) -> tuple[OpStat, ...]:
-    """Ops summed over input shapes, per (layer, name, phase)."""
-    acc: dict[tuple[str | None, str, str], OpStat] = {}
-    for o in ops:
-        key = (o.layer, o.name, o.phase)
-        prev = acc.get(key)
-        if prev is None:
-            acc[key] = replace(o, input_shapes=None)
-            continue
-        device = None if prev.device_ns is None else prev.device_ns + (o.device_ns or 0)
-        acc[key] = replace(
-            prev,
-            calls=prev.calls + o.calls,
-            self_ns=prev.self_ns + o.self_ns,
-            total_ns=prev.total_ns + o.total_ns,
-            device_ns=device,
-        )
-    return tuple(acc.values())
+    """Ops summed over input shapes, per (layer, name, phase). Rows recorded with shapes
+    keep the shapes that took the most self time, and say how many others were merged
+    (``[8, 64], [64] (+2 more)``): ``--record-shapes`` shows shapes without
+    ``--group-by-shape`` splitting the rows."""
+    return tuple(_merged(ops, lambda o: (o.layer, o.name, o.phase), keep_layer=True))
 
 
-def flat(ops: Sequence[OpStat]) -> list[OpStat]:
-    """Ops summed over layers per (name, input shapes)."""
-    acc: dict[tuple[str, str | None], OpStat] = {}
+def flat(ops: Sequence[OpStat], *, by_shape: bool = True) -> list[OpStat]:
+    """Ops summed over layers per (name, input shapes), or per name (shapes merged as
+    in ``merge_shapes``) when not ``by_shape``."""
+    if by_shape:
+        return _merged(ops, lambda o: (o.name, o.input_shapes), keep_layer=False, shapes=False)
+    return _merged(ops, lambda o: (o.name, None), keep_layer=False)
+
+
+def _merged(
+    ops: Sequence[OpStat],
+    key: Callable[[OpStat], tuple[str | None, ...]],
+    *,
+    keep_layer: bool,
+    shapes: bool = True,
+) -> list[OpStat]:
+    acc: dict[tuple[str | None, ...], OpStat] = {}
+    seen: dict[tuple[str | None, ...], list[tuple[float, str]]] = {}
     for o in ops:
-        key = (o.name, o.input_shapes)
-        prev = acc.get(key)
+        k = key(o)
+        prev = acc.get(k)
         if prev is None:
-            acc[key] = OpStat(
-                o.name, o.calls, o.self_ns, o.total_ns, o.device_ns, None, o.input_shapes
-            )
-            continue
-        device = None if prev.device_ns is None else prev.device_ns + (o.device_ns or 0)
-        acc[key] = OpStat(
-            o.name,
-            prev.calls + o.calls,
-            prev.self_ns + o.self_ns,
-            prev.total_ns + o.total_ns,
-            device,
-            None,
-            o.input_shapes,
-        )
+            first = replace(o, samples=None, layer=o.layer if keep_layer else None)
+            acc[k] = replace(first, input_shapes=None) if shapes else first
+        else:
+            acc[k] = _sum(prev, o)
+        if shapes and o.input_shapes is not None:
+            seen.setdefault(k, []).append((o.self_ns, o.input_shapes))
+    for k, texts in seen.items():
+        by_time: dict[str, float] = {}
+        for t, text in texts:
+            by_time[text] = by_time.get(text, 0.0) + t
+        top = max(by_time, key=lambda text: by_time[text])
+        more = len(by_time) - 1
+        acc[k] = replace(acc[k], input_shapes=top + (f" (+{more} more)" if more else ""))
     return list(acc.values())
+
+
+def _sum(a: OpStat, b: OpStat) -> OpStat:
+    """Two rows of one op added (per-iteration values add); the samples are dropped."""
+    keys = {**a.columns, **b.columns}
+    columns: dict[str, Any] = {k: a.columns.get(k, 0) + b.columns.get(k, 0) for k in keys}
+    return replace(
+        a,
+        calls=a.calls + b.calls,
+        self_ns=a.self_ns + b.self_ns,
+        total_ns=a.total_ns + b.total_ns,
+        device_ns=None if a.device_ns is None else a.device_ns + (b.device_ns or 0),
+        samples=None,
+        **columns,
+    )
 
 
 def by_layer(ops: Sequence[OpStat], *, sort: OpSort) -> list[tuple[str, list[OpStat]]]:
@@ -111,12 +133,28 @@ def sort_ops(ops: Sequence[OpStat], sort: OpSort) -> list[OpStat]:
     return sorted(ops, key=keys[sort])
 
 
-# Op names give way to the numbers: shapes shorten, names shorten, shapes go.
+_COLUMN_TITLES = {
+    "flops": "FLOPs",
+    "cpu_mem_bytes": "CPU Mem",
+    "self_cpu_mem_bytes": "Self CPU Mem",
+    "device_mem_bytes": "Device Mem",
+    "self_device_mem_bytes": "Self Device Mem",
+}
+
+
+def _fmt_column(key: str, value: float | None) -> str:
+    if value is None or (key == "flops" and not value):
+        return ""  # no estimate (torch's table shows "--")
+    return human_count(value) if key == "flops" else human_bytes(value)
+
+
+# Op names give way to the numbers: shapes shorten, names shorten, shapes go, FLOPs go.
 _OP_STEPS: tuple[Step, ...] = (
     Shrink(("Input shapes",), 20),
     Shrink(("Op",), 32),
     Hide(("Input shapes",)),
     Shrink(("Op",), 16),
+    Hide(("FLOPs",)),  # memory columns stay: --profile-memory asked for them
 )
 
 
@@ -138,6 +176,8 @@ def print_op_table(
     ]
     if device:
         columns.append(Col(f"Device {unit.name}", number=True))
+    extra = [k for k in OP_COLUMNS if any(getattr(o, k) is not None for o in ops)]
+    columns += [Col(_COLUMN_TITLES[k], number=True) for k in extra]
     if shapes:
         columns.append(Col("Input shapes", cap=40))
     cells: list[Row] = []
@@ -151,6 +191,7 @@ def print_op_table(
         row.append(unit.fmt(o.total_ns))
         if device:
             row.append(unit.fmt(o.device_ns))
+        row += [_fmt_column(k, getattr(o, k)) for k in extra]
         if shapes:
             row.append(o.input_shapes or "")
         cells.append(Row(tuple(row)))

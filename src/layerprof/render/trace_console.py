@@ -1,5 +1,6 @@
 """Console tables of a Profile's trace sections (steps, GPU time, kernels, launches,
-memory) and of a Run's ranks side by side. Reads the pivot, never computes."""
+memory; the step breakdown, collectives, queues and memory timeline) and of a Run's
+ranks side by side (steps, stragglers). Reads the pivot, never computes."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from rich.text import Text
 from layerprof.profile import Profile, Run
 from layerprof.render.columns import Cell, Col, Row, Shrink, Step, print_table
 from layerprof.render.terminal import escape_controls, escaping
+from layerprof.sections import BREAKDOWN_PARTS, Collective, StepBreakdown
 from layerprof.units import MS, US, fmt_calls, human_bytes
 
 _NAME_CAP = 60  # kernel and step names beyond this are abbreviated in the middle
@@ -69,6 +71,7 @@ def print_sections(p: Profile, console: Console, *, top: int = 10) -> None:
         _print_kernels(p, out, top)
         _print_launches(p, out, top)
         _print_memory(p, out, top)
+        print_distributed(p, out, top=top)
 
 
 def _print_steps(p: Profile, console: Console) -> None:
@@ -214,3 +217,173 @@ def print_ranks(run: Run, console: Console, top: int) -> None:
         )  # fmt: skip
         if cross.slowest_rank is not None:
             out.print(Text(f"slowest rank by median step: {cross.slowest_rank}"))
+        _print_stragglers(run, out)
+
+
+# ---- distributed sections (trace/breakdown, comm, queue, memtimeline, stragglers) ----
+
+_STEP_ROWS = 12  # steps listed one by one; the total row sums them all
+
+
+def print_distributed(p: Profile, console: Console, *, top: int = 10) -> None:
+    """Step breakdown, collectives, queues and the memory timeline, where present."""
+    _print_breakdown(p, console)
+    _print_communication(p, console, top)
+    _print_queues(p, console)
+    _print_memory_timeline(p, console)
+
+
+def _pct(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.0f}%" if whole > 0 else "-"
+
+
+def _print_breakdown(p: Profile, console: Console) -> None:
+    b = p.breakdown
+    if b is None or not b.steps:
+        return
+    devices = sorted({s.device for s in b.steps}, key=lambda d: -1 if d is None else d)
+    for device in devices:
+        rows = [s for s in b.steps if s.device == device]
+        totals = b.totals(device)
+        # parts that are zero in every step say nothing: leave them out (the title says so)
+        shown = [part for part in BREAKDOWN_PARTS if totals[part] or part == "idle"]
+        cells: list[list[Cell]] = [_breakdown_cells(s, shown) for s in rows[:_STEP_ROWS]]
+        if len(rows) > 1:
+            cells.append(["total", MS.fmt(totals["wall"]),
+                          *[_pct(totals[part], totals["wall"]) for part in shown]])  # fmt: skip
+        where = "host only" if device is None else f"device {device}"
+        more = f"; first {_STEP_ROWS} of {len(rows)} steps" if len(rows) > _STEP_ROWS else ""
+        hidden = [part for part in BREAKDOWN_PARTS if part not in shown]
+        zero = f"; zero: {', '.join(hidden)}" if hidden else ""
+        _print_table(
+            console,
+            f"step time breakdown, {where} (ms; the parts add up to the wall time{more}{zero})",
+            ["step", "wall", *[_SHORT.get(part, part) for part in shown]],
+            cells,
+        )
+
+
+_SHORT = {"communication": "comm", "dataloader": "loader"}
+
+
+def _breakdown_cells(s: StepBreakdown, shown: list[str]) -> list[Cell]:
+    parts = dict(s.parts())
+    return [s.step, MS.fmt(s.wall_ns), *[MS.fmt(parts[part]) for part in shown]]
+
+
+def _print_communication(p: Profile, console: Console, top: int) -> None:
+    c = p.communication
+    if c is None:
+        return
+    pct = "-" if c.overlap_pct is None else f"{c.overlap_pct:.1f}%"
+    console.print(
+        Text(
+            f"communication: {len(c.collectives)} collectives, {MS.fmt(c.comm_ns)} ms"
+            f" (union); overlapped by compute {MS.fmt(c.overlap_ns)} ms ({pct});"
+            f" exposed {MS.fmt(c.exposed_ns)} ms"
+        )
+    )
+    groups: dict[tuple[str, str], list[Collective]] = {}
+    for x in c.collectives:
+        groups.setdefault((x.kind, x.group), []).append(x)
+    rows = sorted(groups.items(), key=lambda kv: -sum(x.dur_ns for x in kv[1]))[:top]
+    _print_table(
+        console,
+        "collectives by kind and process group (bandwidth: median over calls, GB/s)",
+        ["kind", "group", "calls", "total ms", "exposed ms", "bytes", "algbw", "busbw"],
+        [_collective_cells(kind, group, xs) for (kind, group), xs in rows],
+    )
+
+
+def _collective_cells(kind: str, group: str, xs: list[Collective]) -> list[Cell]:
+    sizes = [x.bytes for x in xs if x.bytes is not None]
+    return [
+        kind,
+        group or "default",
+        fmt_calls(len(xs)),
+        MS.fmt(sum(x.dur_ns for x in xs)),
+        MS.fmt(sum(x.exposed_ns for x in xs)),
+        human_bytes(sum(sizes)) if sizes else "-",
+        _median_bw([x.algbw for x in xs]),
+        _median_bw([x.busbw for x in xs]),
+    ]
+
+
+def _median_bw(values: list[float | None]) -> str:
+    known = sorted(v for v in values if v is not None)
+    if not known:
+        return "-"
+    mid = len(known) // 2
+    value = known[mid] if len(known) % 2 else (known[mid - 1] + known[mid]) / 2
+    return f"{value:.2f}"
+
+
+def _print_queues(p: Profile, console: Console) -> None:
+    q = p.queues
+    if q is None:
+        return
+    _print_table(
+        console,
+        f"device queues (ops launched, not yet started; a launch blocks at {q.queue_limit})",
+        ["stream", "ops", "max queue", "mean queue", "full ms"],
+        [
+            [f"{s.device}:{s.stream}", fmt_calls(s.ops), str(s.max_length), f"{s.mean_length:.2f}",
+             MS.fmt(s.full_ns)]
+            for s in q.streams
+        ],
+    )  # fmt: skip
+    parts = [
+        f"host blocked {MS.fmt(q.blocked_ns)} ms (sync {MS.fmt(q.sync_ns)},"
+        f" launches on a full queue {MS.fmt(q.full_launch_ns)})",
+        f"{q.short_kernels} of {q.kernels} device ops shorter than their launch call"
+        f" ({MS.fmt(q.short_kernel_ns)} ms)",
+        f"{q.delay_outliers} launch delays above {US.fmt(q.delay_threshold_ns)} us",
+    ]
+    console.print(Text("; ".join(parts)))
+    if q.outliers:
+        worst = ", ".join(f"{o.name} {US.fmt(o.delay_ns)} us" for o in q.outliers[:3])
+        console.print(Text(f"  longest launch delays: {worst}", style="dim"))
+
+
+def _print_memory_timeline(p: Profile, console: Console) -> None:
+    m = p.memory_timeline
+    if m is None:
+        return
+    for d in m.devices:
+        where = [f"in {d.peak_op}" if d.peak_op else "outside ops"]
+        if d.peak_layer:
+            where.append(f"layer {d.peak_layer}")
+        if d.peak_step:
+            where.append(d.peak_step)
+        console.print(
+            Text(
+                f"memory timeline {d.device}: peak {human_bytes(d.peak_bytes)} allocated at"
+                f" {MS.fmt(d.peak_ns)} ms, {', '.join(where)} ({d.events} events)"
+            )
+        )
+
+
+def _print_stragglers(run: Run, console: Console) -> None:
+    s = run.stragglers
+    if s is None:
+        return
+    head = f"stragglers: {s.matched} collectives matched across ranks"
+    if s.median_skew_ns is not None:
+        head += f"; median arrival skew {MS.fmt(s.median_skew_ns)} ms"
+    if s.straggler is not None:
+        head += f"; rank {s.straggler} arrives last most often"
+    console.print(Text(head))
+    _print_table(
+        console,
+        "arrivals per rank (clocks aligned on collective ends)",
+        ["rank", "collectives", "unmatched", "last", "median late ms", "compute before ms",
+         "clock offset us", "median step ms"],
+        [
+            [str(r.rank), fmt_calls(r.collectives), fmt_calls(r.unmatched), fmt_calls(r.last),
+             MS.fmt(r.median_late_ns), MS.fmt(r.prior_compute_ns), US.fmt(r.clock_offset_ns),
+             MS.fmt(r.median_step_ns)]
+            for r in s.ranks
+        ],
+    )  # fmt: skip
+    for note in s.notes:
+        console.print(Text.assemble(("note: ", "yellow"), note))

@@ -107,7 +107,9 @@ def analyze(
             results[i] = outcome
         if progress is not None:
             progress(len(results) + len(failed), len(sources))
-    return _gathered(str(path), sources, results, failed, partial=partial)
+    run = _gathered(str(path), sources, results, failed, partial=partial)
+    said = getattr(runner, "notes", None)
+    return replace(run, notes=(*run.notes, *said)) if said else run
 
 
 def _executor(executor: Executor | str | None, n: int) -> Executor:

@@ -14,6 +14,8 @@
   phase) become ``OpStat`` rows with per-step samples; each layer's backward
   self time is the time of the top backward nodes attributed to it, and its
   backward total adds its sub-layers' (by module path).
+* Memory (``[memory]`` events) and the profiler's FLOP estimates per op row, per
+  step, where the trace has them (``trace/opcolumns.py``).
 * Peak memory per layer: how far allocated memory rose above its level at the
   layer span's entry, at the highest point inside it (``[memory]`` events on
   the span's thread and the given device kind), the largest over its calls.
@@ -32,6 +34,7 @@ from layerprof.stats import Series
 from layerprof.trace.events import I64, LAYER, OP, EventTables
 from layerprof.trace.modules import step_index
 from layerprof.trace.nesting import Nesting
+from layerprof.trace.opcolumns import op_columns
 from layerprof.trace.ops import OpTimes, merged_roots
 
 UNATTRIBUTED = "(unattributed)"
@@ -166,6 +169,10 @@ def layer_ops(
         return np.rint(sums).astype(np.int64).reshape(len(uniq), n_steps)
 
     calls = per_step(counted)
+    extra = {
+        key: per_step(values[idx] * counted if inclusive else values[idx])
+        for key, (values, inclusive) in op_columns(tables, nesting).items()
+    }
     self_ns = per_step(nesting.self_ns[idx])
     total_ns = per_step(host.dur[idx] * counted)
     device_ns = per_step(times.device_total[idx] * counted) if has_device else None
@@ -180,15 +187,14 @@ def layer_ops(
             total_ns=Series(total_ns[g]),
             device_ns=Series(device_ns[g]) if device_ns is not None else None,
         )
-        rows.append(
-            OpStat.of(
-                tables.names[name_id],
-                samples,
-                layer=attribution.paths[lay - 1] if lay else UNATTRIBUTED,
-                input_shapes=tables.shapes[sh - 1] if sh else None,
-                phase="backward" if ph else "forward",
-            )
+        row = OpStat.of(
+            tables.names[name_id],
+            samples,
+            layer=attribution.paths[lay - 1] if lay else UNATTRIBUTED,
+            input_shapes=tables.shapes[sh - 1] if sh else None,
+            phase="backward" if ph else "forward",
         )
+        rows.append(row.with_columns({k: v[g] for k, v in extra.items()}) if extra else row)
     rows.sort(key=lambda o: (-o.self_ns, o.layer or "", o.name))
     return tuple(rows)
 

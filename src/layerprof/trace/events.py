@@ -41,6 +41,7 @@ from layerprof.trace.columns import (
     ts_from_ns,
     ts_from_us,
 )
+from layerprof.trace.commargs import COMM_HOST, CommArgs, comm_args
 from layerprof.trace.timestamps import has_fraction, rewrite_exact
 
 I8 = npt.NDArray[np.int8]
@@ -127,6 +128,8 @@ class HostSpans:
     # autograd sequence number of an op ("Sequence number"), -1 when absent: a backward
     # node carries the number of the forward op that created it (see trace/attribution.py)
     seq: I64
+    # the profiler's FLOP estimate of an op (with_flops; ops mode only), else None
+    flops: I64 | None = None
 
     @property
     def end(self) -> I64:
@@ -215,6 +218,9 @@ class EventTables:
     bad_durations: int = 0  # spans whose dur was unusable (kept with duration 0)
     malformed_fields: int = 0  # ids, devices, streams, bytes that were not integers
     exact_ts: bool = False  # ns digits were read from the text (epoch-µs floats)
+    # What collectives' args say, by (name id, id): a host span's External id, a
+    # device op's correlation (see trace/commargs.py).
+    comm_args: dict[tuple[int, int], CommArgs] = field(default_factory=dict)
 
     @property
     def has_device(self) -> bool:
@@ -396,6 +402,7 @@ class EventCollector:
         self._memory: list[tuple[Any, ...]] = []
         self._annotations: list[tuple[Any, ...]] = []
         self._window: list[I64] = []
+        self.comm_args: dict[tuple[int, int], CommArgs] = {}
 
     def add_batch(self, batch: list[Any], text: Any = None) -> None:
         """Collect one batch; ``text`` is its JSON (for exact ns digits when needed)."""
@@ -429,6 +436,7 @@ class EventCollector:
         last_thread = -1
         shape_id = self.shapes.add
         keep_shapes = self.keep_shapes
+        comm_host = COMM_HOST.match
         n = 0
         for e in batch:
             n += 1
@@ -470,7 +478,11 @@ class EventCollector:
                     h_ts.append(e.get("ts"))
                     h_dur.append(e.get("dur", 0))
                     nid = name_known(name)
-                    h_name.append(name_id(name) if nid is None else nid)
+                    if nid is None:
+                        nid = name_id(name)
+                    h_name.append(nid)
+                    if kind <= ANNOTATION and comm_host(name) is not None:
+                        self._comm(nid, args.get("External id"), args)
                     if kind >= RUNTIME:
                         h_ref.append(args.get("correlation"))
                         h_seq.append(None)
@@ -502,8 +514,12 @@ class EventCollector:
                 d_ts.append(e.get("ts"))
                 d_dur.append(e.get("dur", 0))
                 nid = name_known(name)
-                d_name.append(name_id(name) if nid is None else nid)
+                if nid is None:
+                    nid = name_id(name)
+                d_name.append(nid)
                 d_corr.append(args.get("correlation"))
+                if "Collective name" in args:
+                    self._comm(nid, args.get("correlation"), args)
                 ref = args.get("External id")
                 d_ext.append(args.get("external id") if ref is None else ref)
                 d_bytes.append(args.get("bytes"))
@@ -532,6 +548,14 @@ class EventCollector:
                     rows.window[1].append(0)
         rows.events = n
         return rows
+
+    def _comm(self, name: int, ref: Any, args: dict[str, Any]) -> None:
+        """Keep a collective's args by (name, id); events without an integer id cannot
+        be looked up again and are left out."""
+        if type(ref) is int:
+            found = comm_args(args)
+            if found is not None:
+                self.comm_args[(name, ref)] = found
 
     def _other_category(self, e: dict[str, Any], cat: str, rows: _Rows) -> int | None:
         """The device op kind of a rarer category, or None (then it is not a device op).
@@ -688,6 +712,7 @@ class EventCollector:
             bad_durations=self.bad_durations,
             malformed_fields=self.malformed,
             exact_ts=self.exact,
+            comm_args=self.comm_args,
         )
 
 

@@ -137,10 +137,12 @@ class ProcessExecutor:
 
     def __init__(self, workers: int | None = None) -> None:
         self.workers = workers
+        self.notes: list[str] = []  # what the user should know about how the ranks ran
 
     def run(
         self, fn: Callable[[T], R], items: Sequence[T], labels: Sequence[str]
     ) -> Iterator[tuple[int, R | Failed]]:
+        self.notes = []  # this run's only: an executor may be reused
         deaths = [0] * len(items)
         todo = list(range(len(items)))
         while todo:
@@ -180,7 +182,16 @@ class ProcessExecutor:
         task = _Tracked(fn)
         pending: dict[Future[Any], int] = {}
         try:
-            pending = {pool.submit(task, i, items[i]): i for i in todo}
+            try:
+                pending = {pool.submit(task, i, items[i]): i for i in todo}
+            except OSError as exc:  # no process could start (EAGAIN: a process limit)
+                note = f"worker processes could not start ({_reason(exc)}): the ranks ran here"
+                if note not in self.notes:  # one per cause, however many rounds hit it
+                    self.notes.append(note)
+                call = _Call(fn)
+                for i in todo:
+                    yield i, call(items[i])
+                return
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:

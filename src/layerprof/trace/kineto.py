@@ -72,6 +72,7 @@ class _Builder:
         self.mem_devices = _Interner()
         self.events = 0
         self.host: list[tuple[int, int, int, int, int, int, int, int]] = []
+        self.flops: list[int] = []  # per host row: the profiler's estimate (with_flops)
         self.device: list[tuple[int, int, int, int, int, int, int, int, int]] = []
         self.memory: list[tuple[int, int, int, int]] = []
 
@@ -121,6 +122,7 @@ class _Builder:
             if dims and any(dims):
                 shape = self.shapes.add(_shape_text(list(dims)))
         seq = int(e.sequence_nr()) if kind == OP else -1
+        self.flops.append(int(e.flops()) if kind == OP and hasattr(e, "flops") else 0)
         self.host.append(
             (
                 kind,
@@ -157,6 +159,7 @@ class _Builder:
                 ref=host[5],
                 shape=host[6],
                 seq=host[7],
+                flops=np.asarray(self.flops, dtype=np.int64) if any(self.flops) else None,
             ),
             device=DeviceOps(
                 kind=device[0].astype(np.int8),

@@ -23,6 +23,7 @@ from layerprof.sections import (
     Steps,
 )
 from layerprof.stats import median
+from layerprof.trace.stragglers import stragglers
 
 NAMED_STEPS = ("ProfilerStep", "GPU ProfilerStep")  # ProfilerStep#N names one step on every rank
 
@@ -49,6 +50,7 @@ def merge(
         skipped=tuple(skipped),
         notes=tuple(notes),
         layer_ranks=layers_across(ordered) if len(ordered) > 1 else (),
+        stragglers=stragglers(ordered),
     )
 
 

@@ -13,7 +13,9 @@ What it fills (see docs/trace.md for the definitions):
   step; samples per complete step (total, self, device, backward);
 * ``ops``: per layer (with layer spans) and per step, forward and backward;
 * ``devices``, ``kernels``, ``kinds``, ``memcpy``, ``launches``, ``memory``,
-  ``annotations``; ``source``: the file, rank, event count and where the layers came from;
+  ``annotations``;
+* ``breakdown`` (each step's time partitioned), ``communication`` (collectives,
+  overlap), ``queues`` (device queues, launch diagnostics), ``memory_timeline``; ``source``: the file, rank, event count and where the layers came from;
 * ``notes``: every rule or quirk the numbers depend on.
 """
 
@@ -31,13 +33,17 @@ from layerprof.records import LayerInfo, LayerSamples, Meta, OpStat
 from layerprof.sections import AnnotationRow, Steps, TraceSource
 from layerprof.stats import Series
 from layerprof.trace.attribution import attribute, backward_times, layer_ops, layer_peaks
+from layerprof.trace.breakdown import breakdown
+from layerprof.trace.comm import communication
 from layerprof.trace.events import ANNOTATION, LAYER, MODULE, EventTables
 from layerprof.trace.gpu import device_use, kernel_table, kind_table, launches, memcpy_table
 from layerprof.trace.links import Links, link
 from layerprof.trace.memory import memory_summary
+from layerprof.trace.memtimeline import memory_timeline
 from layerprof.trace.modules import TreeRow, module_paths, module_types, renamed, tree
 from layerprof.trace.nesting import Nesting, nest
 from layerprof.trace.ops import device_times
+from layerprof.trace.queue import queues
 from layerprof.trace.steps import find_steps
 
 LAYER_SOURCE = "layerprof_layer"
@@ -102,6 +108,10 @@ def reduce(
         launches=launches(tables, links) if has_device else None,
         memory=memory_summary(tables, nesting),
         annotations=tuple(_annotation(r) for r in annotation_rows),
+        breakdown=breakdown(tables, nesting, steps),
+        communication=communication(tables, nesting, links, steps, header),
+        queues=queues(tables, links) if has_device else None,
+        memory_timeline=memory_timeline(tables, nesting, steps),
     )
     return profile.with_notes(*_notes(tables, steps, profile))
 

@@ -8,7 +8,7 @@
   var FONT = 'system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif';
   var C = {
     accent: '#2f5bea', soft: 'rgba(47,91,234,0.22)', bad: '#c0392b', good: '#1e8449',
-    muted: '#9aa5b1', warn: '#d68910', ink: '#1d2733', grid: '#e6eaef'
+    muted: '#9aa5b1', warn: '#d68910', info: '#2874a6', ink: '#1d2733', grid: '#e6eaef'
   };
   var HEAT = [[0, '#fff5cc'], [0.2, '#fed976'], [0.45, '#fd8d3c'], [0.7, '#e31a1c'], [1, '#7f0026']];
   var CONFIG = {
@@ -71,78 +71,81 @@
 
   function hbarHeight(n) { return Math.max(260, 60 + 24 * n); }
 
-  // ------------------------------------------------------------- latency
-  function drawLatency(d) {
-    var s = d.samples, max = Math.max.apply(null, s), min = Math.min.apply(null, s);
+  function colour(name) { return C[name] || C.accent; }
+
+  // ------------------------------------------------------------- kind "latency"
+  // {samples_ms, first_ms, median_ms, p90_ms, x_title}: the iterations and their histogram,
+  // drawn into the slot's two children ID-iter and ID-hist
+  function drawLatency(id, d) {
+    var s = d.samples_ms, max = Math.max.apply(null, s), min = Math.min.apply(null, s);
     var traces = [{
-      type: 'scatter', mode: 'lines+markers', name: 'iterations (steady state)',
+      type: 'scatter', mode: 'lines+markers', name: 'steady state',
       x: range(s.length, 1), y: s, line: { width: 1.2, color: C.accent }, marker: { size: 5 },
-      hovertemplate: 'iteration %{x}: %{y:.4f} ms<extra></extra>'
+      hovertemplate: '%{x}: %{y:.4f} ms<extra></extra>'
     }];
     var lay = {
-      title: title('Iteration times'), showlegend: true,
-      xaxis: { title: { text: 'iteration (0 = first call)' }, range: [-0.8, s.length + 0.8] },
+      title: title('Per ' + d.x_title.split(' ')[0]), showlegend: true,
+      xaxis: { title: { text: d.x_title }, range: [-0.8, s.length + 0.8] },
       yaxis: { title: { text: 'ms' } }, shapes: [], annotations: []
     };
     var pad = (max - min) * 0.15 || max * 0.05 || 1;
-    if (d.first !== null && d.first !== undefined) {
-      var off = d.first > max + 4 * pad;
+    if (d.first_ms !== null && d.first_ms !== undefined) {
+      var off = d.first_ms > max + 4 * pad;
       var top = max + 2 * pad;
       traces.push({
         type: 'scatter', mode: 'markers', name: 'first call (cold)',
-        x: [0], y: [off ? top : d.first],
+        x: [0], y: [off ? top : d.first_ms],
         marker: { size: 12, color: C.bad, symbol: off ? 'triangle-up' : 'diamond' },
-        hovertemplate: 'first call (cold): ' + fmt(d.first) + ' ms<extra></extra>'
+        hovertemplate: 'first call (cold): ' + fmt(d.first_ms) + ' ms<extra></extra>'
       });
       if (off) {
         lay.yaxis.range = [Math.max(0, min - pad), top + pad];
         lay.annotations.push({
           x: 0, y: top, xanchor: 'left', yanchor: 'middle', xshift: 10, showarrow: false,
-          text: 'cold: ' + fmt(d.first) + ' ms (off scale)', font: { color: C.bad, size: 11 }
+          text: 'cold: ' + fmt(d.first_ms) + ' ms (off scale)', font: { color: C.bad, size: 11 }
         });
       }
     }
-    if (d.median !== null) {
-      lay.shapes.push({ type: 'line', xref: 'paper', x0: 0, x1: 1, y0: d.median, y1: d.median,
-        line: { color: C.ink, width: 1, dash: 'dot' } });
-    }
-    plot('lp-lat-iter', traces, lay);
+    lay.shapes.push({ type: 'line', xref: 'paper', x0: 0, x1: 1, y0: d.median_ms, y1: d.median_ms,
+      line: { color: C.ink, width: 1, dash: 'dot' } });
+    plot(id + '-iter', traces, lay);
 
     var hist = [{
       type: 'histogram', x: s, name: 'iterations',
       nbinsx: Math.min(40, Math.max(8, Math.round(Math.sqrt(s.length) * 2))),
       marker: { color: C.soft, line: { color: C.accent, width: 1 } },
-      hovertemplate: '%{x} ms: %{y} iterations<extra></extra>'
+      hovertemplate: '%{x} ms: %{y}<extra></extra>'
     }];
     var hl = {
       title: title('Distribution (steady state)'), bargap: 0.04, showlegend: false,
-      xaxis: { title: { text: 'ms' } }, yaxis: { title: { text: 'iterations' } },
+      xaxis: { title: { text: 'ms' } }, yaxis: { title: { text: 'count' } },
       shapes: [], annotations: []
     };
-    [['median', d.median, 'solid'], ['p90', d.p90, 'dash']].forEach(function (m) {
-      if (m[1] === null || m[1] === undefined) return;
+    [['median', d.median_ms, 'solid'], ['p90', d.p90_ms, 'dash']].forEach(function (m) {
       hl.shapes.push({ type: 'line', yref: 'paper', y0: 0, y1: 1, x0: m[1], x1: m[1],
         line: { color: C.ink, width: 1.2, dash: m[2] } });
       hl.annotations.push({ x: m[1], yref: 'paper', y: m[0] === 'p90' ? 0.9 : 1, yanchor: 'top',
         xanchor: 'left', xshift: 3, showarrow: false, bgcolor: 'rgba(255,255,255,0.85)',
         text: m[0] + ' ' + fmt(m[1]), font: { size: 11 } });
     });
-    plot('lp-lat-hist', hist, hl);
+    plot(id + '-hist', hist, hl);
   }
 
-  // ------------------------------------------------------------- hierarchy
+  // ------------------------------------------------------------- kind "tree"
+  // {ids, parents, labels, values, self_ms, custom, maxdepth}: icicle, or treemap on a click
   function hierTrace(t, type) {
     var trace = {
       type: type, ids: t.ids, parents: t.parents, labels: t.labels, values: t.values,
-      branchvalues: 'total', sort: false, customdata: t.custom, maxdepth: t.maxdepth[0],
+      branchvalues: 'total', sort: false, customdata: t.custom, maxdepth: t.maxdepth,
       marker: {
-        colors: t.self, colorscale: HEAT, cmin: 0, cmax: Math.max.apply(null, t.self) || 1, showscale: true,
+        colors: t.self_ms, colorscale: HEAT, cmin: 0, cmax: Math.max.apply(null, t.self_ms) || 1,
+        showscale: true,
         colorbar: { title: { text: 'self ms', side: 'right' }, thickness: 12, len: 0.9 },
         line: { width: 1, color: '#ffffff' }
       },
-      texttemplate: '<b>%{label}</b><br>%{customdata[2]} ms',
+      texttemplate: '<b>%{label}</b><br>%{customdata[2]}',
       hovertemplate: '<b>%{customdata[0]}</b><br>%{customdata[1]}<br>' +
-        'total %{customdata[2]} ms · self %{customdata[3]} ms<br>' +
+        'total %{customdata[2]} · self %{customdata[3]}<br>' +
         '%{customdata[4]} of forward · %{customdata[5]} calls<extra></extra>',
       pathbar: { visible: true, thickness: 22 }
     };
@@ -150,8 +153,8 @@
     return trace;
   }
 
-  function drawHierarchy(t) {
-    var el = document.getElementById('lp-hier');
+  function drawTree(id, t) {
+    var el = document.getElementById(id);
     if (!el) return;
     var lay = { margin: { l: 4, r: 4, t: 4, b: 4 } };
     Plotly.newPlot(el, [hierTrace(t, 'icicle')], layout(lay), CONFIG);
@@ -165,90 +168,41 @@
     });
   }
 
-  // ------------------------------------------------------------- bars
-  function drawTopLayers(d) {
-    plot('lp-top-layers', [
-      { type: 'bar', orientation: 'h', name: 'self', y: d.labels, x: d.self,
-        customdata: d.hover.map(function (h, i) { return [h, fmt(d.total[i])]; }),
-        marker: { color: C.accent },
-        hovertemplate: '%{customdata[0]}<br>self %{x:.4f} ms · total %{customdata[1]} ms<extra></extra>' }
-    ], {
-      title: title('Top layers by self time'), showlegend: false,
-      height: hbarHeight(d.labels.length),
-      xaxis: { title: { text: 'self ms per forward' } }, yaxis: { autorange: 'reversed', type: 'category' }
-    });
-  }
-
-  function drawTopOps(d) {
-    var traces = [{ type: 'bar', orientation: 'h', name: 'host self', y: d.labels, x: d.self,
-      customdata: d.hover, marker: { color: C.accent },
-      hovertemplate: '%{customdata}<br>host self %{x:.4f} ms<extra></extra>' }];
-    if (d.device) {
-      traces.push({ type: 'bar', orientation: 'h', name: 'device', y: d.labels, x: d.device,
-        customdata: d.hover, marker: { color: C.warn },
-        hovertemplate: '%{customdata}<br>device %{x:.4f} ms<extra></extra>' });
-    }
-    plot('lp-top-ops', traces, {
-      title: title('Top operators'), barmode: 'group', height: hbarHeight(d.labels.length),
-      xaxis: { title: { text: 'ms' } }, yaxis: { autorange: 'reversed', type: 'category' }
-    });
-  }
-
-  // ------------------------------------------------------------- trace
-  function drawSteps(series) {
-    var total = series.reduce(function (a, s) { return a + s.ms.length; }, 0);
-    var bars = total <= 60;
-    var traces = series.map(function (s) {
+  // ------------------------------------------------------------- kind "bars"
+  // {title, labels, hover, series: [{name, values, colour, colours}], axis, stack}
+  function drawBars(id, d) {
+    var traces = d.series.map(function (s) {
       return {
-        type: bars ? 'bar' : 'scatter', mode: bars ? undefined : 'lines+markers', name: s.name,
+        type: 'bar', orientation: 'h', name: s.name, y: d.labels, x: s.values,
+        customdata: d.hover,
+        marker: { color: s.colours ? s.colours.map(colour) : colour(s.colour) },
+        hovertemplate: '%{customdata}<br>' + s.name + ' %{x:.4f} ' + d.axis + '<extra></extra>'
+      };
+    });
+    plot(id, traces, {
+      title: title(d.title), barmode: d.stack ? 'stack' : 'group', showlegend: d.series.length > 1,
+      height: hbarHeight(d.labels.length),
+      xaxis: { title: { text: d.axis }, zeroline: true, zerolinecolor: C.ink },
+      yaxis: { autorange: 'reversed', type: 'category' }
+    });
+  }
+
+  // ------------------------------------------------------------- kind "steps"
+  // {title, series: [{name, steps, ms}]}: bars when few steps, else lines
+  function drawSteps(id, d) {
+    var total = d.series.reduce(function (a, s) { return a + s.ms.length; }, 0);
+    var asBars = total <= 60;
+    var traces = d.series.map(function (s) {
+      return {
+        type: asBars ? 'bar' : 'scatter', mode: asBars ? undefined : 'lines+markers', name: s.name,
         x: range(s.ms.length), y: s.ms, customdata: s.steps,
         hovertemplate: s.name + ' · %{customdata}: %{y:.3f} ms<extra></extra>'
       };
     });
-    plot('lp-steps', traces, {
-      title: title('Step time per rank'), barmode: 'group', showlegend: series.length > 1,
+    plot(id, traces, {
+      title: title(d.title), barmode: 'group', showlegend: d.series.length > 1,
       xaxis: { title: { text: 'step' }, dtick: total <= 30 ? 1 : undefined },
       yaxis: { title: { text: 'ms' } }
-    });
-  }
-
-  function drawDevices(d) {
-    var h = hbarHeight(d.labels.length);
-    plot('lp-busy', [
-      { type: 'bar', orientation: 'h', name: 'busy', y: d.labels, x: d.busy_ms, marker: { color: C.accent },
-        customdata: d.utilization.map(function (u) { return u === null ? '–' : (100 * u).toFixed(1) + '%'; }),
-        hovertemplate: 'busy %{x:.3f} ms (%{customdata})<extra></extra>' },
-      { type: 'bar', orientation: 'h', name: 'idle', y: d.labels, x: d.idle_ms, marker: { color: C.muted },
-        hovertemplate: 'idle %{x:.3f} ms<extra></extra>' }
-    ], { title: title('GPU busy / idle'), barmode: 'stack', height: h,
-      xaxis: { title: { text: 'ms' } }, yaxis: { autorange: 'reversed', type: 'category' } });
-    plot('lp-breakdown', [
-      { type: 'bar', orientation: 'h', name: 'kernels', y: d.labels, x: d.kernel_ms, marker: { color: C.accent } },
-      { type: 'bar', orientation: 'h', name: 'memcpy', y: d.labels, x: d.memcpy_ms, marker: { color: C.warn } },
-      { type: 'bar', orientation: 'h', name: 'memset', y: d.labels, x: d.memset_ms, marker: { color: C.good } }
-    ], { title: title('Device time by kind'), barmode: 'stack', height: h,
-      xaxis: { title: { text: 'ms' } }, yaxis: { autorange: 'reversed', type: 'category' } });
-  }
-
-  function drawKernels(d) {
-    plot('lp-kernels', [{ type: 'bar', orientation: 'h', y: d.labels, x: d.ms, customdata: d.hover,
-      marker: { color: C.accent }, hovertemplate: '%{customdata}<br>%{x:.3f} ms<extra></extra>' }], {
-      title: title(d.ranks > 1 ? 'Top kernels (summed over ranks)' : 'Top kernels'),
-      height: hbarHeight(d.labels.length), showlegend: false,
-      xaxis: { title: { text: 'ms' } }, yaxis: { autorange: 'reversed', type: 'category' }
-    });
-  }
-
-  // ------------------------------------------------------------- diff
-  function drawDiff(d) {
-    var colors = d.status.map(function (s) {
-      return s === 'bad' ? C.bad : s === 'good' ? C.good : s === 'info' ? C.accent : C.muted;
-    });
-    plot('lp-diff-layers', [{ type: 'bar', orientation: 'h', y: d.labels, x: d.delta,
-      marker: { color: colors }, hovertemplate: '%{y}<br>Δ %{x:+.4f} ms<extra></extra>' }], {
-      title: title('Largest layer changes (new − base)'), height: hbarHeight(d.labels.length),
-      showlegend: false, xaxis: { title: { text: 'Δ ms' }, zeroline: true, zerolinecolor: C.ink },
-      yaxis: { autorange: 'reversed', type: 'category' }
     });
   }
 
@@ -313,18 +267,17 @@
   }
 
   // ------------------------------------------------------------- main
-  var DRAW = [
-    ['latency', drawLatency], ['tree', drawHierarchy], ['topLayers', drawTopLayers],
-    ['topOps', drawTopOps], ['steps', drawSteps], ['devices', drawDevices],
-    ['kernels', drawKernels], ['diffLayers', drawDiff]
-  ];
+  // DATA maps a chart slot's id to its data; "kind" picks the drawing function
+  // (render/html/charts.py has one dataclass per kind).
+  var KINDS = { latency: drawLatency, tree: drawTree, bars: drawBars, steps: drawSteps };
   setupTables();
-  DRAW.forEach(function (pair) {
-    if (DATA[pair[0]] === undefined || DATA[pair[0]] === null) return;
+  Object.keys(DATA).forEach(function (id) {
+    var d = DATA[id], draw = d && KINDS[d.kind];
     try {
-      pair[1](DATA[pair[0]]);
+      if (!draw) throw new Error('unknown chart kind ' + (d && d.kind));
+      draw(id, d);
     } catch (err) {
-      console.error('layerprof: could not draw ' + pair[0] + ': ' + err);
+      console.error('layerprof: could not draw ' + id + ': ' + err);
     }
   });
   document.documentElement.setAttribute('data-lp-ready', '1');

@@ -1,173 +1,246 @@
-"""The comparison section of a diff document."""
+"""The sections of a Diff: the verdict, the latency change and the gate, then the steps,
+layers, operators and kernels that were compared, each with how it was judged."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Sequence
+from typing import Protocol, TypeVar
 
+from layerprof.analysis.diff import (
+    Change,
+    Diff,
+    KernelDelta,
+    LayerDelta,
+    OpDelta,
+    StepDelta,
+    fmt_pct,
+    judgement,
+)
+from layerprof.render.html.charts import BarSeries, bars, in_ms
 from layerprof.render.html.page import (
     TOP_N,
-    Row,
-    _chart,
-    _Col,
-    _e,
-    _getter,
-    _label,
-    _mapping,
-    _num,
-    _Page,
-    _pick,
-    _rows,
-    _short,
-    _stat_cards,
-    _table,
-    fmt_ms,
-    fmt_pct,
+    Col,
+    Section,
+    chart_slot,
+    esc,
+    name_col,
+    paragraph,
+    stat_cards,
+    table,
+    text_col,
 )
-
-# ---------------------------------------------------------------- diff section
-
-_BAD = ("regress", "slower", "worse", "fail")
-_GOOD = ("improv", "faster", "better")
-_DIFF_TABLES = (
-    ("steps", "Steps"),
-    ("layers", "Layers"),
-    ("ops", "Operators"),
-    ("kernels", "Kernels"),
-)
+from layerprof.render.html.subject import Subject
+from layerprof.units import fmt_calls, fmt_delta_ms, fmt_ms
 
 
-def _status_class(status: Any) -> str:
-    s = str(status or "").lower()
-    if any(w in s for w in _BAD):
-        return "bad"
-    if any(w in s for w in _GOOD):
-        return "good"
-    if s in ("added", "removed", "new", "gone", "missing"):
+class Judged(Protocol):
+    """A compared row: a step, a layer, an operator or a kernel."""
+
+    @property
+    def change(self) -> Change: ...
+
+    @property
+    def label(self) -> str: ...
+
+
+T = TypeVar("T", bound=Judged)
+
+
+def status_class(c: Change) -> str:
+    """The badge colour: significant slower red, faster green, one-sided blue, the rest grey."""
+    if c.status in ("added", "removed"):
         return "info"
-    return "muted"
+    if c.significant:
+        return "bad" if c.status == "slower" else "good"
+    return "warn" if c.beyond_noise else "muted"
 
 
-def _side_ms(row: Row, side: str) -> Any:
-    value = _pick(row, f"{side}_ms", side)
-    if isinstance(value, Mapping):
-        value = _pick(value, "median", "ms", "total_ms", "self_ms", "value")
-    return value
+def status_text(c: Change) -> str:
+    return c.status if c.status in ("added", "removed") else judgement(c)
 
 
-def _delta_ms(row: Row) -> Any:
-    d = _pick(row, "delta_ms", "delta")
-    if isinstance(d, Mapping):
-        d = _pick(d, "ms", "median")
-    if (
-        d is None
-        and _num(_side_ms(row, "base")) is not None
-        and _num(_side_ms(row, "new")) is not None
-    ):
-        d = _num(_side_ms(row, "new")) - _num(_side_ms(row, "base"))  # type: ignore[operator]
-    return d
+# ---------------------------------------------------------------- summary
 
 
-def _delta_pct(row: Row) -> float | None:
-    """Relative change as a fraction; ``*_pct`` fields are percentages."""
-    pct = _num(_pick(row, "delta_pct", "pct", "percent"))
-    if pct is not None:
-        return pct / 100
-    rel = _num(_pick(row, "delta_rel", "rel", "ratio_change"))
-    if rel is not None:
-        return rel
-    base, d = _num(_side_ms(row, "base")), _num(_delta_ms(row))
-    return d / base if base and d is not None else None
+def diff_section(s: Subject) -> Section | None:
+    d = s.diff
+    if d is None:
+        return None
+    body = "".join(paragraph(w, "warning") for w in d.warnings)
+    if not d.comparable:
+        body += paragraph(f"Not comparable: {d.reason or ''}", "verdict bad")
+    else:
+        verdict = {"slower": "bad", "faster": "good", "mixed": "bad"}.get(d.verdict, "")
+        body += paragraph(d.headline(), f"verdict {verdict}".strip())
+    if d.latency is not None:
+        body += "<h3>Latency</h3>" + stat_cards(_change_cards(d.latency))
+    gate = s.shown_gate
+    if gate is not None:
+        cls = "bad" if gate.failed else "good"
+        text = f"FAIL: regression beyond noise above {gate.fail_above_pct:g} %"
+        body += paragraph(gate.message if not gate.failed else text, f"verdict {cls}")
+        if gate.failed:
+            body += '<ul class="notes">' + "".join(f"<li>{esc(r)}</li>" for r in gate.reasons)
+            body += "</ul>"
+    body += paragraph(_settings(d), "caption") + paragraph(d.rule_text(), "caption")
+    return Section("diff", "Changes between runs", body)
 
 
-def _row_name(row: Row) -> str:
-    if "path" not in row and "name" not in row and _num(row.get("index")) is not None:
-        return f"step {row['index']}"
-    value = _pick(row, "path", "name", "key", "step", "index")
-    return "(root)" if value == "" else str(value if value is not None else "")
-
-
-def _diff_section(page: _Page, diff: Mapping[str, Any]) -> None:
-    body = ""
-    for w in diff.get("warnings") or []:
-        body += f'<p class="warning">{_e(w)}</p>'
-    message = _pick(diff, "verdict", "message")
-    verdict = _pick(_mapping(diff.get("summary")), "verdict")
-    if isinstance(message, str):
-        body += f'<p class="verdict {_status_class(verdict)}">{_e(message)}</p>'
-    if diff.get("comparable") is False and diff.get("reason"):
-        body += f'<p class="warning">{_e(diff["reason"])}</p>'
-    lat = diff.get("latency")
-    if isinstance(lat, Mapping):
-        body += _diff_latency(lat)
-    for key, heading in _DIFF_TABLES:
-        rows = _rows(diff.get(key))
-        if rows:
-            body += _diff_table(page, key, heading, rows)
-    metric = _pick(_mapping(diff.get("settings")), "layer_metric")
-    if metric and _rows(diff.get("layers")):
-        body += f'<p class="caption">Layers are compared by {_e(metric)} time.</p>'
-    page.add("diff", "Changes between runs", body or '<p class="empty">The diff is empty.</p>')
-
-
-def _diff_latency(lat: Row) -> str:
-    status = lat.get("status")
-    cls = _status_class(status)
+def _change_cards(c: Change) -> list[tuple[str, str, str]]:
+    cls = status_class(c) if c.significant else ""
     cards = [
-        ("base", fmt_ms(_side_ms(lat, "base")) + " ms", ""),
-        ("new", fmt_ms(_side_ms(lat, "new")) + " ms", ""),
-        (
-            "change",
-            ("+" if (_num(_delta_ms(lat)) or 0) > 0 else "") + fmt_ms(_delta_ms(lat)) + " ms",
-            cls,
-        ),
-        ("change %", fmt_pct(_delta_pct(lat), signed=True), cls),
+        ("base", f"{fmt_ms(c.base_ns)} ms", ""),
+        ("new", f"{fmt_ms(c.new_ns)} ms", ""),
+        ("change", f"{fmt_delta_ms(c.delta_ns)} ms", cls),
+        ("change %", fmt_pct(c), cls),
+        ("verdict", status_text(c), cls),
+        ("judged by", c.basis, ""),
     ]
-    if status is not None:
-        cards.append(("verdict", str(status), cls))
-    return "<h3>Latency</h3>" + _stat_cards(cards)
+    if c.p_value is not None:
+        cards.append(("p-value", f"{c.p_value:.2g}", ""))
+    if c.ci_ns is not None:
+        cards.append(("± 95% CI of Δ", f"{fmt_ms(c.ci_ns)} ms", ""))
+    if c.noise_ns is not None:
+        cards.append(("noise bound", f"{fmt_ms(c.noise_ns)} ms", ""))
+    return cards
 
 
-def _diff_table(page: _Page, key: str, heading: str, rows: list[Row]) -> str:
-    cols = [
-        _Col(heading.rstrip("s") if key != "ops" else "Operator", _row_name, css="path"),
-    ]
-    if any("type" in r for r in rows):
-        cols.append(_Col("Type", _getter("type")))
-    if any(r.get("input_shapes") for r in rows):
-        cols.append(_Col("Input shapes", _getter("input_shapes"), css="shape"))
-    cols += [
-        _Col("Base (ms)", lambda r: _side_ms(r, "base"), fmt_ms, num=True),
-        _Col("New (ms)", lambda r: _side_ms(r, "new"), fmt_ms, num=True),
-        _Col(
-            "Δ (ms)", _delta_ms, lambda v: ("+" if (_num(v) or 0) > 0 else "") + fmt_ms(v), num=True
-        ),
-        _Col("Δ %", _delta_pct, lambda v: fmt_pct(v, signed=True), num=True),
-        _Col("Status", _getter("status")),
-    ]
-    if any(r.get("note") for r in rows):
-        cols.append(_Col("Note", _getter("note")))
-
-    def cell(col: _Col, row: Row) -> str:
-        if col.header == "Status":
-            status = row.get("status")
-            return f'<td><span class="badge {_status_class(status)}">{_e(status or "")}</span></td>'
-        return col.td(row)
-
-    if key == "layers":
-        ranked = sorted(
-            (r for r in rows if _num(_delta_ms(r)) is not None),
-            key=lambda r: abs(_num(_delta_ms(r)) or 0.0),
-            reverse=True,
-        )[:TOP_N]
-        if ranked:
-            page.charts["diffLayers"] = {
-                "labels": [_label(_short(_row_name(r))) for r in ranked],
-                "delta": [_num(_delta_ms(r)) for r in ranked],
-                "status": [_status_class(r.get("status")) for r in ranked],
-            }
-    chart = _chart("lp-diff-layers") if key == "layers" and "diffLayers" in page.charts else ""
-    table = _table(
-        f"lp-difftable-{key}", cols, rows, cell=cell, filter_label=f"Filter {heading.lower()}"
+def _settings(d: Diff) -> str:
+    ops = "device" if d.op_metric == "device" else "self"
+    key = "name and input shapes" if d.op_key == "name+shapes" else "name"
+    return (
+        f"Layers are compared by {d.layer_clock} self time, operators by {ops} time"
+        f" (matched by {key}); the floor is {fmt_ms(d.floor_ns)} ms, the threshold"
+        f" {d.threshold_pct:g} %."
     )
-    return f"<h3>{_e(heading)}</h3>{chart}{table}"
+
+
+# ---------------------------------------------------------------- tables
+
+
+def change_columns(rows: Sequence[T]) -> list[Col[T]]:
+    """Base, new, delta, delta %, and how the change was judged (``rows`` fixes the type)."""
+
+    def get(r: T) -> Change:
+        return r.change
+
+    return [
+        Col("Base (ms)", lambda r: fmt_ms(get(r).base_ns), lambda r: get(r).base_ns),
+        Col("New (ms)", lambda r: fmt_ms(get(r).new_ns), lambda r: get(r).new_ns),
+        Col("Δ (ms)", lambda r: fmt_delta_ms(get(r).delta_ns), lambda r: get(r).delta_ns),
+        Col("Δ %", lambda r: fmt_pct(get(r)), lambda r: get(r).delta_pct),
+        Col(
+            "Status",
+            lambda r: status_text(get(r)),
+            markup=lambda r: (
+                f'<span class="badge {status_class(get(r))}">{esc(status_text(get(r)))}</span>'
+            ),
+            tip=lambda r: _judged_tip(get(r)),
+        ),
+    ]
+
+
+def _judged_tip(c: Change) -> str:
+    parts = [f"judged by {c.basis}"]
+    if c.p_value is not None:
+        parts.append(f"p={c.p_value:.2g}")
+    if c.ci_ns is not None:
+        parts.append(f"95% CI of Δ ±{fmt_ms(c.ci_ns)} ms")
+    if c.noise_ns is not None:
+        parts.append(f"noise bound {fmt_ms(c.noise_ns)} ms")
+    return ", ".join(parts)
+
+
+def _calls(base: float | None, new: float | None) -> str:
+    if base is None and new is None:
+        return ""
+    if base is None or new is None or base == new:
+        return fmt_calls(base if base is not None else new or 0)
+    return f"{fmt_calls(base)} → {fmt_calls(new)}"
+
+
+def _largest_first(rows: Sequence[T]) -> list[T]:
+    return sorted(rows, key=lambda r: (-abs(r.change.delta_ns), r.label))
+
+
+def diff_steps_section(s: Subject) -> Section | None:
+    d = s.diff
+    if d is None or not d.steps:
+        return None
+    cols: list[Col[StepDelta]] = [
+        Col("Step", lambda r: r.label, lambda r: r.index),
+        *change_columns(d.steps),
+    ]
+    intro = "Trace steps compared by index (one sample per side: judged by the threshold)."
+    return Section("diff-steps", "Steps", table("lp-diff-steps", cols, d.steps), intro)
+
+
+def diff_layers_section(s: Subject) -> Section | None:
+    d = s.diff
+    if d is None or not d.layers:
+        return None
+    rows = _largest_first(d.layers)
+    cols: list[Col[LayerDelta]] = [
+        text_col("Layer", lambda r: r.label, css="path"),
+        text_col("Type", lambda r: r.type if r.base_type is None else f"{r.base_type} → {r.type}"),
+        text_col("Calls", lambda r: _calls(r.calls_base, r.calls_new)),
+        *change_columns(rows),
+        Col("Total Δ %", lambda r: fmt_pct(r.total), lambda r: r.total.delta_pct),
+    ]
+    if any(r.note for r in rows):
+        cols.append(text_col("Note", lambda r: r.note))
+    changed = d.changed_layers(TOP_N)
+    charts = {}
+    body = ""
+    if changed:
+        charts["lp-diff-layers"] = bars(
+            "Largest layer changes (new - base)",
+            [r.label for r in changed],
+            [
+                BarSeries(
+                    "Δ self",
+                    in_ms([r.change.delta_ns for r in changed]),
+                    colours=tuple(status_class(r.change) for r in changed),
+                )
+            ],
+            axis="Δ ms",
+        )
+        body += chart_slot("lp-diff-layers")
+    body += table("lp-diff-layers-table", cols, rows, filter_label="Filter layers")
+    intro = (
+        f"Each layer's {d.layer_clock} self time per forward, largest change first; Total Δ %"
+        " is the inclusive time's change. Hover a status for how it was judged."
+    )
+    return Section("diff-layers", "Layer changes", body, intro, charts)
+
+
+def diff_ops_section(s: Subject) -> Section | None:
+    d = s.diff
+    if d is None or not d.ops:
+        return None
+    rows = _largest_first(d.ops)
+    cols: list[Col[OpDelta]] = [text_col("Operator", lambda r: r.name, css="path")]
+    if any(r.input_shapes for r in rows):
+        cols.append(text_col("Input shapes", lambda r: r.input_shapes, css="shape"))
+    cols += [
+        text_col("Calls", lambda r: _calls(r.calls_base, r.calls_new)),
+        *change_columns(rows),
+    ]
+    what = "device" if d.op_metric == "device" else "self"
+    intro = f"Operators summed per iteration, by {what} time, largest change first."
+    body = table("lp-diff-ops", cols, rows, filter_label="Filter operators")
+    return Section("diff-ops", "Operator changes", body, intro)
+
+
+def diff_kernels_section(s: Subject) -> Section | None:
+    d = s.diff
+    if d is None or not d.kernels:
+        return None
+    rows = _largest_first(d.kernels)
+    cols: list[Col[KernelDelta]] = [
+        name_col("Kernel", lambda r: r.name),
+        *change_columns(rows),
+    ]
+    intro = "GPU kernels by name, time per step (judged by the threshold: no per-step samples)."
+    body = table("lp-diff-kernels", cols, rows, filter_label="Filter kernels")
+    return Section("diff-kernels", "Kernel changes", body, intro)

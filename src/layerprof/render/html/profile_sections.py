@@ -1,122 +1,135 @@
-"""The sections drawn from a Profile: latency, hierarchy, layers, operators, notes."""
+"""The sections drawn from one Profile: latency, the module hierarchy, the layer table,
+where the time goes, and the operators of each layer."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 
+from layerprof.profile import LayerRow, tree_of
+from layerprof.records import OpStat, Overhead
+from layerprof.render.html.charts import BarSeries, bars, in_ms, latency_chart, tree_chart
 from layerprof.render.html.page import (
     TOP_N,
-    Row,
-    _aggregate,
-    _chart,
-    _Col,
-    _e,
-    _formatter_for,
-    _getter,
-    _label,
-    _num,
-    _Page,
-    _rows,
-    _short,
-    _stat_cards,
-    _table,
+    Col,
+    Section,
+    bytes_col,
+    calls_col,
+    chart_slot,
+    count_col,
+    esc,
+    heading,
+    latency_slot,
+    stat_cards,
+    table,
+    text_col,
+    time_col,
+)
+from layerprof.render.html.subject import Subject
+from layerprof.render.ops_console import flat
+from layerprof.stats import Summary
+from layerprof.units import (
+    US,
+    TimeUnit,
     fmt_calls,
-    fmt_count,
-    fmt_ms,
-    fmt_pct,
-    shape_text,
+    fmt_share,
+    format_shapes,
+    human_time,
+    unit_for,
 )
 
-# ---------------------------------------------------------------- profile sections
+# ---------------------------------------------------------------- latency
 
 
-def _profile_sections(page: _Page, pdata: Row) -> None:
-    layers = _rows(pdata.get("layers"))
-    _latency_section(page, pdata)
-    if layers:
-        _hierarchy_section(page, layers)
-        _layer_table_section(page, layers)
-        _top_section(page, layers, _rows(pdata.get("ops")))
-    ops = _rows(pdata.get("ops"))
-    if any(o.get("layer") is not None for o in ops):
-        _layer_ops_section(page, ops)
-
-
-def _latency_section(page: _Page, pdata: Row) -> None:
-    lat = pdata.get("latency_ms")
-    overhead = pdata.get("overhead")
-    if not isinstance(lat, Mapping) and not isinstance(overhead, Mapping):
-        return
-    body = ""
-    if isinstance(lat, Mapping):
-        cards = [
-            (k, fmt_ms(lat.get(k)) + " ms", "key" if k == "median" else "")
-            for k in ("median", "mean", "p90", "p99", "min", "max", "std")
-            if lat.get(k) is not None
-        ]
-        cards.append(("iterations", fmt_calls(lat.get("n")), ""))
-        if lat.get("first") is not None:
-            cards.append(("first call (cold)", fmt_ms(lat.get("first")) + " ms", "cold"))
-        body += _stat_cards(cards)
-        samples = [x for v in lat.get("samples") or [] if (x := _num(v)) is not None]
-        if samples:
-            page.charts["latency"] = {
-                "samples": samples,
-                "first": _num(lat.get("first")),
-                "median": _num(lat.get("median")),
-                "p90": _num(lat.get("p90")),
-            }
-            body += f'<div class="grid2">{_chart("lp-lat-iter")}{_chart("lp-lat-hist")}</div>'
-    if isinstance(overhead, Mapping):
-        body += f'<p class="overhead">{_overhead_text(overhead)}</p>'
-    meta = pdata.get("meta")
-    if isinstance(meta, Mapping) and meta.get("source") == "trace":
-        # A trace's units are its steps, timed by the profiler that wrote it.
-        step_source = (
-            (meta.get("extra") or {}).get("step_source")
-            if isinstance(meta.get("extra"), Mapping)
-            else None
-        )
+def latency_section(s: Subject) -> Section | None:
+    """The clean pass's latency (a trace's step times), its spread, the cold call and
+    the instrumentation's cost."""
+    p = s.profile
+    if p is None or (p.latency is None and p.overhead is None and p.first_ns is None):
+        return None
+    trace = p.meta.source == "trace"
+    cards = summary_cards(p.latency) if p.latency is not None else []
+    if p.first_ns is not None:
+        cards.append(("first call (cold)", human_time(p.first_ns), "cold"))
+    body = stat_cards(cards) if cards else ""
+    what = "step" if trace else "iteration (0 = first call)"
+    chart = latency_chart(p.latency_ns, p.first_ns, x_title=what)
+    charts = {}
+    if chart is not None:
+        charts = {"lp-lat": chart}
+        body += latency_slot("lp-lat")
+    if p.overhead is not None:
+        body += f'<p class="overhead">{overhead_text(p.overhead)}</p>'
+    if trace:
+        rule = p.steps.definition if p.steps is not None else "the trace's steps"
         intro = (
-            "Duration of each step in the trace"
-            + (f" ({_e(str(step_source))})" if step_source else "")
-            + ", as recorded by torch.profiler: profiled time, not a clean pass."
+            f"Duration of each complete step ({rule}), as recorded by torch.profiler:"
+            " profiled time, not a clean pass."
         )
-        page.add("latency", "Step time", body, intro=intro)
-        return
+        return Section("latency", "Step time", body, intro + _rank_note(s), charts)
     intro = (
         "Wall time of one whole forward in a clean pass (no hooks), after warm-up;"
         " the first (cold) call is reported separately."
     )
-    page.add("latency", "Inference latency", body, intro=intro)
+    return Section("latency", "Inference latency", body, intro + _rank_note(s), charts)
 
 
-def _overhead_text(ov: Row) -> str:
-    parts = []
-    per_call = _num(ov.get("per_call_us"))
-    if per_call is not None:
-        calls = _num(ov.get("calls_per_forward"))
-        each = f"{per_call:.2f} µs per hooked call"
-        parts.append(each + (f" × {calls:g} calls per forward" if calls else ""))
-    clean, inst = _num(ov.get("clean_ms")), _num(ov.get("instrumented_ms"))
-    if clean is not None and inst is not None:
-        ratio = _num(ov.get("ratio"))
-        extra = f" ({ratio:.2f}×)" if ratio else ""
-        parts.append(f"instrumented forward {fmt_ms(inst)} ms vs clean {fmt_ms(clean)} ms{extra}")
-    corrected = ov.get("corrected")
-    if corrected is not None:
-        parts.append(
-            "layer times corrected for it" if corrected else "layer times not corrected for it"
+def _rank_note(s: Subject) -> str:
+    p = s.profile
+    if not s.multi_rank or p is None:
+        return ""
+    return f" Rank {p.rank} of {len(s.ranks)}; the trace sections below compare all ranks."
+
+
+def summary_cards(summary: Summary) -> list[tuple[str, str, str]]:
+    """A Summary as stat cards: median (with its confidence interval), spread, n."""
+    cards = [("median", human_time(summary.median), "key")]
+    if summary.ci_low is not None and summary.ci_high is not None:
+        unit = unit_for(summary.ci_high)
+        cards.append(
+            (
+                "95% CI of median",
+                f"{unit.fmt(summary.ci_low)} – {unit.fmt(summary.ci_high)} {unit.name}",
+                "",
+            )
         )
-    return "<b>Instrumentation overhead:</b> " + _e("; ".join(parts) or "measured") + "."
+    cards += [
+        ("mean", human_time(summary.mean), ""),
+        ("p90", human_time(summary.p90), ""),
+        ("p99", human_time(summary.p99), ""),
+        ("min", human_time(summary.min), ""),
+        ("max", human_time(summary.max), ""),
+        ("std", human_time(summary.std), ""),
+    ]
+    if summary.mad is not None:
+        cards.append(("MAD", human_time(summary.mad), ""))
+    cards.append(("n", fmt_calls(summary.n), ""))
+    return cards
 
 
-def _hierarchy_section(page: _Page, layers: list[Row]) -> None:
-    tree = _tree_data(layers)
-    if not tree["ids"]:
-        return
-    page.charts["tree"] = tree
+def overhead_text(ov: Overhead) -> str:
+    parts = [f"{US.fmt(ov.per_call_ns)} µs per hooked call ({US.fmt(ov.inside_ns)} µs inside it)"]
+    if ov.calls_per_forward:
+        parts[0] += f" × {fmt_calls(ov.calls_per_forward)} calls per forward"
+    if ov.clean_ns is not None and ov.instrumented_ns is not None:
+        ratio = f" ({ov.instrumented_ns / ov.clean_ns:.2f}×)" if ov.clean_ns > 0 else ""
+        parts.append(
+            f"instrumented forward {human_time(ov.instrumented_ns)}"
+            f" vs clean {human_time(ov.clean_ns)}{ratio}"
+        )
+    parts.append(
+        "layer times corrected for it" if ov.corrected else "layer times not corrected for it"
+    )
+    return "<b>Instrumentation overhead:</b> " + esc("; ".join(parts)) + "."
+
+
+# ---------------------------------------------------------------- hierarchy
+
+
+def hierarchy_section(s: Subject) -> Section | None:
+    chart = tree_chart(tree_of(s.rows)) if s.rows else None
+    if chart is None:
+        return None
     buttons = (
         '<div class="tools" role="group" aria-label="Chart type">'
         '<button type="button" class="seg on" data-hier="icicle">Icicle</button>'
@@ -128,265 +141,239 @@ def _hierarchy_section(page: _Page, layers: list[Row]) -> None:
         "Blocks are sized by total (inclusive) time per forward and coloured by self"
         " time: the layer's own time minus its child layers' totals."
     )
-    body = buttons + _chart("lp-hier", tall=True)
-    page.add("hierarchy", "Module hierarchy", body, intro=intro)
+    body = buttons + chart_slot("lp-hier", tall=True)
+    return Section("hierarchy", "Module hierarchy", body, intro, {"lp-hier": chart})
 
 
-def _tree_data(layers: list[Row]) -> dict[str, Any]:
-    """Icicle/treemap arrays; values made consistent so every child fits its parent.
-
-    Medians of totals need not add up exactly (median of sums is not the sum of
-    medians); plotly hides children that overflow, so a parent's size is the
-    larger of its total and its children's sizes. Hover shows the real total.
-    """
-    index = {str(r.get("path")): i for i, r in enumerate(layers)}
-    parent_of: list[int | None] = []
-    for i, row in enumerate(layers):
-        p = index.get(str(row.get("parent"))) if row.get("parent") is not None else None
-        parent_of.append(p if p is not None and p < i else None)  # parents come first
-    sizes = [max(_num(r.get("total_ms")) or 0.0, 0.0) for r in layers]
-    kids_size = [0.0] * len(layers)
-    for i in range(len(layers) - 1, -1, -1):  # module order: children after parents
-        sizes[i] = max(sizes[i], kids_size[i])
-        p = parent_of[i]
-        if p is not None:
-            kids_size[p] += sizes[i]
-    roots = [i for i, p in enumerate(parent_of) if p is None]
-    synthetic = len(roots) > 1
-    out: dict[str, list[Any]] = {
-        k: [] for k in ("ids", "parents", "labels", "values", "self", "custom")
-    }
-    if synthetic:
-        out["ids"].append("root")
-        out["parents"].append("")
-        out["labels"].append("(all roots)")
-        out["values"].append(sum(sizes[i] for i in roots))
-        out["self"].append(0.0)
-        out["custom"].append(["", "", fmt_ms(sum(sizes[i] for i in roots)), "0", "", ""])
-    for i, row in enumerate(layers):
-        if sizes[i] <= 0:
-            continue
-        p = parent_of[i]
-        path = str(row.get("path") or "")
-        name = path.rsplit(".", 1)[-1] if path else str(row.get("type") or "(model)")
-        if name.isdigit():  # ModuleList / Sequential items: "3" says little alone
-            name = f"{name} · {row.get('type') or ''}"
-        out["ids"].append(f"n{i}")
-        out["parents"].append(f"n{p}" if p is not None else ("root" if synthetic else ""))
-        out["labels"].append(_label(name))
-        out["values"].append(sizes[i])
-        out["self"].append(_num(row.get("self_ms")) or 0.0)
-        out["custom"].append(
-            [
-                _label(path or "(root)"),
-                _label(row.get("type") or ""),
-                fmt_ms(row.get("total_ms")),
-                fmt_ms(row.get("self_ms")),
-                fmt_pct(row.get("share")),
-                fmt_calls(row.get("calls")),
-            ]
-        )
-    out["maxdepth"] = [4 if len(out["ids"]) > 80 else -1]
-    return out
+# ---------------------------------------------------------------- layers
 
 
-_BASE_LAYER_KEYS = frozenset(
-    {
-        "path",
-        "type",
-        "parent",
-        "depth",
-        "calls",
-        "total_ms",
-        "self_ms",
-        "share",
-        "params",
-        "params_own",
-        "input_shapes",
-        "output_shapes",
-        "total_spread_ms",
-        "samples",
-    }
-)
+def layers_section(s: Subject) -> Section | None:
+    rows = s.rows
+    if not rows:
+        return None
+    order = {r.path: i for i, r in enumerate(rows)}
+    cols = layer_columns(rows, order)
+    intro = (
+        "Times are per forward (summed over a layer's calls): self is the median over the"
+        " measured iterations, total is self plus the children's totals. Hover a total for"
+        " the measured totals' spread, a self time for its confidence interval."
+        " Click a header to sort; # restores module order."
+    )
+    body = table("lp-layers", cols, rows, filter_label="Filter layers by path or type")
+    return Section("layers", "Layers", body, intro)
 
 
-def _extra_layer_cols(layers: list[Row]) -> list[_Col]:
-    """Columns for numeric fields beyond the base set (device/backward ms, FLOPs, memory)."""
-    keys: list[str] = []
-    for row in layers:
-        for key, value in row.items():
-            if key not in _BASE_LAYER_KEYS and key not in keys and _num(value) is not None:
-                keys.append(key)
-    cols = []
-    for key in keys:
-        fmt, header = _formatter_for(key)
-        cols.append(_Col(header, _getter(key), fmt, num=True))
+def layer_unit(rows: Sequence[LayerRow]) -> TimeUnit:
+    """One unit for every time in the layer table, as in the console."""
+    largest = max(
+        (
+            v
+            for r in rows
+            for v in (r.total_ns, r.device_total_ns, r.backward_total_ns)
+            if v is not None
+        ),
+        default=0.0,
+    )
+    return unit_for(largest)
+
+
+def layer_columns(rows: Sequence[LayerRow], order: dict[str, int]) -> list[Col[LayerRow]]:
+    """The layer table's columns; those no row has a value for are left out."""
+    unit = layer_unit(rows)
+    device = any(r.device_total_ns is not None for r in rows)
+    host = "Host " if device else ""
+    cols: list[Col[LayerRow]] = [
+        Col("#", lambda r: str(order[r.path]), lambda r: order[r.path], title="module order"),
+        Col("Layer", lambda r: r.path or "(root)", css="path", markup=_path_markup),
+        text_col("Type", lambda r: r.type, css="type"),
+        Col(
+            "Calls",
+            lambda r: fmt_calls(r.calls) + ("~" if r.calls_vary else ""),
+            lambda r: r.calls,
+            tip=lambda r: "varies between iterations (mean shown)" if r.calls_vary else "",
+        ),
+        time_col(f"{host}Total", lambda r: r.total_ns, unit, tip=_total_tip),
+        time_col(f"{host}Self", lambda r: r.self_ns, unit, tip=_self_tip),
+        Col(
+            "% of forward",
+            lambda r: fmt_share(r.share),
+            lambda r: r.share,
+            css="num share",
+            markup=_share_markup,
+        ),
+    ]
+    if device:
+        cols += [
+            time_col("Device total", lambda r: r.device_total_ns, unit),
+            time_col("Device self", lambda r: r.device_self_ns, unit),
+        ]
+    if any(r.backward_total_ns is not None for r in rows):
+        cols += [
+            time_col("Backward total", lambda r: r.backward_total_ns, unit),
+            time_col("Backward self", lambda r: r.backward_self_ns, unit),
+        ]
+    if any(r.input_shapes or r.output_shapes for r in rows):
+        cols += [
+            _shape_col("Input shapes", lambda r: format_shapes(r.input_shapes)),
+            _shape_col("Output shapes", lambda r: format_shapes(r.output_shapes)),
+        ]
+    if any(r.params for r in rows):
+        cols.append(replace(count_col("Params", lambda r: r.params), tip=_params_tip))
+    if any(r.flops is not None for r in rows):
+        cols.append(count_col("FLOPs", lambda r: r.flops))
+    if any(r.output_bytes is not None for r in rows):
+        cols.append(bytes_col("Output", lambda r: r.output_bytes))
+    if any(r.peak_bytes is not None for r in rows):
+        cols.append(bytes_col("Peak mem", lambda r: r.peak_bytes))
     return cols
 
 
-def _layer_table_section(page: _Page, layers: list[Row]) -> None:
-    cols = [
-        _Col("#", lambda r: r.get("_index"), fmt_calls, num=True, title="module order"),
-        _Col("Layer", lambda r: r.get("path"), css="path"),
-        _Col("Type", lambda r: r.get("type"), css="type"),
-        _Col("Calls", lambda r: r.get("calls"), fmt_calls, num=True),
-        _Col("Total (ms)", lambda r: r.get("total_ms"), fmt_ms, num=True),
-        _Col("Self (ms)", lambda r: r.get("self_ms"), fmt_ms, num=True),
-        _Col("% of forward", lambda r: r.get("share"), fmt_pct, num=True, css="num share"),
-        _Col("Input shapes", lambda r: r.get("input_shapes"), shape_text, css="shape"),
-        _Col("Output shapes", lambda r: r.get("output_shapes"), shape_text, css="shape"),
-        _Col("Params", lambda r: r.get("params"), fmt_count, num=True),
-        *_extra_layer_cols(layers),
-    ]
-    rows = [{**r, "_index": i} for i, r in enumerate(layers)]
-    table = _table(
-        "lp-layers", cols, rows, cell=_layer_cell, filter_label="Filter layers by path or type"
+def _path_markup(r: LayerRow) -> str:
+    """The path with its prefix dimmed and its leaf in bold."""
+    if not r.path:
+        return "<b>(root)</b>"
+    head, dot, leaf = r.path.rpartition(".")
+    prefix = f'<span class="pfx">{esc(head + dot)}</span>' if dot else ""
+    return f"{prefix}<b>{esc(leaf)}</b>"
+
+
+def _share_markup(r: LayerRow) -> str:
+    width = f"{max(0.0, min(r.share, 1.0)) * 100:.1f}%"
+    return f'<i style="width:{width}"></i><span>{esc(fmt_share(r.share))}</span>'
+
+
+def _total_tip(r: LayerRow) -> str:
+    t = r.total
+    if t is None:
+        return ""
+    return (
+        f"measured totals: median {human_time(t.median)}, p90 {human_time(t.p90)},"
+        f" min {human_time(t.min)}, max {human_time(t.max)} (n={t.n})"
     )
-    intro = (
-        "Times are per forward (summed over a layer's calls): self is the median over the"
-        " instrumented iterations, total is self plus the children's totals."
-        " Click a header to sort; # restores module order."
-    )
-    page.add("layers", "Layers", table, intro=intro)
 
 
-def _layer_cell(col: _Col, row: Row) -> str:
-    """Layer-table cells with richer markup: path prefix dimmed, share bar, spread tooltip."""
-    if col.header == "Layer":
-        path = str(row.get("path") or "")
-        if not path:
-            return '<td class="path"><b>(root)</b></td>'
-        head, dot, leaf = path.rpartition(".")
-        prefix = f'<span class="pfx">{_e(head + dot)}</span>' if dot else ""
-        return f'<td class="path">{prefix}<b>{_e(leaf)}</b></td>'
-    if col.header == "% of forward":
-        x = _num(row.get("share")) or 0.0
-        width = f"{max(0.0, min(x, 1.0)) * 100:.1f}%"
-        return (
-            f'<td class="num share" data-v="{x!r}"><i style="width:{width}"></i>'
-            f"<span>{_e(fmt_pct(x))}</span></td>"
-        )
-    if col.header == "Total (ms)" and isinstance(row.get("total_spread_ms"), Mapping):
-        spread = row["total_spread_ms"]
-        tip = ", ".join(f"{k} {fmt_ms(v)}" for k, v in spread.items() if _num(v) is not None)
-        total = _num(row.get("total_ms"))
-        sort = f"{total!r}" if total is not None else ""
-        return (
-            f'<td class="num" data-v="{sort}" title="{_e(tip)} ms">'
-            f"{_e(fmt_ms(row.get('total_ms')))}</td>"
-        )
-    if col.header in ("Input shapes", "Output shapes"):
-        text = shape_text(row.get("input_shapes" if col.header[0] == "I" else "output_shapes"))
-        short = text if len(text) <= 60 else text[:57] + "…"
-        return f'<td class="shape" title="{_e(text)}">{_e(short)}</td>'
-    if col.header == "Params" and _num(row.get("params_own")) is not None:
-        params = _num(row.get("params"))
-        tip = f"{row.get('params')} in total, {row.get('params_own')} own"
-        sort = f"{params!r}" if params is not None else ""
-        return f'<td class="num" data-v="{sort}" title="{_e(tip)}">{_e(fmt_count(params))}</td>'
-    return col.td(row)
+def _self_tip(r: LayerRow) -> str:
+    t = r.self_summary
+    if t is None or t.ci_low is None or t.ci_high is None:
+        return ""
+    mad = f"; MAD {human_time(t.mad)}" if t.mad is not None else ""
+    what = "mean (calls vary)" if r.calls_vary else "median"
+    return f"{what}; 95% CI of the median {human_time(t.ci_low)} – {human_time(t.ci_high)}{mad}"
 
 
-def _top_section(page: _Page, layers: list[Row], ops: list[Row]) -> None:
-    ranked = sorted(
-        (r for r in layers if (_num(r.get("self_ms")) or 0) > 0),
-        key=lambda r: _num(r.get("self_ms")) or 0.0,
-        reverse=True,
-    )[:TOP_N]
-    charts, table = "", ""
+def _params_tip(r: LayerRow) -> str:
+    return f"{r.params:,} in total, {r.params_own:,} own"
+
+
+def _shape_col(header: str, get: Callable[[LayerRow], str]) -> Col[LayerRow]:
+    """Shapes cut at 60 characters; the whole text on hover."""
+
+    def cut(r: LayerRow) -> str:
+        whole = get(r)
+        return whole if len(whole) <= 60 else whole[:57] + "…"
+
+    return Col(header, cut, css="shape", tip=get)
+
+
+# ---------------------------------------------------------------- where the time goes
+
+
+def top_section(s: Subject) -> Section | None:
+    """The layers with most self time, the busiest operators, and the operator table."""
+    p = s.profile
+    if p is None:
+        return None
+    charts = {}
+    ranked = sorted((r for r in s.rows if r.self_ns > 0), key=lambda r: -r.self_ns)[:TOP_N]
     if ranked:
-        page.charts["topLayers"] = {
-            "labels": [
-                _label(_short(str(r.get("path") or r.get("type") or "(root)"))) for r in ranked
-            ],
-            "hover": [_label(f"{r.get('path') or '(root)'} ({r.get('type')})") for r in ranked],
-            "self": [_num(r.get("self_ms")) or 0.0 for r in ranked],
-            "total": [_num(r.get("total_ms")) or 0.0 for r in ranked],
-        }
-        charts += _chart("lp-top-layers")
-    # forward and backward ops of the same name are different costs: keep them apart
-    op_totals = _aggregate(
-        [{**o, "name": _op_label(o)} for o in ops],
-        "name",
-        ("self_ms", "total_ms", "device_ms", "calls"),
-    )
-    if op_totals:
-        has_device = any("device_ms" in o for o in ops)
-        key = "device_ms" if has_device else "self_ms"
-        top = sorted(op_totals.items(), key=lambda kv: kv[1].get(key, 0.0), reverse=True)[:TOP_N]
-        page.charts["topOps"] = {
-            "labels": [_label(_short(name)) for name, _ in top],
-            "hover": [_label(name) for name, _ in top],
-            "self": [v.get("self_ms", 0.0) for _, v in top],
-            "device": [v.get("device_ms", 0.0) for _, v in top] if has_device else None,
-        }
-        charts += _chart("lp-top-ops")
-        table = _ops_table(op_totals)
-    if charts:
-        page.add("top", "Where the time goes", f'<div class="grid2">{charts}</div>{table}')
-
-
-def _ops_table(op_totals: Mapping[str, Mapping[str, float]]) -> str:
-    rows: list[Row] = [{"name": name, **v} for name, v in op_totals.items()]
-    rows.sort(key=lambda r: _num(r.get("self_ms")) or 0.0, reverse=True)
-    cols = [
-        _Col("Operator", lambda r: r.get("name"), css="path"),
-        _Col("Calls", lambda r: r.get("calls"), fmt_calls, num=True),
-        _Col("Self (ms)", lambda r: r.get("self_ms"), fmt_ms, num=True),
-        _Col("Total (ms)", lambda r: r.get("total_ms"), fmt_ms, num=True),
-    ]
-    if any("device_ms" in r for r in rows):
-        cols.append(_Col("Device (ms)", lambda r: r.get("device_ms"), fmt_ms, num=True))
-    return "<h3>Operators</h3>" + _table("lp-ops", cols, rows, filter_label="Filter operators")
-
-
-def _op_label(op: Row) -> str:
-    name = str(op.get("name"))
-    return f"{name} [backward]" if op.get("phase") == "backward" else name
-
-
-def _layer_ops_section(page: _Page, ops: list[Row]) -> None:
-    by_layer: dict[str, list[Row]] = {}
-    for op in ops:
-        by_layer.setdefault(
-            str(op.get("layer") if op.get("layer") is not None else "(unattributed)"), []
-        ).append(op)
-    order = sorted(
-        by_layer.items(),
-        key=lambda kv: sum(_num(o.get("self_ms")) or 0 for o in kv[1]),
-        reverse=True,
-    )
-    has_device = any("device_ms" in o for o in ops)
-    blocks = []
-    for layer, layer_ops in order:
-        layer_ops = sorted(layer_ops, key=lambda o: _num(o.get("self_ms")) or 0.0, reverse=True)
-        total = sum(_num(o.get("self_ms")) or 0.0 for o in layer_ops)
-        lines = "".join(
-            f'<tr><td class="path">{_e(_op_label(o))}</td>'
-            f'<td class="shape">{_e(o.get("input_shapes") or "")}</td>'
-            f'<td class="num">{_e(fmt_calls(o.get("calls")))}</td>'
-            f'<td class="num">{_e(fmt_ms(o.get("self_ms")))}</td>'
-            f'<td class="num">{_e(fmt_ms(o.get("total_ms")))}</td>'
-            + (f'<td class="num">{_e(fmt_ms(o.get("device_ms")))}</td>' if has_device else "")
-            + "</tr>"
-            for o in layer_ops
+        series = [BarSeries("self", in_ms([r.self_ns for r in ranked]))]
+        if any(r.device_self_ns is not None for r in ranked):
+            series.append(
+                BarSeries("device self", in_ms([r.device_self_ns for r in ranked]), "warn")
+            )
+        names = [f"{r.path or '(root)'} ({r.type})" for r in ranked]
+        charts["lp-top-layers"] = bars(
+            "Top layers by self time", names, series, axis="ms per forward"
         )
-        dev_h = "<th>Device (ms)</th>" if has_device else ""
+    ops = phase_ops(p.ops)
+    if ops:
+        device = any(o.device_ns is not None for o in ops)
+        top = sorted(ops, key=lambda o: -(o.device_ns or 0.0) if device else -o.self_ns)[:TOP_N]
+        series = [BarSeries("host self", in_ms([o.self_ns for o in top]))]
+        if device:
+            series.append(BarSeries("device", in_ms([o.device_ns for o in top]), "warn"))
+        charts["lp-top-ops"] = bars(
+            "Top operators", [op_label(o) for o in top], series, axis="ms per iteration"
+        )
+    if not charts:
+        return None
+    body = '<div class="grid2">' + "".join(chart_slot(k) for k in charts) + "</div>"
+    if ops:
+        body += heading("Operators") + table(
+            "lp-ops", op_columns(ops), sorted(ops, key=lambda o: -o.self_ns),
+            filter_label="Filter operators",
+        )  # fmt: skip
+    intro = (
+        "Operators are summed over the layers they ran in, per iteration (median over"
+        " iterations); backward operators are listed apart."
+        if ops
+        else ""
+    )
+    return Section("top", "Where the time goes", body, intro, charts)
+
+
+def phase_ops(ops: Sequence[OpStat]) -> list[OpStat]:
+    """Operators summed over layers per (name, input shapes), forward and backward apart."""
+    out: list[OpStat] = []
+    for phase in ("forward", "backward"):
+        out += [replace(o, phase=phase) for o in flat([o for o in ops if o.phase == phase])]
+    return out
+
+
+def op_label(o: OpStat) -> str:
+    return f"{o.name} [backward]" if o.phase == "backward" else o.name
+
+
+def op_columns(ops: Sequence[OpStat]) -> list[Col[OpStat]]:
+    unit = unit_for(max((max(o.total_ns, o.device_ns or 0.0) for o in ops), default=0.0))
+    cols: list[Col[OpStat]] = [text_col("Operator", op_label, css="path")]
+    if any(o.input_shapes for o in ops):
+        cols.append(text_col("Input shapes", lambda o: o.input_shapes, css="shape"))
+    cols += [
+        calls_col("Calls", lambda o: o.calls),
+        time_col("Self", lambda o: o.self_ns, unit),
+        time_col("Total", lambda o: o.total_ns, unit),
+    ]
+    if any(o.device_ns is not None for o in ops):
+        cols.append(time_col("Device", lambda o: o.device_ns, unit))
+    return cols
+
+
+# ---------------------------------------------------------------- operators per layer
+
+
+def layer_ops_section(s: Subject) -> Section | None:
+    p = s.profile
+    if p is None or all(o.layer is None for o in p.ops):
+        return None
+    groups: dict[str, list[OpStat]] = {}
+    for o in p.ops:
+        where = "(unattributed)" if o.layer is None else (o.layer or "(root)")
+        groups.setdefault(where, []).append(o)
+    ranked = sorted(groups.items(), key=lambda kv: -sum(o.self_ns for o in kv[1]))
+    blocks = []
+    for i, (layer, ops) in enumerate(ranked):
+        total = sum(o.self_ns for o in ops)
+        rows = sorted(ops, key=lambda o: -o.self_ns)
         blocks.append(
-            f'<details class="layer-ops"><summary><code>{_e(layer or "(root)")}</code>'
-            f'<span class="muted">{len(layer_ops)} ops · {_e(fmt_ms(total))} ms self</span></summary>'
-            '<div class="table-wrap"><table class="data"><thead><tr><th>Operator</th>'
-            "<th>Input shapes</th><th>Calls</th><th>Self (ms)</th><th>Total (ms)</th>"
-            f"{dev_h}</tr></thead><tbody>{lines}</tbody></table></div></details>"
+            f'<details class="layer-ops"><summary><code>{esc(layer)}</code>'
+            f'<span class="muted">{len(ops)} ops · {esc(human_time(total))} self</span></summary>'
+            + table(f"lp-layer-ops-{i}", op_columns(rows), rows)
+            + "</details>"
         )
     intro = (
-        "The operators each layer ran directly (not inside a child layer), busiest layers first."
+        "The operators each layer ran directly (not inside a child layer), per iteration,"
+        " busiest layers first."
     )
-    page.add("layer-ops", "Operators per layer", "".join(blocks), intro=intro)
-
-
-def _notes_section(page: _Page, pdata: Row) -> None:
-    notes = [str(n) for n in pdata.get("notes") or [] if n]
-    if notes:
-        items = "".join(f"<li>{_e(n)}</li>" for n in notes)
-        page.add("notes", "Notes", f'<ul class="notes">{items}</ul>')
+    return Section("layer-ops", "Operators per layer", "".join(blocks), intro)

@@ -1,47 +1,51 @@
-"""The per layer × rank table of a Run in the HTML report (from its JSON document)."""
+"""The per layer × rank card: each layer's time per forward (step) on every rank, with
+median, min, max, spread and the slowest rank (``Run.layer_ranks``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable
 
-from layerprof.render.html.page import Row, _Col, _num, _rows, _table, fmt_ms, fmt_pct
+from layerprof.render.html.page import Col, Section, table, text_col, time_col
+from layerprof.render.html.subject import Subject
+from layerprof.sections import LayerAcrossRanks
+from layerprof.units import fmt_share, unit_for
 
 #: ranks shown one column each up to this many; beyond, only the summary columns
 RANK_COLUMNS = 8
 
 
-def layers_across_ranks(trace: Mapping[str, Any]) -> str:
-    """Each layer's time per forward (step) on every rank, with median, min, max,
-    spread and the slowest rank; sortable like the other tables."""
-    rows = _rows(trace.get("layers_across_ranks"))
-    if not rows:
-        return ""
-    ranks = sorted({int(k) for r in rows for k in (r.get("ms_by_rank") or {})})
-    cols = [
-        _Col("Layer", lambda r: r.get("path") or r.get("type"), css="path"),
-        _Col("Type", lambda r: r.get("type")),
+def layer_ranks_section(s: Subject) -> Section | None:
+    run = s.run
+    if run is None or not run.layer_ranks:
+        return None
+    rows = run.layer_ranks
+    unit = unit_for(max(r.max_ns for r in rows))
+    ranks = sorted({rank for r in rows for rank, _ in r.ns_by_rank})
+    cols: list[Col[LayerAcrossRanks]] = [
+        text_col("Layer", lambda r: r.path or r.type, css="path"),
+        text_col("Type", lambda r: r.type),
     ]
     if len(ranks) <= RANK_COLUMNS:
-        cols += [_Col(f"rank {k} (ms)", _rank_ms(k), fmt_ms, num=True) for k in ranks]
+        cols += [time_col(f"rank {k}", _on(k), unit) for k in ranks]
     cols += [
-        _Col("median (ms)", lambda r: r.get("median_ms"), fmt_ms, num=True),
-        _Col("min (ms)", lambda r: r.get("min_ms"), fmt_ms, num=True),
-        _Col("max (ms)", lambda r: r.get("max_ms"), fmt_ms, num=True),
-        _Col("spread", _spread, fmt_pct, num=True, title="(max - min) / median"),
-        _Col("slowest rank", lambda r: r.get("slowest_rank"), num=True),
+        time_col("Median", lambda r: r.median_ns, unit),
+        time_col("Min", lambda r: r.min_ns, unit),
+        time_col("Max", lambda r: r.max_ns, unit),
+        Col(
+            "Spread",
+            lambda r: fmt_share(r.spread),
+            lambda r: r.spread,
+            title="(max - min) / median",
+        ),
+        Col("Slowest rank", lambda r: str(r.slowest_rank), lambda r: r.slowest_rank),
     ]
-    return f"<h3>Layers across {len(ranks)} ranks (time per forward or step)</h3>" + _table(
-        "lp-layer-ranks", cols, rows, filter_label="filter layers"
+    intro = (
+        f"Each layer's time per forward (per step for a trace) on each of {len(ranks)} ranks;"
+        " spread = (max - min) / median."
     )
+    body = table("lp-layer-ranks", cols, rows, filter_label="filter layers")
+    return Section("layer-ranks", f"Layers across {len(ranks)} ranks", body, intro)
 
 
-def _rank_ms(rank: int) -> Any:
-    return lambda r: (r.get("ms_by_rank") or {}).get(str(rank))
-
-
-def _spread(r: Row) -> float | None:
-    median, low, high = _num(r.get("median_ms")), _num(r.get("min_ms")), _num(r.get("max_ms"))
-    if median is None or low is None or high is None or median <= 0:
-        return None
-    return (high - low) / median
+def _on(rank: int) -> Callable[[LayerAcrossRanks], float | None]:
+    return lambda r: dict(r.ns_by_rank).get(rank)

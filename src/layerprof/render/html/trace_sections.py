@@ -1,300 +1,475 @@
-"""The trace-analysis section: steps per rank, devices, kernels, copies, launches, memory."""
+"""The sections drawn from the trace sections of each rank's Profile (steps, GPU time,
+kernels, copies, launches, memory, annotations) and from a Run's cross-rank results.
+
+A Profile alone is one rank; a Run shows every rank's rows in one table with a
+Rank column. Each table shows what the producers filled and nothing else.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
+from layerprof.profile import Profile
+from layerprof.render.html.charts import BarSeries, StepSeries, StepTimes, bars, in_ms
 from layerprof.render.html.page import (
     TABLE_LIMIT,
     TOP_N,
-    Row,
-    _aggregate,
-    _chart,
-    _Col,
-    _e,
-    _getter,
-    _label,
-    _mapping,
-    _num,
-    _Page,
-    _pick,
-    _rows,
-    _short,
-    _table,
-    fmt_bytes,
-    fmt_calls,
-    fmt_ms,
-    fmt_pct,
+    Col,
+    Section,
+    bytes_col,
+    calls_col,
+    chart_slot,
+    heading,
+    label,
+    name_col,
+    paragraph,
+    share_col,
+    table,
+    text_col,
+    time_col,
+    top_caption,
 )
-from layerprof.render.html.ranks import layers_across_ranks
+from layerprof.render.html.profile_sections import op_columns, phase_ops
+from layerprof.render.html.subject import Subject, rank_name
+from layerprof.sections import (
+    AllocRow,
+    AnnotationRow,
+    DeviceMemory,
+    DeviceUse,
+    KernelRow,
+    KindRow,
+    Launches,
+    MemcpyRow,
+    RankLine,
+    RuntimeRow,
+    StepAcrossRanks,
+    Steps,
+)
+from layerprof.units import NS_PER_MS, US, TimeUnit, unit_for
 
-# ---------------------------------------------------------------- trace section
-
-
-def _trace_section(page: _Page, trace: Mapping[str, Any]) -> None:
-    ranks = _rows(trace.get("ranks"))
-    if not ranks:
-        page.add("trace", "Trace", '<p class="empty">The trace analysis has no ranks.</p>')
-        return
-    body = _trace_steps(page, ranks) + _trace_devices(page, ranks) + _trace_kernels(page, ranks)
-    body += _trace_memcpy(ranks) + _trace_launch(ranks) + _trace_memory(ranks) + _trace_ops(ranks)
-    body += layers_across_ranks(trace)
-    warnings = [str(w) for w in trace.get("warnings") or [] if w]
-    for i, rank in enumerate(ranks):
-        warnings += [f"{_rank_name(rank, i)}: {n}" for n in rank.get("notes") or [] if n]
-    if warnings:
-        body = "".join(f'<p class="warning">{_e(w)}</p>' for w in warnings) + body
-    page.add(
-        "trace", "Trace analysis", body or '<p class="empty">No step, device or kernel data.</p>'
-    )
-
-
-def per_rank(ranks: list[Row], rows_of: Callable[[Row], Any]) -> list[Row]:
-    """Every rank's rows of one kind in one list, each tagged with its rank's name."""
-    return [
-        {"rank": _rank_name(r, i), **row} for i, r in enumerate(ranks) for row in _rows(rows_of(r))
-    ]
+T = TypeVar("T")
+U = TypeVar("U")
 
 
-def _rank_name(rank: Row, i: int) -> str:
-    r = rank.get("rank")
-    return f"rank {r}" if r is not None else f"file {i}"
+@dataclass(frozen=True)
+class At(Generic[T]):
+    """One row of one rank's section."""
+
+    profile: Profile
+    row: T
 
 
-def _trace_steps(page: _Page, ranks: list[Row]) -> str:
-    series = []
-    for i, rank in enumerate(ranks):
-        steps = _rows(rank.get("steps"))
-        ms = [_num(s.get("ms")) for s in steps]
-        if steps:
-            series.append(
-                {
-                    "name": _label(_rank_name(rank, i)),
-                    "steps": [_label(s.get("name") or f"step {j}") for j, s in enumerate(steps)],
-                    "ms": ms,
-                }
-            )
-    stats_rows = [
-        {
-            "rank": _rank_name(r, i),
-            "file": r.get("file"),
-            "source": r.get("step_source"),
-            "n": len(_rows(r.get("steps"))),
-            **_mapping(r.get("step_ms")),
-        }
-        for i, r in enumerate(ranks)
-    ]
-    if not series and not any("median" in r for r in stats_rows):
-        return ""
-    cols = [
-        _Col("Rank", lambda r: r.get("rank")),
-        _Col("File", lambda r: r.get("file"), css="path"),
-        _Col("Step definition", lambda r: r.get("source")),
-        _Col("Steps", lambda r: r.get("n"), fmt_calls, num=True),
-        *[
-            _Col(f"{k} (ms)", _getter(k), fmt_ms, num=True)
-            for k in ("median", "mean", "p90", "min", "max")
-        ],
-    ]
-    chart = ""
-    if series:
-        page.charts["steps"] = series
-        chart = _chart("lp-steps")
-    return "<h3>Step times per rank</h3>" + chart + _table("lp-trace-steps", cols, stats_rows)
+def per_rank(
+    s: Subject,
+    rows_of: Callable[[Profile], Sequence[T]],
+    *,
+    key: Callable[[T], float] | None = None,
+    limit: int | None = None,
+) -> tuple[list[At[T]], int]:
+    """Every rank's rows of one kind (largest ``key`` first, at most ``limit`` per rank),
+    and how many there were in all."""
+    out: list[At[T]] = []
+    total = 0
+    for p in s.ranks:
+        rows = list(rows_of(p))
+        total += len(rows)
+        if key is not None:
+            rows.sort(key=key, reverse=True)
+        out += [At(p, r) for r in rows[:limit]]
+    return out, total
 
 
-_DEVICE_FIELDS = ("window_ms", "busy_ms", "idle_ms", "kernel_ms", "memcpy_ms", "memset_ms")
-
-
-def _trace_devices(page: _Page, ranks: list[Row]) -> str:
-    rows = []
-    for i, rank in enumerate(ranks):
-        for dev in _rows(rank.get("devices")):
-            rows.append({"rank": _rank_name(rank, i), **dev})
-    if not rows:
-        return '<p class="empty">No GPU activity in this trace (CPU only).</p>'
-    labels = [_label(f"{r['rank']} · dev {r.get('device', '?')}") for r in rows]
-    page.charts["devices"] = {
-        "labels": labels,
-        **{f: [_num(r.get(f)) or 0.0 for r in rows] for f in _DEVICE_FIELDS},
-        # busy inside the step window, so that busy + idle = window
-        "busy_ms": [_num(_pick(r, "busy_in_window_ms", "busy_ms")) or 0.0 for r in rows],
-        "utilization": [_num(r.get("utilization")) for r in rows],
-    }
-    cols = [
-        _Col("Rank", lambda r: r.get("rank")),
-        _Col("Device", lambda r: r.get("device")),
-        *[
-            _Col(
-                f.removesuffix("_ms").capitalize() + " (ms)",
-                _getter(f),
-                fmt_ms,
-                num=True,
-            )
-            for f in _DEVICE_FIELDS
-        ],
-        _Col("Utilization", lambda r: r.get("utilization"), fmt_pct, num=True),
-    ]
-    charts = f'<div class="grid2">{_chart("lp-busy")}{_chart("lp-breakdown")}</div>'
-    intro = (
-        '<p class="intro">Busy = union of kernel, memcpy and memset intervals; idle = step'
-        " window minus busy.</p>"
-    )
-    return "<h3>GPU busy and idle</h3>" + intro + charts + _table("lp-trace-devices", cols, rows)
-
-
-def _trace_kernels(page: _Page, ranks: list[Row]) -> str:
-    kernels = per_rank(ranks, lambda r: r.get("kernels"))
-    if not kernels:
-        return ""
-    totals = _aggregate(kernels, "name", ("total_ms",))
-    top = sorted(totals.items(), key=lambda kv: kv[1].get("total_ms", 0.0), reverse=True)[:TOP_N]
-    page.charts["kernels"] = {
-        "labels": [_label(_short(n)) for n, _ in top],
-        "hover": [_label(n) for n, _ in top],
-        "ms": [v.get("total_ms", 0.0) for _, v in top],
-        "ranks": len(ranks),
-    }
-    cols = [
-        _Col("Rank", lambda r: r.get("rank")),
-        _Col("Kernel", lambda r: r.get("name"), css="path"),
-        _Col("Calls", lambda r: r.get("calls"), fmt_calls, num=True),
-        *[
-            _Col(
-                f"{k.removesuffix('_ms').capitalize()} (ms)",
-                _getter(k),
-                fmt_ms,
-                num=True,
-            )
-            for k in ("total_ms", "mean_ms", "min_ms", "max_ms")
-        ],
-    ]
-    shown = _top_per_rank(kernels, "total_ms")
-    caption = _cap_text(len(shown), len(kernels))
-    return (
-        "<h3>Kernels</h3>"
-        + _chart("lp-kernels", tall=len(top) > 10)
-        + _table("lp-trace-kernels", cols, shown, filter_label="Filter kernels", caption=caption)
-    )
-
-
-def _trace_launch(ranks: list[Row]) -> str:
-    """Launch overhead per rank: runtime calls that launched GPU work, and the delay."""
-    rows = []
-    for i, r in enumerate(ranks):
-        launch = _mapping(r.get("launch"))
-        if not launch:
-            continue
-        call, delay = _mapping(launch.get("call_us")), _mapping(launch.get("delay_us"))
-        rows.append(
-            {
-                "rank": _rank_name(r, i),
-                "launches": launch.get("launches"),
-                "call_total_ms": launch.get("call_total_ms"),
-                "call_median_us": call.get("median"),
-                "delay_median_us": delay.get("median"),
-                "delay_p90_us": delay.get("p90"),
-                "sync_ms": launch.get("sync_ms"),
-            }
+def columns(s: Subject, cols: Sequence[Col[T]]) -> list[Col[At[T]]]:
+    """Columns over a rank's rows, with a Rank column first when there are several ranks."""
+    out: list[Col[At[T]]] = [_lift(c) for c in cols]
+    if s.multi_rank:
+        rank: Col[At[T]] = Col(
+            "Rank", lambda a: rank_name(a.profile), lambda a: a.profile.rank, css="type"
         )
-    if not rows:
-        return ""
-    cols = [
-        _Col("Rank", _getter("rank")),
-        _Col("Launches", _getter("launches"), fmt_calls, num=True),
-        _Col("Launch calls (ms)", _getter("call_total_ms"), fmt_ms, num=True),
-        _Col("Call median (µs)", _getter("call_median_us"), _fmt_us, num=True),
-        _Col("Launch delay median (µs)", _getter("delay_median_us"), _fmt_us, num=True),
-        _Col("Launch delay p90 (µs)", _getter("delay_p90_us"), _fmt_us, num=True),
-        _Col("Synchronize (ms)", _getter("sync_ms"), fmt_ms, num=True),
-    ]
-    return (
-        '<h3>Launch overhead</h3><p class="note">Runtime calls that launched GPU work'
-        " (kernels, copies, memsets) and the delay from a launch's end to its kernel's start.</p>"
-        + _table("lp-trace-launch", cols, rows)
-    )
-
-
-def _fmt_us(value: Any) -> str:
-    v = _num(value)
-    return f"{v:,.1f}" if v is not None else "–"
-
-
-def _trace_memory(ranks: list[Row]) -> str:
-    """Peak allocated memory per device and the operators that allocated most."""
-    devices = per_rank(ranks, lambda r: _mapping(r.get("memory")).get("devices"))
-    tops = per_rank(ranks, lambda r: _mapping(r.get("memory")).get("top_ops"))
-    if not devices:
-        return ""
-    dev_cols = [
-        _Col("Rank", _getter("rank")),
-        _Col("Device", _getter("device")),
-        _Col("Peak allocated", _getter("peak_allocated_bytes"), fmt_bytes, num=True),
-        _Col("Allocations", _getter("allocations"), fmt_calls, num=True),
-        _Col("Allocated", _getter("allocated_bytes"), fmt_bytes, num=True),
-    ]
-    op_cols = [
-        _Col("Rank", _getter("rank")),
-        _Col("Operator", _getter("op"), css="path"),
-        _Col("Allocations", _getter("allocations"), fmt_calls, num=True),
-        _Col("Bytes", _getter("bytes"), fmt_bytes, num=True),
-    ]
-    out = "<h3>Memory</h3>" + _table("lp-trace-memory", dev_cols, devices)
-    if tops:
-        out += _table("lp-trace-memory-ops", op_cols, tops)
+        out.insert(0, rank)
     return out
 
 
-def _trace_memcpy(ranks: list[Row]) -> str:
-    rows = per_rank(ranks, lambda r: r.get("memcpy"))
+def _lift(col: Col[T]) -> Col[At[T]]:
+    def over(f: Callable[[T], U]) -> Callable[[At[T]], U]:
+        return lambda a: f(a.row)
+
+    return Col(
+        col.header,
+        over(col.text),
+        over(col.sort) if col.sort is not None else None,
+        col.css,
+        over(col.tip) if col.tip is not None else None,
+        over(col.markup) if col.markup is not None else None,
+        col.title,
+    )
+
+
+def _unit(values: Sequence[float | None]) -> TimeUnit:
+    return unit_for(max((v for v in values if v is not None), default=0.0))
+
+
+# ---------------------------------------------------------------- steps
+
+
+def steps_section(s: Subject) -> Section | None:
+    """Step times per rank: how steps were found, their statistics, and each step."""
+    ranks = [p for p in s.ranks if p.steps is not None]
+    if not ranks:
+        return None
+    rows = [At(p, p.steps) for p in ranks if p.steps is not None]
+    unit = _unit([st.dur_ns for p in ranks if p.steps is not None for st in p.steps.steps])
+
+    def stat(name: str, pick: Callable[[Profile], float | None]) -> Col[At[Steps]]:
+        return time_col(name, lambda a: pick(a.profile), unit)
+
+    first: list[Col[At[Steps]]] = columns(
+        s, [text_col("Step definition", lambda st: st.definition)]
+    )
+    cols: list[Col[At[Steps]]] = [
+        *first,
+        text_col("File", lambda a: a.profile.source.file if a.profile.source else "", css="path"),
+        calls_col("Steps", lambda a: len(a.row.steps)),
+        calls_col("Cut off", lambda a: sum(1 for st in a.row.steps if st.cut_off)),
+        stat("Median", lambda p: p.latency.median if p.latency else None),
+        stat("CI low", lambda p: p.latency.ci_low if p.latency else None),
+        stat("CI high", lambda p: p.latency.ci_high if p.latency else None),
+        stat("Mean", lambda p: p.latency.mean if p.latency else None),
+        stat("p90", lambda p: p.latency.p90 if p.latency else None),
+        stat("Min", lambda p: p.latency.min if p.latency else None),
+        stat("Max", lambda p: p.latency.max if p.latency else None),
+    ]
+    series = tuple(
+        StepSeries(
+            name=label(rank_name(p)),
+            steps=tuple(
+                label(st.name + (" (cut off)" if st.cut_off else "")) for st in p.steps.steps
+            ),
+            ms=tuple(st.dur_ns / NS_PER_MS for st in p.steps.steps),
+        )
+        for p in ranks
+        if p.steps is not None
+    )
+    chart = StepTimes(title="Step time" + (" per rank" if s.multi_rank else ""), series=series)
+    body = chart_slot("lp-steps") + table("lp-trace-steps", cols, rows)
+    intro = (
+        "Statistics over the complete steps (a step the trace cut off is drawn but not"
+        " counted); CI is the 95% confidence interval of the median."
+    )
+    return Section("steps", "Steps", body, intro, {"lp-steps": chart})
+
+
+# ---------------------------------------------------------------- GPU time
+
+
+def devices_section(s: Subject) -> Section | None:
+    rows, _ = per_rank(s, lambda p: p.devices)
     if not rows:
-        return ""
-    cols = [
-        _Col("Rank", _getter("rank")),
-        _Col("Kind", _getter("kind")),
-        _Col("Calls", _getter("calls"), fmt_calls, num=True),
-        _Col("Total (ms)", _getter("total_ms"), fmt_ms, num=True),
-        _Col("Bytes", _getter("bytes"), fmt_bytes, num=True),
-        _Col(
-            "GB/s",
-            _getter("gb_per_s"),
-            lambda v: f"{v:.1f}" if _num(v) is not None else "–",
-            num=True,
+        if any(p.source is not None and not p.source.has_device for p in s.ranks):
+            body = paragraph("No GPU activity in this trace (CPU only).", "empty")
+            return Section("gpu", "GPU time", body)
+        return None
+    unit = _unit([a.row.window_ns for a in rows] + [a.row.busy_ns for a in rows])
+
+    def t(name: str, get: Callable[[DeviceUse], float]) -> Col[DeviceUse]:
+        return time_col(name, get, unit)
+
+    cols: list[Col[At[DeviceUse]]] = columns(
+        s,
+        [
+            Col("Device", _device_name_of(rows), lambda d: d.device),
+            t("Window", lambda d: d.window_ns),
+            t("Busy", lambda d: d.busy_in_window_ns),
+            t("Idle", lambda d: d.idle_ns),
+            share_col("Utilization", lambda d: d.utilization),
+            t("Kernels", lambda d: d.kernel_ns),
+            t("Memcpy", lambda d: d.memcpy_ns),
+            t("Memset", lambda d: d.memset_ns),
+            calls_col("Streams", lambda d: d.streams),
+            t("Idle: host wait", lambda d: d.host_wait_ns),
+            t("Idle: short gaps", lambda d: d.short_gap_ns),
+            t("Idle: other", lambda d: d.other_idle_ns),
+            t("Busy over the whole trace", lambda d: d.busy_ns),
+        ],
+    )
+    names = [f"{rank_name(a.profile)} · device {a.row.device}" for a in rows]
+    charts = {
+        "lp-busy": bars(
+            "GPU busy / idle",
+            names,
+            [
+                BarSeries("busy", in_ms([a.row.busy_in_window_ns for a in rows])),
+                BarSeries("idle", in_ms([a.row.idle_ns for a in rows]), "muted"),
+            ],
+            axis="ms",
+            stack=True,
         ),
-    ]
-    return "<h3>Memory copies and sets</h3>" + _table("lp-trace-memcpy", cols, rows)
-
-
-def _trace_ops(ranks: list[Row]) -> str:
-    ops = per_rank(ranks, lambda r: r.get("ops"))
-    if not ops:
-        return ""
-    cols = [
-        _Col("Rank", lambda r: r.get("rank")),
-        _Col("Operator", lambda r: r.get("name"), css="path"),
-        _Col("Calls", lambda r: r.get("calls"), fmt_calls, num=True),
-        _Col("Self (ms)", lambda r: r.get("self_ms"), fmt_ms, num=True),
-        _Col("Total (ms)", lambda r: r.get("total_ms"), fmt_ms, num=True),
-        _Col("Device (ms)", lambda r: r.get("device_ms"), fmt_ms, num=True),
-    ]
-    shown = _top_per_rank(ops, "self_ms")
-    caption = _cap_text(len(shown), len(ops))
-    return "<h3>Operators (host)</h3>" + _table(
-        "lp-trace-ops", cols, shown, filter_label="Filter operators", caption=caption
+        "lp-breakdown": bars(
+            "Device time by kind",
+            names,
+            [
+                BarSeries("kernels", in_ms([a.row.kernel_ns for a in rows])),
+                BarSeries("memcpy", in_ms([a.row.memcpy_ns for a in rows]), "warn"),
+                BarSeries("memset", in_ms([a.row.memset_ns for a in rows]), "good"),
+            ],
+            axis="ms",
+            stack=True,
+        ),
+    }
+    body = '<div class="grid2">' + chart_slot("lp-busy") + chart_slot("lp-breakdown") + "</div>"
+    body += table("lp-trace-devices", cols, rows)
+    intro = (
+        "Busy = the union of kernel, memcpy and memset intervals inside the step windows;"
+        " idle = window - busy, split into waiting for the host, short gaps between launches"
+        " and the rest; utilization = busy / window."
     )
+    return Section("gpu", "GPU time", body, intro, charts)
 
 
-def _top_per_rank(rows: Sequence[Row], key: str) -> list[Row]:
-    by_rank: dict[str, list[Row]] = {}
-    for row in rows:
-        by_rank.setdefault(str(row.get("rank")), []).append(row)
-    out: list[Row] = []
-    for group in by_rank.values():
-        group.sort(key=lambda r: _num(r.get(key)) or 0.0, reverse=True)
-        out.extend(group[:TABLE_LIMIT])
-    return out
+def _device_name_of(rows: Sequence[At[DeviceUse]]) -> Callable[[DeviceUse], str]:
+    names: dict[int, str] = {}
+    for a in rows:
+        known = a.profile.source.device_names if a.profile.source is not None else ()
+        if 0 <= a.row.device < len(known):
+            names[a.row.device] = f"{a.row.device} {known[a.row.device]}"
+    return lambda d: names.get(d.device, str(d.device))
 
 
-def _cap_text(shown: int, total: int) -> str:
-    return f"Showing the top {TABLE_LIMIT} per rank ({shown} of {total})." if shown < total else ""
+def memcpy_section(s: Subject) -> Section | None:
+    rows, _ = per_rank(s, lambda p: p.memcpy)
+    if not rows:
+        return None
+    unit = _unit([a.row.total_ns for a in rows])
+    cols: list[Col[At[MemcpyRow]]] = columns(
+        s,
+        [
+            text_col("Kind", lambda m: m.kind),
+            calls_col("Calls", lambda m: m.calls),
+            time_col("Total", lambda m: m.total_ns, unit),
+            bytes_col("Bytes", lambda m: m.bytes),
+            Col("GB/s", _gb_per_s, lambda m: m.gb_per_s),
+        ],
+    )
+    return Section("memcpy", "Memory copies and sets", table("lp-trace-memcpy", cols, rows))
+
+
+def _gb_per_s(m: MemcpyRow) -> str:
+    return "-" if m.gb_per_s is None else f"{m.gb_per_s:.2f}"
+
+
+# ---------------------------------------------------------------- kernels
+
+
+def kernels_section(s: Subject) -> Section | None:
+    rows, total = per_rank(s, lambda p: p.kernels, key=lambda k: k.total_ns, limit=TABLE_LIMIT)
+    if not rows:
+        return None
+    summed: dict[str, int] = {}
+    for p in s.ranks:
+        for k in p.kernels:
+            summed[k.name] = summed.get(k.name, 0) + k.total_ns
+    top = sorted(summed.items(), key=lambda kv: -kv[1])[:TOP_N]
+    title = "Top kernels (summed over ranks)" if s.multi_rank else "Top kernels"
+    chart = bars(
+        title, [n for n, _ in top], [BarSeries("total", in_ms([v for _, v in top]))], axis="ms"
+    )
+    unit = _unit([a.row.total_ns for a in rows])
+    each = _unit([a.row.max_ns for a in rows])
+    cols: list[Col[At[KernelRow]]] = columns(
+        s,
+        [
+            name_col("Kernel", lambda k: k.name),
+            text_col("Kind", lambda k: k.kind),
+            calls_col("Calls", lambda k: k.calls),
+            time_col("Total", lambda k: k.total_ns, unit),
+            time_col("Mean", lambda k: k.mean_ns, each),
+            time_col("Min", lambda k: k.min_ns, each),
+            time_col("Max", lambda k: k.max_ns, each),
+        ],
+    )
+    body = chart_slot("lp-kernels", tall=len(top) > 10)
+    body += table(
+        "lp-trace-kernels", cols, rows, filter_label="Filter kernels",
+        caption=top_caption(len(rows), total, "kernels"),
+    )  # fmt: skip
+    kinds, _ = per_rank(s, lambda p: p.kinds)
+    if kinds:
+        kind_unit = _unit([a.row.total_ns for a in kinds])
+        kind_cols: list[Col[At[KindRow]]] = columns(
+            s,
+            [
+                text_col("Kind", lambda k: k.kind),
+                calls_col("Calls", lambda k: k.calls),
+                time_col("Total", lambda k: k.total_ns, kind_unit),
+            ],
+        )
+        body += heading("Kernels by kind") + table("lp-trace-kinds", kind_cols, kinds)
+    intro = "GPU kernels summed over the whole trace, by name."
+    return Section("kernels", "Kernels", body, intro, {"lp-kernels": chart})
+
+
+# ---------------------------------------------------------------- launches
+
+
+def launches_section(s: Subject) -> Section | None:
+    rows, _ = per_rank(s, lambda p: (p.launches,) if p.launches is not None else ())
+    if not rows:
+        return None
+    unit = _unit([a.row.call_total_ns for a in rows] + [a.row.sync_ns for a in rows])
+    cols: list[Col[At[Launches]]] = columns(
+        s,
+        [
+            calls_col("Launches", lambda x: x.launches),
+            time_col("Launch calls", lambda x: x.call_total_ns, unit),
+            time_col("Call median", lambda x: x.call_ns.median if x.call_ns else None, US),
+            time_col("Delay median", lambda x: x.delay_ns.median if x.delay_ns else None, US),
+            time_col("Delay p90", lambda x: x.delay_ns.p90 if x.delay_ns else None, US),
+            calls_col("Negative delays", lambda x: x.negative_delays),
+            calls_col("Unmatched device ops", lambda x: x.unmatched_device_ops),
+            time_col("Synchronize", lambda x: x.sync_ns, unit),
+        ],
+    )
+    body = table("lp-trace-launch", cols, rows)
+    runtime, _ = per_rank(s, lambda p: p.launches.runtime if p.launches is not None else ())
+    if runtime:
+        rt_unit = _unit([a.row.total_ns for a in runtime])
+        rt_cols: list[Col[At[RuntimeRow]]] = columns(
+            s,
+            [
+                text_col("Runtime call", lambda r: r.name, css="path"),
+                calls_col("Calls", lambda r: r.calls),
+                time_col("Total", lambda r: r.total_ns, rt_unit),
+            ],
+        )
+        body += heading("Runtime calls") + table("lp-trace-runtime", rt_cols, runtime)
+    intro = (
+        "Runtime calls that launched GPU work (kernels, copies, memsets) and the delay from"
+        " a launch call's end to its work's start on the device; a negative delay means the"
+        " CPU and GPU clocks disagree."
+    )
+    return Section("launches", "Launch overhead", body, intro)
+
+
+# ---------------------------------------------------------------- memory
+
+
+def memory_section(s: Subject) -> Section | None:
+    devices, _ = per_rank(s, lambda p: p.memory.devices if p.memory is not None else ())
+    allocs, _ = per_rank(s, lambda p: p.memory.top_ops if p.memory is not None else ())
+    if not devices and not allocs:
+        return None
+    body = ""
+    if devices:
+        cols: list[Col[At[DeviceMemory]]] = columns(
+            s,
+            [
+                text_col("Device", lambda d: d.device),
+                bytes_col("Peak allocated", lambda d: d.peak_allocated),
+                calls_col("Allocations", lambda d: d.allocations),
+                bytes_col("Allocated", lambda d: d.allocated_bytes),
+                bytes_col("Freed", lambda d: d.freed_bytes),
+            ],
+        )
+        body += table("lp-trace-memory", cols, devices)
+    if allocs:
+        op_cols: list[Col[At[AllocRow]]] = columns(
+            s,
+            [
+                text_col("Operator", lambda a: a.op, css="path"),
+                calls_col("Allocations", lambda a: a.allocations),
+                bytes_col("Bytes", lambda a: a.bytes),
+            ],
+        )
+        body += heading("Operators that allocated most") + table(
+            "lp-trace-memory-ops", op_cols, allocs
+        )
+    intro = "Allocator events of the trace (torch.profiler with profile_memory=True)."
+    return Section("memory", "Memory", body, intro)
+
+
+# ---------------------------------------------------------------- annotations
+
+
+def annotations_section(s: Subject) -> Section | None:
+    rows, total = per_rank(s, lambda p: p.annotations, key=lambda a: a.total_ns, limit=TABLE_LIMIT)
+    if not rows:
+        return None
+    unit = _unit([a.row.total_ns for a in rows])
+    spec: list[Col[AnnotationRow]] = [
+        text_col("Annotation", lambda a: a.path, css="path"),
+        calls_col("Calls", lambda a: a.calls),
+        time_col("Total", lambda a: a.total_ns, unit),
+        time_col("Self", lambda a: a.self_ns, unit),
+    ]
+    if any(a.row.device_ns is not None for a in rows):
+        spec += [
+            time_col("Device", lambda a: a.device_ns, unit),
+            time_col("Device self", lambda a: a.device_self_ns, unit),
+        ]
+    body = table(
+        "lp-trace-annotations", columns(s, spec), rows, filter_label="Filter annotations",
+        caption=top_caption(len(rows), total, "annotations"),
+    )  # fmt: skip
+    intro = "record_function spans as a tree (path = enclosing annotations), summed over the trace."
+    return Section("annotations", "Annotations", body, intro)
+
+
+# ---------------------------------------------------------------- ranks side by side
+
+
+def rank_ops_section(s: Subject) -> Section | None:
+    """Each rank's operators (the page's operator tables show one rank)."""
+    if not s.multi_rank:
+        return None
+    rows, total = per_rank(
+        s, lambda p: phase_ops(p.ops), key=lambda o: o.self_ns, limit=TABLE_LIMIT
+    )
+    if not rows:
+        return None
+    body = table(
+        "lp-trace-ops", columns(s, op_columns([a.row for a in rows])), rows,
+        filter_label="Filter operators", caption=top_caption(len(rows), total, "operators"),
+    )  # fmt: skip
+    return Section("rank-ops", "Operators per rank", body, "Per step (median over steps).")
+
+
+def cross_rank_section(s: Subject) -> Section | None:
+    run = s.run
+    cross = run.cross if run is not None else None
+    if run is None or cross is None:
+        return None
+    files = {p.rank: p.source.file for p in run.ranks if p.source is not None}
+    unit = _unit(
+        [line.median_step_ns for line in cross.ranks]
+        + [ns for step in cross.steps for _, ns in step.ns_by_rank]
+    )
+    line_cols: list[Col[RankLine]] = [
+        Col("Rank", lambda r: str(r.rank), lambda r: r.rank),
+        text_col("File", lambda r: files.get(r.rank, ""), css="path"),
+        time_col("Median step", lambda r: r.median_step_ns, unit),
+        time_col("Communication", lambda r: r.communication_ns, unit),
+        time_col("Compute", lambda r: r.compute_ns, unit),
+    ]
+    body = table("lp-ranks", line_cols, cross.ranks)
+    if cross.steps:
+        body += heading("Step time per rank") + table(
+            "lp-rank-steps", _cross_step_cols(run.ranks, unit), cross.steps
+        )
+    if cross.slowest_rank is not None:
+        body += paragraph(f"Slowest rank by median step: {cross.slowest_rank}.", "verdict")
+    intro = f"{len(run.ranks)} ranks of {run.path} (rank from {run.rank_source})."
+    return Section("ranks", "Ranks side by side", body, intro)
+
+
+def _cross_step_cols(ranks: Sequence[Profile], unit: TimeUnit) -> list[Col[StepAcrossRanks]]:
+    def at(rank: int | None) -> Callable[[StepAcrossRanks], float | None]:
+        return lambda st: dict(st.ns_by_rank).get(rank) if rank is not None else None
+
+    return [
+        text_col("Step", lambda st: st.name),
+        *[time_col(rank_name(p), at(p.rank), unit) for p in ranks],
+        Col("Slowest", lambda st: str(st.slowest_rank), lambda st: st.slowest_rank),
+        time_col("Spread", lambda st: st.spread_ns, unit),
+    ]

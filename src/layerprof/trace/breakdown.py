@@ -1,0 +1,149 @@
+"""Each step's wall time partitioned, per device: where the time went.
+
+At each instant of a step the first part active there gets the time, in this
+order (TensorBoard's step-time breakdown, with communication split out):
+
+====================  ======================================================
+``overlap``           a compute kernel and a communication kernel both run
+``compute``           compute kernels (no communication at that instant)
+``communication``     communication kernels alone: exposed communication
+``memcpy``            memcpys, no kernel
+``memset``            memsets, no kernel or memcpy
+``runtime``           the device is idle, the host is in a runtime call
+                      (launches, ``cudaDeviceSynchronize``, ``cuda_sync``)
+``dataloader``        ... in a span named like data loading
+                      (``enumerate(DataLoader)#...``, ``## data_load ##``)
+``cpu``               ... in CPU ops (any thread)
+``idle``              none of the above
+====================  ======================================================
+
+So the parts add up to the step's wall time exactly, and ``compute +
+overlap`` is the union of compute, ``overlap`` the intersection of compute
+and communication. A trace without device ops gets one row per step with
+``device`` None, where compute is the CPU ops on threads that run no
+collective and communication the CPU backends' collectives (``gloo:*``); data
+loading comes first there (it is CPU work of its own).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from layerprof.sections import Breakdown, Step, StepBreakdown, Steps
+from layerprof.trace.comm import comm_kernels, host_compute, host_executions
+from layerprof.trace.events import (
+    ANNOTATION,
+    KERNEL,
+    LAYER,
+    MEMCPY,
+    MEMSET,
+    MODULE,
+    OP,
+    RUNTIME,
+    SYNC,
+    EventTables,
+)
+from layerprof.trace.intervals import Lane, lane, merge, partition
+from layerprof.trace.nesting import Nesting
+
+DATALOADER = re.compile(r"DataLoader|data_?load", re.IGNORECASE)
+
+# lane bits
+_K, _C, _M, _S, _R, _D, _P = (1 << i for i in range(7))
+#: (part, lanes that must all be on), first match wins; what matches none is idle.
+DEVICE_ORDER = (
+    ("overlap", _K | _C), ("compute", _K), ("communication", _C), ("memcpy", _M),
+    ("memset", _S), ("runtime", _R), ("dataloader", _D), ("cpu", _P),
+)  # fmt: skip
+HOST_ORDER = (
+    ("dataloader", _D), ("overlap", _K | _C), ("compute", _K), ("communication", _C),
+    ("runtime", _R), ("cpu", _P),
+)  # fmt: skip
+
+
+def breakdown(tables: EventTables, nesting: Nesting, steps: Steps) -> Breakdown | None:
+    """The partition of every complete step (all steps when none is complete)."""
+    rows = steps.complete or steps.steps
+    if not rows:
+        return None
+    windows = [(s.start_ns, s.end_ns) for s in rows]
+    host = tables.host
+    gloo = host_executions(tables, nesting)
+    host_comm = lane(host.start[gloo], host.end[gloo])
+    runtime = _spans(tables, nesting, np.isin(host.kind, (RUNTIME, SYNC)))
+    loader_ids = [i for i, n in enumerate(tables.names) if DATALOADER.search(n)]
+    loader = _spans(
+        tables, nesting, np.isin(host.kind, (OP, ANNOTATION)) & np.isin(host.name, loader_ids)
+    )
+    cpu = _spans(tables, nesting, np.isin(host.kind, (OP, MODULE, LAYER)))
+    out: list[StepBreakdown] = []
+    if not tables.has_device:
+        compute = host_compute(tables, nesting, np.unique(host.thread[gloo]))
+        lanes = [compute, host_comm, *_none(2), runtime, loader, _nothing()]
+        out += _rows(rows, None, partition(lanes, windows, [b for _, b in HOST_ORDER]), HOST_ORDER)
+        return Breakdown(tuple(out))
+    dev = tables.device
+    is_comm = comm_kernels(tables)
+    for d in np.unique(dev.device).tolist():
+        on = dev.device == d
+
+        def pick(mask: np.ndarray, on: np.ndarray = on) -> Lane:
+            return lane(dev.start[mask & on], dev.end[mask & on])
+
+        lanes = [
+            pick((dev.kind == KERNEL) & ~is_comm),
+            merge(pick(is_comm), host_comm),
+            pick(dev.kind == MEMCPY),
+            pick(dev.kind == MEMSET),
+            runtime,
+            loader,
+            cpu,
+        ]
+        table = partition(lanes, windows, [b for _, b in DEVICE_ORDER])
+        out += _rows(rows, int(d), table, DEVICE_ORDER)
+    return Breakdown(tuple(out))
+
+
+def _spans(tables: EventTables, nesting: Nesting, mask: np.ndarray) -> Lane:
+    host = tables.host
+    mask = mask & ~nesting.detached
+    return lane(host.start[mask], host.end[mask])
+
+
+def _nothing() -> Lane:
+    return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+
+
+def _none(n: int) -> list[Lane]:
+    return [_nothing() for _ in range(n)]
+
+
+def _rows(
+    steps: tuple[Step, ...],
+    device: int | None,
+    table: np.ndarray,
+    order: tuple[tuple[str, int], ...],
+) -> list[StepBreakdown]:
+    out = []
+    for w, s in enumerate(steps):
+        parts = {name: int(table[w, c]) for c, (name, _) in enumerate(order)}
+        out.append(
+            StepBreakdown(
+                step=s.name,
+                device=device,
+                start_ns=s.start_ns,
+                wall_ns=s.dur_ns,
+                compute_ns=parts.get("compute", 0),
+                overlap_ns=parts.get("overlap", 0),
+                communication_ns=parts.get("communication", 0),
+                memcpy_ns=parts.get("memcpy", 0),
+                memset_ns=parts.get("memset", 0),
+                runtime_ns=parts.get("runtime", 0),
+                dataloader_ns=parts.get("dataloader", 0),
+                cpu_ns=parts.get("cpu", 0),
+                idle_ns=int(table[w, -1]),
+            )
+        )
+    return out

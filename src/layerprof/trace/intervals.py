@@ -1,0 +1,123 @@
+"""Interval sets as sorted disjoint segments: coverage, lengths, partitions.
+
+A *lane* is a set of intervals (kernels of one kind, runtime calls, ...)
+merged into disjoint sorted segments (``lane``). Partitioning a window by
+several lanes with a priority (``partition``) splits the time line at every
+segment boundary: inside one elementary piece each lane is either on or off,
+so each piece goes whole to the first lane that is on there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from layerprof.trace.events import I64
+from layerprof.trace.gpu import union
+
+Lane = tuple[I64, I64]  # disjoint sorted segments: starts, ends
+
+
+def lane(starts: I64, ends: I64) -> Lane:
+    """The union of the intervals as disjoint sorted segments (empty ones dropped)."""
+    keep = ends > starts
+    seg_s, seg_e, _ = union(starts[keep], ends[keep])
+    return seg_s, seg_e
+
+
+def empty_lane() -> Lane:
+    return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+
+
+def merge(*lanes: Lane) -> Lane:
+    """The union of several lanes."""
+    return lane(np.concatenate([s for s, _ in lanes]), np.concatenate([e for _, e in lanes]))
+
+
+def length(ln: Lane) -> int:
+    return int((ln[1] - ln[0]).sum())
+
+
+def covered_until(ln: Lane, t: I64) -> I64:
+    """Length of the lane before each time in ``t``."""
+    seg_s, seg_e = ln
+    if len(seg_s) == 0:
+        return np.zeros(len(t), dtype=np.int64)
+    cum = np.concatenate([[0], np.cumsum(seg_e - seg_s)])
+    k = np.searchsorted(seg_s, t, side="right")  # segments starting at or before t
+    over = np.where(k > 0, np.clip(seg_e[np.clip(k - 1, 0, None)] - t, 0, None), 0)
+    out: I64 = cum[k] - over
+    return out
+
+
+def covered(ln: Lane, lo: I64, hi: I64) -> I64:
+    """Length of the lane inside each [lo, hi)."""
+    out: I64 = covered_until(ln, hi) - covered_until(ln, lo)
+    return out
+
+
+def intersection(a: Lane, b: Lane) -> int:
+    """Length of a ∩ b."""
+    if len(a[0]) == 0 or len(b[0]) == 0:
+        return 0
+    return int(covered(b, a[0], a[1]).sum())
+
+
+def active(ln: Lane, points: I64) -> np.ndarray:
+    """Whether the lane covers each point (a segment [s, e) covers s, not e)."""
+    seg_s, seg_e = ln
+    if len(seg_s) == 0:
+        return np.zeros(len(points), dtype=bool)
+    k = np.searchsorted(seg_s, points, side="right") - 1
+    return (k >= 0) & (seg_e[np.clip(k, 0, None)] > points)
+
+
+def partition(
+    lanes: Sequence[Lane], windows: Sequence[tuple[int, int]], order: Sequence[int]
+) -> np.ndarray:
+    """ns per window and class: ``out[w, c]``.
+
+    A piece of time goes to the first bit combination in ``order`` whose
+    lanes are all on there (``order`` holds bit masks over ``lanes``: lane i
+    is bit ``1 << i``); a piece matching none goes to the last column (idle).
+    """
+    out = np.zeros((len(windows), len(order) + 1), dtype=np.int64)
+    if not windows:
+        return out
+    w_s = np.asarray([lo for lo, _ in windows], dtype=np.int64)
+    w_e = np.asarray([hi for _, hi in windows], dtype=np.int64)
+    bounds = np.unique(np.concatenate([w_s, w_e, *[s for s, _ in lanes], *[e for _, e in lanes]]))
+    bounds = bounds[(bounds >= w_s.min()) & (bounds <= w_e.max())]
+    left, size = bounds[:-1], np.diff(bounds)
+    by_start = np.argsort(w_s, kind="stable")
+    k = np.searchsorted(w_s[by_start], left, side="right") - 1
+    w = by_start[np.clip(k, 0, None)]
+    inside = (k >= 0) & (left < w_e[w])
+    bits = np.zeros(len(left), dtype=np.int64)
+    for i, ln in enumerate(lanes):
+        bits |= active(ln, left).astype(np.int64) << i
+    klass = np.full(len(left), len(order), dtype=np.int64)
+    for c in reversed(range(len(order))):
+        klass[(bits & order[c]) == order[c]] = c
+    flat = w[inside] * (len(order) + 1) + klass[inside]
+    sums = np.zeros(out.size, dtype=np.int64)
+    np.add.at(sums, flat, size[inside])  # integer sums: exact to the ns
+    return sums.reshape(out.shape)
+
+
+def thin(times: I64, values: I64, most: int) -> tuple[tuple[int, int], ...]:
+    """At most ``most`` points: the last value at each instant, then the maximum per bucket."""
+    last = np.append(times[1:] != times[:-1], True)
+    times, values = times[last], values[last]
+    if len(times) > most:
+        bucket = (times - times[0]) * most // max(int(times[-1] - times[0]), 1)
+        keep = np.zeros(len(times), dtype=bool)
+        starts = np.flatnonzero(np.append(True, bucket[1:] != bucket[:-1]))
+        peaks = np.maximum.reduceat(values, starts)
+        for b, (a, peak) in enumerate(zip(starts.tolist(), peaks.tolist(), strict=True)):
+            end = starts[b + 1] if b + 1 < len(starts) else len(times)
+            keep[a + int(np.argmax(values[a:end] == peak))] = True
+        keep[-1] = True
+        times, values = times[keep], values[keep]
+    return tuple(zip(times.tolist(), values.tolist(), strict=True))

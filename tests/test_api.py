@@ -1,0 +1,108 @@
+"""The Python API as a user meets it (11.7): explicit units, objects that render
+themselves, the files the CLI writes, and device/dtype like ``--device/--dtype``."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import layerprof
+from layerprof.cli import main
+from layerprof.errors import LayerprofError, UsageError
+from tests.cli_models import Net
+from tests.real_models import ResNetish
+
+
+@pytest.fixture(scope="module")
+def prof() -> layerprof.Profile:
+    return layerprof.profile(Net(), torch.randn(2, 4), warmup=1, iters=5, ops=True)
+
+
+def test_units_are_explicit_and_agree_with_json(prof: layerprof.Profile) -> None:
+    lat = prof.latency
+    assert lat is not None
+    assert lat.median_ns == lat.median  # the fields are ns...
+    assert lat.median_ms == pytest.approx(lat.median / 1e6)  # ...and say how to get ms
+    data = prof.to_dict()
+    assert data["latency_ms"]["median"] == pytest.approx(lat.median_ms)
+    assert data["latency_ms"]["p90"] == pytest.approx(lat.p90_ms)
+    assert lat.ci_ms == pytest.approx((data["latency_ms"]["ci_low"], data["latency_ms"]["ci_high"]))
+    assert lat.ms()["median"] == pytest.approx(lat.median_ms)
+    json_layers = {row["path"]: row for row in data["layers"]}
+    for row in prof.rows():
+        assert json_layers[row.path]["total_ms"] == pytest.approx(row.total_ms)
+        assert json_layers[row.path]["self_ms"] == pytest.approx(row.self_ms)
+
+
+def test_profile_and_diff_render_themselves(prof: layerprof.Profile) -> None:
+    text = repr(prof)
+    assert text.startswith("<Profile Net on cpu: latency median ") and "\n" not in text
+    assert len(text) < 200
+    assert "fc1" in str(prof) and "findings" in str(prof)  # print(prof): the report
+    d = layerprof.diff(prof, prof)
+    assert repr(d).startswith("<Diff Net -> Net: ") and "\n" not in repr(d)
+    report = str(d)  # print(d): the console report
+    assert "no change beyond noise" in report and "Layers (self time, host)" in report
+    assert d.to_markdown().startswith("### ") and d.headline() in d.to_markdown()
+    saved = d.to_dict()
+    assert saved["schema"].startswith("layerprof.diff/")
+
+
+def test_a_profile_writes_what_the_cli_writes(
+    prof: layerprof.Profile, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    written = {
+        name: prof.write(tmp_path / name)
+        for name in ("p.html", "p.csv", "t.json.gz", "s.folded", "s.speedscope.json", "p.json")
+    }
+    assert "<html" in written["p.html"].read_text()[:500].lower()
+    trace = json.loads(gzip.decompress(written["t.json.gz"].read_bytes()))
+    assert any(e.get("name", "").startswith("aten::") for e in trace["traceEvents"])
+    assert prof.write(tmp_path / "t.json", fmt="trace").read_bytes().startswith(b"{")
+    tb = layerprof.write_tensorboard(prof, tmp_path / "tb")
+    assert tb.name.endswith(".pt.trace.json") and tb.parent == tmp_path / "tb"
+    assert layerprof.Profile.load(written["p.json"]).meta.model == "Net"
+    # the CLI re-rendering the same saved profile writes the same CSV
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", "p.json", "--csv", "cli.csv", "--quiet"]) == 0
+    assert (tmp_path / "cli.csv").read_text() == written["p.csv"].read_text()
+
+
+def test_dtype_profiles_a_cast_copy_and_leaves_the_model() -> None:
+    model = ResNetish()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    prof = layerprof.profile(
+        model, torch.randn(1, 3, 32, 32), warmup=0, iters=2, dtype=torch.float64
+    )
+    assert prof.meta.dtype == "float64"
+    assert prof.row("").calls == 1 and prof.row("layer1").calls == 1
+    state = model.state_dict()
+    assert all(torch.equal(state[k], v) and state[k].dtype == v.dtype for k, v in before.items())
+    assert model.training  # eval mode was restored too
+    again = layerprof.profile(model, torch.randn(1, 3, 32, 32), warmup=0, iters=2, dtype="float32")
+    assert again.meta.dtype == "float32"
+
+
+def test_device_and_dtype_errors_are_clear() -> None:
+    with pytest.raises(UsageError, match="not a floating dtype"):
+        layerprof.profile(nn.Linear(2, 2), torch.zeros(1, 2), dtype=torch.int64)
+    with pytest.raises(UsageError, match="expected cpu, cuda or cuda:N"):
+        layerprof.profile(nn.Linear(2, 2), torch.zeros(1, 2), device="tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(LayerprofError, match="CUDA is not available"):
+            layerprof.profile(nn.Linear(2, 2), torch.zeros(1, 2), device="cuda")
+    prof = layerprof.profile(nn.Linear(2, 2), torch.zeros(1, 2), device="cpu", warmup=0, iters=1)
+    assert prof.meta.device == "cpu"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_device_cuda_moves_a_copy() -> None:
+    model = Net()
+    prof = layerprof.profile(model, torch.randn(2, 4), device="cuda", warmup=1, iters=3)
+    assert prof.meta.device.startswith("cuda")
+    assert next(model.parameters()).device.type == "cpu"

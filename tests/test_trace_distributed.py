@@ -1,0 +1,587 @@
+"""Distributed analyses from traces: step breakdown, collectives, queues, memory
+timeline, stragglers. Hand-built multi-rank traces whose numbers are worked out
+in the comments, properties of the partition, bad input, and the codec."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from layerprof import codec
+from layerprof.analysis.diagnose import diagnose, diagnose_run
+from layerprof.profile import Run
+from layerprof.render.formats import ConsoleRenderer
+from layerprof.sections import BREAKDOWN_PARTS, bus_factor
+from layerprof.trace import analyze
+from layerprof.trace.comm import collective_kind
+from layerprof.trace.intervals import lane, partition
+from tests.test_trace_synthetic import span, write
+
+S = 10  # every time below is in units of 10 µs, so a step is 1 ms
+US = 1000
+
+
+def gpu_op(cat: str, name: str, ts: float, dur: float, corr: int, device: int, stream: int,
+           **args: Any) -> dict[str, Any]:  # fmt: skip
+    return {"ph": "X", "cat": cat, "name": name, "pid": device, "tid": stream, "ts": ts,
+            "dur": dur, "args": {"device": device, "stream": stream, "correlation": corr, **args}}  # fmt: skip
+
+
+def memory(ts: float, nbytes: int, total: int, device: int) -> dict[str, Any]:
+    return {"ph": "i", "s": "t", "name": "[memory]", "pid": 1, "tid": 1, "ts": ts,
+            "args": {"Device Type": 1, "Device Id": device, "Bytes": nbytes,
+                     "Total Allocated": total}}  # fmt: skip
+
+
+COMM_ARGS = {"Collective name": "allreduce", "In msg nelems": 1000, "Out msg nelems": 1000,
+             "dtype": "Float", "Group size": 2, "Process Group Name": "0"}  # fmt: skip
+
+
+def step(
+    n: int, t0: float, rank: int, late: float, kind: str = "allreduce"
+) -> list[dict[str, Any]]:
+    """One 100-unit step (units of S µs, relative to t0) on ``rank``:
+
+    0   ProfilerStep#n                    100
+    5   aten::mm                          20    launch 10..12 -> gemm on stream 7 at 20..50
+    30  c10d::allreduce_                  10
+    31    record_param_comms (args)       8     launch 32..34 -> nccl kernel on stream 99
+                                                at 40+late..70 (ends together on every rank)
+    72  cudaMemcpyAsync                   1     -> HtoD memcpy 75..80
+    80  cudaDeviceSynchronize             4
+    85  enumerate(DataLoader)#...__next__ 10
+
+    Rank 0 (late 0): overlap [40,50) 10, compute [20,40) 20, comm [50,70) 20,
+    memcpy 5, runtime [10,12)+[72,73)+[80,84) 7 (the launch at 32 runs beside a
+    kernel), dataloader 10, cpu [5,10)+[12,20) 13, idle [0,5)+[70,72)+[73,75)
+    +[84,85)+[95,100) 15: 100. Rank 1 (late 10): overlap 0, compute 30, comm 20.
+    """
+    c = 1000 * n + 10
+    args = {**COMM_ARGS, "Collective name": kind}
+    name = "ncclKernel_AllReduce_RING_LL_Sum_float" if kind == "allreduce" else "ncclKernel_Broadcast_RING_LL_Sum_int8_t"  # fmt: skip
+    d = rank
+
+    def at(x: float) -> float:
+        return t0 + x * S
+
+    return [
+        span("user_annotation", f"ProfilerStep#{n}", at(0), 100 * S),
+        span("cpu_op", "aten::mm", at(5), 20 * S, **{"External id": c}),
+        span("cuda_runtime", "cudaLaunchKernel", at(10), 2 * S, correlation=c),
+        gpu_op("kernel", "gemm", at(20), 30 * S, c, d, 7),
+        span("cpu_op", "c10d::allreduce_", at(30), 10 * S, **{"External id": c + 1}),
+        span("cpu_op", "record_param_comms", at(31), 8 * S, **{"External id": c + 2, **args}),
+        span("cuda_runtime", "cudaLaunchKernel", at(32), 2 * S, correlation=c + 1),
+        gpu_op("kernel", name, at(40 + late), (30 - late) * S, c + 1, d, 99),
+        span("cuda_runtime", "cudaMemcpyAsync", at(72), 1 * S, correlation=c + 2),
+        gpu_op(
+            "gpu_memcpy",
+            "Memcpy HtoD (Pinned -> Device)",
+            at(75),
+            5 * S,
+            c + 2,
+            d,
+            7,
+            bytes=1 << 20,
+        ),
+        span("cuda_runtime", "cudaDeviceSynchronize", at(80), 4 * S),
+        span(
+            "user_annotation",
+            "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+            at(85),
+            10 * S,
+        ),
+        memory(at(6), 1000, 1000, d),
+        memory(at(33), 4000, 5000, d),
+        memory(at(90), -5000, 0, d),
+    ]
+
+
+def rank_doc(rank: int, *, late: float, clock: float = 0.0, steps: int = 2, world: int = 2,
+             kind: str = "allreduce") -> dict[str, Any]:  # fmt: skip
+    """Steps 1..steps at 1000 µs apart; ``clock`` shifts the rank's whole clock."""
+    events: list[dict[str, Any]] = []
+    for n in range(1, steps + 1):
+        events += step(n, clock + 1000 * n, rank, late, kind)
+    return {"traceEvents": events, "distributedInfo": {"rank": rank, "world_size": world}}
+
+
+def two_ranks(tmp_path: Path, **rank1: Any) -> Run:
+    write(tmp_path, rank_doc(0, late=0), "r0.json")
+    write(tmp_path, rank_doc(1, **{"late": 10, "clock": 5_000_000.0, **rank1}), "r1.json")
+    return analyze(tmp_path)
+
+
+def test_breakdown_partitions_each_step(tmp_path: Path) -> None:
+    run = two_ranks(tmp_path)
+    r0, r1 = run.ranks
+    assert r0.breakdown is not None and r1.breakdown is not None
+    ms = S * US  # one unit in ns
+    expect0 = dict(compute=20, overlap=10, communication=20, memcpy=5, memset=0, runtime=7,
+                   dataloader=10, cpu=13, idle=15)  # fmt: skip
+    expect1 = {**expect0, "compute": 30, "overlap": 0}
+    for profile, expect in ((r0, expect0), (r1, expect1)):
+        assert profile.breakdown is not None
+        assert [s.step for s in profile.breakdown.steps] == ["ProfilerStep#1", "ProfilerStep#2"]
+        for s in profile.breakdown.steps:
+            assert s.wall_ns == 100 * ms and s.device == profile.rank
+            assert dict(s.parts()) == {k: v * ms for k, v in expect.items()}
+            assert sum(ns for _, ns in s.parts()) == s.wall_ns
+
+
+def test_collectives_kind_size_bandwidth_and_overlap(tmp_path: Path) -> None:
+    r0, r1 = two_ranks(tmp_path).ranks
+    c0 = r0.communication
+    assert c0 is not None and c0.on_device
+    (first, second) = c0.collectives
+    assert (first.kind, first.group, first.group_size, first.bytes) == ("all_reduce", "0", 2, 4000)
+    assert (first.step, first.index, second.step, second.index) == (
+        "ProfilerStep#1", 0, "ProfilerStep#2", 0)  # fmt: skip
+    assert first.dur_ns == 30 * S * US and first.exposed_ns == 20 * S * US
+    assert first.algbw == pytest.approx(4000 / (30 * S * US))
+    assert first.busbw == pytest.approx(first.algbw * 2 * (2 - 1) / 2)
+    # before it: gemm's [20, 40) (its end overlaps the collective)
+    assert first.prior_top == "gemm" and first.prior_compute_ns == 20 * S * US
+    # issued by the launch call at 32 (times are relative to the file's first µs: step 1)
+    assert first.issue_ns == 32 * S * US
+    # the second: since the first ended at 70, gemm [120, 140) of step 2
+    assert second.prior_compute_ns == 20 * S * US
+    # whole trace: comm 2 x 30 units, overlapped 2 x 10 units
+    assert (c0.comm_ns, c0.overlap_ns) == (60 * S * US, 20 * S * US)
+    assert c0.overlap_pct == pytest.approx(100 / 3)
+    c1 = r1.communication
+    assert c1 is not None and c1.overlap_ns == 0 and c1.exposed_ns == c1.comm_ns
+
+
+def test_straggler_found_across_clocks(tmp_path: Path) -> None:
+    run = two_ranks(tmp_path)
+    s = run.stragglers
+    assert s is not None
+    assert s.matched == 2 and s.straggler == 1 and s.notes == ()
+    r0, r1 = s.ranks
+    # rank 1's clock runs 5 s ahead: recovered from the collectives' common end
+    assert r1.clock_offset_ns == 5_000_000 * US and r0.clock_offset_ns == 0
+    assert (r1.last, r1.median_late_ns, r1.late_ns) == (2, 10 * S * US, 2 * 10 * S * US)
+    assert r1.prior_top == "gemm" and r0.last == 0
+    assert s.median_skew_ns == 10 * S * US
+    worst = s.worst[0]
+    assert worst.last_rank == 1 and worst.skew_ns == 10 * S * US and worst.kind == "all_reduce"
+    findings = [f for f in diagnose_run(run) if "straggler" in f.title]
+    assert len(findings) == 1
+    f = findings[0]
+    assert f.title == "rank 1 is a straggler: last at 2 of 2 collectives"
+    assert "median 100.0 µs after the first rank" in f.detail and "gemm" in f.detail
+
+
+def test_queues_and_launches(tmp_path: Path) -> None:
+    r0 = two_ranks(tmp_path).ranks[0]
+    q = r0.queues
+    assert q is not None
+    streams = {s.stream: s for s in q.streams}
+    assert set(streams) == {7, 99}
+    # one launch at a time, each started after its call: never more than one queued
+    assert streams[7].max_length == 1 and streams[7].ops == 4
+    assert q.sync_ns == 2 * 4 * S * US
+    # memcpy (5 units) is longer than its 1-unit launch; gemm and nccl longer too
+    assert q.short_kernels == 0 and q.kernels == 6
+    assert q.full_launch_ns == 0 and q.blocked_ns == q.sync_ns
+
+
+def test_memory_timeline_peak(tmp_path: Path) -> None:
+    r0 = two_ranks(tmp_path).ranks[0]
+    m = r0.memory_timeline
+    assert m is not None
+    (dev,) = m.devices
+    assert dev.device == "cuda:0" and dev.peak_bytes == 5000 and dev.events == 6
+    assert dev.peak_op == "record_param_comms" and dev.peak_step == "ProfilerStep#1"
+    assert dev.peak_ns == 33 * S * US  # relative to the file's first µs (step 1's start)
+    assert [v for _, v in dev.points] == [1000, 5000, 0, 1000, 5000, 0]
+
+
+def test_codec_round_trip(tmp_path: Path) -> None:
+    run = two_ranks(tmp_path)
+    back = codec.from_dict(codec.to_dict(run))
+    assert isinstance(back, Run)
+    assert back.stragglers == run.stragglers
+    for a, b in zip(run.ranks, back.ranks, strict=True):
+        assert (b.breakdown, b.communication, b.queues, b.memory_timeline) == (
+            a.breakdown, a.communication, a.queues, a.memory_timeline)  # fmt: skip
+    # files written before these sections load with them empty
+    old = codec.to_dict(run)
+    old.pop("stragglers")
+    for r in old["ranks"]:
+        for key in ("breakdown", "communication", "queues", "memory_timeline"):
+            r.pop(key)
+    plain = codec.from_dict(old)
+    assert isinstance(plain, Run) and plain.stragglers is None
+    assert all(p.breakdown is None and p.communication is None for p in plain.ranks)
+
+
+def test_console_shows_the_sections(tmp_path: Path) -> None:
+    text = ConsoleRenderer().render(two_ranks(tmp_path), width=120)
+    assert "step time breakdown, device 0" in text
+    assert "communication: 2 collectives" in text and "all_reduce" in text
+    assert "device queues" in text and "memory timeline cuda:0: peak 4.9 KiB" in text
+    assert "rank 1 arrives last most often" in text
+
+
+def test_missing_rank_and_different_step_counts_are_notes(tmp_path: Path) -> None:
+    write(tmp_path, rank_doc(0, late=0, world=3), "r0.json")
+    write(tmp_path, rank_doc(2, late=10, world=3, steps=1), "r2.json")
+    s = analyze(tmp_path).stragglers
+    assert s is not None
+    assert (
+        "2 of 3 ranks present; missing: 1 (stragglers are judged among the ranks present)"
+        in s.notes
+    )
+    assert "ranks have different numbers of complete steps (rank 0: 2, rank 2: 1)" in s.notes
+    assert s.matched == 1  # ProfilerStep#1 only
+    assert "rank 0: 1 of 2 collectives match no other rank" in " ".join(s.notes)
+
+
+def test_collectives_that_never_match_are_a_note(tmp_path: Path) -> None:
+    run = two_ranks(tmp_path, kind="broadcast")
+    s = run.stragglers
+    assert s is not None and s.matched == 0 and s.straggler is None
+    assert "no collective matched across ranks: no arrival skew" in s.notes
+    assert all(line.unmatched == 2 for line in s.ranks)
+    diagnose_run(run)  # and no finding needs a match
+
+
+def test_rank_without_collectives(tmp_path: Path) -> None:
+    write(tmp_path, rank_doc(0, late=0), "r0.json")
+    doc = rank_doc(1, late=0)
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if "nccl" not in e["name"]]
+    write(tmp_path, doc, "r1.json")
+    run = analyze(tmp_path)
+    assert run.ranks[1].communication is None
+    assert (
+        run.stragglers is not None
+        and "rank 1 has no collectives in its trace" in run.stragglers.notes
+    )
+
+
+def test_cpu_only_gloo_breakdown(tmp_path: Path) -> None:
+    """A host-only trace: compute = CPU ops off the gloo threads, communication = gloo spans.
+
+    main thread: aten::mm 10..40, aten::add 50..60; gloo thread: gloo:all_reduce 30..70
+    (Input Dims [[256]] float: 1 KiB). Step 0..100: dataloader 0..5 first; overlap
+    [30,40) 10; compute [10,30) + [50,60) = 30 - 10 ... (see asserts)."""
+    events = [
+        span("user_annotation", "ProfilerStep#0", 1000, 100),
+        span("user_annotation", "enumerate(DataLoader)#x", 1000, 5),
+        span("cpu_op", "aten::mm", 1010, 30),
+        span("cpu_op", "aten::add", 1050, 10),
+        span(
+            "user_annotation",
+            "gloo:all_reduce",
+            1030,
+            40,
+            tid=9,
+            **{"External id": 7, "Input Dims": [[256]], "Input type": ["float"]},
+        ),
+    ]
+    p = analyze(write(tmp_path, {"traceEvents": events})).rank()
+    assert p.breakdown is not None
+    (row,) = p.breakdown.steps
+    assert row.device is None
+    parts = {k: v // US for k, v in row.parts() if v}
+    # overlap [30,40)+[50,60) 20; compute [10,30) 20; comm [40,50)+[60,70) 20; idle 35
+    assert parts == {"dataloader": 5, "compute": 20, "overlap": 20, "communication": 20, "idle": 35}
+    c = p.communication
+    assert c is not None and not c.on_device
+    (x,) = c.collectives
+    assert (x.kind, x.bytes, x.device, x.issue_ns) == ("all_reduce", 1024, None, None)
+    assert x.exposed_ns == 20 * US and x.prior_top == "aten::mm"
+
+
+def test_launch_bound_finding(tmp_path: Path) -> None:
+    """200 kernels of 1 µs, each launched by a 4 µs call: launch-bound."""
+    events = [span("user_annotation", "ProfilerStep#0", 0, 2000)]
+    for k in range(200):
+        events.append(span("cuda_runtime", "cudaLaunchKernel", 5 + 9 * k, 4, correlation=k))
+        events.append(gpu_op("kernel", "tiny", 10 + 9 * k, 1, k, 0, 7))
+    p = analyze(write(tmp_path, {"traceEvents": events})).rank()
+    assert p.queues is not None and p.queues.short_kernels == 200
+    titles = [f.title for f in diagnose(p)]
+    assert "100% of device ops run shorter than their launch call" in titles
+
+
+def test_full_queue_and_delay_outliers(tmp_path: Path) -> None:
+    """1100 launches 1 µs apart, kernels start much later: the queue passes 1024."""
+    events = [span("user_annotation", "ProfilerStep#0", 0, 10_000)]
+    for k in range(1100):
+        events.append(span("cuda_runtime", "cudaLaunchKernel", 1 + k, 0.5, correlation=k))
+        events.append(gpu_op("kernel", "slow", 2000 + 5 * k, 5, k, 0, 7))
+    p = analyze(write(tmp_path, {"traceEvents": events})).rank()
+    q = p.queues
+    assert q is not None
+    (s,) = q.streams
+    assert s.max_length == 1100 - 0 and s.full_ns > 0
+    # launches 1025.. saw 1024 queued before them: 76 calls of 0.5 µs blocked
+    assert q.full_launch_ns == 76 * 500
+    assert len(s.series) <= 2000 and max(v for _, v in s.series) == s.max_length
+
+
+def test_collective_kinds() -> None:
+    assert collective_kind("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*)") == "all_reduce"
+    assert collective_kind("c10d::_allgather_base_") == "all_gather"
+    assert collective_kind("c10d::_reduce_scatter_base_") == "reduce_scatter"
+    assert collective_kind("nccl:all_to_all") == "all_to_all"
+    assert collective_kind("ncclDevKernel_SendRecv(ncclDevComm*)") == "send_recv"
+    assert collective_kind("gloo:broadcast") == "broadcast"
+    assert collective_kind("aten::mm") is None
+    assert bus_factor("all_reduce", 8) == pytest.approx(1.75)
+    assert bus_factor("all_gather", 4) == pytest.approx(0.75)
+
+
+# ---- properties ---------------------------------------------------------------------
+
+intervals = st.lists(st.tuples(st.integers(0, 60), st.integers(1, 20)), max_size=8)
+
+
+def brute(spans: list[tuple[int, int]], size: int) -> np.ndarray:
+    on = np.zeros(size, dtype=bool)
+    for s, d in spans:
+        on[s : s + d] = True
+    return on
+
+
+@settings(max_examples=200, deadline=None)
+@given(k=intervals, c=intervals, m=intervals, r=intervals, lo=st.integers(0, 30),
+       width=st.integers(1, 60))  # fmt: skip
+def test_partition_matches_a_per_ns_count(
+    k: list[tuple[int, int]], c: list[tuple[int, int]], m: list[tuple[int, int]],
+    r: list[tuple[int, int]], lo: int, width: int,
+) -> None:  # fmt: skip
+    def as_lane(spans: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+        s = np.asarray([a for a, _ in spans], dtype=np.int64)
+        return lane(s, s + np.asarray([d for _, d in spans], dtype=np.int64))
+
+    order = [0b11, 0b01, 0b10, 0b100, 0b1000]
+    table = partition([as_lane(x) for x in (k, c, m, r)], [(lo, lo + width)], order)
+    size = 100
+    K, C, M, R = (brute(x, size)[lo : lo + width] for x in (k, c, m, r))
+    expect = [
+        (K & C).sum(), (K & ~C).sum(), (C & ~K).sum(), (M & ~K & ~C).sum(),
+        (R & ~M & ~K & ~C).sum(), (~(K | C | M | R)).sum(),
+    ]  # fmt: skip
+    assert table[0].tolist() == expect
+    assert table.sum() == width  # a partition of the window
+    assert table[0, 0] <= min(K.sum(), C.sum())  # overlap <= min(compute, comm)
+
+
+@settings(max_examples=30, deadline=None)
+@given(compute=intervals, comm=intervals, ops=intervals)
+def test_breakdown_of_random_traces_adds_up(
+    tmp_path_factory: pytest.TempPathFactory,
+    compute: list[tuple[int, int]],
+    comm: list[tuple[int, int]],
+    ops: list[tuple[int, int]],
+) -> None:
+    events = [span("user_annotation", "ProfilerStep#0", 10, 50),
+              span("user_annotation", "ProfilerStep#1", 60, 30)]  # fmt: skip
+    for i, (s, d) in enumerate(compute):
+        events.append(gpu_op("kernel", "gemm", s, d, 100 + i, 0, 7))
+    for i, (s, d) in enumerate(comm):
+        events.append(gpu_op("kernel", "ncclKernel_AllReduce", s, d, 200 + i, 0, 9))
+    for s, d in ops:
+        events.append(span("cpu_op", "aten::mm", s, d))
+    if not compute and not comm:
+        events.append(gpu_op("gpu_memset", "Memset", 0, 1, 1, 0, 7))
+    path = write(tmp_path_factory.mktemp("t"), {"traceEvents": events})
+    p = analyze(path).rank()
+    assert p.breakdown is not None
+    K, C = brute(compute, 200), brute(comm, 200)
+    origin = min(e["ts"] for e in events if e.get("ph") == "X")
+    for row in p.breakdown.steps:
+        assert sum(ns for _, ns in row.parts()) == row.wall_ns
+        lo = row.start_ns // US + origin
+        window = slice(lo, lo + row.wall_ns // US)
+        assert row.overlap_ns == (K[window] & C[window]).sum() * US
+        assert row.overlap_ns <= min(
+            row.compute_ns + row.overlap_ns, row.communication_ns + row.overlap_ns
+        )
+        assert set(dict(row.parts())) == set(BREAKDOWN_PARTS)
+
+
+def test_html_shows_the_distributed_section(tmp_path: Path) -> None:
+    from layerprof.render.formats import HtmlRenderer
+
+    page = HtmlRenderer().render(two_ranks(tmp_path))
+    assert 'id="distributed"' in page and "Step time breakdown" in page
+    # one stacked bar per rank and step, a segment per non-zero part
+    assert page.count("rank 1 · device 1 · ProfilerStep#") == 2
+    assert 'title="Overlap: 0.100 ms (10.0%)"' in page  # rank 0: [40, 50) units of 10 µs
+    assert page.count('<i class="part-overlap" style') == 2  # rank 1 never overlaps
+    assert "rank 1 arrives last most often" in page
+
+
+BAR = re.compile(
+    r'<div class="sbar"><span class="sbar-name">([^<]*)</span><span class="sbar-track">(.*?)'
+    r'</span><span class="sbar-wall">([^<]*)</span></div>'
+)
+SEGMENT = re.compile(r'<i class="part-(\w+)" style="width:([\d.]+)%" title="([^"]*)"></i>')
+
+
+def test_html_numbers_are_the_typed_values(tmp_path: Path) -> None:
+    """Every bar, segment and table cell of the card is the typed value, formatted by units."""
+    from layerprof.render.html import render_html
+    from layerprof.render.html.distributed import PART_LABELS
+    from layerprof.units import MS, fmt_gb_s, fmt_share, human_bytes
+    from tests.html_subjects import assert_times, tables
+
+    run = two_ranks(tmp_path)
+    page = render_html(run)
+    bars = BAR.findall(page)
+    steps = [(p, row) for p in run.ranks if p.breakdown for row in p.breakdown.steps]
+    assert [name for name, _, _ in bars] == [
+        f"rank {p.rank} · device {row.device} · {row.step}" for p, row in steps
+    ]
+    longest = max(row.wall_ns for _, row in steps)
+    for (_, track, wall), (_, row) in zip(bars, steps, strict=True):
+        assert wall == f"{MS.fmt(row.wall_ns)} ms"
+        expect = [(part, ns) for part, ns in row.parts() if ns]
+        got = SEGMENT.findall(track)
+        assert [g[0] for g in got] == [part for part, _ in expect]
+        for (_, width, tip), (part, ns) in zip(got, expect, strict=True):
+            assert float(width) == pytest.approx(100 * ns / longest, abs=1e-3)
+            label = PART_LABELS[part][0]
+            assert tip == f"{label}: {MS.fmt(ns)} ms ({fmt_share(ns / row.wall_ns)})"
+    t = tables(page)
+    totals = [p.breakdown.totals(p.rank) for p in run.ranks if p.breakdown]
+    assert_times(t["lp-breakdown"], "Wall (", [x["wall"] for x in totals])
+    for part in BREAKDOWN_PARTS:
+        if part != "memset":  # zero in every step: left out (the caption says so)
+            assert_times(t["lp-breakdown"], f"{PART_LABELS[part][0]} (", [x[part] for x in totals])
+    assert "Memset (" not in " ".join(t["lp-breakdown"].headers)
+    assert "Zero in every step: Memset." in page
+    comms = [p.communication for p in run.ranks if p.communication]
+    comm = t["lp-comm"]
+    assert_times(comm, "Communication (", [c.comm_ns for c in comms])
+    assert_times(comm, "Overlapped by compute (", [c.overlap_ns for c in comms])
+    assert_times(comm, "Exposed (", [c.exposed_ns for c in comms])
+    assert [c.text for c in comm.column("Overlap")] == ["33.3%", "0.0%"]
+    assert [c.text for c in comm.column("Collectives")] == ["2", "2"]
+    groups = t["lp-collectives"]
+    assert [c.text for c in groups.column("Kind")] == ["all_reduce", "all_reduce"]
+    assert_times(groups, "Duration (", [sum(x.dur_ns for x in c.collectives) for c in comms])
+    assert_times(groups, "Exposed (", [sum(x.exposed_ns for x in c.collectives) for c in comms])
+    assert [c.text for c in groups.column("Bytes")] == [human_bytes(8000)] * 2
+    algbw = [c.collectives[0].algbw for c in comms]  # both calls of a rank alike
+    assert [c.text for c in groups.column("algbw (GB/s)")] == [fmt_gb_s(v) for v in algbw]
+    queues = [p.queues for p in run.ranks if p.queues]
+    assert_times(t["lp-queues"], "Host blocked (", [q.blocked_ns for q in queues])
+    streams = [s for q in queues for s in q.streams]
+    assert [c.text for c in t["lp-queue-streams"].column("Max queue")] == [
+        str(s.max_length) for s in streams
+    ]
+    peaks = [d for p in run.ranks if p.memory_timeline for d in p.memory_timeline.devices]
+    peak = t["lp-memory-peak"]
+    assert [c.text for c in peak.column("Peak allocated")] == [
+        human_bytes(d.peak_bytes) for d in peaks
+    ]
+    assert [c.text for c in peak.column("Operator")] == ["record_param_comms"] * 2
+    assert_times(peak, "At (", [d.peak_ns for d in peaks])
+    s = run.stragglers
+    assert s is not None
+    late = t["lp-stragglers"]
+    assert [c.text for c in late.column("Last")] == ["0", "2"]
+    assert_times(late, "Median late (", [r.median_late_ns for r in s.ranks])
+    assert_times(late, "Clock offset (", [r.clock_offset_ns for r in s.ranks])
+    assert [c.text for c in late.column("Mostly before")] == ["", "gemm"]
+    worst = t["lp-straggler-worst"]
+    assert_times(worst, "Skew (", [m.skew_ns for m in s.worst])
+    assert worst.column(worst.find("Skew ("))[0].tip == "rank 0 +0.0 µs, rank 1 +100.0 µs"
+
+
+def test_collective_groups_sum_and_take_median_bandwidths() -> None:
+    """The communication table's rows: by (kind, group), most time first; bandwidths are
+    the median over the calls (algbw bytes/ns; busbw x 2(n-1)/n = 1.5 for a 4-way all-reduce)."""
+    from dataclasses import replace
+
+    from layerprof.render.html.distributed import collective_groups
+    from layerprof.sections import Collective, Communication
+    from layerprof.units import fmt_gb_s
+
+    one = Collective(kind="all_reduce", name="nccl", group="0", group_size=4, step=None,
+                     index=0, seq=None, issue_ns=None, start_ns=0, dur_ns=1000, bytes=4000,
+                     device=0, stream=1, exposed_ns=200, prior_compute_ns=0, prior_top=None)  # fmt: skip
+    calls = (one, replace(one, dur_ns=2000, exposed_ns=0), replace(one, dur_ns=500, bytes=None))
+    gather = replace(one, kind="all_gather", dur_ns=100)
+    c = Communication(collectives=(*calls, gather), comm_ns=3600, overlap_ns=0, compute_ns=0,
+                      origin_ns=0, on_device=True)  # fmt: skip
+    reduce, gathers = collective_groups(c)
+    assert (reduce.kind, gathers.kind) == ("all_reduce", "all_gather")
+    assert (reduce.total_ns, reduce.exposed_ns, reduce.bytes) == (3500, 400, 8000)
+    assert reduce.algbw == pytest.approx((4.0 + 2.0) / 2)  # the call without bytes has none
+    assert reduce.busbw == pytest.approx(1.5 * 3.0)
+    assert gathers.busbw == pytest.approx(0.75 * 40.0)
+    assert (fmt_gb_s(None), fmt_gb_s(3.14159), fmt_gb_s(1234.5)) == ("-", "3.14", "1,234.50")
+
+
+def test_html_distributed_names_stay_text(tmp_path: Path) -> None:
+    """A kernel named like markup reaches the page through the stragglers table as text."""
+    from layerprof.render.html import render_html
+
+    evil = "</script><b>gemm<float, 128>"
+    for rank, late, clock in ((0, 0, 0.0), (1, 10, 5_000_000.0)):
+        doc = rank_doc(rank, late=late, clock=clock)
+        for e in doc["traceEvents"]:
+            if e["name"] == "gemm":
+                e["name"] = evil
+        write(tmp_path, doc, f"r{rank}.json")
+    page = render_html(analyze(tmp_path))
+    card = page[
+        page.index('id="distributed"') : page.index("</section>", page.index('id="distributed"'))
+    ]
+    assert evil not in card and "&lt;/script&gt;&lt;b&gt;gemm&lt;float, 128&gt;" in card
+
+
+def test_html_single_cpu_rank_has_no_empty_distributed_part() -> None:
+    """A one-rank CPU trace (torch.profiler, no collectives): its host breakdown and memory
+    peak, one line saying there are no collectives, and nothing empty: no table without
+    rows, no queue or straggler part. A profile without these sections has no card."""
+    from layerprof.render.html import render_html
+    from tests.html_subjects import assert_times, hooks_profile, one_rank_run, section_ids, tables
+
+    run = one_rank_run()
+    p = run.rank()
+    assert p.breakdown is not None and p.communication is None and p.queues is None
+    assert run.stragglers is None and p.memory_timeline is not None
+    page = render_html(run)
+    start = page.index('id="distributed"')
+    card = page[start : page.index("</section>", start)]
+    assert "No collectives in this trace." in card
+    for absent in ("Device queues", "Stragglers", "Collectives by kind", 'id="lp-comm"'):
+        assert absent not in card
+    ids = re.findall(r'<table class="data sortable" id="([^"]+)"', card)
+    assert ids == ["lp-breakdown", "lp-memory-peak"]
+    t = tables(page)
+    assert all(t[i].rows for i in ids)
+    assert [c.text for c in t["lp-breakdown"].column("Device")] == ["host"]
+    assert_times(t["lp-breakdown"], "Wall (", [p.breakdown.totals(None)["wall"]])
+    names = [name for name, _, _ in BAR.findall(card)]
+    assert names == [f"host · {row.step}" for row in p.breakdown.steps]
+    assert "distributed" not in section_ids(render_html(hooks_profile()))
+
+
+def test_html_bars_stop_at_the_first_steps_the_table_sums_all(tmp_path: Path) -> None:
+    from layerprof.render.html import render_html
+    from layerprof.render.html.page import TOP_N
+    from tests.html_subjects import tables
+
+    run = analyze(write(tmp_path, rank_doc(0, late=0, steps=TOP_N + 5), "r0.json"))
+    p = run.rank()
+    assert p.breakdown is not None and len(p.breakdown.steps) == TOP_N + 5
+    page = render_html(run)
+    names = [name for name, _, _ in BAR.findall(page)]
+    assert names == [f"device 0 · {row.step}" for row in p.breakdown.steps[:TOP_N]]
+    assert f"The first {TOP_N} steps of each rank and device; the table sums them all." in page
+    assert [c.text for c in tables(page)["lp-breakdown"].column("Steps")] == [str(TOP_N + 5)]
