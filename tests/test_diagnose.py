@@ -83,7 +83,7 @@ def test_trace_findings_from_typed_sections() -> None:
     assert titles[0] == "rank 0: GPU 0 is idle 70% of the steps"
     assert any("memcpy" in t for t in titles)
     assert any("communication" in t for t in titles)
-    assert any("straggler" in t for t in titles)
+    assert any("slowest steps" in t for t in titles)
     idle = next(f for f in diagnose(rank0) if "idle" in f.title)
     assert "host cannot feed the GPU" in idle.hint  # the largest idle bucket decides
 

@@ -465,10 +465,12 @@ def _cross_rank(cross: CrossRank | None) -> list[Finding]:
     return [
         Finding(
             "warning",
-            f"rank {cross.slowest_rank} is a straggler",
+            f"rank {cross.slowest_rank} has the slowest steps",
             f"median step times range from {human_time(lo)} to {human_time(hi)} across"
             f" {len(medians)} ranks.",
-            "compare that rank's data, kernels and host work with the others",
+            "compare that rank's data, kernels and host work with the others (the"
+            " straggler finding, when there is one, says which rank arrives last at"
+            " collectives)",
         )
     ]
 

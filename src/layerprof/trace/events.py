@@ -24,7 +24,7 @@ category, so a trace with device events is never taken for a CPU-only one.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,6 +131,14 @@ class HostSpans:
     # the profiler's FLOP estimate of an op (with_flops; ops mode only), else None
     flops: I64 | None = None
 
+    @classmethod
+    def of(cls, cols: Sequence[Any], base: int, flops: I64 | None = None) -> HostSpans:
+        """Spans from columns in field order, absolute start times shifted by ``base`` ns."""
+        kind, thread, start, dur, name, ref, shape, seq = cols
+        return cls(
+            np.asarray(kind, dtype=np.int8), thread, start - base, dur, name, ref, shape, seq, flops
+        )
+
     @property
     def end(self) -> I64:
         return self.start + self.dur
@@ -153,6 +161,22 @@ class DeviceOps:
     ext: I64
     bytes: I64  # -1 when absent
 
+    @classmethod
+    def of(cls, cols: Sequence[Any], base: int) -> DeviceOps:
+        """Device ops from columns in field order, start times shifted by ``base`` ns."""
+        kind, device, stream, start, dur, name, corr, ext, nbytes = cols
+        return cls(
+            np.asarray(kind, dtype=np.int8),
+            device,
+            stream,
+            start - base,
+            dur,
+            name,
+            corr,
+            ext,
+            nbytes,
+        )
+
     @property
     def end(self) -> I64:
         return self.start + self.dur
@@ -170,6 +194,13 @@ class MemoryEvents:
     bytes: I64
     allocated: I64  # "Total Allocated" after the event, -1 when absent
     device: I64  # index into EventTables.memory_devices
+
+    @classmethod
+    def of(
+        cls, thread: I64, ts: I64, nbytes: I64, allocated: I64, device: I64, base: int
+    ) -> MemoryEvents:
+        """Memory events with absolute times shifted by ``base`` ns."""
+        return cls(thread, ts - base, nbytes, allocated, device)
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -666,33 +697,10 @@ class EventCollector:
             threads=tuple((str(p), str(t)) for p, t in self.threads.values),
             shapes=tuple(self.shapes.values),
             memory_devices=tuple(self.mem_devices.values),
-            host=HostSpans(
-                kind=host[0],
-                thread=host[1],
-                start=host[2] - origin,
-                dur=host[3],
-                name=host[4],
-                ref=host[5],
-                shape=host[6],
-                seq=host[7],
-            ),
-            device=DeviceOps(
-                kind=device[0],
-                device=device[1],
-                stream=device[2],
-                start=device[3] - origin,
-                dur=device[4],
-                name=device[5],
-                corr=device[6],
-                ext=device[7],
-                bytes=device[8],
-            ),
-            memory=MemoryEvents(
-                thread=memory[0],
-                ts=memory[1] - origin,
-                bytes=memory[2],
-                allocated=memory[3],
-                device=memory[4],
+            host=HostSpans.of(host, origin),
+            device=DeviceOps.of(device, origin),
+            memory=MemoryEvents.of(
+                memory[0], memory[1], memory[2], memory[3], memory[4], base=origin
             ),
             origin_us=origin_us,
             window_end_ns=window_end,

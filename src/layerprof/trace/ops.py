@@ -1,6 +1,7 @@
-"""Operators (``cpu_op``): calls, host total/self and device time per name.
+"""Operators (``cpu_op``): device time per op span and key_averages-style merging.
 
-Host total = sum of the op's span durations; self = total minus the union
+The per-layer, per-step operator rows are built in :mod:`layerprof.trace.attribution`
+from these. Host total = sum of the op's span durations; self = total minus the union
 of its direct child ops on the same thread. Device time is inclusive: the
 kernels, memcpys and memsets launched inside the op or any op it encloses.
 ``device_self`` counts only those launched by the op itself.
@@ -17,22 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
 from layerprof.trace.events import ANNOTATION, I64, OP, EventTables
 from layerprof.trace.links import Links
 from layerprof.trace.nesting import Nesting, roll_up
-
-
-@dataclass(frozen=True)
-class OpRow:
-    name: str
-    calls: int
-    total_ns: int
-    self_ns: int
-    device_ns: int
-    device_self_ns: int
-    input_shapes: str | None = None
 
 
 @dataclass(frozen=True)
@@ -83,58 +72,3 @@ def merged_roots(tables: EventTables, nesting: Nesting) -> I64:
         if (up == root[merged]).all():
             return root
         root[merged] = up
-
-
-def op_table(
-    tables: EventTables,
-    nesting: Nesting,
-    times: OpTimes,
-    *,
-    by_shape: bool = False,
-    select: npt.NDArray[np.bool_] | None = None,
-) -> tuple[OpRow, ...]:
-    """One row per op name (and input shapes when ``by_shape``), by total desc.
-
-    ``select`` (a mask over host spans) keeps only those ops, e.g. the ones
-    starting inside a complete step.
-    """
-    host = tables.host
-    root = merged_roots(tables, nesting)
-    is_op = host.kind == OP
-    idx = np.flatnonzero(is_op if select is None else is_op & select[root])
-    if len(idx) == 0:
-        return ()
-    # A merged op is grouped under its root's name and shapes, and adds only its self times.
-    top = root[idx]
-    counted = (top == idx).astype(np.int64)
-    names = host.name[top]
-    shapes = host.shape[top] if by_shape else np.full(len(idx), -1, dtype=np.int64)
-    # One int key per (name, shape) pair keeps np.unique one-dimensional (fast path).
-    width = len(tables.shapes) + 1
-    uniq_keys, group = np.unique(names * width + (shapes + 1), return_inverse=True)
-    uniq = np.stack([uniq_keys // width, uniq_keys % width - 1], axis=1)
-    k = len(uniq)
-
-    def total(values: I64) -> list[int]:
-        sums: list[int] = np.bincount(group, weights=values, minlength=k).astype(np.int64).tolist()
-        return sums
-
-    calls = np.bincount(group, weights=counted, minlength=k).astype(np.int64).tolist()
-    tot = total(host.dur[idx] * counted)
-    slf = total(nesting.self_ns[idx])
-    dev = total(times.device_total[idx] * counted)
-    dev_self = total(times.device_self[idx])
-    rows = [
-        OpRow(
-            name=tables.names[int(name)],
-            calls=int(calls[g]),
-            total_ns=int(tot[g]),
-            self_ns=int(slf[g]),
-            device_ns=int(dev[g]),
-            device_self_ns=int(dev_self[g]),
-            input_shapes=tables.shapes[int(shape)] if shape >= 0 else None,
-        )
-        for g, (name, shape) in enumerate(uniq.tolist())
-    ]
-    rows.sort(key=lambda r: (-r.total_ns, r.name))
-    return tuple(rows)
