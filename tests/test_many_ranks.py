@@ -91,7 +91,6 @@ def test_processes_give_the_same_run_as_serial(rank_dir: Path, serial_doc: Any) 
 
 
 def test_dask_local_cluster_gives_the_same_run(rank_dir: Path, serial_doc: Any) -> None:
-    pytest.importorskip("distributed")
     with bounded(DASK_SECONDS):
         run = analyze(rank_dir, executor=DaskExecutor(workers=2))
     assert codec.to_dict(run, samples=True) == serial_doc
@@ -120,7 +119,6 @@ def test_partial_merges_the_others_and_names_the_dead_rank(rank_dir: Path) -> No
 
 
 def test_dask_worker_that_always_dies_names_its_rank(rank_dir: Path) -> None:
-    pytest.importorskip("distributed")
     import dask
 
     class Killing(DaskExecutor):

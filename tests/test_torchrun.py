@@ -84,7 +84,9 @@ def test_ddp_in_one_process_profiles_the_users_layers(tmp_path: Path) -> None:
 
 
 @needs_gloo
-def test_torchrun_two_ranks_ddp_training(tmp_path: Path) -> None:
+def test_torchrun_two_ranks_ddp_training(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
@@ -117,6 +119,11 @@ def test_torchrun_two_ranks_ddp_training(tmp_path: Path) -> None:
     assert len(run.skipped) == 2  # the saved profiles next to the traces
     assert [r.path for r in run.layer_ranks] == USER_PATHS
     assert all([k for k, _ in r.ns_by_rank] == [0, 1] for r in run.layer_ranks)
+    # DDP's gloo collectives on every rank, matched across the ranks (stragglers)
+    kinds = [[c.kind for c in p.communication.collectives] for p in run.ranks if p.communication]
+    assert len(kinds) == 2 and kinds[0] == kinds[1] and "all_reduce" in kinds[0]
+    assert run.stragglers is not None and run.stragglers.matched == len(kinds[0])
+    assert [r.rank for r in run.stragglers.ranks] == [0, 1]
 
     # the saved profiles: the same merged view
     merged = load_ranks([str(tmp_path / f"p.rank-{r}.json") for r in (0, 1)])
@@ -126,6 +133,13 @@ def test_torchrun_two_ranks_ddp_training(tmp_path: Path) -> None:
     times = [ns for _, ns in fc1.ns_by_rank]
     assert fc1.min_ns == min(times) and fc1.max_ns == max(times)
     assert dict(fc1.ns_by_rank)[fc1.slowest_rank] == max(times)
+    # the live profiles carry the same collectives (no steps: no step table of dashes)
+    assert merged.cross is None
+    assert merged.stragglers is not None and merged.stragglers.matched == len(kinds[0])
+    assert main(["report", *(str(tmp_path / f"p.rank-{r}.json") for r in (1, 0))]) == 0
+    text = capsys.readouterr().out
+    assert "layers across 2 ranks" in text and "collectives matched across ranks" in text
+    assert "step time per rank" not in text
 
 
 @needs_gloo

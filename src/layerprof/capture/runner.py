@@ -403,6 +403,7 @@ def _with_trace(
         kinds=traced.kinds,
         memcpy=traced.memcpy,
         launches=traced.launches,
+        communication=traced.communication,  # collectives (DDP's all-reduces): stragglers
         notes=(*base.notes, *notes),
         events=raw,
     )

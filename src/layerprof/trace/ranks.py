@@ -40,7 +40,8 @@ def merge(
     ordered = rank_order(profiles)
     ranks = [p.rank or 0 for p in ordered]
     cross = None
-    if len(ordered) > 1:
+    # Saved live profiles have no steps or kernel kinds: no table of dashes and zeros.
+    if len(ordered) > 1 and any(p.steps is not None or p.kinds for p in ordered):
         cross = cross_rank(ranks, [p.steps for p in ordered], [p.kinds for p in ordered])
     return Run(
         path=path,
