@@ -120,6 +120,7 @@ def test_partial_merges_the_others_and_names_the_dead_rank(rank_dir: Path) -> No
 
 def test_dask_worker_that_always_dies_names_its_rank(rank_dir: Path) -> None:
     import dask
+    import distributed  # noqa: F401  (its config defaults first: set() drops new keys on exit)
 
     class Killing(DaskExecutor):
         def run(self, fn: Any, items: Any, labels: Any) -> Any:
@@ -132,6 +133,22 @@ def test_dask_worker_that_always_dies_names_its_rank(rank_dir: Path) -> None:
     ):
         analyze(rank_dir, executor=Killing(workers=2))
     assert "trace.rank-2.json.gz: the Dask workers running it died" in str(exc.value)
+
+
+def test_dask_worker_killed_mid_run_is_retried(
+    rank_dir: Path, serial_doc: Any, tmp_path: Path
+) -> None:
+    """The scheduler re-runs the task of a worker that died (its nanny starts a new one)."""
+    marker = str(tmp_path / "killed")
+
+    class Killing(DaskExecutor):
+        def run(self, fn: Any, items: Any, labels: Any) -> Any:
+            return super().run(KillOnce(fn, "rank-6.", marker), items, labels)
+
+    with bounded(DASK_SECONDS):
+        run = analyze(rank_dir, executor=Killing(workers=2))
+    assert Path(marker).exists()  # a worker did die
+    assert codec.to_dict(run, samples=True) == serial_doc
 
 
 class _Killing(ProcessExecutor):
@@ -246,15 +263,22 @@ def test_glob_matching_nothing(tmp_path: Path) -> None:
         list_inputs(str(tmp_path / "*.json"))
 
 
+@pytest.mark.parametrize(
+    "where",
+    [
+        "concurrent.futures.ProcessPoolExecutor.submit",  # the forkserver, the workers
+        "concurrent.futures.ProcessPoolExecutor.__init__",  # its locks: the resource tracker
+    ],
+)
 def test_no_worker_process_can_start(
-    rank_dir: Path, serial_doc: Any, monkeypatch: pytest.MonkeyPatch
+    rank_dir: Path, serial_doc: Any, monkeypatch: pytest.MonkeyPatch, where: str
 ) -> None:
     """fork failing with EAGAIN (a process limit): the ranks run here, and a note says so."""
 
     def refuse(self: Any, *args: Any, **kwargs: Any) -> Any:
         raise BlockingIOError(11, "Resource temporarily unavailable")
 
-    monkeypatch.setattr("concurrent.futures.ProcessPoolExecutor.submit", refuse)
+    monkeypatch.setattr(where, refuse)
     executor = ProcessExecutor(workers=2)
     note = (
         "worker processes could not start (BlockingIOError: [Errno 11] Resource temporarily"

@@ -176,13 +176,16 @@ class ProcessExecutor:
         context = _context()
         state = context.RawArray("b", len(items))
         workers = max(1, min(workers or cores(), len(todo)))
-        pool = ProcessPoolExecutor(
-            max_workers=workers, mp_context=context, initializer=_init_worker, initargs=(state,)
-        )
         task = _Tracked(fn)
+        pool: ProcessPoolExecutor | None = None
         pending: dict[Future[Any], int] = {}
         try:
             try:
+                # Both may start a process: the pool's locks the resource tracker,
+                # the first submit the forkserver and the workers.
+                pool = ProcessPoolExecutor(
+                    workers, mp_context=context, initializer=_init_worker, initargs=(state,)
+                )
                 pending = {pool.submit(task, i, items[i]): i for i in todo}
             except OSError as exc:  # no process could start (EAGAIN: a process limit)
                 note = f"worker processes could not start ({_reason(exc)}): the ranks ran here"
@@ -205,7 +208,8 @@ class ProcessExecutor:
         finally:
             for future in pending:
                 future.cancel()
-            pool.shutdown(wait=True, cancel_futures=True)
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
         if broken and not any(state[i] == _STARTED for i in broken):
             # A worker died between marking an item finished and sending it back:
             # no suspect, so every cut-off item takes the blame once (bounded retries).
