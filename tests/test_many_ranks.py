@@ -263,27 +263,39 @@ def test_glob_matching_nothing(tmp_path: Path) -> None:
         list_inputs(str(tmp_path / "*.json"))
 
 
+EAGAIN = BlockingIOError(11, "Resource temporarily unavailable")
+EAGAIN_NOTE = "BlockingIOError: [Errno 11] Resource temporarily unavailable"
+
+
 @pytest.mark.parametrize(
-    "where",
+    ("where", "error", "why"),
     [
-        "concurrent.futures.ProcessPoolExecutor.submit",  # the forkserver, the workers
-        "concurrent.futures.ProcessPoolExecutor.__init__",  # its locks: the resource tracker
+        ("concurrent.futures.ProcessPoolExecutor.submit", EAGAIN, EAGAIN_NOTE),  # workers
+        ("concurrent.futures.ProcessPoolExecutor.__init__", EAGAIN, EAGAIN_NOTE),  # its locks
+        # the forkserver's own fork failed: it hangs up on the pool (seen under load)
+        (
+            "multiprocessing.popen_forkserver.Popen._launch",
+            EOFError("unexpected EOF"),
+            "the forkserver could not fork",
+        ),
     ],
 )
 def test_no_worker_process_can_start(
-    rank_dir: Path, serial_doc: Any, monkeypatch: pytest.MonkeyPatch, where: str
+    rank_dir: Path,
+    serial_doc: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    where: str,
+    error: Exception,
+    why: str,
 ) -> None:
-    """fork failing with EAGAIN (a process limit): the ranks run here, and a note says so."""
+    """A process limit (fork failing with EAGAIN): the ranks run here, and a note says so."""
 
     def refuse(self: Any, *args: Any, **kwargs: Any) -> Any:
-        raise BlockingIOError(11, "Resource temporarily unavailable")
+        raise error
 
     monkeypatch.setattr(where, refuse)
     executor = ProcessExecutor(workers=2)
-    note = (
-        "worker processes could not start (BlockingIOError: [Errno 11] Resource temporarily"
-        " unavailable): the ranks ran here"
-    )
+    note = f"worker processes could not start ({why}): the ranks ran here"
     for _ in range(2):  # a reused executor says it once per run
         run = analyze(rank_dir, executor=executor)
         assert {**codec.to_dict(run, samples=True), "notes": []} == serial_doc

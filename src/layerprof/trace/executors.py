@@ -187,8 +187,10 @@ class ProcessExecutor:
                     workers, mp_context=context, initializer=_init_worker, initargs=(state,)
                 )
                 pending = {pool.submit(task, i, items[i]): i for i in todo}
-            except OSError as exc:  # no process could start (EAGAIN: a process limit)
-                note = f"worker processes could not start ({_reason(exc)}): the ranks ran here"
+            except (OSError, EOFError) as exc:  # no process could start: a process limit
+                # (EAGAIN here, or in the forkserver, which then hangs up: EOFError)
+                why = "the forkserver could not fork" if isinstance(exc, EOFError) else _reason(exc)
+                note = f"worker processes could not start ({why}): the ranks ran here"
                 if note not in self.notes:  # one per cause, however many rounds hit it
                     self.notes.append(note)
                 call = _Call(fn)
