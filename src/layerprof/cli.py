@@ -178,6 +178,12 @@ def _add_measure_options(p: argparse.ArgumentParser, *, warmup: int, iters: int)
         help="the device's peak FLOP/s (and bytes/s) for %% of peak and the roofline, e.g."
         " 2.5T,50G (default: measured once per machine on CPU, known GPUs by name)",
     )  # fmt: skip
+    m.add_argument(
+        "--ddp",
+        action="store_true",
+        help="under torchrun: wrap the model in DistributedDataParallel (gloo on CPU, NCCL on"
+        " CUDA), so --train --backward steps all-reduce gradients; layer paths stay the model's",
+    )
 
 
 def _add_ops_options(p: argparse.ArgumentParser) -> None:
@@ -459,7 +465,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="analyze a torch.profiler trace (.json, .json.gz or a directory of ranks)",
     )
     analyze.add_argument(
-        "trace", metavar="TRACE", help="a trace file (.json, .json.gz) or a directory of them"
+        "trace",
+        metavar="TRACE",
+        help="a trace file (.json, .json.gz), a directory or glob of them (one per rank),"
+        " or an fsspec URL naming one: s3://, gs://, az://, https://, file://",
+    )
+    analyze.add_argument(
+        "--executor",
+        metavar="NAME",
+        help="where the ranks are analyzed: serial, processes[=N] (the default for several"
+        " files: one worker process per core), dask (a local Dask cluster, one worker per"
+        " core) or dask=ADDRESS (a running scheduler, e.g. tcp://host:8786)",
+    )
+    analyze.add_argument(
+        "--partial",
+        action="store_true",
+        help="when some ranks fail, merge the others and name the failed ones in the notes"
+        " (default: fail, naming each with why)",
     )
     out = analyze.add_argument_group("output", outputs.STDOUT_HELP)
     outputs.add_output(out, "--json", "write the analysis (schema layerprof.trace/2)")
@@ -518,7 +540,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="re-render a saved profile (console, CSV, HTML), or a trace analysis or diff as HTML;"
         " no torch needed",
     )
-    report.add_argument("file", metavar="FILE", help="a saved profile, trace analysis or diff")
+    report.add_argument(
+        "file",
+        metavar="FILE",
+        nargs="+",
+        help="a saved profile, trace analysis or diff; several saved profiles (one per torchrun"
+        " rank: p.rank-*.json) are merged into one view of the ranks",
+    )
     _add_output_options(report, json=False)
     return parser
 
@@ -622,6 +650,7 @@ def _measure(
     program: Any = None,
 ) -> Profile:
     from layerprof.capture.device import prepare_model, resolve_device
+    from layerprof.capture.distributed import ddp_wrapped
     from layerprof.capture.runner import RunOptions, run_model
     from layerprof.load.inputs import build_inputs, example_inputs
     from layerprof.load.modulegraph import check_acyclic
@@ -645,7 +674,10 @@ def _measure(
         dtype=args.dtype, ops=ops, backward=args.backward, loss=loss, kind=kind,
         compile=_compile_options(args), meta_extra={"kind": kind}, peak=args.peak,
     )  # fmt: skip
-    profile = run_model(model, tuple(inputs.args), dict(inputs.kwargs), options, program=program)
+    with ddp_wrapped(model, device, enabled=getattr(args, "ddp", False)) as model:
+        profile = run_model(
+            model, tuple(inputs.args), dict(inputs.kwargs), options, program=program
+        )
     return profile.with_notes(*notes) if notes else profile
 
 
@@ -752,12 +784,20 @@ def _console(args: argparse.Namespace) -> Any:
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     from layerprof import sinks
+    from layerprof.capture.progress import Progress
     from layerprof.trace import analyze
+    from layerprof.trace.executors import parse_executor
 
     outputs.check_outputs(args)
-    run = analyze(
-        args.trace, group_by_shape=args.group_by_shape, max_input_size=args.max_input_size
-    )
+    executor = parse_executor(args.executor) if args.executor else None
+    bar = Progress(enabled=sys.stderr.isatty() and not args.quiet, total=0, description="ranks")
+    try:
+        run = analyze(
+            args.trace, group_by_shape=args.group_by_shape, max_input_size=args.max_input_size,
+            executor=executor, progress=bar.update, partial=args.partial,
+        )  # fmt: skip
+    finally:
+        bar.close()
     written = [
         sinks.write(run, path, fmt)
         for fmt in ("json", "html")
@@ -811,13 +851,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     from layerprof.profile import Profile
 
     outputs.check_outputs(args)
-    saved = codec.load(args.file, max_input_size=args.max_input_size)
+    if len(args.file) > 1:
+        saved: Any = sources.load_ranks(args.file, max_input_size=args.max_input_size)
+    else:
+        saved = codec.load(args.file[0], max_input_size=args.max_input_size)
     if isinstance(saved, Profile):
         _emit(saved, args)
         return 0
     if outputs.target(args, "csv"):
         raise UsageError(
-            f"{args.file}: --csv writes the layers of a profile, not of a {type(saved).__name__}"
+            f"{' '.join(args.file)}: --csv writes the layers of a profile,"
+            f" not of a {type(saved).__name__}"
         )
     html_out = outputs.target(args, "html")
     if html_out:

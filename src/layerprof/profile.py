@@ -47,6 +47,7 @@ from layerprof.sections import (
     KernelRow,
     KindRow,
     Launches,
+    LayerAcrossRanks,
     MemcpyRow,
     MemorySummary,
     MemoryTimeline,
@@ -389,7 +390,8 @@ class Run(sinks.Output):
 
     ``ranks`` are Profiles sorted by rank; ``cross`` compares them;
     ``rank_source`` says how each file's rank was found; ``skipped`` lists
-    files that were not traces (with why); ``notes`` are facts about the set.
+    files that were not traces (with why); ``notes`` are facts about the set;
+    ``layer_ranks`` is each layer's time per forward on every rank.
     """
 
     path: str
@@ -398,6 +400,7 @@ class Run(sinks.Output):
     cross: CrossRank | None = None
     skipped: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    layer_ranks: tuple[LayerAcrossRanks, ...] = ()
     stragglers: Stragglers | None = None
 
     def __repr__(self) -> str:

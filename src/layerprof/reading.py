@@ -25,7 +25,7 @@ import zlib
 from collections.abc import Iterator
 from io import BufferedReader
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from layerprof.errors import LayerprofError
 
@@ -115,7 +115,9 @@ def read_input(
     ceiling = default_limit() if limit is None else limit
     try:
         with p.open("rb") as handle:
-            return _Reader(handle, p, ceiling, error).read()
+            info = os.fstat(handle.fileno())
+            size = info.st_size if stat.S_ISREG(info.st_mode) else None
+            return _Reader(handle, str(p), ceiling, error, size).read()
     except FileNotFoundError as exc:
         raise error(f"{p}: no such file") from exc
     except IsADirectoryError as exc:
@@ -129,15 +131,40 @@ def read_input(
         ) from exc
 
 
+def read_stream(
+    handle: BinaryIO,
+    name: str,
+    *,
+    size: int | None,
+    limit: int | None = None,
+    error: type[LayerprofError] = LayerprofError,
+) -> bytearray:
+    """An open binary stream's bytes (a remote file), with :func:`read_input`'s rules:
+    gunzipped when gzip, never past ``limit``; ``size`` is its length when known.
+    ``name`` names it in errors (a URL without its credentials)."""
+    ceiling = default_limit() if limit is None else limit
+    try:
+        return _Reader(handle, name, ceiling, error, size).read()
+    except MemoryError as exc:
+        raise error(
+            f"{name}: out of memory while reading it (limit {format_size(ceiling)})",
+            hint="free memory, or read a smaller trace",
+        ) from exc
+
+
 class _Reader:
     """One read of one open file (a plain mutable helper, never exposed)."""
 
     def __init__(
-        self, handle: BufferedReader, path: Path, ceiling: int, error: type[LayerprofError]
+        self,
+        handle: BinaryIO | BufferedReader,
+        path: str,
+        ceiling: int,
+        error: type[LayerprofError],
+        size: int | None,
     ) -> None:
         self.handle, self.path, self.ceiling, self.error = handle, path, ceiling, error
-        info = os.fstat(handle.fileno())
-        self.size = info.st_size if stat.S_ISREG(info.st_mode) else None
+        self.size = size
         self.gzip = False
 
     def read(self) -> bytearray:
@@ -151,8 +178,9 @@ class _Reader:
         out = bytearray(max(self.size or 0, len(first)))
         out[: len(first)] = first
         n = len(first)
+        readinto = getattr(self.handle, "readinto", None)  # remote streams may lack it
         with memoryview(out) as view:
-            while n < len(out) and (got := self.handle.readinto(view[n:])):
+            while readinto is not None and n < len(out) and (got := readinto(view[n:])):
                 n += got
         del out[n:]  # the file shrank while we read it: keep what is there
         for chunk in self._chunks():  # it grew, or it is a pipe / device
@@ -201,12 +229,15 @@ class _Reader:
         """The trailer's uncompressed size (mod 4 GiB) when plausible, else 0."""
         if self.size is None or self.size < 18:
             return 0
-        here = self.handle.tell()
         try:
-            self.handle.seek(-4, os.SEEK_END)
-            hint = int.from_bytes(self.handle.read(4), "little")
-        finally:
-            self.handle.seek(here)
+            here = self.handle.tell()
+            try:
+                self.handle.seek(-4, os.SEEK_END)
+                hint = int.from_bytes(self.handle.read(4), "little")
+            finally:
+                self.handle.seek(here)
+        except (OSError, ValueError):  # a stream that cannot seek: no hint
+            return 0
         return hint if hint <= min(self.ceiling, self.size * _PLAUSIBLE_RATIO) else 0
 
     def _sniff(self, head: bytes) -> None:

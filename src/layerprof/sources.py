@@ -59,6 +59,25 @@ def load_comparable(
     return _one_rank(loaded, p, rank)
 
 
+def load_ranks(paths: list[str], *, max_input_size: int | None = None) -> Run:
+    """Saved profiles of one job's ranks (``p.rank-0.json p.rank-1.json``) as one Run."""
+    from layerprof.codec import load
+    from layerprof.profile import Profile
+    from layerprof.trace.ranks import merge_profiles
+
+    profiles = []
+    for path in paths:
+        loaded = load(path, max_input_size=max_input_size)
+        if not isinstance(loaded, Profile):
+            raise ProfileFormatError(
+                f"{path}: holds a {type(loaded).__name__}; only saved profiles are merged",
+                hint="give one file, or the profiles each rank wrote (p.rank-*.json)",
+            )
+        profiles.append(loaded)
+    label = " ".join(paths) if len(paths) <= 4 else f"{len(paths)} profiles ({paths[0]}, ...)"
+    return merge_profiles(label, paths, profiles)
+
+
 def _one_rank(run: Run, p: Path, rank: int | None) -> tuple[Profile, list[str]]:
     chosen = run.rank(rank)
     said = []

@@ -61,9 +61,11 @@ def visible_modules(
     insides of compiled modules: ``--compile`` compiles regions itself and attributes
     their kernels to the modules inside (layerprof.capture.compiled).
     """
+    from layerprof.capture.distributed import user_modules
+
     out: list[tuple[str, torch.nn.Module]] = []
     opaque: list[str] = []
-    for path, module in model.named_modules():
+    for path, module in user_modules(model):  # DDP/FSDP wrappers left out of the paths
         if any(_inside(path, o) for o in opaque):
             continue
         if (path and _is_script(module)) or (compiled_leaves and _is_compiled(module)):

@@ -32,6 +32,11 @@ class Progress:
         if self._bar is not None:
             self._bar.update(self._task, completed=self.done)
 
+    def update(self, done: int, total: int) -> None:
+        """``done`` of ``total`` (a callback for work whose size is known late)."""
+        self.total = total
+        self.advance(done - self.done)
+
     def close(self) -> None:
         if self._bar is not None:
             self._bar.stop()

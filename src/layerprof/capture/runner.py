@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from layerprof.capture.clocks import CudaEventClock, HostClock, synchronizer
 from layerprof.capture.compilewatch import CompileWatch
 from layerprof.capture.device import device_of
+from layerprof.capture.distributed import unwrap, user_paths
 from layerprof.capture.failures import locate_failure, model_error
 from layerprof.capture.fastpath import check_passes, watch_clean_path
 from layerprof.capture.hooks import hookable_modules
@@ -176,7 +177,14 @@ def run_model(
                 )
         finally:
             progress.close()
-    return profile.with_notes(*watch.notes())
+    return profile.with_notes(*watch.notes(), *_wrapper_notes(model))
+
+
+def _wrapper_notes(model: Any) -> list[str]:
+    from layerprof.capture.distributed import wrapper_note
+
+    note = wrapper_note(model)
+    return [note] if note else []
 
 
 def _compiled_run(
@@ -334,7 +342,10 @@ def _flops(
         else None
     )
     try:
-        return count_model(model, forward, device=device, step=step), None
+        count = count_model(model, forward, device=device, step=step)
+        return replace(
+            count, flops=user_paths(model, count.flops), layers=user_paths(model, count.layers)
+        ), None
     except Exception as exc:  # the counter's own limits, not a model bug: it ran before
         return None, f"FLOPs not counted: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
 
@@ -486,6 +497,7 @@ def _with_trace(
         kinds=traced.kinds,
         memcpy=traced.memcpy,
         launches=traced.launches,
+        communication=traced.communication,  # collectives (DDP's all-reduces): stragglers
         notes=(*base.notes, *notes),
         events=raw,
     )
@@ -506,7 +518,7 @@ def _base_profile(
     meta = _meta(model, opts, device, args, kwargs)
     return Profile(
         meta=meta,
-        layers=(LayerInfo(path="", type=type(model).__name__, parent=None),),
+        layers=(LayerInfo(path="", type=type(unwrap(model)).__name__, parent=None),),
         latency_ns=Series(latency),
         first_ns=first_ns,
     )
@@ -520,7 +532,7 @@ def _meta(
     from layerprof.profile import now_iso
 
     return Meta(
-        model=opts.model_name or type(model).__name__,
+        model=opts.model_name or type(unwrap(model)).__name__,
         device=device,
         dtype=opts.dtype or _dtype_of(model),
         torch=torch.__version__,

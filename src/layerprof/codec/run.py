@@ -7,6 +7,7 @@ from typing import Any
 from layerprof.codec.distributed import encode_stragglers, read_stragglers
 from layerprof.codec.fields import Fields, strings
 from layerprof.codec.profile import profile_body, read_profile
+from layerprof.codec.ranks import KEY, encode_layer_ranks, read_layer_ranks
 from layerprof.codec.schemas import PROFILE_SCHEMA, RUN_SCHEMA
 from layerprof.errors import ProfileFormatError
 from layerprof.profile import Profile, Run
@@ -27,6 +28,7 @@ def run_to_dict(run: Run, *, samples: bool = False, top: int | None = None) -> d
         "notes": list(run.notes),
         "ranks": [{"rank": p.rank, **profile_body(p, samples=samples, top=top)} for p in run.ranks],
         "cross_rank": _cross(run.cross),
+        KEY: encode_layer_ranks(run.layer_ranks),
         "stragglers": encode_stragglers(run.stragglers),
     }
 
@@ -75,6 +77,7 @@ def run_of(f: Fields, ranks: tuple[Profile, ...], source: str, *, notes: tuple[s
         cross=read_cross(f.obj("cross_rank")),
         skipped=tuple(strings(f, "skipped")),
         notes=notes,
+        layer_ranks=read_layer_ranks(f),
         stragglers=read_stragglers(f.obj("stragglers")),
     )
 

@@ -97,16 +97,19 @@ def _print_profile(
 
 
 def _print_run(run: Run, console: Any, **options: Any) -> None:
-    """Every rank's report (its findings gathered at the end), then the ranks side by side."""
+    """Every rank's report (one, beyond ``FULL_REPORTS`` ranks; its findings gathered at
+    the end), then the ranks side by side and each layer across the ranks."""
     from layerprof.analysis.diagnose import diagnose_run, run_checks
     from layerprof.render.console import print_findings
+    from layerprof.render.ranks_console import print_layers_across_ranks, reported_ranks
     from layerprof.render.trace_console import print_rank_rule, print_ranks, print_run_header
 
     print_run_header(run, console)
-    for p in run.ranks:
+    for p in reported_ranks(run, console):
         print_rank_rule(p, console)
         _print_profile(p, console, **{**options, "findings": False})
     print_ranks(run, console, options.get("top") or 10)
+    print_layers_across_ranks(run, console, options.get("top") or 10)
     if options.get("findings", True):
         print_findings(diagnose_run(run), console, checks=run_checks(run))
 

@@ -189,6 +189,10 @@ def print_ranks(run: Run, console: Console, top: int) -> None:
     """Step times per rank side by side, and each rank's communication and compute."""
     cross = run.cross
     if cross is None:
+        if run.stragglers is not None:  # saved live profiles: collectives, no steps
+            with escaping(console) as out:
+                out.rule(Text("ranks side by side"))
+                _print_stragglers(run, out)
         return
     with escaping(console) as out:
         out.rule(Text("ranks side by side"))

@@ -31,6 +31,7 @@ from layerprof.sections.distributed import (
 from layerprof.sections.flops import CONVENTION, FlopSummary, LayerFlops, Peak, UncountedOp
 from layerprof.sections.inputs import InputSignature
 from layerprof.sections.passes import FusedLayer, PassCheck
+from layerprof.sections.ranks import LayerAcrossRanks
 from layerprof.sections.trace import (
     STEP_DEFINITIONS,
     AllocRow,
@@ -73,6 +74,7 @@ __all__ = [
     "KindRow",
     "LaunchOutlier",
     "Launches",
+    "LayerAcrossRanks",
     "LayerFlops",
     "MemcpyRow",
     "MemorySummary",

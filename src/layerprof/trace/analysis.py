@@ -1,21 +1,67 @@
-"""analyze(): trace file(s) -> a Run of per-rank Profiles (see trace/reduce.py)."""
+"""analyze(): trace file(s) -> a Run of per-rank Profiles (see trace/reduce.py).
+
+Each rank's file is read, decoded and reduced by one call of :class:`RankJob`
+(in this process, a worker process, or a Dask worker; see
+``trace/executors.py``), which hands back only that rank's compact Profile
+(about 1 % of the JSON: no event arrays cross a process boundary). The
+client folds the results in as they finish, then numbers the ranks (which
+needs every file's claim) and merges them (``trace/ranks.py``).
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from layerprof.errors import TraceError
 from layerprof.profile import Profile, Run
-from layerprof.trace.ranks import cross_rank
-from layerprof.trace.reader import (
-    NotATraceError,
-    TraceFile,
-    assign_ranks,
-    read_trace_file,
-    trace_files,
-)
+from layerprof.trace.executors import Executor, Failed, SerialExecutor, default_executor
+from layerprof.trace.ranks import merge, with_rank
+from layerprof.trace.reader import NotATraceError, TraceFile, rank_rules, read_trace_file
 from layerprof.trace.reduce import reduce
-from layerprof.trace.stragglers import stragglers
+from layerprof.trace.remote import TraceInput, list_inputs, read_trace_bytes
+
+#: progress(done, total): called on the client each time a rank's result comes in
+ProgressFn = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class RankResult:
+    """What a worker hands back for one file: its Profile (rank not yet known), the
+    rank its header claims, or why it was skipped (valid JSON, not a trace)."""
+
+    name: str
+    profile: Profile | None = None
+    distributed_rank: int | None = None
+    skipped: str | None = None
+
+
+@dataclass(frozen=True)
+class RankJob:
+    """The per-rank work, picklable: read one file (local or URL), decode, reduce."""
+
+    group_by_shape: bool = False
+    max_input_size: int | None = None
+
+    def __call__(self, source: TraceInput) -> RankResult:
+        data = read_trace_bytes(source, limit=self.max_input_size)
+        try:
+            trace = read_trace_file(
+                source.name, keep_shapes=self.group_by_shape, data=data, name=source.name
+            )
+        except NotATraceError as exc:
+            return RankResult(name=source.name, skipped=str(exc))
+        finally:
+            del data
+        profile = analyze_file(trace, 0, group_by_shape=self.group_by_shape, file=source.name)
+        # The raw events never travel: a Profile from a trace has none, and a
+        # worker must not send them should it ever have some.
+        return RankResult(
+            name=source.name,
+            profile=replace(profile, events=None),
+            distributed_rank=trace.distributed_rank,
+        )
 
 
 def analyze(
@@ -24,61 +70,107 @@ def analyze(
     group_by_shape: bool = False,
     max_input_size: int | None = None,
     data: bytearray | None = None,
+    executor: Executor | str | None = None,
+    progress: ProgressFn | None = None,
+    partial: bool = False,
 ) -> Run:
-    """Analyze a ``.json`` / ``.json.gz`` trace or a directory of per-rank traces.
+    """Analyze a ``.json`` / ``.json.gz`` trace, a directory or glob of per-rank traces,
+    or an fsspec URL naming any of those (``s3://bucket/job/``, ``gs://b/*.json.gz``).
 
     ``max_input_size``: the most bytes of JSON one file may hold or expand to
-    (default: ``layerprof.reading.default_limit()``); ``data``: the bytes of
-    the single file ``path`` when already read (a pipe can be read once).
-    Raises :class:`layerprof.errors.TraceError` (one line naming the file)
-    for anything that is not a readable, non-empty trace.
+    (default: ``layerprof.reading.default_limit()``, on each worker);
+    ``data``: the bytes of the single file ``path`` when already read (a pipe
+    can be read once). ``executor``: ``"serial"``, ``"processes[=N]"``,
+    ``"dask[=ADDRESS]"`` or an :class:`~layerprof.trace.executors.Executor`
+    (default: ``processes`` for more than one file). ``progress(done, total)``
+    is called as ranks finish. Raises :class:`layerprof.errors.TraceError`
+    (naming every file that failed, with why) for anything that is not a
+    readable, non-empty trace, after the other ranks finished; with
+    ``partial=True`` the Run merges the ranks that worked and its notes name
+    the ones that failed.
     """
     if data is not None:
-        files = [read_trace_file(path, keep_shapes=group_by_shape, data=data)]
-        return _run(str(path), files, [], group_by_shape=group_by_shape)
-    names = trace_files(path)
-    files, skipped = [], []
-    for name in names:
-        try:
-            files.append(
-                read_trace_file(name, keep_shapes=group_by_shape, max_input_size=max_input_size)
-            )
-        except NotATraceError as exc:
-            if len(names) == 1:
-                raise
-            # A directory may hold other JSON (saved profiles, configs): analyze
-            # the traces it has and say what was left out. A damaged trace still
-            # fails: a missing rank must not pass unnoticed.
-            skipped.append(str(exc))
-    if not files:
-        raise TraceError(f"{path}: no readable trace among {len(names)} files ({skipped[0]})")
-    return _run(str(path), files, skipped, group_by_shape=group_by_shape)
+        trace = read_trace_file(path, keep_shapes=group_by_shape, data=data)
+        ranks = rank_rules([str(path)], [trace.distributed_rank])
+        profile = analyze_file(trace, ranks.ranks[0], group_by_shape=group_by_shape)
+        return merge(str(path), [profile], rank_source=ranks.source)
+    sources = list_inputs(path)
+    runner = _executor(executor, len(sources))
+    job = RankJob(group_by_shape=group_by_shape, max_input_size=max_input_size)
+    results: dict[int, RankResult] = {}
+    failed: dict[int, Failed] = {}
+    labels = [s.name for s in sources]
+    for i, outcome in runner.run(job, sources, labels):
+        if isinstance(outcome, Failed):
+            failed[i] = outcome
+        else:
+            results[i] = outcome
+        if progress is not None:
+            progress(len(results) + len(failed), len(sources))
+    run = _gathered(str(path), sources, results, failed, partial=partial)
+    said = getattr(runner, "notes", None)
+    return replace(run, notes=(*run.notes, *said)) if said else run
 
 
-def _run(path: str, files: list[TraceFile], skipped: list[str], *, group_by_shape: bool) -> Run:
-    ranks = assign_ranks(files)
-    profiles = sorted(
-        (
-            analyze_file(f, rank, group_by_shape=group_by_shape, extra_notes=ranks.notes)
-            for f, rank in zip(files, ranks.ranks, strict=True)
-        ),
-        key=lambda p: p.rank or 0,
-    )
-    cross = None
-    if len(profiles) > 1:
-        cross = cross_rank(
-            [p.rank or 0 for p in profiles],
-            [p.steps for p in profiles if p.steps is not None],
-            [p.kinds for p in profiles],
+def _executor(executor: Executor | str | None, n: int) -> Executor:
+    from layerprof.trace.executors import parse_executor
+
+    if executor is None:
+        return default_executor(n)
+    if isinstance(executor, str):
+        return parse_executor(executor)
+    return executor
+
+
+def _gathered(
+    path: str,
+    sources: list[TraceInput],
+    results: dict[int, RankResult],
+    failed: dict[int, Failed],
+    *,
+    partial: bool,
+) -> Run:
+    """Number the ranks and merge; every failure named (an error unless ``partial``)."""
+    if len(sources) == 1 and failed and failed[0].error is not None:
+        raise failed[0].error  # one file: its own error, with its hint
+    failures = [_failure_line(sources[i].name, failed[i].reason) for i in sorted(failed)]
+    if failures and not (partial and _traces(results)):
+        many = f"{len(failures)} of {len(sources)} traces failed: " if len(sources) > 1 else ""
+        raise TraceError(
+            many + "; ".join(failures),
+            hint="--partial merges the ranks that worked" if len(sources) > 1 else None,
         )
-    return Run(
-        path=path,
-        ranks=tuple(profiles),
-        rank_source=ranks.source,
-        cross=cross,
-        skipped=tuple(skipped),
-        stragglers=stragglers(profiles),
-    )
+    skipped = [results[i].skipped or "" for i in sorted(results) if results[i].skipped]
+    done = [(i, results[i]) for i in sorted(results) if results[i].profile is not None]
+    if not done:
+        if len(sources) == 1 and skipped:
+            raise NotATraceError(
+                skipped[0],
+                hint="export one with torch.profiler: prof.export_chrome_trace('trace.json')",
+            )
+        raise TraceError(f"{path}: no readable trace among {len(sources)} files ({skipped[0]})")
+    ranks = rank_rules([r.name for _, r in done], [r.distributed_rank for _, r in done])
+    profiles = [
+        with_rank(r.profile, rank, ranks.notes)
+        for (_, r), rank in zip(done, ranks.ranks, strict=True)
+        if r.profile is not None
+    ]
+    notes = []
+    if failures:
+        notes.append(
+            f"merged {len(profiles)} of {len(sources)} traces (--partial); failed: "
+            + "; ".join(failures)
+        )
+    return merge(path, profiles, rank_source=ranks.source, skipped=skipped, notes=notes)
+
+
+def _traces(results: dict[int, RankResult]) -> bool:
+    return any(r.profile is not None for r in results.values())
+
+
+def _failure_line(name: str, reason: str) -> str:
+    # A TraceError already names its file; other reasons (a dead worker) get the name.
+    return reason if name in reason else f"{name}: {reason}"
 
 
 def analyze_file(
@@ -87,13 +179,17 @@ def analyze_file(
     *,
     group_by_shape: bool = False,
     extra_notes: tuple[str, ...] = (),
+    file: str | None = None,
 ) -> Profile:
     """One decoded trace file -> its Profile (the per-rank reducer)."""
     profile = reduce(
         trace.tables,
         trace.header,
         rank=rank,
-        file=str(trace.path),
+        file=file or str(trace.path),
         group_by_shape=group_by_shape,
     )
     return profile.with_notes(*extra_notes) if extra_notes else profile
+
+
+__all__ = ["RankJob", "RankResult", "SerialExecutor", "analyze", "analyze_file"]

@@ -158,21 +158,27 @@ def read_trace_file(
     keep_shapes: bool = False,
     max_input_size: int | None = None,
     data: bytearray | None = None,
+    name: str | None = None,
 ) -> TraceFile:
     """Decode one ``.json`` / ``.json.gz`` trace into typed tables.
 
     ``max_input_size``: the ceiling on its JSON size (see ``layerprof.reading``);
-    ``data``: its bytes when already read (a pipe can be read only once).
+    ``data``: its bytes when already read (a pipe can be read only once, a
+    remote file is read by ``trace/remote.py``); ``name``: what errors call it
+    (default: the path).
     """
     p = Path(path)
     if data is None:
         data = read_input(p, limit=max_input_size, error=TraceError)
+    source = name or str(p)
     collector = EventCollector(keep_shapes=keep_shapes)
-    header = decode(data, collector.add_batch, str(p))
+    header = decode(data, collector.add_batch, source)
     del data
     tables = collector.finish()
     if len(tables.host) == 0 and len(tables.device) == 0:
-        raise TraceError(f"{p}: empty trace (no CPU or GPU spans among {tables.events} events)")
+        raise TraceError(
+            f"{source}: empty trace (no CPU or GPU spans among {tables.events} events)"
+        )
     return TraceFile(path=p, header=header, tables=tables)
 
 
@@ -194,37 +200,50 @@ class Ranks:
     """The rank of each file, how it was found, and what went wrong on the way."""
 
     ranks: tuple[int, ...]
-    source: str  # "distributedInfo.rank" | "file name (rank-N / rank_N)" | "file order"
+    source: str  # "distributedInfo.rank" (or another claim) | "file name (rank-N / rank_N)" | "file order"
     notes: tuple[str, ...] = ()
 
 
 def assign_ranks(files: list[TraceFile]) -> Ranks:
-    """Rank of each file and how it was found (the report says which).
+    """Rank of each decoded file and how it was found (see :func:`rank_rules`)."""
+    return rank_rules([str(f.path) for f in files], [f.distributed_rank for f in files])
+
+
+def rank_rules(
+    names: list[str], distributed: list[int | None], claim: str = "distributedInfo.rank"
+) -> Ranks:
+    """Rank of each file (by the rank it claims, ``distributedInfo.rank`` for a
+    trace, and by its name) and how it was found (the report says which).
 
     Two files claiming one rank cannot both have it: the next rule is used
     (file name, then file order), and a note names the files that collided.
     """
     notes: list[str] = []
     rules = (
-        ("distributedInfo.rank", [f.distributed_rank for f in files]),
-        ("file name (rank-N / rank_N)", [_rank_from_name(f.path.name) for f in files]),
+        (claim, distributed),
+        ("file name (rank-N / rank_N)", [_rank_from_name(_base(n)) for n in names]),
     )
     for source, found in rules:
         if any(r is None for r in found):
             continue
-        clash = _first_clash(files, found)
+        clash = _first_clash(names, found)
         if clash is None:
             return Ranks(tuple(r for r in found if r is not None), source, tuple(notes))
         notes.append(clash + f" ({source}); ranks were not taken from it")
-    return Ranks(tuple(range(len(files))), "file order", tuple(notes))
+    return Ranks(tuple(range(len(names))), "file order", tuple(notes))
 
 
-def _first_clash(files: list[TraceFile], ranks: list[int | None]) -> str | None:
-    seen: dict[int | None, Path] = {}
-    for f, r in zip(files, ranks, strict=True):
+def _base(name: str) -> str:
+    """The last part of a path or URL (the rank is read from the file's own name)."""
+    return name.rstrip("/").rsplit("/", 1)[-1]
+
+
+def _first_clash(names: list[str], ranks: list[int | None]) -> str | None:
+    seen: dict[int | None, str] = {}
+    for name, r in zip(names, ranks, strict=True):
         if r in seen:
-            return f"{seen[r]} and {f.path} both claim rank {r}"
-        seen[r] = f.path
+            return f"{seen[r]} and {name} both claim rank {r}"
+        seen[r] = name
     return None
 
 

@@ -32,6 +32,7 @@ from layerprof.render.html.profile_sections import (
     layers_section,
     top_section,
 )
+from layerprof.render.html.ranks import layer_ranks_section
 from layerprof.render.html.roofline import roofline_section
 from layerprof.render.html.subject import Subject
 from layerprof.render.html.trace_sections import (
@@ -66,6 +67,7 @@ SECTIONS: tuple[SectionFn, ...] = (
     # trace sections, every rank
     steps_section,
     cross_rank_section,
+    layer_ranks_section,
     distributed_section,
     devices_section,
     memcpy_section,

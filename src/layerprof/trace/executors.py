@@ -1,0 +1,341 @@
+"""Where the per-rank work runs: in this process, a local process pool, or Dask.
+
+Every executor runs one picklable function on each item (a rank's trace)
+and yields ``(index, outcome)`` as items finish, in any order, so that the
+caller can fold results in as they come and drop them: the client holds the
+merged results plus the few ranks in flight, never every rank's events. An
+outcome is the function's result, or :class:`Failed` with a one-line reason:
+
+* the function raised (a trace that does not parse, a bug): that item fails,
+  the others go on;
+* a worker process died (killed, out of memory, a crash in native code):
+  ``processes`` rebuilds the pool and runs the unfinished items again, and an
+  item that was running when a worker died runs once more alone: it fails
+  only if its worker dies then too. Dask retries a task whose worker died
+  and fails it after ``distributed.scheduler.allowed-failures`` deaths
+  (``KilledWorker``). Nothing is dropped
+  without a :class:`Failed` naming it, so a merge is never silently partial.
+
+``serial`` runs in this process (one rank, or debugging); ``processes`` is a
+``concurrent.futures`` pool of one worker per core (started with
+``forkserver`` where there is one: no threads or locks of this process are
+copied into workers); ``dask`` starts a ``LocalCluster`` with one
+single-threaded worker process per core, or connects to a scheduler's
+address (the workers must have layerprof installed, and read the traces
+themselves: local paths must be visible to them, URLs always are).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import re
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+from layerprof.errors import LayerprofError, UsageError
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+EXECUTORS = ("serial", "processes", "dask")
+_STARTED, _FINISHED = 1, 2
+
+
+@dataclass(frozen=True)
+class Failed:
+    """An item that produced no result, and why (one line); ``error`` is the
+    LayerprofError it raised (with its hint), when it raised one."""
+
+    reason: str
+    error: LayerprofError | None = None
+
+
+class Executor(Protocol):
+    """Runs ``fn`` on every item; yields ``(index, result or Failed)`` as items finish."""
+
+    name: str
+
+    def run(
+        self, fn: Callable[[T], R], items: Sequence[T], labels: Sequence[str]
+    ) -> Iterator[tuple[int, R | Failed]]: ...
+
+
+def cores() -> int:
+    """CPU cores this process may use (its affinity mask where the OS has one)."""
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except (AttributeError, OSError):
+        return max(os.cpu_count() or 1, 1)
+
+
+def _reason(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+@dataclass(frozen=True)
+class _Call(Generic[T, R]):
+    """``fn(item)`` with its exception turned into a Failed (pickled to the worker)."""
+
+    fn: Callable[[T], R]
+
+    def __call__(self, item: T) -> R | Failed:
+        try:
+            return self.fn(item)
+        except LayerprofError as exc:  # one line that names the file already
+            return Failed(str(exc), exc)
+        except Exception as exc:  # a worker reports, never crashes: the others go on
+            return Failed(_reason(exc))
+
+
+class SerialExecutor:
+    """Every item in this process, in order."""
+
+    name = "serial"
+
+    def run(
+        self, fn: Callable[[T], R], items: Sequence[T], labels: Sequence[str]
+    ) -> Iterator[tuple[int, R | Failed]]:
+        call = _Call(fn)
+        for i, item in enumerate(items):
+            yield i, call(item)
+
+
+# ---- processes -------------------------------------------------------------------------
+
+_STATE: Any = None  # in a worker: the shared array of item states of its pool
+
+
+def _init_worker(state: Any) -> None:
+    global _STATE
+    _STATE = state
+
+
+@dataclass(frozen=True)
+class _Tracked(Generic[T, R]):
+    """``fn(item)`` that marks the item started and finished in shared memory, which a
+    SIGKILL cannot undo: after a worker dies, the items marked started but not
+    finished are the ones it (or another dying worker) was running."""
+
+    fn: Callable[[T], R]
+
+    def __call__(self, index: int, item: T) -> R | Failed:
+        _STATE[index] = _STARTED
+        out = _Call(self.fn)(item)
+        _STATE[index] = _FINISHED
+        return out
+
+
+class ProcessExecutor:
+    """A local pool of worker processes, one per core (or ``workers``)."""
+
+    name = "processes"
+
+    def __init__(self, workers: int | None = None) -> None:
+        self.workers = workers
+        self.notes: list[str] = []  # what the user should know about how the ranks ran
+
+    def run(
+        self, fn: Callable[[T], R], items: Sequence[T], labels: Sequence[str]
+    ) -> Iterator[tuple[int, R | Failed]]:
+        self.notes = []  # this run's only: an executor may be reused
+        deaths = [0] * len(items)
+        todo = list(range(len(items)))
+        while todo:
+            broken: list[int] = []
+            yield from self._round(fn, items, todo, deaths, broken, self.workers)
+            todo = [i for i in broken if not deaths[i]]  # cut off with the others: again
+            for i in (i for i in broken if deaths[i]):
+                # Running when a worker died: run it alone, so a death is its own.
+                alone: list[int] = []
+                yield from self._round(fn, items, [i], deaths, alone, 1)
+                if alone:
+                    yield (
+                        i,
+                        Failed(
+                            "its worker process died while analyzing it, also when run alone"
+                            " (killed, out of memory, or a crash in native code)"
+                        ),
+                    )
+
+    def _round(
+        self,
+        fn: Callable[[T], R],
+        items: Sequence[T],
+        todo: list[int],
+        deaths: list[int],
+        broken: list[int],
+        workers: int | None,
+    ) -> Iterator[tuple[int, R | Failed]]:
+        """One pool over ``todo``; items cut off by a dying worker go to ``broken``
+        (and count a death when they were running)."""
+        context = _context()
+        state = context.RawArray("b", len(items))
+        workers = max(1, min(workers or cores(), len(todo)))
+        task = _Tracked(fn)
+        pool: ProcessPoolExecutor | None = None
+        pending: dict[Future[Any], int] = {}
+        try:
+            try:
+                # Both may start a process: the pool's locks the resource tracker,
+                # the first submit the forkserver and the workers.
+                pool = ProcessPoolExecutor(
+                    workers, mp_context=context, initializer=_init_worker, initargs=(state,)
+                )
+                pending = {pool.submit(task, i, items[i]): i for i in todo}
+            except (OSError, EOFError) as exc:  # no process could start: a process limit
+                # (EAGAIN here, or in the forkserver, which then hangs up: EOFError)
+                why = "the forkserver could not fork" if isinstance(exc, EOFError) else _reason(exc)
+                note = f"worker processes could not start ({why}): the ranks ran here"
+                if note not in self.notes:  # one per cause, however many rounds hit it
+                    self.notes.append(note)
+                call = _Call(fn)
+                for i in todo:
+                    yield i, call(items[i])
+                return
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    i = pending.pop(future)
+                    try:
+                        yield i, future.result()
+                    except BrokenProcessPool:
+                        broken.append(i)
+                        if state[i] == _STARTED:  # it was running when a worker died
+                            deaths[i] += 1
+        finally:
+            for future in pending:
+                future.cancel()
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+        if broken and not any(state[i] == _STARTED for i in broken):
+            # A worker died between marking an item finished and sending it back:
+            # no suspect, so every cut-off item takes the blame once (bounded retries).
+            for i in broken:
+                deaths[i] += 1
+
+
+def _context() -> Any:
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+
+
+# ---- dask --------------------------------------------------------------------------------
+
+
+class DaskExecutor:
+    """A Dask cluster: a ``LocalCluster`` of one process per core, or a scheduler's address."""
+
+    name = "dask"
+
+    def __init__(self, address: str | None = None, workers: int | None = None) -> None:
+        self.address = address
+        self.workers = workers
+
+    def run(
+        self, fn: Callable[[T], R], items: Sequence[T], labels: Sequence[str]
+    ) -> Iterator[tuple[int, R | Failed]]:
+        distributed = _import_dask()
+        cluster = None
+        if self.address is None:
+            cluster = distributed.LocalCluster(
+                n_workers=max(1, min(self.workers or cores(), len(items))),
+                threads_per_worker=1,  # the reader holds the GIL: one rank per process
+                processes=True,
+                dashboard_address=None,
+                silence_logs=40,  # logging.ERROR: worker restarts are reported per rank
+            )
+        try:
+            with distributed.Client(cluster or self.address, set_as_default=False) as client:
+                yield from self._gather(client, distributed, fn, items, labels)
+        finally:
+            if cluster is not None:
+                cluster.close()
+
+    def _gather(
+        self,
+        client: Any,
+        distributed: Any,
+        fn: Callable[[T], R],
+        items: Sequence[T],
+        labels: Sequence[str],
+    ) -> Iterator[tuple[int, R | Failed]]:
+        call = _Call(fn)
+        token = os.urandom(4).hex()
+        futures = {
+            client.submit(call, item, key=_key(i, labels[i], token), pure=False): i
+            for i, item in enumerate(items)
+        }
+        try:
+            for future, value in distributed.as_completed(
+                futures, loop=client.loop, with_results=True, raise_errors=False
+            ):
+                i = futures.pop(future)
+                future.release()  # the client keeps only what it folded in
+                if future.status == "error":  # value is (type, exception, traceback)
+                    yield i, Failed(_dask_reason(value[1]))
+                else:
+                    yield i, value
+        finally:
+            for future in futures:
+                future.cancel()
+
+
+def _key(index: int, label: str, token: str) -> str:
+    """A Dask task key that names the rank's file (dashboards and errors show it)."""
+    return f"layerprof-{index}-{re.sub(r'[^A-Za-z0-9_.-]+', '_', label)[-80:]}-{token}"
+
+
+def _dask_reason(exc: BaseException) -> str:
+    if type(exc).__name__ == "KilledWorker":
+        return (
+            "the Dask workers running it died, and the scheduler gave up on it"
+            " (killed, out of memory, or a crash in native code)"
+        )
+    return _reason(exc)
+
+
+def _import_dask() -> Any:
+    try:
+        import distributed
+    except ImportError as exc:
+        raise UsageError(
+            "--executor dask needs dask.distributed, which is not installed",
+            hint="pip install 'layerprof[dask]'",
+        ) from exc
+    return distributed
+
+
+# ---- choosing one ---------------------------------------------------------------------
+
+
+def parse_executor(spec: str) -> Executor:
+    """``serial``, ``processes[=N]``, ``dask`` or ``dask=ADDRESS`` -> an Executor."""
+    name, _, arg = spec.strip().partition("=")
+    if name == "serial" and not arg:
+        return SerialExecutor()
+    if name == "processes":
+        return ProcessExecutor(_workers(arg, spec) if arg else None)
+    if name == "dask":
+        return DaskExecutor(arg or None)
+    raise UsageError(
+        f"--executor {spec!r}: expected serial, processes[=N], dask or dask=ADDRESS",
+        hint="e.g. --executor processes=8 or --executor dask=tcp://scheduler:8786",
+    )
+
+
+def _workers(text: str, spec: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise UsageError(f"--executor {spec!r}: the number of worker processes must be >= 1")
+    return int(text)
+
+
+def default_executor(n_items: int) -> Executor:
+    """``processes`` for more than one rank (on more than one core), else ``serial``."""
+    if n_items > 1 and cores() > 1:
+        return ProcessExecutor()
+    return SerialExecutor()

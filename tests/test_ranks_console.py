@@ -1,0 +1,69 @@
+"""The per layer × rank table: golden output at two widths, numbers from the Run."""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import torch
+from rich.console import Console
+
+from layerprof.capture.clocks import FakeClock
+from layerprof.capture.recorder import Recorder
+from layerprof.records import Meta
+from layerprof.render.ranks_console import print_layers_across_ranks
+from layerprof.trace.ranks import merge_profiles
+from tests import zoo_models as zoo
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def profile(scale: int, rank: int):
+    clock = FakeClock(scale=scale)
+    model = zoo.Containers(clock)
+    with Recorder(model, clock=clock) as rec:
+        for _ in range(3):
+            model(torch.zeros(2, 3))
+    meta = Meta(model="Containers", torch="2.x", iters=3, created="fixed", extra={"rank": rank})
+    return rec.profile(meta=meta)
+
+
+def run():
+    profiles = [profile(10_000 + 1_000 * r, r) for r in (2, 0, 1)]
+    return merge_profiles("job", ["c.json", "a.json", "b.json"], profiles)
+
+
+def render(width: int) -> str:
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, color_system=None, force_terminal=False)
+    print_layers_across_ranks(run(), console, top=10)
+    return buf.getvalue()
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("LAYERPROF_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text()
+
+
+def test_layer_rank_table_golden_wide() -> None:
+    check_golden("ranks_layers_120.txt", render(120))
+
+
+def test_layer_rank_table_golden_narrow() -> None:
+    text = render(64)
+    check_golden("ranks_layers_64.txt", text)
+    assert "hidden columns" in text
+
+
+def test_rows_follow_every_rank() -> None:
+    r = run()
+    assert r.rank_source == "the profile's meta rank"
+    assert [p.rank for p in r.ranks] == [0, 1, 2]
+    for row in r.layer_ranks:
+        times = [ns for _, ns in row.ns_by_rank]
+        assert row.slowest_rank == 2  # the slowest fake clock
+        assert (row.min_ns, row.max_ns) == (min(times), max(times))
+        assert row.min_ns < row.median_ns < row.max_ns
