@@ -142,6 +142,25 @@ def test_ops_self_total_device(rank: Profile) -> None:
     assert relu.device_ns == 2 * US
 
 
+def test_op_rows_are_medians_per_iteration_like_layer_rows(tmp_path: Path) -> None:
+    """One slow iteration (an outlier) moves neither the op row nor the layer row."""
+    events = []
+    for n, relu_us in enumerate((10, 10, 300, 10, 10)):
+        t0 = 1000 * n
+        events += [
+            span("user_annotation", f"ProfilerStep#{n}", t0, 900),
+            span("python_function", "nn.Module: Net_0", t0 + 5, 800),
+            span("cpu_op", "aten::relu", t0 + 10, relu_us, **{"External id": n + 1}),
+        ]
+    prof = analyze(write(tmp_path, {"traceEvents": events})).rank()
+    relu = ops_of(prof)["aten::relu"]
+    assert relu.self_ns == relu.total_ns == 10 * US  # the mean would be 68 µs
+    assert relu.calls == 1
+    assert prof.samples["Net_0"].total_ns.median == 800 * US
+    text = str(prof.render("console", width=160))
+    assert "op times: median per iteration; calls: mean per iteration" in text
+
+
 def test_device_busy_idle_and_gaps(rank: Profile) -> None:
     (dev,) = rank.devices
     assert dev.busy_ns == 53 * US  # 20+2+4 + 20+5+2

@@ -44,6 +44,8 @@ def render_ops(
             out.print(Text(f"no {title} recorded", style="dim"))
             return
         table = flat(ops, by_shape=by_shape)
+        # the layer rows are medians over iterations too; say so (one outlier moves a mean)
+        out.print(Text("op times: median per iteration; calls: mean per iteration", style="dim"))
         print_op_table(out, table, top=top, sort=sort, title=f"{title} (all layers)")
         if not per_layer or all(o.layer is None for o in ops):
             return
