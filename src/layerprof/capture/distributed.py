@@ -97,20 +97,6 @@ def user_modules(model: torch.nn.Module) -> Iterator[tuple[str, torch.nn.Module]
         yield _user_path(path, held), module
 
 
-def user_paths(model: Any, values: dict[str, Any]) -> dict[str, Any]:
-    """Values keyed by ``named_modules`` paths of a wrapped model, re-keyed by the user's
-    paths (a wrapper and what it wraps share one; the wrapper comes first and wins)."""
-    held: set[str] = set()
-    out: dict[str, Any] = {}
-    for path, module in model.named_modules():
-        attr = wrapped_attr(module)
-        if attr is not None:
-            held.add(f"{path}.{attr}" if path else attr)
-        if path in values:
-            out.setdefault(_user_path(path, held), values[path])
-    return out
-
-
 def _user_path(path: str, held: set[str]) -> str:
     if not held or not path:
         return path

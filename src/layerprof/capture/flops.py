@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from layerprof.capture.backward import NodeMarks
 from layerprof.capture.clocks import Clock, CudaEventClock, HostClock
 from layerprof.capture.formulas import Rule, rules
+from layerprof.capture.hooks import visible_modules
 from layerprof.capture.peaks import GivenPeak, device_peak
 from layerprof.records import LayerInfo
 from layerprof.sections.flops import FlopSummary, LayerFlops, UncountedOp
@@ -242,7 +243,7 @@ def _nested_in_itself(calls: list[Any], i: int) -> bool:
 def _fill_containers(model: Any, tallies: dict[str, _Tally]) -> None:
     """A container that never runs (ModuleList, ModuleDict) holds its children's work,
     as its total time holds their times."""
-    paths = [p for p, _ in model.named_modules()]
+    paths = [p for p, _ in visible_modules(model)]  # the user's paths (DDP wrappers left out)
     kids: dict[str, list[str]] = {}
     for path in paths[1:]:
         kids.setdefault(path.rsplit(".", 1)[0] if "." in path else "", []).append(path)

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from layerprof.capture.clocks import CudaEventClock, HostClock, synchronizer
 from layerprof.capture.compilewatch import CompileWatch
 from layerprof.capture.device import device_of
-from layerprof.capture.distributed import unwrap, user_paths
+from layerprof.capture.distributed import unwrap
 from layerprof.capture.failures import locate_failure, model_error
 from layerprof.capture.fastpath import check_passes, watch_clean_path
 from layerprof.capture.hooks import hookable_modules
@@ -342,10 +342,8 @@ def _flops(
         else None
     )
     try:
-        count = count_model(model, forward, device=device, step=step)
-        return replace(
-            count, flops=user_paths(model, count.flops), layers=user_paths(model, count.layers)
-        ), None
+        # keyed by the user's paths already (the counter walks hookable_modules)
+        return count_model(model, forward, device=device, step=step), None
     except Exception as exc:  # the counter's own limits, not a model bug: it ran before
         return None, f"FLOPs not counted: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
 
