@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import weakref
 from typing import Any
 
 import pytest
@@ -33,12 +34,15 @@ def entry_points(model: nn.Module) -> dict[str, tuple[Any, ...]]:
     }
 
 
-_BEFORE: dict[int, dict[str, tuple[Any, ...]]] = {}
+# keyed by the model itself, not id(): a collected model's id is reused by later ones
+_BEFORE: weakref.WeakKeyDictionary[nn.Module, dict[str, tuple[Any, ...]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def untouched(model: nn.Module) -> bool:
     """No layerprof wrapper or hook left anywhere in the model."""
-    before = _BEFORE.get(id(model))
+    before = _BEFORE.get(model)
     plain = {p: (None, None) for p, _ in model.named_modules()}
     now = entry_points(model)
     return (before if before is not None else plain) == now and all(
@@ -47,7 +51,7 @@ def untouched(model: nn.Module) -> bool:
 
 
 def remember(model: nn.Module) -> nn.Module:
-    _BEFORE[id(model)] = entry_points(model)
+    _BEFORE[model] = entry_points(model)
     return model
 
 
