@@ -46,3 +46,15 @@ def test_json_round_trip_keeps_rows(prof: Profile) -> None:
     again = Profile.from_dict(prof.to_dict(), source="mem")
     for a, b in zip(prof.rows(), again.rows(), strict=True):
         assert a.path == b.path and abs(a.total_ns - b.total_ns) <= 1e-6 * max(1, a.total_ns) + 1
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.lists(st.integers(min_value=0, max_value=2**52), min_size=1, max_size=60))
+def test_series_median_alone_equals_the_summary_median(values: list[int]) -> None:
+    """Series.median skips the whole summary when nothing else is asked: same number."""
+    import numpy as np
+
+    from layerprof.stats import Series, Summary
+
+    array = np.asarray(values, dtype=np.int64)
+    assert Series.of(array).median == Summary.of(array).median == float(np.median(array))
