@@ -140,6 +140,10 @@ def header_lines(profile: Profile) -> list[Text | str]:
             Text.assemble(
                 ("latency ", "bold"),
                 (f"median {human_time(lat.median)}", "bold green"),
+                # the interval findings and diff judge changes by (order statistics)
+                f" (95% CI {human_time(lat.ci_low)}-{human_time(lat.ci_high)})"
+                if lat.ci_low is not None and lat.ci_high is not None
+                else "",
                 f"  mean {human_time(lat.mean)}  p90 {human_time(lat.p90)}"
                 f"  p99 {human_time(lat.p99)}  min {human_time(lat.min)}"
                 f"  max {human_time(lat.max)}  std {human_time(lat.std)}  n={lat.n}",
