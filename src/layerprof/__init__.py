@@ -129,10 +129,12 @@ def write_tensorboard(
 
 
 def analyze(path: str | os.PathLike[str], **options: Any) -> Run:
-    """Analyze a torch.profiler trace (``.json``, ``.json.gz``) or a directory of
-    per-rank traces -> a :class:`Run` (one Profile per rank). No torch import.
+    """Analyze a torch.profiler trace (``.json``, ``.json.gz``), a directory or glob of
+    per-rank traces, or an fsspec URL (``s3://...``) -> a :class:`Run` (one Profile
+    per rank). No torch import.
 
-    Options as for :func:`layerprof.trace.analysis.analyze` (``group_by_shape``,
+    Options as for :func:`layerprof.trace.analysis.analyze` (``executor="serial"``,
+    ``"processes[=N]"`` or ``"dask[=ADDRESS]"``, ``partial``, ``group_by_shape``,
     ``max_input_size``, ...).
     """
     from layerprof.trace.analysis import analyze as analyze_trace
