@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -364,3 +365,25 @@ def test_exported_program_runs_on_its_example_inputs(
     code, out, err = run_cli(capsys, "run", str(tmp_path / "net.pt2"), *FAST)
     assert code == 0, err
     assert "float32[3, 4] (exported example)" in out
+
+
+@pytest.mark.parametrize("command", ["report", "diff"])
+def test_a_closed_pipe_ends_quietly(tmp_path: Path, command: str) -> None:
+    """`layerprof report p.json | head -1`: no made-up error, the exit of a tool
+    stopped by SIGPIPE (rich turns the closed stdout into SystemExit(1))."""
+    from tests.test_console import fake_profile
+
+    path = tmp_path / "p.json"
+    fake_profile().save(path)
+    args = [str(path)] if command == "report" else [str(path), str(path)]
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first line, as after head -1
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "layerprof", command, *args],
+            stdout=write_end, stderr=subprocess.PIPE, cwd=ROOT, timeout=120,
+        )  # fmt: skip
+    finally:
+        os.close(write_end)
+    assert result.returncode == 141, result.stderr
+    assert result.stderr == b""

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
+EXIT_CLOSED_PIPE = 141  # 128 + SIGPIPE: stdout was closed by its reader
 
 DESCRIPTION = """\
 Where the time and memory of a PyTorch model go, layer by layer.
@@ -901,6 +902,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     try:
         return COMMANDS[args.command](args)
+    except BrokenPipeError:
+        return _closed_pipe()
     except LayerprofError as exc:
         if args.debug:
             raise
@@ -918,6 +921,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("  hint: run again with --debug for the traceback, and report it", file=sys.stderr)
         return 3
     except BaseException as exc:
+        if isinstance(exc, SystemExit) and isinstance(exc.__context__, BrokenPipeError):
+            return _closed_pipe()  # rich turns a closed stdout into SystemExit(1)
         # SystemExit (or another BaseException) from the model's own code: layerprof
         # never raises these itself once the arguments are parsed.
         if args.debug:
@@ -929,6 +934,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_ERROR
+
+
+def _closed_pipe() -> int:
+    """The reader of stdout went away (``| head``): stop quietly, as a shell tool killed
+    by SIGPIPE does (exit 141); stdout goes to /dev/null so the final flush cannot fail."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return EXIT_CLOSED_PIPE
 
 
 def _escape(text: str, *, keep_newlines: bool = False) -> str:
