@@ -300,3 +300,33 @@ def test_no_worker_process_can_start(
         run = analyze(rank_dir, executor=executor)
         assert {**codec.to_dict(run, samples=True), "notes": []} == serial_doc
         assert run.notes == (note,)
+
+
+@pytest.mark.parametrize("guarded", [True, False])
+def test_a_script_without_the_main_guard_is_told_why(
+    one_trace: Path, tmp_path: Path, guarded: bool
+) -> None:
+    """Worker processes import the caller's script again: with the guard the README's
+    example works; without it each rank's failure names the guard, not a crash."""
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    simulate_ranks(one_trace, folder, 2)
+    call = (
+        f"run = layerprof.analyze({str(folder)!r}, executor='processes=2')\nprint(len(run.ranks))\n"
+    )
+    body = (
+        "if __name__ == '__main__':\n" + "".join("    " + line + "\n" for line in call.splitlines())
+        if guarded
+        else call
+    )
+    script = tmp_path / "script.py"
+    script.write_text("import layerprof\n" + body)
+    result = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=240, cwd=tmp_path
+    )
+    if guarded:
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip() == "2"
+    else:
+        assert result.returncode != 0
+        assert "call analyze() under `if __name__ == '__main__':`" in result.stderr

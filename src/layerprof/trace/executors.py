@@ -158,7 +158,7 @@ class ProcessExecutor:
                         i,
                         Failed(
                             "its worker process died while analyzing it, also when run alone"
-                            " (killed, out of memory, or a crash in native code)"
+                            f" ({_death_causes()})"
                         ),
                     )
 
@@ -288,6 +288,22 @@ class DaskExecutor:
 def _key(index: int, label: str, token: str) -> str:
     """A Dask task key that names the rank's file (dashboards and errors show it)."""
     return f"layerprof-{index}-{re.sub(r'[^A-Za-z0-9_.-]+', '_', label)[-80:]}-{token}"
+
+
+def _death_causes() -> str:
+    """Why a worker process may die, the likeliest first: from a script, a fresh worker
+    imports the script again, and an unguarded analyze() call fails in it."""
+    import sys
+
+    causes = "killed, out of memory, or a crash in native code"
+    main = sys.modules.get("__main__")
+    cli = getattr(getattr(main, "entry", None), "__module__", None) == "layerprof.cli"
+    if getattr(main, "__file__", None) and getattr(main, "__spec__", None) is None and not cli:
+        causes = (
+            "in a script: call analyze() under `if __name__ == '__main__':`, since worker"
+            f" processes import the script, or pass executor='serial'; else {causes}"
+        )
+    return causes
 
 
 def _dask_reason(exc: BaseException) -> str:
