@@ -330,3 +330,17 @@ def test_a_script_without_the_main_guard_is_told_why(
     else:
         assert result.returncode != 0
         assert "call analyze() under `if __name__ == '__main__':`" in result.stderr
+
+
+def test_unreachable_dask_scheduler_is_one_line(
+    rank_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import dask
+    import distributed  # noqa: F401  (its config defaults, before setting one of them)
+
+    with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
+        code = main(["analyze", str(rank_dir), "-q", "--executor", "dask=tcp://127.0.0.1:1"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "cannot reach the Dask scheduler at tcp://127.0.0.1:1" in err
+    assert "internal error" not in err

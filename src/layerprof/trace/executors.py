@@ -250,7 +250,14 @@ class DaskExecutor:
                 silence_logs=40,  # logging.ERROR: worker restarts are reported per rank
             )
         try:
-            with distributed.Client(cluster or self.address, set_as_default=False) as client:
+            try:
+                client = distributed.Client(cluster or self.address, set_as_default=False)
+            except OSError as exc:  # unreachable address, refused, timed out
+                raise UsageError(
+                    f"cannot reach the Dask scheduler at {self.address}: {_reason(exc)}",
+                    hint="check the address (tcp://HOST:8786), or use --executor processes",
+                ) from exc
+            with client:
                 yield from self._gather(client, distributed, fn, items, labels)
         finally:
             if cluster is not None:
