@@ -387,3 +387,11 @@ def test_a_closed_pipe_ends_quietly(tmp_path: Path, command: str) -> None:
         os.close(write_end)
     assert result.returncode == 141, result.stderr
     assert result.stderr == b""
+
+
+def test_a_bad_loss_spec_names_the_loss_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main([*NET_RUN, "--backward", "--loss", "tests.cli_models:nope"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "--loss tests.cli_models:nope: module 'tests.cli_models' has no attribute" in err
+    assert "--arch tests.cli_models:nope" not in err

@@ -756,7 +756,7 @@ def _loss(args: argparse.Namespace) -> Any:
         raise UsageError("--loss needs --backward")
     from layerprof.load.model import import_callable
 
-    return import_callable(args.loss)
+    return import_callable(args.loss, option="--loss")
 
 
 def _emit(profile: Profile, args: argparse.Namespace, *, suffix: str | None = None) -> None:

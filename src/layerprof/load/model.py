@@ -112,27 +112,28 @@ def load_model(
 # ---------------------------------------------------------------- --arch specs
 
 
-def import_callable(spec: str) -> Callable[..., Any]:
+def import_callable(spec: str, option: str = "--arch") -> Callable[..., Any]:
     """Resolve ``module:attr`` (or ``path/to/file.py:attr``) to a callable.
 
     ``attr`` may be dotted (``Outer.build``). Without a colon the last dot
     separates module and attribute. The current directory goes on
     ``sys.path`` first, because users run layerprof next to their own code.
+    ``option`` names the flag the spec came from in errors.
     """
-    module_name, attr = _split_spec(spec)
-    module = _import_module(module_name, spec)
+    module_name, attr = _split_spec(spec, option)
+    module = _import_module(module_name, spec, option)
     obj: Any = module
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
             raise ModelLoadError(
-                f"--arch {spec}: module '{module_name}' has no attribute '{attr}'",
+                f"{option} {spec}: module '{module_name}' has no attribute '{attr}'",
                 hint=_attr_hint(module),
             ) from None
     if not callable(obj):
         raise ModelLoadError(
-            f"--arch {spec}: '{attr}' is a {type(obj).__name__}, not a class or function"
+            f"{option} {spec}: '{attr}' is a {type(obj).__name__}, not a class or function"
         )
     return obj  # type: ignore[no-any-return]
 
@@ -160,7 +161,7 @@ def build_arch(spec: str, kwargs: Mapping[str, Any] | None = None) -> nn.Module:
     return model
 
 
-def _split_spec(spec: str) -> tuple[str, str]:
+def _split_spec(spec: str, option: str = "--arch") -> tuple[str, str]:
     text = spec.strip()
     if ":" in text:
         module_name, _, attr = text.rpartition(":")
@@ -168,34 +169,34 @@ def _split_spec(spec: str) -> tuple[str, str]:
         module_name, _, attr = text.rpartition(".")
     if not module_name or not attr:
         raise ModelLoadError(
-            f"--arch {spec!r} is not of the form module:callable", hint=_ARCH_EXAMPLE
+            f"{option} {spec!r} is not of the form module:callable", hint=_ARCH_EXAMPLE
         )
     return module_name, attr
 
 
-def _import_module(module_name: str, spec: str) -> Any:
+def _import_module(module_name: str, spec: str, option: str = "--arch") -> Any:
     _ensure_cwd_on_path()
     if module_name.endswith(".py"):
-        return _import_file(Path(module_name), spec)
+        return _import_file(Path(module_name), spec, option)
     try:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name and not _is_package_of(exc.name, module_name):
             # The module was found but needs a package that is not installed.
             raise ModelLoadError(
-                f"--arch {spec}: importing '{module_name}' needs '{exc.name}', "
+                f"{option} {spec}: importing '{module_name}' needs '{exc.name}', "
                 "which is not installed",
                 hint=f"pip install the package that provides '{exc.name}'",
             ) from exc
         raise ModelLoadError(
-            f"--arch {spec}: cannot import module '{module_name}' ({exc})",
+            f"{option} {spec}: cannot import module '{module_name}' ({exc})",
             hint=f"run from the directory that holds it, or set PYTHONPATH; cwd is {Path.cwd()}",
         ) from exc
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # a script that calls sys.exit() when imported
         raise ModelLoadError(
-            f"--arch {spec}: importing '{module_name}' raised {_raised(exc)}"
+            f"{option} {spec}: importing '{module_name}' raised {_raised(exc)}"
         ) from exc
 
 
@@ -203,13 +204,13 @@ def _is_package_of(missing: str, module_name: str) -> bool:
     return module_name == missing or module_name.startswith(missing + ".")
 
 
-def _import_file(file: Path, spec: str) -> Any:
+def _import_file(file: Path, spec: str, option: str = "--arch") -> Any:
     if not file.is_file():
-        raise ModelLoadError(f"--arch {spec}: no such file {file}")
+        raise ModelLoadError(f"{option} {spec}: no such file {file}")
     name = f"_layerprof_arch_{file.stem}"
     loader_spec = importlib.util.spec_from_file_location(name, file)
     if loader_spec is None or loader_spec.loader is None:
-        raise ModelLoadError(f"--arch {spec}: cannot import {file}")
+        raise ModelLoadError(f"{option} {spec}: cannot import {file}")
     module = importlib.util.module_from_spec(loader_spec)
     # Registered before exec so dataclasses/pickle inside the file can find it.
     sys.modules[name] = module
