@@ -342,3 +342,22 @@ def test_sweep_is_not_a_diff_input(tmp_path: Path, capsys: pytest.CaptureFixture
 def test_synthetic_points_label() -> None:
     assert synthetic().points[0].label == "batch 1, float32, 2 threads"
     assert replace(synthetic().points[0], batch=None, threads=None).label == "float32"
+
+
+def test_cli_sweep_of_an_exported_program(tmp_path: Path) -> None:
+    """A .pt2 runs through its program (as `run` does): its own dtype only, and a batch it
+    was not exported for fails with the reason, not an attribute error."""
+    path = tmp_path / "mlp.pt2"
+    torch.export.save(torch.export.export(Mlp().eval(), (torch.randn(2, 16),)), path)
+    out = tmp_path / "s.json"
+    code = main([
+        "sweep", str(path), "--input", "2x16", "--batch", "2,3", "--dtype", "float32,bfloat16",
+        "--iters", "2", "--warmup", "0", "--no-memory", "-q", "--json", str(out),
+    ])  # fmt: skip
+    assert code == 0
+    saved = json.loads(out.read_text())
+    ok, other = saved["points"]
+    assert (ok["batch"], ok["status"]) == (2, "ok") and ok["shares"]
+    assert other["status"] == "failed"
+    assert "exported for other input shapes" in other["reason"]
+    assert any("bfloat16 skipped: a torch.export program" in n for n in saved["notes"])

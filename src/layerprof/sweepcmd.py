@@ -34,7 +34,7 @@ def sweep_command(args: argparse.Namespace, *, load: Callable[[], Any]) -> int:
         batch_dim=args.batch_dim, device=device, warmup=args.warmup, iters=args.iters,
         seed=args.seed, eval=not args.train, inference_mode=not args.no_inference_mode,
         layers=not args.no_layers, memory=not args.no_memory, model_name=loaded.name,
-        kind=loaded.kind,
+        kind=loaded.kind, program=loaded.program,
     )  # fmt: skip
     points = _count(options)
     done = [0]

@@ -72,6 +72,9 @@ class SweepOptions:
     memory: bool = True
     model_name: str | None = None
     kind: str = "eager"
+    # the torch.export program behind ``model`` (kind "export"): run_model times its
+    # layers from the program's graph; it runs only in the dtype it was exported with
+    program: Any = None
 
     def __post_init__(self) -> None:
         if self.batch_dim < 0:
@@ -99,6 +102,12 @@ def run_sweep(
     points: list[SweepPoint] = []
     facts: list[_Facts] = []
     for dtype in options.dtypes or (own,):
+        if options.program is not None and dtype != own:
+            notes.append(
+                f"{dtype} skipped: a torch.export program runs in the dtype it was exported"
+                f" with ({own})"
+            )
+            continue
         casted = _cast(model, options.device, dtype if dtype != own else None)
         for threads in options.threads or (None,):
             row, stop = _row(casted, parsed, dtype, threads, options, progress, facts)
@@ -247,14 +256,23 @@ def _point(
             model_name=options.model_name, input_descriptions=tuple(inputs.descriptions),
             dtype=point.dtype, layers=options.layers, kind=options.kind,
         )  # fmt: skip
-        profile = run_model(model, tuple(inputs.args), dict(inputs.kwargs), run)
+        profile = run_model(
+            model, tuple(inputs.args), dict(inputs.kwargs), run, program=options.program
+        )
         peak = _peak_memory(model, inputs.args, inputs.kwargs, options) if options.memory else None
     except (KeyboardInterrupt, UsageError, DeviceError):
         raise
     except Exception as exc:
         _free(options.device)
         status = OUT_OF_MEMORY if is_out_of_memory(exc) else FAILED
-        return dataclasses.replace(point, status=status, reason=_first_line(exc)), None
+        reason = _first_line(exc)
+        if options.program is not None and "Guard failed" in reason:
+            reason = (
+                "the torch.export program was exported for other input shapes"
+                f" ({reason.rsplit('Guard failed: ', 1)[-1]}); export it with a dynamic"
+                " batch dimension (torch.export.Dim) to sweep the batch"
+            )
+        return dataclasses.replace(point, status=status, reason=reason), None
     measured = _measured(point, profile, peak, _batch_of(sized, point.batch, options.batch_dim))
     return measured, _facts(point, profile)
 
