@@ -161,3 +161,29 @@ def test_roofline_table_only_with_flops() -> None:
     console = Console(file=buf, width=120, color_system=None)
     print_roofline(console, replace(flop_profile(), flops=None))
     assert buf.getvalue() == ""
+
+
+def test_a_fused_encoder_is_not_a_leaf_beside_its_layers() -> None:
+    """TransformerEncoder -> ModuleList (never runs) -> fused layers: only the layers are
+    leaves, so no time is counted twice in the compute table and its findings."""
+    import torch
+    from torch import nn
+
+    import layerprof
+    from layerprof.analysis.roofline import roofline
+
+    class Enc(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            layer = nn.TransformerEncoderLayer(32, 4, 64, batch_first=True)
+            self.enc = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.enc(x)
+
+    prof = layerprof.profile(Enc().eval(), torch.randn(2, 8, 32), warmup=1, iters=3, peak="1T,10G")
+    line = roofline(prof)
+    assert line is not None
+    paths = {p.path for p in line.points}
+    assert {"enc.layers.0", "enc.layers.1"} <= paths
+    assert "enc" not in paths and "" not in paths

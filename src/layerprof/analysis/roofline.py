@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from layerprof.profile import LayerRow, Profile
     from layerprof.sections.flops import Peak
 
+# below this a time gives no rate (an estimated sliver of a fused kernel in a compiled
+# run can be 1 ns, which would read as thousands of % of peak)
+MIN_TIME_NS = 1_000
 HEAVY_SHARE = 0.10  # a leaf with this share of the forward gets a finding when slow
 LOW_PEAK = 0.30  # below this share of the attainable rate a heavy layer is worth a look
 WARN_SHARE = 0.25  # ... and a warning, not info, from this share of the forward
@@ -86,15 +89,21 @@ def roofline(profile: Profile) -> Roofline | None:
     if profile.flops is None:
         return None
     rows = profile.rows()
-    ran = {r.parent for r in rows if r.calls}
+    parent = {r.path: r.parent for r in rows}
+    ran: set[str | None] = set()  # every ancestor of a layer that ran (not only parents:
+    for r in rows:  # a ModuleList between a TransformerEncoder and its layers never runs)
+        up = r.parent if r.calls else None
+        while up is not None and up not in ran:
+            ran.add(up)
+            up = parent.get(up)
     device = any(r.device_total_ns is not None for r in rows)
     whole = sum(_time(r) for r in rows if r.parent is None)
     peak = profile.flops.peak
     points = [
         _point(r, whole, peak)
         for r in rows
-        if r.calls and r.path not in ran and r.flop_detail is not None and _time(r) > 0
-        and (r.flops or r.flop_detail.bytes)
+        if r.calls and r.path not in ran and r.flop_detail is not None
+        and _time(r) >= MIN_TIME_NS and (r.flops or r.flop_detail.bytes)
     ]  # fmt: skip
     points.sort(key=lambda p: -p.time_ns)
     return Roofline(peak, tuple(points), device)
