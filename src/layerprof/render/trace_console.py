@@ -209,16 +209,20 @@ def print_ranks(run: Run, console: Console, top: int) -> None:
             ["step", *[f"rank {r}" for r in ranks], "slowest", "spread"],
             steps,
         )
+        # communication/compute here are device kernel time: without kernels (CPU-only
+        # traces) they are not 0 work, they are unmeasured (the step breakdown has the rest)
+        kernels = any(line.communication_ns or line.compute_ns for line in cross.ranks)
         _print_table(
             out,
-            "per rank",
-            ["rank", "median step ms", "communication ms", "compute ms"],
+            "per rank" + ("" if kernels else " (no device kernels: see the step breakdown)"),
+            ["rank", "median step ms"]
+            + (["kernel communication ms", "kernel compute ms"] if kernels else []),
             [
-                [str(line.rank), MS.fmt(line.median_step_ns), MS.fmt(line.communication_ns),
-                 MS.fmt(line.compute_ns)]
+                [str(line.rank), MS.fmt(line.median_step_ns)]
+                + ([MS.fmt(line.communication_ns), MS.fmt(line.compute_ns)] if kernels else [])
                 for line in cross.ranks
             ],
-        )  # fmt: skip
+        )
         if cross.slowest_rank is not None:
             out.print(Text(f"slowest rank by median step: {cross.slowest_rank}"))
         _print_stragglers(run, out)

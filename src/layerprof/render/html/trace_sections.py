@@ -449,9 +449,13 @@ def cross_rank_section(s: Subject) -> Section | None:
         Col("Rank", lambda r: str(r.rank), lambda r: r.rank),
         text_col("File", lambda r: files.get(r.rank, ""), css="path"),
         time_col("Median step", lambda r: r.median_step_ns, unit),
-        time_col("Communication", lambda r: r.communication_ns, unit),
-        time_col("Compute", lambda r: r.compute_ns, unit),
     ]
+    if any(line.communication_ns or line.compute_ns for line in cross.ranks):
+        # device kernel time; a trace without kernels leaves them out (not zero work)
+        line_cols += [
+            time_col("Kernel communication", lambda r: r.communication_ns, unit),
+            time_col("Kernel compute", lambda r: r.compute_ns, unit),
+        ]
     body = table("lp-ranks", line_cols, cross.ranks)
     if cross.steps:
         body += heading("Step time per rank") + table(
