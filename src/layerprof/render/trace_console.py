@@ -45,7 +45,8 @@ def print_run_header(run: Run, console: Console) -> None:
     with escaping(console) as out:
         out.print(
             Text.assemble(
-                ("layerprof analyze ", "bold"),
+                # a Run is what analyze read, or the rank profiles `report` merged
+                ("layerprof ", "bold"),
                 run.path,
                 f"  ({len(run.ranks)} rank{'s' if len(run.ranks) != 1 else ''};"
                 f" rank from {run.rank_source})",
