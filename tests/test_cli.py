@@ -395,3 +395,17 @@ def test_a_bad_loss_spec_names_the_loss_flag(capsys: pytest.CaptureFixture[str])
     assert code == 2
     assert "--loss tests.cli_models:nope: module 'tests.cli_models' has no attribute" in err
     assert "--arch tests.cli_models:nope" not in err
+
+
+def test_diff_quiet_prints_only_the_verdict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.test_console import fake_profile
+
+    path = tmp_path / "p.json"
+    fake_profile().save(path)
+    capsys.readouterr()
+    assert main(["diff", str(path), str(path), "-q", "--fail-above", "5%"]) == 0
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("layerprof: ") and len(err.strip().splitlines()) == 1

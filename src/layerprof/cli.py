@@ -534,6 +534,10 @@ def build_parser() -> argparse.ArgumentParser:
     out = diff.add_argument_group("output", outputs.STDOUT_HELP)
     outputs.add_output(out, "--json", "write the diff (schema layerprof.diff/1)")
     outputs.add_output(out, "--html", "write a self-contained HTML report of the diff")
+    out.add_argument(
+        "--quiet", "-q", action="store_true",
+        help="print nothing but errors and, with --fail-above, the verdict (exit code for CI)",
+    )  # fmt: skip
 
     report = sub.add_parser(
         "report",
@@ -825,7 +829,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
         _say(f"layerprof: {line}")
     result = diff(base, new, threshold_pct=threshold)
     gate = result.gate(fail_above, args.fail_metric) if fail_above is not None else None
-    if args.format == "console":
+    if args.quiet:
+        pass
+    elif args.format == "console":
         sinks.show(result, console=_console(args), top=args.top, gate=gate)
     else:
         fmt = "md" if args.format == "md" else "json"
@@ -840,7 +846,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     outputs.report_written(written, args)
     if gate is None:
         return 0
-    if args.format != "console":  # the console report already ends with the verdict
+    if args.format != "console" or args.quiet:  # the console report ends with the verdict
         _say(f"layerprof: {gate.message}")
     return 1 if gate.failed else 0
 
