@@ -106,3 +106,8 @@ def test_device_cuda_moves_a_copy() -> None:
     prof = layerprof.profile(model, torch.randn(2, 4), device="cuda", warmup=1, iters=3)
     assert prof.meta.device.startswith("cuda")
     assert next(model.parameters()).device.type == "cpu"
+
+
+def test_render_gives_text_for_every_text_format(prof: layerprof.Profile) -> None:
+    for fmt in ("console", "json", "csv", "html", "folded", "speedscope"):
+        assert isinstance(prof.render(fmt), str), fmt

@@ -149,8 +149,12 @@ class Output:
         return str(render(self, "console", width=shutil.get_terminal_size().columns))
 
     def render(self, fmt: str, **options: Any) -> str | bytes:
-        """This object in a format by name: ``console``, ``json``, ``csv``, ``html``, ``md``..."""
-        return render(self, fmt, **options)
+        """This object in a format by name: ``console``, ``json``, ``csv``, ``html``, ``md``...
+        Text formats are ``str`` (JSON too); only binary ones (gzip) are ``bytes``."""
+        out = render(self, fmt, **options)
+        if isinstance(out, bytes) and not out.startswith(b"\x1f\x8b"):
+            return out.decode()  # orjson writes UTF-8 bytes: text like the other formats
+        return out
 
     def write(self, path: str | os.PathLike[str], **options: Any) -> Path:
         """Write in the format the file name says (``.html``, ``.csv``, ``.json``, ...)."""
