@@ -343,6 +343,7 @@ def test_cli_traced_list_encoder_rows(tmp_path, capsys) -> None:  # type: ignore
     assert code == 0, err
     assert "Warning" not in err
     data = json.loads(out.read_text())
+    assert any(n.startswith("FLOPs not counted: a TorchScript model") for n in data["notes"])
     rows = {layer["path"]: layer for layer in data["layers"]}
     assert {p: rows[p]["calls"] for p in ("blocks.0", "blocks.2.1", "enc", "enc.layers.1")} == {
         "blocks.0": 1, "blocks.2.1": 1, "enc": 1, "enc.layers.1": 1,

@@ -170,7 +170,11 @@ def run_model(
                     loss=opts.loss, peak=opts.peak,
                 )  # fmt: skip
             elif opts.kind != "eager":
-                profile = _scripted(model, program, args, kwargs, opts, base)
+                profile = _scripted(model, program, args, kwargs, opts, base).with_notes(
+                    f"FLOPs not counted: a {_KIND_NAMES.get(opts.kind, opts.kind)} runs"
+                    " its ops outside the Python modules the counter follows; run the eager"
+                    " model (--arch) for FLOPs and the roofline"
+                )
             else:
                 profile = _layer_pass(
                     model, args, kwargs, forward, sync, device, opts, progress, base, watch
@@ -185,6 +189,9 @@ def _wrapper_notes(model: Any) -> list[str]:
 
     note = wrapper_note(model)
     return [note] if note else []
+
+
+_KIND_NAMES = {"torchscript": "TorchScript model", "export": "torch.export program"}
 
 
 def _compiled_run(
