@@ -475,3 +475,42 @@ def test_backward_kernels_go_to_the_forward_layers() -> None:
     assert not [n for n in profile.notes if n.startswith("backward:")]
     assert model.training
     assert all(p.grad is None for p in model.parameters())
+
+
+class ItemBreak(nn.Module):
+    """A graph break Dynamo logs as a warning: ``Tensor.item()`` in forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(16, 16)
+        self.b = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.a(x)
+        if x.sum().item() > 1e9:
+            x = x * 2
+        return self.b(torch.relu(x))
+
+
+def test_graph_break_warnings_are_not_logged_and_the_level_comes_back() -> None:
+    """Dynamo's ~20 WARNING lines per graph break stay out of the report (the compiled
+    section names each break); the logger's level is the user's again afterwards."""
+    import logging
+
+    class Keep(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__(logging.DEBUG)
+            self.messages: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.messages.append(record.getMessage())
+
+    dynamo = logging.getLogger("torch._dynamo")  # torch's loggers do not propagate to root
+    before, kept = dynamo.level, Keep()
+    dynamo.addHandler(kept)
+    try:
+        run(ItemBreak().eval(), torch.randn(4, 16))
+    finally:
+        dynamo.removeHandler(kept)
+    assert not [m for m in kept.messages if "Graph break" in m]
+    assert dynamo.level == before

@@ -22,6 +22,7 @@ inductor strips profiler ranges), so this view needs none there. The run
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -145,6 +146,11 @@ class CompiledRun:
         from layerprof.capture.recorder import layer_infos
 
         check_compile_support()
+        # Dynamo logs every graph break as ~20 WARNING lines on stderr; the compiled
+        # section reports each break with its reason, so its logger is quiet meanwhile
+        self._dynamo_log = logging.getLogger("torch._dynamo")
+        self._dynamo_level = self._dynamo_log.level
+        self._dynamo_log.setLevel(logging.ERROR)
         self._unwrapped = undo = unwrap(self.given)
         self.model, self.regions = undo.model, undo.regions()
         try:
@@ -172,10 +178,12 @@ class CompiledRun:
             )
         except BaseException:
             undo.restore()
+            self._dynamo_log.setLevel(self._dynamo_level)
             raise
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._dynamo_log.setLevel(self._dynamo_level)
         if self._unwrapped is not None:
             self._unwrapped.restore()
 
