@@ -237,7 +237,7 @@ def _throughput(row: LayerRow) -> str:
     time_ns = row.device_total_ns if row.device_total_ns is not None else row.total_ns
     if not row.flops or time_ns <= 0:
         return ""
-    return f"; {human_count(row.flops)}FLOPs at {row.flops / time_ns:.1f} GFLOP/s"
+    return f"; {human_count(row.flops)} FLOPs at {row.flops / time_ns:.1f} GFLOP/s"
 
 
 def _parent_self(profile: Profile) -> list[Finding]:
