@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import io
-import os
 from dataclasses import replace
-from pathlib import Path
 
 import torch
 from rich.console import Console
@@ -17,8 +15,7 @@ from layerprof.profile import Profile
 from layerprof.records import Meta, Overhead
 from layerprof.render.console import print_profile
 from tests import zoo_models as zoo
-
-GOLDEN = Path(__file__).parent / "golden"
+from tests.golden_files import check_golden
 
 
 def fake_profile():
@@ -44,13 +41,6 @@ def render(**options: object) -> str:
     console = Console(file=buf, width=120, color_system=None, force_terminal=False)
     print_profile(fake_profile(), console=console, **options)  # type: ignore[arg-type]
     return buf.getvalue()
-
-
-def check_golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if os.environ.get("LAYERPROF_UPDATE_GOLDEN"):
-        path.write_text(text)
-    assert text == path.read_text()
 
 
 def test_tree_golden() -> None:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import io
-import os
-from pathlib import Path
 
 import torch
 from rich.console import Console
@@ -15,8 +13,7 @@ from layerprof.records import Meta
 from layerprof.render.ranks_console import print_layers_across_ranks
 from layerprof.trace.ranks import merge_profiles
 from tests import zoo_models as zoo
-
-GOLDEN = Path(__file__).parent / "golden"
+from tests.golden_files import check_golden
 
 
 def profile(scale: int, rank: int):
@@ -39,13 +36,6 @@ def render(width: int) -> str:
     console = Console(file=buf, width=width, color_system=None, force_terminal=False)
     print_layers_across_ranks(run(), console, top=10)
     return buf.getvalue()
-
-
-def check_golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if os.environ.get("LAYERPROF_UPDATE_GOLDEN"):
-        path.write_text(text)
-    assert text == path.read_text()
 
 
 def test_layer_rank_table_golden_wide() -> None:

@@ -4,9 +4,7 @@ findings, and its console rendering (golden files)."""
 from __future__ import annotations
 
 import io
-import os
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -18,8 +16,8 @@ from layerprof.records import LayerInfo, LayerSamples, Meta
 from layerprof.render.console import print_profile
 from layerprof.render.flops_console import flops_cell, print_roofline
 from layerprof.sections.flops import FlopSummary, LayerFlops, Peak, UncountedOp
+from tests.golden_files import check_golden
 
-GOLDEN = Path(__file__).parent / "golden"
 MS = 1_000_000
 PEAK = Peak(100e9, 10e9, "given", "--peak")  # ridge 10 FLOP/B
 
@@ -137,13 +135,6 @@ def _render(width: int) -> str:
     console = Console(file=buf, width=width, color_system=None, force_terminal=False)
     print_profile(flop_profile(), console=console)
     return buf.getvalue()
-
-
-def check_golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if os.environ.get("LAYERPROF_UPDATE_GOLDEN"):
-        path.write_text(text)
-    assert text == path.read_text()
 
 
 def test_console_golden_120() -> None:

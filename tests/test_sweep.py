@@ -20,7 +20,7 @@ from layerprof.cli import main
 from layerprof.errors import ModelRunError, ProfileFormatError, UsageError
 from layerprof.sections.sweep import Sweep, SweepPoint
 from layerprof.stats import Summary
-from tests.test_roofline import check_golden
+from tests.golden_files import check_golden
 
 FAST = {"warmup": 0, "iters": 2, "memory": False}
 
