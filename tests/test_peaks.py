@@ -260,3 +260,20 @@ def test_python_api_peak_is_given_like_the_cli() -> None:
     with pytest.raises(UsageError, match="fast"):
         layerprof.profile(model, torch.randn(2, 4), warmup=0, iters=2, peak="fast")
     assert not model[0]._forward_hooks  # refused before any hook went on
+
+
+def test_a_cached_peak_below_fewer_threads_is_measured_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 2-thread peak cached on a busy machine (below the 1-thread one) is not trusted:
+    measured again, and the better of the two kept."""
+    monkeypatch.setenv("LAYERPROF_CACHE_DIR", str(tmp_path))
+    rates = iter([9e10, 3e10, 1.5e11])  # 1 thread; 2 threads while busy; 2 threads again
+    monkeypatch.setattr(
+        peaks, "measure_cpu_peak", lambda d, t: Peak(next(rates), 1e10, "measured", "m")
+    )
+    assert peaks.cached_cpu_peak("float32", 1).flops_per_s == 9e10
+    assert peaks.cached_cpu_peak("float32", 2).flops_per_s == 3e10  # the busy measurement
+    again = peaks.cached_cpu_peak("float32", 2)  # below 1 thread's 9e10: measured again
+    assert again.source == "measured" and again.flops_per_s == 1.5e11
+    assert peaks.cached_cpu_peak("float32", 2).source == "cached"
