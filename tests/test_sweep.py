@@ -323,8 +323,14 @@ def test_cli_sweep_where_nothing_ran_fails(
     code = main(["sweep", "--arch", "cli_models:Net", "--input", "2x8", "--batch", "1,2",
                  "--iters", "1", "--warmup", "0", "--no-memory"])  # fmt: skip
     assert code == 2
-    err = capsys.readouterr().err
-    assert "no point of the sweep ran" in err and "mat1 and mat2 shapes" in err
+    out, err = capsys.readouterr()
+    assert "no point of the sweep ran (the reasons are above)" in err
+    assert (out + err).count("mat1 and mat2 shapes") == 2  # once per point, not again
+    code = main(["sweep", "--arch", "cli_models:Net", "--input", "2x8", "--batch", "1",
+                 "--iters", "1", "--warmup", "0", "--no-memory", "-q"])  # fmt: skip
+    assert code == 2
+    err = capsys.readouterr().err  # nothing printed above: the one line gives the reason
+    assert "no point of the sweep ran: batch 1" in err and "mat1 and mat2 shapes" in err
 
 
 def test_cli_sweep_needs_input(capsys: pytest.CaptureFixture[str]) -> None:

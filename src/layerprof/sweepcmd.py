@@ -56,8 +56,12 @@ def sweep_command(args: argparse.Namespace, *, load: Callable[[], Any]) -> int:
         sinks.show(sweep, console=make_console(stderr=outputs.to_stdout(args)))
     if not any(p.status == OK for p in sweep.points):
         first = next((p for p in sweep.points if p.reason), None)
-        why = f": {first.label}: {first.reason}" if first is not None else ""
-        raise ModelRunError(f"no point of the sweep ran{why}")
+        # the report above already lists every point's reason: the error line only repeats
+        # one when nothing was printed (-q)
+        why = f": {first.label}: {first.reason}" if first is not None and args.quiet else ""
+        raise ModelRunError(
+            f"no point of the sweep ran{why}" + ("" if args.quiet else " (the reasons are above)")
+        )
     return 0
 
 
