@@ -24,7 +24,7 @@ def print_sweep(sweep: Sweep, console: Console, **_: object) -> None:
         out.print(_header(sweep))
         _points_table(sweep, out)
         for (dtype, threads), points in sweep.groups.items():
-            _shares_table(points, dtype, threads, out)
+            _shares_table(points, dtype, threads, out, root=sweep.model)
         for note in sweep.notes:
             out.print(Text.assemble(("note: ", "yellow"), note))
         for p in sweep.points:
@@ -100,7 +100,12 @@ def _threads_text(threads: int) -> str:
 
 
 def _shares_table(
-    points: tuple[SweepPoint, ...], dtype: str, threads: int | None, console: Console
+    points: tuple[SweepPoint, ...],
+    dtype: str,
+    threads: int | None,
+    console: Console,
+    *,
+    root: str,
 ) -> None:
     measured = [p for p in points if p.status == OK and p.shares]
     if not measured:
@@ -118,7 +123,7 @@ def _shares_table(
     rows = []
     for path in layers:
         shares = [dict(p.shares).get(path, 0.0) for p in measured]
-        cells: list[Cell] = [path or "(model)", *(f"{100 * s:.1f}%" for s in shares)]
+        cells: list[Cell] = [path or root, *(f"{100 * s:.1f}%" for s in shares)]
         if len(measured) > 1:
             cells.append(f"{100 * (shares[-1] - shares[0]):+.1f} pt")
         rows.append(Row(tuple(cells)))

@@ -201,7 +201,7 @@ def _shares(sweep: Sweep) -> list[Section]:
             for path, share in p.shares:
                 top[path] = max(top.get(path, 0.0), share)
         layers = sorted(top, key=lambda k: -top[k])[:SHARE_LAYERS]
-        cols: list[Col[str]] = [text_col("Layer (self time)", lambda path: path or "(model)")]
+        cols: list[Col[str]] = [text_col("Layer (self time)", lambda path: path or sweep.model)]
         for p in measured:
             shares = dict(p.shares)
             name = f"batch {p.batch}" if p.batch is not None else "share"
