@@ -254,7 +254,8 @@ class DaskExecutor:
                 client = distributed.Client(cluster or self.address, set_as_default=False)
             except OSError as exc:  # unreachable address, refused, timed out
                 raise UsageError(
-                    f"cannot reach the Dask scheduler at {self.address}: {_reason(exc)}",
+                    f"cannot reach the Dask scheduler at {self.address or 'its local cluster'}:"
+                    f" {_reason(exc)}",
                     hint="check the address (tcp://HOST:8786), or use --executor processes",
                 ) from exc
             with client:
