@@ -10,7 +10,7 @@ from rich.text import Text
 
 from layerprof.render.columns import Cell, Col, Hide, Row, Shrink, Step, print_table
 from layerprof.render.terminal import escaping
-from layerprof.sections.sweep import FAILED, OK, Sweep, SweepPoint
+from layerprof.sections.sweep import FAILED, OK, Sweep, SweepPoint, top_layers
 from layerprof.units import human_bytes, human_si, unit_for
 
 SHARE_LAYERS = 6
@@ -107,14 +107,9 @@ def _shares_table(
     *,
     root: str,
 ) -> None:
-    measured = [p for p in points if p.status == OK and p.shares]
+    measured, layers = top_layers(points, SHARE_LAYERS)
     if not measured:
         return
-    top: dict[str, float] = {}
-    for p in measured:
-        for path, share in p.shares:
-            top[path] = max(top.get(path, 0.0), share)
-    layers = sorted(top, key=lambda k: -top[k])[:SHARE_LAYERS]
     heads = [f"batch {p.batch}" if p.batch is not None else "share" for p in measured]
     columns = [Col("Layer (self time)", key="name", cap=40)]
     columns += [Col(h, number=True) for h in heads]

@@ -90,3 +90,14 @@ class Sweep:
         for p in self.points:
             out.setdefault((p.dtype, p.threads), []).append(p)
         return {k: tuple(v) for k, v in out.items()}
+
+
+def top_layers(points: tuple[SweepPoint, ...], n: int) -> tuple[list[SweepPoint], list[str]]:
+    """The points that measured layer shares, and the ``n`` layers with the largest share
+    at any of them (largest first): what a share table of one group shows."""
+    measured = [p for p in points if p.status == OK and p.shares]
+    top: dict[str, float] = {}
+    for p in measured:
+        for path, share in p.shares:
+            top[path] = max(top.get(path, 0.0), share)
+    return measured, sorted(top, key=lambda k: -top[k])[:n]

@@ -31,7 +31,7 @@ from layerprof.render.html.page import (
     text_col,
     time_col,
 )
-from layerprof.sections.sweep import OK, Sweep, SweepPoint
+from layerprof.sections.sweep import OK, Sweep, SweepPoint, top_layers
 from layerprof.units import NS_PER_MS, human_bytes, human_si, unit_for
 
 SHARE_LAYERS = 8
@@ -193,14 +193,9 @@ def _num(value: float | None) -> str:
 def _shares(sweep: Sweep) -> list[Section]:
     out: list[Section] = []
     for (dtype, threads), points in sweep.groups.items():
-        measured = [p for p in points if p.status == OK and p.shares]
+        measured, layers = top_layers(points, SHARE_LAYERS)
         if not measured:
             continue
-        top: dict[str, float] = {}
-        for p in measured:
-            for path, share in p.shares:
-                top[path] = max(top.get(path, 0.0), share)
-        layers = sorted(top, key=lambda k: -top[k])[:SHARE_LAYERS]
         cols: list[Col[str]] = [text_col("Layer (self time)", lambda path: path or sweep.model)]
         for p in measured:
             shares = dict(p.shares)
