@@ -210,9 +210,7 @@ def print_ranks(run: Run, console: Console, top: int) -> None:
             ["step", *[f"rank {r}" for r in ranks], "slowest", "spread"],
             steps,
         )
-        # communication/compute here are device kernel time: without kernels (CPU-only
-        # traces) they are not 0 work, they are unmeasured (the step breakdown has the rest)
-        kernels = any(line.communication_ns or line.compute_ns for line in cross.ranks)
+        kernels = cross.kernel_time  # CPU-only traces: the step breakdown has the rest
         _print_table(
             out,
             "per rank" + ("" if kernels else " (no device kernels: see the step breakdown)"),

@@ -216,3 +216,9 @@ class CrossRank:
     steps: tuple[StepAcrossRanks, ...]
     ranks: tuple[RankLine, ...]
     slowest_rank: int | None  # by median step time
+
+    @property
+    def kernel_time(self) -> bool:
+        """Whether the ranks' communication/compute (device kernel time) was measured:
+        a trace without device kernels has 0 there, which is not 0 work."""
+        return any(line.communication_ns or line.compute_ns for line in self.ranks)

@@ -450,8 +450,7 @@ def cross_rank_section(s: Subject) -> Section | None:
         text_col("File", lambda r: files.get(r.rank, ""), css="path"),
         time_col("Median step", lambda r: r.median_step_ns, unit),
     ]
-    if any(line.communication_ns or line.compute_ns for line in cross.ranks):
-        # device kernel time; a trace without kernels leaves them out (not zero work)
+    if cross.kernel_time:
         line_cols += [
             time_col("Kernel communication", lambda r: r.communication_ns, unit),
             time_col("Kernel compute", lambda r: r.compute_ns, unit),
