@@ -120,8 +120,10 @@ def test_tree_numbers_whole_in_terminals(
     print_profile(profiles[model], console=out)
     text = out.export_text()
     notes = check_layer_table(profiles[model], text, width)
-    if model == "resnet50" and width == 120:  # short names: all columns fit
-        assert notes == [] and " In " in text, text
+    if model == "resnet50" and width == 120 and not notes:
+        # short names: all columns fit (a loaded machine can widen the time columns
+        # enough that the shapes go, and then the checks below apply)
+        assert " In " in text, text
         return
     # the shapes go first, and the table says so
     assert notes and notes[0].startswith("hidden columns: In"), text
