@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from layerprof.capture.opcost import OpsCorrection, calibrate_ops, corrected_samples
@@ -74,3 +75,25 @@ def test_ops_run_corrects_says_so_and_adds_up() -> None:
         root.self_check(tolerance_ns=1)
     plain = layerprof.profile(model, x, warmup=0, iters=3, ops=True, correct_overhead=False)
     assert any("(not corrected)" in n for n in plain.notes)
+
+
+def test_a_layer_corrected_to_zero_is_named_not_trusted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A calibration taken while the machine stalled over-estimates the recording cost:
+    both layers' times clamp to 0. The rows stay (they ran), and a finding names them and
+    says their times are not to be trusted; an uncorrected run has no such finding."""
+    import layerprof
+    from layerprof.analysis.diagnose import diagnose
+
+    stalled = OpsCorrection(per_op_ns=1e6, range_inside_ns=0, range_leak_ns=0)
+    monkeypatch.setattr("layerprof.capture.opcost.calibrate_ops", lambda *a, **k: stalled)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+    x = torch.randn(2, 8)
+    prof = layerprof.profile(model, x, warmup=0, iters=3, ops=True)
+    relu = next(r for r in prof.rows() if r.path == "1")
+    assert relu.calls == 1 and relu.total_ns == 0
+    zeroed = [f for f in diagnose(prof) if "read 0 ns" in f.title]
+    assert len(zeroed) == 1 and zeroed[0].severity == "warning"
+    assert zeroed[0].detail.startswith("0, 1:"), zeroed[0].detail
+    assert "--no-correct" in zeroed[0].hint
+    plain = layerprof.profile(model, x, warmup=0, iters=3, ops=True, correct_overhead=False)
+    assert not [f for f in diagnose(plain) if "read 0 ns" in f.title]

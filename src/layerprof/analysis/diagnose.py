@@ -285,6 +285,26 @@ def _small_layers(profile: Profile) -> list[Finding]:
     ]
 
 
+def _zeroed(profile: Profile) -> list[Finding]:
+    """Layers that ran yet read 0 ns: the measured instrumentation cost, subtracted and
+    clamped at zero, was at least their whole time. Such a row says "tiny", not how tiny."""
+    rows, _ = _timed_rows(profile)
+    zero = [r for r in rows if r.total_ns <= 0]
+    if not zero:
+        return []
+    names = ", ".join(r.path or "(root)" for r in zero[:3]) + (", ..." if len(zero) > 3 else "")
+    return [
+        Finding(
+            "warning",
+            f"{len(zero)} layer{'s' if len(zero) > 1 else ''} that ran read 0 ns",
+            f"{names}: each ran in less time than the instrumentation's own cost, which was"
+            " measured and subtracted (never below zero); their times say only that they"
+            " are tiny.",
+            "time them in a larger batch, or rerun with --no-correct for upper bounds",
+        )
+    ]
+
+
 def _never_called(profile: Profile) -> list[Finding]:
     return never_called_findings(profile, profile.rows())
 
@@ -502,6 +522,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule("many small layers", _has_layers, _small_layers),
     Rule("layers that never ran", _has_layers, _never_called),
+    Rule("layers timed at 0 ns after the overhead correction", live, _zeroed),
     # a compiled run's first call compiles: analysis/compiled.py says so instead
     Rule("cold first call", lambda p: _has_latency(p) and p.compiled is None, _cold),
     Rule("latency noise", _has_latency, _noisy),
