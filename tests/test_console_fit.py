@@ -158,6 +158,22 @@ def test_pipe_width_and_very_long_names(monkeypatch: pytest.MonkeyPatch) -> None
     assert "output 160 columns" not in text  # the shapes fit: nothing hidden
 
 
+def test_pipe_lines_end_without_padding(profiles: dict[str, Profile]) -> None:
+    """Piped or saved, no line ends in a table's cell padding; a terminal keeps its
+    layout as rich draws it, and the rest is the same either way (the note on hidden
+    columns names a terminal or an output)."""
+    texts = {}
+    for terminal in (True, False):
+        out = console(120, terminal=terminal)
+        print_profile(profiles["bert"], console=out)
+        texts[terminal] = out.export_text()
+    assert not [ln for ln in texts[False].splitlines() if ln.endswith(" ")]
+    assert [ln for ln in texts[True].splitlines() if ln.endswith(" ")]
+    same = [ln.rstrip() for ln in texts[True].splitlines() if "hidden columns" not in ln]
+    assert same == [ln for ln in texts[False].splitlines() if "hidden columns" not in ln]
+    check_layer_table(profiles["bert"], texts[False], 120)
+
+
 def test_pipe_honours_columns(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "212")
     assert make_console().width == 212

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -52,12 +52,50 @@ class _Escaped:
         self.inner = inner
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        for segment in console.render(self.inner, options):
-            # control segments are rich's own (cursor moves); text segments are content
-            if segment.control is None and _SEGMENT_CONTROL.search(segment.text):
-                yield Segment(escape_controls(segment.text, keep_newlines=True), segment.style)
-            else:
-                yield segment
+        segments = (_escaped(s) for s in console.render(self.inner, options))
+        if console.is_terminal:
+            yield from segments
+        else:  # a pipe or a file: a table's cell padding would end lines in spaces
+            yield from _without_trailing_spaces(segments)
+
+
+def _escaped(segment: Segment) -> Segment:
+    # control segments are rich's own (cursor moves); text segments are content
+    if segment.control is None and _SEGMENT_CONTROL.search(segment.text):
+        return Segment(escape_controls(segment.text, keep_newlines=True), segment.style)
+    return segment
+
+
+def _without_trailing_spaces(segments: Iterable[Segment]) -> Iterator[Segment]:
+    """``segments`` with the spaces that end each line left out. Segments are held
+    back only while they are blank, so the output still streams line by line."""
+    blank: list[Segment] = []
+    for segment in segments:
+        text = segment.text
+        if segment.control is not None:
+            yield from blank
+            blank = []
+            yield segment
+            continue
+        while "\n" in text:
+            head, text = text.split("\n", 1)
+            if head.strip(" "):
+                yield from blank
+                yield Segment(head.rstrip(" "), segment.style)
+            blank = []
+            yield Segment("\n", segment.style)
+        if not text:
+            continue
+        if text.strip(" "):
+            yield from blank
+            blank = []
+            stripped = text.rstrip(" ")
+            yield Segment(stripped, segment.style)
+            if len(stripped) < len(text):  # may be mid-line: keep the rest until we know
+                blank.append(Segment(text[len(stripped) :], segment.style))
+        else:
+            blank.append(segment)
+    yield from blank
 
 
 class EscapeControls(RenderHook):
