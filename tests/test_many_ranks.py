@@ -115,7 +115,12 @@ def test_worker_that_always_dies_names_its_rank(rank_dir: Path) -> None:
 def test_partial_merges_the_others_and_names_the_dead_rank(rank_dir: Path) -> None:
     run = analyze(rank_dir, executor=_Killing(KillAlways, "rank-5."), partial=True)
     assert [p.rank for p in run.ranks] == [0, 1, 2, 3, 4, 6, 7]
-    assert any("merged 7 of 8" in n and "rank-5" in n for n in run.notes)
+    assert any("merged 7 of 8 traces (--partial); 1 failed" in n for n in run.notes)
+    assert len(run.failed) == 1
+    assert "trace.rank-5.json.gz: its worker process died" in run.failed[0]
+    doc = codec.to_dict(run)
+    assert doc["failed"] == list(run.failed) and doc["skipped"] == []
+    assert codec.from_dict(doc).failed == run.failed
 
 
 def test_dask_worker_that_always_dies_names_its_rank(rank_dir: Path) -> None:
@@ -162,7 +167,9 @@ class _Killing(ProcessExecutor):
         return super().run(self.wrap(fn), items, labels)
 
 
-def test_a_damaged_rank_is_named_after_the_others_finish(rank_dir: Path, tmp_path: Path) -> None:
+def test_a_damaged_rank_is_named_after_the_others_finish(
+    rank_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     folder = tmp_path / "job"
     folder.mkdir()
     for f in sorted(rank_dir.iterdir())[:4]:
@@ -178,6 +185,12 @@ def test_a_damaged_rank_is_named_after_the_others_finish(rank_dir: Path, tmp_pat
     assert seen == [(i, 5) for i in range(1, 6)]  # the others still ran
     run = analyze(folder, executor="serial", partial=True)
     assert len(run.ranks) == 4
+    # the CLI merges the four, lists the damaged one, and exits 0
+    capsys.readouterr()
+    out_json = tmp_path / "job.json"
+    assert main(["analyze", str(folder), "--partial", "--json", str(out_json)]) == 0
+    assert f"failed: {bad}: truncated gzip" in capsys.readouterr().out
+    assert [f for f in orjson.loads(out_json.read_bytes())["failed"] if str(bad) in f]
 
 
 def test_profiles_cross_compactly_without_events(one_trace: Path) -> None:

@@ -390,7 +390,9 @@ class Run(sinks.Output):
 
     ``ranks`` are Profiles sorted by rank; ``cross`` compares them;
     ``rank_source`` says how each file's rank was found; ``skipped`` lists
-    files that were not traces (with why); ``notes`` are facts about the set;
+    files that were not traces (with why); ``failed`` the traces that failed and
+    were left out of the merge (``--partial``), each with why; ``notes`` are facts
+    about the set;
     ``layer_ranks`` is each layer's time per forward on every rank.
     """
 
@@ -399,6 +401,7 @@ class Run(sinks.Output):
     rank_source: str = "file order"
     cross: CrossRank | None = None
     skipped: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     layer_ranks: tuple[LayerAcrossRanks, ...] = ()
     stragglers: Stragglers | None = None

@@ -54,6 +54,8 @@ def print_run_header(run: Run, console: Console) -> None:
         )
         for why in run.skipped:
             out.print(Text.assemble(("skipped: ", "yellow"), why))
+        for why in run.failed:
+            out.print(Text.assemble(("failed: ", "red"), why))
         for note in run.notes:
             out.print(Text.assemble(("note: ", "yellow"), note))
 

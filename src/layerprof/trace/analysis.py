@@ -158,10 +158,12 @@ def _gathered(
     notes = []
     if failures:
         notes.append(
-            f"merged {len(profiles)} of {len(sources)} traces (--partial); failed: "
-            + "; ".join(failures)
+            f"merged {len(profiles)} of {len(sources)} traces (--partial);"
+            f" {len(failures)} failed and {'is' if len(failures) == 1 else 'are'} left out"
         )
-    return merge(path, profiles, rank_source=ranks.source, skipped=skipped, notes=notes)
+    return merge(
+        path, profiles, rank_source=ranks.source, skipped=skipped, failed=failures, notes=notes
+    )
 
 
 def _traces(results: dict[int, RankResult]) -> bool:

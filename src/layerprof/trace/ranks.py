@@ -34,6 +34,7 @@ def merge(
     *,
     rank_source: str = "file order",
     skipped: Sequence[str] = (),
+    failed: Sequence[str] = (),
     notes: Sequence[str] = (),
 ) -> Run:
     """One Run of per-rank Profiles (each with its rank set), with the cross-rank results."""
@@ -49,6 +50,7 @@ def merge(
         rank_source=rank_source,
         cross=cross,
         skipped=tuple(skipped),
+        failed=tuple(failed),
         notes=tuple(notes),
         layer_ranks=layers_across(ordered) if len(ordered) > 1 else (),
         stragglers=stragglers(ordered),

@@ -35,12 +35,13 @@ def finding_card(f: Finding) -> str:
 
 
 def notes_section(s: Subject) -> Section | None:
-    """The profile's notes; for a Run also its own notes, the skipped files and each
-    rank's notes."""
+    """The profile's notes; for a Run also its own notes, the skipped files, the traces
+    that failed and each rank's notes."""
     notes: list[str] = []
     run = s.run
     if run is not None:
         notes += list(run.notes) + [f"skipped: {why}" for why in run.skipped]
+        notes += [f"failed: {why}" for why in run.failed]
     for p in s.ranks:
         prefix = f"{rank_name(p)}: " if s.multi_rank else ""
         notes += [prefix + n for n in p.notes]
