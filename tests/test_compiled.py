@@ -21,11 +21,12 @@ import torch
 from torch import nn
 
 import layerprof
+from layerprof.analysis.diagnose import diagnose
 from layerprof.capture.compiled import CompileOptions
 from layerprof.capture.compiled_attribution import CALL_PREFIX, FORWARD_MARK
 from layerprof.cli import main
 from layerprof.profile import Profile
-from layerprof.sections.compiled import BUCKET_ROWS, OUTSIDE_ROW, OVERHEAD_ROW
+from layerprof.sections.compiled import BUCKET_ROWS, OUTSIDE_ROW, OVERHEAD_ROW, Recompile
 from tests.real_models import BasicBlock, TinyGPT
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -473,6 +474,13 @@ def test_backward_kernels_go_to_the_forward_layers() -> None:
     assert c.backward.attributed_share > 0.5
     # this torch's backward mapping passes the trust check (compiled_section.backward_problem)
     assert not [n for n in profile.notes if n.startswith("backward:")]
+    # the backward pass turns autograd on, which fails a guard: that recompile is ours,
+    # and the findings say so instead of telling the user to fix their shapes
+    titles = [f.title for f in diagnose(profile)]
+    assert not [t for t in titles if t.endswith("recompilation(s) during the run")], titles
+    if c.recompiles:
+        assert all(r.autograd_switch for r in c.recompiles), c.recompiles
+        assert [t for t in titles if t.endswith("when the backward pass turned autograd on")]
     assert model.training
     assert all(p.grad is None for p in model.parameters())
 
@@ -514,3 +522,23 @@ def test_graph_break_warnings_are_not_logged_and_the_level_comes_back() -> None:
         dynamo.removeHandler(kept)
     assert not [m for m in kept.messages if "Graph break" in m]
     assert dynamo.level == before
+
+
+@pytest.mark.parametrize(
+    ("reason", "ours"),
+    [
+        ("0/0: GLOBAL_STATE changed: grad_mode", True),
+        (
+            "0/0: tensor 'args[0]' dispatch key set mismatch. expected DispatchKeySet(CPU,"
+            " BackendSelect, ADInplaceOrView), actual DispatchKeySet(CPU, BackendSelect,"
+            " ADInplaceOrView, AutogradCPU)",
+            True,
+        ),
+        ("0/0: tensor 'args[0]' size mismatch at index 0. expected 8, actual 4", False),
+        ("0/0: tensor 'args[0]' dispatch key set mismatch. expected (CPU), actual (CUDA)", False),
+    ],
+)
+def test_recompiles_of_autograd_state_are_told_apart(reason: str, ours: bool) -> None:
+    """The reasons torch 2.13 gives when inference mode or grad mode changes between calls
+    (read from get_compilation_metrics), and two that a model causes itself."""
+    assert Recompile("0/1", "forward (net.py:1)", reason).autograd_switch is ours

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from layerprof.analysis.finding import Finding
-from layerprof.sections.compiled import BUCKET_ROWS, BUCKET_TYPE
+from layerprof.sections.compiled import BUCKET_ROWS, BUCKET_TYPE, Recompile
 from layerprof.units import human_time
 
 if TYPE_CHECKING:
@@ -57,16 +57,7 @@ def compiled_findings(profile: Profile) -> list[Finding]:
                 " across it",
             )
         )
-    if c.recompiles:
-        first = c.recompiles[0]
-        out.append(
-            Finding(
-                "info",
-                f"{len(c.recompiles)} recompilation(s) during the run",
-                f"{first.frame} recompiled: {first.reason}.",
-                "mark changing sizes dynamic (--dynamic) or keep shapes fixed",
-            )
-        )
+    out += _recompiles(profile, c.recompiles)
     if cov.region_ns > 0 and 1 - cov.attributed_share > UNATTRIBUTED_SHARE:
         out.append(
             Finding(
@@ -84,6 +75,35 @@ def compiled_findings(profile: Profile) -> list[Finding]:
                 f"{100 * cov.shared_ns / cov.attributed_ns:.0f}% of the attributed kernel time"
                 f" is split among layers by the {c.split} rule: those layers' times are estimates.",
                 "--compile-split lca gives such kernels to the layers' common parent instead",
+            )
+        )
+    return out
+
+
+def _recompiles(profile: Profile, recompiles: tuple[Recompile, ...]) -> list[Finding]:
+    """The model's own recompiles, apart from those a --backward run causes itself."""
+    backward = any(s.backward_total_ns is not None for s in profile.samples.values())
+    ours = [r for r in recompiles if backward and r.autograd_switch]
+    theirs = [r for r in recompiles if r not in ours]
+    out = []
+    if theirs:
+        out.append(
+            Finding(
+                "info",
+                f"{len(theirs)} recompilation(s) during the run",
+                f"{theirs[0].frame} recompiled: {theirs[0].reason}.",
+                "mark changing sizes dynamic (--dynamic) or keep shapes fixed",
+            )
+        )
+    if ours:
+        out.append(
+            Finding(
+                "info",
+                f"{len(ours)} recompilation(s) when the backward pass turned autograd on",
+                "layerprof times the forwards without autograd and the backward pass with it;"
+                " autograd's state is part of a compiled graph's guards, so the graphs"
+                " compiled again in the backward pass's untimed first step. No timed pass"
+                f" includes it ({ours[0].frame}: {ours[0].reason}).",
             )
         )
     return out

@@ -56,7 +56,15 @@ class GraphBreak:
 class Recompile:
     compile_id: str
     frame: str
-    reason: str
+    reason: str  # the first line of Dynamo's recompile reason
+
+    @property
+    def autograd_switch(self) -> bool:
+        """The guard that failed is autograd's state: grad mode itself, or an input's
+        autograd dispatch key (inference mode off). A ``--backward`` run causes both:
+        its forwards are timed without autograd, its backward pass needs it."""
+        r = self.reason
+        return "grad_mode" in r or ("dispatch key set mismatch" in r and "Autograd" in r)
 
 
 @dataclass(frozen=True)
