@@ -542,3 +542,17 @@ def test_recompiles_of_autograd_state_are_told_apart(reason: str, ours: bool) ->
     """The reasons torch 2.13 gives when inference mode or grad mode changes between calls
     (read from get_compilation_metrics), and two that a model causes itself."""
     assert Recompile("0/1", "forward (net.py:1)", reason).autograd_switch is ours
+
+
+def test_a_second_model_of_the_same_class_is_not_a_recompile() -> None:
+    """Two Sequentials profiled in one process (a notebook): each compiles its own
+    frame, so the second's first compile is not reported as a recompile of the first's;
+    the same model profiled again finds its compiled code."""
+    torch.manual_seed(0)
+    first, second = (nn.Sequential(nn.Linear(16, 16), nn.ReLU()) for _ in range(2))
+    run(first, torch.randn(4, 16))
+    again = run(second, torch.randn(8, 16))
+    assert again.compiled is not None and again.compiled.recompiles == ()
+    assert again.compiled.compile_ns > 0
+    repeat = run(second, torch.randn(8, 16))
+    assert repeat.compiled is not None and repeat.compiled.recompiles == ()

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import types
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -138,25 +139,34 @@ def eager_range_api() -> tuple[Callable[[str], Any], Callable[[Any], None]]:
 
 
 def _region_of(module: Any, path: str) -> Callable[..., Any]:
-    """:func:`_region` with a code object per module class and path.
+    """:func:`_region` with a code object of its own per module and path.
 
     Dynamo keeps its compiled code per code object, and a code object may be
-    compiled a limited number of times (``recompile_limit``): one shared by every
-    model layerprof compiles in a process would soon run eagerly, and count every
-    new model as a recompile. Named after the module, for the frame's name.
+    compiled a limited number of times (``recompile_limit``). One shared by every
+    model layerprof compiles in a process would soon run eagerly, and would count
+    each new model's first compile as a recompile of the last one's (a notebook
+    profiling two models, a test suite). The codes live as long as their module;
+    the same module profiled again finds its compiled code. Named after the
+    module, for the frame's name.
     """
-    key = (type(module), path)
-    code = _REGION_CODE.get(key)
+    try:
+        codes = _REGION_CODE.setdefault(module, {})
+    except TypeError:  # a module that is not hashable or weakly referenceable
+        codes = _SHARED_CODE.setdefault(type(module), {})
+    code = codes.get(path)
     if code is None:
         name = f"{type(module).__name__}.__call__"
         code = _region.__code__.replace(co_name=name)
         if hasattr(code, "co_qualname"):
             code = code.replace(co_qualname=name)
-        _REGION_CODE[key] = code
+        codes[path] = code
     return types.FunctionType(code, _region.__globals__, code.co_name)
 
 
-_REGION_CODE: dict[tuple[type, str], types.CodeType] = {}
+_REGION_CODE: weakref.WeakKeyDictionary[Any, dict[str, types.CodeType]] = (
+    weakref.WeakKeyDictionary()
+)
+_SHARED_CODE: dict[type, dict[str, types.CodeType]] = {}
 
 
 def _region(module: Any, *args: Any, **kwargs: Any) -> Any:
