@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import statistics
 from collections.abc import Iterator
 from typing import Any
 
@@ -86,16 +87,21 @@ def test_layer_self_time_is_its_ops_plus_python_gap(
     samples = cap.samples
     checked = 0
     for path, s in samples.items():
+        gaps, selfs = [], []
         for i in range(iterations(cap)):
             ops_self = sum(
                 o.samples.self_ns[i] for o in cap.ops if o.layer == path and o.samples is not None
             )
             layer_self = s.self_ns[i]
             assert ops_self <= layer_self, (path, i)  # the same clock, per iteration: exact
-            if path.endswith(("qkv", "proj", "norm1", "norm2")) or path == "head":
-                gap = layer_self - ops_self
-                assert gap <= 100_000 * s.calls + 0.5 * layer_self, (path, gap, layer_self)
-                checked += 1
+            gaps.append(layer_self - ops_self)
+            selfs.append(layer_self)
+        if path.endswith(("qkv", "proj", "norm1", "norm2")) or path == "head":
+            # the Python between operators is small: on the median iteration, as one
+            # stall of a loaded machine may land between two operators of any one
+            gap, layer_self = statistics.median(gaps), statistics.median(selfs)
+            assert gap <= 100_000 * s.calls + 0.5 * layer_self, (path, gaps, selfs)
+            checked += 1
     assert checked >= 5
 
 
