@@ -522,7 +522,12 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule("many small layers", _has_layers, _small_layers),
     Rule("layers that never ran", _has_layers, _never_called),
-    Rule("layers timed at 0 ns after the overhead correction", live, _zeroed),
+    # not for a compiled run: a layer whose work was fused away or elided has no kernel
+    Rule(
+        "layers timed at 0 ns after the overhead correction",
+        lambda p: live(p) and p.compiled is None,
+        _zeroed,
+    ),
     # a compiled run's first call compiles: analysis/compiled.py says so instead
     Rule("cold first call", lambda p: _has_latency(p) and p.compiled is None, _cold),
     Rule("latency noise", _has_latency, _noisy),
