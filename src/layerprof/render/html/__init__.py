@@ -26,7 +26,7 @@ from layerprof.files import write_atomic
 from layerprof.profile import Profile, Run
 from layerprof.render.html import sections as _sections
 from layerprof.render.html.header import default_title, header
-from layerprof.render.html.page import Section, asset, esc, fill, json_for_script, script_safe
+from layerprof.render.html.page import Section, document, json_for_script
 from layerprof.render.html.subject import Subject
 
 if TYPE_CHECKING:
@@ -53,18 +53,7 @@ def render_html(
     subject = Subject(obj, tuple(findings if findings is not None else _diagnose(obj)), gate)
     sections = [s for fn in _sections.SECTIONS if (s := fn(subject)) is not None]
     heading = title or default_title(subject)
-    nav = "".join(f'<a href="#{esc(s.anchor)}">{esc(s.heading)}</a>' for s in sections)
-    return fill(
-        asset("report.html"),
-        title=esc(heading),
-        header=header(subject, heading),
-        nav=f'<nav class="toc" aria-label="Sections">{nav}</nav>',
-        body="\n".join(s.html() for s in sections),
-        style=asset("report.css"),
-        plotly=script_safe(asset("plotly-layerprof.min.js")),
-        app=script_safe(asset("report.js")),
-        data=json_for_script(_chart_data(sections)),
-    )
+    return document(sections, heading=heading, header=header(subject, heading))
 
 
 def write_html(
@@ -87,14 +76,3 @@ def _diagnose(obj: Profile | Run | Diff) -> list[Finding]:
     if isinstance(obj, Run):
         return diagnose_run(obj)
     return []
-
-
-def _chart_data(sections: Sequence[Section]) -> dict[str, object]:
-    """Every section's charts by slot id; two sections may not claim one slot."""
-    data: dict[str, object] = {}
-    for section in sections:
-        for slot, chart in section.charts.items():
-            if slot in data:
-                raise ValueError(f"chart slot {slot!r} of section {section.anchor!r} is taken")
-            data[slot] = chart.to_json()
-    return data

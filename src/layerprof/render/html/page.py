@@ -106,6 +106,34 @@ def script_safe(js: str) -> str:
     return js.replace("</script", "<\\/script").replace("<!--", "<\\!--")
 
 
+def document(sections: Sequence[Section], *, heading: str, header: str) -> str:
+    """The whole page: ``header`` (HTML), a contents list, ``sections``, and the
+    styles, scripts and chart data inlined (one offline file)."""
+    nav = "".join(f'<a href="#{esc(s.anchor)}">{esc(s.heading)}</a>' for s in sections)
+    return fill(
+        asset("report.html"),
+        title=esc(heading),
+        header=header,
+        nav=f'<nav class="toc" aria-label="Sections">{nav}</nav>',
+        body="\n".join(s.html() for s in sections),
+        style=asset("report.css"),
+        plotly=script_safe(asset("plotly-layerprof.min.js")),
+        app=script_safe(asset("report.js")),
+        data=json_for_script(_chart_data(sections)),
+    )
+
+
+def _chart_data(sections: Sequence[Section]) -> dict[str, object]:
+    """Every section's charts by slot id; two sections may not claim one slot."""
+    data: dict[str, object] = {}
+    for section in sections:
+        for slot, chart in section.charts.items():
+            if slot in data:
+                raise ValueError(f"chart slot {slot!r} of section {section.anchor!r} is taken")
+            data[slot] = chart.to_json()
+    return data
+
+
 # ---------------------------------------------------------------- tables
 
 

@@ -16,16 +16,13 @@ from layerprof.render.html.charts import Chart
 from layerprof.render.html.page import (
     Col,
     Section,
-    asset,
     bytes_col,
     chart_slot,
+    document,
     esc,
-    fill,
     heading,
-    json_for_script,
     label,
     paragraph,
-    script_safe,
     share_col,
     table,
     text_col,
@@ -61,19 +58,7 @@ class Lines(Chart):
 def render_sweep_html(sweep: Sweep, *, title: str | None = None) -> str:
     sections = [s for s in (_charts(sweep), _points(sweep), *_shares(sweep), _notes(sweep)) if s]
     heading_text = title or f"{sweep.model} sweep — layerprof"
-    nav = "".join(f'<a href="#{esc(s.anchor)}">{esc(s.heading)}</a>' for s in sections)
-    data = {slot: chart.to_json() for s in sections for slot, chart in s.charts.items()}
-    return fill(
-        asset("report.html"),
-        title=esc(heading_text),
-        header=_header(sweep, heading_text),
-        nav=f'<nav class="toc" aria-label="Sections">{nav}</nav>',
-        body="\n".join(s.html() for s in sections),
-        style=asset("report.css"),
-        plotly=script_safe(asset("plotly-layerprof.min.js")),
-        app=script_safe(asset("report.js")),
-        data=json_for_script(data),
-    )
+    return document(sections, heading=heading_text, header=_header(sweep, heading_text))
 
 
 def _header(sweep: Sweep, text: str) -> str:
