@@ -248,20 +248,7 @@ def test_caught_failure_in_user_loop_drops_only_that_iteration() -> None:
 
 def test_error_caught_inside_forward_keeps_stack_aligned() -> None:
     clock = FakeClock()
-
-    class Fallback(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.risky = zoo.Raises()
-            self.safe = zoo.Work(clock, 40)
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            try:
-                return self.risky(x)
-            except RuntimeError:
-                return self.safe(x)
-
-    model = Fallback()
+    model = zoo.Fallback(clock)
     with Recorder(model, clock=clock) as rec:
         model(torch.zeros(2, 4))
         model(torch.zeros(2, 4))

@@ -5,7 +5,6 @@ docs/definitions.md ("What other code sees while recording") states each of thes
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import weakref
 from typing import Any
@@ -342,19 +341,7 @@ def test_shapes_are_recorded_once_and_their_cost_taken_out(
 
 def test_error_inside_a_caught_child_is_not_a_failed_forward() -> None:
     clock = FakeClock()
-
-    class Fallback(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.risky = zoo.Raises()
-            self.safe = zoo.Work(clock, 40)
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            with contextlib.suppress(RuntimeError):
-                return self.risky(x)
-            return self.safe(x)
-
-    model = Fallback()
+    model = zoo.Fallback(clock)
     with Recorder(model, clock=clock) as rec:
         model(torch.zeros(2, 4))
     assert rec.iterations == 1 and rec.active_path() is None

@@ -106,6 +106,22 @@ class Raises(nn.Module):
         return self.block2(self.fc1(x))
 
 
+class Fallback(nn.Module):
+    """Tries ``risky`` (which raises inside its child ``block2.1``) and, when it raises,
+    runs ``safe`` (40 ns on ``clock``): an error caught inside the forward."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__()
+        self.risky = Raises()
+        self.safe = Work(clock, 40)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        try:
+            return self.risky(x)
+        except RuntimeError:
+            return self.safe(x)
+
+
 class Functional(nn.Module):
     """Functional ops (softmax, matmul) inside forward count as the parent's self time."""
 
