@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, Protocol
 
 from layerprof.errors import UsageError
+
+if TYPE_CHECKING:  # typing.Self is 3.11+; annotations are strings here, so 3.10 never needs it
+    from typing_extensions import Self
 
 
 class Renderer(Protocol):

@@ -158,7 +158,7 @@ def _region_of(module: Any, path: str) -> Callable[..., Any]:
         name = f"{type(module).__name__}.__call__"
         code = _region.__code__.replace(co_name=name)
         if hasattr(code, "co_qualname"):
-            code = code.replace(co_qualname=name)
+            code = code.replace(co_qualname=name)  # type: ignore[call-arg,unused-ignore]  # 3.11+
         codes[path] = code
     return types.FunctionType(code, _region.__globals__, code.co_name)
 

@@ -255,7 +255,7 @@ def _times(table: CallTable, parent: I64, correction: Correction | None) -> tupl
 
 def _roll_up(own: F64, parent: I64, level: I32) -> F64:
     """Inclusive sums: each call's own value plus its descendants', deepest level first."""
-    total = own.copy()
+    total: F64 = own.copy()
     if len(level) == 0:
         return total
     for lv in range(int(level.max()), 1, -1):

@@ -89,7 +89,8 @@ _JSON_ESCAPES = (
 
 @functools.cache
 def asset(name: str) -> str:
-    resource = importlib.resources.files("layerprof.render").joinpath("assets", name)
+    # one name per joinpath: Python 3.10's Traversable takes no more
+    resource = importlib.resources.files("layerprof.render").joinpath("assets").joinpath(name)
     return resource.read_text(encoding="utf-8")
 
 
