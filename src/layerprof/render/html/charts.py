@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from layerprof.render.html.page import label, short
+from layerprof.render.html.labels import label, short
 from layerprof.units import NS_PER_MS, fmt_calls, fmt_share, human_time, ms
 
 if TYPE_CHECKING:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import orjson
 
+from layerprof.render.html.labels import short
 from layerprof.render.terminal import escape_controls
 from layerprof.units import TimeUnit, fmt_calls, fmt_share, human_bytes, human_count
 
@@ -58,11 +59,6 @@ def esc(value: object) -> str:
     """Text as HTML (quotes too, so it is safe in attributes); control characters
     are written out (``\\x1b``) as in the console."""
     return html.escape(escape_controls(str(value)), quote=True)
-
-
-def label(value: object) -> str:
-    """Text for a plotly label: plotly parses a few tags, so ``<``/``>``/``&`` are entities."""
-    return html.escape(escape_controls(str(value)), quote=False)
 
 
 def json_for_script(value: Any) -> str:
@@ -284,14 +280,6 @@ def heading(text: str) -> str:
 def paragraph(text: str, css: str = "") -> str:
     cls = f' class="{css}"' if css else ""
     return f"<p{cls}>{esc(text)}</p>"
-
-
-def short(text: str, limit: int = 48) -> str:
-    """Cut the middle of a long label: both a kernel's name and a path's leaf matter."""
-    if len(text) <= limit:
-        return text
-    head = (limit - 1) * 2 // 5
-    return text[:head] + "…" + text[-(limit - 1 - head) :]
 
 
 def top_caption(shown: int, total: int, what: str) -> str:

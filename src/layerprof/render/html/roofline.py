@@ -14,6 +14,7 @@ from typing import ClassVar
 
 from layerprof.analysis.roofline import RooflinePoint, intensity_text, roofline
 from layerprof.render.html.charts import Chart
+from layerprof.render.html.labels import label
 from layerprof.render.html.page import (
     Col,
     Section,
@@ -21,7 +22,6 @@ from layerprof.render.html.page import (
     chart_slot,
     count_col,
     heading,
-    label,
     name_col,
     paragraph,
     share_col,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from layerprof.render.html.charts import Chart
+from layerprof.render.html.labels import label
 from layerprof.render.html.page import (
     Col,
     Section,
@@ -21,7 +22,6 @@ from layerprof.render.html.page import (
     document,
     esc,
     heading,
-    label,
     paragraph,
     share_col,
     table,

@@ -13,6 +13,7 @@ from typing import Generic, TypeVar
 
 from layerprof.profile import Profile
 from layerprof.render.html.charts import BarSeries, StepSeries, StepTimes, bars, in_ms
+from layerprof.render.html.labels import label
 from layerprof.render.html.page import (
     TABLE_LIMIT,
     TOP_N,
@@ -22,7 +23,6 @@ from layerprof.render.html.page import (
     calls_col,
     chart_slot,
     heading,
-    label,
     name_col,
     paragraph,
     share_col,
