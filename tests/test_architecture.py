@@ -23,6 +23,7 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("layerprof.units", 0),
     ("layerprof.files", 0),
     ("layerprof.reading", 0),
+    ("layerprof.machine", 0),
     ("layerprof.version", 0),
     ("layerprof.stats", 1),
     ("layerprof.records", 2),

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from layerprof import machine
 from layerprof.cli import main
 from layerprof.errors import InputSpecError, ModelLoadError, UsageError
 from layerprof.load import limits
@@ -121,7 +122,7 @@ def test_largest_seed_works() -> None:
 def test_input_that_cannot_fit_refused_before_allocating(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(limits, "available_memory", lambda: 8 * 2**30)
+    monkeypatch.setattr(machine, "available_memory", lambda: 8 * 2**30)
     line = one_line(capsys, "run", "--arch", "tests.cli_models:Net", "--input",
                     "100000x100000", *FAST)  # fmt: skip
     assert (
@@ -132,7 +133,7 @@ def test_input_that_cannot_fit_refused_before_allocating(
 
 def test_inputs_add_up(monkeypatch: pytest.MonkeyPatch) -> None:
     spec = "1024x1024x64:int64[0,10)"  # 512 MiB kept, 1 GiB while drawn as int64
-    monkeypatch.setattr(limits, "available_memory", lambda: 1400 * 2**20)
+    monkeypatch.setattr(machine, "available_memory", lambda: 1400 * 2**20)
     with pytest.raises(InputSpecError, match=r"after 512\.0 MiB of earlier inputs"):
         build_inputs([spec, spec])
 
@@ -144,8 +145,37 @@ def test_absurd_input_refused_with_real_memory(capsys: pytest.CaptureFixture[str
 
 
 def test_available_memory_is_known_here() -> None:
-    room = limits.available_memory()
+    room = machine.available_memory()
     assert room is None or room > 0
+
+
+@pytest.mark.parametrize(
+    ("files", "room"),
+    [
+        ({"memory.max": "3000\n", "memory.current": "1000\n"}, 2000),  # v2
+        ({"memory.max": "max\n", "memory.current": "1000\n"}, None),  # v2, no limit
+        (
+            {"memory/memory.limit_in_bytes": "5000", "memory/memory.usage_in_bytes": "4000"},
+            1000,
+        ),  # v1
+        (
+            {
+                "memory/memory.limit_in_bytes": str(2**63 - 4096),
+                "memory/memory.usage_in_bytes": "1",
+            },
+            None,
+        ),  # v1, no limit
+        ({"memory.max": "100", "memory.current": "400"}, 0),  # over the limit: no room
+        ({}, None),  # no cgroup files
+    ],
+)
+def test_cgroup_room_reads_v1_and_v2(
+    tmp_path: Path, files: dict[str, str], room: int | None
+) -> None:
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert machine._cgroup_room(tmp_path) == room
 
 
 def _sparse(tmp_path: Path, *, broken: bool = False) -> Path:

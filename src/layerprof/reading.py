@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from layerprof.errors import LayerprofError
+from layerprof.machine import available_memory
 
 CHUNK = 1 << 18  # bytes appended at a time (inflated output, pipe reads)
 HEAD = 1 << 16  # read first, to sniff gzip / JSON before sizing the buffer
@@ -61,38 +62,6 @@ def format_size(n: int) -> str:
         if n >= scale:
             return f"{n / scale:.1f} {unit}"
     return f"{n} bytes"
-
-
-def available_memory() -> int | None:
-    """Bytes this process may still allocate (MemAvailable, a cgroup limit), if known."""
-    found: list[int] = []
-    try:
-        with open("/proc/meminfo", "rb") as meminfo:
-            for line in meminfo:
-                if line.startswith(b"MemAvailable:"):
-                    found.append(int(line.split()[1]) * 1024)
-                    break
-    except (OSError, ValueError, IndexError):
-        pass
-    found.extend(_cgroup_room())
-    if not found:
-        try:
-            found.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-        except (ValueError, OSError, AttributeError):
-            return None
-    return min(found) if found else None
-
-
-def _cgroup_room() -> list[int]:
-    """Room left under a cgroup v2 memory limit (containers), if there is one."""
-    try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        used = Path("/sys/fs/cgroup/memory.current").read_text().strip()
-        if limit != "max":
-            return [max(int(limit) - int(used), 0)]
-    except (OSError, ValueError):
-        pass
-    return []
 
 
 def default_limit() -> int:

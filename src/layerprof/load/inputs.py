@@ -373,7 +373,7 @@ def build_bytes(spec: InputSpec) -> tuple[int, int]:
 def _check_memory(specs: Sequence[InputSpec], device: str) -> None:
     """Refuse inputs that cannot fit before allocating them: an oversized spec
     would otherwise be allocated until the kernel kills the process."""
-    from layerprof.load.limits import available_memory
+    from layerprof.machine import available_memory
     from layerprof.units import human_bytes
 
     room = available_memory()
