@@ -15,7 +15,9 @@ import torch
 from torch import nn
 
 from layerprof.errors import ModelLoadError
-from layerprof.load.model import CHECKPOINT_KEYS, LoadedModel, import_callable, load_model
+from layerprof.load.model import LoadedModel, load_model
+from layerprof.load.specs import import_callable
+from layerprof.load.weights import CHECKPOINT_KEYS
 from tests.loading_models import TinyNet, WideNet
 
 ARCH = "tests.loading_models:TinyNet"

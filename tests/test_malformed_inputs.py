@@ -70,7 +70,7 @@ def test_model_exiting_in_forward(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_ctrl_c_in_factory_is_still_an_interrupt(monkeypatch: pytest.MonkeyPatch) -> None:
-    from layerprof.load import model as loading
+    from layerprof.load import specs as loading
 
     def interrupted(spec: str) -> object:
         def factory() -> None:

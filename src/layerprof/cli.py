@@ -628,7 +628,7 @@ def _load(args: argparse.Namespace) -> Any:
 
 def _is_export_archive(model: str | None) -> bool:
     """Told by the file's content, never its name (a .pt2 renamed .pth is one)."""
-    from layerprof.load.model import torch_file_format
+    from layerprof.load.formats import torch_file_format
 
     if model is None or not Path(model).is_file():
         return False
@@ -758,7 +758,7 @@ def _loss(args: argparse.Namespace) -> Any:
         return None
     if not args.backward:
         raise UsageError("--loss needs --backward")
-    from layerprof.load.model import import_callable
+    from layerprof.load.specs import import_callable
 
     return import_callable(args.loss, option="--loss")
 

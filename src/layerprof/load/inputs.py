@@ -473,7 +473,7 @@ def _unloadable_text(path: Path, exc: Exception) -> str:
 
 
 def _file_format(spec: InputSpec, path: Path) -> str:
-    from layerprof.load.model import torch_file_format
+    from layerprof.load.formats import torch_file_format
 
     try:
         return torch_file_format(path)

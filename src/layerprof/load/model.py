@@ -22,44 +22,24 @@ or spec. torch is imported inside functions only: the CLI starts without it.
 from __future__ import annotations
 
 import contextlib
-import importlib
-import importlib.util
 import os
 import pickle
 import re
-import sys
 import warnings
-import zipfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from layerprof.errors import ModelLoadError
+from layerprof.load.formats import checked_file, sniff_archive
+from layerprof.load.messages import first_line
+from layerprof.load.specs import ARCH_EXAMPLE, build_arch, ensure_cwd_on_path
+from layerprof.load.weights import CHECKPOINT_KEYS, find_state_dict, load_weights
 
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    import torch
-    from torch import nn
-
-__all__ = [
-    "CHECKPOINT_KEYS",
-    "LoadedModel",
-    "build_arch",
-    "import_callable",
-    "load_model",
-    "torch_file_format",
-]
+__all__ = ["LoadedModel", "load_model"]
 
 ModelKind = Literal["eager", "torchscript", "export"]
-FileFormat = Literal["torchscript", "export", "torch", "pickle", "damaged-zip", "other"]
-
-#: Keys under which training checkpoints commonly keep the model weights.
-CHECKPOINT_KEYS: tuple[str, ...] = ("state_dict", "model_state_dict", "model", "module")
-
-_ARCH_EXAMPLE = "e.g. --arch mypkg.nets:ResNetish --arch-kwargs '{\"depth\": 18}'"
-_SHOWN_KEYS = 5
 
 
 @dataclass(frozen=True)
@@ -95,12 +75,12 @@ def load_model(
         if arch is None:
             raise ModelLoadError(
                 "no model given: pass a model file, --arch, or both",
-                hint=f"to profile random weights: {_ARCH_EXAMPLE}",
+                hint=f"to profile random weights: {ARCH_EXAMPLE}",
             )
         model = build_arch(arch, arch_kwargs)
         return LoadedModel(model, "eager", type(model).__name__, f"{arch} (random weights)")
-    file = _checked_file(path)
-    kind = _sniff_archive(file)
+    file = checked_file(path)
+    kind = sniff_archive(file)
     if kind == "torchscript":
         return _load_torchscript(file, arch, map_location)
     if kind == "export":
@@ -109,210 +89,13 @@ def load_model(
     return _from_loaded_object(obj, file, arch, arch_kwargs, strict=strict)
 
 
-# ---------------------------------------------------------------- --arch specs
-
-
-def import_callable(spec: str, option: str = "--arch") -> Callable[..., Any]:
-    """Resolve ``module:attr`` (or ``path/to/file.py:attr``) to a callable.
-
-    ``attr`` may be dotted (``Outer.build``). Without a colon the last dot
-    separates module and attribute. The current directory goes on
-    ``sys.path`` first, because users run layerprof next to their own code.
-    ``option`` names the flag the spec came from in errors.
-    """
-    module_name, attr = _split_spec(spec, option)
-    module = _import_module(module_name, spec, option)
-    obj: Any = module
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise ModelLoadError(
-                f"{option} {spec}: module '{module_name}' has no attribute '{attr}'",
-                hint=_attr_hint(module),
-            ) from None
-    if not callable(obj):
-        raise ModelLoadError(
-            f"{option} {spec}: '{attr}' is a {type(obj).__name__}, not a class or function"
-        )
-    return obj  # type: ignore[no-any-return]
-
-
-def build_arch(spec: str, kwargs: Mapping[str, Any] | None = None) -> nn.Module:
-    """Call the ``--arch`` callable with ``kwargs``; the result must be an ``nn.Module``."""
-    from torch import nn
-
-    factory = import_callable(spec)
-    try:
-        model = factory(**dict(kwargs or {}))
-    except KeyboardInterrupt:
-        raise
-    except BaseException as exc:  # SystemExit too: the user's code is not ours to exit
-        # The user's constructor failed: say which call, keep the cause for --debug.
-        raise ModelLoadError(
-            f"--arch {spec}: calling it{_kwargs_text(kwargs)} raised {_raised(exc)}",
-            hint="check --arch-kwargs against the constructor's parameters",
-        ) from exc
-    if not isinstance(model, nn.Module):
-        raise ModelLoadError(
-            f"--arch {spec} returned {_type_name(model)}, not a torch.nn.Module",
-            hint="point --arch at an nn.Module class or a function that returns one",
-        )
-    return model
-
-
-def _split_spec(spec: str, option: str = "--arch") -> tuple[str, str]:
-    text = spec.strip()
-    if ":" in text:
-        module_name, _, attr = text.rpartition(":")
-    else:
-        module_name, _, attr = text.rpartition(".")
-    if not module_name or not attr:
-        raise ModelLoadError(
-            f"{option} {spec!r} is not of the form module:callable", hint=_ARCH_EXAMPLE
-        )
-    return module_name, attr
-
-
-def _import_module(module_name: str, spec: str, option: str = "--arch") -> Any:
-    _ensure_cwd_on_path()
-    if module_name.endswith(".py"):
-        return _import_file(Path(module_name), spec, option)
-    try:
-        return importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name and not _is_package_of(exc.name, module_name):
-            # The module was found but needs a package that is not installed.
-            raise ModelLoadError(
-                f"{option} {spec}: importing '{module_name}' needs '{exc.name}', "
-                "which is not installed",
-                hint=f"pip install the package that provides '{exc.name}'",
-            ) from exc
-        raise ModelLoadError(
-            f"{option} {spec}: cannot import module '{module_name}' ({exc})",
-            hint=f"run from the directory that holds it, or set PYTHONPATH; cwd is {Path.cwd()}",
-        ) from exc
-    except KeyboardInterrupt:
-        raise
-    except BaseException as exc:  # a script that calls sys.exit() when imported
-        raise ModelLoadError(
-            f"{option} {spec}: importing '{module_name}' raised {_raised(exc)}"
-        ) from exc
-
-
-def _is_package_of(missing: str, module_name: str) -> bool:
-    return module_name == missing or module_name.startswith(missing + ".")
-
-
-def _import_file(file: Path, spec: str, option: str = "--arch") -> Any:
-    if not file.is_file():
-        raise ModelLoadError(f"{option} {spec}: no such file {file}")
-    name = f"_layerprof_arch_{file.stem}"
-    loader_spec = importlib.util.spec_from_file_location(name, file)
-    if loader_spec is None or loader_spec.loader is None:
-        raise ModelLoadError(f"{option} {spec}: cannot import {file}")
-    module = importlib.util.module_from_spec(loader_spec)
-    # Registered before exec so dataclasses/pickle inside the file can find it.
-    sys.modules[name] = module
-    try:
-        loader_spec.loader.exec_module(module)
-    except KeyboardInterrupt:
-        del sys.modules[name]
-        raise
-    except BaseException as exc:
-        del sys.modules[name]
-        raise ModelLoadError(f"--arch {spec}: importing {file} raised {_raised(exc)}") from exc
-    return module
-
-
-def _ensure_cwd_on_path() -> None:
-    # Kept (not removed after import): the user's module may import siblings
-    # lazily during forward, exactly as it would under `python script.py`.
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.insert(0, cwd)
-
-
-def _attr_hint(module: Any) -> str | None:
-    names = [n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n))]
-    if not names:
-        return None
-    shown = ", ".join(sorted(names)[:8])
-    return f"callables in {module.__name__}: {shown}" + (" ..." if len(names) > 8 else "")
-
-
-# ------------------------------------------------------------------ file kinds
-
-
-def _checked_file(path: str | os.PathLike[str]) -> Path:
-    file = Path(path)
-    if file.is_dir():
-        raise ModelLoadError(f"model file {file} is a directory, not a file")
-    if not file.exists():
-        raise ModelLoadError(f"model file {file} does not exist")
-    return file
-
-
-def torch_file_format(file: Path) -> FileFormat:
-    """Tell torch file kinds apart by their layout, before any unpickling.
-
-    ``"torch"`` is a ``torch.save`` zip, ``"pickle"`` a legacy (pre-1.6)
-    ``torch.save`` stream, ``"damaged-zip"`` a zip header without a readable
-    directory (cut short in transfer), ``"other"`` anything else. Raises
-    ``OSError`` when the file cannot be read.
-    """
-    if zipfile.is_zipfile(file):
-        from layerprof.load.archive import member_names
-
-        try:
-            with zipfile.ZipFile(file) as archive:
-                return _zip_kind(member_names(archive, file))
-        except zipfile.BadZipFile:
-            return "damaged-zip"
-    with file.open("rb") as handle:
-        head = handle.read(2)
-    if head == b"PK":
-        return "damaged-zip"
-    # A pickle stream starts with the protocol opcode 0x80.
-    return "pickle" if head[:1] == b"\x80" else "other"
-
-
-def _sniff_archive(file: Path) -> FileFormat:
-    try:
-        kind = torch_file_format(file)
-    except OSError as exc:
-        raise ModelLoadError(f"cannot read model file {file}: {exc.strerror or exc}") from exc
-    if kind == "damaged-zip":
-        raise ModelLoadError(f"{file} is a damaged zip archive (truncated or corrupt?)")
-    if kind == "other":
-        raise ModelLoadError(
-            f"{file} is not a torch file (neither a torch.save zip archive nor a pickle)",
-            hint="expected a state_dict / checkpoint (.pt, .pth), TorchScript or .pt2 file",
-        )
-    return kind
-
-
-def _zip_kind(names: list[str]) -> Literal["torchscript", "export", "torch"]:
-    # torch zips put every entry under one top folder: "<stem>/...".
-    inner = {name.split("/", 1)[1] if "/" in name else name for name in names}
-    if "constants.pkl" in inner and any(n.startswith("code/") for n in inner):
-        return "torchscript"
-    if (
-        "archive_format" in inner
-        or "models/model.json" in inner
-        or any(n.endswith("serialized_exported_program.json") for n in inner)
-    ):
-        return "export"
-    return "torch"
-
-
 def _load_torchscript(file: Path, arch: str | None, map_location: str) -> LoadedModel:
     import torch
 
     try:
         module = torch.jit.load(str(file), map_location=map_location)  # type: ignore[no-untyped-call]
     except Exception as exc:
-        raise ModelLoadError(f"cannot load TorchScript archive {file}: {_first_line(exc)}") from exc
+        raise ModelLoadError(f"cannot load TorchScript archive {file}: {first_line(exc)}") from exc
     name = str(getattr(module, "original_name", "") or file.stem)
     return LoadedModel(module, "torchscript", name, f"torchscript {file}", _ignored_arch(arch))
 
@@ -338,9 +121,7 @@ def _load_exported(file: Path, arch: str | None, *, trust_pickle: bool = False) 
     except Exception as exc:
         if not trust_pickle and _is_unpickling_error(exc):
             raise _pickle_refused(file, "its weights or constants are pickled") from exc
-        raise ModelLoadError(
-            f"cannot load torch.export program {file}: {_first_line(exc)}"
-        ) from exc
+        raise ModelLoadError(f"cannot load torch.export program {file}: {first_line(exc)}") from exc
     _allow_mode_calls(module)
     notes = (
         *_ignored_arch(arch),
@@ -444,9 +225,6 @@ def _ignored_arch(arch: str | None) -> tuple[str, ...]:
     return (f"--arch {arch} ignored: the file holds the whole model",) if arch else ()
 
 
-# ------------------------------------------------------------ torch.save files
-
-
 def _torch_load(file: Path, *, trust_pickle: bool, map_location: str) -> Any:
     import torch
 
@@ -482,14 +260,14 @@ def _weights_reason(exc: Exception) -> str:
     for line in str(exc).splitlines():
         if "WeightsUnpickler error:" in line:
             return line.split("WeightsUnpickler error:", 1)[1].strip()
-    return _first_line(exc)
+    return first_line(exc)
 
 
 def _unreadable(file: Path, exc: Exception) -> ModelLoadError:
     if isinstance(exc, (EOFError, pickle.UnpicklingError)):
         reason = "damaged pickle stream (truncated?)"
     else:
-        reason = _first_line(exc)
+        reason = first_line(exc)
     return ModelLoadError(f"{file} is not a readable torch file: {reason}")
 
 
@@ -508,16 +286,16 @@ def _trusted_load(file: Path, map_location: str) -> Any:
 
     # A pickled module refers to its class by import path; make the user's
     # code next to them importable, as for --arch.
-    _ensure_cwd_on_path()
+    ensure_cwd_on_path()
     try:
         return torch.load(file, map_location=map_location, weights_only=False)
     except (ImportError, AttributeError) as exc:
         raise ModelLoadError(
-            f"{file} refers to code that cannot be imported: {_first_line(exc)}",
+            f"{file} refers to code that cannot be imported: {first_line(exc)}",
             hint="run from the directory that holds the model's module, or set PYTHONPATH",
         ) from exc
     except Exception as exc:
-        raise ModelLoadError(f"cannot unpickle {file}: {_first_line(exc)}") from exc
+        raise ModelLoadError(f"cannot unpickle {file}: {first_line(exc)}") from exc
 
 
 def _from_loaded_object(
@@ -538,15 +316,15 @@ def _from_loaded_object(
             f"pickled module {file}{where}",
             _ignored_arch(arch),
         )
-    state, where = _find_state_dict(obj, file)
+    state, where = find_state_dict(obj, file)
     if arch is None:
         raise ModelLoadError(
             f"{file} holds a state_dict{where} ({len(state)} tensors), not a model: "
             "--arch is needed to build the model it belongs to",
-            hint=_ARCH_EXAMPLE,
+            hint=ARCH_EXAMPLE,
         )
     model = build_arch(arch, arch_kwargs)
-    notes = _load_weights(model, state, file=file, arch=arch, strict=strict)
+    notes = load_weights(model, state, file=file, arch=arch, strict=strict)
     source = f"state_dict {file}{where} -> {arch}"
     return LoadedModel(model, "eager", type(model).__name__, source, notes)
 
@@ -568,174 +346,3 @@ def _module_kind(module: Any) -> ModelKind:
     import torch
 
     return "torchscript" if isinstance(module, torch.jit.ScriptModule) else "eager"
-
-
-def _find_state_dict(obj: Any, file: Path) -> tuple[dict[str, torch.Tensor], str]:
-    """The weights in ``obj`` and where they were (``"['state_dict']"`` or ``""``)."""
-    if not isinstance(obj, Mapping):
-        raise ModelLoadError(
-            f"{file} holds {_type_name(obj)}, not a model, state_dict or checkpoint dict"
-        )
-    for key in CHECKPOINT_KEYS:
-        inner = obj.get(key)
-        if isinstance(inner, Mapping) and inner:
-            return _checked_state_dict(inner, file, f"[{key!r}]"), f"[{key!r}]"
-    return _checked_state_dict(obj, file, ""), ""
-
-
-def _checked_state_dict(obj: Mapping[Any, Any], file: Path, where: str) -> dict[str, torch.Tensor]:
-    import torch
-
-    if not obj:
-        raise ModelLoadError(f"{file}{where} is an empty dict: no weights to load")
-    for key, value in obj.items():
-        if not isinstance(key, str):
-            raise ModelLoadError(f"{file}{where} is not a state_dict: key {key!r} is not a string")
-        # get_extra_state() may store anything under "<module>._extra_state".
-        if not isinstance(value, torch.Tensor) and not key.endswith("_extra_state"):
-            raise ModelLoadError(
-                f"{file}{where} is not a state_dict: {key!r} is {_type_name(value)}, not a tensor",
-                hint="expected parameter names -> tensors, or a checkpoint with them under "
-                + ", ".join(repr(k) for k in CHECKPOINT_KEYS),
-            )
-    return dict(obj)
-
-
-# ------------------------------------------------------------- key matching
-
-
-def _load_weights(
-    model: nn.Module,
-    state: dict[str, torch.Tensor],
-    *,
-    file: Path,
-    arch: str,
-    strict: bool,
-) -> tuple[str, ...]:
-    expected = model.state_dict()
-    state, notes = _strip_prefixes(state, expected)
-    match = _KeyMatch.compare(state, expected)
-    if match.clean:
-        model.load_state_dict(state, strict=True)
-        return notes
-    if strict:
-        raise ModelLoadError(
-            f"state_dict {file} does not match --arch {arch}: {match.describe()}",
-            hint="pass --non-strict to load the tensors that match and keep the rest "
-            "as initialised",
-        )
-    loadable = {k: v for k, v in state.items() if k in match.loadable}
-    model.load_state_dict(loadable, strict=False)
-    return (
-        *notes,
-        f"non-strict: loaded {len(loadable)} of {len(expected)} tensors; {match.counts()}",
-    )
-
-
-def _strip_prefixes(
-    state: dict[str, torch.Tensor], expected: Mapping[str, Any]
-) -> tuple[dict[str, torch.Tensor], tuple[str, ...]]:
-    """Undo the key prefixes DataParallel/DDP (``module.``) and torch.compile add."""
-    notes: list[str] = []
-    wanted = set(expected)
-    while _all_prefixed(state, "module.") and not _all_prefixed(wanted, "module."):
-        state = {k.removeprefix("module."): v for k, v in state.items()}
-        notes.append("stripped 'module.' key prefix (DataParallel/DDP)")
-    if not any("_orig_mod" in k.split(".") for k in wanted) and any(
-        "_orig_mod" in k.split(".") for k in state
-    ):
-        # torch.compile wraps a module as OptimizedModule(_orig_mod=module), at any depth.
-        state = {_drop_segment(k, "_orig_mod"): v for k, v in state.items()}
-        notes.append("stripped '_orig_mod.' key segments (torch.compile)")
-    return state, tuple(notes)
-
-
-def _all_prefixed(keys: Mapping[str, Any] | set[str], prefix: str) -> bool:
-    return bool(keys) and all(k.startswith(prefix) for k in keys)
-
-
-def _drop_segment(key: str, segment: str) -> str:
-    return ".".join(part for part in key.split(".") if part != segment)
-
-
-@dataclass(frozen=True)
-class _KeyMatch:
-    missing: tuple[str, ...]
-    unexpected: tuple[str, ...]
-    mismatched: tuple[str, ...]  # "name: file [a, b] vs model [c, d]"
-    loadable: frozenset[str]
-
-    @classmethod
-    def compare(cls, state: Mapping[str, Any], expected: Mapping[str, Any]) -> _KeyMatch:
-        missing = tuple(k for k in expected if k not in state)
-        unexpected = tuple(k for k in state if k not in expected)
-        mismatched: list[str] = []
-        loadable: set[str] = set()
-        for key in state.keys() & expected.keys():
-            have, want = _shape(state[key]), _shape(expected[key])
-            if have == want:
-                loadable.add(key)
-            else:
-                mismatched.append(f"{key}: file {have} vs model {want}")
-        return cls(missing, unexpected, tuple(sorted(mismatched)), frozenset(loadable))
-
-    @property
-    def clean(self) -> bool:
-        return not (self.missing or self.unexpected or self.mismatched)
-
-    def counts(self) -> str:
-        return (
-            f"{len(self.missing)} missing, {len(self.unexpected)} unexpected, "
-            f"{len(self.mismatched)} size mismatch(es) skipped"
-        )
-
-    def describe(self) -> str:
-        parts = [
-            _listing("missing key", self.missing),
-            _listing("unexpected key", self.unexpected),
-            _listing("size mismatch", self.mismatched, plural="size mismatches"),
-        ]
-        return "; ".join(p for p in parts if p)
-
-
-def _listing(what: str, items: tuple[str, ...], *, plural: str | None = None) -> str:
-    if not items:
-        return ""
-    label = what if len(items) == 1 else (plural or f"{what}s")
-    shown = ", ".join(items[:_SHOWN_KEYS])
-    more = f", ... ({len(items) - _SHOWN_KEYS} more)" if len(items) > _SHOWN_KEYS else ""
-    return f"{len(items)} {label} ({shown}{more})"
-
-
-def _shape(value: Any) -> list[int] | None:
-    shape = getattr(value, "shape", None)
-    return list(shape) if shape is not None else None
-
-
-# ------------------------------------------------------------------- wording
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-def _raised(exc: BaseException) -> str:
-    """``ValueError: bad depth``, ``SystemExit: 3``, ``SystemExit`` (no message)."""
-    text = str(exc).strip()
-    name = type(exc).__name__
-    return f"{name}: {text.splitlines()[0]}" if text else name
-
-
-def _type_name(obj: Any) -> str:
-    if obj is None:
-        return "None"
-    name = type(obj).__name__
-    article = "an" if name[:1].lower() in "aeiou" else "a"
-    return f"{article} {name}"
-
-
-def _kwargs_text(kwargs: Mapping[str, Any] | None) -> str:
-    if not kwargs:
-        return ""
-    return "(" + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + ")"
