@@ -291,3 +291,13 @@ def test_scrub_hides_every_spelling_of_the_secrets() -> None:
     for secret in ("p@ss/w0rd", "p%40ss", "T0K+EN", "T0K%2BEN", "alice"):
         assert secret not in text
     assert "h.example/t.json" in text
+
+
+def test_redact_hides_a_password_that_breaks_the_url() -> None:
+    """A password with a "/", "?" or "#" not percent-encoded cuts the authority short:
+    whatever then parses as host or path must not be the password."""
+    for sep in "/?#":
+        url = f"https://alice7Q:pa{sep}ss9@h.example/job/t.json?sig=T0KEN"
+        assert redact(url) == "https://h.example/job/t.json?sig=..."
+    assert redact("https://h.example/@scope/t.json") == "https://h.example/@scope/t.json"
+    assert redact("https://[broken/t.json") == "https://..."

@@ -41,7 +41,6 @@ from layerprof.trace.reader import TRACE_SUFFIXES, trace_files
 DEFAULT_TIMEOUT = 30.0
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
-_USERINFO = re.compile(r"(?<=://)[^/@\s]*@")
 _ANY_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
 _WILDCARD = re.compile(r"[*[]")
 _HREF = re.compile(rb"""href\s*=\s*["']?([^"'\s>]+)""", re.IGNORECASE)
@@ -75,8 +74,13 @@ def redact(url: str) -> str:
     """A URL as it may be shown: no user name or password, no query string values."""
     try:
         parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises for "alice:p" (a password's "/", "?" or "#" cut it)
     except ValueError:
-        return _USERINFO.sub("", url.split("?", 1)[0])
+        # An authority that does not parse: a password with a "/", "?" or "#" not
+        # percent-encoded. Everything up to the last "@" goes; without one, all of it.
+        scheme, _, rest = url.partition("://")
+        userinfo, at, after = rest.rpartition("@")
+        return redact(f"{scheme}://{after}") if at and userinfo else f"{scheme}://..."
     if "@" not in parts.netloc and not parts.query and not parts.fragment:
         return url  # nothing to hide (and memory:///x keeps its three slashes)
     host = parts.netloc.rsplit("@", 1)[-1]
@@ -182,7 +186,7 @@ def _http_inputs(
     chosen = [u for u, leaf in links if not pattern or fnmatch.fnmatchcase(leaf, last)]
     traces = sorted({u for u in chosen if urlsplit(u).path.endswith(TRACE_SUFFIXES)})
     if not traces:
-        kind = "no .json or .json.gz file matches" if pattern else "links to no .json or .json.gz"
+        kind = "no .json or .json.gz file matches" if pattern else "the page links to no trace"
         raise TraceError(f"{name}: {kind}")
     return [TraceInput(u, redact(u)) for u in traces]
 
