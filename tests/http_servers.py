@@ -84,7 +84,7 @@ def _running(server: ThreadingHTTPServer) -> Iterator[str]:
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
     thread.daemon = True
     thread.start()
-    timer = threading.Timer(STOP_AFTER, server.shutdown)
+    timer = threading.Timer(STOP_AFTER, lambda: (server.shutdown(), server.server_close()))
     timer.daemon = True
     timer.start()
     try:
