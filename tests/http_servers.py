@@ -5,6 +5,7 @@
   and recording each request line (so a test sees the query string arrive);
 * ``endless()``: a server that answers every GET with a body that never ends
   (no Content-Type, no Content-Length), up to a cap of bytes and seconds;
+* ``stalling()``: a server that sends the start of a trace, then nothing more;
 * ``silent()``: a server that accepts connections and never answers.
 
 Every server stops by itself after ``STOP_AFTER`` seconds, whatever the test
@@ -78,8 +79,28 @@ class _Endless(_Quiet):
             pass
 
 
+class _Stalling(_Quiet):
+    protocol_version = "HTTP/1.0"
+    START = b'{"traceEvents": ['
+    SIZE = 100_000  # what it promises
+
+    def do_HEAD(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(self.SIZE))
+        self.end_headers()
+
+    def do_GET(self) -> None:
+        self.do_HEAD()
+        self.wfile.write(self.START)
+        self.wfile.flush()
+        stopped: threading.Event = getattr(self.server, "stopped")  # noqa: B009 - set below
+        stopped.wait(STOP_AFTER)
+
+
 @contextmanager
 def _running(server: ThreadingHTTPServer) -> Iterator[str]:
+    stopped = threading.Event()  # wakes handlers that wait (stalling)
+    setattr(server, "stopped", stopped)  # noqa: B010 - an attribute the handlers read
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
     thread.daemon = True
@@ -90,6 +111,7 @@ def _running(server: ThreadingHTTPServer) -> Iterator[str]:
     try:
         yield f"127.0.0.1:{server.server_address[1]}"
     finally:
+        stopped.set()
         timer.cancel()
         server.shutdown()
         server.server_close()
@@ -115,6 +137,13 @@ def serving(
 def endless() -> Iterator[str]:
     """``host:port`` of a server whose every answer is an endless body."""
     with _running(ThreadingHTTPServer(("127.0.0.1", 0), _Endless)) as address:
+        yield address
+
+
+@contextmanager
+def stalling() -> Iterator[str]:
+    """``host:port`` of a server that starts each answer, then stops sending."""
+    with _running(ThreadingHTTPServer(("127.0.0.1", 0), _Stalling)) as address:
         yield address
 
 

@@ -18,7 +18,7 @@ from layerprof.cli import main
 from layerprof.errors import TraceError, UsageError
 from layerprof.trace import analyze
 from layerprof.trace.remote import list_inputs, redact, scrub, wildcard
-from tests.http_servers import endless, serving, silent
+from tests.http_servers import endless, serving, silent, stalling
 from tests.rank_traces import cpu_trace, simulate_ranks
 
 
@@ -268,6 +268,12 @@ def test_http_read_from_a_silent_server_times_out_by_name(
             ]
 
 
+def test_http_read_that_stalls_midway_times_out_by_name() -> None:
+    with stalling() as host, pytest.raises(TraceError) as exc:
+        analyze(f"http://{host}/trace.json", timeout=0.5, executor="serial")
+    assert str(exc.value) == f"http://{host}/trace.json: the server did not answer within 0.5 s"
+
+
 def test_timeout_must_be_positive_seconds(capsys: pytest.CaptureFixture[str]) -> None:
     for bad in ("0", "-1", "soon", "nan"):
         assert main(["analyze", "x.json", "--timeout", bad]) == 2
@@ -301,3 +307,4 @@ def test_redact_hides_a_password_that_breaks_the_url() -> None:
         assert redact(url) == "https://h.example/job/t.json?sig=..."
     assert redact("https://h.example/@scope/t.json") == "https://h.example/@scope/t.json"
     assert redact("https://[broken/t.json") == "https://..."
+    assert redact("https://h.example/t.json?BareT0KEN&a=b") == "https://h.example/t.json?...&a=..."

@@ -84,7 +84,10 @@ def redact(url: str) -> str:
     if "@" not in parts.netloc and not parts.query and not parts.fragment:
         return url  # nothing to hide (and memory:///x keeps its three slashes)
     host = parts.netloc.rsplit("@", 1)[-1]
-    query = "&".join(f"{k.split('=', 1)[0]}=..." for k in parts.query.split("&") if k)
+    # Names stay (they say what kind of link it is); a part with no "=" may be a bare token.
+    query = "&".join(
+        f"{k.split('=', 1)[0]}=..." if "=" in k else "..." for k in parts.query.split("&") if k
+    )
     return f"{parts.scheme}://{host}{parts.path}" + (f"?{query}" if query else "")
 
 
