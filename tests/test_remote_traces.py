@@ -308,3 +308,15 @@ def test_redact_hides_a_password_that_breaks_the_url() -> None:
     assert redact("https://h.example/@scope/t.json") == "https://h.example/@scope/t.json"
     assert redact("https://[broken/t.json") == "https://..."
     assert redact("https://h.example/t.json?BareT0KEN&a=b") == "https://h.example/t.json?...&a=..."
+
+
+def test_missing_http_backend_names_it_without_the_secrets(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "aiohttp", None)  # not installed
+    assert main(["analyze", f"https://{USER}:{SECRET}@h.example/t.json?sig=T0KEN"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "layerprof: error: https://h.example/t.json?sig=...: reading https:// URLs needs the"
+        " aiohttp package, which is not installed",
+        "  hint: pip install aiohttp",
+    ]
