@@ -62,6 +62,19 @@ MAX_INPUT_HELP = (
 )
 
 
+def _seconds(text: str) -> float:
+    """An argparse type: a positive number of seconds (``30``, ``2.5``)."""
+    import math
+
+    try:
+        value = float(text.strip().removesuffix("s"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
+
 def _size(text: str) -> int:
     """An argparse type: a byte size such as 512M or 64G."""
     from layerprof.reading import parse_size
@@ -479,6 +492,13 @@ def build_parser() -> argparse.ArgumentParser:
         " core) or dask=ADDRESS (a running scheduler, e.g. tcp://host:8786)",
     )
     analyze.add_argument(
+        "--timeout",
+        type=_seconds,
+        metavar="SECONDS",
+        help="with an http(s):// URL: how long the server may take to connect or to send"
+        " the next bytes before the read fails, naming the URL (default 30)",
+    )
+    analyze.add_argument(
         "--partial",
         action="store_true",
         help="when some ranks fail, merge the others and name the failed ones in the notes"
@@ -799,7 +819,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     try:
         run = analyze(
             args.trace, group_by_shape=args.group_by_shape, max_input_size=args.max_input_size,
-            executor=executor, progress=bar.update, partial=args.partial,
+            executor=executor, progress=bar.update, partial=args.partial, timeout=args.timeout,
         )  # fmt: skip
     finally:
         bar.close()
@@ -822,6 +842,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     fail_above = parse_percent(args.fail_above) if args.fail_above else None
     printed = f"--format {args.format}" if args.format != "console" else None
     outputs.check_outputs(args, stdout_taken=printed)
+    sources.local_files([args.base, args.new], "diff")  # before a long analysis of BASE
     limit = args.max_input_size
     base, said_base = sources.load_comparable(args.base, rank=args.rank, max_input_size=limit)
     new, said_new = sources.load_comparable(args.new, rank=args.rank, max_input_size=limit)
@@ -858,6 +879,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from layerprof.profile import Profile
 
     outputs.check_outputs(args)
+    sources.local_files(args.file, "report")
     if len(args.file) > 1:
         saved: Any = sources.load_ranks(args.file, max_input_size=args.max_input_size)
     else:

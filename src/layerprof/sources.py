@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from layerprof import reading
-from layerprof.errors import ProfileFormatError
+from layerprof.errors import ProfileFormatError, UsageError
 from layerprof.reading import read_input
 
 if TYPE_CHECKING:
@@ -36,6 +36,7 @@ def load_comparable(
     from layerprof.sections.sweep import Sweep
     from layerprof.trace import analyze
 
+    local_files([path], "diff")
     p = Path(path)
     if p.is_dir():
         return _one_rank(analyze(p, max_input_size=max_input_size), p, rank)
@@ -76,6 +77,20 @@ def load_ranks(paths: list[str], *, max_input_size: int | None = None) -> Run:
         profiles.append(loaded)
     label = " ".join(paths) if len(paths) <= 4 else f"{len(paths)} profiles ({paths[0]}, ...)"
     return merge_profiles(label, paths, profiles)
+
+
+def local_files(paths: list[str], command: str) -> None:
+    """UsageError for a URL among ``paths`` (``command`` reads files on this machine),
+    naming it without the user name, password and query string values it may carry:
+    a mistyped argument must not put a secret on screen."""
+    from layerprof.trace.remote import is_url, redact
+
+    for path in paths:
+        if is_url(path):
+            raise UsageError(
+                f"{redact(path)}: {command} reads files on this machine, not URLs",
+                hint="layerprof analyze URL --json FILE saves a trace's analysis to compare",
+            )
 
 
 def _one_rank(run: Run, p: Path, rank: int | None) -> tuple[Profile, list[str]]:

@@ -20,7 +20,7 @@ from layerprof.trace.executors import Executor, Failed, SerialExecutor, default_
 from layerprof.trace.ranks import merge, with_rank
 from layerprof.trace.reader import NotATraceError, TraceFile, rank_rules, read_trace_file
 from layerprof.trace.reduce import reduce
-from layerprof.trace.remote import TraceInput, list_inputs, read_trace_bytes
+from layerprof.trace.remote import TraceInput, list_inputs, read_trace_bytes, shown
 
 #: progress(done, total): called on the client each time a rank's result comes in
 ProgressFn = Callable[[int, int], None]
@@ -43,9 +43,10 @@ class RankJob:
 
     group_by_shape: bool = False
     max_input_size: int | None = None
+    timeout: float | None = None
 
     def __call__(self, source: TraceInput) -> RankResult:
-        data = read_trace_bytes(source, limit=self.max_input_size)
+        data = read_trace_bytes(source, limit=self.max_input_size, timeout=self.timeout)
         try:
             trace = read_trace_file(
                 source.name, keep_shapes=self.group_by_shape, data=data, name=source.name
@@ -73,6 +74,7 @@ def analyze(
     executor: Executor | str | None = None,
     progress: ProgressFn | None = None,
     partial: bool = False,
+    timeout: float | None = None,
 ) -> Run:
     """Analyze a ``.json`` / ``.json.gz`` trace, a directory or glob of per-rank traces,
     or an fsspec URL naming any of those (``s3://bucket/job/``, ``gs://b/*.json.gz``).
@@ -87,16 +89,23 @@ def analyze(
     (naming every file that failed, with why) for anything that is not a
     readable, non-empty trace, after the other ranks finished; with
     ``partial=True`` the Run merges the ranks that worked and its notes name
-    the ones that failed.
+    the ones that failed. ``timeout``: seconds an http(s) server may take to
+    connect or to send the next bytes (default ``remote.DEFAULT_TIMEOUT``).
+
+    A URL's user name, password and query string values open the files and
+    go nowhere else: the Run, its messages and its errors name the URL
+    without them (``remote.shown``).
     """
+    name = shown(path)  # from here on, all that names the input
     if data is not None:
-        trace = read_trace_file(path, keep_shapes=group_by_shape, data=data)
-        ranks = rank_rules([str(path)], [trace.distributed_rank])
-        profile = analyze_file(trace, ranks.ranks[0], group_by_shape=group_by_shape)
-        return merge(str(path), [profile], rank_source=ranks.source)
-    sources = list_inputs(path)
+        trace = read_trace_file(path, keep_shapes=group_by_shape, data=data, name=name)
+        ranks = rank_rules([name], [trace.distributed_rank])
+        profile = analyze_file(trace, ranks.ranks[0], group_by_shape=group_by_shape, file=name)
+        return merge(name, [profile], rank_source=ranks.source)
+    sources = list_inputs(path, limit=max_input_size, timeout=timeout)
+    del path
     runner = _executor(executor, len(sources))
-    job = RankJob(group_by_shape=group_by_shape, max_input_size=max_input_size)
+    job = RankJob(group_by_shape=group_by_shape, max_input_size=max_input_size, timeout=timeout)
     results: dict[int, RankResult] = {}
     failed: dict[int, Failed] = {}
     labels = [s.name for s in sources]
@@ -107,7 +116,7 @@ def analyze(
             results[i] = outcome
         if progress is not None:
             progress(len(results) + len(failed), len(sources))
-    run = _gathered(str(path), sources, results, failed, partial=partial)
+    run = _gathered(name, sources, results, failed, partial=partial)
     said = getattr(runner, "notes", None)
     return replace(run, notes=(*run.notes, *said)) if said else run
 
