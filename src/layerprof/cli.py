@@ -474,8 +474,8 @@ def build_parser() -> argparse.ArgumentParser:
     analyze.add_argument(
         "--executor",
         metavar="NAME",
-        help="where the ranks are analyzed: serial, processes[=N] (the default for several"
-        " files: one worker process per core), dask (a local Dask cluster, one worker per"
+        help="where the ranks are analyzed: serial, processes[=N] (one worker process per"
+        " core; the default for several files big enough to repay its ~1 s start-up), dask (a local Dask cluster, one worker per"
         " core) or dask=ADDRESS (a running scheduler, e.g. tcp://host:8786)",
     )
     analyze.add_argument(

@@ -95,7 +95,7 @@ def analyze(
         profile = analyze_file(trace, ranks.ranks[0], group_by_shape=group_by_shape)
         return merge(str(path), [profile], rank_source=ranks.source)
     sources = list_inputs(path)
-    runner = _executor(executor, len(sources))
+    runner = _executor(executor, sources)
     job = RankJob(group_by_shape=group_by_shape, max_input_size=max_input_size)
     results: dict[int, RankResult] = {}
     failed: dict[int, Failed] = {}
@@ -112,14 +112,36 @@ def analyze(
     return replace(run, notes=(*run.notes, *said)) if said else run
 
 
-def _executor(executor: Executor | str | None, n: int) -> Executor:
+def _executor(executor: Executor | str | None, sources: list[TraceInput]) -> Executor:
     from layerprof.trace.executors import parse_executor
 
     if executor is None:
-        return default_executor(n)
+        return default_executor(len(sources), _estimated_seconds(sources))
     if isinstance(executor, str):
         return parse_executor(executor)
     return executor
+
+
+#: analyze's time per byte of trace JSON in one process (0.55-0.75 s for the
+#: 26 MB HTA trace), and how much a gzipped trace expands (that one: 19x; 10x
+#: errs towards running small jobs here)
+_SECONDS_PER_JSON_BYTE = 25e-9
+_GZIP_EXPANSION = 10
+
+
+def _estimated_seconds(sources: list[TraceInput]) -> list[float] | None:
+    """Each local file's analyze time in this process, from its size; None when
+    any is remote (sizes unknown before a worker opens it) or cannot be sized."""
+    if len(sources) < 2 or any(s.remote for s in sources):
+        return None
+    try:
+        sizes = [os.stat(s.location).st_size for s in sources]
+    except OSError:
+        return None  # a worker names the unreadable file
+    return [
+        size * _SECONDS_PER_JSON_BYTE * (_GZIP_EXPANSION if s.location.endswith(".gz") else 1)
+        for s, size in zip(sources, sizes, strict=True)
+    ]
 
 
 def _gathered(
