@@ -311,9 +311,13 @@ def _add_model_options(p: argparse.ArgumentParser, *, example_inputs: bool = Tru
     )  # fmt: skip
 
 
-def _add_sweep_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    from layerprof.sections.sweep import DEFAULT_ITERS, DEFAULT_WARMUP
+#: ``layerprof.sections.sweep``'s DEFAULT_ITERS and DEFAULT_WARMUP (tests/test_startup.py
+#: keeps them equal): importing that module here would load every section at --help
+SWEEP_ITERS, SWEEP_WARMUP = 20, 3
 
+
+def _add_sweep_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    DEFAULT_ITERS, DEFAULT_WARMUP = SWEEP_ITERS, SWEEP_WARMUP
     sweep = sub.add_parser(
         "sweep",
         parents=[common],
