@@ -3,7 +3,9 @@ before choosing one (issue: "Decode and columns").
 
 On one trace, interleaved rounds (medians of each round's ratio to the floor):
 
-* floor: ``orjson.loads`` of the gunzipped text (and freeing what it built);
+* floor: ``orjson.loads`` of the gunzipped text (and freeing what it built), as
+  ``python -c`` runs it (the garbage collector on; every other side runs with
+  it paused, as the reader does);
 * current: ``layerprof.trace.reader.read_trace_file`` (orjson in batches, then
   the per-event collector loop of ``trace/events.py``);
 * A, orjson + columns: ``orjson.loads``, then every field the collector reads
@@ -21,6 +23,7 @@ On one trace, interleaved rounds (medians of each round's ratio to the floor):
 from __future__ import annotations
 
 import argparse
+import gc
 import gzip
 import sys
 import time
@@ -100,34 +103,34 @@ def msgspec_decoder() -> Any:
     except ImportError:
         return None
 
-    class Args(msgspec.Struct):
-        external_id: Any = msgspec.field(default=None, name="External id")
-        correlation: Any = None
-        seq: Any = msgspec.field(default=None, name="Sequence number")
-        device: Any = None
-        stream: Any = None
-        bytes: Any = None
+    # defstruct, not class bodies: this module's annotations are strings (PEP 563),
+    # which msgspec cannot resolve for classes local to a function.
+    def none(key: str) -> Any:
+        return msgspec.field(default=None, name=key)
 
-    class Event(msgspec.Struct):
-        ph: Any = None
-        cat: Any = None
-        name: Any = None
-        pid: Any = None
-        tid: Any = None
-        ts: Any = None
-        dur: Any = None
-        args: Args | None = None
-
-    class Doc(msgspec.Struct):
-        traceEvents: list[Event]
-
+    args = msgspec.defstruct(
+        "Args",
+        [("external_id", Any, none("External id")), ("correlation", Any, None),
+         ("seq", Any, none("Sequence number")), ("device", Any, None),
+         ("stream", Any, None), ("bytes", Any, None)],
+    )  # fmt: skip
+    event = msgspec.defstruct(
+        "Event", [*((k, Any, None) for k in EVENT_KEYS), ("args", args | None, None)]
+    )
+    Doc = msgspec.defstruct("Doc", [("traceEvents", list[event])])
     return msgspec.json.Decoder(Doc)
 
 
-def seconds(fn: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
+def seconds(fn: Callable[[], object], paused: bool) -> float:
+    """``fn``'s time; ``paused``: with the garbage collector paused, as the reader runs."""
+    if paused:
+        gc.disable()
+    try:
+        start = time.perf_counter()
+        fn()
+        return time.perf_counter() - start
+    finally:
+        gc.enable()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,7 +153,10 @@ def main(argv: list[str] | None = None) -> int:
         sides["B: msgspec Structs + columns"] = lambda: b(text)
     for fn in sides.values():
         fn()  # warm
-    rounds = [{name: seconds(fn) for name, fn in sides.items()} for _ in range(args.repeat)]
+    rounds = [
+        {name: seconds(fn, paused=i > 0) for i, (name, fn) in enumerate(sides.items())}
+        for _ in range(args.repeat)
+    ]
     base = next(iter(sides))
     print(f"{args.trace.name}: {len(text) / 1e6:.1f} MB of JSON, {args.repeat} interleaved rounds")
     for name in sides:
