@@ -82,7 +82,8 @@ def analyze(
     ``data``: the bytes of the single file ``path`` when already read (a pipe
     can be read once). ``executor``: ``"serial"``, ``"processes[=N]"``,
     ``"dask[=ADDRESS]"`` or an :class:`~layerprof.trace.executors.Executor`
-    (default: ``processes`` for more than one file). ``progress(done, total)``
+    (default: ``processes`` for files big enough to repay a pool's start-up, else
+    ``serial``; see :func:`~layerprof.trace.executors.default_executor`). ``progress(done, total)``
     is called as ranks finish. Raises :class:`layerprof.errors.TraceError`
     (naming every file that failed, with why) for anything that is not a
     readable, non-empty trace, after the other ranks finished; with
