@@ -410,8 +410,9 @@ def _workers(text: str, spec: str) -> int:
 
 
 #: What a local pool costs before its first result: starting the forkserver and
-#: the workers, each importing layerprof's reader (measured: 0.6-0.9 s for one
-#: worker on a loaded 2-core machine, more when workers start side by side).
+#: the workers, each importing layerprof's reader (benchmarks/pool_startup.py;
+#: 0.6-0.9 s for one worker on a loaded 2-core machine, about 3 s for two
+#: starting side by side at load 8).
 POOL_START_SECONDS = 1.0
 
 
