@@ -5,15 +5,17 @@ Prints, from one run:
 * our full ``analyze`` vs ``orjson.loads`` of the same file (read + gunzip +
   decode, and decode alone): the median over ``--repeat`` interleaved rounds
   of each round's ratio, so machine noise hits both sides alike (target:
-  <= 2.5x);
+  <= 1.3x); with ``--baseline SRC`` also another tree's ratio (before/after),
+  in fresh interpreters taking turns;
 * peak traced memory (tracemalloc) of reading the file alone and of the
   whole ``analyze``, vs the decompressed JSON size (targets: <= 1.3x and
   <= 2x);
-* HolisticTraceAnalysis ``TraceAnalysis`` load + ``get_temporal_breakdown``
-  run in ``--hta-python`` (its own environment, via a subprocess) or in this
+* HolisticTraceAnalysis ``TraceAnalysis`` load + temporal breakdown + comm/comp
+  overlap + kernel breakdown run in ``--hta-python`` (its own environment, via a subprocess) or in this
   interpreter when importable (target: ours >= 6x faster).
 
     python benchmarks/analyze_speed.py [--trace PATH] [--repeat 5] [--hta-python /tmp/hta-venv/bin/python]
+        [--baseline ../main/src]
 
 ``--trace`` defaults to HTA's 26 MB ``negative_queue_length_values_check``
 trace in ``../shared`` (next to the checkout, or next to its worktree
@@ -27,6 +29,7 @@ import argparse
 import gc
 import gzip
 import importlib.util
+import os
 import shutil
 import subprocess
 import sys
@@ -48,7 +51,8 @@ DEFAULT_TRACE = next(
     ROOT.parent / _HTA_TRACE,
 )
 
-# Run inside HTA's interpreter: time load + temporal breakdown, print seconds.
+# Run inside HTA's interpreter: time load + the analyses layerprof's analyze also
+# does (temporal breakdown, comm/comp overlap, kernel breakdown); print seconds.
 HTA_SNIPPET = """
 import sys, time, logging
 logging.disable(logging.CRITICAL)
@@ -56,7 +60,29 @@ from hta.trace_analysis import TraceAnalysis
 t0 = time.perf_counter()
 analyzer = TraceAnalysis(trace_dir=sys.argv[1])
 analyzer.get_temporal_breakdown(visualize=False)
+try:
+    analyzer.get_comm_comp_overlap(visualize=False)
+except Exception:  # a trace without collectives
+    pass
+analyzer.get_gpu_kernel_breakdown(visualize=False)
 print(time.perf_counter() - t0)
+"""
+
+# Run with another source tree first on the path (--baseline): one warm-up analyze,
+# then one round of the floor and analyze; print analyze / floor.
+BASELINE_SNIPPET = """
+import gzip, sys, time
+import orjson
+from layerprof.trace import analyze
+path = sys.argv[1]
+analyze(path)
+t0 = time.perf_counter()
+raw = open(path, "rb").read()
+orjson.loads(gzip.decompress(raw) if raw[:2] == b"\\x1f\\x8b" else raw)
+t1 = time.perf_counter()
+analyze(path)
+t2 = time.perf_counter()
+print((t2 - t1) / (t1 - t0))
 """
 
 
@@ -126,6 +152,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--hta-python", default=None, help="python of an env with HTA")
     parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="another tree's src/ (before a change): both trees' ratio to the floor,"
+        " measured in interleaved fresh interpreters",
+    )
+    parser.add_argument(
         "--uncompressed", action="store_true", help="measure a gunzipped copy of the trace"
     )
     args = parser.parse_args(argv)
@@ -173,22 +206,50 @@ def measure(path: Path, args: argparse.Namespace) -> int:
     )
     print(
         f"layerprof analyze: {analyze_t * 1e3:.0f} ms = {vs_decode:.2f}x"
-        f" read+gunzip+loads, {vs_loads:.2f}x loads alone (median ratio; target <= 2.5x)"
+        f" read+gunzip+loads, {vs_loads:.2f}x loads alone (median ratio; target <= 1.3x)"
     )
     print(
         f"peak memory (tracemalloc): reading {read_peak / 1e6:.1f} MB ="
         f" {read_peak / json_size:.2f}x the decompressed JSON (target <= 1.3x);"
         f" analyze {peak / 1e6:.1f} MB = {peak / json_size:.2f}x (target <= 2x)"
     )
+    if args.baseline is not None:
+        before, after = baseline_ratios(path, args.baseline, args.repeat)
+        print(
+            f"analyze / read+gunzip+loads, fresh interpreters, interleaved: {before:.2f}x"
+            f" ({args.baseline}) -> {after:.2f}x (this tree); medians of {args.repeat} rounds"
+        )
     hta = hta_seconds(path, max(1, min(args.repeat, 3)), args.hta_python)
     if hta is None:
         print("HTA not available")
     else:
         print(
-            f"HTA TraceAnalysis load + get_temporal_breakdown: {hta * 1e3:.0f} ms;"
+            f"HTA TraceAnalysis load + temporal breakdown + comm/comp overlap + kernel"
+            f" breakdown: {hta * 1e3:.0f} ms (best of {max(1, min(args.repeat, 3))});"
             f" layerprof is {hta / analyze_t:.1f}x faster (target >= 6x)"
         )
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"load average at the end: {load:.1f}")
     return 0
+
+
+def baseline_ratios(path: Path, baseline: Path, repeat: int) -> tuple[float, float]:
+    """Median analyze/floor ratio of ``baseline`` and of this tree, one fresh
+    interpreter per tree and round, the trees alternating."""
+    this = str(ROOT / "src")
+    ratios: dict[str, list[float]] = {str(baseline): [], this: []}
+    for _ in range(repeat):
+        for src, got in ratios.items():
+            env = {**os.environ, "PYTHONPATH": src}
+            done = subprocess.run(
+                [sys.executable, "-c", BASELINE_SNIPPET, str(path)],
+                capture_output=True,
+                text=True,
+                check=True,
+                env=env,
+            )
+            got.append(float(done.stdout.split()[-1]))
+    return median(ratios[str(baseline)]), median(ratios[this])
 
 
 if __name__ == "__main__":

@@ -18,14 +18,13 @@ Importing this package does not import torch; running a model does.
 from __future__ import annotations
 
 import os
+import sys
+import types
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from layerprof import render as _render  # noqa: F401  (registers the renderers and the codec)
-from layerprof.analysis.diff import Diff, diff
-from layerprof.capture.recorder import Recorder
+from layerprof import sinks
 from layerprof.errors import LayerprofError
-from layerprof.profile import Profile, Run
 from layerprof.version import __version__
 
 if TYPE_CHECKING:
@@ -33,8 +32,56 @@ if TYPE_CHECKING:
 
     import torch
 
+    from layerprof.analysis.diff import Diff, diff
     from layerprof.capture.compiled import CompileOptions
     from layerprof.capture.ops import OpOptions
+    from layerprof.capture.recorder import Recorder
+    from layerprof.profile import Profile, Run
+
+
+def _register() -> None:
+    from layerprof import render  # noqa: F401  (registers the renderers and the codec)
+
+
+# The renderers, the codec, numpy and the pivot load when first used, not at import:
+# ``layerprof --help`` and argument errors then cost about a bare Python (a test
+# checks which modules ``--help`` imports).
+sinks.on_first_use(_register)
+
+
+def __getattr__(name: str) -> Any:
+    """The public classes, imported on first access (PEP 562)."""
+    value: Any
+    if name in ("Profile", "Run"):
+        from layerprof.profile import Profile, Run
+
+        value = Profile if name == "Profile" else Run
+    elif name in ("Diff", "diff"):
+        from layerprof.analysis.diff import Diff, diff
+
+        value = Diff if name == "Diff" else diff
+    elif name == "Recorder":
+        from layerprof.capture.recorder import Recorder
+
+        value = Recorder
+    else:
+        raise AttributeError(f"module 'layerprof' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+class _Package(types.ModuleType):
+    """Keeps the public functions over same-named submodules: importing a submodule
+    binds it on its package, and ``layerprof.profile`` (the module, imported lazily
+    now) would otherwise replace ``layerprof.profile`` (the function)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, types.ModuleType) and callable(self.__dict__.get(name)):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 # ``layerprof.analysis.diff`` is the function (``layerprof.diff(a, b) -> Diff``); the module
 # stays importable as ``from layerprof.analysis.diff import Diff``.

@@ -324,9 +324,13 @@ def _add_model_options(p: argparse.ArgumentParser, *, example_inputs: bool = Tru
     )  # fmt: skip
 
 
-def _add_sweep_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    from layerprof.sections.sweep import DEFAULT_ITERS, DEFAULT_WARMUP
+#: ``layerprof.sections.sweep``'s DEFAULT_ITERS and DEFAULT_WARMUP (tests/test_startup.py
+#: keeps them equal): importing that module here would load every section at --help
+SWEEP_ITERS, SWEEP_WARMUP = 20, 3
 
+
+def _add_sweep_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    DEFAULT_ITERS, DEFAULT_WARMUP = SWEEP_ITERS, SWEEP_WARMUP
     sweep = sub.add_parser(
         "sweep",
         parents=[common],
@@ -487,8 +491,8 @@ def build_parser() -> argparse.ArgumentParser:
     analyze.add_argument(
         "--executor",
         metavar="NAME",
-        help="where the ranks are analyzed: serial, processes[=N] (the default for several"
-        " files: one worker process per core), dask (a local Dask cluster, one worker per"
+        help="where the ranks are analyzed: serial, processes[=N] (one worker process per"
+        " core; the default for several files big enough to repay its ~1 s start-up), dask (a local Dask cluster, one worker per"
         " core) or dask=ADDRESS (a running scheduler, e.g. tcp://host:8786)",
     )
     analyze.add_argument(

@@ -6,14 +6,15 @@ accepts (``Profile``, ``Run``, ``Diff``); ``write`` picks one by name or by
 the output file's extension (like pyinstrument's renderers). The pivot types
 offer ``save``/``load``/``print``/``render``/``write`` as conveniences that
 call the functions below, so the pivot never imports a renderer or the codec:
-the package registers them when it is imported (``layerprof/__init__``
-imports ``layerprof.render``, whose modules call :func:`register`, and the
-codec calls :func:`set_codec`).
+the package registers them on first use (``layerprof/__init__`` hands
+:func:`on_first_use` an import of ``layerprof.render``, whose modules call
+:func:`register`, and the codec calls :func:`set_codec`).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -183,9 +184,21 @@ class Output:
         return loaded
 
 
+_REGISTRARS: list[Callable[[], None]] = []
+
+
+def on_first_use(registrar: Callable[[], None]) -> None:
+    """``registrar()`` fills the registry the first time it is needed: the package
+    (``layerprof/__init__``) hands over an import of the renderers and the codec,
+    so that importing layerprof (``--help``) does not pay for them."""
+    _REGISTRARS[:] = [registrar]
+
+
 def _ensure_registered() -> None:
-    """Importing the ``layerprof`` package registers every renderer and the codec (any
-    ``import layerprof.x`` runs the package's ``__init__`` first); an empty registry
-    means the package is still initialising."""
+    """Every renderer and the codec, registered on first use (any ``import layerprof.x``
+    runs the package's ``__init__``, which hands over the registrar, first)."""
+    if not _CODEC or not _RENDERERS:
+        for registrar in _REGISTRARS:
+            registrar()
     if not _CODEC or not _RENDERERS:  # pragma: no cover - a package import-order bug
         raise UsageError("layerprof's renderers are not registered yet (import layerprof)")

@@ -47,7 +47,7 @@ def encode_distributed(p: Profile) -> dict[str, Any]:
     if p.memory_timeline is not None:
         out["memory_timeline"] = {
             "devices": [
-                {**{k: v for k, v in asdict_ms(d).items() if k != "points"},
+                {**asdict_ms(d, skip=("points",)),
                  "points": _points(d.points, NS_PER_MS)}
                 for d in p.memory_timeline.devices
             ]
@@ -90,7 +90,7 @@ def _queues(q: Queues) -> dict[str, Any]:
         "short_kernel_ms": q.short_kernel_ns / NS_PER_MS,
         "kernels": q.kernels,
         "streams": [
-            {**{k: v for k, v in asdict_ms(s).items() if k != "series"},
+            {**asdict_ms(s, skip=("series",)),
              "series": _points(s.series, NS_PER_MS)}
             for s in q.streams
         ],

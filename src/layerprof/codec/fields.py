@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, fields, is_dataclass
 from typing import Any, TypeVar
 
 from layerprof.errors import ProfileFormatError
@@ -187,17 +187,51 @@ def summary_us(s: Summary | None) -> dict[str, float | int] | None:
     return None if s is None else s.scaled(1 / NS_PER_US)
 
 
-def asdict_ms(obj: Any) -> dict[str, Any]:
-    """A flat section row: ``*_ns`` fields become ``*_ms`` (µs for launch summaries)."""
+def asdict_ms(obj: Any, *, skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A flat section row: ``*_ns`` fields become ``*_ms`` (µs for launch summaries);
+    ``skip`` names fields left out (nested series a caller writes its own way).
+
+    Rows are read field by field, without ``dataclasses.asdict``: its recursive deep
+    copy took most of the time of writing a trace's thousands of collective rows.
+    A nested value (rare) still becomes what ``asdict`` would give.
+    """
     out: dict[str, Any] = {}
-    for key, value in asdict(obj).items():
-        if key.endswith("_ns") and isinstance(value, (int, float)):
-            out[key[:-3] + "_ms"] = value / NS_PER_MS
-        elif key.endswith("_ns") and value is None:
-            out[key[:-3] + "_ms"] = None
+    for name, key_ms in _row_keys(type(obj)):
+        if name in skip:
+            continue
+        value = getattr(obj, name)
+        if key_ms is not None and (value is None or isinstance(value, (int, float))):
+            out[key_ms] = None if value is None else value / NS_PER_MS
+        elif value is None or isinstance(value, (str, int, float)):
+            out[name] = value
         else:
-            out[key] = value
+            out[name] = _plain(value)
     return out
+
+
+_ROW_KEYS: dict[type, tuple[tuple[str, str | None], ...]] = {}
+
+
+def _row_keys(cls: type) -> tuple[tuple[str, str | None], ...]:
+    """Each field's name, and its ``*_ms`` key when it is a ``*_ns`` field (cached per class)."""
+    found = _ROW_KEYS.get(cls)
+    if found is None:
+        found = tuple(
+            (f.name, f.name[:-3] + "_ms" if f.name.endswith("_ns") else None) for f in fields(cls)
+        )
+        _ROW_KEYS[cls] = found
+    return found
+
+
+def _plain(value: Any) -> Any:
+    """A nested value as ``dataclasses.asdict`` writes it."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+        return type(value)(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
 
 
 def read_row(cls: type[T], f: Fields) -> T:

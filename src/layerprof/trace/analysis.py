@@ -84,7 +84,8 @@ def analyze(
     ``data``: the bytes of the single file ``path`` when already read (a pipe
     can be read once). ``executor``: ``"serial"``, ``"processes[=N]"``,
     ``"dask[=ADDRESS]"`` or an :class:`~layerprof.trace.executors.Executor`
-    (default: ``processes`` for more than one file). ``progress(done, total)``
+    (default: ``processes`` for files big enough to repay a pool's start-up, else
+    ``serial``; see :func:`~layerprof.trace.executors.default_executor`). ``progress(done, total)``
     is called as ranks finish. Raises :class:`layerprof.errors.TraceError`
     (naming every file that failed, with why) for anything that is not a
     readable, non-empty trace, after the other ranks finished; with
@@ -104,7 +105,7 @@ def analyze(
         return merge(name, [profile], rank_source=ranks.source)
     sources = list_inputs(path, limit=max_input_size, timeout=timeout)
     del path
-    runner = _executor(executor, len(sources))
+    runner = _executor(executor, sources)
     job = RankJob(group_by_shape=group_by_shape, max_input_size=max_input_size, timeout=timeout)
     results: dict[int, RankResult] = {}
     failed: dict[int, Failed] = {}
@@ -121,14 +122,36 @@ def analyze(
     return replace(run, notes=(*run.notes, *said)) if said else run
 
 
-def _executor(executor: Executor | str | None, n: int) -> Executor:
+def _executor(executor: Executor | str | None, sources: list[TraceInput]) -> Executor:
     from layerprof.trace.executors import parse_executor
 
     if executor is None:
-        return default_executor(n)
+        return default_executor(len(sources), _estimated_seconds(sources))
     if isinstance(executor, str):
         return parse_executor(executor)
     return executor
+
+
+#: analyze's time per byte of trace JSON in one process (0.55-0.75 s for the
+#: 26 MB HTA trace), and how much a gzipped trace expands (that one: 19x; 10x
+#: errs towards running small jobs here)
+_SECONDS_PER_JSON_BYTE = 25e-9
+_GZIP_EXPANSION = 10
+
+
+def _estimated_seconds(sources: list[TraceInput]) -> list[float] | None:
+    """Each local file's analyze time in this process, from its size; None when
+    any is remote (sizes unknown before a worker opens it) or cannot be sized."""
+    if len(sources) < 2 or any(s.remote for s in sources):
+        return None
+    try:
+        sizes = [os.stat(s.location).st_size for s in sources]
+    except OSError:
+        return None  # a worker names the unreadable file
+    return [
+        size * _SECONDS_PER_JSON_BYTE * (_GZIP_EXPANSION if s.location.endswith(".gz") else 1)
+        for s, size in zip(sources, sizes, strict=True)
+    ]
 
 
 def _gathered(

@@ -19,7 +19,8 @@ outcome is the function's result, or :class:`Failed` with a one-line reason:
 ``serial`` runs in this process (one rank, or debugging); ``processes`` is a
 ``concurrent.futures`` pool of one worker per core (started with
 ``forkserver`` where there is one: no threads or locks of this process are
-copied into workers); ``dask`` starts a ``LocalCluster`` with one
+copied into workers, and workers never import the caller's ``__main__``, so a
+script is not run again; the work must live in an importable module); ``dask`` starts a ``LocalCluster`` with one
 single-threaded worker process per core, or connects to a scheduler's
 address (the workers must have layerprof installed, and read the traces
 themselves: local paths must be visible to them, URLs always are).
@@ -27,6 +28,7 @@ themselves: local paths must be visible to them, URLs always are).
 
 from __future__ import annotations
 
+import io
 import multiprocessing
 import os
 import re
@@ -34,6 +36,8 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from multiprocessing import forkserver, popen_forkserver, reduction, spawn, util
+from multiprocessing.context import ForkServerContext, ForkServerProcess, set_spawning_popen
 from typing import Any, Generic, Protocol, TypeVar
 
 from layerprof.errors import LayerprofError, UsageError
@@ -220,8 +224,55 @@ class ProcessExecutor:
 
 
 def _context() -> Any:
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        return _MainlessContext()
+    return multiprocessing.get_context("spawn")
+
+
+class _MainlessPopen(popen_forkserver.Popen):
+    """A forkserver child that is not told the parent's ``__main__``.
+
+    The stdlib hands every spawned or forkserver child the path of the parent's
+    main script, and the child runs it again as ``__mp_main__`` so that functions
+    defined there unpickle. For a user's script that calls ``analyze()`` without a
+    ``__main__`` guard, that re-ran the script (profiling their model again, and
+    writing their output files) in every worker. The work sent to our workers
+    lives in importable modules (``layerprof.trace.analysis.RankJob``), so the
+    child needs no ``__main__`` at all. This is ``popen_forkserver.Popen._launch``
+    (unchanged from 3.10 to 3.13) with the main module left out.
+    """
+
+    def _launch(self, process_obj: Any) -> None:
+        prep = spawn.get_preparation_data(process_obj._name)
+        prep.pop("init_main_from_path", None)
+        prep.pop("init_main_from_name", None)
+        buf = io.BytesIO()
+        set_spawning_popen(self)
+        try:
+            reduction.dump(prep, buf)
+            reduction.dump(process_obj, buf)
+        finally:
+            set_spawning_popen(None)
+        self.sentinel, w = forkserver.connect_to_new_process(self._fds)  # type: ignore[attr-defined]
+        # A duplicate of the data pipe's write end: the child's sentinel of its parent.
+        parent_w = os.dup(w)
+        close = util.close_fds  # type: ignore[attr-defined]
+        self.finalizer = util.Finalize(self, close, (parent_w, self.sentinel))
+        with open(w, "wb", closefd=True) as f:
+            f.write(buf.getbuffer())
+        self.pid = forkserver.read_signed(self.sentinel)
+
+
+class _MainlessProcess(ForkServerProcess):
+    @staticmethod
+    def _Popen(process_obj: Any) -> Any:
+        return _MainlessPopen(process_obj)
+
+
+class _MainlessContext(ForkServerContext):
+    """The forkserver start method, with workers that never import ``__main__``."""
+
+    Process = _MainlessProcess
 
 
 # ---- dask --------------------------------------------------------------------------------
@@ -358,8 +409,25 @@ def _workers(text: str, spec: str) -> int:
     return int(text)
 
 
-def default_executor(n_items: int) -> Executor:
-    """``processes`` for more than one rank (on more than one core), else ``serial``."""
-    if n_items > 1 and cores() > 1:
+#: What a local pool costs before its first result: starting the forkserver and
+#: the workers, each importing layerprof's reader (benchmarks/pool_startup.py;
+#: 0.6-0.9 s for one worker on a loaded 2-core machine, about 3 s for two
+#: starting side by side at load 8).
+POOL_START_SECONDS = 1.0
+
+
+def default_executor(n_items: int, seconds: Sequence[float] | None = None) -> Executor:
+    """``processes`` when a pool pays, else ``serial``.
+
+    ``seconds``: each item's estimated time in this process (None: unknown, such as
+    remote files, whose reads overlap well). A pool pays when it finishes sooner:
+    its start-up plus the longer of its longest item and the items spread over
+    its workers, against every item one after another. Two small traces run here.
+    """
+    if n_items < 2 or cores() < 2:
+        return SerialExecutor()
+    if seconds is None:
         return ProcessExecutor()
-    return SerialExecutor()
+    serial = sum(seconds)
+    pooled = POOL_START_SECONDS + max(max(seconds), serial / min(cores(), n_items))
+    return ProcessExecutor() if pooled < serial else SerialExecutor()

@@ -1,0 +1,91 @@
+"""Start-up: ``--help`` and argument errors import only argparse-level modules.
+
+``layerprof --help`` used to import numpy, the codec, the diff analysis and every
+renderer (through the package's ``__init__``) before parsing an argument: 4x the
+start-up of a bare Python importing ``rich.console``. These tests pin what a
+fresh interpreter has imported after each, as ``test_help_does_not_import_torch``
+pins torch (timings are in ``benchmarks/startup.py``).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+#: the only layerprof modules that parsing arguments needs
+ARGPARSE_LEVEL = {
+    "layerprof",
+    "layerprof.cli",
+    "layerprof.errors",
+    "layerprof.files",
+    "layerprof.outputs",
+    "layerprof.reading",
+    "layerprof.sinks",
+    "layerprof.sources",
+    "layerprof.version",
+}
+HEAVY = ("numpy", "torch", "rich", "orjson", "pandas", "fsspec", "dask")
+
+
+def imported_after(argv: list[str]) -> set[str]:
+    code = (
+        "import sys\nfrom layerprof.cli import main\n"
+        f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+        "print('MODULES', ' '.join(sorted(sys.modules)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return set(done.stdout.rpartition("MODULES ")[2].split())
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--help"],
+        ["analyze", "--help"],
+        ["report", "--help"],
+        ["analyze"],  # a missing argument: one line, exit 2
+        ["run", "m.pt", "--iters", "0"],  # a bad value
+        ["nonsense"],
+    ],
+    ids=["help", "analyze-help", "report-help", "missing", "bad-value", "unknown"],
+)
+def test_parsing_arguments_imports_only_what_it_uses(argv: list[str]) -> None:
+    modules = imported_after(argv)
+    ours = {m for m in modules if m.split(".")[0] == "layerprof"}
+    assert ours <= ARGPARSE_LEVEL, sorted(ours - ARGPARSE_LEVEL)
+    heavy = sorted(m for m in modules if m.split(".")[0] in HEAVY)
+    assert not heavy, heavy[:10]
+
+
+def test_the_registry_fills_on_first_use(tmp_path: Path) -> None:
+    """Renderers and the codec load when first asked for, whichever module came first;
+    and a lazily imported ``layerprof.profile`` module never hides the function."""
+    code = (
+        "import sys\n"
+        "from layerprof.profile import Profile\n"
+        "assert 'layerprof.render' not in sys.modules\n"
+        "import layerprof\n"
+        "assert callable(layerprof.profile), layerprof.profile\n"
+        "assert layerprof.Profile is Profile and layerprof.diff.__module__.endswith('diff')\n"
+        "from layerprof.trace import analyze\n"
+        f"run = analyze({str(tmp_path / 't.json')!r})\n"
+        "text = run.render('json')\n"
+        "assert 'layerprof.render' in sys.modules and text\n"
+        "assert callable(layerprof.profile), layerprof.profile\n"
+    )
+    (tmp_path / "t.json").write_text(
+        '{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1,'
+        ' "tid": 1, "ts": 10, "dur": 5}]}'
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_cli_shows_the_sweeps_own_defaults() -> None:
+    from layerprof import cli
+    from layerprof.sections import sweep
+
+    assert (cli.SWEEP_ITERS, cli.SWEEP_WARMUP) == (sweep.DEFAULT_ITERS, sweep.DEFAULT_WARMUP)
