@@ -21,6 +21,7 @@ ARGPARSE_LEVEL = {
     "layerprof.cli",
     "layerprof.errors",
     "layerprof.files",
+    "layerprof.machine",
     "layerprof.outputs",
     "layerprof.reading",
     "layerprof.sinks",
