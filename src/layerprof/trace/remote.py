@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 from layerprof.errors import TraceError, UsageError
 from layerprof.reading import read_input, read_stream
-from layerprof.trace.reader import TRACE_SUFFIXES, trace_files
+from layerprof.trace.reader import TRACE_SUFFIXES, trace_files, unreadable
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _USERINFO = re.compile(r"(?<=://)[^/@\s]*@")
@@ -36,6 +36,7 @@ class TraceInput:
 
     location: str  # a local path, or a URL
     name: str  # the path, or the URL without credentials
+    listed: bool = False  # found in a directory or by a glob (not named by the user)
 
     @property
     def remote(self) -> bool:
@@ -72,11 +73,13 @@ def list_inputs(spec: str | os.PathLike[str]) -> list[TraceInput]:
         return _remote_inputs(text)
     p = Path(text)
     if not p.exists() and glob.has_magic(text):
-        found = sorted(f for f in glob.glob(text) if Path(f).is_file())
-        traces = [f for f in found if f.endswith(TRACE_SUFFIXES)]
+        # Every match, readable or not (a dangling link, a FIFO): see read_trace_bytes.
+        traces = sorted(f for f in glob.glob(text) if f.endswith(TRACE_SUFFIXES))
         if not traces:
             raise TraceError(f"{text}: no .json or .json.gz file matches")
-        return [TraceInput(f, f) for f in traces]
+        return [TraceInput(f, f, listed=True) for f in traces]
+    if p.is_dir():
+        return [TraceInput(str(f), str(f), listed=True) for f in trace_files(p)]
     return [TraceInput(str(f), str(f)) for f in trace_files(p)]
 
 
@@ -145,6 +148,11 @@ def _backend_package(scheme: str, exc: ImportError) -> str:
 def read_trace_bytes(source: TraceInput, *, limit: int | None) -> bytearray:
     """The JSON bytes of one rank's trace, within the input size ceiling."""
     if not source.remote:
+        # A listed name must be a regular file: a FIFO would block the read forever and
+        # /dev/zero fill it; a file the user named (a pipe, <(zcat t.json.gz)) may be either.
+        why = unreadable(source.location) if source.listed else None
+        if why is not None:
+            raise TraceError(f"{source.name}: {why}")
         return read_input(source.location, limit=limit, error=TraceError)
     fs, path = filesystem(source.location)
     try:
