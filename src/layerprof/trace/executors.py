@@ -251,7 +251,7 @@ class DaskExecutor:
     name = "dask"
 
     def __init__(self, address: str | None = None, workers: int | None = None) -> None:
-        self.address = address
+        self.address = _dask_address(address, f"dask={address}") if address else None
         self.workers = workers
 
     def run(
@@ -453,7 +453,7 @@ def parse_executor(spec: str) -> Executor:
     if name == "processes":
         return ProcessExecutor(_workers(arg, spec) if arg else None)
     if name == "dask":
-        return DaskExecutor(_dask_address(arg, spec) if arg else None)
+        return DaskExecutor(_dask_address(arg, spec) if arg else None)  # named as given
     raise UsageError(
         f"--executor {spec!r}: expected serial, processes[=N], dask or dask=ADDRESS",
         hint="e.g. --executor processes=8 or --executor dask=tcp://scheduler:8786",
