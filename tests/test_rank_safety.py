@@ -144,7 +144,8 @@ HUGE = [
     ("rank 2**63+5", claims(rank1=2**63 + 5), [0, 1], None),
     ("rank 10**18", claims(rank1=10**18), [0, 1], None),
     ("rank -5", claims(rank1=-5), [0, 1], None),
-    ("rank past world_size", claims(rank1=7), [0, 1], None),
+    # A rank past the trace's own world_size is believed, and the gap said.
+    ("rank past world_size", claims(rank1=7), [0, 7], "2 of 8 ranks present; missing: 1, 2"),
     ("group size 10**10", claims(group=10**10), [0, 1], None),
     ("world_size 10**10", claims(world=10**10, group=None), [0, 1], None),
     # The largest sizes a C int allows are legal claims: said, never allocated.
@@ -167,6 +168,10 @@ def test_claimed_ids_and_sizes_allocate_nothing(
     run = orjson.loads(out.read_bytes())
     assert [r["rank"] for r in run["ranks"]] == ranks
     assert run["stragglers"]["matched"] > 0
+    claimed = docs[1]["distributedInfo"]["rank"]
+    if not 0 <= claimed < 2**31:  # said, naming the file and its claim
+        said_rank = f"trace.rank-1.json claims rank {claimed} (distributedInfo.rank)"
+        assert said_rank in " ".join(run["ranks"][0]["notes"])
     said = " ".join(run["stragglers"]["notes"])
     assert (note in said) if note else "ranks present" not in said
 

@@ -35,13 +35,11 @@ _DTYPE_BYTES: dict[str, int] = {
 MAX_RANKS = 1 << 31
 
 
-def rank_id(value: Any, world: Any = None) -> int | None:
-    """``value`` as a rank id: an int in ``[0, MAX_RANKS)``, and below ``world`` when
-    that is a usable world size; None otherwise."""
+def rank_id(value: Any) -> int | None:
+    """``value`` as a rank id: an int in ``[0, MAX_RANKS)``; None otherwise."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_RANKS:
         return None
-    size = world_size(world)
-    return value if size is None or value < size else None
+    return value
 
 
 def world_size(value: Any) -> int | None:

@@ -27,7 +27,7 @@ import orjson
 
 from layerprof.errors import TraceError
 from layerprof.reading import read_input
-from layerprof.trace.commargs import rank_id
+from layerprof.trace.commargs import MAX_RANKS, rank_id
 from layerprof.trace.events import EventCollector, EventTables
 
 # orjson's parser briefly needs about 12x the text it parses (on top of the
@@ -52,9 +52,9 @@ class TraceFile:
     @property
     def distributed_rank(self) -> int | None:
         info = self.header.get("distributedInfo")
-        if not isinstance(info, dict):
-            return None
-        return rank_id(info.get("rank"), info.get("world_size"))
+        rank = info.get("rank") if isinstance(info, dict) else None
+        # Any int: rank_rules takes it only as a rank id, and says so when it is not one.
+        return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
 
 
 @contextmanager
@@ -251,8 +251,16 @@ def rank_rules(
     (file name, then file order), and a note names the files that collided.
     """
     notes: list[str] = []
+    claimed = [rank_id(r) for r in distributed]
+    bad = [(n, r) for n, r, ok in zip(names, distributed, claimed, strict=True) if r != ok]
+    if bad:
+        more = f" (and {len(bad) - 1} more files)" if len(bad) > 1 else ""
+        notes.append(
+            f"{bad[0][0]}{more} claims rank {bad[0][1]} ({claim}), which is not a rank id"
+            f" (0 to {MAX_RANKS - 1}); ranks were not taken from it"
+        )
     rules = (
-        (claim, [rank_id(r) for r in distributed]),
+        (claim, claimed),
         ("file name (rank-N / rank_N)", [_rank_from_name(_base(n)) for n in names]),
     )
     for source, found in rules:
