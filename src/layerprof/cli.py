@@ -9,13 +9,14 @@ an exit code; a LayerprofError becomes one line on stderr (plus a hint), exit 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from layerprof import outputs, sources
-from layerprof.errors import LayerprofError, UsageError
+from layerprof.errors import LayerprofError, Terminated, UsageError
 
 if TYPE_CHECKING:
     from layerprof.capture.compiled import CompileOptions
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143  # 128 + SIGTERM
 EXIT_CLOSED_PIPE = 141  # 128 + SIGPIPE: stdout was closed by its reader
 
 DESCRIPTION = """\
@@ -933,7 +935,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_ERROR
     try:
-        return COMMANDS[args.command](args)
+        with _sigterm_as_interrupt():
+            return COMMANDS[args.command](args)
     except BrokenPipeError:
         return _closed_pipe()
     except LayerprofError as exc:
@@ -943,6 +946,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exc.hint:
             _say(f"  hint: {exc.hint}")
         return exc.exit_code
+    except Terminated:
+        print("layerprof: terminated", file=sys.stderr)
+        return EXIT_TERMINATED
     except KeyboardInterrupt:
         print("layerprof: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -966,6 +972,32 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_ERROR
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (``kill``, a scheduler's timeout) ends a command as Ctrl-C does, with its
+    clean-up, instead of at once leaving worker processes and temporary files behind.
+    Raised once: a second SIGTERM during the clean-up does not cut it short."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers belong to the main thread (an embedding program's)
+        return
+    said: list[int] = []
+
+    def terminate(signum: int, frame: object) -> None:
+        if not said:
+            said.append(signum)
+            raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        if previous is not None:  # None: a handler not set from Python, left as it was
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _closed_pipe() -> int:

@@ -63,3 +63,9 @@ class TraceError(LayerprofError):
 
 class OutputError(LayerprofError):
     """An output file could not be written."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the program was (by the CLI's handler), so that it ends as
+    Ctrl-C does: every clean-up an interrupt runs (workers ended, temporary files
+    removed, hooks taken off) runs for it too. Not a LayerprofError: nothing was wrong."""

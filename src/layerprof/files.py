@@ -22,6 +22,7 @@ regular file it checked (same inode) or over nothing.
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import sys
 import tempfile
@@ -164,11 +165,14 @@ def _replace(target: Path, plan: _Plan, payload: bytes) -> None:
     real = plan.real
     if plan.existing is None:
         ensure_parent(real)
+    held = _hold_signals()  # Ctrl-C or SIGTERM between creating it and the try: a stray file
     try:
         fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".tmp")
     except OSError as exc:
+        _release_signals(held)
         raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from exc
     try:
+        _release_signals(held)  # an interrupt from here on removes the file below
         with os.fdopen(fd, "wb") as handle:
             handle.write(payload)
         if not _take_attributes(tmp, plan.existing):
@@ -183,6 +187,23 @@ def _replace(target: Path, plan: _Plan, payload: bytes) -> None:
         if isinstance(exc, OSError):
             raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from exc
         raise
+
+
+_HELD = (signal.SIGINT, signal.SIGTERM)
+
+
+def _hold_signals() -> set[int | signal.Signals] | None:
+    """Block Ctrl-C and SIGTERM in this thread (they wait, pending); the mask to restore,
+    or None where threads cannot mask signals."""
+    if not hasattr(signal, "pthread_sigmask"):
+        return None
+    return signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+
+
+def _release_signals(held: set[int | signal.Signals] | None) -> None:
+    """Restore the mask: a signal that came meanwhile is delivered now, and raises here."""
+    if held is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def _take_attributes(tmp: str, existing: os.stat_result | None) -> bool:

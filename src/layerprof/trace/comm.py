@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from layerprof.sections import Collective, Communication, Steps
-from layerprof.trace.commargs import COMM_HOST, HOST_EXECUTION, CommArgs
+from layerprof.trace.commargs import COMM_HOST, HOST_EXECUTION, CommArgs, world_size
 from layerprof.trace.events import (
     ANNOTATION,
     I64,
@@ -228,12 +228,14 @@ def _group_sizes(header: dict[str, Any]) -> dict[str, int]:
     if not isinstance(info, dict):
         return {}
     out: dict[str, int] = {}
-    world = info.get("world_size")
-    if isinstance(world, int) and not isinstance(world, bool) and world > 0:
+    world = world_size(info.get("world_size"))
+    if world is not None:
         out[""] = world
-    for pg in info.get("pg_config") or []:
-        if isinstance(pg, dict) and isinstance(pg.get("pg_size"), int):
-            out[str(pg.get("pg_name"))] = int(pg["pg_size"])
+    configs = info.get("pg_config")
+    for pg in configs if isinstance(configs, list) else []:
+        size = world_size(pg.get("pg_size")) if isinstance(pg, dict) else None
+        if size is not None:
+            out[str(pg.get("pg_name"))[:200]] = size
     return out
 
 

@@ -30,6 +30,24 @@ _DTYPE_BYTES: dict[str, int] = {
     "float8_e5m2": 1,
 }  # fmt: skip
 
+#: torch.distributed ranks and world sizes are C ints: a larger id or size read from a
+#: trace (or a file name) is not one, and is never used to size anything.
+MAX_RANKS = 1 << 31
+
+
+def rank_id(value: Any) -> int | None:
+    """``value`` as a rank id: an int in ``[0, MAX_RANKS)``; None otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_RANKS:
+        return None
+    return value
+
+
+def world_size(value: Any) -> int | None:
+    """``value`` as a world or group size: an int in ``[1, MAX_RANKS]``; None otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_RANKS:
+        return None
+    return value
+
 
 @dataclass(frozen=True)
 class CommArgs:
@@ -81,7 +99,7 @@ def comm_args(args: dict[str, Any]) -> CommArgs | None:
         group=_text(args.get("Process Group Name")),
         group_desc=_text(args.get("Process Group Description")),
         group_ranks=_text(args.get("Process Group Ranks")),
-        group_size=_count(args.get("Group size")),
+        group_size=world_size(args.get("Group size")),
         seq=_count(args.get("Seq")),
     )
     if out.in_nelems is None and out.dtype is None:

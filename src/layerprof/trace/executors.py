@@ -28,6 +28,7 @@ themselves: local paths must be visible to them, URLs always are).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import multiprocessing
 import os
@@ -211,6 +212,12 @@ class ProcessExecutor:
                         broken.append(i)
                         if state[i] == _STARTED:  # it was running when a worker died
                             deaths[i] += 1
+        except BaseException:
+            # Interrupted (Ctrl-C, SIGTERM, the caller closing this generator): end the
+            # workers now, not after the ranks they are running (minutes on a big trace).
+            if pool is not None:
+                _end_workers(pool)
+            raise
         finally:
             for future in pending:
                 future.cancel()
@@ -221,6 +228,17 @@ class ProcessExecutor:
             # no suspect, so every cut-off item takes the blame once (bounded retries).
             for i in broken:
                 deaths[i] += 1
+
+
+def _end_workers(pool: ProcessPoolExecutor) -> None:
+    """Terminate the pool's worker processes (SIGTERM; they hold no state worth saving)."""
+    end = getattr(pool, "terminate_workers", None)  # Python 3.14
+    if end is not None:
+        end()
+        return
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        with contextlib.suppress(OSError, ValueError):  # already gone, or already closed
+            process.terminate()
 
 
 def _context() -> Any:
@@ -284,7 +302,7 @@ class DaskExecutor:
     name = "dask"
 
     def __init__(self, address: str | None = None, workers: int | None = None) -> None:
-        self.address = address
+        self.address = _dask_address(address, f"dask={address}") if address else None
         self.workers = workers
 
     def run(
@@ -292,21 +310,18 @@ class DaskExecutor:
     ) -> Iterator[tuple[int, R | Failed]]:
         distributed = _import_dask()
         cluster = None
-        if self.address is None:
-            cluster = distributed.LocalCluster(
-                n_workers=max(1, min(self.workers or cores(), len(items))),
-                threads_per_worker=1,  # the reader holds the GIL: one rank per process
-                processes=True,
-                dashboard_address=None,
-                silence_logs=40,  # logging.ERROR: worker restarts are reported per rank
-            )
         try:
+            if self.address is None:
+                cluster = self._local_cluster(distributed, len(items))
             try:
+                if self.address is not None:
+                    _handshake(distributed, self.address)
                 client = distributed.Client(cluster or self.address, set_as_default=False)
-            except OSError as exc:  # unreachable address, refused, timed out
+            except OSError as exc:  # unreachable address, refused, timed out, not Dask
+                why = str(exc) if isinstance(exc, NoScheduler) else _reason(exc)
                 raise UsageError(
                     f"cannot reach the Dask scheduler at {self.address or 'its local cluster'}:"
-                    f" {_reason(exc)}",
+                    f" {why}",
                     hint="check the address (tcp://HOST:8786), or use --executor processes",
                 ) from exc
             with client:
@@ -314,6 +329,32 @@ class DaskExecutor:
         finally:
             if cluster is not None:
                 cluster.close()
+
+    def _local_cluster(self, distributed: Any, n_items: int) -> Any:
+        """A LocalCluster whose worker processes ignore SIGINT: a Ctrl-C at the terminal
+        reaches the whole process group, and each worker would print a traceback; this
+        process ends them (``cluster.close``). SIGINT is ignored here while they start
+        (a few seconds): a Ctrl-C then is lost, so that no worker outlives a cluster
+        that was never returned. A worker the nanny starts later, to replace a dead
+        one, is not covered (it would print its traceback on a Ctrl-C)."""
+        previous = _ignore_sigint()
+        cluster = None
+        try:
+            cluster = distributed.LocalCluster(
+                n_workers=max(1, min(self.workers or cores(), n_items)),
+                threads_per_worker=1,  # the reader holds the GIL: one rank per process
+                processes=True,
+                dashboard_address=None,
+                silence_logs=50,  # logging.CRITICAL: a dead worker is reported per rank, and
+                # a worker losing its scheduler while the cluster closes is no news
+            )
+        except BaseException:
+            if cluster is not None:
+                cluster.close()
+            raise
+        finally:
+            _restore_sigint(previous)
+        return cluster
 
     def _gather(
         self,
@@ -342,6 +383,73 @@ class DaskExecutor:
         finally:
             for future in futures:
                 future.cancel()
+
+
+class NoScheduler(OSError):
+    """Something answered at a scheduler's address, but not as a Dask scheduler."""
+
+
+def _handshake(distributed: Any, address: str) -> None:
+    """Dask's own connect and handshake with ``address``, bounded in time: OSError when
+    no scheduler answers within ``distributed.comm.timeouts.connect`` (30 s by default).
+
+    ``Client(address)`` bounds only the TCP connect: a port whose listener accepts and
+    never replies (an HTTP server, a stuck process) would keep it waiting forever.
+    """
+    import asyncio
+    import threading
+
+    from dask.config import get
+    from dask.utils import parse_timedelta
+
+    seconds = parse_timedelta(get("distributed.comm.timeouts.connect"), default="seconds")
+    outcome: list[BaseException | None] = []
+
+    async def attempt() -> None:
+        comm = await asyncio.wait_for(distributed.comm.connect(address, timeout=seconds), seconds)
+        await comm.close()
+
+    def run() -> None:
+        try:
+            asyncio.run(attempt())
+            outcome.append(None)
+        except BaseException as exc:  # handed to the caller's thread
+            outcome.append(exc)
+
+    # Its own thread and loop: the caller may be running an event loop (a notebook).
+    thread = threading.Thread(target=run, name="layerprof-dask-handshake", daemon=True)
+    thread.start()
+    thread.join(seconds + 5)  # the loop's own timeout fires first; this one is a backstop
+    exc = outcome[0] if outcome else TimeoutError()
+    if exc is None:
+        return
+    if isinstance(exc, TimeoutError) and not str(exc):
+        raise NoScheduler(
+            f"it accepted the connection but gave no Dask handshake within {seconds:g} s"
+            " (not a Dask scheduler?)"
+        ) from exc
+    if isinstance(exc, OSError):
+        raise exc
+    raise NoScheduler(f"it did not answer as a Dask scheduler ({_reason(exc)})") from exc
+
+
+def _ignore_sigint() -> Any:
+    """Ignore SIGINT in this process (processes started meanwhile inherit that, even
+    across exec, which a Python handler is not); the handler to restore, or None where
+    it cannot be changed (not the main thread)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _restore_sigint(previous: Any) -> None:
+    import signal
+
+    if previous is not None:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _key(index: int, label: str, token: str) -> str:
@@ -396,11 +504,31 @@ def parse_executor(spec: str) -> Executor:
     if name == "processes":
         return ProcessExecutor(_workers(arg, spec) if arg else None)
     if name == "dask":
-        return DaskExecutor(arg or None)
+        return DaskExecutor(_dask_address(arg, spec) if arg else None)  # named as given
     raise UsageError(
         f"--executor {spec!r}: expected serial, processes[=N], dask or dask=ADDRESS",
         hint="e.g. --executor processes=8 or --executor dask=tcp://scheduler:8786",
     )
+
+
+#: The address schemes Dask's comms speak (``HOST:PORT`` alone means tcp://).
+DASK_SCHEMES = ("tcp", "tls", "ucx", "ws", "wss", "inproc")
+
+
+def _dask_address(address: str, spec: str) -> str:
+    """A scheduler address Dask can connect to; a scheme it does not speak (http://, a
+    dashboard's URL) is a usage error now, not a ValueError from inside the client."""
+    scheme, sep, rest = address.rpartition("://")
+    if sep and scheme.lower() not in DASK_SCHEMES:
+        raise UsageError(
+            f"--executor {spec!r}: Dask does not speak {scheme}://"
+            f" (a scheduler's address is {', '.join(s + '://' for s in DASK_SCHEMES[:5])}"
+            " HOST:PORT)",
+            hint="the scheduler's address, not its dashboard: e.g. tcp://scheduler:8786",
+        )
+    if not rest:
+        raise UsageError(f"--executor {spec!r}: the Dask scheduler's address has no host")
+    return address
 
 
 def _workers(text: str, spec: str) -> int:

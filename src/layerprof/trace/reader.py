@@ -12,9 +12,11 @@ together with every other top-level key (which may come before or after
 
 from __future__ import annotations
 
+import errno
 import gc
 import os
 import re
+import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,6 +27,7 @@ import orjson
 
 from layerprof.errors import TraceError
 from layerprof.reading import read_input
+from layerprof.trace.commargs import MAX_RANKS, rank_id
 from layerprof.trace.events import EventCollector, EventTables
 
 # orjson's parser briefly needs about 12x the text it parses (on top of the
@@ -50,6 +53,7 @@ class TraceFile:
     def distributed_rank(self) -> int | None:
         info = self.header.get("distributedInfo")
         rank = info.get("rank") if isinstance(info, dict) else None
+        # Any int: rank_rules takes it only as a rank id, and says so when it is not one.
         return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
 
 
@@ -188,11 +192,39 @@ def trace_files(path: str | os.PathLike[str]) -> list[Path]:
     if not p.exists():
         raise TraceError(f"{p}: no such file or directory")
     if p.is_dir():
-        files = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES))
+        # Every name that looks like a trace, whatever it is: one that cannot be read (a
+        # dangling link, a FIFO) fails with why, never drops out of the ranks unseen.
+        files = sorted(f for f in p.iterdir() if f.name.endswith(TRACE_SUFFIXES))
         if not files:
             raise TraceError(f"{p}: directory holds no .json or .json.gz trace files")
         return files
     return [p]
+
+
+def unreadable(path: str | os.PathLike[str]) -> str | None:
+    """Why a file listed from a directory or glob cannot be a trace, checked without
+    opening it (opening a FIFO waits for a writer); None for a regular file."""
+    try:
+        mode = os.stat(path).st_mode  # follows links: what a read would open
+    except FileNotFoundError:
+        if os.path.islink(path):
+            return f"a dangling symbolic link (to {os.readlink(path)})"
+        return "no such file (removed while the traces were listed)"
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symbolic link loop"
+        return f"cannot read ({exc.strerror or exc})"
+    if stat.S_ISREG(mode):
+        return None
+    kinds = {
+        stat.S_ISDIR: "a directory",
+        stat.S_ISFIFO: "a FIFO (named pipe)",
+        stat.S_ISCHR: "a character device",
+        stat.S_ISBLK: "a block device",
+        stat.S_ISSOCK: "a socket",
+    }
+    kind = next((name for test, name in kinds.items() if test(mode)), "not a file")
+    return f"{kind}, not a regular file"
 
 
 @dataclass(frozen=True)
@@ -219,8 +251,16 @@ def rank_rules(
     (file name, then file order), and a note names the files that collided.
     """
     notes: list[str] = []
+    claimed = [rank_id(r) for r in distributed]
+    bad = [(n, r) for n, r, ok in zip(names, distributed, claimed, strict=True) if r != ok]
+    if bad:
+        more = f" (and {len(bad) - 1} more files)" if len(bad) > 1 else ""
+        notes.append(
+            f"{bad[0][0]}{more} claims rank {bad[0][1]} ({claim}), which is not a rank id"
+            f" (0 to {MAX_RANKS - 1}); ranks were not taken from it"
+        )
     rules = (
-        (claim, distributed),
+        (claim, claimed),
         ("file name (rank-N / rank_N)", [_rank_from_name(_base(n)) for n in names]),
     )
     for source, found in rules:
@@ -249,4 +289,6 @@ def _first_clash(names: list[str], ranks: list[int | None]) -> str | None:
 
 def _rank_from_name(name: str) -> int | None:
     m = _RANK_IN_NAME.search(name)
-    return int(m.group(1)) if m else None
+    digits = m.group(1) if m else ""
+    # More digits than any C int has: not a rank (and int() of a long string is slow).
+    return rank_id(int(digits)) if 0 < len(digits) <= 10 else None

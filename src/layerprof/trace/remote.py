@@ -35,7 +35,7 @@ from urllib.parse import unquote, urljoin, urlsplit
 
 from layerprof.errors import TraceError, UsageError
 from layerprof.reading import CHUNK, default_limit, format_size, read_input, read_stream
-from layerprof.trace.reader import TRACE_SUFFIXES, trace_files
+from layerprof.trace.reader import TRACE_SUFFIXES, trace_files, unreadable
 
 #: Seconds an http(s) server may take to accept a connection or to send the next bytes.
 DEFAULT_TIMEOUT = 30.0
@@ -53,6 +53,7 @@ class TraceInput:
 
     location: str = field(repr=False)  # a local path, or a URL with what it needs to open
     name: str  # the path, or the URL without credentials (all a message may show)
+    listed: bool = False  # found in a directory or by a glob (not named by the user)
 
     @property
     def remote(self) -> bool:
@@ -126,11 +127,13 @@ def list_inputs(
         return _remote_inputs(text, limit=limit, timeout=timeout)
     p = Path(text)
     if not p.exists() and glob.has_magic(text):
-        found = sorted(f for f in glob.glob(text) if Path(f).is_file())
-        traces = [f for f in found if f.endswith(TRACE_SUFFIXES)]
+        # Every match, readable or not (a dangling link, a FIFO): see read_trace_bytes.
+        traces = sorted(f for f in glob.glob(text) if f.endswith(TRACE_SUFFIXES))
         if not traces:
             raise TraceError(f"{text}: no .json or .json.gz file matches")
-        return [TraceInput(f, f) for f in traces]
+        return [TraceInput(f, f, listed=True) for f in traces]
+    if p.is_dir():
+        return [TraceInput(str(f), str(f), listed=True) for f in trace_files(p)]
     return [TraceInput(str(f), str(f)) for f in trace_files(p)]
 
 
@@ -294,6 +297,11 @@ def read_trace_bytes(
 ) -> bytearray:
     """The JSON bytes of one rank's trace, within the input size ceiling."""
     if not source.remote:
+        # A listed name must be a regular file: a FIFO would block the read forever and
+        # /dev/zero fill it; a file the user named (a pipe, <(zcat t.json.gz)) may be either.
+        why = unreadable(source.location) if source.listed else None
+        if why is not None:
+            raise TraceError(f"{source.name}: {why}")
         return read_input(source.location, limit=limit, error=TraceError)
     fs, path = filesystem(source.location, timeout=timeout)
     # Given the size, the http backend does not ask the server for it a second time.

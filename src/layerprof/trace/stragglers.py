@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from itertools import islice
 from statistics import median
 
 from layerprof.profile import Profile
@@ -90,12 +91,15 @@ def _rank_notes(profiles: Sequence[Profile], comms: dict[int, Communication | No
         for c in comm.collectives
         if c.group_size
     ]
-    world = max(sizes) if sizes else ranks[-1] + 1
-    missing = sorted(set(range(max(world, ranks[-1] + 1))) - set(ranks))
-    if missing:
-        shown = ", ".join(str(r) for r in missing[:8]) + (" ..." if len(missing) > 8 else "")
+    expected = max(max(sizes, default=0), ranks[-1] + 1)
+    if expected > len(ranks):
+        # Ids and sizes come from the traces: never allocate by them (a 5 KB trace may
+        # claim rank 2**31 - 1); at most len(ranks) + 9 ids are looked at here.
+        present = set(ranks)
+        first = list(islice((r for r in range(expected) if r not in present), 9))
+        shown = ", ".join(str(r) for r in first[:8]) + (" ..." if len(first) > 8 else "")
         notes.append(
-            f"{len(ranks)} of {max(world, ranks[-1] + 1)} ranks present; missing: {shown}"
+            f"{len(ranks)} of {expected} ranks present; missing: {shown}"
             " (stragglers are judged among the ranks present)"
         )
     counts = {p.rank or 0: len(p.steps.complete) if p.steps is not None else 0 for p in profiles}
