@@ -458,11 +458,14 @@ def _key(index: int, label: str, token: str) -> str:
 
 
 def _death_causes() -> str:
-    """Why a worker process may die, the likeliest first: from a script, a fresh worker
-    imports the script again, and an unguarded analyze() call fails in it."""
+    """Why a worker process may die, the likeliest first: where only ``spawn`` exists
+    (no forkserver), a fresh worker imports the script again, and an unguarded
+    analyze() call fails in it; forkserver workers never import it (_MainlessPopen)."""
     import sys
 
     causes = "killed, out of memory, or a crash in native code"
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        return causes
     main = sys.modules.get("__main__")
     cli = getattr(getattr(main, "entry", None), "__module__", None) == "layerprof.cli"
     if getattr(main, "__file__", None) and getattr(main, "__spec__", None) is None and not cli:
