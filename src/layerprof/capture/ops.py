@@ -23,6 +23,7 @@ import contextlib
 import functools
 import inspect
 import os
+import re
 import tempfile
 import warnings
 from collections.abc import Callable
@@ -409,12 +410,34 @@ def trace_loader(results: Any) -> Callable[[], dict[str, Any]]:
         try:
             results.save(tmp)
             with open(tmp, "rb") as handle:
-                data: dict[str, Any] = orjson.loads(handle.read())
-            return data
+                return exported_trace(handle.read())
         finally:
             os.unlink(tmp)
 
     return load
+
+
+# torch writes each string field on a line of its own, ``"key": "value",``, and puts
+# the value in unescaped: a module path ``say "hi"`` makes the file invalid JSON.
+_STRING_LINE = re.compile(rb'^([ \t]*"[^"\\\n]+": ")(.*)("[ \t]*,?[ \t]*)$', re.MULTILINE)
+_BARE_QUOTE = re.compile(rb'(?<!\\)"')
+
+
+def exported_trace(raw: bytes) -> dict[str, Any]:
+    """The Chrome trace torch exported, read tolerantly: when it is not valid JSON,
+    quotes inside a line's one string value are escaped and it is read again (the
+    whole value is what lies between the key and the line's last quote, so a name
+    holding ``", "ph": "i`` stays one name)."""
+    try:
+        data: dict[str, Any] = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        data = orjson.loads(_STRING_LINE.sub(_requoted, raw))
+    return data
+
+
+def _requoted(line: re.Match[bytes]) -> bytes:
+    key, value, end = line.groups()
+    return key + _BARE_QUOTE.sub(rb'\\"', value) + end
 
 
 def profile_from_capture(
