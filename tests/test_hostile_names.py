@@ -231,8 +231,9 @@ def test_exported_trace_keeps_a_name_that_looks_like_json(tmp_path: Path) -> Non
 def test_a_huge_note_and_layer_path_print_cut(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A 16 MB note (many lines) and a 20 MB layer path: the report is a few KB, with
-    the cut marked (before the cut, a 16 MB note took about 20 s here)."""
+    """A 16 MB note (many lines) and a 20 MB layer path: the console report is a few
+    KB and the HTML report a few hundred, with the cuts marked (before the cut, a 16 MB
+    note took about 20 s to print)."""
     source = saved_profile(tmp_path, ops=False)
     doc = json.loads(source.read_text())
     long_path = "L" * 20_000_000
@@ -249,6 +250,10 @@ def test_a_huge_note_and_layer_path_print_cut(
     cut = {int(n) for n in re.findall(mark, out)}
     assert any(16_000_000 - MAX_SHOWN <= n <= 16_000_000 for n in cut), cut  # the note
     assert 20_000_000 - MAX_SHOWN in cut  # the layer's name
+    page = tmp_path / "r.html"
+    assert main(["report", str(source), "--html", str(page), "-q"]) == 0
+    assert page.stat().st_size < 4_000_000
+    assert CUT_MARK.format(20_000_000 - MAX_SHOWN) in page.read_text()
 
 
 # ---- the decisions: CSV formula cells, file bytes quoted in errors -------------------
