@@ -98,3 +98,8 @@ def newline_names() -> nn.Module:
     model.add_module("b\rc", odd())
     model.add_module("d\u202ee", nn.Linear(4, 4))
     return model
+
+
+def exits_with_escape() -> nn.Module:
+    """A SystemExit whose message would clear the screen if printed raw."""
+    raise SystemExit("bye\x1b[2J\u202e")

@@ -284,3 +284,12 @@ def test_errors_quote_at_most_eight_bytes_of_a_linked_file(
     code = main(["analyze", str(ranks)])
     _, err = capsys.readouterr()
     assert code == 2 and "b'SECRET-T'" in err and "SECRET-TO" not in err
+
+
+def test_a_message_the_model_raises_is_shown_escaped(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)
+    code = main(["run", "--arch", "tests.hostile_models:exits_with_escape", "--input", "2x4"])
+    _, err = capsys.readouterr()
+    assert code == 2 and "bye\\x1b[2J\\u202e" in err and "\x1b" not in err, err

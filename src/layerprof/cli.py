@@ -935,10 +935,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         text = str(exc).strip()
         detail = f": {text.splitlines()[0]}" if text else ""
-        print(
-            f"layerprof: error: the model's code raised {type(exc).__name__}{detail}",
-            file=sys.stderr,
-        )
+        _say(f"layerprof: error: the model's code raised {type(exc).__name__}{detail}")
         return EXIT_ERROR
 
 
