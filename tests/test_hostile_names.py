@@ -102,8 +102,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     trace = tmp / "trace.json"
     analysis = tmp / "analysis.json"
     model = newline_names()
-    with torch.profiler.profile(with_stack=True, schedule=torch.profiler.schedule(
-        wait=0, warmup=0, active=2)) as prof:  # fmt: skip
+    with torch.profiler.profile(with_stack=True) as prof:
         for _ in range(2):
             model(torch.randn(2, 4))
             prof.step()
@@ -223,6 +222,23 @@ def test_exported_trace_keeps_a_name_that_looks_like_json(tmp_path: Path) -> Non
     spans = [e for e in events if e.get("name") in names]
     assert sorted(e["name"] for e in spans) == sorted(names)
     assert all(e["ph"] == "X" for e in spans)
+
+
+def test_analyze_reads_a_torch_trace_with_quotes_in_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same file, exported by the user: ``analyze`` reads it (even when the bad
+    line falls in a later batch of a large file) and names the span."""
+    path = tmp_path / "quoted.json"
+    with torch.profiler.profile() as prof:
+        for _ in range(300):  # about 1 MB: several decode batches
+            with torch.profiler.record_function('step "a"'):
+                torch.ones(2).add(1)
+    prof.export_chrome_trace(str(path))
+    code = main(["analyze", str(path), "--json", str(tmp_path / "a.json"), "-q"])
+    _, err = capsys.readouterr()
+    assert code == 0, err
+    assert 'step \\"a\\"' in (tmp_path / "a.json").read_text()
 
 
 # ---- item 13: rendering is linear: long names and notes are cut --------------------

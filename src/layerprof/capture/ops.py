@@ -23,7 +23,6 @@ import contextlib
 import functools
 import inspect
 import os
-import re
 import tempfile
 import warnings
 from collections.abc import Callable
@@ -38,6 +37,7 @@ from layerprof.errors import ModelRunError, UsageError
 from layerprof.trace.attribution import BACKWARD_NODE, UNATTRIBUTED, layer_peaks
 from layerprof.trace.events import EventTables
 from layerprof.trace.kineto import LAYER_PREFIX, tables_from_results
+from layerprof.trace.reader import requoted
 from layerprof.trace.reduce import reduce
 
 if TYPE_CHECKING:
@@ -417,27 +417,15 @@ def trace_loader(results: Any) -> Callable[[], dict[str, Any]]:
     return load
 
 
-# torch writes each string field on a line of its own, ``"key": "value",``, and puts
-# the value in unescaped: a module path ``say "hi"`` makes the file invalid JSON.
-_STRING_LINE = re.compile(rb'^([ \t]*"[^"\\\n]+": ")(.*)("[ \t]*,?[ \t]*)$', re.MULTILINE)
-_BARE_QUOTE = re.compile(rb'(?<!\\)"')
-
-
 def exported_trace(raw: bytes) -> dict[str, Any]:
     """The Chrome trace torch exported, read tolerantly: when it is not valid JSON,
-    quotes inside a line's one string value are escaped and it is read again (the
-    whole value is what lies between the key and the line's last quote, so a name
-    holding ``", "ph": "i`` stays one name)."""
+    quotes torch left unescaped in names are escaped and it is read again
+    (``trace.reader.requoted``)."""
     try:
         data: dict[str, Any] = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        data = orjson.loads(_STRING_LINE.sub(_requoted, raw))
+        data = orjson.loads(requoted(raw))
     return data
-
-
-def _requoted(line: re.Match[bytes]) -> bytes:
-    key, value, end = line.groups()
-    return key + _BARE_QUOTE.sub(rb'\\"', value) + end
 
 
 def profile_from_capture(
