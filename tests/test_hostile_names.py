@@ -137,6 +137,22 @@ def test_diff_markdown_and_console_show_poisoned_meta_escaped(
         assert "\\nFORGED" in text, fmt
 
 
+def test_diff_json_on_stdout_stays_valid_and_exact(
+    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """C1 characters and bidi overrides, which the JSON encoder leaves raw, go to the
+    terminal as JSON escapes (``\\u009b``), not as ``\\x9b`` (invalid JSON)."""
+    doc = json.loads(files["base"].read_text())
+    name = f"b\x9b{BIDI}"
+    doc["layers"][-1]["path"] = name
+    odd = tmp_path / "odd.json"
+    odd.write_text(json.dumps(doc))
+    assert main(["diff", str(odd), str(odd), "--format", "json"]) == 0
+    out = capsys.readouterr().out
+    assert "\x9b" not in out and BIDI not in out and "\\u009b" in out
+    assert name in {layer["path"] for layer in json.loads(out)["layers"]}
+
+
 def test_run_prints_module_names_escaped(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

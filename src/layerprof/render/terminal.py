@@ -67,6 +67,17 @@ def escape_controls(text: str, *, keep_newlines: bool = False) -> str:
     return text.translate(_SEGMENT_TABLE if keep_newlines else _TEXT_TABLE)
 
 
+# The same characters as JSON escapes: inside a JSON string they mean what they replace.
+_JSON_TABLE = str.maketrans({chr(c): f"\\u{c:04x}" for c in _ESCAPES if c != 0x0A})
+
+
+def escape_json(text: str) -> str:
+    """JSON text for the terminal: every character ``escape_controls`` writes out is
+    a ``\\uXXXX`` escape instead, so the document stays valid and its strings exact
+    (the encoder escapes C0 itself; C1 and bidi overrides it leaves raw)."""
+    return text.translate(_JSON_TABLE)
+
+
 def shown(text: str) -> str:
     """``text`` as a report shows it: cut after ``MAX_SHOWN`` characters, escaped."""
     if len(text) > MAX_SHOWN:
