@@ -100,9 +100,9 @@ def escape_text(text: Text) -> Text:
     out = text.blank_copy()
     for piece in text.divide(cuts):
         if len(piece) == 1 and _TEXT_CONTROL.match(piece.plain):
-            shown = escape_controls(piece.plain)
-            spans = [Span(0, len(shown), span.style) for span in piece.spans]
-            piece = Text(shown, style=piece.style, spans=spans)
+            escaped = escape_controls(piece.plain)
+            spans = [Span(0, len(escaped), span.style) for span in piece.spans]
+            piece = Text(escaped, style=piece.style, spans=spans)
         out.append_text(piece)
     return out
 
