@@ -67,3 +67,39 @@ class Tied(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.b(self.a(x))
+
+
+class _Quoted(nn.Module):
+    """Module paths with double quotes: torch's exported trace leaves them unescaped."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleDict({'say "hi"': nn.Linear(4, 4), 'end"': nn.ReLU()})
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.blocks['end"'](self.blocks['say "hi"'](x))
+
+
+def quoted() -> nn.Module:
+    return _Quoted()
+
+
+class _Doubler(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+
+def newline_names() -> nn.Module:
+    """Module names with a newline (a forged report line), a CR and a bidi override,
+    and a class name with a newline."""
+    odd = type("Odd\nClass", (_Doubler,), {})
+    model = nn.Sequential()
+    model.add_module("a\nlayerprof: all ranks OK", nn.Sequential(nn.Linear(4, 4), nn.ReLU()))
+    model.add_module("b\rc", odd())
+    model.add_module("d\u202ee", nn.Linear(4, 4))
+    return model
+
+
+def exits_with_escape() -> nn.Module:
+    """A SystemExit whose message would clear the screen if printed raw."""
+    raise SystemExit("bye\x1b[2J\u202e")

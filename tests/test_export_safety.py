@@ -463,6 +463,13 @@ def test_expressions_torch_writes_are_admitted(expr: Any) -> None:
         "1 # comment",
         "Add(" * 300 + "s0" + ")" * 300,
         "s0 + " * 40000 + "1",
+        # arithmetic sympy would evaluate until killed (issue 27 item 12)
+        "Pow(Integer(7), Integer(300000000))",
+        "7**300000000",
+        "Pow(Pow(Pow(Symbol('s0'), Integer(8)), Integer(8)), Integer(8))",
+        "PowByNatural(Symbol('s0'), Symbol('s1'))",
+        "LShift(Integer(1), Integer(100000))",
+        "Integer(" + "9" * 30 + ")",
     ],
 )
 def test_expressions_that_could_run_code_are_refused(text: str) -> None:
@@ -481,6 +488,8 @@ def test_expressions_that_could_run_code_are_refused(text: str) -> None:
         "not (L['x'].size()[0] % 2 == 1)",
         "L['x'].size()[0] <= math.inf",
         "torch.sym_float(L['x'].size()[0]) > 1.5",
+        "L['x'].size()[0] ** 2 >= 4",
+        "math.pow(L['x'].size()[0], 2) > 1.5",
     ],
 )
 def test_guards_torch_prints_are_admitted(text: str) -> None:
@@ -504,8 +513,56 @@ def test_guards_torch_prints_are_admitted(text: str) -> None:
         "L['x'].size()[0] == 1 # ",
         "M['x'].size()[0] == 1",
         "L[s].size()[0] == 1",
+        "L['x'].size()[0] ** L['x'].size()[0] ** 99999999 > 0",
+        "2 ** 99999999 > 0",
+        "L['x'].size()[0] << 99999 > 0",
+        "L['x'].size()[0] == 123456789012345678901234567890",
     ],
 )
 def test_guards_that_could_run_code_are_refused(text: str) -> None:
     with pytest.raises(UnsafeExpression):
         check_guard(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Pow(Symbol('s0', positive=True, integer=True), Integer(2))",
+        "Mul(Symbol('s0'), Pow(Symbol('s1'), Integer(-1)))",
+        "Pow(Symbol('s0'), Rational(1, 2))",
+        "s0**2 + s1**-1",
+        "PowByNatural(Symbol('s0'), Integer(3))",
+        "Integer(9223372036854775807)",
+    ],
+)
+def test_powers_torch_writes_are_admitted(text: str) -> None:
+    check_sym_expr(text)
+
+
+def huge_power(doc: dict[str, Any]) -> None:
+    sizes = doc["graph_module"]["graph"]["tensor_values"]["x"]["sizes"]
+    sizes[0] = {
+        "as_expr": {"expr_str": "Pow(Integer(7), Integer(300000000))", "hint": {"as_int": 8}}
+    }
+
+
+def huge_guard(doc: dict[str, Any]) -> None:
+    doc["guards_code"] = ["L['x'].size()[0] ** L['x'].size()[0] ** 99999999 > 0"]
+
+
+@pytest.mark.parametrize(("edit", "field"), [(huge_power, "expr_str"), (huge_guard, "guards_code")])
+def test_arithmetic_that_would_hang_is_refused(
+    dynamic_pt2: Path,
+    tmp_path: Path,
+    edit: Callable[[dict[str, Any]], None],
+    field: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 27 item 12: a 7 KB archive whose size or guard sympy or the guard would
+    compute for ever is refused in one line, before torch reads it."""
+    evil = rewritten(dynamic_pt2, tmp_path / "power.pt2", edit)
+    code = main(["run", str(evil), *FAST])
+    _, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert code == 2 and lines[0].startswith(f"layerprof: error: {evil}: refused: "), err
+    assert field in lines[0] and "exponent" in lines[0] and "Traceback" not in err

@@ -864,7 +864,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
         fmt = "md" if args.format == "md" else "json"
         text = sinks.render(result, fmt, top=args.top if fmt == "md" else None, gate=gate)
         text = text.decode() if isinstance(text, bytes) else text
-        sys.stdout.write(_escape(text, keep_newlines=True))  # names in it are file content
+        sys.stdout.write(_inert_document(text, fmt))  # names in it are file content
     written = [
         sinks.write(result, path, fmt, gate=gate)
         for fmt in ("json", "html")
@@ -967,10 +967,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         text = str(exc).strip()
         detail = f": {text.splitlines()[0]}" if text else ""
-        print(
-            f"layerprof: error: the model's code raised {type(exc).__name__}{detail}",
-            file=sys.stderr,
-        )
+        _say(f"layerprof: error: the model's code raised {type(exc).__name__}{detail}")
         return EXIT_ERROR
 
 
@@ -1017,6 +1014,14 @@ def _escape(text: str, *, keep_newlines: bool = False) -> str:
     from layerprof.render.terminal import escape_controls
 
     return escape_controls(text, keep_newlines=keep_newlines)
+
+
+def _inert_document(text: str, fmt: str) -> str:
+    """A JSON or Markdown document for stdout, control characters escaped in the
+    document's own syntax (JSON: ``\\u009b``, which keeps it valid)."""
+    from layerprof.render.terminal import escape_json
+
+    return escape_json(text) if fmt == "json" else _escape(text, keep_newlines=True)
 
 
 def _say(line: str) -> None:

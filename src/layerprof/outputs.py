@@ -181,4 +181,6 @@ def report_written(paths: Sequence[Path], args: argparse.Namespace) -> None:
 
 def info(message: str, args: argparse.Namespace) -> None:
     if not getattr(args, "quiet", False):
-        print(message, file=sys.stderr)
+        from layerprof.render.terminal import escape_controls  # a path may hold a newline
+
+        print(escape_controls(message), file=sys.stderr)

@@ -37,6 +37,7 @@ from layerprof.errors import ModelRunError, UsageError
 from layerprof.trace.attribution import BACKWARD_NODE, UNATTRIBUTED, layer_peaks
 from layerprof.trace.events import EventTables
 from layerprof.trace.kineto import LAYER_PREFIX, tables_from_results
+from layerprof.trace.reader import requoted
 from layerprof.trace.reduce import reduce
 
 if TYPE_CHECKING:
@@ -409,12 +410,22 @@ def trace_loader(results: Any) -> Callable[[], dict[str, Any]]:
         try:
             results.save(tmp)
             with open(tmp, "rb") as handle:
-                data: dict[str, Any] = orjson.loads(handle.read())
-            return data
+                return exported_trace(handle.read())
         finally:
             os.unlink(tmp)
 
     return load
+
+
+def exported_trace(raw: bytes) -> dict[str, Any]:
+    """The Chrome trace torch exported, read tolerantly: when it is not valid JSON,
+    quotes torch left unescaped in names are escaped and it is read again
+    (``trace.reader.requoted``)."""
+    try:
+        data: dict[str, Any] = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        data = orjson.loads(requoted(raw))
+    return data
 
 
 def profile_from_capture(

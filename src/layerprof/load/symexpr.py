@@ -17,6 +17,14 @@ checked against the grammar torch itself writes before torch sees the file:
   sources with ``.size()`` / ``.stride()`` / ``.storage_offset()``, arithmetic,
   ``math.floor`` and friends, ``max``/``min``/``abs``.
 
+Arithmetic is bounded too, since sympy evaluates constant powers when it reads
+an expression and a guard raises real sizes to its powers: an exponent or a shift
+is a number written out (``Integer(2)``, ``-1``, ``Rational(1, 2)``), at most
+:data:`MAX_EXPONENT` in size, the exponents nested along one path multiply to at
+most :data:`MAX_EXPONENT`, and an integer constant is below ``2**64``
+(``Pow(Integer(7), Integer(300000000))`` or ``s ** s ** 99999999`` would run until
+killed; torch writes squares, inverses and square roots).
+
 Both are parsed with :func:`ast.parse`, which runs nothing, and walked with an
 allow-list: no attribute but the listed ones, no call but the listed names, no
 string but a symbol name or an input key. :func:`check_text` is the rule for
@@ -34,6 +42,10 @@ __all__ = ["UnsafeExpression", "check_guard", "check_sym_expr", "check_text"]
 
 MAX_CHARS = 65_536
 MAX_DEPTH = 200
+#: Largest exponent or shift, and largest product of the exponents nested in one path.
+MAX_EXPONENT = 64
+#: Integer constants are below this in size (torch's sizes and bounds are int64).
+MAX_INTEGER = 2**64
 
 #: Called names an expression may use: sympy classes ``srepr`` prints, and the
 #: functions ``torch._export.serde.serialize`` puts in ``sympify``'s namespace.
@@ -96,12 +108,16 @@ class UnsafeExpression(ValueError):
 
 def check_sym_expr(text: str) -> None:
     """Raise :class:`UnsafeExpression` unless ``text`` is a symbolic-shape expression."""
-    _walk(_parse(text, _EXPR_CHARS), _expr_children)
+    root = _parse(text, _EXPR_CHARS)
+    _walk(root, _expr_children)
+    _check_powers(root)
 
 
 def check_guard(text: str) -> None:
     """Raise :class:`UnsafeExpression` unless ``text`` is a shape guard as torch prints it."""
-    _walk(_parse(text, _GUARD_CHARS), _guard_children)
+    root = _parse(text, _GUARD_CHARS)
+    _walk(root, _guard_children)
+    _check_powers(root)
 
 
 def check_text(text: object) -> None:
@@ -172,6 +188,94 @@ def _allowed_op(op: ast.AST, allowed: tuple[type[ast.AST], ...]) -> None:
 def _check_number(node: ast.Constant) -> None:
     if not isinstance(node.value, (bool, int, float)):
         raise UnsafeExpression(f"constant {node.value!r} is not allowed here")
+    if isinstance(node.value, int) and abs(node.value) >= MAX_INTEGER:
+        raise UnsafeExpression(f"integer {_short(node.value)} is not below 2**64")
+
+
+def _short(value: int) -> str:
+    digits = str(value)  # below Python's 4300-digit limit: longer literals do not parse
+    return digits if len(digits) <= 24 else f"{digits[:10]}...({len(digits)} digits)"
+
+
+# ------------------------------------------------------------------ powers
+
+# Calls and operators that raise their first operand to (or shift it by) the second.
+_POWER_CALLS = frozenset({"Pow", "PowByNatural", "FloatPow", "LShift", "RShift"})
+_POWER_OPS = (ast.Pow, ast.LShift, ast.RShift)
+_ONE_ARG_NUMBERS = frozenset({"Integer", "Float"})
+_NAMED_NUMBERS = {"Half": 0.5, "One": 1, "Zero": 0, "NegativeOne": -1}
+
+
+def _check_powers(root: ast.expr) -> None:
+    """Every exponent and shift is a small number written out, and the exponents
+    nested along one path multiply to at most ``MAX_EXPONENT``: sympy evaluates a
+    power of constants as it reads it, and a guard evaluates one on real sizes."""
+    stack: list[tuple[ast.AST, float]] = [(root, 1.0)]
+    while stack:
+        node, scale = stack.pop()
+        operands = _power_operands(node)
+        if operands is None:
+            stack.extend((child, scale) for child in ast.iter_child_nodes(node))
+            continue
+        base, exponent = operands
+        size = max(abs(_exponent_value(exponent)), 1.0)
+        if scale * size > MAX_EXPONENT:
+            raise UnsafeExpression(
+                f"exponents nested to {scale * size:g}, more than {MAX_EXPONENT}"
+            )
+        stack.append((base, scale * size))
+
+
+def _power_operands(node: ast.AST) -> tuple[ast.expr, ast.expr] | None:
+    if isinstance(node, ast.BinOp) and isinstance(node.op, _POWER_OPS):
+        return node.left, node.right
+    if not isinstance(node, ast.Call):
+        return None
+    func = node.func
+    if isinstance(func, ast.Name) and func.id in _POWER_CALLS:
+        if len(node.args) != 2 or node.keywords:
+            raise UnsafeExpression(f"{func.id}() takes two arguments here")
+        return node.args[0], node.args[1]
+    if isinstance(func, ast.Attribute) and func.attr == "pow" and len(node.args) == 2:
+        return node.args[0], node.args[1]  # math.pow
+    return None
+
+
+def _exponent_value(node: ast.expr) -> float:
+    """The value of an exponent written as a number, or an error naming what it is."""
+    value = _literal(node)
+    if value is None:
+        raise UnsafeExpression(f"exponent {_clip(ast.unparse(node))} is not a number")
+    if abs(value) > MAX_EXPONENT:
+        raise UnsafeExpression(f"exponent {_clip(ast.unparse(node))} is above {MAX_EXPONENT}")
+    return value
+
+
+def _literal(node: ast.expr) -> float | None:
+    """``2``, ``-1``, ``2.0``, ``Integer(2)``, ``Float('0.5')``, ``Rational(1, 2)``, ``Half``."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        inner = _literal(node.operand)
+        return None if inner is None else (-inner if isinstance(node.op, ast.USub) else inner)
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str)):
+        try:
+            return float(node.value)
+        except (ValueError, OverflowError):
+            return None
+    if isinstance(node, ast.Name):
+        return _NAMED_NUMBERS.get(node.id)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        values = [_literal(arg) for arg in node.args]
+        if None in values or node.keywords:
+            return None
+        if node.func.id in _ONE_ARG_NUMBERS and len(values) == 1:
+            return values[0]
+        if node.func.id == "Rational" and len(values) == 2 and values[1]:
+            return values[0] / values[1]  # type: ignore[operator]
+    return None
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 # -------------------------------------------------------------- expressions

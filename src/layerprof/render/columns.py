@@ -22,7 +22,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from layerprof.render.terminal import escape_controls
+from layerprof.render.terminal import escape_controls, escape_text, shown
 
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderResult
@@ -179,8 +179,8 @@ def fit_table(
 
 def _escape(cell: Cell) -> Cell:
     if isinstance(cell, Label):
-        return Label(escape_controls(cell.guides), escape_controls(cell.name))
-    return escape_controls(cell)
+        return Label(escape_controls(cell.guides), shown(cell.name))
+    return shown(cell)
 
 
 def _cell_len(cell: Cell) -> int:
@@ -273,6 +273,11 @@ class _Layout:
 
     def build(self, rows: Sequence[Row]) -> Table:
         table = self.frame()
+        # a title may name a layer or a file: its newlines are content, as in a cell
+        if isinstance(table.title, Text):
+            table.title = escape_text(table.title)
+        if isinstance(table.caption, Text):
+            table.caption = escape_text(table.caption)
         shown = self._shown()
         for i in shown:
             col = self.columns[i]

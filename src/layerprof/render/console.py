@@ -19,7 +19,7 @@ from layerprof.render.flops_console import (
     print_roofline,
 )
 from layerprof.render.inputs_console import signature_lines
-from layerprof.render.terminal import escaping, make_console
+from layerprof.render.terminal import escape_text, escaping, make_console
 from layerprof.units import (
     TimeUnit,
     fmt_calls,
@@ -103,14 +103,15 @@ def print_findings(
     grid = Table.grid()
     grid.add_column(width=_FINDING_INDENT, no_wrap=True)
     grid.add_column()
-    for f in findings:
+    for f in findings:  # a grid's cells are not the console's to escape: escaped here
         where = f" [{f.layer}]" if f.layer else ""
         grid.add_row(
-            Text(f"  {f.severity}", style[f.severity]), Text.assemble((f.title, "bold"), where)
+            Text(f"  {f.severity}", style[f.severity]),
+            escape_text(Text.assemble((f.title, "bold"), where)),
         )
-        grid.add_row("", Text(f.detail))
+        grid.add_row("", escape_text(Text(f.detail)))
         if f.hint:
-            grid.add_row("", Text(f"try: {f.hint}", style="dim"))
+            grid.add_row("", escape_text(Text(f"try: {f.hint}", style="dim")))
     with escaping(console) as out:
         out.print(Text("findings", style="bold"))
         out.print(grid)

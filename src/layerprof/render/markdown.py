@@ -15,6 +15,7 @@ from layerprof.analysis.diff import (
     judgement,
     side_label,
 )
+from layerprof.render.terminal import escape_controls
 from layerprof.units import fmt_delta_ms, fmt_ms
 
 _ICON = {
@@ -153,10 +154,11 @@ def _one_side_ns(c: Change) -> int | None:
 
 
 def _escape(text: str) -> str:
-    """Plain text that cannot break a table row or open HTML."""
-    return text.replace("|", "\\|").replace("<", "&lt;").replace("\n", " ")
+    """Plain text that cannot break a table row or open HTML; a newline or any other
+    control character in a name shows as its escape (``\\n``), not as a new line."""
+    return escape_controls(text).replace("|", "\\|").replace("<", "&lt;")
 
 
 def _code(text: str) -> str:
     """Text inside a code span: no backticks, pipes escaped for tables."""
-    return text.replace("`", "'").replace("|", "\\|").replace("\n", " ")
+    return escape_controls(text).replace("`", "'").replace("|", "\\|")

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from layerprof.files import write_atomic
+from layerprof.render.terminal import escape_controls
 
 if TYPE_CHECKING:
     from layerprof.profile import LayerNode, LayerRow, Profile
@@ -39,9 +40,10 @@ def write_folded(path: str | os.PathLike[str], profile: Profile) -> Path:
 
 
 def _frame(row: LayerRow) -> str:
-    # ';' separates frames and the last ' ' the count: keep both out of names.
+    # ';' separates frames, the last ' ' the count and a newline the stacks: a name
+    # keeps none of them (a newline shows as ``\n``, as on the console).
     name = row.type if row.path == "" else row.path.rsplit(".", 1)[-1]
-    return name.replace(";", ":")
+    return escape_controls(name).replace(";", ":")
 
 
 def _walk(profile: Profile) -> Iterator[tuple[LayerNode, list[str]]]:

@@ -19,19 +19,32 @@ CSV_COLUMNS = (
 )  # fmt: skip
 
 
+# A spreadsheet runs a cell that starts with one of these as a formula (CSV injection).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _name(text: str) -> str:
+    """A name as a CSV cell: one a spreadsheet would run as a formula gets a leading
+    ``'`` (OWASP's advice; the csv module adds the quotes the cell needs)."""
+    return "'" + text if text.startswith(_FORMULA_START) else text
+
+
 def _ms(ns: float | None) -> str:
     return "" if ns is None else f"{ns / NS_PER_MS:.6f}"
 
 
 def profile_to_csv(profile: Profile) -> str:
-    """One line per layer; times per forward in ms (median over iterations)."""
+    """One line per layer; times per forward in ms (median over iterations). Names
+    keep every character (newlines inside quotes), but for a ``'`` before a name
+    that starts like a formula (``=``, ``+``, ``-``, ``@``, tab, CR)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     for r in profile.rows():
         writer.writerow(
             [
-                r.path, r.type, "" if r.parent is None else r.parent, r.depth, f"{r.calls:g}",
+                _name(r.path), _name(r.type), "" if r.parent is None else _name(r.parent),
+                r.depth, f"{r.calls:g}",
                 _ms(r.total_ns), _ms(r.self_ns), f"{r.share:.6f}",
                 _ms(r.total.p90 if r.total else None), _ms(r.total.std if r.total else None),
                 _ms(r.device_total_ns), _ms(r.device_self_ns),

@@ -141,7 +141,29 @@ def _loads(data: bytes | bytearray, source: str) -> Any:
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        raise TraceError(f"{source}: not valid JSON ({exc})") from exc
+        try:  # torch's own export leaves quotes in names unescaped
+            return orjson.loads(requoted(data))
+        except orjson.JSONDecodeError:
+            raise TraceError(f"{source}: not valid JSON ({exc})") from exc
+
+
+# torch writes each string field on a line of its own, ``"key": "value",``, and puts
+# the value in unescaped: a module path ``say "hi"`` makes the file invalid JSON.
+_STRING_LINE = re.compile(rb'^([ \t]*"[^"\\\n]+": ")(.*)("[ \t]*,?[ \t]*)$', re.MULTILINE)
+_BARE_QUOTE = re.compile(rb'(?<!\\)"')
+
+
+def requoted(data: bytes | bytearray) -> bytes:
+    """``data`` with the quotes inside each line's one string value escaped, as torch's
+    Chrome-trace export should have written them (the whole value is what lies
+    between the key and the line's last quote, so a name holding ``", "ph": "i``
+    stays one name). Applied only to text that is not JSON as it stands."""
+    return _STRING_LINE.sub(_requoted_line, bytes(data))
+
+
+def _requoted_line(line: re.Match[bytes]) -> bytes:
+    key, value, end = line.groups()
+    return key + _BARE_QUOTE.sub(rb'\\"', value) + end
 
 
 class NotATraceError(TraceError):

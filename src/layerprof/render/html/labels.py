@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import html
 
-from layerprof.render.terminal import escape_controls
+from layerprof.render.terminal import shown
 
 
 def label(value: object) -> str:
     """Text for a plotly label: plotly parses a few tags, so ``<``/``>``/``&`` are entities."""
-    return html.escape(escape_controls(str(value)), quote=False)
+    return html.escape(shown(str(value)), quote=False)
 
 
 def short(text: str, limit: int = 48) -> str:

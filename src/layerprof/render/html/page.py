@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import orjson
 
 from layerprof.render.html.labels import short
-from layerprof.render.terminal import escape_controls
+from layerprof.render.terminal import shown
 from layerprof.units import TimeUnit, fmt_calls, fmt_share, human_bytes, human_count
 
 if TYPE_CHECKING:
@@ -57,8 +57,8 @@ class Section:
 
 def esc(value: object) -> str:
     """Text as HTML (quotes too, so it is safe in attributes); control characters
-    are written out (``\\x1b``) as in the console."""
-    return html.escape(escape_controls(str(value)), quote=True)
+    are written out (``\\x1b``) and long text is cut (``MAX_SHOWN``) as in the console."""
+    return html.escape(shown(str(value)), quote=True)
 
 
 def json_for_script(value: Any) -> str:
