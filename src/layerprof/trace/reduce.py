@@ -40,7 +40,14 @@ from layerprof.trace.gpu import device_use, kernel_table, kind_table, launches, 
 from layerprof.trace.links import Links, link
 from layerprof.trace.memory import memory_summary
 from layerprof.trace.memtimeline import memory_timeline
-from layerprof.trace.modules import TreeRow, module_paths, module_types, renamed, tree
+from layerprof.trace.modules import (
+    TreeRow,
+    module_paths,
+    module_types,
+    renamed,
+    structural,
+    tree,
+)
 from layerprof.trace.nesting import Nesting, nest
 from layerprof.trace.ops import device_times
 from layerprof.trace.queue import queues
@@ -132,7 +139,9 @@ def _modules(
     """The layer tree: layerprof's layer spans when present, else ``nn.Module`` spans."""
     if (tables.host.kind == LAYER).any():
         return tree(tables, nesting, links, steps, LAYER, module_types(header)), LAYER_SOURCE
-    rows = renamed(tree(tables, nesting, links, steps, MODULE), module_paths(header))
+    rows = tree(tables, nesting, links, steps, MODULE)
+    mapping = module_paths(header)  # layerprof's own traces name the real paths
+    rows = renamed(rows, mapping) if mapping else structural(rows)
     return rows, MODULE_SOURCE if rows else None
 
 
@@ -327,7 +336,10 @@ def _notes(tables: EventTables, steps: Steps, p: Profile) -> list[str]:
     if source.module_source == LAYER_SOURCE:
         notes.append("layers: from layerprof's layer spans (the modules' qualified paths)")
     elif source.module_source == MODULE_SOURCE:
-        notes.append("layers: from nn.Module spans (paths of class_instance names)")
+        notes.append(
+            "layers: from nn.Module spans, named by class and place among same-class"
+            " siblings (Class[i]), not by the trace's instance counters"
+        )
     else:
         notes.append("no nn.Module events: profile with with_stack=True for the module tree")
     if tables.dropped_ts0:

@@ -397,8 +397,18 @@ def annotations_section(s: Subject) -> Section | None:
     if not rows:
         return None
     unit = _unit([a.row.total_ns for a in rows])
+    # a path spells dots as "_" (they separate levels); show the real names
+    rows_by_path = {a.path: a for p in s.ranks for a in p.annotations}
+
+    def chain(a: AnnotationRow) -> str:
+        out, parent = [a.name], a.parent
+        while parent is not None and parent in rows_by_path and len(out) < 64:
+            out.append(rows_by_path[parent].name)
+            parent = rows_by_path[parent].parent
+        return " › ".join(reversed(out))
+
     spec: list[Col[AnnotationRow]] = [
-        text_col("Annotation", lambda a: a.path, css="path"),
+        text_col("Annotation", chain, css="path"),
         calls_col("Calls", lambda a: a.calls),
         time_col("Total", lambda a: a.total_ns, unit),
         time_col("Self", lambda a: a.self_ns, unit),
