@@ -228,7 +228,9 @@ class Overhead:
     forward; ``inside_ns`` is the part of it that falls inside the call's own
     measured interval. ``corrected`` says whether layer times had it removed.
     ``instrumented_ns`` / ``clean_ns`` are median whole-forward times of the
-    instrumented and the clean pass.
+    instrumented and the clean pass. ``method`` is ``hooks`` (forward wrappers)
+    or ``ops`` (torch.profiler: ``per_call_ns`` is then a layer range's cost,
+    and each recorded operator adds ``per_op_ns``, ``ops_per_forward`` of them).
     """
 
     per_call_ns: float
@@ -237,6 +239,14 @@ class Overhead:
     calls_per_forward: float = 0.0
     clean_ns: float | None = None
     instrumented_ns: float | None = None
+    method: str = "hooks"
+    per_op_ns: float = 0.0
+    ops_per_forward: float = 0.0
+
+    @property
+    def per_forward_ns(self) -> float:
+        """What the instrumentation adds to one forward, by its calibration."""
+        return self.per_call_ns * self.calls_per_forward + self.per_op_ns * self.ops_per_forward
 
 
 @dataclass(frozen=True)

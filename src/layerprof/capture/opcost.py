@@ -106,6 +106,12 @@ def corrected_samples(
     }
 
 
+def forward_ops(ops: tuple[OpStat, ...], n: int) -> float:
+    """Forward operators recorded per iteration, all layers (nested operators included)."""
+    counts = _ops_per_layer(ops, n)
+    return float(sum(np.sum(c) for c in counts.values()) / max(n, 1))
+
+
 def _ops_per_layer(ops: tuple[OpStat, ...], n: int) -> dict[str, Any]:
     """Forward operators recorded per layer and iteration (nested operators included)."""
     out: dict[str, Any] = {}

@@ -261,14 +261,15 @@ def _layer_pass(
         base = replace(base, flops=summary)
         note = (
             cost.note()
-            if cost is not None
+            if opts.correct_overhead
             else (
                 "ops mode: layer times come from torch.profiler ranges and include its"
                 " per-op recording cost (not corrected); the latency is from the clean pass"
             )
         )
         traced = _with_trace(base, raw.profile(), raw, ops=True, layers=layers, notes=(note,))
-        if cost is not None:
+        traced = replace(traced, overhead=ops_overhead(traced, cost, opts.correct_overhead))
+        if opts.correct_overhead:
             from layerprof.capture.opcost import corrected_samples
 
             samples = corrected_samples(traced.samples, traced.ops, layers, cost)
@@ -288,13 +289,35 @@ def _layer_pass(
     return check_passes(profile, clean_path)
 
 
-def _ops_cost(device: str, opts: RunOptions) -> OpsCorrection | None:
-    """Ops mode's recording cost per operator and layer range (layerprof.capture.opcost)."""
-    if not opts.correct_overhead:
-        return None
+def _ops_cost(device: str, opts: RunOptions) -> OpsCorrection:
+    """Ops mode's recording cost per operator and layer range (layerprof.capture.opcost);
+    measured also with --no-correct, as hooks mode's is: the pass-agreement and overhead
+    findings weigh the passes' gap against it."""
     from layerprof.capture.opcost import calibrate_ops
 
     return calibrate_ops(device)
+
+
+def ops_overhead(traced: Profile, cost: OpsCorrection, corrected: bool) -> Overhead:
+    """Ops mode's calibrated cost per forward, and the passes' medians: the per-layer
+    pass's forward is the root's range, before any correction."""
+    from layerprof.capture.opcost import forward_ops
+
+    roots = [i.path for i in traced.layers if i.parent is None]
+    root = traced.samples.get(roots[0]) if len(roots) == 1 else None
+    iterations = max((s.total_ns.n for s in traced.samples.values()), default=0)
+    calls = sum(s.calls for s in traced.samples.values())
+    return Overhead(
+        per_call_ns=cost.range_inside_ns + cost.range_leak_ns,
+        inside_ns=cost.range_inside_ns,
+        corrected=corrected,
+        calls_per_forward=calls,
+        clean_ns=traced.latency_ns.median if traced.latency_ns is not None else None,
+        instrumented_ns=root.total_ns.median if root is not None and root.calls else None,
+        method="ops",
+        per_op_ns=cost.per_op_ns,
+        ops_per_forward=forward_ops(traced.ops, iterations),
+    )
 
 
 def _opaque_notes(model: torch.nn.Module) -> list[str]:

@@ -79,6 +79,9 @@ def _overhead(o: Overhead | None) -> dict[str, Any] | None:
         "clean_ms": ms(o.clean_ns),
         "instrumented_ms": ms(o.instrumented_ns),
         "ratio": (o.instrumented_ns / o.clean_ns) if o.clean_ns and o.instrumented_ns else None,
+        "method": o.method,
+        "per_op_us": o.per_op_ns / NS_PER_US,
+        "ops_per_forward": o.ops_per_forward,
     }
 
 
@@ -274,6 +277,9 @@ def _read_latency(f: Fields | None) -> tuple[Series | None, int | None]:
 def _read_overhead(f: Fields | None) -> Overhead | None:
     if f is None:
         return None
+    method = f.text("method", "hooks")  # files before 22.4 knew hooks mode only
+    if method not in ("hooks", "ops"):
+        raise ProfileFormatError(f"{f.where}.method: expected hooks or ops, found {method!r}")
     return Overhead(
         per_call_ns=f.number("per_call_us") * NS_PER_US,
         inside_ns=f.number("inside_us", 0) * NS_PER_US,
@@ -281,6 +287,9 @@ def _read_overhead(f: Fields | None) -> Overhead | None:
         calls_per_forward=f.number("calls_per_forward", 0),
         clean_ns=f.opt_ns("clean_ms"),
         instrumented_ns=f.opt_ns("instrumented_ms"),
+        method=method,
+        per_op_ns=f.number("per_op_us", 0) * NS_PER_US,
+        ops_per_forward=f.number("ops_per_forward", 0),
     )
 
 
