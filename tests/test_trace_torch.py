@@ -129,6 +129,7 @@ def test_without_stack_uses_steps(tmp_path: Path) -> None:
     path = record(tmp_path, with_stack=False, steps=True, backward=False)
     prof = analyze(path).rank()
     assert prof.source is not None and prof.source.module_source is None
+    assert prof.meta.mode == ""  # forward only, and the trace does not say which mode
     assert any("with_stack=True" in n for n in prof.notes)
     (layer,) = prof.layers
     assert layer.path == "ProfilerStep"
@@ -279,6 +280,8 @@ def test_two_traces_of_one_model_diff_as_the_same_model(tmp_path: Path) -> None:
     assert d.comparable
     matched = {x.path for x in d.layers if x.change.base_ns and x.change.new_ns}
     assert model_paths <= matched
+    # a training trace is not said to have run in eval mode (issue 22.8)
+    assert a.meta.mode == "train" and b.meta.mode == "train"
     # the optimizer's and the user's record_function spans keep their real names
     names = {x.name for x in a.annotations}
     assert "Optimizer.step#SGD.step" in names and "loss.fn" in names

@@ -164,6 +164,21 @@ class OpStat:
     self_device_mem_bytes: float | None = None
     flops: float | None = None
 
+    @property
+    def self_ms(self) -> float:
+        """``self_ns`` in milliseconds, as the JSON's ``self_ms``."""
+        return self.self_ns / 1_000_000
+
+    @property
+    def total_ms(self) -> float:
+        """``total_ns`` in milliseconds, as the JSON's ``total_ms``."""
+        return self.total_ns / 1_000_000
+
+    @property
+    def device_ms(self) -> float | None:
+        """``device_ns`` in milliseconds (None without device data), as the JSON's."""
+        return None if self.device_ns is None else self.device_ns / 1_000_000
+
     def with_columns(self, per_iteration: dict[str, Any]) -> OpStat:
         """The row with optional columns (field -> per-iteration values) set to the
         same statistic as its times (median; mean where the calls vary)."""

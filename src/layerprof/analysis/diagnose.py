@@ -426,15 +426,8 @@ def _setup(profile: Profile) -> list[Finding]:
                 "try --dtype bfloat16, or torch.autocast in your code",
             )
         )
-    if m.mode == "train" and m.source == "layerprof.run":
-        out.append(
-            Finding(
-                "info",
-                "the model ran in train mode",
-                "dropout and batch-norm statistics updates run in train mode.",
-                "drop --train to measure inference",
-            )
-        )
+    # no finding for train mode: a run is in train mode only when the user asked for it
+    # (--train, eval=False), and the header says "mode train"
     return out
 
 
@@ -578,7 +571,7 @@ RULES: tuple[Rule, ...] = (
         lambda p: p.breakdown is not None or p.queues is not None,
         distributed_findings,
     ),
-    Rule("setup (dtype, train mode)", live, _setup),
+    Rule("setup (dtype)", live, _setup),
     Rule(
         f"FLOP coverage (>= {100 * RELIABLE_COVERAGE:.0f}% of the op time in counted ops)",
         has_coverage,

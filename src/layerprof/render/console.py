@@ -124,7 +124,8 @@ def header_lines(profile: Profile) -> list[Text | str]:
         Text(
             f"device {m.device}  dtype {m.dtype}  torch {m.torch or '?'}"
             + (f"  threads {m.threads}" if m.threads else "")
-            + f"  mode {m.mode}{' +grad' if m.grad else ''}"
+            + (f"  mode {m.mode}" if m.mode else "")  # a trace may not say
+            + (" +grad" if m.grad else "")
         ),
     ]
     sig_lines = signature_lines(profile)
