@@ -451,6 +451,13 @@ class Run(sinks.Output):
         ranks = ", ".join(str(p.rank) for p in self.ranks)
         return f"<Run {self.path}: {len(self.ranks)} rank(s) [{ranks}]>"
 
+    @property
+    def step_word(self) -> str:
+        """What a rank's "median step" is: ``forward`` for live rank profiles (their
+        latency: one clean forward), ``step`` for traces (a whole ProfilerStep)."""
+        live = bool(self.ranks) and all(p.meta.source == "layerprof.run" for p in self.ranks)
+        return "forward" if live else "step"
+
     def rank(self, rank: int | None = None) -> Profile:
         """The profile of ``rank`` (default: the lowest rank)."""
         if not self.ranks:

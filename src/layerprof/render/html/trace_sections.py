@@ -458,7 +458,7 @@ def cross_rank_section(s: Subject) -> Section | None:
     line_cols: list[Col[RankLine]] = [
         Col("Rank", lambda r: str(r.rank), lambda r: r.rank),
         text_col("File", lambda r: files.get(r.rank, ""), css="path"),
-        time_col("Median step", lambda r: r.median_step_ns, unit),
+        time_col(f"Median {run.step_word}", lambda r: r.median_step_ns, unit),
     ]
     if cross.kernel_time:
         line_cols += [
@@ -471,7 +471,9 @@ def cross_rank_section(s: Subject) -> Section | None:
             "lp-rank-steps", _cross_step_cols(run.ranks, unit), cross.steps
         )
     if cross.slowest_rank is not None:
-        body += paragraph(f"Slowest rank by median step: {cross.slowest_rank}.", "verdict")
+        body += paragraph(
+            f"Slowest rank by median {run.step_word}: {cross.slowest_rank}.", "verdict"
+        )
     intro = f"{len(run.ranks)} ranks of {run.path} (rank from {run.rank_source})."
     return Section("ranks", "Ranks side by side", body, intro)
 
