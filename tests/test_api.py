@@ -111,3 +111,53 @@ def test_device_cuda_moves_a_copy() -> None:
 def test_render_gives_text_for_every_text_format(prof: layerprof.Profile) -> None:
     for fmt in ("console", "json", "csv", "html", "folded", "speedscope"):
         assert isinstance(prof.render(fmt), str), fmt
+
+
+def test_op_rows_and_backward_say_ms_as_the_json_does(
+    prof: layerprof.Profile, tmp_path: Path
+) -> None:
+    """Issue 22.8: OpStat had self_ns but no self_ms, LayerRow no backward_*_ms, and a
+    Profile had no op(name) beside row(path)."""
+    data = prof.to_dict()
+    for saved, op in zip(data["ops"], prof.ops, strict=True):
+        assert saved["self_ms"] == pytest.approx(op.self_ms)
+        assert saved["total_ms"] == pytest.approx(op.total_ms)
+        assert op.device_ms is None  # CPU: no device time, never 0
+    # op(name): one layer's row, or summed over the layers that ran it
+    fc1 = prof.op("aten::addmm", layer="fc1")
+    assert fc1.layer == "fc1" and fc1.calls == 1
+    both = prof.op("aten::addmm")
+    rows = [o for o in prof.ops if o.name == "aten::addmm" and o.phase == "forward"]
+    assert len(rows) == 2 and both.layer is None
+    assert both.self_ns == pytest.approx(sum(o.self_ns for o in rows))
+    assert both.calls == sum(o.calls for o in rows)
+    with pytest.raises(KeyError):
+        prof.op("aten::no_such_op")
+    trained = layerprof.profile(Net(), torch.randn(2, 4), warmup=0, iters=2, backward=True)
+    saved_rows = {r["path"]: r for r in trained.to_dict()["layers"]}
+    for row in trained.rows():
+        assert row.backward_total_ms is not None and row.backward_self_ms is not None
+        assert saved_rows[row.path]["backward_total_ms"] == pytest.approx(row.backward_total_ms)
+        assert saved_rows[row.path]["backward_self_ms"] == pytest.approx(row.backward_self_ms)
+    assert prof.rows()[0].backward_total_ms is None  # no --backward
+
+
+def test_print_in_a_pipe_is_as_wide_as_print_method(
+    prof: layerprof.Profile, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 22.8: print(prof) in a pipe laid the report out for 80 columns, .print() for
+    160 (the CLI's pipe width); both now follow the CLI's console."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert str(prof) == prof.render("console", width=160)
+    monkeypatch.setenv("COLUMNS", "100")
+    assert str(prof) == prof.render("console", width=100)
+
+
+def test_explicit_train_mode_is_no_finding() -> None:
+    """Issue 22.8: --train (eval=False) is what the user asked for, not a finding."""
+    from layerprof.analysis.diagnose import diagnose
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.1))
+    trained = layerprof.profile(model, torch.randn(2, 4), warmup=0, iters=2, eval=False)
+    assert trained.meta.mode == "train"
+    assert not [f for f in diagnose(trained) if "train mode" in f.title]

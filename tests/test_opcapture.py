@@ -224,6 +224,37 @@ def test_backward_ops_by_sequence_number(transformer_capture: tuple[nn.Module, P
     assert "aten::addmm" in names(cap.ops, "layers.0.attn.qkv")
 
 
+class MaskedEmbedding(nn.Module):
+    """Token ids in, as BERT: a padding mask is made from the ids before the lookup, so
+    ops that create no graph node record the number the embedding's node gets."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.word = nn.Embedding(100, 16)
+        self.fc = nn.Linear(16, 4)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        mask = (ids != 0).unsqueeze(-1)
+        return self.fc(self.word(ids)) * mask
+
+
+def test_embedding_fed_the_model_input_keeps_its_backward() -> None:
+    """Issue 22.6: the embedding's backward node shares its sequence number with the
+    mask's ops (no grad-requiring input) in the root; it was left unattributed."""
+    model = MaskedEmbedding()
+    cap = capture(model.train(), torch.randint(1, 100, (2, 8)), backward=True)
+    word = names(cap.ops, "word", "backward")
+    assert "autograd::engine::evaluate_function: EmbeddingBackward0" in word
+    assert not any("EmbeddingBackward" in n for n in names(cap.ops, UNATTRIBUTED, "backward"))
+    s = cap.samples["word"]
+    assert s.backward_self_ns is not None and min(s.backward_self_ns) > 0
+    # the mask's MulBackward0 is the root's own, the loss's SumBackward0 nobody's
+    assert "autograd::engine::evaluate_function: MulBackward0" in names(cap.ops, "", "backward")
+    assert "autograd::engine::evaluate_function: SumBackward0" in names(
+        cap.ops, UNATTRIBUTED, "backward"
+    )
+
+
 def _span(cat: str, name: str, ts_ns: int, dur_ns: int, **args: Any) -> dict[str, Any]:
     return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1,
             "ts": ts_ns / 1000, "dur": dur_ns / 1000, "args": args}  # fmt: skip

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -75,6 +77,32 @@ def test_ops_run_corrects_says_so_and_adds_up() -> None:
         root.self_check(tolerance_ns=1)
     plain = layerprof.profile(model, x, warmup=0, iters=3, ops=True, correct_overhead=False)
     assert any("(not corrected)" in n for n in plain.notes)
+
+
+def test_ops_run_records_its_calibrated_cost(tmp_path: Path) -> None:
+    """Issue 22.4: ops mode keeps its calibrated cost (also uncorrected), so the
+    pass-agreement and overhead findings can weigh the passes' gap against it."""
+    import layerprof
+    from layerprof.profile import Profile
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    x = torch.randn(2, 8)
+    for correct in (True, False):
+        prof = layerprof.profile(model, x, warmup=0, iters=3, ops=True, correct_overhead=correct)
+        o = prof.overhead
+        assert o is not None and o.method == "ops" and o.corrected is correct
+        assert o.calls_per_forward == 4  # the root and its three layers
+        assert o.ops_per_forward >= 4 and o.per_op_ns > 0  # linear, addmm, relu, ...
+        assert o.clean_ns and o.instrumented_ns
+        assert o.per_forward_ns == o.per_call_ns * 4 + o.per_op_ns * o.ops_per_forward
+        back = Profile.load(prof.save(tmp_path / "p.json")).overhead
+        assert (
+            back is not None
+            and back.method == "ops"
+            and back.per_forward_ns == pytest.approx(o.per_forward_ns)
+        )
+        assert back.per_op_ns == pytest.approx(o.per_op_ns)
+        assert back.ops_per_forward == o.ops_per_forward and back.corrected is correct
 
 
 def test_a_layer_corrected_to_zero_is_named_not_trusted(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,7 +19,7 @@ from layerprof.analysis.passes import pass_gap
 from layerprof.capture.fastpath import watch_clean_path
 from layerprof.cli import main
 from layerprof.profile import Profile
-from layerprof.records import LayerInfo, LayerSamples, Meta
+from layerprof.records import LayerInfo, LayerSamples, Meta, Overhead
 from layerprof.render.console import header_lines
 from tests.real_models import MHA, ListEncoder
 from tests.timing_models import SlowFirst
@@ -235,3 +235,77 @@ def test_contended_clean_pass_live(tmp_path: Path) -> None:
     text = io.StringIO()
     saved.print(console=Console(file=text, width=120, color_system=None))
     assert "unreliable" in text.getvalue()
+
+
+# ---- 22.4 / 22.5: ops mode's agreement check, and noise named as noise ---------------------
+
+
+def ops_overhead(corrected: bool = True) -> Overhead:
+    """Ops mode's calibrated cost: 1.9 µs per operator x 40, 3.7 µs per range x 3."""
+    return Overhead(
+        per_call_ns=3700, inside_ns=2500, corrected=corrected, calls_per_forward=3,
+        method="ops", per_op_ns=1900, ops_per_forward=40,
+    )  # fmt: skip
+
+
+def test_ops_mode_per_layer_pass_slower_than_its_cost_is_unreliable() -> None:
+    """Issue 22.4: 21 ms per-layer forward against a 33 µs clean latency in ops mode got
+    'the bottleneck' and nothing about the numbers; its calibrated cost is 87 µs."""
+    prof = replace(contended(latency_ms=0.033, layers_ms=21.0), overhead=ops_overhead())
+    assert pass_gap(prof) is not None and pass_gap(prof)[0] == "layers slower"  # type: ignore[index]
+    (finding,) = [f for f in diagnose(prof) if "unreliable" in f.title]
+    assert finding.severity == "high"
+    assert "87.1 µs per forward: 1.9 µs per recorded operator x 40" in finding.detail
+    assert "load average was 7.9 on 2 CPUs" in finding.detail
+    # without ops mode's cost record (an older file) it cannot say: no claim either way
+    assert pass_gap(replace(prof, overhead=None)) is None
+
+
+def test_ops_mode_gap_within_its_uncorrected_cost_agrees() -> None:
+    """Uncorrected, the per-layer pass carries the cost: 1.6 ms forward, 1.5 ms of it the
+    profiler's (780 operators), against a 0.1 ms clean latency, is no disagreement."""
+    cost = replace(ops_overhead(corrected=False), ops_per_forward=780)
+    prof = replace(contended(latency_ms=0.1, layers_ms=1.6), overhead=cost)
+    assert pass_gap(prof) is None
+    assert not [f for f in diagnose(prof) if "unreliable" in f.title]
+
+
+def gpt2_like(per_call_ns: float = 1200, calls: float = 55) -> Profile:
+    """Issue 22.5's numbers: 174 ms clean forwards, 55 module calls x 1.2 µs of hooks, a
+    per-layer pass of 320 ms whose forwards spread from 180 to 440 ms (a loaded machine:
+    too wide for the pass-agreement check to call it a disagreement)."""
+    ms = 1_000_000
+    spread = [180, 200, 240, 300, 320, 320, 330, 380, 420, 440]
+    prof = contended(latency_ms=174.0)
+    root = LayerSamples(
+        total_ns=[t * ms for t in spread], self_ns=[t * ms for t in spread], calls=1
+    )
+    return replace(
+        prof,
+        samples={"": root},
+        overhead=Overhead(
+            per_call_ns=per_call_ns, inside_ns=400, corrected=True, calls_per_forward=calls,
+            clean_ns=174.0 * ms, instrumented_ns=320.0 * ms,
+        ),
+    )  # fmt: skip
+
+
+def test_slow_instrumented_pass_the_hooks_cannot_explain_is_named_noise() -> None:
+    """Issue 22.5: 66 µs of hooks cannot make a 174 ms forward take 320 ms."""
+    prof = gpt2_like()
+    assert pass_gap(prof) is None
+    findings = diagnose(prof)
+    assert not [f for f in findings if "slowed the forward" in f.title]
+    (noise,) = [f for f in findings if "machine noise" in f.title]
+    assert "66.0 µs per forward: 1.2 µs per module call x 55" in noise.detail
+    assert "0.045% of that gap" in noise.detail
+    assert "--threads" in noise.hint
+
+
+def test_slow_instrumented_pass_the_hooks_explain_is_named_instrumentation() -> None:
+    """The same gap with 55 calls of 1.5 ms hooks each: the hooks are the cause."""
+    prof = gpt2_like(per_call_ns=1.5e6)
+    findings = diagnose(prof)
+    assert not [f for f in findings if "machine noise" in f.title]
+    (slowed,) = [f for f in findings if "slowed the forward" in f.title]
+    assert slowed.title.endswith("1.8x") and "82.500 ms per forward" in slowed.detail

@@ -57,3 +57,34 @@ def test_rows_follow_every_rank() -> None:
         assert row.slowest_rank == 2  # the slowest fake clock
         assert (row.min_ns, row.max_ns) == (min(times), max(times))
         assert row.min_ns < row.median_ns < row.max_ns
+
+
+def test_median_step_says_forward_for_live_rank_profiles() -> None:
+    """Issue 22.8: for rank profiles (report) the per-rank median is the clean forward's
+    latency, for traces (analyze) a whole ProfilerStep: the label says which."""
+    from dataclasses import replace
+
+    from layerprof.render.trace_console import print_ranks
+    from layerprof.sections.distributed import RankLateness, Stragglers
+
+    live = [
+        replace(
+            profile(10_000, r),
+            meta=Meta(model="Containers", source="layerprof.run", extra={"rank": r}),
+            latency_ns=(1_000_000 + r, 1_100_000, 1_050_000),
+        )
+        for r in (0, 1)
+    ]
+    merged = merge_profiles("job", ["a.json", "b.json"], live)
+    lateness = tuple(
+        RankLateness(r, 4, 0, 2, 10, 5, None, None, 0, round(live[r].latency.median))  # type: ignore[union-attr]
+        for r in (0, 1)
+    )
+    merged = replace(merged, stragglers=Stragglers(4, lateness, (), None, 5, 50))
+    assert merged.step_word == "forward"
+    buf = io.StringIO()
+    print_ranks(merged, Console(file=buf, width=160, color_system=None), top=10)
+    text = buf.getvalue()
+    assert "median forward ms" in text and "median step" not in text
+    traces = [replace(p, meta=replace(p.meta, source="trace")) for p in live]
+    assert merge_profiles("job", ["a.json", "b.json"], traces).step_word == "step"

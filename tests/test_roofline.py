@@ -178,3 +178,21 @@ def test_a_fused_encoder_is_not_a_leaf_beside_its_layers() -> None:
     paths = {p.path for p in line.points}
     assert {"enc.layers.0", "enc.layers.1"} <= paths
     assert "enc" not in paths and "" not in paths
+
+
+def test_profile_json_carries_each_layers_roofline(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 22.8: achieved FLOP/s, intensity, % of peak and bound were only printed."""
+    prof = flop_profile()
+    line = roofline(prof)
+    assert line is not None and line.points
+    layers = {d["path"]: d for d in prof.to_dict()["layers"]}
+    for point in line.points:
+        saved = layers[point.path]["roofline"]
+        assert saved["flops_per_s"] == pytest.approx(point.rate)
+        assert saved["intensity_flop_per_byte"] == point.intensity
+        assert saved["peak_pct"] == pytest.approx(100 * point.peak_share)  # type: ignore[operator]
+        assert saved["bound"] == point.bound
+    on_line = {p.path for p in line.points}
+    assert all("roofline" not in d for path, d in layers.items() if path not in on_line)
+    # written, not read: the file loads back as before
+    assert Profile.load(prof.save(tmp_path / "p.json")).rows() == prof.rows()

@@ -445,3 +445,44 @@ def test_embedding_shared_by_encoder_and_decoder(how: str) -> None:
         assert embeds & paths == {named}
         (note,) = [n for n in rows.notes if "no rows" in n]
         assert "gets as an argument" in note and "shared" in note
+
+
+def _run_traced_list_encoder(tmp_path: Any, *flags: str) -> Profile:
+    from layerprof.cli import main
+
+    model, x = ListEncoder().eval(), torch.randn(4, 16, 64)
+    torch.jit.save(to_torchscript(model, x, "trace"), tmp_path / "m.ts")
+    out = tmp_path / "p.json"
+    code = main(["run", str(tmp_path / "m.ts"), "--input", "4x16x64", "--warmup", "1",
+                 "--iters", "3", "--json", str(out), "--samples", "--quiet", *flags])  # fmt: skip
+    assert code == 0
+    return Profile.load(out)
+
+
+def test_torchscript_rows_lose_the_calibrated_recording_cost(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 22.7: TorchScript rows come from the profiler and carried its cost (a root
+    1.3-1.5x the clean latency). The calibrated per-operator cost is removed as in ops
+    mode and kept in the profile for the pass-agreement check: a calibration that
+    over-estimates it (1 s per operator) clamps the self time of every layer that runs
+    operators to 0."""
+    from layerprof.capture.opcost import OpsCorrection
+
+    stalled = OpsCorrection(per_op_ns=1e9, range_inside_ns=5e5, range_leak_ns=5e5)
+    monkeypatch.setattr("layerprof.capture.opcost.calibrate_ops", lambda *a, **k: stalled)
+    prof = _run_traced_list_encoder(tmp_path)
+    o = prof.overhead
+    assert o is not None and o.method == "ops" and o.corrected
+    # sub-layer spans are read off the ops, not profiler ranges: no per-range cost
+    assert o.per_op_ns == 1e9 and o.per_call_ns == 0 and o.ops_per_forward > 50
+    assert o.instrumented_ns is not None and o.instrumented_ns > 0
+    # the layers that run operators clamp to 0; the interpreter's time between them stays
+    for path in ("blocks.0.0", "blocks.1.0", "blocks.2.0"):
+        assert prof.samples[path].self_ns.tolist() == [0, 0, 0], path
+    assert prof.samples[""].total_ns.median < o.instrumented_ns
+    assert any("torchscript: the profiler's recording cost was measured" in n for n in prof.notes)
+    plain = _run_traced_list_encoder(tmp_path, "--no-correct")
+    assert plain.overhead is not None and not plain.overhead.corrected
+    assert min(plain.samples[""].total_ns.tolist()) > 0
+    assert any("(not corrected)" in n for n in plain.notes)

@@ -156,7 +156,7 @@ def test_op_rows_are_medians_per_iteration_like_layer_rows(tmp_path: Path) -> No
     relu = ops_of(prof)["aten::relu"]
     assert relu.self_ns == relu.total_ns == 10 * US  # the mean would be 68 µs
     assert relu.calls == 1
-    assert prof.samples["Net_0"].total_ns.median == 800 * US
+    assert prof.samples["Net"].total_ns.median == 800 * US
     text = str(prof.render("console", width=160))
     assert "op times: median per iteration; calls: mean per iteration" in text
 
@@ -197,16 +197,16 @@ def test_launch_memcpy_kernels(rank: Profile) -> None:
 def test_module_tree_and_profile(tmp_path: Path) -> None:
     prof = analyze(write(tmp_path, two_steps())).rank()
     rows = {r.path: r for r in prof.rows()}
-    assert set(rows) == {"Net_0", "Net_0.Linear_0"}
-    net, lin = rows["Net_0"], rows["Net_0.Linear_0"]
-    assert net.type == "Net" and lin.parent == "Net_0"
+    assert set(rows) == {"Net", "Net.Linear"}
+    net, lin = rows["Net"], rows["Net.Linear"]
+    assert net.type == "Net" and lin.parent == "Net"
     assert net.self_ns == 25 * US  # per step
     assert lin.device_total_ns == pytest.approx(22.5 * US)  # median of 20 and 25
-    assert prof.samples["Net_0"].device_total_ns == [22 * US, 27 * US]  # + relu's 2 µs
+    assert prof.samples["Net"].device_total_ns == [22 * US, 27 * US]  # + relu's 2 µs
     assert prof.meta.source == "trace"
     assert prof.meta.model == "t"
     assert prof.latency_ns == (100 * US, 100 * US)
-    samples = prof.samples["Net_0.Linear_0"]
+    samples = prof.samples["Net.Linear"]
     assert samples.total_ns == (45 * US, 45 * US)
     assert samples.device_total_ns == (20 * US, 25 * US)
     for root in prof.tree():
@@ -419,7 +419,7 @@ def test_to_dict_top_limits_lists(tmp_path: Path) -> None:
 
 def test_console_report(tmp_path: Path) -> None:
     text = str(analyze(write(tmp_path, two_steps())).render("console", width=200, top=5))
-    for expected in ("ProfilerStep#1", "aten::linear", "gemm", "Net_0", "launch delay", "HtoD"):
+    for expected in ("ProfilerStep#1", "aten::linear", "gemm", "Net", "launch delay", "HtoD"):
         assert expected in text
 
 
@@ -457,10 +457,10 @@ def test_profile_round_trips_through_save(tmp_path: Path) -> None:
 
     prof = analyze(write(tmp_path, two_steps())).rank()
     summary_only = Profile.load(prof.save(tmp_path / "s.json"))
-    assert summary_only.samples["Net_0.Linear_0"].total_ns.values is None
-    assert summary_only.row("Net_0.Linear_0") == prof.row("Net_0.Linear_0")
+    assert summary_only.samples["Net.Linear"].total_ns.values is None
+    assert summary_only.row("Net.Linear") == prof.row("Net.Linear")
     loaded = Profile.load(prof.save(tmp_path / "p.json", samples=True))
     assert loaded.meta.source == "trace"
     assert loaded.latency_ns == prof.latency_ns
-    assert loaded.samples["Net_0.Linear_0"].device_total_ns == (20 * US, 25 * US)
+    assert loaded.samples["Net.Linear"].device_total_ns == (20 * US, 25 * US)
     assert [o.name for o in loaded.ops] == [o.name for o in prof.ops]

@@ -27,13 +27,15 @@ class Net(nn.Module):  # type: ignore[misc]
         return self.head(self.head(self.body(x)))
 
 
+# named by structure (class, and place among same-class siblings), not by the trace's
+# instance counters (Net_0.Sequential_0.Linear_1, Net_0.Linear_2)
 EXPECTED_PATHS = {
-    "Net_0",
-    "Net_0.Sequential_0",
-    "Net_0.Sequential_0.Linear_0",
-    "Net_0.Sequential_0.ReLU_0",
-    "Net_0.Sequential_0.Linear_1",
-    "Net_0.Linear_2",
+    "Net",
+    "Net.Sequential",
+    "Net.Sequential.Linear[0]",
+    "Net.Sequential.ReLU",
+    "Net.Sequential.Linear[1]",
+    "Net.Linear",
 }
 
 
@@ -90,9 +92,9 @@ def test_module_tree(stack_trace: Path) -> None:
     rows = {r.path: r for r in prof.rows()}
     assert set(rows) == EXPECTED_PATHS
     n_steps = len(prof.steps.complete)
-    assert rows["Net_0.Linear_2"].calls == 2  # head runs twice per forward (per step)
-    assert rows["Net_0"].calls == 1
-    assert rows["Net_0.Sequential_0.ReLU_0"].type == "ReLU"
+    assert rows["Net.Linear"].calls == 2  # head runs twice per forward (per step)
+    assert rows["Net"].calls == 1
+    assert rows["Net.Sequential.ReLU"].type == "ReLU"
     children: dict[str | None, list[str]] = {}
     for row in rows.values():
         children.setdefault(row.parent, []).append(row.path)
@@ -102,8 +104,8 @@ def test_module_tree(stack_trace: Path) -> None:
             kids = sum(prof.samples[c].total_ns[i] for c in children.get(path, []))
             assert s.total_ns[i] == s.self_ns[i] + kids
             assert 0 <= s.self_ns[i] <= s.total_ns[i]
-    assert prof.layers[0].path == "Net_0"
-    assert prof.samples["Net_0.Linear_2"].calls == 2.0
+    assert prof.layers[0].path == "Net"
+    assert prof.samples["Net.Linear"].calls == 2.0
     assert prof.latency_ns is not None and len(prof.latency_ns) == n_steps
     assert prof.meta.model == "net"
     # Ops run inside the module spans, so every module's total covers its ops.
@@ -127,6 +129,7 @@ def test_without_stack_uses_steps(tmp_path: Path) -> None:
     path = record(tmp_path, with_stack=False, steps=True, backward=False)
     prof = analyze(path).rank()
     assert prof.source is not None and prof.source.module_source is None
+    assert prof.meta.mode == ""  # forward only, and the trace does not say which mode
     assert any("with_stack=True" in n for n in prof.notes)
     (layer,) = prof.layers
     assert layer.path == "ProfilerStep"
@@ -207,3 +210,78 @@ def test_operator_table_equals_key_averages(training_trace: tuple[Path, Any]) ->
         if (spans[i - 1][0], spans[i - 1][3]) == (tid, name) and spans[i - 1][2] >= end
     )
     assert nested_same >= 4
+
+
+class Block(nn.Module):  # type: ignore[misc]
+    """A ResNet basic block: two convolutions of one class side by side, a residual."""
+
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(c, c, 3, padding=1)
+        self.bn = nn.BatchNorm2d(c)
+        self.conv2 = nn.Conv2d(c, c, 3, padding=1)
+
+    def forward(self, x: Any) -> Any:
+        return torch.relu(self.conv2(torch.relu(self.bn(self.conv1(x)))) + x)
+
+
+class TinyResNet(nn.Module):  # type: ignore[misc]
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 4, 3, padding=1)
+        self.layer1 = nn.Sequential(Block(4), Block(4))
+        self.layer2 = nn.Sequential(Block(4))
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x: Any) -> Any:
+        return self.fc(self.layer2(self.layer1(self.stem(x))).mean((2, 3)))
+
+
+def _train_trace(out: Path, *, augment: bool) -> Path:
+    """A training loop traced with_stack=True; ``augment`` runs a Conv2d-in-Sequential
+    of its own before the model each step, which shifts every Conv2d_k and
+    Sequential_k counter of the model's spans."""
+    torch.manual_seed(0)
+    model, x = TinyResNet(), torch.randn(2, 3, 8, 8)
+    pre = nn.Sequential(nn.Conv2d(3, 3, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    schedule = torch.profiler.schedule(wait=0, warmup=1, active=2)
+    with torch.profiler.profile(
+        with_stack=True, schedule=schedule, on_trace_ready=lambda p: p.export_chrome_trace(str(out))
+    ) as prof:
+        for _ in range(3):
+            with torch.no_grad():
+                inp = pre(x) if augment else x
+            with torch.profiler.record_function("loss.fn"):
+                loss = model(inp).sum()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            prof.step()
+    return out
+
+
+def test_two_traces_of_one_model_diff_as_the_same_model(tmp_path: Path) -> None:
+    """Issue 22.9: the instance counters differ between the traces (Conv2d_1 in one is
+    Conv2d_2 in the other); layers are matched by structure, every one on both sides."""
+    from layerprof.analysis.diff import diff
+
+    a = analyze(_train_trace(tmp_path / "a.json", augment=False)).rank()
+    b = analyze(_train_trace(tmp_path / "b.json", augment=True)).rank()
+    raw = orjson.loads((tmp_path / "b.json").read_bytes())["traceEvents"]
+    assert "nn.Module: Conv2d_1" in {e.get("name") for e in raw}  # the model's stem here
+    model_paths = {r.path for r in a.rows()}
+    assert "Net" not in model_paths and "TinyResNet.Sequential[0].Block[1].Conv2d[1]" in model_paths
+    assert "TinyResNet.Conv2d" in model_paths and "TinyResNet.Sequential[1].Block.BatchNorm2d" in (
+        model_paths
+    )
+    assert model_paths <= {r.path for r in b.rows()}  # b also has the augment's Sequential
+    d = diff(a, b)
+    assert d.comparable
+    matched = {x.path for x in d.layers if x.change.base_ns and x.change.new_ns}
+    assert model_paths <= matched
+    # a training trace is not said to have run in eval mode (issue 22.8)
+    assert a.meta.mode == "train" and b.meta.mode == "train"
+    # the optimizer's and the user's record_function spans keep their real names
+    names = {x.name for x in a.annotations}
+    assert "Optimizer.step#SGD.step" in names and "loss.fn" in names

@@ -124,6 +124,16 @@ class LayerRow:
         """``self_ns`` in milliseconds, as the JSON's ``self_ms``."""
         return self.self_ns / NS_PER_MS
 
+    @property
+    def backward_total_ms(self) -> float | None:
+        """``backward_total_ns`` in milliseconds (None without --backward), as the JSON's."""
+        return None if self.backward_total_ns is None else self.backward_total_ns / NS_PER_MS
+
+    @property
+    def backward_self_ms(self) -> float | None:
+        """``backward_self_ns`` in milliseconds (None without --backward), as the JSON's."""
+        return None if self.backward_self_ns is None else self.backward_self_ns / NS_PER_MS
+
 
 @dataclass
 class LayerNode:
@@ -362,6 +372,37 @@ class Profile(sinks.Output):
                 return r
         raise KeyError(path)
 
+    def op(self, name: str, *, layer: str | None = None, phase: str = "forward") -> OpStat:
+        """The operator ``name`` (``aten::addmm``) of ``phase``: in ``layer`` when given,
+        else summed over layers and input shapes, as the "operators (all layers)" table
+        sums them. KeyError when no such operator ran."""
+        rows = [
+            o
+            for o in self.ops
+            if o.name == name and o.phase == phase and (layer is None or o.layer == layer)
+        ]
+        if not rows:
+            raise KeyError(name if layer is None else f"{name} in {layer!r}")
+        if len(rows) == 1:
+            return rows[0]
+        shapes = {o.input_shapes for o in rows}
+        optional = ("device_ns", "cpu_mem_bytes", "self_cpu_mem_bytes", "device_mem_bytes",
+                    "self_device_mem_bytes", "flops")  # fmt: skip
+        sums: dict[str, Any] = {}
+        for key in optional:
+            values = [getattr(o, key) for o in rows if getattr(o, key) is not None]
+            sums[key] = sum(values) if values else None
+        return replace(
+            rows[0],
+            calls=sum(o.calls for o in rows),
+            self_ns=sum(o.self_ns for o in rows),
+            total_ns=sum(o.total_ns for o in rows),
+            layer=layer,
+            input_shapes=shapes.pop() if len(shapes) == 1 else None,
+            samples=None,
+            **sums,
+        )
+
     def with_notes(self, *notes: str) -> Profile:
         return replace(self, notes=(*self.notes, *notes))
 
@@ -409,6 +450,13 @@ class Run(sinks.Output):
     def __repr__(self) -> str:
         ranks = ", ".join(str(p.rank) for p in self.ranks)
         return f"<Run {self.path}: {len(self.ranks)} rank(s) [{ranks}]>"
+
+    @property
+    def step_word(self) -> str:
+        """What a rank's "median step" is: ``forward`` for live rank profiles (their
+        latency: one clean forward), ``step`` for traces (a whole ProfilerStep)."""
+        live = bool(self.ranks) and all(p.meta.source == "layerprof.run" for p in self.ranks)
+        return "forward" if live else "step"
 
     def rank(self, rank: int | None = None) -> Profile:
         """The profile of ``rank`` (default: the lowest rank)."""

@@ -164,6 +164,21 @@ class OpStat:
     self_device_mem_bytes: float | None = None
     flops: float | None = None
 
+    @property
+    def self_ms(self) -> float:
+        """``self_ns`` in milliseconds, as the JSON's ``self_ms``."""
+        return self.self_ns / 1_000_000
+
+    @property
+    def total_ms(self) -> float:
+        """``total_ns`` in milliseconds, as the JSON's ``total_ms``."""
+        return self.total_ns / 1_000_000
+
+    @property
+    def device_ms(self) -> float | None:
+        """``device_ns`` in milliseconds (None without device data), as the JSON's."""
+        return None if self.device_ns is None else self.device_ns / 1_000_000
+
     def with_columns(self, per_iteration: dict[str, Any]) -> OpStat:
         """The row with optional columns (field -> per-iteration values) set to the
         same statistic as its times (median; mean where the calls vary)."""
@@ -228,7 +243,9 @@ class Overhead:
     forward; ``inside_ns`` is the part of it that falls inside the call's own
     measured interval. ``corrected`` says whether layer times had it removed.
     ``instrumented_ns`` / ``clean_ns`` are median whole-forward times of the
-    instrumented and the clean pass.
+    instrumented and the clean pass. ``method`` is ``hooks`` (forward wrappers)
+    or ``ops`` (torch.profiler: ``per_call_ns`` is then a layer range's cost,
+    and each recorded operator adds ``per_op_ns``, ``ops_per_forward`` of them).
     """
 
     per_call_ns: float
@@ -237,6 +254,14 @@ class Overhead:
     calls_per_forward: float = 0.0
     clean_ns: float | None = None
     instrumented_ns: float | None = None
+    method: str = "hooks"
+    per_op_ns: float = 0.0
+    ops_per_forward: float = 0.0
+
+    @property
+    def per_forward_ns(self) -> float:
+        """What the instrumentation adds to one forward, by its calibration."""
+        return self.per_call_ns * self.calls_per_forward + self.per_op_ns * self.ops_per_forward
 
 
 @dataclass(frozen=True)

@@ -147,10 +147,9 @@ class Output:
         show(self, **options)
 
     def __str__(self) -> str:
-        """The console report as text, as wide as the terminal: ``print(obj)`` shows it."""
-        import shutil
-
-        return str(render(self, "console", width=shutil.get_terminal_size().columns))
+        """The console report as text, as wide as ``.print()`` lays it out (the terminal's
+        width; in a pipe or a file $COLUMNS or 160): ``print(obj)`` shows it."""
+        return str(render(self, "console", width=None))
 
     def render(self, fmt: str, **options: Any) -> str | bytes:
         """This object in a format by name: ``console``, ``json``, ``csv``, ``html``, ``md``...

@@ -17,10 +17,13 @@ from layerprof.analysis.finding import ORDER, Finding, Severity
 from layerprof.analysis.passes import (
     agreement_findings,
     code_path_findings,
+    contention_cause,
+    cost_text,
     interval,
     live,
     never_called_findings,
     pass_gap,
+    threads_hint,
 )
 from layerprof.analysis.roofline import (
     LOW_PEAK,
@@ -35,6 +38,7 @@ from layerprof.units import human_count, human_time
 
 if TYPE_CHECKING:
     from layerprof.profile import LayerRow, Profile, Run
+    from layerprof.records import Overhead
     from layerprof.sections import CrossRank, DeviceUse
 
 __all__ = [
@@ -59,6 +63,9 @@ SMALL_LAYERS_SHARE = 0.30
 COLD_RATIO = 5.0
 NOISY_P90_RATIO = 1.3
 OVERHEAD_RATIO = 1.5
+# the calibrated cost must account for at least half the instrumented pass's excess
+# over the clean pass's noise interval, or the excess is named noise
+EXPLAINED_SHARE_INV = 2.0
 GPU_UTIL_LOW = 0.5
 MEMCPY_SHARE = 0.10
 COMM_SHARE = 0.30
@@ -353,26 +360,52 @@ def _has_overhead(profile: Profile) -> bool:
 
 
 def _overhead(profile: Profile) -> list[Finding]:
+    """The instrumented forward slower than the clean one: the instrumentation's doing
+    only where its calibrated cost explains the gap beyond the clean pass's noise."""
     o, lat = profile.overhead, profile.latency
     if o is None or not o.clean_ns or not o.instrumented_ns:
         return []
-    clean_hi = interval(lat)[1] if lat is not None else o.clean_ns
+    clean_lo, clean_hi = interval(lat) if lat is not None else (o.clean_ns, o.clean_ns)
     if o.instrumented_ns <= OVERHEAD_RATIO * max(clean_hi, o.clean_ns):
         return []
     gap = pass_gap(profile)
     if gap is not None and gap[0] == "layers slower":
         return []  # not the hooks' cost: the pass-agreement or code-path finding says what
+    ratio = o.instrumented_ns / o.clean_ns
+    beyond_noise = o.instrumented_ns - max(clean_hi, o.clean_ns)
+    if beyond_noise > EXPLAINED_SHARE_INV * o.per_forward_ns:
+        return [_overhead_noise(profile, o, ratio, clean_lo, clean_hi)]
+    what = "module call" if o.method == "hooks" else "layer range and recorded operator"
     return [
         Finding(
             "warning",
-            f"instrumentation slowed the forward {o.instrumented_ns / o.clean_ns:.1f}x",
-            f"{human_time(o.per_call_ns)} per module call x {o.calls_per_forward:g} calls;"
-            " self times were corrected"
+            f"instrumentation slowed the forward {ratio:.1f}x",
+            f"its calibrated cost, {cost_text(o)}, explains the gap; self times were"
+            " corrected"
             + (" for it" if o.corrected else " (correction off)")
-            + ", but shares of microsecond layers are less precise.",
-            "trust the latency line for the whole model; use --ops for tiny layers",
+            + f", but shares of microsecond layers are less precise (a cost per {what}).",
+            "trust the latency line for the whole model; use --ops for tiny layers"
+            if o.method == "hooks"
+            else "trust the latency line for the whole model; hooks mode costs less per layer",
         )
     ]
+
+
+def _overhead_noise(
+    profile: Profile, o: Overhead, ratio: float, clean_lo: float, clean_hi: float
+) -> Finding:
+    gap = (o.instrumented_ns or 0.0) - (o.clean_ns or 0.0)
+    share = 100 * o.per_forward_ns / gap if gap > 0 else 0.0
+    return Finding(
+        "warning",
+        f"the per-layer pass ran {ratio:.1f}x the clean one: machine noise, not instrumentation",
+        f"instrumented forward {human_time(o.instrumented_ns or 0.0)} against the clean"
+        f" {human_time(o.clean_ns or 0.0)} (95% CI {human_time(clean_lo)}-{human_time(clean_hi)});"
+        f" the instrumentation's calibrated cost, {cost_text(o)}, is {share:.2g}% of that"
+        " gap. The rest came from elsewhere while the per-layer pass ran, so its layer"
+        f" times are inflated by load, not by the model. {contention_cause(profile.meta)}",
+        threads_hint(profile.meta),
+    )
 
 
 def _has_root_samples(profile: Profile) -> bool:
@@ -393,15 +426,8 @@ def _setup(profile: Profile) -> list[Finding]:
                 "try --dtype bfloat16, or torch.autocast in your code",
             )
         )
-    if m.mode == "train" and m.source == "layerprof.run":
-        out.append(
-            Finding(
-                "info",
-                "the model ran in train mode",
-                "dropout and batch-norm statistics updates run in train mode.",
-                "drop --train to measure inference",
-            )
-        )
+    # no finding for train mode: a run is in train mode only when the user asked for it
+    # (--train, eval=False), and the header says "mode train"
     return out
 
 
@@ -545,7 +571,7 @@ RULES: tuple[Rule, ...] = (
         lambda p: p.breakdown is not None or p.queues is not None,
         distributed_findings,
     ),
-    Rule("setup (dtype, train mode)", live, _setup),
+    Rule("setup (dtype)", live, _setup),
     Rule(
         f"FLOP coverage (>= {100 * RELIABLE_COVERAGE:.0f}% of the op time in counted ops)",
         has_coverage,

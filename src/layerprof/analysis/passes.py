@@ -4,9 +4,10 @@
   total) against the clean latency, both as 95 % confidence intervals of the
   median. A per-layer pass *faster* than the clean one beyond ``PASS_BOUND``
   cannot come from the code (it does more work): something else used the CPU
-  while the clean pass ran. Slower beyond the bound and beyond the hooks'
-  calibrated cost (hooks mode only; ops mode's profiler cost is not known):
-  contention during the per-layer pass, or another code path.
+  while the clean pass ran. Slower beyond the bound and beyond the
+  instrumentation's calibrated cost (``Overhead.per_forward_ns``: the hooks'
+  per-call cost, or in ops mode the profiler's per-operator and per-range
+  cost): contention during the per-layer pass, or another code path.
 * **Code paths** (``Profile.passes``, from ``layerprof.capture.fastpath``): layers
   that ran torch's fused fast path, whether the per-layer pass did too, and
   modules called in one pass only.
@@ -23,7 +24,7 @@ from layerprof.units import human_time
 
 if TYPE_CHECKING:
     from layerprof.profile import LayerRow, Profile
-    from layerprof.records import Meta
+    from layerprof.records import Meta, Overhead
     from layerprof.sections import FusedLayer
     from layerprof.stats import Summary
 
@@ -51,7 +52,8 @@ def pass_gap(profile: Profile) -> tuple[Gap, float] | None:
     clean_lo, clean_hi = interval(lat)
     layer_lo, layer_hi = interval(layer)
     o = profile.overhead
-    hooks = o.per_call_ns * o.calls_per_forward if o is not None and not o.corrected else 0.0
+    # a corrected pass had the calibrated cost taken out already; else allow for it
+    hooks = o.per_forward_ns if o is not None and not o.corrected else 0.0
     ratio = layer.median / lat.median
     if (layer_hi + hooks) * PASS_BOUND < clean_lo:
         return "clean slower", ratio
@@ -83,7 +85,7 @@ def agreement_findings(profile: Profile) -> list[Finding]:
     if gap is None:
         return []
     kind, ratio = gap
-    lat, layer = profile.latency, layer_pass_forward(profile)
+    lat, layer, o = profile.latency, layer_pass_forward(profile), profile.overhead
     assert lat is not None and layer is not None
     both = (
         f"clean pass {_ci_text(lat)}, per-layer pass {_ci_text(layer)} per forward ({ratio:.2f}x)"
@@ -104,17 +106,36 @@ def agreement_findings(profile: Profile) -> list[Finding]:
         )
     else:
         why = (
-            f"{both}, more than its hooks cost. Something else used the CPU while the"
-            " per-layer pass ran, or the model runs other code with hooks on it."
+            f"{both}, more than its instrumentation's calibrated cost"
+            f" ({cost_text(o)}) and the noise of both passes explain."
+            " Something else used the CPU while the per-layer pass ran, or the model runs"
+            " other code when instrumented."
         )
     return [
         Finding(
             "high",
             "the numbers are unreliable: the clean and the per-layer pass disagree",
             f"{why} {contention_cause(profile.meta)}",
-            _threads_hint(profile.meta),
+            threads_hint(profile.meta),
         )
     ]
+
+
+def cost_text(o: Overhead | None) -> str:
+    """The calibrated cost per forward and what it is made of."""
+    if o is None:
+        return "unknown"
+    if o.method == "ops":
+        return (
+            f"{human_time(o.per_forward_ns)} per forward: {human_time(o.per_op_ns)} per"
+            " recorded operator"
+            f" x {o.ops_per_forward:g} and {human_time(o.per_call_ns)} per layer range"
+            f" x {o.calls_per_forward:g}"
+        )
+    return (
+        f"{human_time(o.per_forward_ns)} per forward: {human_time(o.per_call_ns)} per"
+        f" module call x {o.calls_per_forward:g}"
+    )
 
 
 def _ci_text(s: Summary) -> str:
@@ -140,7 +161,7 @@ def contention_cause(meta: Meta) -> str:
     return "Likely causes: other processes or threads on the same CPUs."
 
 
-def _threads_hint(meta: Meta) -> str:
+def threads_hint(meta: Meta) -> str:
     cpus = meta.extra.get("cpus")
     fewer = f" (this machine lets it use {cpus} CPUs)" if isinstance(cpus, int) else ""
     return (

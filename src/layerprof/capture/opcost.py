@@ -92,7 +92,8 @@ def corrected_samples(
             + s.calls * correction.range_inside_ns
             + kids_calls.get(path, 0.0) * correction.range_leak_ns
         )
-        own[path] = np.maximum(s.self_ns.values - cost, 0.0)
+        # whole ns before the roll-up, so total == self + sum(children) holds exactly
+        own[path] = np.rint(np.maximum(s.self_ns.values - cost, 0.0))
     totals = _roll_up(own, parent, [i.path for i in layers])
     return {
         path: replace(
@@ -104,6 +105,12 @@ def corrected_samples(
         else s
         for path, s in samples.items()
     }
+
+
+def forward_ops(ops: tuple[OpStat, ...], n: int) -> float:
+    """Forward operators recorded per iteration, all layers (nested operators included)."""
+    counts = _ops_per_layer(ops, n)
+    return float(sum(np.sum(c) for c in counts.values()) / max(n, 1))
 
 
 def _ops_per_layer(ops: tuple[OpStat, ...], n: int) -> dict[str, Any]:

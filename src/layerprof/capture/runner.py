@@ -45,8 +45,9 @@ from layerprof.capture.recorder import Recorder, ShapeCapture, calibrate, layer_
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.load.limits import threads_problem
 from layerprof.load.modulegraph import check_acyclic
-from layerprof.records import LayerInfo, LayerSamples, Meta, Overhead
+from layerprof.records import LayerInfo, LayerSamples, Meta, OpStat, Overhead
 from layerprof.stats import Series, median
+from layerprof.units import human_time
 
 if TYPE_CHECKING:
     import torch
@@ -170,7 +171,7 @@ def run_model(
                     loss=opts.loss, peak=opts.peak,
                 )  # fmt: skip
             elif opts.kind != "eager":
-                profile = _scripted(model, program, args, kwargs, opts, base).with_notes(
+                profile = _scripted(model, program, args, kwargs, opts, base, device).with_notes(
                     f"FLOPs not counted: a {_KIND_NAMES.get(opts.kind, opts.kind)} runs"
                     " its ops outside the Python modules the counter follows; run the eager"
                     " model (--arch) for FLOPs and the roofline"
@@ -261,14 +262,16 @@ def _layer_pass(
         base = replace(base, flops=summary)
         note = (
             cost.note()
-            if cost is not None
+            if opts.correct_overhead
             else (
                 "ops mode: layer times come from torch.profiler ranges and include its"
                 " per-op recording cost (not corrected); the latency is from the clean pass"
             )
         )
         traced = _with_trace(base, raw.profile(), raw, ops=True, layers=layers, notes=(note,))
-        if cost is not None:
+        overhead = ops_overhead(traced, traced.ops, cost, opts.correct_overhead)
+        traced = replace(traced, overhead=overhead)
+        if opts.correct_overhead:
             from layerprof.capture.opcost import corrected_samples
 
             samples = corrected_samples(traced.samples, traced.ops, layers, cost)
@@ -288,13 +291,37 @@ def _layer_pass(
     return check_passes(profile, clean_path)
 
 
-def _ops_cost(device: str, opts: RunOptions) -> OpsCorrection | None:
-    """Ops mode's recording cost per operator and layer range (layerprof.capture.opcost)."""
-    if not opts.correct_overhead:
-        return None
+def _ops_cost(device: str, opts: RunOptions) -> OpsCorrection:
+    """Ops mode's recording cost per operator and layer range (layerprof.capture.opcost);
+    measured also with --no-correct, as hooks mode's is: the pass-agreement and overhead
+    findings weigh the passes' gap against it."""
     from layerprof.capture.opcost import calibrate_ops
 
     return calibrate_ops(device)
+
+
+def ops_overhead(
+    traced: Profile, ops: tuple[OpStat, ...], cost: OpsCorrection, corrected: bool
+) -> Overhead:
+    """Ops mode's calibrated cost per forward, and the passes' medians: the per-layer
+    pass's forward is the root's range, before any correction."""
+    from layerprof.capture.opcost import forward_ops
+
+    roots = [i.path for i in traced.layers if i.parent is None]
+    root = traced.samples.get(roots[0]) if len(roots) == 1 else None
+    iterations = max((s.total_ns.n for s in traced.samples.values()), default=0)
+    calls = sum(s.calls for s in traced.samples.values())
+    return Overhead(
+        per_call_ns=cost.range_inside_ns + cost.range_leak_ns,
+        inside_ns=cost.range_inside_ns,
+        corrected=corrected,
+        calls_per_forward=calls,
+        clean_ns=traced.latency_ns.median if traced.latency_ns is not None else None,
+        instrumented_ns=root.total_ns.median if root is not None and root.calls else None,
+        method="ops",
+        per_op_ns=cost.per_op_ns,
+        ops_per_forward=forward_ops(ops, iterations),
+    )
 
 
 def _opaque_notes(model: torch.nn.Module) -> list[str]:
@@ -460,20 +487,40 @@ def _scripted(
     kwargs: dict[str, Any],
     opts: RunOptions,
     base: Profile,
+    device: str,
 ) -> Profile:
-    """TorchScript / torch.export: per-layer rows from the profiler, not from hooks."""
+    """TorchScript / torch.export: per-layer rows from the profiler, not from hooks; its
+    recording cost is calibrated and removed as in ops mode (layerprof.capture.opcost)."""
     from layerprof.capture.ops import OpOptions
     from layerprof.capture.scripted import export_capture, script_capture
 
     options = opts.ops or OpOptions()
+    cost = _ops_cost(device, opts)
     if opts.kind == "torchscript":
         rows = script_capture(model, args, kwargs, iters=opts.iters, options=options)
         layers, raw, notes = rows.layers, rows.raw, rows.notes
+        # only the root is a profiler range here; sub-layer spans are read off the ops
+        cost = replace(cost, range_inside_ns=0.0, range_leak_ns=0.0)
     else:
         layers, raw = export_capture(program, args, kwargs, iters=opts.iters, options=options)
         notes = (f"{opts.kind}: per-layer times come from torch.profiler ranges",)
     traced = raw.profile()
-    return _with_trace(base, traced, raw, ops=opts.ops is not None, layers=layers, notes=notes)
+    note = (
+        f"{opts.kind}: the profiler's recording cost was measured"
+        f" ({human_time(cost.per_op_ns)} per recorded operator) and removed from layer self"
+        " times; operator rows keep it; the latency is from the clean pass"
+        if opts.correct_overhead
+        else f"{opts.kind}: layer times include the profiler's recording cost (not corrected)"
+    )
+    out = _with_trace(
+        base, traced, raw, ops=opts.ops is not None, layers=layers, notes=(*notes, note)
+    )
+    out = replace(out, overhead=ops_overhead(out, traced.ops, cost, opts.correct_overhead))
+    if opts.correct_overhead:
+        from layerprof.capture.opcost import corrected_samples
+
+        out = replace(out, samples=corrected_samples(out.samples, traced.ops, layers, cost))
+    return out
 
 
 def _with_trace(

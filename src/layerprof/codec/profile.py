@@ -51,7 +51,7 @@ def profile_body(p: Profile, *, samples: bool, top: int | None = None) -> dict[s
         "meta": meta,
         "latency_ms": _latency(p, samples=True),
         "overhead": _overhead(p.overhead),
-        "layers": [_layer(p, r, samples) for r in p.rows()],
+        "layers": _layers(p, samples),
         "ops": [_op(o, samples) for o in first_rows(p.ops, top)],
         "notes": list(p.notes),
     }
@@ -79,6 +79,9 @@ def _overhead(o: Overhead | None) -> dict[str, Any] | None:
         "clean_ms": ms(o.clean_ns),
         "instrumented_ms": ms(o.instrumented_ns),
         "ratio": (o.instrumented_ns / o.clean_ns) if o.clean_ns and o.instrumented_ns else None,
+        "method": o.method,
+        "per_op_us": o.per_op_ns / NS_PER_US,
+        "ops_per_forward": o.ops_per_forward,
     }
 
 
@@ -112,6 +115,33 @@ def layer_record(row: Any) -> dict[str, Any]:
 
 def layer_records(profile: Profile) -> list[dict[str, Any]]:
     return [layer_record(r) for r in profile.rows()]
+
+
+def _layers(p: Profile, samples: bool) -> list[dict[str, Any]]:
+    """The layer records, each with its roofline numbers where the console and the HTML
+    report show them (derived from FLOPs, bytes, time and the peak: written, not read)."""
+    from layerprof.analysis.roofline import roofline
+
+    line = roofline(p)
+    points = {pt.path: pt for pt in line.points} if line is not None else {}
+    out = []
+    for r in p.rows():
+        d = _layer(p, r, samples)
+        point = points.get(r.path)
+        if point is not None:
+            d["roofline"] = {
+                "flops_per_s": point.rate,
+                "intensity_flop_per_byte": point.intensity,
+                "peak_pct": None if point.peak_share is None else 100 * point.peak_share,
+                "attainable_pct": (
+                    None if point.attainable_share is None else 100 * point.attainable_share
+                ),
+                "bound": point.bound,
+                "time_ms": point.time_ns / NS_PER_MS,
+                "device_time": line.device_time if line is not None else False,
+            }
+        out.append(d)
+    return out
 
 
 def _layer(p: Profile, row: Any, samples: bool) -> dict[str, Any]:
@@ -274,6 +304,9 @@ def _read_latency(f: Fields | None) -> tuple[Series | None, int | None]:
 def _read_overhead(f: Fields | None) -> Overhead | None:
     if f is None:
         return None
+    method = f.text("method", "hooks")  # files before 22.4 knew hooks mode only
+    if method not in ("hooks", "ops"):
+        raise ProfileFormatError(f"{f.where}.method: expected hooks or ops, found {method!r}")
     return Overhead(
         per_call_ns=f.number("per_call_us") * NS_PER_US,
         inside_ns=f.number("inside_us", 0) * NS_PER_US,
@@ -281,6 +314,9 @@ def _read_overhead(f: Fields | None) -> Overhead | None:
         calls_per_forward=f.number("calls_per_forward", 0),
         clean_ns=f.opt_ns("clean_ms"),
         instrumented_ns=f.opt_ns("instrumented_ms"),
+        method=method,
+        per_op_ns=f.number("per_op_us", 0) * NS_PER_US,
+        ops_per_forward=f.number("ops_per_forward", 0),
     )
 
 

@@ -125,7 +125,8 @@ def header_lines(profile: Profile) -> list[Text | str]:
         Text(
             f"device {m.device}  dtype {m.dtype}  torch {m.torch or '?'}"
             + (f"  threads {m.threads}" if m.threads else "")
-            + f"  mode {m.mode}{' +grad' if m.grad else ''}"
+            + (f"  mode {m.mode}" if m.mode else "")  # a trace may not say
+            + (" +grad" if m.grad else "")
         ),
     ]
     sig_lines = signature_lines(profile)
@@ -161,12 +162,13 @@ def header_lines(profile: Profile) -> list[Text | str]:
             else ""
         )
         corrected = "self times corrected for it" if o.corrected else "not corrected"
-        lines.append(
-            Text(
-                f"overhead {human_time(o.per_call_ns)} per module call"
-                f" x {o.calls_per_forward:g} calls/forward{ratio}; {corrected}"
-            )
+        cost = (
+            f"{human_time(o.per_op_ns)} per recorded operator x {o.ops_per_forward:g}"
+            f" + {human_time(o.per_call_ns)} per layer range x {o.calls_per_forward:g}"
+            if o.method == "ops"
+            else f"{human_time(o.per_call_ns)} per module call x {o.calls_per_forward:g} calls"
         )
+        lines.append(Text(f"overhead {cost}/forward{ratio}; {corrected}"))
     if pass_gap(profile) is not None:
         lines.append(
             Text(

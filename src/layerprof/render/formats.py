@@ -50,8 +50,15 @@ class ConsoleRenderer:
         else:
             raise _unsupported(self.name, obj)
 
-    def render(self, obj: Any, *, width: int = 120, **options: Any) -> str:
+    def render(self, obj: Any, *, width: int | None = 120, **options: Any) -> str:
+        """The report as text, ``width`` columns wide (None: as wide as ``.print()`` lays
+        it out: the terminal, $COLUMNS, or ``PIPE_WIDTH`` in a pipe)."""
         from rich.console import Console
+
+        if width is None:
+            from layerprof.render.terminal import output_width
+
+            width = output_width()
 
         console = Console(file=io.StringIO(), width=width, color_system=None, record=True)
         self.print(obj, console=console, **options)

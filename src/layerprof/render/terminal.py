@@ -190,6 +190,13 @@ class SafeConsole(Console):
         self.push_render_hook(EscapeControls())
 
 
+def output_width(*, stderr: bool = False) -> int:
+    """The width ``make_console`` lays reports out for: the terminal's, $COLUMNS, or
+    ``PIPE_WIDTH`` for a pipe or a file (``print(profile)`` uses it too)."""
+    probe = Console(stderr=stderr)
+    return probe.width if probe.is_terminal or "COLUMNS" in os.environ else PIPE_WIDTH
+
+
 def make_console(*, stderr: bool = False) -> Console:
     """The CLI's console. A pipe or a file gets ``PIPE_WIDTH`` columns (or $COLUMNS);
     tables fit that width without cutting a number (``render.columns``)."""

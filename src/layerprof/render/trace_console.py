@@ -216,7 +216,7 @@ def print_ranks(run: Run, console: Console, top: int) -> None:
         _print_table(
             out,
             "per rank" + ("" if kernels else " (no device kernels: see the step breakdown)"),
-            ["rank", "median step ms"]
+            ["rank", f"median {run.step_word} ms"]
             + (["kernel communication ms", "kernel compute ms"] if kernels else []),
             [
                 [str(line.rank), MS.fmt(line.median_step_ns)]
@@ -225,7 +225,7 @@ def print_ranks(run: Run, console: Console, top: int) -> None:
             ],
         )
         if cross.slowest_rank is not None:
-            out.print(Text(f"slowest rank by median step: {cross.slowest_rank}"))
+            out.print(Text(f"slowest rank by median {run.step_word}: {cross.slowest_rank}"))
         _print_stragglers(run, out)
 
 
@@ -386,7 +386,7 @@ def _print_stragglers(run: Run, console: Console) -> None:
         console,
         "arrivals per rank (clocks aligned on collective ends)",
         ["rank", "collectives", "unmatched", "last", "median late ms", "compute before ms",
-         "clock offset us", "median step ms"],
+         "clock offset us", f"median {run.step_word} ms"],
         [
             [str(r.rank), fmt_calls(r.collectives), fmt_calls(r.unmatched), fmt_calls(r.last),
              MS.fmt(r.median_late_ns), MS.fmt(r.prior_compute_ns), US.fmt(r.clock_offset_ns),

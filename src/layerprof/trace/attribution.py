@@ -6,8 +6,10 @@
 * Backward: an ``autograd::engine::evaluate_function: XBackward0`` span carries
   the sequence number of the forward op that created its node; the node and
   every op under it belong to that forward op's layer, phase ``backward``.
-  Sequence numbers count per thread: a number seen in two layers (two forward
-  threads) is ambiguous and left unattributed. Nodes with no forward op
+  Ops that create no node record the number too (it is the next node's), so
+  the creator is the last op on its thread to start with it. Sequence numbers
+  count per thread: a number whose creators on two threads lie in two layers
+  is ambiguous and left unattributed. Nodes with no forward op
   (``AccumulateGrad``, the loss) are ``(unattributed)`` too, never dropped.
 * Per step (``steps.complete``; the whole trace when there are none): calls,
   self, total and (inclusive) device time per (layer, op name[, input shapes],
@@ -31,7 +33,7 @@ from layerprof.profile import ancestors
 from layerprof.records import OpSamples, OpStat
 from layerprof.sections import Steps
 from layerprof.stats import Series
-from layerprof.trace.events import I64, LAYER, OP, EventTables
+from layerprof.trace.events import I64, LAYER, OP, EventTables, HostSpans
 from layerprof.trace.modules import step_index
 from layerprof.trace.nesting import Nesting
 from layerprof.trace.opcolumns import op_columns
@@ -73,7 +75,7 @@ def attribute(tables: EventTables, nesting: Nesting) -> Attribution:
     layer[inside] = span_path[nesting.parent_layer[inside]]
     node = _backward_nodes(tables, nesting)
     backward = node >= 0
-    forward_layer = _forward_layer_by_seq(host.seq, layer, is_op & ~backward)
+    forward_layer = _forward_layer_by_seq(host, layer, is_op & ~backward)
     node_ops = np.flatnonzero(backward)
     if len(node_ops):
         seqs = host.seq[node[node_ops]]
@@ -105,17 +107,30 @@ def _backward_nodes(tables: EventTables, nesting: Nesting) -> I64:
     return np.asarray(out, dtype=np.int64)
 
 
-def _forward_layer_by_seq(seq: I64, layer: I64, forward: np.ndarray) -> dict[int, int]:
-    """Sequence number -> layer of the forward op that has it (ambiguous numbers left out)."""
-    idx = np.flatnonzero(forward & (seq >= 0) & (layer >= 0))
+def _forward_layer_by_seq(host: HostSpans, layer: I64, forward: np.ndarray) -> dict[int, int]:
+    """Sequence number -> layer of the forward op that created the node with that number.
+
+    Every op records the number the *next* graph node will get, so ops that
+    create no node (``x != 0`` on integer indices, ``torch.ones`` for a mask)
+    share it with the op that does, and run before it: the creator is the
+    last op on its thread to start with that number (a nested op lies in its
+    outer op's layer). Ops outside every layer count too (the loss's node
+    stays unattributed). Numbers whose creators on two threads lie in two
+    layers are ambiguous and left out.
+    """
+    idx = np.flatnonzero(forward & (host.seq >= 0))
+    idx = idx[np.lexsort((host.start[idx], host.seq[idx], host.thread[idx]))]
+    last: dict[tuple[int, int], int] = {}  # (thread, seq) -> layer of its latest op
+    for t, s, k in zip(
+        host.thread[idx].tolist(), host.seq[idx].tolist(), layer[idx].tolist(), strict=True
+    ):
+        last[(t, s)] = k
     out: dict[int, int] = {}
     ambiguous: set[int] = set()
-    for s, k in zip(seq[idx].tolist(), layer[idx].tolist(), strict=True):
+    for (_, s), k in last.items():
         if out.setdefault(s, k) != k:
             ambiguous.add(s)
-    for s in ambiguous:
-        del out[s]
-    return out
+    return {s: k for s, k in out.items() if s not in ambiguous and k >= 0}
 
 
 # ---- per step ---------------------------------------------------------------------------

@@ -8,13 +8,15 @@ measured. A layer nested in a call of the same path (recursion) counts its
 self time and calls but not its total again, as the live run does.
 
 A module span's path joins the names of the module spans enclosing it on the
-same thread (``Net_0.Sequential_0.Linear_1``); ``k`` counts instances of the
-class, so the path is what tells two ``Linear_0`` apart. Host total/self
+same thread; ``k`` in ``Class_k`` counts instances of the class in the
+profiler session, so the rows are then renamed by structure (``structural``:
+``Net.Sequential.Linear[1]``), which two traces of one model share. Host total/self
 follow ops (self = total minus the union of direct child modules); device
 time is that of the kernels launched inside, inclusive and own. Times are
 also split per complete step, which is what the Profile pivot samples.
 Annotation trees work the same; ``ProfilerStep#N`` spans are the steps, not
-tree nodes, and dots in annotation names become ``_`` in paths.
+tree nodes, and dots in annotation names become ``_`` in paths (the rows' names
+keep them: ``Optimizer.step#SGD.step``).
 """
 
 from __future__ import annotations
@@ -123,7 +125,10 @@ def tree(
         paths[i] = path
         a = acc.get(path)
         if a is None:
-            a = acc[path] = _Acc(short, _type_of(short, kind), parent_path, n_steps)
+            # the name stays as written (Optimizer.step#SGD.step); only the path, whose
+            # dots separate levels, spells an annotation's dots as "_"
+            name = short if kind == MODULE else raw
+            a = acc[path] = _Acc(name, _type_of(short, kind), parent_path, n_steps)
         a.add(durs[i], selfs[i], incl[i], owns[i], step_list[i])
     return tuple(acc[path].row(path, has_device) for path in _pre_order(acc))
 
@@ -251,6 +256,45 @@ def renamed(rows: tuple[TreeRow, ...], mapping: dict[str, str]) -> tuple[TreeRow
             r,
             path=mapping.get(r.path, r.path),
             parent=None if r.parent is None else mapping.get(r.parent, r.parent),
+        )
+        for r in rows
+    )
+
+
+def structural(rows: tuple[TreeRow, ...]) -> tuple[TreeRow, ...]:
+    """Module rows renamed by their place in the tree, not by torch's instance counters.
+
+    ``nn.Module: Class_k`` counts instances of the class in the order the
+    profiler first saw them, so the same model reads ``Conv2d_18`` in one
+    trace and ``Conv2d_20`` in another (a module called earlier in the
+    session, a different step window). Here each module is named by its class
+    alone when no sibling (same parent) has that class, else ``Class[i]``,
+    ``i`` counting the siblings of that class in first-call order:
+    ``ResNet.Sequential[3].BasicBlock[1].Conv2d[0]``. Two traces of one model
+    therefore name its layers alike, and ``diff`` matches them.
+    """
+    if not rows:
+        return rows
+    siblings: dict[tuple[str | None, str], int] = {}
+    place: dict[str, int] = {}
+    for r in rows:  # pre-order: each sibling group in first-call order
+        key = (r.parent, r.type)
+        place[r.path] = siblings.get(key, 0)
+        siblings[key] = place[r.path] + 1
+    new: dict[str, str] = {}
+    short: dict[str, str] = {}
+    for r in rows:
+        alone = siblings[(r.parent, r.type)] == 1
+        name = r.type if alone else f"{r.type}[{place[r.path]}]"
+        parent = new.get(r.parent) if r.parent is not None else None
+        new[r.path] = f"{parent}.{name}" if parent else name
+        short[r.path] = name
+    return tuple(
+        replace(
+            r,
+            path=new[r.path],
+            name=short[r.path],
+            parent=None if r.parent is None else new.get(r.parent, r.parent),
         )
         for r in rows
     )

@@ -32,7 +32,13 @@ from layerprof.profile import Profile, parent_path
 from layerprof.records import LayerInfo, LayerSamples, Meta, OpStat
 from layerprof.sections import AnnotationRow, Steps, TraceSource
 from layerprof.stats import Series
-from layerprof.trace.attribution import attribute, backward_times, layer_ops, layer_peaks
+from layerprof.trace.attribution import (
+    BACKWARD_NODE,
+    attribute,
+    backward_times,
+    layer_ops,
+    layer_peaks,
+)
 from layerprof.trace.breakdown import breakdown
 from layerprof.trace.comm import communication
 from layerprof.trace.events import ANNOTATION, LAYER, MODULE, EventTables
@@ -40,7 +46,14 @@ from layerprof.trace.gpu import device_use, kernel_table, kind_table, launches, 
 from layerprof.trace.links import Links, link
 from layerprof.trace.memory import memory_summary
 from layerprof.trace.memtimeline import memory_timeline
-from layerprof.trace.modules import TreeRow, module_paths, module_types, renamed, tree
+from layerprof.trace.modules import (
+    TreeRow,
+    module_paths,
+    module_types,
+    renamed,
+    structural,
+    tree,
+)
 from layerprof.trace.nesting import Nesting, nest
 from layerprof.trace.ops import device_times
 from layerprof.trace.queue import queues
@@ -94,7 +107,7 @@ def reduce(
     )
     done = steps.complete
     profile = Profile(
-        meta=_meta(source, tables.platform, len(done)),
+        meta=_meta(source, tables.platform, len(done), _training(ops, annotation_rows)),
         layers=layers,
         samples=samples,
         latency_ns=Series([s.dur_ns for s in done]) if done else None,
@@ -132,7 +145,9 @@ def _modules(
     """The layer tree: layerprof's layer spans when present, else ``nn.Module`` spans."""
     if (tables.host.kind == LAYER).any():
         return tree(tables, nesting, links, steps, LAYER, module_types(header)), LAYER_SOURCE
-    rows = renamed(tree(tables, nesting, links, steps, MODULE), module_paths(header))
+    rows = tree(tables, nesting, links, steps, MODULE)
+    mapping = module_paths(header)  # layerprof's own traces name the real paths
+    rows = renamed(rows, mapping) if mapping else structural(rows)
     return rows, MODULE_SOURCE if rows else None
 
 
@@ -237,10 +252,18 @@ def _annotation(r: TreeRow) -> AnnotationRow:
     )
 
 
-def _meta(source: TraceSource, platform: str | None, steps: int) -> Meta:
+def _training(ops: tuple[OpStat, ...], annotations: tuple[TreeRow, ...]) -> bool:
+    """Whether the trace shows a training step: backward nodes or an optimizer's spans."""
+    return any(o.phase == "backward" or o.name.startswith(BACKWARD_NODE) for o in ops) or any(
+        a.name.startswith(("Optimizer.step#", "Optimizer.zero_grad#")) for a in annotations
+    )
+
+
+def _meta(source: TraceSource, platform: str | None, steps: int, training: bool) -> Meta:
     """What the trace says about its run, and nothing it does not say: the device is
     the accelerator its events come from ("" when it has none, or an unknown one),
-    the dtype only what layerprof's marker recorded."""
+    the dtype only what layerprof's marker recorded, the mode the marker's, else
+    ``train`` where the trace has backward nodes or optimizer steps, else unknown ("")."""
     run = source.run
     named = (source.producer or {}).get("model")
     model = named if isinstance(named, str) and named else _file_model(source.file)
@@ -257,6 +280,7 @@ def _meta(source: TraceSource, platform: str | None, steps: int) -> Meta:
     if isinstance(inputs, list) and all(isinstance(i, str) for i in inputs):
         values["inputs"] = tuple(inputs)
     values.setdefault("dtype", "")
+    values.setdefault("mode", "train" if training else "")
     return Meta(
         model=model,
         device=platform or "",
@@ -327,7 +351,10 @@ def _notes(tables: EventTables, steps: Steps, p: Profile) -> list[str]:
     if source.module_source == LAYER_SOURCE:
         notes.append("layers: from layerprof's layer spans (the modules' qualified paths)")
     elif source.module_source == MODULE_SOURCE:
-        notes.append("layers: from nn.Module spans (paths of class_instance names)")
+        notes.append(
+            "layers: from nn.Module spans, named by class and place among same-class"
+            " siblings (Class[i]), not by the trace's instance counters"
+        )
     else:
         notes.append("no nn.Module events: profile with with_stack=True for the module tree")
     if tables.dropped_ts0:

@@ -452,7 +452,7 @@ def _stragglers(s: Subject) -> str:
     if st.ranks:
         body += table(
             "lp-stragglers",
-            _lateness_cols(st.ranks),
+            _lateness_cols(st.ranks, s.run.step_word if s.run is not None else "step"),
             st.ranks,
             caption=(
                 "Arrivals are compared with clocks aligned on the collectives' common ends;"
@@ -474,7 +474,7 @@ def _stragglers(s: Subject) -> str:
     return body
 
 
-def _lateness_cols(ranks: Sequence[RankLateness]) -> list[Col[RankLateness]]:
+def _lateness_cols(ranks: Sequence[RankLateness], step_word: str) -> list[Col[RankLateness]]:
     unit = _unit(
         [r.late_ns for r in ranks]
         + [r.prior_compute_ns for r in ranks]
@@ -491,7 +491,7 @@ def _lateness_cols(ranks: Sequence[RankLateness]) -> list[Col[RankLateness]]:
         time_col("Compute before", lambda r: r.prior_compute_ns, unit),
         name_col("Mostly before", lambda r: r.prior_top or ""),
         time_col("Clock offset", lambda r: r.clock_offset_ns, offset),
-        time_col("Median step", lambda r: r.median_step_ns, unit),
+        time_col(f"Median {step_word}", lambda r: r.median_step_ns, unit),
     ]
 
 

@@ -113,6 +113,12 @@ def overhead_text(ov: Overhead) -> str:
     parts = [f"{US.fmt(ov.per_call_ns)} µs per hooked call ({US.fmt(ov.inside_ns)} µs inside it)"]
     if ov.calls_per_forward:
         parts[0] += f" × {fmt_calls(ov.calls_per_forward)} calls per forward"
+    if ov.method == "ops":  # torch.profiler's recording cost: per operator and per range
+        parts = [
+            f"{US.fmt(ov.per_op_ns)} µs per recorded operator × {fmt_calls(ov.ops_per_forward)}"
+            f" and {US.fmt(ov.per_call_ns)} µs per layer range"
+            f" × {fmt_calls(ov.calls_per_forward)} per forward"
+        ]
     if ov.clean_ns is not None and ov.instrumented_ns is not None:
         ratio = f" ({ov.instrumented_ns / ov.clean_ns:.2f}×)" if ov.clean_ns > 0 else ""
         parts.append(

@@ -397,8 +397,18 @@ def annotations_section(s: Subject) -> Section | None:
     if not rows:
         return None
     unit = _unit([a.row.total_ns for a in rows])
+    # a path spells dots as "_" (they separate levels); show the real names
+    rows_by_path = {a.path: a for p in s.ranks for a in p.annotations}
+
+    def chain(a: AnnotationRow) -> str:
+        out, parent = [a.name], a.parent
+        while parent is not None and parent in rows_by_path and len(out) < 64:
+            out.append(rows_by_path[parent].name)
+            parent = rows_by_path[parent].parent
+        return " › ".join(reversed(out))
+
     spec: list[Col[AnnotationRow]] = [
-        text_col("Annotation", lambda a: a.path, css="path"),
+        text_col("Annotation", chain, css="path"),
         calls_col("Calls", lambda a: a.calls),
         time_col("Total", lambda a: a.total_ns, unit),
         time_col("Self", lambda a: a.self_ns, unit),
@@ -448,7 +458,7 @@ def cross_rank_section(s: Subject) -> Section | None:
     line_cols: list[Col[RankLine]] = [
         Col("Rank", lambda r: str(r.rank), lambda r: r.rank),
         text_col("File", lambda r: files.get(r.rank, ""), css="path"),
-        time_col("Median step", lambda r: r.median_step_ns, unit),
+        time_col(f"Median {run.step_word}", lambda r: r.median_step_ns, unit),
     ]
     if cross.kernel_time:
         line_cols += [
@@ -461,7 +471,9 @@ def cross_rank_section(s: Subject) -> Section | None:
             "lp-rank-steps", _cross_step_cols(run.ranks, unit), cross.steps
         )
     if cross.slowest_rank is not None:
-        body += paragraph(f"Slowest rank by median step: {cross.slowest_rank}.", "verdict")
+        body += paragraph(
+            f"Slowest rank by median {run.step_word}: {cross.slowest_rank}.", "verdict"
+        )
     intro = f"{len(run.ranks)} ranks of {run.path} (rank from {run.rank_source})."
     return Section("ranks", "Ranks side by side", body, intro)
 
