@@ -442,9 +442,8 @@ class Diff(sinks.Output):
         if self.evidence == "single-run":
             return f"{SINGLE_RUN}; {HOW_TO_GATE}"
         how = "interleaved rounds" if self.evidence == "rounds" else "separate processes"
-        return (
-            f"judged on the run-to-run spread: {self.runs_base} vs {self.runs_new} {how}"
-            + (" (drift between the sides is not paired away)" if self.evidence == "repeats" else "")
+        return f"judged on the run-to-run spread: {self.runs_base} vs {self.runs_new} {how}" + (
+            " (drift between the sides is not paired away)" if self.evidence == "repeats" else ""
         )
 
     # ---- the gate ---------------------------------------------------------
@@ -686,26 +685,42 @@ class _Judge:
 
     def _between(self, base: dict[int, int], new: dict[int, int]) -> Change | None:
         """Judged on the per-run medians: a paired t-test over rounds, or Welch's over
-        two sets of processes; ``None`` when a side has fewer than two runs of the row."""
-        test: TTest
+        two sets of processes; ``None`` when a side has fewer than two runs of the row.
+
+        The tests run on the logarithms of the medians, so that a machine running
+        20 % slower in one round scales both of its processes alike and cancels
+        from their ratio (on differences it would scale the change itself); a row
+        with a zero median in some run is tested on plain differences instead.
+        """
         if self.paired:
             keys = sorted(base.keys() & new.keys())
             b_vals, n_vals = [base[k] for k in keys], [new[k] for k in keys]
-            if len(keys) < 2:
-                return None
-            test = paired_t_test([n - b for b, n in zip(b_vals, n_vals, strict=True)])
-            noise = test.se * math.sqrt(len(keys))
-            basis: Basis = "rounds"
         else:
             b_vals, n_vals = list(base.values()), list(new.values())
-            if len(b_vals) < 2 or len(n_vals) < 2:
-                return None
-            test = welch_t_test(b_vals, n_vals)
-            noise = math.hypot(_sd(b_vals), _sd(n_vals))
+        if len(b_vals) < 2 or len(n_vals) < 2:
+            return None
+        log = all(v > 0 for v in (*b_vals, *n_vals))
+        bx = [math.log(v) if log else float(v) for v in b_vals]
+        nx = [math.log(v) if log else float(v) for v in n_vals]
+        test: TTest
+        if self.paired:
+            test = paired_t_test([n - b for b, n in zip(bx, nx, strict=True)])
+            spread = test.se * math.sqrt(len(bx))
+            basis: Basis = "rounds"
+        else:
+            test = welch_t_test(bx, nx)
+            spread = math.hypot(_sd(bx), _sd(nx))
             basis = "repeats"
-        b, n = round(median(b_vals)), round(median(n_vals))
+        b = round(median(b_vals))
+
+        def as_ns(x: float) -> float:
+            return b * math.expm1(x) if log else x
+
+        # Paired rounds: the change is the t-test's estimate (the mean per-round ratio),
+        # since the medians of each side carry the drift between rounds.
+        n = b + round(as_ns(test.estimate)) if self.paired else round(median(n_vals))
         delta = n - b
-        ci_ns = round(test.half_width())
+        ci_ns = round(abs(as_ns(test.half_width())))
         beyond = (
             test.p_value < ALPHA
             and test.estimate * delta > 0
@@ -713,7 +728,14 @@ class _Judge:
         )
         pct = delta / b * 100 if b > 0 else None
         return self._judged(
-            b, n, beyond, pct, basis, p_value=test.p_value, noise_ns=round(noise), ci_ns=ci_ns
+            b,
+            n,
+            beyond,
+            pct,
+            basis,
+            p_value=test.p_value,
+            noise_ns=round(abs(as_ns(spread))),
+            ci_ns=ci_ns,
         )
 
     def _judged(
@@ -779,7 +801,7 @@ class _Judge:
         return out
 
 
-def _sd(values: list[int]) -> float:
+def _sd(values: list[float]) -> float:
     mean = sum(values) / len(values)
     return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
