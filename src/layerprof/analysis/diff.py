@@ -21,8 +21,23 @@ Rows present on one side only are ``added``/``removed``, never dropped. When
 one whole side has no layer (or no operator) records at all, that kind is not
 compared and a warning says so, instead of listing every row as added.
 
-Noise rule
-----------
+What a verdict rests on
+-----------------------
+Timings drift between processes (10-40 % here) by far more than inside one,
+so only several processes per side can separate a change from drift. When both
+profiles carry ``repeats`` (``run --repeat N``; ``diff --run`` in interleaved
+rounds) a row with per-run medians on both sides is judged on them: a paired
+t-test on the per-round log ratios when the sides come from one interleaved
+session (``basis == "rounds"``), Welch's t-test on the logs of the per-process
+medians otherwise (``"repeats"``); beyond noise = ``p < ALPHA`` in the
+direction of the change, outside its 95 % interval and above the floor.
+Every other row, and every row of a single-run comparison, is judged inside
+the runs by the rule below, carries no p-value (it would ignore drift), and
+fails the gate only above ``DRIFT_ALLOWANCE_PCT`` (``Diff.evidence`` says which
+case a diff is).
+
+Noise rule inside runs
+----------------------
 A change is **beyond noise** when
 
 1. a two-sided Mann-Whitney rank test on the two sides' per-iteration samples
