@@ -631,7 +631,8 @@ def _run_repeated(args: argparse.Namespace) -> int:
         if outputs.target(args, flag):
             raise UsageError(f"--{flag} writes one process's trace; it does not go with --repeat")
     say = None if args.quiet else (lambda line: _say(f"layerprof: {line}"))
-    profile = processes.repeat(args.argv, args.repeat, say=say)
+    argv = getattr(args, "argv", None) or sys.argv[1:]  # main() keeps the command line
+    profile = processes.repeat(argv, args.repeat, say=say)
     _emit(profile, args)
     return 0
 
