@@ -473,6 +473,12 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     _add_model_options(run)
     _add_measure_options(run, warmup=5, iters=50)
+    run.add_argument(
+        "--repeat", type=_COUNT, default=1, metavar="N",
+        help="profile in N separate processes and keep each one's medians in the profile, so"
+        " that diff judges changes on the run-to-run spread (default 1; see docs/diff.md)",
+    )  # fmt: skip
+    run.add_argument("--child-out", metavar="PATH", help=argparse.SUPPRESS)  # --repeat's children
     _add_ops_options(run)
     _add_compile_options(run)
     _add_output_options(run)
@@ -526,8 +532,21 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="compare two profiles or traces; exit 1 on a regression with --fail-above",
     )
-    diff.add_argument("base", metavar="BASE", help="saved profile (run --json) or trace")
-    diff.add_argument("new", metavar="NEW", help="saved profile (run --json) or trace")
+    diff.add_argument(
+        "base", metavar="BASE", help="saved profile (run --json) or trace; with --run, run arguments"
+    )  # fmt: skip
+    diff.add_argument(
+        "new", metavar="NEW", help="saved profile (run --json) or trace; with --run, run arguments"
+    )  # fmt: skip
+    diff.add_argument(
+        "--run", action="store_true",
+        help="BASE and NEW are 'layerprof run' argument strings (e.g. '--arch m:Net --input 8x64'):"
+        " profile both in interleaved rounds of separate processes, so drift cancels",
+    )  # fmt: skip
+    diff.add_argument(
+        "--rounds", type=_COUNT, default=10, metavar="N",
+        help="with --run: rounds of one base and one new process each (default 10)",
+    )  # fmt: skip
     diff.add_argument(
         "--threshold",
         default="5%",
@@ -599,8 +618,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.child_out:
+        return _run_child(args)
     outputs.check_outputs(args)
     _compile_options(args)  # a bad combination fails before a long load
+    if args.repeat > 1:
+        return _run_repeated(args)
     loaded = _load(args)
     profile = _measure(
         loaded.module,
@@ -611,6 +634,31 @@ def cmd_run(args: argparse.Namespace) -> int:
         notes=loaded.notes,
         program=loaded.program,
     )
+    _emit(profile, args)
+    return 0
+
+
+def _run_child(args: argparse.Namespace) -> int:
+    """One process of --repeat or diff --run: the profile (with samples) to --child-out."""
+    args.quiet = True
+    loaded = _load(args)
+    profile = _measure(
+        loaded.module, args.input, args, model_name=loaded.name, kind=loaded.kind,
+        notes=loaded.notes, program=loaded.program,
+    )  # fmt: skip
+    profile.save(args.child_out, samples=True)
+    return 0
+
+
+def _run_repeated(args: argparse.Namespace) -> int:
+    from layerprof import processes
+
+    for flag in ("trace", "tensorboard"):
+        if outputs.target(args, flag):
+            raise UsageError(f"--{flag} writes one process's trace; it does not go with --repeat")
+    say = None if args.quiet else (lambda line: _say(f"layerprof: {line}"))
+    argv = getattr(args, "argv", None) or sys.argv[1:]  # main() keeps the command line
+    profile = processes.repeat(argv, args.repeat, say=say)
     _emit(profile, args)
     return 0
 
@@ -848,12 +896,15 @@ def cmd_diff(args: argparse.Namespace) -> int:
     fail_above = parse_percent(args.fail_above) if args.fail_above else None
     printed = f"--format {args.format}" if args.format != "console" else None
     outputs.check_outputs(args, stdout_taken=printed)
-    sources.local_files([args.base, args.new], "diff")  # before a long analysis of BASE
-    limit = args.max_input_size
-    base, said_base = sources.load_comparable(args.base, rank=args.rank, max_input_size=limit)
-    new, said_new = sources.load_comparable(args.new, rank=args.rank, max_input_size=limit)
-    for line in (*said_base, *said_new):
-        _say(f"layerprof: {line}")
+    if args.run:
+        base, new = _interleaved(args)
+    else:
+        sources.local_files([args.base, args.new], "diff")  # before a long analysis of BASE
+        limit = args.max_input_size
+        base, said_base = sources.load_comparable(args.base, rank=args.rank, max_input_size=limit)
+        new, said_new = sources.load_comparable(args.new, rank=args.rank, max_input_size=limit)
+        for line in (*said_base, *said_new):
+            _say(f"layerprof: {line}")
     result = diff(base, new, threshold_pct=threshold)
     gate = result.gate(fail_above, args.fail_metric) if fail_above is not None else None
     if args.quiet:
@@ -876,6 +927,31 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if args.format != "console" or args.quiet:  # the console report ends with the verdict
         _say(f"layerprof: {gate.message}")
     return 1 if gate.failed else 0
+
+
+def _interleaved(args: argparse.Namespace) -> tuple[Profile, Profile]:
+    """diff --run: BASE and NEW are run argument strings, profiled in alternating rounds."""
+    import shlex
+
+    from layerprof import processes
+
+    argvs = []
+    for name, text in (("BASE", args.base), ("NEW", args.new)):
+        try:
+            words = shlex.split(text)
+        except ValueError as exc:
+            raise UsageError(f"diff --run {name}: {exc}", hint="quote it as one argument") from None
+        if words[:1] == ["run"]:
+            words = words[1:]
+        if not words:
+            raise UsageError(
+                f"diff --run {name} is empty", hint="e.g. '--arch pkg.mod:Net --input 8x64'"
+            )
+        argvs.append(["run", *words])
+    if args.rounds < 2:
+        raise UsageError("--rounds must be at least 2 for a paired comparison")
+    say = None if args.quiet else (lambda line: _say(f"layerprof: {line}"))
+    return processes.interleave(argvs[0], argvs[1], args.rounds, say=say)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -934,6 +1010,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_ERROR
+    args.argv = list(argv) if argv is not None else sys.argv[1:]  # for run --repeat's children
     try:
         with _sigterm_as_interrupt():
             return COMMANDS[args.command](args)

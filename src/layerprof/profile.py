@@ -18,6 +18,8 @@ Kineto traces fill the sections they know; everything else stays empty.
   layer shapes per signature;
 * passes: for live runs, whether the per-layer pass ran the clean pass's code
   (fused fast paths, modules called in one pass only);
+* repeats (``run --repeat N``, ``diff --run``): the medians of every separate
+  process, the run-to-run spread a diff judges changes against;
 * notes: facts the user should read next to the numbers.
 
 Nothing here imports torch, a renderer or the codec: saving, loading and
@@ -53,6 +55,7 @@ from layerprof.sections import (
     MemoryTimeline,
     PassCheck,
     Queues,
+    Repeats,
     Steps,
     Stragglers,
     TraceSource,
@@ -287,6 +290,7 @@ class Profile(sinks.Output):
     memory_timeline: MemoryTimeline | None = None
     flops: FlopSummary | None = None
     compiled: CompiledSection | None = None
+    repeats: Repeats | None = None  # run --repeat / diff --run: one set of medians per process
     events: RecordedTrace | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -361,3 +361,111 @@ def _median(values: Any) -> float:
         return float(s[k])
     lo, hi = float(s[k]), float(s[k + 1])
     return hi - (hi - lo) * 0.5  # numpy's lerp at t = 0.5
+
+
+# ---- Student's t: the between-run tests ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class TTest:
+    """A t-test of a mean difference: ``p_value`` two-sided, ``estimate`` the mean
+    difference (``b - a``), ``se`` its standard error, ``df`` the degrees of freedom."""
+
+    p_value: float
+    estimate: float
+    se: float
+    df: float
+
+    def half_width(self, level: float = CI_LEVEL) -> float:
+        """Half-width of the two-sided ``level`` confidence interval of ``estimate``."""
+        return t_quantile(1 - (1 - level) / 2, self.df) * self.se
+
+
+def paired_t_test(differences: Sequence[float]) -> TTest:
+    """One-sample t-test that the mean of ``differences`` is zero (at least two values).
+
+    Used on the per-round differences of an interleaved A/B run: when the order
+    of base and new alternates, an unchanged model gives differences symmetric
+    about zero, for which the t-test holds or errs on the safe side (heavy tails
+    widen its interval)."""
+    n = len(differences)
+    if n < 2:
+        raise ValueError("a paired t-test needs at least two differences")
+    mean = math.fsum(differences) / n
+    var = math.fsum((d - mean) ** 2 for d in differences) / (n - 1)
+    se = math.sqrt(var / n)
+    return TTest(_t_p(mean, se, n - 1), mean, se, float(n - 1))
+
+
+def welch_t_test(a: Sequence[float], b: Sequence[float]) -> TTest:
+    """Welch's two-sample t-test of ``mean(b) - mean(a)`` (at least two values a side)."""
+    n, m = len(a), len(b)
+    if n < 2 or m < 2:
+        raise ValueError("a Welch t-test needs at least two values per side")
+    ma, mb = math.fsum(a) / n, math.fsum(b) / m
+    va = math.fsum((x - ma) ** 2 for x in a) / (n - 1) / n
+    vb = math.fsum((x - mb) ** 2 for x in b) / (m - 1) / m
+    se = math.sqrt(va + vb)
+    denom = (va**2 / (n - 1) if va else 0.0) + (vb**2 / (m - 1) if vb else 0.0)
+    df = (va + vb) ** 2 / denom if denom > 0 else float(n + m - 2)
+    return TTest(_t_p(mb - ma, se, df), mb - ma, se, df)
+
+
+def _t_p(estimate: float, se: float, df: float) -> float:
+    if se == 0:
+        return 1.0 if estimate == 0 else 0.0
+    return t_two_sided_p(estimate / se, df)
+
+
+def t_two_sided_p(t: float, df: float) -> float:
+    """``P(|T| >= |t|)`` for Student's t with ``df`` degrees of freedom."""
+    if not math.isfinite(t):
+        return 0.0
+    return _beta_inc(df / 2, 0.5, df / (df + t * t))
+
+
+def t_quantile(q: float, df: float) -> float:
+    """The ``q`` quantile (``q > 0.5``) of Student's t, by bisection on the p-value."""
+    target = 2 * (1 - q)
+    lo, hi = 0.0, 1.0
+    while t_two_sided_p(hi, df) > target:
+        hi *= 2
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if t_two_sided_p(mid, df) > target else (lo, mid)
+    return (lo + hi) / 2
+
+
+def _beta_inc(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function ``I_x(a, b)`` (continued fraction)."""
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    log_front = (
+        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    )
+    if x < (a + 1) / (a + b + 2):
+        return math.exp(log_front) * _beta_cf(a, b, x) / a
+    return 1.0 - math.exp(log_front) * _beta_cf(b, a, 1 - x) / b
+
+
+def _beta_cf(a: float, b: float, x: float) -> float:
+    """Lentz's continued fraction for the incomplete beta function."""
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 400):
+        for num in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return h

@@ -21,8 +21,23 @@ Rows present on one side only are ``added``/``removed``, never dropped. When
 one whole side has no layer (or no operator) records at all, that kind is not
 compared and a warning says so, instead of listing every row as added.
 
-Noise rule
-----------
+What a verdict rests on
+-----------------------
+Timings drift between processes (10-40 % here) by far more than inside one,
+so only several processes per side can separate a change from drift. When both
+profiles carry ``repeats`` (``run --repeat N``; ``diff --run`` in interleaved
+rounds) a row with per-run medians on both sides is judged on them: a paired
+t-test on the per-round log ratios when the sides come from one interleaved
+session (``basis == "rounds"``), Welch's t-test on the logs of the per-process
+medians otherwise (``"repeats"``); beyond noise = ``p < ALPHA`` in the
+direction of the change, outside its 95 % interval and above the floor.
+Every other row, and every row of a single-run comparison, is judged inside
+the runs by the rule below, carries no p-value (it would ignore drift), and
+fails the gate only above ``DRIFT_ALLOWANCE_PCT`` (``Diff.evidence`` says which
+case a diff is).
+
+Noise rule inside runs
+----------------------
 A change is **beyond noise** when
 
 1. a two-sided Mann-Whitney rank test on the two sides' per-iteration samples
@@ -81,7 +96,18 @@ from layerprof import sinks
 from layerprof.errors import UsageError
 from layerprof.profile import Profile
 from layerprof.records import LayerSamples, Meta, OpStat
-from layerprof.stats import CI_LEVEL, Series, Summary, min_p_value, rank_test
+from layerprof.sections import Repeats
+from layerprof.stats import (
+    CI_LEVEL,
+    Series,
+    Summary,
+    TTest,
+    median,
+    min_p_value,
+    paired_t_test,
+    rank_test,
+    welch_t_test,
+)
 from layerprof.units import fmt_ms
 
 ALPHA = 0.001
@@ -94,15 +120,23 @@ NOISE_K = 1.0
 """The change must exceed NOISE_K robust standard deviations of (new iteration - base iteration)."""
 MAD_TO_SIGMA = 1.4826
 """MAD times this estimates the standard deviation of a normal distribution."""
+DRIFT_ALLOWANCE_PCT = 50.0
+"""What a row judged on one run per side must exceed to fail the gate: the same
+model's separate processes differed by up to 40 % on this project's machine
+(latency 17.5 -> 20.8 ms back to back), a drift no within-run statistic sees."""
 
 
 Status = Literal["slower", "faster", "same", "added", "removed"]
-Basis = Literal["rank-test", "separation", "summary", "threshold"]
+Basis = Literal["rounds", "repeats", "rank-test", "separation", "summary", "threshold"]
+Evidence = Literal["rounds", "repeats", "single-run"]
+BETWEEN_RUNS: tuple[Basis, ...] = ("rounds", "repeats")
+"""Bases whose verdict rests on the run-to-run spread (several processes per side)."""
 Metric = Literal["latency", "layers", "ops", "any"]
 Verdict = Literal["slower", "faster", "mixed", "same", "not comparable"]
 METRICS: tuple[Metric, ...] = get_args(Metric)
 STATUSES: tuple[Status, ...] = get_args(Status)
 BASES: tuple[Basis, ...] = get_args(Basis)
+EVIDENCES: tuple[Evidence, ...] = get_args(Evidence)
 
 
 # ---- value objects ----------------------------------------------------------
@@ -114,10 +148,13 @@ class Change:
 
     ``base_ns`` is ``None`` for an added row, ``new_ns`` for a removed one.
     ``delta_pct`` is ``None`` when there is no base time to divide by.
-    ``p_value`` is the rank test's, ``noise_ns`` the spread bound and
-    ``ci_ns`` the half-width of the difference's confidence interval the
-    change had to exceed; ``None`` where the row was judged without them
-    (``basis == "threshold"``; no p-value for ``basis == "summary"``).
+    ``p_value`` is the between-run t-test's (``basis`` ``rounds`` or
+    ``repeats``) and ``None`` otherwise: a within-run test cannot see the
+    drift between processes, so its p-value is not a p-value for the change.
+    ``noise_ns`` is the spread bound (between runs: one run-to-run standard
+    deviation of the difference) and ``ci_ns`` the half-width of the
+    difference's confidence interval the change had to exceed; ``None`` where
+    the row was judged without them (``basis == "threshold"``).
     """
 
     base_ns: int | None
@@ -136,6 +173,11 @@ class Change:
     def regressed(self) -> bool:
         """Slower beyond noise (the threshold aside), on a row present on both sides."""
         return self.status not in ("added", "removed") and self.beyond_noise and self.delta_ns > 0
+
+    @property
+    def between_runs(self) -> bool:
+        """Judged on the run-to-run spread (several processes per side)."""
+        return self.basis in BETWEEN_RUNS
 
 
 class _Judged:
@@ -218,25 +260,40 @@ class GateResult:
     reasons: tuple[str, ...]
     fail_above_pct: float = 0.0
     metric: Metric = "any"
+    evidence: Evidence = "rounds"
 
     @property
     def message(self) -> str:
-        """One line for a terminal or a CI log."""
+        """One line for a terminal or a CI log; says when one run per side was all it had."""
         what = "any compared time" if self.metric == "any" else self.metric
+        caveat = ""
+        if self.evidence == "single-run":
+            caveat = (
+                f" ({SINGLE_RUN}: gated only above the {_fmt_num(DRIFT_ALLOWANCE_PCT)} %"
+                f" drift allowance; {HOW_TO_GATE})"
+            )
         if not self.failed:
             return (
                 f"pass: no regression beyond noise above {_fmt_num(self.fail_above_pct)} %"
-                f" in {what}"
+                f" in {what}{caveat}"
             )
-        return "FAIL: " + "; ".join(self.reasons)
+        return "FAIL: " + "; ".join(self.reasons) + caveat
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "failed": self.failed,
             "metric": self.metric,
             "fail_above_pct": self.fail_above_pct,
+            "evidence": self.evidence,
             "reasons": list(self.reasons),
         }
+
+
+SINGLE_RUN = "one run per side cannot separate a change from drift between processes"
+HOW_TO_GATE = (
+    "for a gate, compare several processes per side: layerprof diff --run 'BASE ARGS'"
+    " 'NEW ARGS' --rounds 10 (interleaved), or run --repeat N on both sides"
+)
 
 
 @dataclass(frozen=True)
@@ -265,6 +322,9 @@ class Diff(sinks.Output):
     op_metric: Literal["self", "device"] = "self"
     op_key: Literal["name", "name+shapes"] = "name"
     gate_result: GateResult | None = None  # the gate a saved diff was written with
+    evidence: Evidence = "single-run"
+    runs_base: int = 1  # separate processes behind each side
+    runs_new: int = 1
 
     def __repr__(self) -> str:
         return f"<Diff {self.base_meta.model or '?'} -> {self.new_meta.model or '?'}: {self.headline()}>"
@@ -335,6 +395,8 @@ class Diff(sinks.Output):
             "same": "no change beyond noise",
         }
         parts = [words.get(self.verdict, self.verdict)]
+        if self.evidence == "single-run":
+            parts[0] += f" ({SINGLE_RUN})"
         lat = self.latency
         if lat is not None:
             parts.append(
@@ -359,14 +421,44 @@ class Diff(sinks.Output):
 
     def rule_text(self) -> str:
         """The significance rule in one plain sentence, for every renderer."""
+        if self.evidence == "single-run":
+            judged = (
+                f"significant = beyond the noise inside each run (Mann-Whitney rank test"
+                f" p < {self.alpha:g} on the per-iteration samples, |Δ| above the iterations'"
+                f" spread and above {fmt_ms(self.floor_ns)} ms, outside the"
+                f" {100 * CI_LEVEL:g} % confidence interval of the difference) and"
+                f" |Δ %| > {self.threshold_pct:g} %. {SINGLE_RUN[0].upper()}{SINGLE_RUN[1:]},"
+                " so no p-value is given and the gate fails only on changes above the"
+                f" {_fmt_num(DRIFT_ALLOWANCE_PCT)} % drift allowance."
+            )
+        else:
+            design = (
+                "paired t-test on the per-round differences of the interleaved runs"
+                if self.evidence == "rounds"
+                else "Welch t-test on the per-process medians"
+            )
+            judged = (
+                f"significant = beyond the run-to-run noise of {self.runs_base} vs"
+                f" {self.runs_new} processes ({design}, p < {self.alpha:g}, |Δ| outside its"
+                f" {100 * CI_LEVEL:g} % confidence interval and above"
+                f" {fmt_ms(self.floor_ns)} ms) and |Δ %| > {self.threshold_pct:g} %."
+                " Rows without per-process medians are judged inside each run, without a"
+                f" p-value, and fail the gate only above the {_fmt_num(DRIFT_ALLOWANCE_PCT)} %"
+                " drift allowance."
+            )
         return (
-            f"significant = beyond noise (Mann-Whitney rank test p < {self.alpha:g} on the"
-            " per-iteration samples, |Δ| above the iterations' spread and above"
-            f" {fmt_ms(self.floor_ns)} ms, outside the {100 * CI_LEVEL:g} % confidence interval"
-            f" of the difference) and |Δ %| > {self.threshold_pct:g} %. Sides saved without"
-            " samples are judged on their summaries (spread and interval, no rank test)."
-            " Operators without per-iteration samples, kernels and single steps are judged by"
-            " the threshold and the floor only, and do not decide the verdict or the default gate."
+            judged + " Operators without per-iteration samples, kernels and single steps are"
+            " judged by the threshold and the floor only, and do not decide the verdict or the"
+            " default gate."
+        )
+
+    def evidence_note(self) -> str:
+        """What the verdicts rest on, in one plain line."""
+        if self.evidence == "single-run":
+            return f"{SINGLE_RUN}; {HOW_TO_GATE}"
+        how = "interleaved rounds" if self.evidence == "rounds" else "separate processes"
+        return f"judged on the run-to-run spread: {self.runs_base} vs {self.runs_new} {how}" + (
+            " (drift between the sides is not paired away)" if self.evidence == "repeats" else ""
         )
 
     # ---- the gate ---------------------------------------------------------
@@ -404,6 +496,7 @@ class Diff(sinks.Output):
             reasons=tuple(reasons),
             fail_above_pct=fail_above_pct,
             metric=metric,
+            evidence=self.evidence,
         )
 
 
@@ -433,15 +526,25 @@ def diff(base: Profile, new: Profile, *, threshold_pct: float = 5.0) -> Diff:
     if not math.isfinite(threshold_pct) or threshold_pct < 0:
         raise UsageError(f"threshold must be a percentage >= 0, not {threshold_pct!r}")
     floor_ns = max(FLOOR_MIN_NS, round(FLOOR_SHARE * max(_whole_ns(base), _whole_ns(new))))
-    judge = _Judge(threshold_pct=threshold_pct, floor_ns=floor_ns)
+    evidence = _evidence(base.repeats, new.repeats)
+    judge = _Judge(
+        threshold_pct=threshold_pct,
+        floor_ns=floor_ns,
+        paired=evidence == "rounds",
+        base_runs=base.repeats if evidence != "single-run" else None,
+        new_runs=new.repeats if evidence != "single-run" else None,
+    )
     comparable, reason = _comparability(base, new)
     warnings = _meta_warnings(base.meta, new.meta)
     if comparable and base.layers and new.layers:
         warnings += _overlap_warning(base, new)
+    warnings += _runs_warnings(evidence, base.repeats, new.repeats)
 
     latency = None
     if base.latency_ns is not None and new.latency_ns is not None:
-        latency = judge.compare(base.latency_ns, new.latency_ns, what="latency")
+        latency = judge.compare(
+            base.latency_ns, new.latency_ns, what="latency", runs=judge.latency_runs()
+        )
     elif base.latency_ns is not None or new.latency_ns is not None:
         side = "base" if base.latency_ns is None else "new"
         warnings.append(f"the {side} profile has no latency samples: latency is not compared")
@@ -480,28 +583,93 @@ def diff(base: Profile, new: Profile, *, threshold_pct: float = 5.0) -> Diff:
         layer_clock=layer_clock,
         op_metric=op_metric,
         op_key=op_key,
+        evidence=evidence,
+        runs_base=base.repeats.n if base.repeats is not None else 1,
+        runs_new=new.repeats.n if new.repeats is not None else 1,
     )
+
+
+def _evidence(base: Repeats | None, new: Repeats | None) -> Evidence:
+    """Between-run evidence needs at least two processes on each side."""
+    if base is None or new is None or base.n < 2 or new.n < 2:
+        return "single-run"
+    return "rounds" if base.pairs_with(new) else "repeats"
+
+
+RUNS_ADVISED = 5
+"""Fewer processes per side than this rarely reach p < ALPHA on a t-test."""
+
+
+def _runs_warnings(evidence: Evidence, base: Repeats | None, new: Repeats | None) -> list[str]:
+    out = []
+    if evidence == "single-run":
+        one = [side for side, r in (("base", base), ("new", new)) if r is not None and r.n >= 2]
+        if one:
+            out.append(
+                f"only the {one[0]} side has several runs: the comparison is judged as one run"
+                " per side"
+            )
+        return out
+    assert base is not None and new is not None
+    if evidence == "repeats":
+        out.append(
+            "the two sides' processes were not interleaved: a drift of the machine between"
+            " the two sessions that is larger than the spread inside each is not told apart"
+            " from a change; layerprof diff --run interleaves them"
+        )
+    if min(base.n, new.n) < RUNS_ADVISED:
+        out.append(
+            f"{base.n} vs {new.n} runs: with fewer than {RUNS_ADVISED} per side a change"
+            f" reaches p < {ALPHA:g} only when the runs agree very closely; use more rounds"
+        )
+    return out
 
 
 @dataclass
 class _Judge:
-    """Applies the noise rule; remembers which kinds of rows fell back to weaker rules."""
+    """Applies the noise rule; remembers which kinds of rows fell back to weaker rules.
+
+    With ``base_runs``/``new_runs`` (several processes per side) rows that have
+    per-run medians are judged on the run-to-run spread; ``paired``: by round.
+    """
 
     threshold_pct: float
     floor_ns: int
+    paired: bool = False
+    base_runs: Repeats | None = None
+    new_runs: Repeats | None = None
     fallbacks: dict[str, tuple[int, int]] = field(default_factory=dict)
     summary_only: set[str] = field(default_factory=set)
 
+    def latency_runs(self) -> tuple[dict[int, int], dict[int, int]] | None:
+        if self.base_runs is None or self.new_runs is None:
+            return None
+        return self.base_runs.latencies(), self.new_runs.latencies()
+
+    def layer_runs(self, path: str, clock: str) -> tuple[dict[int, int], dict[int, int]] | None:
+        if self.base_runs is None or self.new_runs is None:
+            return None
+        return self.base_runs.layer(path, clock), self.new_runs.layer(path, clock)
+
     def compare(
-        self, base: Series | None, new: Series | None, *, what: str | None = None
+        self,
+        base: Series | None,
+        new: Series | None,
+        *,
+        what: str | None = None,
+        runs: tuple[dict[int, int], dict[int, int]] | None = None,
     ) -> Change:
-        """``what`` names the row kind for the small-sample warning; ``None``: expected."""
+        """``what`` names the row kind for the small-sample warning; ``None``: expected.
+        ``runs``: the row's per-run medians by run key, base and new."""
         if base is None and new is None:
             return _change(0, 0, beyond=False, significant=False, basis="threshold")
         if base is None:
             return self._one_sided(round(cast(Series, new).median), "added")
         if new is None:
             return self._one_sided(round(base.median), "removed")
+        between = self._between(*runs) if runs is not None else None
+        if between is not None:
+            return between
         b, n = round(base.median), round(new.median)
         delta = n - b
         pct = delta / b * 100 if b > 0 else None
@@ -526,8 +694,63 @@ class _Judge:
         level = max(ALPHA, floor_p) * (1 + 1e-9)
         tested = p_value <= level and direction * delta > 0 and outside
         beyond = tested and abs(delta) > self.floor_ns
+        # The within-run p-value is not kept: it ignores the drift between processes,
+        # so it would claim a certainty about the change that the data do not give.
+        return self._judged(b, n, beyond, pct, basis, noise_ns=noise_ns, ci_ns=ci_ns)
+
+    def _between(self, base: dict[int, int], new: dict[int, int]) -> Change | None:
+        """Judged on the per-run medians: a paired t-test over rounds, or Welch's over
+        two sets of processes; ``None`` when a side has fewer than two runs of the row.
+
+        The tests run on the logarithms of the medians, so that a machine running
+        20 % slower in one round scales both of its processes alike and cancels
+        from their ratio (on differences it would scale the change itself); a row
+        with a zero median in some run is tested on plain differences instead.
+        """
+        if self.paired:
+            keys = sorted(base.keys() & new.keys())
+            b_vals, n_vals = [base[k] for k in keys], [new[k] for k in keys]
+        else:
+            b_vals, n_vals = list(base.values()), list(new.values())
+        if len(b_vals) < 2 or len(n_vals) < 2:
+            return None
+        log = all(v > 0 for v in (*b_vals, *n_vals))
+        bx = [math.log(v) if log else float(v) for v in b_vals]
+        nx = [math.log(v) if log else float(v) for v in n_vals]
+        test: TTest
+        if self.paired:
+            test = paired_t_test([n - b for b, n in zip(bx, nx, strict=True)])
+            spread = test.se * math.sqrt(len(bx))
+            basis: Basis = "rounds"
+        else:
+            test = welch_t_test(bx, nx)
+            spread = math.hypot(_sd(bx), _sd(nx))
+            basis = "repeats"
+        b = round(median(b_vals))
+
+        def as_ns(x: float) -> float:
+            return b * math.expm1(x) if log else x
+
+        # Paired rounds: the change is the t-test's estimate (the mean per-round ratio),
+        # since the medians of each side carry the drift between rounds.
+        n = b + round(as_ns(test.estimate)) if self.paired else round(median(n_vals))
+        delta = n - b
+        ci_ns = round(abs(as_ns(test.half_width())))
+        beyond = (
+            test.p_value < ALPHA
+            and test.estimate * delta > 0
+            and abs(delta) > max(ci_ns, self.floor_ns)
+        )
+        pct = delta / b * 100 if b > 0 else None
         return self._judged(
-            b, n, beyond, pct, basis, p_value=p_value, noise_ns=noise_ns, ci_ns=ci_ns
+            b,
+            n,
+            beyond,
+            pct,
+            basis,
+            p_value=test.p_value,
+            noise_ns=round(abs(as_ns(spread))),
+            ci_ns=ci_ns,
         )
 
     def _judged(
@@ -591,6 +814,11 @@ class _Judge:
                 " and confidence interval), without the rank test; save with --samples to keep them"
             )
         return out
+
+
+def _sd(values: list[float]) -> float:
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
 def _noise(base: Summary, new: Summary) -> int:
@@ -717,8 +945,14 @@ def _layers(
                 path=path,
                 type=other.type,
                 base_type=info.type if other.type != info.type else None,
-                change=judge.compare(b_self, n_self, what=what if ran else None),
-                total=judge.compare(b_total, n_total, what=what if ran else None),
+                change=judge.compare(
+                    b_self, n_self, what=what if ran else None, runs=judge.layer_runs(path, clock)
+                ),
+                # the inclusive time is shown, never gated: no small-sample warning for it
+                # when the self time was judged between runs
+                total=judge.compare(
+                    b_total, n_total, what=what if ran and judge.base_runs is None else None
+                ),
                 calls_base=calls_b,
                 calls_new=calls_n,
                 note="; ".join(notes) or None,
@@ -887,17 +1121,27 @@ def _top(rows: list[Any], top: int | None) -> list[Any]:
     return ordered if top is None else ordered[: max(top, 0)]
 
 
+def gate_pct(change: Change, fail_above_pct: float) -> float:
+    """The percentage a row must exceed to fail: ``fail_above_pct`` when it was judged on
+    the run-to-run spread, else no less than the drift allowance."""
+    return fail_above_pct if change.between_runs else max(fail_above_pct, DRIFT_ALLOWANCE_PCT)
+
+
 def _over(change: Change, fail_above_pct: float) -> bool:
     pct = change.delta_pct
-    return change.regressed and (pct is None or pct > fail_above_pct)
+    return change.regressed and (pct is None or pct > gate_pct(change, fail_above_pct))
 
 
 def _describe(change: Change, fail_above_pct: float) -> str:
     pct = "new time" if change.delta_pct is None else f"{change.delta_pct:+.1f} %"
-    noise = "" if change.p_value is None else f", p={change.p_value:.1g}"
+    noise = "" if change.p_value is None else f", p={change.p_value:.1g} between runs"
+    limit = gate_pct(change, fail_above_pct)
+    above = f"above {_fmt_num(limit)} %"
+    if limit != fail_above_pct:
+        above += " (the drift allowance of a single-run comparison)"
     return (
         f"{fmt_ms(change.base_ns)} -> {fmt_ms(change.new_ns)} ms ({pct}{noise})"
-        f" is beyond noise and above {_fmt_num(fail_above_pct)} %"
+        f" is beyond noise and {above}"
     )
 
 

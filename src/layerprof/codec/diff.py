@@ -7,6 +7,9 @@ from typing import Any
 
 from layerprof.analysis.diff import (
     BASES,
+    DRIFT_ALLOWANCE_PCT,
+    EVIDENCES,
+    METRICS,
     STATUSES,
     Change,
     Diff,
@@ -42,8 +45,15 @@ def diff_to_dict(
         "verdict": d.headline(),
         "base": {"model": d.base_meta.model, "meta": meta_dict(d.base_meta)},
         "new": {"model": d.new_meta.model, "meta": meta_dict(d.new_meta)},
+        "evidence": {
+            "kind": d.evidence,
+            "runs_base": d.runs_base,
+            "runs_new": d.runs_new,
+            "note": d.evidence_note(),
+        },
         "settings": {
             "threshold_pct": d.threshold_pct,
+            "drift_allowance_pct": DRIFT_ALLOWANCE_PCT,
             "alpha": d.alpha,
             "floor_ms": d.floor_ns / NS_PER_MS,
             "layer_clock": d.layer_clock,
@@ -159,7 +169,14 @@ def read_diff(data: Any, source: str) -> Diff:
         )
     ):
         raise ProfileFormatError(f"{settings.where}: unknown clock, metric or key")
+    evidence = f.obj("evidence")
+    kind = evidence.text("kind") if evidence is not None else "single-run"
+    if kind not in EVIDENCES:
+        raise ProfileFormatError(f"diff.evidence.kind: unknown {kind!r}")
     return Diff(
+        evidence=kind,  # type: ignore[arg-type]
+        runs_base=evidence.integer("runs_base", 1) if evidence is not None else 1,
+        runs_new=evidence.integer("runs_new", 1) if evidence is not None else 1,
         base_meta=read_meta(base_meta),
         new_meta=read_meta(new_meta),
         latency=read_change(lat) if lat is not None else None,
@@ -209,11 +226,13 @@ def _read_gate(f: Fields | None) -> GateResult | None:
     if f is None:
         return None
     metric = f.text("metric")
-    if metric not in ("any", "latency", "layers", "ops"):
-        raise ProfileFormatError(f"{f.where}.metric: unknown {metric!r}")
+    evidence = f.text("evidence", "single-run")  # diffs saved before it existed: one run
+    if metric not in METRICS or evidence not in EVIDENCES:
+        raise ProfileFormatError(f"{f.where}: unknown metric {metric!r} or evidence {evidence!r}")
     return GateResult(
         failed=f.flag("failed"),
         reasons=tuple(strings(f, "reasons")),
         fail_above_pct=f.number("fail_above_pct", 0),
         metric=metric,  # type: ignore[arg-type]
+        evidence=evidence,  # type: ignore[arg-type]
     )

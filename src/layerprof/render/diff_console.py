@@ -50,6 +50,8 @@ def _print_diff(diff: Diff, console: Console, top: int, gate: GateResult | None)
             (side_label(diff.new_meta), "cyan"),
         )
     )
+    evidence_style = "bold yellow" if diff.evidence == "single-run" else "bold"
+    console.print(Text.assemble(("evidence: ", evidence_style), diff.evidence_note()))
     for warning in diff.warnings:
         console.print(Text.assemble(("warning: ", "bold yellow"), warning))
     if not diff.comparable:
@@ -95,7 +97,7 @@ def _latency_line(change: Change, *, note: str | None = None) -> Text:
 def _judgement(change: Change) -> str:
     word = judgement(change)
     if change.p_value is not None:
-        word += f" (p={change.p_value:.2g})"
+        word += f" (p={change.p_value:.2g} between runs)"
     return word
 
 

@@ -36,6 +36,8 @@ def diff_to_markdown(diff: Diff, *, top: int = 20, gate: GateResult | None = Non
         f"base `{_code(side_label(diff.base_meta))}` → new `{_code(side_label(diff.new_meta))}`",
         "",
     ]
+    mark = "⚠️ " if diff.evidence == "single-run" else ""
+    out += [f"**Evidence:** {mark}{_escape(diff.evidence_note())}", ""]
     out += [f"> ⚠️ {_escape(w)}" for w in diff.warnings]
     if diff.warnings:
         out.append("")

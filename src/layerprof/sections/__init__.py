@@ -32,6 +32,7 @@ from layerprof.sections.flops import CONVENTION, FlopSummary, LayerFlops, Peak, 
 from layerprof.sections.inputs import InputSignature
 from layerprof.sections.passes import FusedLayer, PassCheck
 from layerprof.sections.ranks import LayerAcrossRanks
+from layerprof.sections.repeats import Repeats, RunMedians
 from layerprof.sections.trace import (
     STEP_DEFINITIONS,
     AllocRow,
@@ -84,6 +85,8 @@ __all__ = [
     "Queues",
     "RankLateness",
     "RankLine",
+    "Repeats",
+    "RunMedians",
     "RuntimeRow",
     "Step",
     "StepAcrossRanks",

@@ -66,7 +66,8 @@ def diff_section(s: Subject) -> Section | None:
     d = s.diff
     if d is None:
         return None
-    body = "".join(paragraph(w, "warning") for w in d.warnings)
+    evidence = paragraph(d.evidence_note(), "warning" if d.evidence == "single-run" else "caption")
+    body = evidence + "".join(paragraph(w, "warning") for w in d.warnings)
     if not d.comparable:
         body += paragraph(f"Not comparable: {d.reason or ''}", "verdict bad")
     else:
@@ -97,7 +98,7 @@ def _change_cards(c: Change) -> list[tuple[str, str, str]]:
         ("judged by", c.basis, ""),
     ]
     if c.p_value is not None:
-        cards.append(("p-value", f"{c.p_value:.2g}", ""))
+        cards.append(("p-value (between runs)", f"{c.p_value:.2g}", ""))
     if c.ci_ns is not None:
         cards.append(("± 95% CI of Δ", f"{fmt_ms(c.ci_ns)} ms", ""))
     if c.noise_ns is not None:
@@ -143,7 +144,7 @@ def change_columns(rows: Sequence[T]) -> list[Col[T]]:
 def _judged_tip(c: Change) -> str:
     parts = [f"judged by {c.basis}"]
     if c.p_value is not None:
-        parts.append(f"p={c.p_value:.2g}")
+        parts.append(f"p={c.p_value:.2g} between runs")
     if c.ci_ns is not None:
         parts.append(f"95% CI of Δ ±{fmt_ms(c.ci_ns)} ms")
     if c.noise_ns is not None:

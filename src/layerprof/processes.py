@@ -1,0 +1,137 @@
+"""Run ``layerprof run`` in fresh processes: repeats of one model, or two models in rounds.
+
+Timings drift between processes by far more than inside one (10-40 % on this
+project's loaded 2-core machine for an unchanged model), so a diff can only
+separate a change from drift when each side carries several processes:
+
+* :func:`repeat` runs the same ``run`` command line N times, one process each,
+  and keeps their medians in the profile's ``repeats`` section;
+* :func:`interleave` runs a base and a new command line in alternating rounds
+  (base first in even rounds, new first in odd ones, so a steady drift and
+  the cost of going first cancel), pairing the two processes of each round.
+
+Each child writes its profile (with samples) to a temporary file through the
+hidden ``run --child-out PATH`` option and prints nothing; its errors reach the
+terminal as its own one-line message. This module never imports torch: the
+children do.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from layerprof import codec
+from layerprof.errors import LayerprofError
+from layerprof.profile import Profile
+from layerprof.sections import Repeats, RunMedians
+from layerprof.sections.repeats import Side
+
+CHILD_OPTION = "--child-out"
+Say = Callable[[str], None]
+
+
+class ChildFailed(LayerprofError):
+    """A ``layerprof run`` child process failed (it printed its own error line)."""
+
+    def __init__(self, what: str, code: int) -> None:
+        super().__init__(f"{what} failed (exit {code}); its error is printed above")
+        self.exit_code = code if code > 0 else 2
+
+
+def medians(profile: Profile, round_: int | None = None) -> RunMedians:
+    """One process's medians: latency and every timed layer's self time per forward."""
+    rows = [r for r in profile.rows() if r.calls]
+    device = {r.path: round(r.device_self_ns) for r in rows if r.device_self_ns is not None}
+    return RunMedians(
+        latency_ns=round(profile.latency_ns.median) if profile.latency_ns is not None else None,
+        self_ns={r.path: round(r.self_ns) for r in rows},
+        device_self_ns=device if device and len(device) == len(rows) else None,
+        round=round_,
+    )
+
+
+def gather(
+    profiles: Sequence[Profile],
+    *,
+    rounds: Sequence[int] | None = None,
+    session: str | None = None,
+    side: Side | None = None,
+) -> Profile:
+    """One Profile of several processes of one model.
+
+    The body (tree, samples, ops) is the run whose median latency is the median
+    of the runs' (the lower one of the middle two), so the report shows a typical
+    run; ``repeats`` keeps every run's medians for the diff.
+    """
+    if not profiles:
+        raise ValueError("gather needs at least one profile")
+    keys = list(rounds) if rounds is not None else [None] * len(profiles)
+    runs = tuple(medians(p, k) for p, k in zip(profiles, keys, strict=True))
+    order = sorted(range(len(profiles)), key=lambda i: runs[i].latency_ns or 0)
+    body = profiles[order[(len(order) - 1) // 2]]
+    how = f"{len(profiles)} separate processes" + (" in interleaved rounds" if session else "")
+    note = (
+        f"{how}: the tables show the run with the median latency; the diff judges changes"
+        " on the spread between the processes"
+    )
+    return replace(
+        body,
+        repeats=Repeats(runs=runs, session=session, side=side),
+        notes=(*body.notes, note),
+    )
+
+
+def repeat(argv: Sequence[str], n: int, *, say: Say | None = None) -> Profile:
+    """``layerprof <argv>`` (a ``run`` command line) in ``n`` processes, gathered."""
+    with tempfile.TemporaryDirectory(prefix="layerprof-repeat-") as tmp:
+        profiles = []
+        for i in range(n):
+            if say is not None:
+                say(f"run {i + 1} of {n} (a separate process)")
+            profiles.append(_child(argv, Path(tmp) / f"run{i}.json", f"run {i + 1} of {n}"))
+    return gather(profiles)
+
+
+def interleave(
+    base_argv: Sequence[str], new_argv: Sequence[str], rounds: int, *, say: Say | None = None
+) -> tuple[Profile, Profile]:
+    """Base and new ``run`` command lines in ``rounds`` alternating rounds, paired by round."""
+    session = uuid.uuid4().hex[:12]
+    sides: dict[Side, list[Profile]] = {"base": [], "new": []}
+    argvs: dict[Side, Sequence[str]] = {"base": base_argv, "new": new_argv}
+    with tempfile.TemporaryDirectory(prefix="layerprof-rounds-") as tmp:
+        for r in range(rounds):
+            order: tuple[Side, Side] = ("base", "new") if r % 2 == 0 else ("new", "base")
+            if say is not None:
+                say(f"round {r + 1} of {rounds}: {order[0]}, then {order[1]}")
+            for side in order:
+                what = f"the {side} run of round {r + 1}"
+                path = Path(tmp) / f"{side}{r}.json"
+                sides[side].append(_child(argvs[side], path, what))
+    keys = list(range(rounds))
+    return (
+        gather(sides["base"], rounds=keys, session=session, side="base"),
+        gather(sides["new"], rounds=keys, session=session, side="new"),
+    )
+
+
+def _child(argv: Sequence[str], out: Path, what: str) -> Profile:
+    """One ``python -m layerprof`` process writing its profile to ``out``."""
+    src = str(Path(__file__).resolve().parents[1])  # this layerprof, in the child too
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    command = [sys.executable, "-m", "layerprof", *argv, CHILD_OPTION, str(out)]
+    done = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, check=False)
+    if done.returncode != 0 or not out.exists():
+        raise ChildFailed(what, done.returncode)
+    loaded = codec.load(out)
+    if not isinstance(loaded, Profile):  # pragma: no cover - the child writes a profile
+        raise ChildFailed(what, 2)
+    return loaded
