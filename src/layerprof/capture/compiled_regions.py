@@ -14,6 +14,8 @@ hooks that open such a range too - but only where the module runs eagerly:
 inside a compiled region Dynamo traces the hooks, sees
 ``torch.compiler.is_compiling()`` and leaves them out of the graph, so the
 compiled program is the one a run without hooks compiles (same cache key).
+The hooks go on before the model compiles (Dynamo guards on hook dicts, see
+:class:`EagerRanges`) and open ranges only while the per-layer pass records.
 The hooks' code is marked for Dynamo to skip as a frame of its own, so a hook
 called from eager code runs as plain Python. The innermost eager range around
 a compiled graph's call names the module its frame's ``self`` is: that is the
@@ -23,10 +25,11 @@ block's ``forward`` on its own, once for every block).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import types
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -202,24 +205,46 @@ def _skip_frame(fn: Callable[..., Any]) -> None:
 
 
 class EagerRanges:
-    """``layer:<path>`` ranges around every module call that runs outside compiled code."""
+    """``layer:<path>`` ranges around every module call that runs outside compiled code.
+
+    The hooks go on *before* the model compiles and stay until the run ends;
+    only :meth:`recording` switches them on. Dynamo guards on a module's hook
+    dicts (torch 2.14 guards ``not module._forward_hooks`` when it compiled a
+    module without hooks), so hooks added between the compile and the timed
+    passes would make every region compile again inside the profiled forwards.
+    Installed first, they are part of what Dynamo compiled against; switched
+    off, they cost the clean pass one flag test per eager module call.
+    """
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
         self._hooks = HookHandles()
+        self._on = [False]  # read by the hooks (a list: the hooks close over it)
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[None]:
+        """The ranges open and close only inside this block."""
+        self._on[0] = True
+        try:
+            yield
+        finally:
+            self._on[0] = False
 
     def __enter__(self) -> EagerRanges:
         import torch
 
         enter, leave = eager_range_api()
         compiling = torch.compiler.is_compiling
+        on = self._on
         with self._hooks.registering() as hooks:
             for path, module in hookable_modules(self.model, compiled_leaves=False):
                 opened: list[Any] = []
 
+                # ``compiling()`` comes first: traced into a graph, the hook returns
+                # before it reads anything, so it leaves no op and no guard there
                 def pre(mod: Any, args: Any, name: str = LAYER_PREFIX + path,
                         opened: list[Any] = opened) -> None:  # fmt: skip
-                    if compiling():  # traced into a graph: leave no trace in it
+                    if compiling() or not on[0]:
                         return
                     opened.append(enter(name))
 
