@@ -137,6 +137,88 @@ def test_split_rules() -> None:
     assert equal.paths[""] == 5_000 and equal.paths["ln"] == 5_000
 
 
+# A conv block: issue 22 (a fused kernel's convolution time must not go to a BatchNorm).
+CONV_PATHS = ModelPaths(
+    {"": "Net", "block": "Sequential", "block.0": "Conv2d", "block.1": "BatchNorm2d",
+     "block.2": "ReLU", "conv": "Conv2d"}
+)  # fmt: skip
+BN = node("bn", "block.1", "BatchNorm2d", "aten::_native_batch_norm_legit_no_training", 4096.0)
+RELU = node("relu", "block.2", "ReLU", "aten::relu", 4096.0)
+
+
+def one_kernel(name: str, dur: float = 30) -> list[dict[str, Any]]:
+    return [span(FORWARD_MARK, 0, 100), span("Torch-Compiled Region: 0/0", 5, 80),
+            span(f"{CALL_PREFIX}c ##", 10, 70), span(name, 20, dur)]  # fmt: skip
+
+
+@pytest.mark.parametrize(("rule", "to"), [("cost", "block.0"), ("equal", "block.0"),
+                                          ("lca", "block")])  # fmt: skip
+def test_a_kernel_that_runs_a_convolution_belongs_to_it(rule: str, to: str) -> None:
+    """conv + bn + relu in one kernel (an mkldnn conv op, whose FLOPs no formula counts,
+    so its cost is its elements like the BatchNorm's): the BatchNorm and the ReLU are
+    the conv's epilogue, not two thirds of its time."""
+    conv = node("conv", "block.0", "Conv2d", "mkldnn::_convolution_pointwise", 4096.0)
+    rec = GraphRecord(
+        key="c", compile_id="0/0", phase="forward",
+        sites=(CallSite("cpp_fused_conv_bn_relu_0", "cpp_fused_conv_bn_relu_0", False,
+                        ("conv", "bn", "relu")),),
+        nodes={"conv": conv, "bn": BN, "relu": RELU},
+    )  # fmt: skip
+    att = attribute(tables(one_kernel("graph_0_cpp_fused_conv_bn_relu_0")), [rec], CONV_PATHS,
+                    rule=rule)  # fmt: skip
+    assert dict(att.windows["forward"][0].paths) == {to: 30_000}
+    assert att.estimated[("forward", to)] == 30_000  # several layers' work: an estimate
+
+
+def test_a_kernel_that_lays_out_a_convolutions_weight_weighs_it_by_its_operands() -> None:
+    """The previous layer's BatchNorm + ReLU fused with the next convolution's weight
+    reordering (what inductor generates on CPU): the conv runs as an extern op, and the
+    kernel's time is split by elements, the conv's being its operands' (weight + input)."""
+    conv = NodeInfo("conv", "conv", "Conv2d", "aten::convolution", 1e9, operand_cost=8192.0)
+    rec = GraphRecord(
+        key="c", compile_id="0/0", phase="forward",
+        sites=(CallSite("cpp_fused_bn_convolution_relu_0", "cpp_fused_bn_convolution_relu_0",
+                        False, ("bn", "relu"), operands=("conv",)),
+               CallSite("extern_kernels.convolution", "aten::convolution", True, ("conv",))),
+        nodes={"conv": conv, "bn": BN, "relu": RELU},
+    )  # fmt: skip
+    events = [
+        *one_kernel("graph_0_cpp_fused_bn_convolution_relu_0", 32),
+        span("aten::convolution", 60, 10),
+    ]
+    w = attribute(tables(events), [rec], CONV_PATHS).windows["forward"][0]
+    assert dict(w.paths) == {"conv": 16_000 + 10_000, "block.1": 8_000, "block.2": 8_000}
+
+
+def test_an_extern_convolution_a_generated_kernel_lists_is_its_operand() -> None:
+    """build_record on a real graph: the kernel before the conv lists the conv node
+    (its weight's new layout); the conv's own extern site keeps the node, the kernel
+    keeps it as an operand, with the elements of the conv's inputs."""
+    import torch
+    import torch.nn.functional as F
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from layerprof.capture.compiled_backend import build_record
+
+    def block(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return F.conv2d(torch.relu(x), w)
+
+    gm = make_fx(block, tracing_mode="fake")(torch.randn(1, 4, 6, 6), torch.randn(16, 4, 3, 3))
+    names = {str(n.target).split(".")[1]: n.name for n in gm.graph.nodes
+             if n.op == "call_function"}  # fmt: skip
+    relu, conv = names["relu"], names["convolution"]
+    rec = build_record(
+        gm,
+        [("cpp_fused_convolution_relu_0", [relu, conv]), ("extern_kernels.convolution", [conv])],
+        key="k", compile_id="0/0", phase="forward",
+    )  # fmt: skip
+    fused, extern = rec.sites
+    assert fused.nodes == (relu,) and fused.operands == (conv,)
+    assert extern.nodes == (conv,) and not extern.operands
+    assert rec.nodes[conv].operand_cost == 4 * 6 * 6 + 16 * 4 * 3 * 3
+    assert rec.nodes[conv].compute and not rec.nodes[relu].compute
+
+
 def test_unmatched_kernel_events_are_listed_and_counted_as_overhead() -> None:
     events = cpu_forward(1000, extra=[span("graph_0_cpp_fused_mystery_9", 1083, 1)])
     att = attribute(tables(events), [record()], PATHS)

@@ -940,12 +940,17 @@ def _layers(
         calls_b, calls_n = (bs.calls if bs else 0.0), (ns.calls if ns else 0.0)
         if calls_b != calls_n:
             notes.append(f"calls per forward {_fmt_num(calls_b)} -> {_fmt_num(calls_n)}")
+        fused = _fused_container(base, new, path, b_self, n_self)
+        if fused is not None:
+            notes.append(fused)
         rows.append(
             LayerDelta(
                 path=path,
                 type=other.type,
                 base_type=info.type if other.type != info.type else None,
-                change=judge.compare(
+                change=_not_compared(b_self, n_self)
+                if fused is not None
+                else judge.compare(
                     b_self, n_self, what=what if ran else None, runs=judge.layer_runs(path, clock)
                 ),
                 # the inclusive time is shown, never gated: no small-sample warning for it
@@ -973,6 +978,47 @@ def _layers(
             )
         )
     return tuple(rows), clock
+
+
+def _fused_container(
+    base: Profile, new: Profile, path: str, b_self: Series, n_self: Series
+) -> str | None:
+    """Why a container's self time is not compared, or None.
+
+    In a ``--compile`` profile a module's self time is the kernel time credited
+    to it; a container (a block, a Sequential) whose own code inductor fused
+    into its children's kernels has none. Against an eager side, where its self
+    time is its Python glue, that would read as -100 % (or as a new time): a
+    change of accounting, not of speed. Its total is compared as usual."""
+    for side, own, eager in ((new, n_self, b_self), (base, b_self, n_self)):
+        other = base if side is new else new
+        if side.compiled is None or other.compiled is not None:
+            continue
+        if own.summary.max <= 0 < eager.median and _has_children(side, path):
+            return (
+                "compiled: no kernel of its own (its work was fused into its children's"
+                " kernels), so its self time is not compared; see its total"
+            )
+    return None
+
+
+def _has_children(p: Profile, path: str) -> bool:
+    return any(i.parent == path and not i.path.startswith("<") for i in p.layers)
+
+
+def _not_compared(base: Series, new: Series) -> Change:
+    """A row whose times are shown but not judged: no percentage, never a change."""
+    b, n = round(base.median), round(new.median)
+    return Change(
+        base_ns=b,
+        new_ns=n,
+        delta_ns=n - b,
+        delta_pct=None,
+        beyond_noise=False,
+        significant=False,
+        status="same",
+        basis="threshold",
+    )
 
 
 @dataclass(frozen=True)

@@ -140,6 +140,7 @@ class CompiledRun:
         self._metrics: set[int] = set()
         self._types: dict[str, str] = {}
         self._layers: tuple[LayerInfo, ...] = ()
+        self._ranges: EagerRanges | None = None
 
     # ---- set-up -------------------------------------------------------------------
     def __enter__(self) -> CompiledRun:
@@ -168,6 +169,10 @@ class CompiledRun:
                 output_bytes=self.eager.output_bytes,
             )
             self._breaks, self._metrics = _dynamo_state()
+            # The eager ranges' hooks go on before anything compiles, and stay: a hook
+            # added later fails Dynamo's guards on the hook dicts (torch >= 2.14) and
+            # recompiles every region inside the profiled forwards.
+            self._ranges = EagerRanges(self.model).__enter__()
             self.backend = make_backend(self.options.mode, self.options.dynamic)
             compile_regions(
                 self.model,
@@ -177,6 +182,7 @@ class CompiledRun:
                 undo=undo.undo,
             )
         except BaseException:
+            self._remove_ranges()
             undo.restore()
             self._dynamo_log.setLevel(self._dynamo_level)
             raise
@@ -184,8 +190,14 @@ class CompiledRun:
 
     def __exit__(self, *exc: object) -> None:
         self._dynamo_log.setLevel(self._dynamo_level)
+        self._remove_ranges()
         if self._unwrapped is not None:
             self._unwrapped.restore()
+
+    def _remove_ranges(self) -> None:
+        if self._ranges is not None:
+            self._ranges.__exit__(None, None, None)
+            self._ranges = None
 
     def forward(self) -> Any:
         """One compiled forward; a compiler failure is a one-line ModelRunError."""
@@ -260,7 +272,8 @@ class CompiledRun:
         with grad:
             if backward:
                 self._guard(step)  # compiles the training graphs outside the profiled steps
-            with EagerRanges(self.model), kineto_quiet(), prof, window:
+            assert self._ranges is not None
+            with self._ranges.recording(), kineto_quiet(), prof, window:
                 for _ in range(iters + 1):
                     self._guard(step)
                     prof.step()

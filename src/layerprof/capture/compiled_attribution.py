@@ -418,6 +418,7 @@ class _Walk:
             self.result.stackless_ns[phase] += (
                 round(host_ns * stackless / cost) if cost else host_ns
             )
+        owners: dict[str, float] = defaultdict(float)  # paths of the kernel's matmul/conv nodes
         for node in nodes:
             path = self.paths.resolve(prefix, node)
             self.result.inferred_nodes += node.inferred
@@ -425,14 +426,18 @@ class _Walk:
                 self.result.unresolved_nodes += 1
                 path = prefix
             weights[path] += node.cost
+            if node.compute:
+                owners[path] += node.cost
+        for name in site.operands:  # an extern op's operands laid out by this kernel
+            node = record.nodes[name]
+            weights[self.paths.resolve(prefix, node) or prefix] += node.operand_cost
         if any(w > 0 for w in weights.values()):
             # views and getitems compute nothing: a path with only those takes no share
             weights = defaultdict(float, {p: w for p, w in weights.items() if w > 0})
         if not weights:
             weights[prefix] = 0.0
-        host_split = split_time(host_ns, weights, self.rule)
-        device_split = split_time(device_ns, weights, self.rule)
         shared = len(weights) > 1
+        host_split, device_split = self._split(host_ns, device_ns, weights, owners)
         window.kernel_ns += host_ns
         use.host_ns += host_ns
         use.device_ns += device_ns
@@ -455,6 +460,23 @@ class _Walk:
         total.estimated = total.estimated or shared
         for path, ns in (device_split if device_ns else host_split).items():
             total.by_path[path] += ns
+
+    def _split(
+        self,
+        host_ns: int,
+        device_ns: int,
+        weights: Mapping[str, float],
+        owners: Mapping[str, float],
+    ) -> tuple[dict[str, int], dict[str, int]]:
+        """A kernel's time over its paths. A kernel that runs a matmul, convolution or
+        attention node belongs to that node's layer (``cost`` and ``equal``): what else
+        it computes is the op's epilogue (bias, BatchNorm, activation, residual add),
+        whose share no cost model knows, and an elementwise count would hand a
+        BatchNorm half of a convolution when the conv's FLOPs are not counted (an
+        mkldnn conv+bn+relu op). ``lca`` still gives it to the common ancestor."""
+        if owners and len(weights) > 1 and self.rule != "lca":
+            weights = {p: w for p, w in owners.items() if w > 0} or dict.fromkeys(owners, 0.0)
+        return split_time(host_ns, weights, self.rule), split_time(device_ns, weights, self.rule)
 
     def _unmatched(self, events: Sequence[int], window: PhaseWindow) -> None:
         for k in events:

@@ -48,6 +48,17 @@ _PATH = re.compile(r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$")
 _TORCH_OP = re.compile(r"^torch\.ops\.(?P<ns>\w+)\.(?P<op>\w+)(\.\w+)?$")
 _ATEN_OP = re.compile(r"^aten\.(?P<op>\w+)(\.\w+)?$")
 _SHAPE_FALLBACK = 1  # a symbolic size without a hint counts as 1 (costs are only compared)
+# Ops that do a layer's heavy work (matmul, convolution, attention), by the op part of
+# their name: ``aten::addmm``, ``mkldnn::_convolution_pointwise``, ``mkl::_mkl_linear``,
+# ``aten::_scaled_dot_product_flash_attention_for_cpu`` (not ``upsample_bilinear2d``).
+_COMPUTE_OP = re.compile(
+    r"(?:^|::)_*(?:"
+    r"\w*conv(?:olution|_transpose|_depthwise|_tbc|\d?d)\w*"  # not convert_element_type
+    r"|(?:\w*_)?q?linear(?:_\w+)?"  # not upsample_bilinear2d
+    r"|\w*attention\w*"
+    r"|(?:add|b|baddb|addb|_int_|_scaled_|_weight_int\d+pack_)?mm(?:_\w+)?|matmul"
+    r")$"
+)
 
 
 @dataclass(frozen=True)
@@ -69,6 +80,17 @@ class NodeInfo:
     cost: float
     inferred: bool = False
     stackless: bool = False
+    operand_cost: float = 0.0  # elements of its tensor inputs (see CallSite.operands)
+
+    @property
+    def compute(self) -> bool:
+        """A matmul, convolution or attention node: a kernel that runs one owns the kernel
+        (what else it computes is its epilogue: a bias, a BatchNorm, an activation)."""
+        return is_compute_op(self.op)
+
+
+def is_compute_op(op: str) -> bool:
+    return _COMPUTE_OP.search(op) is not None
 
 
 @dataclass(frozen=True)
@@ -78,12 +100,17 @@ class CallSite:
     ``event`` is the name the profiler shows for it (``aten::addmm`` for
     ``extern_kernels.addmm``; the kernel's own name otherwise, without the
     ``graph_<id>_`` prefix CPU kernels get); ``nodes`` the nodes it is credited with.
+    ``operands``: matmul/convolution nodes that an extern call computes and that this
+    generated kernel also lists: it lays out their operands (a convolution's weight
+    in channels-last order, fused with the previous layer's BatchNorm and ReLU), work
+    that is theirs and weighs by the operands' elements.
     """
 
     kernel: str
     event: str
     extern: bool
     nodes: tuple[str, ...]
+    operands: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -219,19 +246,33 @@ def build_record(
         listed.append((kernel, event, extern, known, own))
     # Extern ops first: their own node is theirs, wherever a fused kernel lists it too
     # (an epilogue lists the matmul or convolution whose output it reads).
-    credited = {n for *_, own in listed for n in own}
+    externs = {n for *_, own in listed for n in own}
+    credited = set(externs)
     out_sites: list[CallSite] = []
     infos: dict[str, NodeInfo] = {}
     for kernel, event, extern, known, own in listed:
+        operands: list[str] = []
         if extern:
             chosen = own or known
         else:
             chosen = [n for n in known if n not in credited] or known
             credited.update(chosen)
-        for name in chosen:
+            operands = [
+                n for n in known
+                if n in externs and n not in chosen and is_compute_op(op_name(graph_nodes[n]))
+            ]  # fmt: skip
+        for name in (*chosen, *operands):
             if name not in infos:
                 infos[name] = node_info(graph_nodes[name], backward=phase == "backward")
-        out_sites.append(CallSite(kernel=kernel, event=event, extern=extern, nodes=tuple(chosen)))
+        out_sites.append(
+            CallSite(
+                kernel=kernel,
+                event=event,
+                extern=extern,
+                nodes=tuple(chosen),
+                operands=tuple(operands),
+            )
+        )
     return GraphRecord(
         key=key,
         compile_id=compile_id,
@@ -264,6 +305,7 @@ def node_info(node: Any, *, backward: bool = False) -> NodeInfo:
         cost=node_cost(node),
         inferred=inferred,
         stackless=found is None and not inferred,
+        operand_cost=float(sum(_elements(a.meta.get("val")) for a in node.all_input_nodes)),
     )
 
 

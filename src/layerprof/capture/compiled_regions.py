@@ -14,6 +14,8 @@ hooks that open such a range too - but only where the module runs eagerly:
 inside a compiled region Dynamo traces the hooks, sees
 ``torch.compiler.is_compiling()`` and leaves them out of the graph, so the
 compiled program is the one a run without hooks compiles (same cache key).
+The hooks go on before the model compiles (Dynamo guards on hook dicts, see
+:class:`EagerRanges`) and open ranges only while the per-layer pass records.
 The hooks' code is marked for Dynamo to skip as a frame of its own, so a hook
 called from eager code runs as plain Python. The innermost eager range around
 a compiled graph's call names the module its frame's ``self`` is: that is the
@@ -23,14 +25,15 @@ block's ``forward`` on its own, once for every block).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import types
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from layerprof.capture.hooks import HookHandles, hookable_modules
+from layerprof.capture.hooks import hookable_modules
 from layerprof.capture.ops import LAYER_PREFIX, range_api
 
 if TYPE_CHECKING:
@@ -202,38 +205,111 @@ def _skip_frame(fn: Callable[..., Any]) -> None:
 
 
 class EagerRanges:
-    """``layer:<path>`` ranges around every module call that runs outside compiled code."""
+    """``layer:<path>`` ranges around every module call that runs outside compiled code.
+
+    Dynamo guards on what it traced of a module's hooks: torch 2.14 guards
+    ``not module._forward_hooks`` when it compiled a module without hooks, and
+    with hooks on, the hook dicts' keys and the hook functions. So the hooks
+    go on *before* the model compiles and stay until the run ends (hooks added
+    between the compile and the timed passes recompiled every region inside
+    the profiled forwards), and every module gets the same two functions under
+    the same key (:data:`HOOK_KEY`), not a handle id of its own: a frame that
+    Dynamo compiled once for several modules (a block's ``forward`` after a
+    graph break) or in an earlier run (the same model profiled again) passes
+    its guards for all of them. The functions look the module up in the
+    recording instance; outside :meth:`recording` they return at once.
+    """
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
-        self._hooks = HookHandles()
+        self._names: dict[int, str] = {}
+        self._opened: dict[int, list[Any]] = {}
+        self._hooked: list[Any] = []
+        self._enter, self._leave = eager_range_api()
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[None]:
+        """The ranges open and close only inside this block."""
+        _RECORDING[0] = self
+        try:
+            yield
+        finally:
+            _RECORDING[0] = None
 
     def __enter__(self) -> EagerRanges:
-        import torch
-
-        enter, leave = eager_range_api()
-        compiling = torch.compiler.is_compiling
-        with self._hooks.registering() as hooks:
+        _shared_hooks()
+        try:
             for path, module in hookable_modules(self.model, compiled_leaves=False):
-                opened: list[Any] = []
-
-                def pre(mod: Any, args: Any, name: str = LAYER_PREFIX + path,
-                        opened: list[Any] = opened) -> None:  # fmt: skip
-                    if compiling():  # traced into a graph: leave no trace in it
-                        return
-                    opened.append(enter(name))
-
-                def post(mod: Any, args: Any, out: Any, opened: list[Any] = opened) -> None:
-                    if compiling():
-                        return
-                    if opened:
-                        leave(opened.pop())
-
-                _skip_frame(pre)
-                _skip_frame(post)
-                hooks.add(module.register_forward_pre_hook(pre))
-                hooks.add(module.register_forward_hook(post, always_call=True))
+                if HOOK_KEY in module._forward_pre_hooks or _torch_forward(module):
+                    continue  # another run's ranges are on it (a nested profile)
+                self._names[id(module)] = LAYER_PREFIX + path
+                self._opened[id(module)] = []
+                module._forward_pre_hooks[HOOK_KEY] = _pre_hook
+                module._forward_hooks[HOOK_KEY] = _post_hook
+                module._forward_hooks_always_called[HOOK_KEY] = True
+                self._hooked.append(module)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._hooks.remove()
+        while self._hooked:
+            module = self._hooked.pop()
+            module._forward_pre_hooks.pop(HOOK_KEY, None)
+            module._forward_hooks.pop(HOOK_KEY, None)
+            module._forward_hooks_always_called.pop(HOOK_KEY, None)
+
+
+def _torch_forward(module: Any) -> bool:
+    """Whether the module's ``forward`` is torch's own (``nn.Linear``, ``nn.Sequential``).
+
+    Such modules get no range hooks: a hook on one makes Dynamo compile its
+    ``forward`` as a frame of its own where eager code calls it after a graph
+    break (torch 2.13: ``head`` of a model whose loop breaks), which a run
+    without hooks leaves eager. A prefix is only needed for frames Dynamo
+    compiles, and it compiles the user's code (and the regions, which have
+    ranges of their own)."""
+    forward = getattr(type(module), "forward", None)
+    return str(getattr(forward, "__module__", "")).startswith("torch.")
+
+
+#: The key of layerprof's range hooks in every module's hook dicts: one key for all
+#: (handle ids are unique per registration, and Dynamo guards on the keys). Negative:
+#: ``RemovableHandle`` ids count up from 0.
+HOOK_KEY = -0x4C50
+_RECORDING: list[EagerRanges | None] = [None]
+
+
+def _pre_hook(module: Any, args: Any) -> None:
+    # ``is_compiling()`` comes first: traced into a graph, the hook returns before it
+    # reads anything, so it leaves no op in the graph
+    if _IS_COMPILING[0]():
+        return
+    # No calls but the (skipped) range functions: any other Python function called
+    # from here, in eager code under a compiled caller, would be a frame Dynamo compiles.
+    ranges = _RECORDING[0]
+    if ranges is not None and id(module) in ranges._names:
+        ranges._opened[id(module)].append(ranges._enter(ranges._names[id(module)]))
+
+
+def _post_hook(module: Any, args: Any, out: Any) -> None:
+    if _IS_COMPILING[0]():
+        return
+    ranges = _RECORDING[0]
+    opened = ranges._opened.get(id(module)) if ranges is not None else None
+    if ranges is not None and opened:
+        ranges._leave(opened.pop())
+
+
+_IS_COMPILING: list[Callable[[], bool]] = []
+
+
+@functools.cache
+def _shared_hooks() -> None:
+    """Dynamo runs the hooks as plain Python when eager code calls them (once per process)."""
+    import torch
+
+    _IS_COMPILING.append(torch.compiler.is_compiling)
+    _skip_frame(_pre_hook)
+    _skip_frame(_post_hook)

@@ -14,6 +14,7 @@ the forward exactly (the layer rows keep their own per-iteration samples).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 #: Rows a compiled profile adds next to the module paths, children of the root.
@@ -25,6 +26,7 @@ BUCKET_TYPE = "(compiled)"
 #: How a kernel whose nodes belong to several module paths is split among them.
 SPLIT_RULES = ("cost", "lca", "equal")
 PHASES = ("forward", "backward")
+_HOOK_DICT = re.compile(r"\._(?:forward|backward)(?:_pre)?_hooks\b")
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,13 @@ class Recompile:
         its forwards are timed without autograd, its backward pass needs it."""
         r = self.reason
         return "grad_mode" in r or ("dispatch key set mismatch" in r and "Autograd" in r)
+
+    @property
+    def hook_guard(self) -> bool:
+        """The guard that failed is a module's hook dict (``not module._forward_hooks``,
+        torch >= 2.14): hooks were added or removed after the module compiled, which
+        no input shape explains."""
+        return _HOOK_DICT.search(self.reason) is not None
 
 
 @dataclass(frozen=True)
