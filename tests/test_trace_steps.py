@@ -67,7 +67,7 @@ def test_a_user_span_around_each_iteration_is_the_step(tmp_path: Path) -> None:
     assert rank.steps.source == "record_function"
     steps = rank.steps.steps
     assert [s.name for s in steps] == ["iteration"] * 3
-    (optimizer,) = [r for r in rank.annotations if r.name.startswith("Optimizer_step")]
+    (optimizer,) = [r for r in rank.annotations if r.name.startswith("Optimizer.step")]
     # each step holds its iteration's optimizer step, and more
     per_step = rank.samples[optimizer.path].total_ns  # the annotation tree is the layer tree
     assert all(0 < o < s.dur_ns for o, s in zip(per_step, steps, strict=True))
