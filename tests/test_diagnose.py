@@ -233,3 +233,16 @@ def test_an_empty_run_lists_its_checks_too() -> None:
     text = run.render("console")
     assert "findings: nothing to flag" in text and "stragglers across ranks" in text
     assert "Checked: bottleneck layers" in str(run.render("html"))
+
+
+def test_ops_tied_to_no_layer_say_nothing_of_python_work() -> None:
+    """A trace's operators carry no layer: its bottleneck may not read "no operators ran in
+    its own code (Python work)" while a convolution took the time (found by a new user)."""
+    from layerprof.records import OpStat
+
+    prof = fake(zoo.Nested)
+    untied = replace(prof, ops=(OpStat("aten::mkldnn_convolution", 1.0, 2e5, 2e5),))
+    top = diagnose(untied)[0]
+    assert top.layer == "a.a2" and "Python work" not in top.detail
+    tied = replace(prof, ops=(OpStat("aten::add", 1.0, 1e3, 1e3, layer="b"),))
+    assert "Python work" in diagnose(tied)[0].detail  # ops tied to layers, none to this one

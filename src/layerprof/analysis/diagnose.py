@@ -143,8 +143,9 @@ def _type_hint(profile: Profile, row: LayerRow, has_children: bool) -> str:
 
 
 def _top_ops(profile: Profile, path: str) -> str:
-    """Ops mode: "; its top operators: aten::addmm 1.2 ms, ..." ("" without ops)."""
-    if not profile.ops:
+    """Ops mode: "; its top operators: aten::addmm 1.2 ms, ..." ("" without ops, and
+    without ops tied to layers: a trace's ops are, but not to these layers)."""
+    if not any(o.layer is not None for o in profile.ops):
         return ""
     own = sorted(
         (o for o in profile.ops if o.layer == path and o.phase == "forward"),
