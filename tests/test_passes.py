@@ -309,3 +309,16 @@ def test_slow_instrumented_pass_the_hooks_explain_is_named_instrumentation() -> 
     assert not [f for f in findings if "machine noise" in f.title]
     (slowed,) = [f for f in findings if "slowed the forward" in f.title]
     assert slowed.title.endswith("1.8x") and "82.500 ms per forward" in slowed.detail
+
+
+def test_a_gross_gap_inside_a_bimodal_clean_interval_is_unreliable() -> None:
+    """Found by a new user: a clean pass with 8 of 20 forwards stalled near 20 ms has a
+    median of 87 µs and a 95 % CI up to 20 ms; the per-layer pass took 24 ms per forward
+    (275x) and its layers were called bottlenecks with no word on the numbers."""
+    ms = 1_000_000
+    clean = [87_000 + 1000 * (i % 5) for i in range(12)] + [20 * ms + i for i in range(8)]
+    prof = replace(contended(layers_ms=24.0), latency_ns=clean, overhead=ops_overhead())
+    lat = prof.latency
+    assert lat is not None and lat.ci_high is not None and lat.ci_high > 20 * ms
+    assert pass_gap(prof) is not None and pass_gap(prof)[0] == "layers slower"  # type: ignore[index]
+    assert [f for f in diagnose(prof) if "unreliable" in f.title]
