@@ -409,3 +409,44 @@ def test_diff_quiet_prints_only_the_verdict(
     out, err = capsys.readouterr()
     assert out == ""
     assert err.startswith("layerprof: ") and len(err.strip().splitlines()) == 1
+
+
+# ---- diff --run: what a new user typed -------------------------------------------------
+
+
+def test_rounds_without_run_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--rounds`` on two saved files was ignored without a word."""
+    code, _, _ = run_cli(capsys, *NET_RUN, "-q", "--json", str(tmp_path / "p.json"))
+    assert code == 0
+    saved = str(tmp_path / "p.json")
+    code, _, err = run_cli(capsys, "diff", saved, saved, "--rounds", "4")
+    assert code == 2
+    assert_one_line_error(err, "--rounds is for --run")
+
+
+@pytest.mark.parametrize("option", ["--json", "--html=x.html", "--tensorboard"])
+def test_outputs_inside_a_run_string_are_refused(
+    capsys: pytest.CaptureFixture[str], option: str
+) -> None:
+    """An output option in BASE/NEW was written by no one (diff keeps the children's
+    profiles), and the run still exited 0."""
+    spec = "--arch tests.cli_models:Net --input 2x4"
+    code, _, err = run_cli(capsys, "diff", "--run", f"{spec} {option} o", spec, "--rounds", "2")
+    assert code == 2
+    assert_one_line_error(err, "diff --run BASE", option.split("=")[0], "every round")
+
+
+def test_quiet_diff_says_nothing_but_the_verdict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``diff DIR DIR -q`` printed 'comparing rank 0 of 2' twice before the verdict."""
+    from tests.rank_traces import cpu_trace, simulate_ranks
+
+    one = cpu_trace(tmp_path / "one.json", steps=3)
+    simulate_ranks(one, tmp_path / "ranks", 2)
+    ranks = str(tmp_path / "ranks")
+    code, out, err = run_cli(capsys, "diff", ranks, ranks, "-q", "--fail-above", "5%")
+    assert code == 0 and out == ""
+    assert "comparing rank" not in err

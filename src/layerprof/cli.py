@@ -544,7 +544,7 @@ def build_parser() -> argparse.ArgumentParser:
         " profile both in interleaved rounds of separate processes, so drift cancels",
     )  # fmt: skip
     diff.add_argument(
-        "--rounds", type=_COUNT, default=10, metavar="N",
+        "--rounds", type=_COUNT, default=None, metavar="N",
         help="with --run: rounds of one base and one new process each (default 10)",
     )  # fmt: skip
     diff.add_argument(
@@ -898,12 +898,16 @@ def cmd_diff(args: argparse.Namespace) -> int:
     outputs.check_outputs(args, stdout_taken=printed)
     if args.run:
         base, new = _interleaved(args)
+    elif args.rounds is not None:
+        raise UsageError(
+            "--rounds is for --run", hint="diff --run 'BASE ARGS' 'NEW ARGS' --rounds N"
+        )
     else:
         sources.local_files([args.base, args.new], "diff")  # before a long analysis of BASE
         limit = args.max_input_size
         base, said_base = sources.load_comparable(args.base, rank=args.rank, max_input_size=limit)
         new, said_new = sources.load_comparable(args.new, rank=args.rank, max_input_size=limit)
-        for line in (*said_base, *said_new):
+        for line in (*said_base, *said_new) if not args.quiet else ():
             _say(f"layerprof: {line}")
     result = diff(base, new, threshold_pct=threshold)
     gate = result.gate(fail_above, args.fail_metric) if fail_above is not None else None
@@ -947,11 +951,30 @@ def _interleaved(args: argparse.Namespace) -> tuple[Profile, Profile]:
             raise UsageError(
                 f"diff --run {name} is empty", hint="e.g. '--arch pkg.mod:Net --input 8x64'"
             )
+        _no_child_outputs(name, words)
         argvs.append(["run", *words])
-    if args.rounds < 2:
+    rounds = 10 if args.rounds is None else args.rounds
+    if rounds < 2:
         raise UsageError("--rounds must be at least 2 for a paired comparison")
     say = None if args.quiet else (lambda line: _say(f"layerprof: {line}"))
-    return processes.interleave(argvs[0], argvs[1], args.rounds, say=say)
+    return processes.interleave(argvs[0], argvs[1], rounds, say=say)
+
+
+#: run's file options: a --run child's profile goes to diff, never to a file of its own
+_CHILD_OUTPUTS = frozenset(
+    f"--{name}" for name in (*(o for o, _ in outputs.RENDERED_OUTPUTS), "tensorboard")
+)
+
+
+def _no_child_outputs(name: str, words: list[str]) -> None:
+    """Refuse output options inside BASE/NEW: every round would write (and overwrite)
+    them, and diff writes only its own outputs, so they would be dropped unseen."""
+    given = sorted({w.split("=", 1)[0] for w in words} & _CHILD_OUTPUTS)
+    if given:
+        raise UsageError(
+            f"diff --run {name}: {', '.join(given)} would be written by every round's process",
+            hint="give diff's own outputs after the two strings (diff --run BASE NEW --json d.json)",
+        )
 
 
 def cmd_report(args: argparse.Namespace) -> int:
