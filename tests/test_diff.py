@@ -593,6 +593,17 @@ def timed_profile(model: nn.Module, runs: list[dict[str, tuple[int, int]]]) -> P
 
 
 def test_real_model_with_a_slower_layer() -> None:
+    # One thread: with two, a 64x64 matmul waits at OpenMP's barrier for a worker thread
+    # that another process preempted, and the Linear after the sleep read 7 ms (CI, loaded).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _real_model_with_a_slower_layer()
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _real_model_with_a_slower_layer() -> None:
     torch.manual_seed(0)
 
     def build(us: int) -> nn.Module:
