@@ -62,7 +62,9 @@ def summary_lines(c: CompiledSection) -> list[Text]:
         where = "GPU kernels" if c.device_time else "kernels"
         lines.append(
             Text(
-                f"forward {human_time(cov.forward_ns)} = {where} {human_time(cov.attributed_ns)}"
+                # means: the tree below shows medians, which need not add up to these
+                f"mean profiled forward {human_time(cov.forward_ns)}"
+                f" = {where} {human_time(cov.attributed_ns)}"
                 f" ({human_time(cov.shared_ns)} of it split by {c.split})"
                 f" + compiled overhead {human_time(cov.overhead_ns)}"
                 f" + outside compiled regions {human_time(cov.outside_ns)};"

@@ -54,7 +54,7 @@ def compiled_section(s: Subject) -> Section | None:
     kernels = "GPU kernels" if c.device_time else "kernels"
     body = stat_cards(
         [
-            ("forward (profiled)", human_time(cov.forward_ns), ""),
+            ("mean profiled forward", human_time(cov.forward_ns), ""),
             (kernels, human_time(cov.attributed_ns), "key"),
             (f"of it split by {c.split}", human_time(cov.shared_ns), ""),
             ("compiled overhead", human_time(cov.overhead_ns), ""),
