@@ -611,6 +611,11 @@ def _evidence(base: Repeats | None, new: Repeats | None) -> Evidence:
     return "rounds" if base.pairs_with(new) else "repeats"
 
 
+RATIO_MAX = 1.0
+"""Layers judged against the rest of their forward must take at most half of it
+(a self-to-rest ratio of 1) in the base runs; larger ones keep their medians."""
+
+
 RUNS_ADVISED = 5
 """Fewer processes per side than this rarely reach p < ALPHA on a t-test."""
 
@@ -673,7 +678,12 @@ class _Judge:
         only: independent repeats keep their medians), or None."""
         if self.base_runs is None or self.new_runs is None or clock != "host" or not self.paired:
             return None
-        return self.base_runs.layer_ratio(path), self.new_runs.layer_ratio(path)
+        base = self.base_runs.layer_ratio(path)
+        # a layer taking most of the forward is compared against a small, noisy rest:
+        # its medians are the steadier measure then (chosen on the base side alone)
+        if not base or median(list(base.values())) > RATIO_MAX:
+            return None
+        return base, self.new_runs.layer_ratio(path)
 
     def compare(
         self,
