@@ -176,9 +176,7 @@ def test_a_ten_percent_slower_layer_fails_despite_drift() -> None:
         gate = d.gate(5.0, "layers")
         assert gate.failed and "layer 2 (Linear)" in gate.reasons[0], seed
         assert "between runs" in gate.reasons[0]
-        # layer 2 takes a quarter of this forward: 10 % more of it is 2.6 % more rest
-        # for every other layer, which reads up to that much faster, never slower
-        assert [r.path for r in d.layers if r.status == "slower"] == ["2"], seed
+        assert [r.path for r in d.layers if r.significant] == ["2"], seed
 
 
 def test_a_process_speed_of_30_percent_does_not_fail_identical_models() -> None:
@@ -214,6 +212,21 @@ def test_a_ten_percent_slower_layer_fails_despite_the_speed_of_each_process() ->
         b, n = base.repeats.layer("2"), new.repeats.layer("2")
         raw = paired_t_test([math.log(n[k] / b[k]) for k in sorted(b)])
         assert raw.p_value > ALPHA, seed
+
+
+def test_a_large_layer_made_faster_does_not_make_the_others_fail() -> None:
+    """Layer 2 takes a quarter of the forward: made 2x faster, it shrinks every other
+    layer's rest by 13 %, which would read as 14 % slower against it; the layer that
+    moved the forward most is taken out of the others' rest."""
+    model = mlp(depth=4)
+    for seed in range(5):
+        base, new = rounds(
+            model, n_rounds=10, seed=500 + seed, process_speed=0.3, cv=0.05, factors={"2": 0.5}
+        )
+        d = diff(base, new)
+        assert next(r for r in d.layers if r.path == "2").status == "faster", seed
+        assert not d.gate(5.0).failed, (seed, d.gate(5.0).reasons)
+        assert [r.path for r in d.layers if r.significant] == ["2"], seed
 
 
 def test_rest_ratio_ignores_a_process_slower_throughout(tmp_path: Path) -> None:
