@@ -27,7 +27,7 @@ from torch import nn
 
 import layerprof
 from layerprof.analysis.diff import ALPHA, DRIFT_ALLOWANCE_PCT, Diff, diff
-from layerprof.processes import gather
+from layerprof.processes import gather, rest_ratios
 from layerprof.profile import Profile
 from layerprof.render.diff_console import print_diff
 from layerprof.render.markdown import diff_to_markdown
@@ -47,12 +47,15 @@ def rounds(
     factors: Mapping[str, float] | None = None,
     paired: bool = True,
     cv: float = 0.1,
+    process_speed: float = 0.0,
 ) -> tuple[Profile, Profile]:
     """Base and new profiles of ``n_rounds`` processes each.
 
     Each round the machine runs at its own speed (``drift``: up to +-30 %,
     shared by both processes of the round) and each process gets its own
-    offset (``process_cv``); ``factors`` slow layers of the new side down.
+    offset (``process_cv``) and its own speed (``process_speed``: up to that
+    fraction either way, not shared with the other process of its round);
+    ``factors`` slow layers of the new side down.
     ``paired=False`` gives each side its own session (``run --repeat``).
     """
     layers = infos(model)
@@ -64,6 +67,7 @@ def rounds(
         speed = 1 + drift * rng.uniform(-1, 1)
         for side, out in (("base", base), ("new", new)):
             own = speed * (1 + process_cv * rng.standard_normal())
+            own *= 1 + process_speed * rng.uniform(-1, 1)
             scaled = {k: v * own for k, v in means.items()}
             extra = factors if side == "new" else None
             seed_i = int(rng.integers(1 << 30))
@@ -175,6 +179,75 @@ def test_a_ten_percent_slower_layer_fails_despite_drift() -> None:
         assert [r.path for r in d.layers if r.significant] == ["2"], seed
 
 
+def test_a_process_speed_of_30_percent_does_not_fail_identical_models() -> None:
+    """Each process runs up to 30 % faster or slower than the other one of its round
+    (what this project's machine does): the per-round ratio of medians scatters by
+    ~20 %, but each layer's time relative to the rest of its own forward does not."""
+    model = mlp(depth=4)
+    failures = []
+    for seed in range(20):
+        base, new = rounds(model, n_rounds=10, seed=300 + seed, process_speed=0.3)
+        d = diff(base, new)
+        assert d.evidence == "rounds"
+        if d.gate(5.0, "layers").failed:
+            failures.append((seed, d.gate(5.0, "layers").reasons))
+    assert failures == []
+
+
+def test_a_ten_percent_slower_layer_fails_despite_the_speed_of_each_process() -> None:
+    model = mlp(depth=4)
+    for seed in range(10):
+        base, new = rounds(
+            model, n_rounds=10, seed=400 + seed, process_speed=0.3, cv=0.05, factors={"2": 1.10}
+        )
+        d = diff(base, new)
+        row = next(r for r in d.layers if r.path == "2")
+        assert row.change.basis == "rounds" and row.status == "slower", (seed, row.change)
+        assert row.change.p_value is not None and row.change.p_value < ALPHA
+        assert row.change.delta_pct is not None and 5 < row.change.delta_pct < 15, seed
+        assert d.gate(5.0, "layers").failed, seed
+        assert [r.path for r in d.layers if r.significant] == ["2"], seed
+        # the same rounds judged on the plain per-process medians cannot tell
+        assert base.repeats is not None and new.repeats is not None
+        b, n = base.repeats.layer("2"), new.repeats.layer("2")
+        raw = paired_t_test([math.log(n[k] / b[k]) for k in sorted(b)])
+        assert raw.p_value > ALPHA, seed
+
+
+def test_a_large_layer_made_faster_does_not_make_the_others_fail() -> None:
+    """Layer 2 takes a quarter of the forward: made 2x faster, it shrinks every other
+    layer's rest by 13 %, which would read as 14 % slower against it; the layer that
+    moved the forward most is taken out of the others' rest."""
+    model = mlp(depth=4)
+    for seed in range(5):
+        base, new = rounds(
+            model, n_rounds=10, seed=500 + seed, process_speed=0.3, cv=0.05, factors={"2": 0.5}
+        )
+        d = diff(base, new)
+        assert next(r for r in d.layers if r.path == "2").status == "faster", seed
+        assert not d.gate(5.0).failed, (seed, d.gate(5.0).reasons)
+        assert [r.path for r in d.layers if r.significant] == ["2"], seed
+
+
+def test_rest_ratio_ignores_a_process_slower_throughout(tmp_path: Path) -> None:
+    model = mlp()
+    means = true_means(infos(model))
+    one = synth(model, seed=3, means=means)
+    slower = synth(model, seed=3, means={k: v * 1.3 for k, v in means.items()})
+    a, b = rest_ratios(one), rest_ratios(slower)
+    assert a is not None and b is not None and a.keys() == b.keys() == set(means)
+    for path in a:
+        assert b[path] == pytest.approx(a[path], rel=1e-4)
+    # by hand for one layer: self over (forward - self) per iteration, 20 % trimmed mean
+    cols = [one.samples[p].self_ns.tolist() for p in means]
+    forward = [sum(c) for c in zip(*cols, strict=True)]
+    own = one.samples["2"].self_ns.tolist()
+    ratios = sorted(s / (f - s) for s, f in zip(own, forward, strict=True))
+    assert a["2"] == pytest.approx(sum(ratios[4:16]) / 12)
+    # saved without samples: no ratios, and the diff falls back to the medians
+    assert rest_ratios(Profile.load(one.save(tmp_path / "summary.json"))) is None
+
+
 def test_drift_without_pairing_is_noise_with_pairing_is_cancelled() -> None:
     """The same data judged unpaired (two sets of repeats) and paired (rounds): the
     pairing removes the shared drift, so the paired interval is the narrower one."""
@@ -209,6 +282,15 @@ def test_repeats_survive_json_and_old_files_load_without(tmp_path: Path) -> None
     assert back.repeats == base.repeats
     data = json.loads(path.read_text())
     assert data["schema"] == "layerprof.profile/2"
+    assert all("rest_ratio" in r for r in data["repeats"]["runs"])
+    for r in data["repeats"]["runs"]:
+        del r["rest_ratio"]
+    (tmp_path / "medians.json").write_text(json.dumps(data))
+    medians_only = Profile.load(tmp_path / "medians.json")
+    assert medians_only.repeats is not None
+    assert all(r.rest_ratio is None for r in medians_only.repeats.runs)
+    by_medians = diff(medians_only, new)
+    assert all(r.change.basis == "rounds" for r in by_medians.layers)
     del data["repeats"]
     (tmp_path / "old.json").write_text(json.dumps(data))
     assert Profile.load(tmp_path / "old.json").repeats is None

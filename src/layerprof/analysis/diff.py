@@ -30,7 +30,9 @@ rounds) a row with per-run medians on both sides is judged on them: a paired
 t-test on the per-round log ratios when the sides come from one interleaved
 session (``basis == "rounds"``), Welch's t-test on the logs of the per-process
 medians otherwise (``"repeats"``); beyond noise = ``p < ALPHA`` in the
-direction of the change, outside its 95 % interval and above the floor.
+direction of the change, outside its 95 % interval and above half the floor.
+In rounds, a layer row is tested on its self time relative to the rest of its
+own forward (``RunMedians.rest_ratio``), so the speed of each process cancels.
 Every other row, and every row of a single-run comparison, is judged inside
 the runs by the rule below, carries no p-value (it would ignore drift), and
 fails the gate only above ``DRIFT_ALLOWANCE_PCT`` (``Diff.evidence`` says which
@@ -87,7 +89,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
@@ -116,6 +118,17 @@ FLOOR_MIN_NS = 1_000
 """Smallest absolute change that can count: 1 µs."""
 FLOOR_SHARE = 0.005
 """Or 0.5 % of the whole forward, when that is larger."""
+BETWEEN_FLOOR_FACTOR = 0.5
+"""Rows judged between runs need only half the floor (0.25 % of the forward): the
+t-test already carries the run-to-run spread, and a 10 % slower layer that takes
+5 % of the forward changes it by 0.5 %, which the full floor would not let pass."""
+
+
+def between_floor(floor_ns: int) -> int:
+    """The floor for rows judged on the spread between runs."""
+    return max(FLOOR_MIN_NS, round(floor_ns * BETWEEN_FLOOR_FACTOR))
+
+
 NOISE_K = 1.0
 """The change must exceed NOISE_K robust standard deviations of (new iteration - base iteration)."""
 MAD_TO_SIGMA = 1.4826
@@ -441,7 +454,9 @@ class Diff(sinks.Output):
                 f"significant = beyond the run-to-run noise of {self.runs_base} vs"
                 f" {self.runs_new} processes ({design}, p < {self.alpha:g}, |Δ| outside its"
                 f" {100 * CI_LEVEL:g} % confidence interval and above"
-                f" {fmt_ms(self.floor_ns)} ms) and |Δ %| > {self.threshold_pct:g} %."
+                f" {fmt_ms(between_floor(self.floor_ns))} ms; layers: their time relative to"
+                " the rest of the same forward, so a process slower throughout cancels)"
+                f" and |Δ %| > {self.threshold_pct:g} %."
                 " Rows without per-process medians are judged inside each run, without a"
                 f" p-value, and fail the gate only above the {_fmt_num(DRIFT_ALLOWANCE_PCT)} %"
                 " drift allowance."
@@ -596,6 +611,47 @@ def _evidence(base: Repeats | None, new: Repeats | None) -> Evidence:
     return "rounds" if base.pairs_with(new) else "repeats"
 
 
+RATIO_MAX = 1.0
+"""Layers judged against the rest of their forward must take at most half of it
+(a self-to-rest ratio of 1) in the base runs; larger ones keep their medians."""
+
+
+def _leak_source(base: Repeats, new: Repeats) -> str | None:
+    """The layer whose change moves the rest of every other layer's forward most.
+
+    A layer that changes changes the rest of the forward of every other layer:
+    one taking a quarter of it made 2x faster makes the others read 14 % slower
+    against their rest. The layer whose change (against its rest, beyond noise)
+    times its share of the forward is largest is taken out of the others' rest.
+    """
+    best, worst = None, 0.0
+    paths = set().union(*(r.rest_ratio or {} for r in base.runs))
+    for path in paths:
+        b, n = base.layer_ratio(path), new.layer_ratio(path)
+        keys = sorted(b.keys() & n.keys())
+        if len(keys) < 2 or any(b[k] <= 0 or n[k] <= 0 for k in keys):
+            continue
+        test = paired_t_test([math.log(n[k] / b[k]) for k in keys])
+        share = median([b[k] / (1 + b[k]) for k in keys])
+        moved = abs(math.expm1(test.estimate)) * share
+        if test.p_value < ALPHA and moved > worst:
+            best, worst = path, moved
+    return best
+
+
+def _without(runs: Repeats, path: str, leak: str) -> dict[int, float]:
+    """``path``'s time over the rest of its forward less ``leak``'s time, per run."""
+    out = {}
+    for i, r in enumerate(runs.runs):
+        ratios = r.rest_ratio
+        if ratios is None or path not in ratios or leak not in ratios:
+            continue
+        own, other = (ratios[p] / (1 + ratios[p]) for p in (path, leak))
+        if own + other < 1:
+            out[runs.key(i)] = own / (1 - own - other)
+    return out
+
+
 RUNS_ADVISED = 5
 """Fewer processes per side than this rarely reach p < ALPHA on a t-test."""
 
@@ -640,6 +696,7 @@ class _Judge:
     new_runs: Repeats | None = None
     fallbacks: dict[str, tuple[int, int]] = field(default_factory=dict)
     summary_only: set[str] = field(default_factory=set)
+    leak: str | None = None
 
     def latency_runs(self) -> tuple[dict[int, int], dict[int, int]] | None:
         if self.base_runs is None or self.new_runs is None:
@@ -651,6 +708,27 @@ class _Judge:
             return None
         return self.base_runs.layer(path, clock), self.new_runs.layer(path, clock)
 
+    def layer_ratios(
+        self, path: str, clock: str
+    ) -> tuple[dict[int, float], dict[int, float]] | None:
+        """Per-round self time over the rest of the forward (host clock, paired rounds
+        only: independent repeats keep their medians), or None."""
+        if self.base_runs is None or self.new_runs is None or clock != "host" or not self.paired:
+            return None
+        base = self.base_runs.layer_ratio(path)
+        # a layer taking most of the forward is compared against a small, noisy rest:
+        # its medians are the steadier measure then (chosen on the base side alone)
+        if not base or median(list(base.values())) > RATIO_MAX:
+            return None
+        new = self.new_runs.layer_ratio(path)
+        if self.leak is None:
+            self.leak = _leak_source(self.base_runs, self.new_runs) or ""
+        if self.leak and self.leak != path:
+            return _without(self.base_runs, path, self.leak), _without(
+                self.new_runs, path, self.leak
+            )
+        return base, new
+
     def compare(
         self,
         base: Series | None,
@@ -658,16 +736,18 @@ class _Judge:
         *,
         what: str | None = None,
         runs: tuple[dict[int, int], dict[int, int]] | None = None,
+        ratios: tuple[dict[int, float], dict[int, float]] | None = None,
     ) -> Change:
         """``what`` names the row kind for the small-sample warning; ``None``: expected.
-        ``runs``: the row's per-run medians by run key, base and new."""
+        ``runs``: the row's per-run medians by run key, base and new; ``ratios``: its
+        per-run time relative to the rest of the forward, tested instead where usable."""
         if base is None and new is None:
             return _change(0, 0, beyond=False, significant=False, basis="threshold")
         if base is None:
             return self._one_sided(round(cast(Series, new).median), "added")
         if new is None:
             return self._one_sided(round(base.median), "removed")
-        between = self._between(*runs) if runs is not None else None
+        between = self._between(*runs, ratios=ratios) if runs is not None else None
         if between is not None:
             return between
         b, n = round(base.median), round(new.median)
@@ -698,7 +778,13 @@ class _Judge:
         # so it would claim a certainty about the change that the data do not give.
         return self._judged(b, n, beyond, pct, basis, noise_ns=noise_ns, ci_ns=ci_ns)
 
-    def _between(self, base: dict[int, int], new: dict[int, int]) -> Change | None:
+    def _between(
+        self,
+        base: dict[int, int],
+        new: dict[int, int],
+        *,
+        ratios: tuple[dict[int, float], dict[int, float]] | None = None,
+    ) -> Change | None:
         """Judged on the per-run medians: a paired t-test over rounds, or Welch's over
         two sets of processes; ``None`` when a side has fewer than two runs of the row.
 
@@ -706,17 +792,29 @@ class _Judge:
         20 % slower in one round scales both of its processes alike and cancels
         from their ratio (on differences it would scale the change itself); a row
         with a zero median in some run is tested on plain differences instead.
+        With ``ratios`` (a layer's time over the rest of its own forward, per run)
+        the test runs on those instead: the speed of each process cancels too,
+        which a pair of processes of one round does not share (measured here: a
+        layer's per-round log ratio of medians scattered by 20-35 %, of these
+        ratios by 3-5 %). The change is then the base median times the mean ratio.
         """
-        if self.paired:
-            keys = sorted(base.keys() & new.keys())
-            b_vals, n_vals = [base[k] for k in keys], [new[k] for k in keys]
-        else:
-            b_vals, n_vals = list(base.values()), list(new.values())
+        b_vals, n_vals = self._values(base, new)
         if len(b_vals) < 2 or len(n_vals) < 2:
             return None
-        log = all(v > 0 for v in (*b_vals, *n_vals))
-        bx = [math.log(v) if log else float(v) for v in b_vals]
-        nx = [math.log(v) if log else float(v) for v in n_vals]
+        b = round(median(b_vals))
+        rb, rn = self._values(*ratios) if ratios is not None else ([], [])
+        relative = (
+            min(len(rb), len(rn)) >= 2
+            and len(rb) == len(b_vals)
+            and len(rn) == len(n_vals)
+            and all(v > 0 for v in (*rb, *rn))
+        )
+        if relative:
+            bx, nx, log = [math.log(v) for v in rb], [math.log(v) for v in rn], True
+        else:
+            log = all(v > 0 for v in (*b_vals, *n_vals))
+            bx = [math.log(v) if log else float(v) for v in b_vals]
+            nx = [math.log(v) if log else float(v) for v in n_vals]
         test: TTest
         if self.paired:
             test = paired_t_test([n - b for b, n in zip(bx, nx, strict=True)])
@@ -726,20 +824,20 @@ class _Judge:
             test = welch_t_test(bx, nx)
             spread = math.hypot(_sd(bx), _sd(nx))
             basis = "repeats"
-        b = round(median(b_vals))
 
         def as_ns(x: float) -> float:
             return b * math.expm1(x) if log else x
 
-        # Paired rounds: the change is the t-test's estimate (the mean per-round ratio),
-        # since the medians of each side carry the drift between rounds.
-        n = b + round(as_ns(test.estimate)) if self.paired else round(median(n_vals))
+        # Paired rounds or ratios: the change is the test's estimate (the mean log
+        # ratio), since the medians of each side carry the drift between processes.
+        estimated = self.paired or relative
+        n = b + round(as_ns(test.estimate)) if estimated else round(median(n_vals))
         delta = n - b
         ci_ns = round(abs(as_ns(test.half_width())))
         beyond = (
             test.p_value < ALPHA
             and test.estimate * delta > 0
-            and abs(delta) > max(ci_ns, self.floor_ns)
+            and abs(delta) > max(ci_ns, between_floor(self.floor_ns))
         )
         pct = delta / b * 100 if b > 0 else None
         return self._judged(
@@ -752,6 +850,15 @@ class _Judge:
             noise_ns=round(abs(as_ns(spread))),
             ci_ns=ci_ns,
         )
+
+    def _values(
+        self, base: Mapping[int, float], new: Mapping[int, float]
+    ) -> tuple[list[float], list[float]]:
+        """The two sides' per-run values: by common round when paired, else all."""
+        if self.paired:
+            keys = sorted(base.keys() & new.keys())
+            return [base[k] for k in keys], [new[k] for k in keys]
+        return list(base.values()), list(new.values())
 
     def _judged(
         self,
@@ -951,7 +1058,11 @@ def _layers(
                 change=_not_compared(b_self, n_self)
                 if fused is not None
                 else judge.compare(
-                    b_self, n_self, what=what if ran else None, runs=judge.layer_runs(path, clock)
+                    b_self,
+                    n_self,
+                    what=what if ran else None,
+                    runs=judge.layer_runs(path, clock),
+                    ratios=judge.layer_ratios(path, clock),
                 ),
                 # the inclusive time is shown, never gated: no small-sample warning for it
                 # when the self time was judged between runs

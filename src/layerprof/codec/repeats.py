@@ -31,6 +31,8 @@ def _run(r: RunMedians) -> dict[str, Any]:
     }
     if r.device_self_ns is not None:
         out["device_self_ms"] = _times_ms(r.device_self_ns)
+    if r.rest_ratio is not None:
+        out["rest_ratio"] = dict(r.rest_ratio)
     return out
 
 
@@ -50,11 +52,15 @@ def read_repeats(f: Fields | None) -> Repeats | None:
 
 def _read_run(f: Fields) -> RunMedians:
     device = f.obj("device_self_ms")
+    ratio = f.obj("rest_ratio")
     return RunMedians(
         latency_ns=f.opt_ns("latency_ms"),
         self_ns=_read_times(f.obj("self_ms")),
         device_self_ns=_read_times(device) if device is not None else None,
         round=f.opt_integer("round"),
+        rest_ratio={str(k): ratio.number(str(k)) for k in ratio.data}
+        if ratio is not None
+        else None,
     )
 
 

@@ -8,7 +8,10 @@ alternating rounds (``layerprof diff --run BASE NEW --rounds N``), where each
 round pairs a base process with a new one and a drift of the machine hits both.
 
 ``runs`` holds, per process, the median latency and each layer's median self
-time per forward (host, and device where recorded). ``session`` is shared by
+time per forward (host, and device where recorded), and each layer's host self
+time relative to the rest of the same forward (``rest_ratio``): a process that
+runs 20 % slower throughout scales a layer and the rest of its forward alike,
+so that ratio moves only when the layer changes against the rest of the model. ``session`` is shared by
 the two sides of one interleaved A/B run and ``RunMedians.round`` numbers its
 rounds: runs of the same round and session are paired; anything else is
 compared as two independent sets of runs. Value objects only.
@@ -31,6 +34,9 @@ class RunMedians:
     self_ns: Mapping[str, int] = field(default_factory=dict)
     device_self_ns: Mapping[str, int] | None = None
     round: int | None = None
+    rest_ratio: Mapping[str, float] | None = None
+    """Per layer: its self time over the rest of the forward (all other layers' self
+    times), per iteration, 20 %-trimmed mean over the iterations; None: not recorded."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,14 @@ class Repeats:
             if times is not None and path in times:
                 out[self.key(i)] = times[path]
         return out
+
+    def layer_ratio(self, path: str) -> dict[int, float]:
+        """Per-run ``rest_ratio`` of ``path`` by run key; runs without one are left out."""
+        return {
+            self.key(i): r.rest_ratio[path]
+            for i, r in enumerate(self.runs)
+            if r.rest_ratio is not None and path in r.rest_ratio
+        }
 
     def key(self, index: int) -> int:
         r = self.runs[index].round
