@@ -446,7 +446,7 @@ class Diff(sinks.Output):
             )
         else:
             design = (
-                "paired t-test on the per-round differences of the interleaved runs"
+                "paired t-test on the per-round log ratios of the interleaved runs"
                 if self.evidence == "rounds"
                 else "Welch t-test on the per-process medians"
             )
