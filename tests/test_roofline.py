@@ -196,3 +196,14 @@ def test_profile_json_carries_each_layers_roofline(tmp_path) -> None:  # type: i
     assert all("roofline" not in d for path, d in layers.items() if path not in on_line)
     # written, not read: the file loads back as before
     assert Profile.load(prof.save(tmp_path / "p.json")).rows() == prof.rows()
+
+
+def test_a_fresh_peak_says_measured_once() -> None:
+    """The console printed "(measured: measured on AMD EPYC: ...)"."""
+    from layerprof.render.flops_console import peak_text
+    from layerprof.sections.flops import Peak
+
+    fresh = peak_text(Peak(1e11, 2e10, "measured", "measured on AMD EPYC: 1024x1024 matmul"))
+    assert "(measured on AMD EPYC: 1024x1024 matmul)" in fresh
+    cached = peak_text(Peak(1e11, 2e10, "cached", "measured on AMD EPYC: 1024x1024 matmul"))
+    assert "(cached: measured on AMD EPYC" in cached

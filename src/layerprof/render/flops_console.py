@@ -69,7 +69,9 @@ def peak_text(peak: Peak) -> str:
     rates = [human_si(peak.flops_per_s, "FLOP/s") if peak.flops_per_s else "FLOP/s unknown"]
     rates.append(human_si(peak.bytes_per_s, "B/s") if peak.bytes_per_s else "B/s unknown")
     ridge = f", ridge {peak.ridge:.1f} FLOP/B" if peak.ridge is not None else ""
-    return f"{', '.join(rates)}{ridge} ({peak.source}: {peak.detail})"
+    # a fresh measurement's detail already begins "measured on ...": say it once
+    said = peak.detail if peak.detail.startswith(peak.source) else f"{peak.source}: {peak.detail}"
+    return f"{', '.join(rates)}{ridge} ({said})"
 
 
 # ---- the layer table's cells ---------------------------------------------------------------
