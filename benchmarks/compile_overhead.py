@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from layerprof.capture.compiled import CompiledRun, CompileOptions
+from layerprof.capture.compiled.run import CompiledRun, CompileOptions
 
 
 class Block(nn.Module):

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from layerprof.capture.flops import count_flops
+from layerprof.capture.flops.counter import count_flops
 from layerprof.capture.runner import RunOptions, run_model
 from layerprof.capture.sweep import SweepOptions, run_sweep
 from layerprof.load.demo import build

@@ -8,8 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-from layerprof.capture import backward as bwd
-from layerprof.capture.backward import (
+from layerprof.capture.clocks import FakeClock
+from layerprof.capture.hooks import backward as bwd
+from layerprof.capture.hooks.backward import (
     BackwardProfile,
     NodeHooksUnavailable,
     NodeMarks,
@@ -17,8 +18,7 @@ from layerprof.capture.backward import (
     nest_intervals,
     profile_backward,
 )
-from layerprof.capture.clocks import FakeClock
-from layerprof.capture.layertimes import build_samples
+from layerprof.capture.hooks.layertimes import build_samples
 from layerprof.capture.step import default_loss
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.load.demo import SmallCNN, TinyTransformer

@@ -22,8 +22,8 @@ from torch import nn
 
 import layerprof
 from layerprof.analysis.diagnose import diagnose
-from layerprof.capture.compiled import CompileOptions
-from layerprof.capture.compiled_attribution import CALL_PREFIX, FORWARD_MARK
+from layerprof.capture.compiled.attribution import CALL_PREFIX, FORWARD_MARK
+from layerprof.capture.compiled.run import CompileOptions
 from layerprof.cli import main
 from layerprof.profile import Profile
 from layerprof.sections.compiled import BUCKET_ROWS, OUTSIDE_ROW, OVERHEAD_ROW, Recompile
@@ -205,7 +205,7 @@ def test_profile_saves_renders_and_diffs(gpt_run: tuple[TinyGPT, Profile], tmp_p
 
 
 def test_compiled_runs_carry_the_eager_flop_count(gpt_run: tuple[TinyGPT, Profile]) -> None:
-    from layerprof.capture.flops import count_flops
+    from layerprof.capture.flops.counter import count_flops
 
     model, compiled = gpt_run
     assert compiled.flops is not None and compiled.flops.coverage is not None

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from layerprof.capture.compiled_attribution import (
+from layerprof.capture.compiled.attribution import (
     BACKWARD_MARK,
     CALL_PREFIX,
     FORWARD_MARK,
@@ -25,7 +25,7 @@ from layerprof.capture.compiled_attribution import (
     kernel_event,
     split_time,
 )
-from layerprof.capture.compiled_backend import (
+from layerprof.capture.compiled.backend import (
     CallSite,
     GraphRecord,
     NodeInfo,
@@ -34,7 +34,7 @@ from layerprof.capture.compiled_backend import (
     module_path,
     provenance_sites,
 )
-from layerprof.capture.compiled_section import (
+from layerprof.capture.compiled.samples import (
     backward_problem,
     bucket_infos,
     build_section,
@@ -198,7 +198,7 @@ def test_an_extern_convolution_a_generated_kernel_lists_is_its_operand() -> None
     import torch.nn.functional as F
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from layerprof.capture.compiled_backend import build_record
+    from layerprof.capture.compiled.backend import build_record
 
     def block(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return F.conv2d(torch.relu(x), w)
@@ -428,7 +428,7 @@ def test_cuda_kernels_are_timed_by_gpu_duration_via_correlation() -> None:
 
 
 def facts() -> Any:
-    from layerprof.capture.compiled_section import RunFacts
+    from layerprof.capture.compiled.samples import RunFacts
 
     return RunFacts(
         torch="2.13.0", mode="default", dynamic=None, split="cost", regions=("",),
@@ -539,7 +539,7 @@ def test_a_node_a_pattern_pass_wrote_takes_its_neighbours_module() -> None:
     import torch
     import torch.fx
 
-    from layerprof.capture.compiled_backend import node_info
+    from layerprof.capture.compiled.backend import node_info
 
     def f(x: torch.Tensor) -> torch.Tensor:  # call_function nodes, as post-grad graphs have
         q = torch.permute(x, (0, 1))

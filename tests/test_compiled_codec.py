@@ -11,8 +11,8 @@ import pytest
 from rich.console import Console
 
 from layerprof.analysis.diagnose import diagnose
-from layerprof.capture.compiled_attribution import attribute
-from layerprof.capture.compiled_section import (
+from layerprof.capture.compiled.attribution import attribute
+from layerprof.capture.compiled.samples import (
     RunFacts,
     bucket_infos,
     build_section,

@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.text import Text
 from torch import nn
 
-from layerprof.capture.ops import OpOptions
+from layerprof.capture.ops.profiler import OpOptions
 from layerprof.capture.runner import RunOptions, run_model
 from layerprof.cli import main
 from layerprof.render.console import print_profile

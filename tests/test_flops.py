@@ -15,7 +15,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import layerprof
-from layerprof.capture.flops import FlopCount, FlopCounter, count_backward, count_flops
+from layerprof.capture.flops.counter import FlopCount, FlopCounter, count_backward, count_flops
 from layerprof.capture.step import backward_state, backward_step
 from tests.flop_models import (
     Analytic,
@@ -331,8 +331,8 @@ def test_nested_tensor_fast_path_is_uncounted_with_the_reason() -> None:
 
 
 def test_a_failing_formula_marks_the_op_uncounted(monkeypatch: pytest.MonkeyPatch) -> None:
-    from layerprof.capture import flops as flops_module
-    from layerprof.capture.formulas import Rule, rules
+    from layerprof.capture.flops import counter as flops_module
+    from layerprof.capture.flops.formulas import Rule, rules
 
     def broken(*args: Any, **kwargs: Any) -> int:
         raise AssertionError("shapes do not fit")
@@ -454,7 +454,7 @@ def test_sdpa_functional_call_in_grad_mode_counts_once() -> None:
 
 
 def test_a_model_the_counter_cannot_run_keeps_its_timings(monkeypatch: pytest.MonkeyPatch) -> None:
-    from layerprof.capture import flops as flops_module
+    from layerprof.capture.flops import counter as flops_module
 
     def refuse(*args: Any, **kwargs: Any) -> FlopCount:
         raise RuntimeError("this model refuses dispatch modes\nsecond line")
@@ -487,7 +487,7 @@ class MatmulConvNet(nn.Module):
 
 
 def test_profiler_estimate_per_op_agrees_with_the_counter_where_both_count() -> None:
-    from layerprof.capture.ops import OpOptions
+    from layerprof.capture.ops.profiler import OpOptions
 
     model = MatmulConvNet().eval()
     prof = layerprof.profile(

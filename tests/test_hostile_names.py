@@ -23,7 +23,7 @@ import pytest
 import torch
 from torch import nn
 
-from layerprof.capture.ops import OpOptions, exported_trace
+from layerprof.capture.ops.profiler import OpOptions, exported_trace
 from layerprof.capture.runner import RunOptions, run_model
 from layerprof.cli import main
 from layerprof.render.stacks import folded_lines

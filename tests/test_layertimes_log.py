@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from torch import nn
 
 from layerprof import Recorder
-from layerprof.capture import recorder as recorder_module
 from layerprof.capture.clocks import FakeClock
-from layerprof.capture.layertimes import EXIT, RAISED, SKIP, complete_prefix, parse_events
+from layerprof.capture.hooks import recorder as recorder_module
+from layerprof.capture.hooks.layertimes import EXIT, RAISED, SKIP, complete_prefix, parse_events
 from tests import zoo_models as zoo
 
 

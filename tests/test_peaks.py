@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import torch
 
-from layerprof.capture import peaks
-from layerprof.capture.formulas import rules
-from layerprof.capture.gpus import find_gpu, gpu_peak
-from layerprof.capture.peaks import GivenPeak, device_peak, parse_peak
+from layerprof.capture.flops import peaks
+from layerprof.capture.flops.formulas import rules
+from layerprof.capture.flops.gpus import find_gpu, gpu_peak
+from layerprof.capture.flops.peaks import GivenPeak, device_peak, parse_peak
 from layerprof.errors import UsageError
 from layerprof.sections.flops import Peak
 

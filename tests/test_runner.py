@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import layerprof
-from layerprof.capture.recorder import calibrate
+from layerprof.capture.hooks.recorder import calibrate
 from layerprof.capture.runner import RunOptions, profile_model
 from layerprof.errors import ModelRunError
 from layerprof.profile import Profile
@@ -193,7 +193,7 @@ class _WithScripted(nn.Module):
 
 @pytest.mark.parametrize("ops", [False, True])
 def test_scripted_submodule_is_an_opaque_leaf(ops: bool) -> None:
-    from layerprof.capture.ops import OpOptions
+    from layerprof.capture.ops.profiler import OpOptions
 
     model = _WithScripted()
     prof = profile_model(

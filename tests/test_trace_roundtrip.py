@@ -18,7 +18,7 @@ from torch import nn
 
 import layerprof
 from layerprof.analysis.diff import diff
-from layerprof.capture.ops import OpOptions
+from layerprof.capture.ops.profiler import OpOptions
 from layerprof.capture.runner import RunOptions, run_model
 from layerprof.profile import Profile
 from layerprof.render.chrome import write_chrome_trace

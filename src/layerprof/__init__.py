@@ -33,9 +33,9 @@ if TYPE_CHECKING:
     import torch
 
     from layerprof.analysis.diff import Diff, diff
-    from layerprof.capture.compiled import CompileOptions
-    from layerprof.capture.ops import OpOptions
-    from layerprof.capture.recorder import Recorder
+    from layerprof.capture.compiled.run import CompileOptions
+    from layerprof.capture.hooks.recorder import Recorder
+    from layerprof.capture.ops.profiler import OpOptions
     from layerprof.profile import Profile, Run
 
 
@@ -61,7 +61,7 @@ def __getattr__(name: str) -> Any:
 
         value = Diff if name == "Diff" else diff
     elif name == "Recorder":
-        from layerprof.capture.recorder import Recorder
+        from layerprof.capture.hooks.recorder import Recorder
 
         value = Recorder
     else:
@@ -125,21 +125,21 @@ def profile(
     dtype: ``torch.bfloat16`` or ``"bfloat16"``) run the model and its inputs
     there, as ``layerprof run --device/--dtype`` do; your model is left as it is
     (a moved or cast copy is profiled). ``ops=True`` (or an
-    :class:`layerprof.capture.ops.OpOptions`) records the operators of every layer
+    :class:`layerprof.capture.ops.profiler.OpOptions`) records the operators of every layer
     with torch.profiler (``Profile.ops``); ``backward=True`` adds each layer's
     backward time, with ``loss(output)`` as the loss (default: the sum of the
     floating outputs). ``compile=True`` (or a
-    :class:`layerprof.capture.compiled.CompileOptions`) runs the model through
+    :class:`layerprof.capture.compiled.run.CompileOptions`) runs the model through
     ``torch.compile`` and attributes the compiled kernels' time to layers
     (``Profile.compiled`` says how); ``peak`` (``"312e12,2T"``: FLOP/s[,bytes/s])
     gives the device's peak rates for the roofline, as ``--peak``. See
     :class:`layerprof.capture.runner.RunOptions` for the other options and
     docs/python-api.md for the units of what comes back.
     """
-    from layerprof.capture.compiled import CompileOptions
+    from layerprof.capture.compiled.run import CompileOptions
     from layerprof.capture.device import placed
-    from layerprof.capture.ops import OpOptions
-    from layerprof.capture.peaks import parse_peak
+    from layerprof.capture.flops.peaks import parse_peak
+    from layerprof.capture.ops.profiler import OpOptions
     from layerprof.capture.runner import RunOptions, profile_model
 
     model, args, kwargs, dev, dtype_name = placed(model, args, kwargs or {}, device, dtype)

@@ -19,8 +19,8 @@ from layerprof import outputs, sources
 from layerprof.errors import LayerprofError, Terminated, UsageError
 
 if TYPE_CHECKING:
-    from layerprof.capture.compiled import CompileOptions
-    from layerprof.capture.ops import OpOptions
+    from layerprof.capture.compiled.run import CompileOptions
+    from layerprof.capture.ops.profiler import OpOptions
     from layerprof.profile import Profile
 
 EXIT_ERROR = 2
@@ -112,7 +112,7 @@ def _seed(text: str) -> int:
 
 def _peak(text: str) -> Any:
     """An argparse type: ``--peak FLOPS[,BYTES]`` per second (``2.5T``, ``312e12,2T``)."""
-    from layerprof.capture.peaks import parse_peak
+    from layerprof.capture.flops.peaks import parse_peak
 
     try:
         return parse_peak(text)
@@ -762,7 +762,7 @@ def _measure(
 
 def _compile_options(args: argparse.Namespace) -> CompileOptions | None:
     """--compile and its options; the options without --compile are a usage error."""
-    from layerprof.capture.compiled import CompileOptions
+    from layerprof.capture.compiled.run import CompileOptions
 
     if not args.compile:
         given = {"--compile-mode": args.compile_mode, "--dynamic": args.dynamic,
@@ -780,7 +780,7 @@ def _compile_options(args: argparse.Namespace) -> CompileOptions | None:
 
 def _op_options(args: argparse.Namespace) -> OpOptions | None:
     """--ops and the torch.profiler options; the options without --ops are a usage error."""
-    from layerprof.capture.ops import OpOptions
+    from layerprof.capture.ops.profiler import OpOptions
 
     flags = {
         "--record-shapes": args.record_shapes or args.group_by_shape,

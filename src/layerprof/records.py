@@ -57,7 +57,7 @@ class LayerInfo:
     layerprof.sections.flops); ``output_bytes`` is the size of the tensors the
     layer's first call returned (its activation memory); ``peak_bytes`` (CUDA
     only) how far allocated device memory rose above its level at the layer's
-    entry, at the peak (see layerprof.capture.memory).
+    entry, at the peak (see layerprof.capture.memory.allocator).
     """
 
     path: str
@@ -67,7 +67,7 @@ class LayerInfo:
     params_own: int = 0
     input_shapes: ShapeTree = None
     output_shapes: ShapeTree = None
-    flops: int | None = None  # inclusive, per forward (layerprof.capture.flops)
+    flops: int | None = None  # inclusive, per forward (layerprof.capture.flops.counter)
     flop_detail: LayerFlops | None = None
     output_bytes: int | None = None  # tensors returned by the first call
     peak_bytes: int | None = None  # CUDA: allocated memory's rise above entry, at its peak

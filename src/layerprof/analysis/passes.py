@@ -237,7 +237,7 @@ def _diverged_finding(profile: Profile, type_: str, op: str, layers: list[FusedL
 
 def _flop_sentence(profile: Profile, paths: list[str], its: str) -> str:
     """What the FLOP counter made of fused layers: counted by layerprof's formula for the
-    fused kernel (layerprof.capture.formulas), or not counted (an older file's counter,
+    fused kernel (layerprof.capture.flops.formulas), or not counted (an older file's counter,
     or a kernel with no formula) - never a silent 0."""
     infos = [i for i in profile.layers if i.path in paths]
     if not infos or all(i.flops is None and i.flop_detail is None for i in infos):

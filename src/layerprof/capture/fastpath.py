@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from layerprof.capture.hooks import _is_compiled, _is_script, hookable_modules, visible_modules
+from layerprof.capture.modules import _is_compiled, _is_script, hookable_modules, visible_modules
 from layerprof.sections import FusedLayer, PassCheck
 
 if TYPE_CHECKING:

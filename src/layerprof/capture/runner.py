@@ -9,15 +9,15 @@ Order of one run (see docs/definitions.md):
 4. code path — one watched forward that notes fused fast paths without changing
    them (layerprof.capture.fastpath), compared with the per-layer pass at the end;
    shapes — one forward with shape hooks; one counting FLOPs, bytes and op time
-   per layer (layerprof.capture.flops; with ``backward`` also one counted
+   per layer (layerprof.capture.flops.counter; with ``backward`` also one counted
    training step); on CUDA one reading the allocator's peaks;
 5. hooks mode: calibration — the hooks' own per-call cost, measured on a model
    of empty layers with the same hooks — then one untimed hooked forward and
    ``iters`` hooked forwards (plus the backward pass with ``backward``);
-   ops mode instead: ``iters`` forwards under torch.profiler (layerprof.capture.ops);
-   TorchScript / torch.export: the profiler's module hierarchy (layerprof.capture.scripted);
+   ops mode instead: ``iters`` forwards under torch.profiler (layerprof.capture.ops.profiler);
+   TorchScript / torch.export: the profiler's module hierarchy (layerprof.capture.scripted.profiler);
    ``compile``: the model runs compiled from the cold call on (which pays the
-   compile), and its kernels are attributed to layers (layerprof.capture.compiled).
+   compile), and its kernels are attributed to layers (layerprof.capture.compiled.run).
 
 Hooks, threads and train/eval mode are restored in ``finally``, also when
 the model raises or the user presses Ctrl-C.
@@ -38,10 +38,10 @@ from layerprof.capture.device import device_of
 from layerprof.capture.distributed import unwrap
 from layerprof.capture.failures import locate_failure, model_error
 from layerprof.capture.fastpath import check_passes, watch_clean_path
-from layerprof.capture.hooks import hookable_modules
+from layerprof.capture.hooks.recorder import Recorder, ShapeCapture, calibrate, layer_infos
 from layerprof.capture.hostload import host_load
+from layerprof.capture.modules import hookable_modules
 from layerprof.capture.progress import Progress
-from layerprof.capture.recorder import Recorder, ShapeCapture, calibrate, layer_infos
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.load.limits import threads_problem
 from layerprof.load.modulegraph import check_acyclic
@@ -52,12 +52,12 @@ from layerprof.units import human_time
 if TYPE_CHECKING:
     import torch
 
-    from layerprof.capture.compiled import CompileOptions
-    from layerprof.capture.flops import FlopCount
-    from layerprof.capture.memory import MemoryCounter
-    from layerprof.capture.opcost import OpsCorrection
-    from layerprof.capture.ops import OpOptions, RawTrace
-    from layerprof.capture.peaks import GivenPeak
+    from layerprof.capture.compiled.run import CompileOptions
+    from layerprof.capture.flops.counter import FlopCount
+    from layerprof.capture.flops.peaks import GivenPeak
+    from layerprof.capture.memory.allocator import MemoryCounter
+    from layerprof.capture.ops.cost import OpsCorrection
+    from layerprof.capture.ops.profiler import OpOptions, RawTrace
     from layerprof.profile import Profile
     from layerprof.sections.flops import FlopSummary
 
@@ -198,10 +198,10 @@ _KIND_NAMES = {"torchscript": "TorchScript model", "export": "torch.export progr
 def _compiled_run(
     model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], opts: RunOptions
 ) -> Any:
-    """The compiled run of ``--compile`` (layerprof.capture.compiled), or None."""
+    """The compiled run of ``--compile`` (layerprof.capture.compiled.run), or None."""
     if opts.compile is None:
         return None
-    from layerprof.capture.compiled import CompiledRun
+    from layerprof.capture.compiled.run import CompiledRun
 
     return CompiledRun(model, args, kwargs, opts.compile)
 
@@ -272,7 +272,7 @@ def _layer_pass(
         overhead = ops_overhead(traced, traced.ops, cost, opts.correct_overhead)
         traced = replace(traced, overhead=overhead)
         if opts.correct_overhead:
-            from layerprof.capture.opcost import corrected_samples
+            from layerprof.capture.ops.cost import corrected_samples
 
             samples = corrected_samples(traced.samples, traced.ops, layers, cost)
             traced = replace(traced, samples=samples)
@@ -292,10 +292,10 @@ def _layer_pass(
 
 
 def _ops_cost(device: str, opts: RunOptions) -> OpsCorrection:
-    """Ops mode's recording cost per operator and layer range (layerprof.capture.opcost);
+    """Ops mode's recording cost per operator and layer range (layerprof.capture.ops.cost);
     measured also with --no-correct, as hooks mode's is: the pass-agreement and overhead
     findings weigh the passes' gap against it."""
-    from layerprof.capture.opcost import calibrate_ops
+    from layerprof.capture.ops.cost import calibrate_ops
 
     return calibrate_ops(device)
 
@@ -305,7 +305,7 @@ def ops_overhead(
 ) -> Overhead:
     """Ops mode's calibrated cost per forward, and the passes' medians: the per-layer
     pass's forward is the root's range, before any correction."""
-    from layerprof.capture.opcost import forward_ops
+    from layerprof.capture.ops.cost import forward_ops
 
     roots = [i.path for i in traced.layers if i.parent is None]
     root = traced.samples.get(roots[0]) if len(roots) == 1 else None
@@ -326,7 +326,7 @@ def ops_overhead(
 
 def _opaque_notes(model: torch.nn.Module) -> list[str]:
     """Scripted submodules are timed whole: say why their insides have no rows."""
-    from layerprof.capture.hooks import visible_modules
+    from layerprof.capture.modules import visible_modules
 
     hooked = {p for p, _ in hookable_modules(model)}
     return [
@@ -341,7 +341,7 @@ def memory_counter(device: str) -> MemoryCounter | None:
     """The allocator counters of ``device``; CPU has none (tests replace this)."""
     if not device.startswith("cuda"):
         return None
-    from layerprof.capture.memory import CudaMemory
+    from layerprof.capture.memory.allocator import CudaMemory
 
     return CudaMemory(device)
 
@@ -352,7 +352,7 @@ def _peaks(
     counter = memory_counter(device)
     if counter is None:
         return None
-    from layerprof.capture.memory import peak_memory
+    from layerprof.capture.memory.allocator import peak_memory
 
     return peak_memory(model, forward, counter)
 
@@ -367,7 +367,7 @@ def _flops(
 ) -> tuple[FlopCount | None, str | None]:
     """FLOPs per layer from one counted forward (and a counted step with ``backward``);
     a model the counter cannot run keeps its timings and says why FLOPs are missing."""
-    from layerprof.capture.flops import count_model
+    from layerprof.capture.flops.counter import count_model
     from layerprof.capture.step import backward_step
 
     step = (
@@ -385,8 +385,8 @@ def _flops(
 def _flop_sections(
     layers: tuple[LayerInfo, ...], count: FlopCount | None, base: Profile, opts: RunOptions
 ) -> tuple[tuple[LayerInfo, ...], FlopSummary | None]:
-    """Per-layer FLOP detail and the summary with the device's peak (layerprof.capture.flops)."""
-    from layerprof.capture.flops import flop_sections
+    """Per-layer FLOP detail and the summary with the device's peak (layerprof.capture.flops.counter)."""
+    from layerprof.capture.flops.counter import flop_sections
 
     meta = base.meta
     return flop_sections(
@@ -442,7 +442,7 @@ def _capture(
     device: str,
     opts: RunOptions,
 ) -> RawTrace:
-    from layerprof.capture.ops import OpOptions, capture_ops
+    from layerprof.capture.ops.profiler import OpOptions, capture_ops
 
     return capture_ops(
         model,
@@ -464,8 +464,8 @@ def _with_backward(
     kwargs: dict[str, Any],
     opts: RunOptions,
 ) -> tuple[dict[str, LayerSamples], tuple[str, ...]]:
-    """Hooks mode: add each layer's backward times (layerprof.capture.backward says how)."""
-    from layerprof.capture.backward import profile_backward
+    """Hooks mode: add each layer's backward times (layerprof.capture.hooks.backward says how)."""
+    from layerprof.capture.hooks.backward import profile_backward
 
     device = opts.device or device_of(model)
     # On CUDA host marks around an asynchronous backward time launches, not work:
@@ -490,9 +490,9 @@ def _scripted(
     device: str,
 ) -> Profile:
     """TorchScript / torch.export: per-layer rows from the profiler, not from hooks; its
-    recording cost is calibrated and removed as in ops mode (layerprof.capture.opcost)."""
-    from layerprof.capture.ops import OpOptions
-    from layerprof.capture.scripted import export_capture, script_capture
+    recording cost is calibrated and removed as in ops mode (layerprof.capture.ops.cost)."""
+    from layerprof.capture.ops.profiler import OpOptions
+    from layerprof.capture.scripted.profiler import export_capture, script_capture
 
     options = opts.ops or OpOptions()
     cost = _ops_cost(device, opts)
@@ -517,7 +517,7 @@ def _scripted(
     )
     out = replace(out, overhead=ops_overhead(out, traced.ops, cost, opts.correct_overhead))
     if opts.correct_overhead:
-        from layerprof.capture.opcost import corrected_samples
+        from layerprof.capture.ops.cost import corrected_samples
 
         out = replace(out, samples=corrected_samples(out.samples, traced.ops, layers, cost))
     return out

@@ -339,7 +339,7 @@ def _peak_memory(model: Any, args: Any, kwargs: Any, options: SweepOptions) -> i
     )
     try:
         if options.device.startswith("cuda"):
-            from layerprof.capture.memory import CudaMemory
+            from layerprof.capture.memory.allocator import CudaMemory
 
             counter = CudaMemory(options.device)
             torch.cuda.synchronize(options.device)
@@ -358,7 +358,7 @@ def _cpu_peak(model: Any, args: Any, kwargs: Any, options: SweepOptions) -> int 
     """The CPU allocator has no peak counter: torch.profiler's memory events have it."""
     import torch
 
-    from layerprof.capture.ops import OpOptions, capture_ops
+    from layerprof.capture.ops.profiler import OpOptions, capture_ops
 
     grad = torch.inference_mode if options.inference_mode else torch.no_grad
     raw = capture_ops(

@@ -1,6 +1,6 @@
 """The ``compiled`` section: how a ``torch.compile``-d run's time was attributed to layers.
 
-``layerprof run --compile`` (``layerprof.capture.compiled``) compiles the model
+``layerprof run --compile`` (``layerprof.capture.compiled.run``) compiles the model
 through inductor, profiles it, and puts each layer's share of the compiled
 kernels' time in the usual per-layer rows. This section says how far those
 rows can be trusted: which graphs ran, the graph breaks and recompiles, the

@@ -1,6 +1,6 @@
 """FLOPs, their coverage and the device's peak: what the counting pass found.
 
-Value objects only (no torch). ``layerprof.capture.flops`` fills them, the
+Value objects only (no torch). ``layerprof.capture.flops.counter`` fills them, the
 codec saves them, ``layerprof.analysis.roofline`` derives achieved rates and
 bounds from them, renderers show them. Conventions (docs/flops.md):
 

@@ -2,7 +2,7 @@
 
 * ``--peak FLOPS[,BYTES]`` (``2.5T``, ``312e12,2.0T``) gives the rates; a rate
   left out is found as below.
-* CUDA: the table of known GPUs by name (``layerprof.capture.gpus``).
+* CUDA: the table of known GPUs by name (``layerprof.capture.flops.gpus``).
 * CPU: a short measurement at start - the best of a few square matmuls in the
   run's dtype (2·n³ FLOPs each) and of a few copies of a 32 MiB tensor (read +
   write), with the run's thread count - cached per machine, dtype and thread
@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
-from layerprof.capture.gpus import DeviceQuery, gpu_peak
+from layerprof.capture.flops.gpus import DeviceQuery, gpu_peak
 from layerprof.errors import LayerprofError, UsageError
 from layerprof.sections.flops import Peak
 from layerprof.units import parse_si

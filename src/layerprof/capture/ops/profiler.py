@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from layerprof.capture.hooks import ForwardWrapper, HookHandles, wrappable_modules
+from layerprof.capture.modules import ForwardWrapper, HookHandles, wrappable_modules
 from layerprof.capture.quiet import kineto_quiet
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.trace.attribution import BACKWARD_NODE, UNATTRIBUTED, layer_peaks
@@ -317,7 +317,7 @@ class LayerMarks:
     """A profiler range ``layer:{path}`` around every module's forward.
 
     The ranges are opened by the same instance-level forward wrappers the
-    Recorder uses (``layerprof.capture.hooks.ForwardWrapper``): a layer's
+    Recorder uses (``layerprof.capture.modules.ForwardWrapper``): a layer's
     range is its ``forward``, as a layer's time is in hooks mode, scripted and
     compiled modules are one range each, and no ``__call__`` hook slows every
     call down. On an error the ranges close as the error passes (``with``)
@@ -439,7 +439,7 @@ def profile_from_capture(
     """
     from dataclasses import replace
 
-    from layerprof.capture.recorder import default_meta, layer_infos
+    from layerprof.capture.hooks.recorder import default_meta, layer_infos
 
     traced = raw.profile()
     iterations = len(traced.steps.complete) if traced.steps is not None else 0

@@ -3,7 +3,7 @@
 A ``TorchDispatchMode`` sees every ATen operator the model runs (after
 autograd, so the fused fast paths of ``nn.MultiheadAttention`` and
 ``nn.TransformerEncoderLayer`` show up as the one op they are). Each op is
-counted by its rule (``layerprof.capture.formulas``: torch's own
+counted by its rule (``layerprof.capture.flops.formulas``: torch's own
 ``torch.utils.flop_counter`` registry plus the formulas it lacks), or, when it
 has none, decomposed into the ops it is made of (as ``FlopCounterMode``
 does), or else recorded as *uncounted* with why: never a silent 0. Its time
@@ -25,11 +25,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from layerprof.capture.backward import NodeMarks
 from layerprof.capture.clocks import Clock, CudaEventClock, HostClock
-from layerprof.capture.formulas import Rule, rules
-from layerprof.capture.hooks import visible_modules
-from layerprof.capture.peaks import GivenPeak, device_peak
+from layerprof.capture.flops.formulas import Rule, rules
+from layerprof.capture.flops.peaks import GivenPeak, device_peak
+from layerprof.capture.hooks.backward import NodeMarks
+from layerprof.capture.modules import visible_modules
 from layerprof.records import LayerInfo
 from layerprof.sections.flops import FlopSummary, LayerFlops, UncountedOp
 
@@ -623,7 +623,7 @@ def flop_sections(
     given: GivenPeak | None = None,
 ) -> tuple[tuple[LayerInfo, ...], FlopSummary | None]:
     """The layer rows with their counted detail, and the model's summary with the
-    device's peak (``layerprof.capture.peaks``); unchanged when nothing was counted."""
+    device's peak (``layerprof.capture.flops.peaks``); unchanged when nothing was counted."""
     if count is None:
         return layers, None
     peak = device_peak(device, dtype, threads, given=given)

@@ -21,7 +21,7 @@ Three kinds of rule (conventions in docs/flops.md and ``layerprof.sections.flops
 * **zero**: ops that only move or make data (views, copies, ``cat``,
   indexing, embedding lookups, fills, random draws) do 0 FLOPs.
 
-Everything else is uncounted, never a silent 0 (``layerprof.capture.flops``).
+Everything else is uncounted, never a silent 0 (``layerprof.capture.flops.counter``).
 Formulas read shapes (``shape_wrapper`` turns tensors into sizes) and never
 touch data, so they run under fake and symbolic tensors too.
 """

@@ -59,7 +59,7 @@ def visible_modules(
     wrappers inside it would be traced by dynamo, break its graph and trigger
     recompiles, i.e. change what is measured. ``compiled_leaves=False`` keeps the
     insides of compiled modules: ``--compile`` compiles regions itself and attributes
-    their kernels to the modules inside (layerprof.capture.compiled).
+    their kernels to the modules inside (layerprof.capture.compiled.run).
     """
     from layerprof.capture.distributed import user_modules
 

@@ -46,8 +46,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from layerprof.capture.clocks import Clock, HostClock, synchronizer
 from layerprof.capture.device import device_of
-from layerprof.capture.hooks import HookHandles, hookable_modules
-from layerprof.capture.layertimes import build_samples
+from layerprof.capture.hooks.layertimes import build_samples
+from layerprof.capture.modules import HookHandles, hookable_modules
 from layerprof.capture.step import LossFn, backward_state, backward_step
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.records import LayerCall
@@ -329,7 +329,7 @@ def _ops_backward(
     why: str,
 ) -> BackwardProfile:
     """The fallback: autograd nodes from torch.profiler, attributed by sequence number."""
-    from layerprof.capture.ops import OpOptions, capture_ops
+    from layerprof.capture.ops.profiler import OpOptions, capture_ops
 
     cap = capture_ops(
         model, args, kwargs, iters=iters, device=device_of(model), options=OpOptions(),

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from layerprof.capture.compiled_backend import GraphRecord, NodeInfo, common_ancestor
+from layerprof.capture.compiled.backend import GraphRecord, NodeInfo, common_ancestor
 from layerprof.sections.compiled import PHASES
 from layerprof.trace.events import LAYER, RUNTIME, SYNC, EventTables
 from layerprof.trace.links import link

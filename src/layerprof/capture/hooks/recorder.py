@@ -7,7 +7,7 @@ it returns - the design HF accelerate uses (``add_hook_to_module``), measured
 by ``benchmarks/overhead.py`` at a fraction of what ``__call__`` hooks cost:
 a module with no hooks keeps ``nn.Module.__call__``'s fast path. Everything
 else (nesting, iterations, self times, the overhead correction) happens
-after the run, vectorized (``layerprof.capture.layertimes``).
+after the run, vectorized (``layerprof.capture.hooks.layertimes``).
 
 What other code sees while a Recorder is attached, and why (tested in
 tests/test_recorder_wrappers.py; docs/definitions.md says the same):
@@ -42,8 +42,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from layerprof.capture.clocks import Clock, CudaEventClock, HostClock, synchronizer
-from layerprof.capture.hooks import ForwardWrapper, HookHandles, visible_modules, wrappable_modules
-from layerprof.capture.layertimes import (
+from layerprof.capture.hooks.layertimes import (
     EXIT,
     RAISED,
     SKIP,
@@ -53,6 +52,12 @@ from layerprof.capture.layertimes import (
     complete_prefix,
     is_entry,
     parse_events,
+)
+from layerprof.capture.modules import (
+    ForwardWrapper,
+    HookHandles,
+    visible_modules,
+    wrappable_modules,
 )
 from layerprof.capture.shapes import describe_inputs, inputs_tree, shape_tree, tensor_bytes
 from layerprof.records import LayerCall, LayerInfo, Meta, Overhead

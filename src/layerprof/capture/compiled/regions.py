@@ -33,8 +33,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from layerprof.capture.hooks import hookable_modules
-from layerprof.capture.ops import LAYER_PREFIX, range_api
+from layerprof.capture.modules import hookable_modules
+from layerprof.capture.ops.profiler import LAYER_PREFIX, range_api
 
 if TYPE_CHECKING:
     import torch

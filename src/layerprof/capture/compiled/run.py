@@ -27,22 +27,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from layerprof.capture.compiled_attribution import (
+from layerprof.capture.compiled.attribution import (
     BACKWARD_MARK,
     FORWARD_MARK,
     ModelPaths,
     attribute,
 )
-from layerprof.capture.compiled_backend import RecordingBackend, make_backend
-from layerprof.capture.compiled_gate import check_compile_support
-from layerprof.capture.compiled_regions import (
+from layerprof.capture.compiled.backend import RecordingBackend, make_backend
+from layerprof.capture.compiled.gate import check_compile_support
+from layerprof.capture.compiled.regions import (
     EagerRanges,
     Unwrapped,
     compile_regions,
     eager_range_api,
     unwrap,
 )
-from layerprof.capture.compiled_section import (
+from layerprof.capture.compiled.samples import (
     RunFacts,
     break_diff,
     bucket_infos,
@@ -51,8 +51,8 @@ from layerprof.capture.compiled_section import (
     notes,
 )
 from layerprof.capture.compilewatch import CompileWatch
-from layerprof.capture.hooks import HookHandles, hookable_modules
-from layerprof.capture.ops import OpOptions, RawTrace, profiler_kwargs, trace_loader
+from layerprof.capture.modules import HookHandles, hookable_modules
+from layerprof.capture.ops.profiler import OpOptions, RawTrace, profiler_kwargs, trace_loader
 from layerprof.capture.quiet import kineto_quiet
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.sections.compiled import SPLIT_RULES, GraphBreak, Recompile
@@ -60,8 +60,8 @@ from layerprof.sections.compiled import SPLIT_RULES, GraphBreak, Recompile
 if TYPE_CHECKING:
     import torch
 
-    from layerprof.capture.flops import FlopCount
-    from layerprof.capture.peaks import GivenPeak
+    from layerprof.capture.flops.counter import FlopCount
+    from layerprof.capture.flops.peaks import GivenPeak
     from layerprof.profile import Profile
     from layerprof.records import LayerInfo
 
@@ -144,7 +144,7 @@ class CompiledRun:
 
     # ---- set-up -------------------------------------------------------------------
     def __enter__(self) -> CompiledRun:
-        from layerprof.capture.recorder import layer_infos
+        from layerprof.capture.hooks.recorder import layer_infos
 
         check_compile_support()
         # Dynamo logs every graph break as ~20 WARNING lines on stderr; the compiled
@@ -220,8 +220,8 @@ class CompiledRun:
         peak: GivenPeak | None = None,
     ) -> Profile:
         """Profile ``iters`` compiled forwards (and backwards) and attribute their kernels;
-        FLOPs are the eager forward's (layerprof.capture.flops), ``peak`` as ``--peak``."""
-        from layerprof.capture.flops import flop_sections
+        FLOPs are the eager forward's (layerprof.capture.flops.counter), ``peak`` as ``--peak``."""
+        from layerprof.capture.flops.counter import flop_sections
 
         assert self.eager is not None and self.backend is not None, "use inside `with`"
         raw = self._capture(iters, device, backward, loss)
@@ -386,7 +386,7 @@ def _dynamo_state() -> tuple[dict[str, int], set[int]]:
 
 
 def _cycle(results: Any) -> Any:
-    from layerprof.capture.ops import TraceCycle
+    from layerprof.capture.ops.profiler import TraceCycle
 
     return TraceCycle(trace_loader(results))
 
@@ -396,8 +396,8 @@ def eager_facts(
 ) -> EagerFacts:
     """Calls, shapes and output bytes of one eager forward, then FLOPs from another."""
     from layerprof.capture.failures import locate_failure, model_error
-    from layerprof.capture.flops import count_flops
-    from layerprof.capture.recorder import ShapeCapture
+    from layerprof.capture.flops.counter import count_flops
+    from layerprof.capture.hooks.recorder import ShapeCapture
 
     def forward() -> Any:
         return model(*args, **kwargs)

@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from layerprof.capture.compiled_attribution import Attribution, PhaseWindow
+from layerprof.capture.compiled.attribution import Attribution, PhaseWindow
 from layerprof.profile import ancestors
 from layerprof.records import LayerInfo, LayerSamples
 from layerprof.sections.compiled import (

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from layerprof.capture.hooks import HookHandles, hookable_modules
+from layerprof.capture.modules import HookHandles, hookable_modules
 
 
 class MemoryCounter(Protocol):

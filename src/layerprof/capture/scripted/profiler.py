@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from layerprof.capture.device import device_of
-from layerprof.capture.ops import (
+from layerprof.capture.ops.profiler import (
     LAYER_PREFIX,
     OpOptions,
     RawTrace,
@@ -210,7 +210,7 @@ def _profiled_trace(
     import torch
 
     from layerprof.capture.failures import model_error
-    from layerprof.capture.ops import profiler_kwargs
+    from layerprof.capture.ops.profiler import profiler_kwargs
 
     kw = profiler_kwargs(options, device_of(module), iters)
     # The Module Hierarchy of TorchScript ops exists only with with_modules (no other

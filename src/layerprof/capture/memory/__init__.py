@@ -1,0 +1,1 @@
+"""Device memory per layer, from the CUDA caching allocator's counters."""

@@ -1,0 +1,1 @@
+"""Per-layer rows for models whose forward hooks never fire: TorchScript and torch.export."""
