@@ -275,6 +275,6 @@ def test_each_run_is_measured_by_the_mode_its_options_choose() -> None:
         CompiledMode: RunOptions(compile=CompileOptions()),
     }
     for kind, opts in cases.items():
-        assert [m for m in MODES if m.wants(opts)][0] is kind
+        assert next(m for m in MODES if m.wants(opts)) is kind
     assert isinstance(choose(model, (), {}, RunOptions(ops=OpOptions())), OpsMode)
     assert isinstance(choose(model, (), {}, RunOptions(kind="export")), ScriptedMode)
