@@ -359,3 +359,22 @@ def test_unreachable_dask_scheduler_is_one_line(
     assert code == 2, err
     assert "cannot reach the Dask scheduler at tcp://127.0.0.1:1" in err
     assert "internal error" not in err
+
+
+def test_a_refused_dask_port_fails_at_once_and_says_refused(
+    rank_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Dask's connect retries a refused port for its whole timeout, then calls it a timeout."""
+    import time
+
+    import dask
+    import distributed  # noqa: F401
+
+    with dask.config.set({"distributed.comm.timeouts.connect": "20s"}):
+        t0 = time.monotonic()
+        code = main(["analyze", str(rank_dir), "-q", "--executor", "dask=tcp://127.0.0.1:1"])
+        waited = time.monotonic() - t0
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "refused" in err and "timed out" not in err.lower(), err
+    assert waited < 15, waited

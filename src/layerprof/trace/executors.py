@@ -403,6 +403,7 @@ def _handshake(distributed: Any, address: str) -> None:
     from dask.utils import parse_timedelta
 
     seconds = parse_timedelta(get("distributed.comm.timeouts.connect"), default="seconds")
+    _refused_at_once(address, seconds)
     outcome: list[BaseException | None] = []
 
     async def attempt() -> None:
@@ -431,6 +432,25 @@ def _handshake(distributed: Any, address: str) -> None:
     if isinstance(exc, OSError):
         raise exc
     raise NoScheduler(f"it did not answer as a Dask scheduler ({_reason(exc)})") from exc
+
+
+def _refused_at_once(address: str, seconds: float) -> None:
+    """A closed port fails now, as ``ConnectionRefusedError``: Dask's connect retries a
+    refused port until its timeout and then reports a timeout (30 s, wrongly worded)."""
+    import socket
+
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    scheme, location = parse_address(address)
+    if scheme not in ("tcp", "tls"):
+        return
+    host, port = parse_host_port(location)
+    try:
+        socket.create_connection((host, port), timeout=seconds).close()
+    except ConnectionRefusedError as exc:
+        raise ConnectionRefusedError(f"connection refused by {host}:{port}") from exc
+    except OSError:
+        return  # unreachable or slow: Dask's own connect says so within its timeout
 
 
 def _ignore_sigint() -> Any:
