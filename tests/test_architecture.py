@@ -138,6 +138,15 @@ def test_no_import_cycles() -> None:
             visit(name)
 
 
+def test_only_the_entry_point_imports_the_cli() -> None:
+    """The command line is the top: no library module depends on it."""
+    for name, deps in ALL_EDGES.items():
+        if name.startswith("layerprof.cli") or name == "layerprof.__main__":
+            continue
+        bad = sorted(d for d in deps if d == "layerprof.cli" or d.startswith("layerprof.cli."))
+        assert not bad, f"{name} imports the command line: {bad}"
+
+
 def test_the_library_never_prints() -> None:
     """Only the CLI writes to the terminal (and the console renderer, which is asked to)."""
     allowed = {"layerprof.outputs", "layerprof.capture.progress"}

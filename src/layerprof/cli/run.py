@@ -42,9 +42,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help="profile in N separate processes and keep each one's medians in the profile, so"
         " that diff judges changes on the run-to-run spread (default 1; see docs/diff.md)",
     )  # fmt: skip
-    parser.add_argument(
-        "--child-out", metavar="PATH", help=argparse.SUPPRESS
-    )  # --repeat's children
+    # --repeat's and diff --run's child processes write their profile there
+    parser.add_argument("--child-out", metavar="PATH", help=argparse.SUPPRESS)
     add_ops_options(parser)
     add_compile_options(parser)
     add_output_options(parser)
