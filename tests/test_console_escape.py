@@ -25,7 +25,7 @@ from torch import nn
 from layerprof.capture.ops import OpOptions
 from layerprof.capture.runner import RunOptions, run_model
 from layerprof.cli import main
-from layerprof.render.console import print_profile
+from layerprof.render.console.profile import print_profile
 from layerprof.render.terminal import SafeConsole, escape_controls, escaping, make_console
 
 CLEAR = "\x1b[2J"

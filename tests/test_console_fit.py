@@ -26,7 +26,7 @@ from layerprof.analysis.diff import diff, fmt_pct
 from layerprof.capture.runner import RunOptions, run_model
 from layerprof.profile import LayerRow, Profile
 from layerprof.records import OpStat
-from layerprof.render.columns import (
+from layerprof.render.console.columns import (
     Col,
     Hide,
     Label,
@@ -36,9 +36,9 @@ from layerprof.render.columns import (
     fit_table,
     print_table,
 )
-from layerprof.render.console import print_profile
-from layerprof.render.diff_console import print_diff
-from layerprof.render.ops_console import flat, merge_shapes, render_ops, sort_ops
+from layerprof.render.console.profile import print_profile
+from layerprof.render.console.diff import print_diff
+from layerprof.render.console.ops import flat, merge_shapes, render_ops, sort_ops
 from layerprof.render.terminal import PIPE_WIDTH, make_console
 from layerprof.trace import analyze
 from layerprof.units import fmt_calls, fmt_delta_ms, fmt_ms, unit_for

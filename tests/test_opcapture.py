@@ -18,7 +18,7 @@ from layerprof.errors import ModelRunError, UsageError
 from layerprof.load.demo import SmallCNN, TinyTransformer
 from layerprof.profile import Profile
 from layerprof.records import OpStat
-from layerprof.render.ops_console import flat, render_ops
+from layerprof.render.console.ops import flat, render_ops
 from layerprof.trace.kineto import tables_from_documents
 from layerprof.trace.reduce import reduce
 from tests import zoo_models as zoo

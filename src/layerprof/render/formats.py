@@ -32,11 +32,11 @@ class ConsoleRenderer:
     extensions: tuple[str, ...] = (".txt",)
 
     def print(self, obj: Any, *, console: Any = None, **options: Any) -> None:
-        from layerprof.render.console import make_console
+        from layerprof.render.terminal import make_console
 
         console = console or make_console()
         if isinstance(obj, Diff):
-            from layerprof.render.diff_console import print_diff
+            from layerprof.render.console.diff import print_diff
 
             print_diff(obj, console, top=options.get("top") or 20, gate=options.get("gate"))
         elif isinstance(obj, Profile):
@@ -44,7 +44,7 @@ class ConsoleRenderer:
         elif isinstance(obj, Run):
             _print_run(obj, console, **options)
         elif isinstance(obj, Sweep):
-            from layerprof.render.sweep_console import print_sweep
+            from layerprof.render.console.sweep import print_sweep
 
             print_sweep(obj, console)
         else:
@@ -79,9 +79,9 @@ def _print_profile(
     **_: Any,
 ) -> None:
     from layerprof.analysis.diagnose import checks, diagnose
-    from layerprof.render.console import print_findings, print_profile
-    from layerprof.render.ops_console import render_ops
-    from layerprof.render.trace_console import print_sections
+    from layerprof.render.console.profile import print_findings, print_profile
+    from layerprof.render.console.ops import render_ops
+    from layerprof.render.console.trace import print_sections
 
     print_profile(profile, console=console, depth=depth, top=top, sort=sort, shapes=shapes)
     print_sections(profile, console, top=top or 10)
@@ -107,9 +107,9 @@ def _print_run(run: Run, console: Any, **options: Any) -> None:
     """Every rank's report (one, beyond ``FULL_REPORTS`` ranks; its findings gathered at
     the end), then the ranks side by side and each layer across the ranks."""
     from layerprof.analysis.diagnose import diagnose_run, run_checks
-    from layerprof.render.console import print_findings
-    from layerprof.render.ranks_console import print_layers_across_ranks, reported_ranks
-    from layerprof.render.trace_console import print_rank_rule, print_ranks, print_run_header
+    from layerprof.render.console.profile import print_findings
+    from layerprof.render.console.ranks import print_layers_across_ranks, reported_ranks
+    from layerprof.render.console.trace import print_rank_rule, print_ranks, print_run_header
 
     print_run_header(run, console)
     for p in reported_ranks(run, console):

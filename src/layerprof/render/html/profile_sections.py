@@ -28,7 +28,7 @@ from layerprof.render.html.page import (
     time_col,
 )
 from layerprof.render.html.subject import Subject
-from layerprof.render.ops_console import flat
+from layerprof.render.console.ops import flat
 from layerprof.stats import Summary
 from layerprof.units import (
     US,

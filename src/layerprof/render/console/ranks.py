@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from layerprof.profile import Profile, Run
-from layerprof.render.columns import Cell, Col, Hide, Row, Shrink, Step, print_table
+from layerprof.render.console.columns import Cell, Col, Hide, Row, Shrink, Step, print_table
 from layerprof.render.terminal import escape_controls, escaping
 from layerprof.units import unit_for
 

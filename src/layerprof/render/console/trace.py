@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from layerprof.profile import Profile, Run
-from layerprof.render.columns import Cell, Col, Row, Shrink, Step, print_table
+from layerprof.render.console.columns import Cell, Col, Row, Shrink, Step, print_table
 from layerprof.render.terminal import escape_controls, escaping
 from layerprof.sections import BREAKDOWN_PARTS, Collective, StepBreakdown
 from layerprof.units import MS, US, fmt_calls, human_bytes

@@ -10,15 +10,15 @@ from rich.table import Table
 from rich.text import Text
 
 from layerprof.analysis.passes import pass_gap
-from layerprof.render.columns import Cell, Col, Hide, Label, Row, Shrink, Step, print_table
-from layerprof.render.compiled_console import print_compiled, row_marks
-from layerprof.render.flops_console import (
+from layerprof.render.console.columns import Cell, Col, Hide, Label, Row, Shrink, Step, print_table
+from layerprof.render.console.compiled import print_compiled, row_marks
+from layerprof.render.console.flops import (
     flop_cells,
     flop_columns,
     flop_header_lines,
     print_roofline,
 )
-from layerprof.render.inputs_console import signature_lines
+from layerprof.render.console.inputs import signature_lines
 from layerprof.render.terminal import escape_text, escaping, make_console
 from layerprof.units import (
     TimeUnit,
@@ -207,7 +207,7 @@ def print_layer_table(
     console: Console, profile: Profile, roots: list[LayerNode], opts: ConsoleOptions
 ) -> None:
     """The layer tree (or the ``top`` list), fitted to the console: time columns are
-    never cut; shapes, then FLOPs/params, then type give way (``render.columns``)."""
+    never cut; shapes, then FLOPs/params, then type give way (``render.console.columns``)."""
     rows: list[tuple[Cell, LayerRow]] = []
     if opts.top is not None:
         flat = [n.row for r in roots for n in r.walk() if n.row.calls]
