@@ -13,8 +13,8 @@ from layerprof.analysis.diagnose import checks, diagnose
 from layerprof.analysis.roofline import coverage_findings, roofline, roofline_findings
 from layerprof.profile import Profile
 from layerprof.records import LayerInfo, LayerSamples, Meta
-from layerprof.render.console.profile import print_profile
 from layerprof.render.console.flops import flops_cell, print_roofline
+from layerprof.render.console.profile import print_profile
 from layerprof.sections.flops import FlopSummary, LayerFlops, Peak, UncountedOp
 from tests.golden_files import check_golden
 

@@ -79,8 +79,8 @@ def _print_profile(
     **_: Any,
 ) -> None:
     from layerprof.analysis.diagnose import checks, diagnose
-    from layerprof.render.console.profile import print_findings, print_profile
     from layerprof.render.console.ops import render_ops
+    from layerprof.render.console.profile import print_findings, print_profile
     from layerprof.render.console.trace import print_sections
 
     print_profile(profile, console=console, depth=depth, top=top, sort=sort, shapes=shapes)

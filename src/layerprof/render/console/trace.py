@@ -14,7 +14,7 @@ from rich.text import Text
 from layerprof.profile import Profile, Run
 from layerprof.render.console.columns import Cell, Col, Row, Shrink, Step, print_table
 from layerprof.render.terminal import escape_controls, escaping
-from layerprof.sections import BREAKDOWN_PARTS, Collective, StepBreakdown
+from layerprof.sections import BREAKDOWN_PARTS, CollectiveGroup, StepBreakdown
 from layerprof.units import MS, US, fmt_calls, human_bytes
 
 _NAME_CAP = 60  # kernel and step names beyond this are abbreviated in the middle
@@ -292,39 +292,29 @@ def _print_communication(p: Profile, console: Console, top: int) -> None:
             f" exposed {MS.fmt(c.exposed_ns)} ms"
         )
     )
-    groups: dict[tuple[str, str], list[Collective]] = {}
-    for x in c.collectives:
-        groups.setdefault((x.kind, x.group), []).append(x)
-    rows = sorted(groups.items(), key=lambda kv: -sum(x.dur_ns for x in kv[1]))[:top]
     _print_table(
         console,
         "collectives by kind and process group (bandwidth: median over calls, GB/s)",
         ["kind", "group", "calls", "total ms", "exposed ms", "bytes", "algbw", "busbw"],
-        [_collective_cells(kind, group, xs) for (kind, group), xs in rows],
+        [_collective_cells(g) for g in c.groups()[:top]],
     )
 
 
-def _collective_cells(kind: str, group: str, xs: list[Collective]) -> list[Cell]:
-    sizes = [x.bytes for x in xs if x.bytes is not None]
+def _collective_cells(g: CollectiveGroup) -> list[Cell]:
     return [
-        kind,
-        group or "default",
-        fmt_calls(len(xs)),
-        MS.fmt(sum(x.dur_ns for x in xs)),
-        MS.fmt(sum(x.exposed_ns for x in xs)),
-        human_bytes(sum(sizes)) if sizes else "-",
-        _median_bw([x.algbw for x in xs]),
-        _median_bw([x.busbw for x in xs]),
+        g.kind,
+        g.group or "default",
+        fmt_calls(len(g.collectives)),
+        MS.fmt(g.total_ns),
+        MS.fmt(g.exposed_ns),
+        "-" if g.bytes is None else human_bytes(g.bytes),
+        _bw(g.algbw),
+        _bw(g.busbw),
     ]
 
 
-def _median_bw(values: list[float | None]) -> str:
-    known = sorted(v for v in values if v is not None)
-    if not known:
-        return "-"
-    mid = len(known) // 2
-    value = known[mid] if len(known) % 2 else (known[mid - 1] + known[mid]) / 2
-    return f"{value:.2f}"
+def _bw(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 def _print_queues(p: Profile, console: Console) -> None:
