@@ -64,7 +64,7 @@ def test_median_step_says_forward_for_live_rank_profiles() -> None:
     latency, for traces (analyze) a whole ProfilerStep: the label says which."""
     from dataclasses import replace
 
-    from layerprof.render.console.trace import print_ranks
+    from layerprof.render.console.ranks import print_ranks
     from layerprof.sections.distributed import RankLateness, Stragglers
 
     live = [

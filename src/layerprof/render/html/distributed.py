@@ -4,7 +4,7 @@ memory peaked, and the rank that arrives last at collectives.
 
 It reads the typed distributed sections of each rank's Profile (``breakdown``,
 ``communication``, ``queues``, ``memory_timeline``) and the Run's ``stragglers``
-(``sections/distributed.py``), as the console's ``print_distributed`` does. The
+(``sections/distributed.py``), as the console's ``render/console/distributed.py`` does. The
 stacked bars are plain HTML (a row of sized, coloured spans with a tooltip each),
 so they read with scripts off and need nothing from the chart bundle. A part of
 the card is left out when no rank has it; the card is left out when none has any.
