@@ -13,7 +13,7 @@ from layerprof import Recorder
 from layerprof.capture.clocks import FakeClock
 from layerprof.profile import Profile
 from layerprof.records import Meta, Overhead
-from layerprof.render.console import print_profile
+from layerprof.render.console.profile import print_profile
 from tests import zoo_models as zoo
 from tests.golden_files import check_golden
 

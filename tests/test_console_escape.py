@@ -26,7 +26,7 @@ from layerprof.capture.ops.profiler import OpOptions
 from layerprof.capture.options import RunOptions
 from layerprof.capture.runner import run_model
 from layerprof.cli import main
-from layerprof.render.console import print_profile
+from layerprof.render.console.profile import print_profile
 from layerprof.render.terminal import SafeConsole, escape_controls, escaping, make_console
 
 CLEAR = "\x1b[2J"

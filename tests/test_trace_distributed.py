@@ -506,7 +506,6 @@ def test_collective_groups_sum_and_take_median_bandwidths() -> None:
     the median over the calls (algbw bytes/ns; busbw x 2(n-1)/n = 1.5 for a 4-way all-reduce)."""
     from dataclasses import replace
 
-    from layerprof.render.html.distributed import collective_groups
     from layerprof.sections import Collective, Communication
     from layerprof.units import fmt_gb_s
 
@@ -517,7 +516,7 @@ def test_collective_groups_sum_and_take_median_bandwidths() -> None:
     gather = replace(one, kind="all_gather", dur_ns=100)
     c = Communication(collectives=(*calls, gather), comm_ns=3600, overlap_ns=0, compute_ns=0,
                       origin_ns=0, on_device=True)  # fmt: skip
-    reduce, gathers = collective_groups(c)
+    reduce, gathers = c.groups()
     assert (reduce.kind, gathers.kind) == ("all_reduce", "all_gather")
     assert (reduce.total_ns, reduce.exposed_ns, reduce.bytes) == (3500, 400, 8000)
     assert reduce.algbw == pytest.approx((4.0 + 2.0) / 2)  # the call without bytes has none
