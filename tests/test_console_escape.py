@@ -27,6 +27,7 @@ from layerprof.capture.runner import RunOptions, run_model
 from layerprof.cli import main
 from layerprof.render.console import print_profile
 from layerprof.render.terminal import SafeConsole, escape_controls, escaping, make_console
+from layerprof.traceformat import STEP_PREFIX
 
 CLEAR = "\x1b[2J"
 TITLE = "\x1b]0;title\x07"
@@ -98,7 +99,7 @@ def hostile_trace(directory: Path, name: str, *, slower: float = 1.0) -> Path:
         t0 = 100.0 + 200 * step
         corr = 10 * step
         events += [
-            span("user_annotation", f"ProfilerStep#{step}", t0, 150 * slower),
+            span("user_annotation", f"{STEP_PREFIX}{step}", t0, 150 * slower),
             span("python_function", f"nn.Module: {BRACKETS}_0", t0 + 5, 100 * slower),
             span("python_function", f"nn.Module: Evil{CLEAR}_0", t0 + 10, 60 * slower),
             span("cpu_op", f"aten::{MARKUP}", t0 + 12, 40 * slower, **{"External id": corr}),

@@ -11,7 +11,6 @@ import pytest
 import torch
 from torch import nn
 
-from layerprof.capture.ops.profiler import LAYER_PREFIX
 from layerprof.capture.scripted.profiler import (
     HostEvent,
     ScriptRows,
@@ -27,6 +26,7 @@ from layerprof.errors import ModelRunError
 from layerprof.load.demo import SmallCNN, TinyTransformer
 from layerprof.profile import Profile
 from layerprof.records import LayerInfo, LayerSamples, Meta, OpStat
+from layerprof.traceformat import LAYER_RANGE
 from tests.real_models import ListEncoder, ResNetish, TinyGPT
 
 Rows = tuple[tuple[LayerInfo, ...], dict[str, LayerSamples], tuple[OpStat, ...]]
@@ -222,7 +222,7 @@ def test_interleaved_ops_drop_the_layer_not_the_rest() -> None:
     then seems called twice; its rows go, its siblings' stay."""
     graph = call_graph(torch.jit.script(TinyGPT(depth=2).eval()))
     block = "0(GPTBlock)::forward."
-    host = [HostEvent(LAYER_PREFIX, 1, 0, 1000)]
+    host = [HostEvent(LAYER_RANGE, 1, 0, 1000)]
     tagged = [
         _op("aten::embedding", 10, 20, "wte(Embedding)::forward."),
         _op("aten::layer_norm", 30, 40, block + "ln_1(LayerNorm)::forward."),
@@ -247,7 +247,7 @@ def test_interleaved_ops_drop_the_layer_not_the_rest() -> None:
 
 def test_unknown_module_name_keeps_the_caller_drops_below() -> None:
     graph = call_graph(torch.jit.script(TinyGPT(depth=1).eval()))
-    host = [HostEvent(LAYER_PREFIX, 1, 0, 1000)]
+    host = [HostEvent(LAYER_RANGE, 1, 0, 1000)]
     tagged = [
         _op("aten::layer_norm", 30, 40, "0(GPTBlock)::forward.ln_1(LayerNorm)::forward."),
         _op("aten::mul", 50, 60, "0(GPTBlock)::forward.gate(Gate)::forward."),

@@ -21,6 +21,7 @@ from layerprof.sections import BREAKDOWN_PARTS, bus_factor
 from layerprof.trace import analyze
 from layerprof.trace.comm import collective_kind
 from layerprof.trace.intervals import lane, partition
+from layerprof.traceformat import STEP_PREFIX
 from tests.test_trace_synthetic import span, write
 
 S = 10  # every time below is in units of 10 µs, so a step is 1 ms
@@ -71,7 +72,7 @@ def step(
         return t0 + x * S
 
     return [
-        span("user_annotation", f"ProfilerStep#{n}", at(0), 100 * S),
+        span("user_annotation", f"{STEP_PREFIX}{n}", at(0), 100 * S),
         span("cpu_op", "aten::mm", at(5), 20 * S, **{"External id": c}),
         span("cuda_runtime", "cudaLaunchKernel", at(10), 2 * S, correlation=c),
         gpu_op("kernel", "gemm", at(20), 30 * S, c, d, 7),
@@ -274,7 +275,7 @@ def test_cpu_only_gloo_breakdown(tmp_path: Path) -> None:
     (Input Dims [[256]] float: 1 KiB). Step 0..100: dataloader 0..5 first; overlap
     [30,40) 10; compute [10,30) + [50,60) = 30 - 10 ... (see asserts)."""
     events = [
-        span("user_annotation", "ProfilerStep#0", 1000, 100),
+        span("user_annotation", f"{STEP_PREFIX}0", 1000, 100),
         span("user_annotation", "enumerate(DataLoader)#x", 1000, 5),
         span("cpu_op", "aten::mm", 1010, 30),
         span("cpu_op", "aten::add", 1050, 10),
@@ -303,7 +304,7 @@ def test_cpu_only_gloo_breakdown(tmp_path: Path) -> None:
 
 def test_launch_bound_finding(tmp_path: Path) -> None:
     """200 kernels of 1 µs, each launched by a 4 µs call: launch-bound."""
-    events = [span("user_annotation", "ProfilerStep#0", 0, 2000)]
+    events = [span("user_annotation", f"{STEP_PREFIX}0", 0, 2000)]
     for k in range(200):
         events.append(span("cuda_runtime", "cudaLaunchKernel", 5 + 9 * k, 4, correlation=k))
         events.append(gpu_op("kernel", "tiny", 10 + 9 * k, 1, k, 0, 7))
@@ -315,7 +316,7 @@ def test_launch_bound_finding(tmp_path: Path) -> None:
 
 def test_full_queue_and_delay_outliers(tmp_path: Path) -> None:
     """1100 launches 1 µs apart, kernels start much later: the queue passes 1024."""
-    events = [span("user_annotation", "ProfilerStep#0", 0, 10_000)]
+    events = [span("user_annotation", f"{STEP_PREFIX}0", 0, 10_000)]
     for k in range(1100):
         events.append(span("cuda_runtime", "cudaLaunchKernel", 1 + k, 0.5, correlation=k))
         events.append(gpu_op("kernel", "slow", 2000 + 5 * k, 5, k, 0, 7))
@@ -385,8 +386,8 @@ def test_breakdown_of_random_traces_adds_up(
     comm: list[tuple[int, int]],
     ops: list[tuple[int, int]],
 ) -> None:
-    events = [span("user_annotation", "ProfilerStep#0", 10, 50),
-              span("user_annotation", "ProfilerStep#1", 60, 30)]  # fmt: skip
+    events = [span("user_annotation", f"{STEP_PREFIX}0", 10, 50),
+              span("user_annotation", f"{STEP_PREFIX}1", 60, 30)]  # fmt: skip
     for i, (s, d) in enumerate(compute):
         events.append(gpu_op("kernel", "gemm", s, d, 100 + i, 0, 7))
     for i, (s, d) in enumerate(comm):

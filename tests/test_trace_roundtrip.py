@@ -125,6 +125,8 @@ def test_export_keeps_steps_on_the_main_thread_and_marks_layerprof(
     assert doc["layerprof"]["model"] == m.meta.model
     assert list(doc["layerprof"]["module_types"]) == [i.path for i in m.layers]
     events = doc["traceEvents"]
+    # The wire format spelled out on purpose (not layerprof.traceformat): other tools
+    # (TensorBoard, Perfetto, HTA) read these names, so they must not drift with the constants.
     steps = [e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")]
     # torch numbers its own step spans; step 0 is the discarded warm-up step
     assert [s["name"] for s in steps] == [f"ProfilerStep#{i}" for i in range(1, ITERS + 1)]

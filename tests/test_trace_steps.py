@@ -11,6 +11,7 @@ import pytest
 from layerprof.sections import STEP_DEFINITIONS
 from layerprof.trace import analyze
 from layerprof.trace.steps import FRAMEWORK_ANNOTATION
+from layerprof.traceformat import STEP_PREFIX
 
 
 def span(cat: str, name: str, ts: float, dur: float, **extra: Any) -> dict[str, Any]:
@@ -129,7 +130,7 @@ def test_gpu_profiler_steps_when_they_are_the_only_markers(tmp_path: Path) -> No
     for i, t0 in enumerate((0, 100, 200)):
         events += [
             span("cpu_op", "aten::mm", t0 + 1, 30),
-            gpu("gpu_user_annotation", f"ProfilerStep#{i + 1}", t0 + 10, 80),
+            gpu("gpu_user_annotation", f"{STEP_PREFIX}{i + 1}", t0 + 10, 80),
             gpu("kernel", "gemm", t0 + 20, 40),
         ]
     rank = analyze(write(tmp_path, events)).ranks[0]

@@ -24,8 +24,9 @@ from layerprof.sections import (
 )
 from layerprof.stats import median
 from layerprof.trace.stragglers import stragglers
+from layerprof.traceformat import GPU_STEP_SOURCE, STEP_SOURCE
 
-NAMED_STEPS = ("ProfilerStep", "GPU ProfilerStep")  # ProfilerStep#N names one step on every rank
+NAMED_STEPS = (STEP_SOURCE, GPU_STEP_SOURCE)  # ProfilerStep#N names one step on every rank
 
 
 def merge(

@@ -29,6 +29,7 @@ from layerprof.errors import TraceError
 from layerprof.reading import read_input
 from layerprof.trace.commargs import MAX_RANKS, rank_id
 from layerprof.trace.events import EventCollector, EventTables
+from layerprof.traceformat import EVENTS_KEY
 
 # orjson's parser briefly needs about 12x the text it parses (on top of the
 # dicts it returns): 256 KiB batches keep that to a few MB. Smaller ones
@@ -95,7 +96,7 @@ def decode(data: bytearray, consume: Consumer, source: str) -> dict[str, Any]:
             rest = b"".join((data[:head], b'"traceEvents":[', memoryview(data)[pos:]))
         doc = _loads(rest, source)
         _require_trace(doc, source)
-        events = doc.pop("traceEvents")
+        events = doc.pop(EVENTS_KEY)
         consume(events, rest)
         return dict(doc)
 
@@ -171,7 +172,7 @@ class NotATraceError(TraceError):
 
 
 def _require_trace(doc: Any, source: str) -> None:
-    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+    if not isinstance(doc, dict) or not isinstance(doc.get(EVENTS_KEY), list):
         raise NotATraceError(
             f"{source}: not a Chrome/Kineto trace (no 'traceEvents' list)",
             hint="export one with torch.profiler: prof.export_chrome_trace('trace.json')",

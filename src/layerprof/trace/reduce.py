@@ -58,8 +58,8 @@ from layerprof.trace.nesting import Nesting, nest
 from layerprof.trace.ops import device_times
 from layerprof.trace.queue import queues
 from layerprof.trace.steps import find_steps
+from layerprof.traceformat import LAYER_CATEGORY, STEP_SOURCE
 
-LAYER_SOURCE = "layerprof_layer"
 MODULE_SOURCE = "nn.Module"
 
 
@@ -88,10 +88,10 @@ def reduce(
     ops = layer_ops(
         tables, nesting, times, attribution, steps, by_shape=group_by_shape, has_device=has_device
     )
-    if module_source != LAYER_SOURCE:  # no layer spans: one flat operator table
+    if module_source != LAYER_CATEGORY:  # no layer spans: one flat operator table
         ops = tuple(_flat(o) for o in ops)
     layers, samples = _layers(modules or annotation_rows, module_source, header, steps)
-    if module_source == LAYER_SOURCE:
+    if module_source == LAYER_CATEGORY:
         samples = _with_backward(samples, backward_times(tables, attribution, steps, list(samples)))
     kernels = kernel_table(tables)
     source = TraceSource(
@@ -144,7 +144,7 @@ def _modules(
 ) -> tuple[tuple[TreeRow, ...], str | None]:
     """The layer tree: layerprof's layer spans when present, else ``nn.Module`` spans."""
     if (tables.host.kind == LAYER).any():
-        return tree(tables, nesting, links, steps, LAYER, module_types(header)), LAYER_SOURCE
+        return tree(tables, nesting, links, steps, LAYER, module_types(header)), LAYER_CATEGORY
     rows = tree(tables, nesting, links, steps, MODULE)
     mapping = module_paths(header)  # layerprof's own traces name the real paths
     rows = renamed(rows, mapping) if mapping else structural(rows)
@@ -155,7 +155,7 @@ def _layers(
     rows: tuple[TreeRow, ...], module_source: str | None, header: dict[str, Any], steps: Steps
 ) -> tuple[tuple[LayerInfo, ...], dict[str, LayerSamples]]:
     n = len(steps.complete)
-    if rows and module_source == LAYER_SOURCE:
+    if rows and module_source == LAYER_CATEGORY:
         infos = _layer_infos(rows, module_types(header))
         return infos, {r.path: _samples(r, n) for r in rows}
     if rows:
@@ -331,7 +331,7 @@ def _notes(tables: EventTables, steps: Steps, p: Profile) -> list[str]:
         notes.append(_no_device_ops(tables.device_categories))
     if steps.source == "trace":
         notes.append("no steps found: the whole trace is one unit")
-    elif steps.source != "ProfilerStep":
+    elif steps.source != STEP_SOURCE:
         notes.append(f"no ProfilerStep spans: steps are the {steps.definition}")
     notes.extend(steps.notes)
     for s in steps.steps:
@@ -348,7 +348,7 @@ def _notes(tables: EventTables, steps: Steps, p: Profile) -> list[str]:
             f"written by layerprof {source.producer.get('version') or '?'}"
             + (f" (model {model})" if model else "")
         )
-    if source.module_source == LAYER_SOURCE:
+    if source.module_source == LAYER_CATEGORY:
         notes.append("layers: from layerprof's layer spans (the modules' qualified paths)")
     elif source.module_source == MODULE_SOURCE:
         notes.append(

@@ -37,8 +37,9 @@ from layerprof.sections import Step, Steps
 from layerprof.trace.events import ANNOTATION, I64, LAYER, MODULE, OP, EventTables, HostSpans
 from layerprof.trace.gpu import union
 from layerprof.trace.nesting import Nesting
+from layerprof.traceformat import GPU_STEP_SOURCE, LAYER_CATEGORY, STEP_PREFIX, STEP_SOURCE
 
-STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+STEP_NAME = re.compile("^" + re.escape(STEP_PREFIX) + r"(\d+)$")
 _CUT_OFF_SLACK_NS = 1_000
 MIN_COVERAGE = 0.5
 #: Annotations torch and common frameworks write by themselves: never steps.
@@ -59,10 +60,10 @@ def find_steps(tables: EventTables, nesting: Nesting, *, whole_steps: bool = Fal
         thread = _most_common(host.thread[steps_idx])
         chosen = steps_idx[host.thread[steps_idx] == thread]
         found = _cut_last(_as_steps(tables, chosen), tables, whole_steps)
-        return Steps(found, "ProfilerStep", thread)
+        return Steps(found, STEP_SOURCE, thread)
     on_device = _device_steps(tables, step_ids, whole_steps)
     if on_device:
-        return Steps(on_device, "GPU ProfilerStep", None)
+        return Steps(on_device, GPU_STEP_SOURCE, None)
     main = _main_thread(tables)
     if main is None:
         return Steps((Step("trace", *_span(tables.extent())),), "trace", None)
@@ -96,7 +97,7 @@ def _fallback(tables: EventTables, nesting: Nesting, main: int) -> Steps:
             for s in _as_steps(tables, outer_layer)
         )
         share = _covered(host, outer_layer) / busy if busy else 0.0
-        return Steps(layer_steps, "layerprof_layer", main, (*notes, _cover(share)))
+        return Steps(layer_steps, LAYER_CATEGORY, main, (*notes, _cover(share)))
     outer_mod = np.flatnonzero(on_thread & (host.kind == MODULE) & (nesting.parent_module == -1))
     if len(outer_mod):
         share = _covered(host, outer_mod) / busy if busy else 0.0
