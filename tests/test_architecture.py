@@ -25,7 +25,11 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("layerprof.reading", 0),
     ("layerprof.machine", 0),
     ("layerprof.version", 0),
-    ("layerprof.traceformat", 0),  # names of the trace format: imports nothing of layerprof
+    ("layerprof.traceformat", 0),
+    (
+        "layerprof.notes",
+        0,
+    ),  # the Note value: imports nothing of layerprof  # names of the trace format: imports nothing of layerprof
     ("layerprof.stats", 1),
     ("layerprof.records", 2),
     ("layerprof.sections", 2),

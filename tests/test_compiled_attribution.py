@@ -349,8 +349,8 @@ def test_an_unreliable_backward_mapping_shows_no_backward_rows(
     section = build_section(att, facts())
     assert not [p for p in section.paths if p.phase == "backward"]
     assert all(not k.split for k in section.kernels if k.phase == "backward")
-    said = [n for n in notes(att, section) if n.startswith("backward:")]
-    assert len(said) == 1 and why in said[0] and "no backward time" in said[0]
+    said = [n for n in notes(att, section) if n.kind == "backward-not-split"]
+    assert len(said) == 1 and why in said[0].data["problem"] and "no backward time" in said[0].text
 
 
 def test_a_reliable_backward_mapping_is_kept() -> None:
@@ -358,7 +358,7 @@ def test_a_reliable_backward_mapping_is_kept() -> None:
     assert backward_problem(att) is None and att.stackless_ns.get("backward", 0) == 0
     section = build_section(att, facts())
     assert [p.path for p in section.paths if p.phase == "backward"]
-    assert not [n for n in notes(att, section) if n.startswith("backward:")]
+    assert not [n for n in notes(att, section) if n.kind == "backward-not-split"]
 
 
 # ---- CUDA: Triton launches and GPU durations ------------------------------------------

@@ -25,6 +25,7 @@ from torch import nn
 from layerprof.capture.ops.profiler import OpOptions
 from layerprof.capture.runner import RunOptions, run_model
 from layerprof.cli import main
+from layerprof.notes import Note
 from layerprof.render.console import print_profile
 from layerprof.render.terminal import SafeConsole, escape_controls, escaping, make_console
 from layerprof.traceformat import STEP_PREFIX
@@ -73,7 +74,7 @@ def hostile_profile_json(tmp_path: Path, name: str, *, ops: bool = True) -> Path
         warmup=0, iters=2, model_name=f"net {TITLE}{MARKUP}", ops=OpOptions() if ops else None
     )
     profile = run_model(hostile_model(), (torch.randn(2, 4),), {}, opts)
-    profile = profile.with_notes(f"note {CLEAR} {BRACKETS}")
+    profile = profile.with_notes(Note("test", f"note {CLEAR} {BRACKETS}"))
     path = profile.save(tmp_path / name)
     data = json.loads(path.read_text())
     for i, op in enumerate(data.get("ops", [])):

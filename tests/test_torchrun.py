@@ -80,7 +80,9 @@ def test_ddp_in_one_process_profiles_the_users_layers(tmp_path: Path) -> None:
     rows = {r.path: r for r in prof.rows()}
     assert rows["fc1"].flops and rows["fc1"].flops > 0  # FLOPs keyed by the user's paths
     assert rows["fc1"].backward_total_ns is not None
-    assert any("DistributedDataParallel" in n for n in prof.notes)
+    assert any(
+        n.kind == "wrapper" and "DistributedDataParallel" in n.data["wrappers"] for n in prof.notes
+    )
 
 
 @needs_gloo

@@ -21,6 +21,7 @@ from layerprof.errors import LayerprofError, Terminated, UsageError
 if TYPE_CHECKING:
     from layerprof.capture.compiled.run import CompileOptions
     from layerprof.capture.ops.profiler import OpOptions
+    from layerprof.notes import Note
     from layerprof.profile import Profile
 
 EXIT_ERROR = 2
@@ -725,7 +726,7 @@ def _measure(
     *,
     model_name: str,
     kind: str = "eager",
-    notes: Sequence[str] = (),
+    notes: Sequence[Note] = (),
     program: Any = None,
 ) -> Profile:
     from layerprof.capture.device import prepare_model, resolve_device

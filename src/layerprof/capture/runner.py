@@ -45,6 +45,7 @@ from layerprof.capture.progress import Progress
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.load.limits import threads_problem
 from layerprof.load.modulegraph import check_acyclic
+from layerprof.notes import Note
 from layerprof.records import LayerInfo, LayerSamples, Meta, OpStat, Overhead
 from layerprof.stats import Series, median
 from layerprof.units import human_time
@@ -171,10 +172,15 @@ def run_model(
                     loss=opts.loss, peak=opts.peak,
                 )  # fmt: skip
             elif opts.kind != "eager":
+                what = _KIND_NAMES.get(opts.kind, opts.kind)
                 profile = _scripted(model, program, args, kwargs, opts, base, device).with_notes(
-                    f"FLOPs not counted: a {_KIND_NAMES.get(opts.kind, opts.kind)} runs"
-                    " its ops outside the Python modules the counter follows; run the eager"
-                    " model (--arch) for FLOPs and the roofline"
+                    Note(
+                        "flops-not-counted",
+                        f"FLOPs not counted: a {what} runs its ops outside the Python modules"
+                        " the counter follows; run the eager model (--arch) for FLOPs and the"
+                        " roofline",
+                        {"kind": opts.kind},
+                    )
                 )
             else:
                 profile = _layer_pass(
@@ -185,7 +191,7 @@ def run_model(
     return profile.with_notes(*watch.notes(), *_wrapper_notes(model))
 
 
-def _wrapper_notes(model: Any) -> list[str]:
+def _wrapper_notes(model: Any) -> list[Note]:
     from layerprof.capture.distributed import wrapper_note
 
     note = wrapper_note(model)
@@ -263,9 +269,11 @@ def _layer_pass(
         note = (
             cost.note()
             if opts.correct_overhead
-            else (
+            else Note(
+                "ops-cost",
                 "ops mode: layer times come from torch.profiler ranges and include its"
-                " per-op recording cost (not corrected); the latency is from the clean pass"
+                " per-op recording cost (not corrected); the latency is from the clean pass",
+                {"corrected": False},
             )
         )
         traced = _with_trace(base, raw.profile(), raw, ops=True, layers=layers, notes=(note,))
@@ -324,14 +332,18 @@ def ops_overhead(
     )
 
 
-def _opaque_notes(model: torch.nn.Module) -> list[str]:
+def _opaque_notes(model: torch.nn.Module) -> list[Note]:
     """Scripted submodules are timed whole: say why their insides have no rows."""
     from layerprof.capture.modules import visible_modules
 
     hooked = {p for p, _ in hookable_modules(model)}
     return [
-        f"{path} is a TorchScript submodule: timed as one layer (its submodules run"
-        " inside TorchScript, where no Python code can time them)"
+        Note(
+            "torchscript-submodule",
+            f"{path} is a TorchScript submodule: timed as one layer (its submodules run"
+            " inside TorchScript, where no Python code can time them)",
+            {"path": path},
+        )
         for path, _ in visible_modules(model)
         if path not in hooked
     ]
@@ -364,7 +376,7 @@ def _flops(
     kwargs: dict[str, Any],
     device: str,
     opts: RunOptions,
-) -> tuple[FlopCount | None, str | None]:
+) -> tuple[FlopCount | None, Note | None]:
     """FLOPs per layer from one counted forward (and a counted step with ``backward``);
     a model the counter cannot run keeps its timings and says why FLOPs are missing."""
     from layerprof.capture.flops.counter import count_model
@@ -379,7 +391,8 @@ def _flops(
         # keyed by the user's paths already (the counter walks hookable_modules)
         return count_model(model, forward, device=device, step=step), None
     except Exception as exc:  # the counter's own limits, not a model bug: it ran before
-        return None, f"FLOPs not counted: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+        error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+        return None, Note("flops-not-counted", f"FLOPs not counted: {error}", {"error": error})
 
 
 def _flop_sections(
@@ -463,7 +476,7 @@ def _with_backward(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     opts: RunOptions,
-) -> tuple[dict[str, LayerSamples], tuple[str, ...]]:
+) -> tuple[dict[str, LayerSamples], tuple[Note, ...]]:
     """Hooks mode: add each layer's backward times (layerprof.capture.hooks.backward says how)."""
     from layerprof.capture.hooks.backward import profile_backward
 
@@ -503,14 +516,23 @@ def _scripted(
         cost = replace(cost, range_inside_ns=0.0, range_leak_ns=0.0)
     else:
         layers, raw = export_capture(program, args, kwargs, iters=opts.iters, options=options)
-        notes = (f"{opts.kind}: per-layer times come from torch.profiler ranges",)
+        notes = (
+            Note(
+                "profiler-layer-times",
+                f"{opts.kind}: per-layer times come from torch.profiler ranges",
+                {"kind": opts.kind},
+            ),
+        )
     traced = raw.profile()
-    note = (
+    note = Note(
+        "ops-cost",
         f"{opts.kind}: the profiler's recording cost was measured"
         f" ({human_time(cost.per_op_ns)} per recorded operator) and removed from layer self"
         " times; operator rows keep it; the latency is from the clean pass"
         if opts.correct_overhead
-        else f"{opts.kind}: layer times include the profiler's recording cost (not corrected)"
+        else f"{opts.kind}: layer times include the profiler's recording cost (not corrected)",
+        {"kind": opts.kind, "corrected": opts.correct_overhead}
+        | ({"per_op_ns": cost.per_op_ns} if opts.correct_overhead else {}),
     )
     out = _with_trace(
         base, traced, raw, ops=opts.ops is not None, layers=layers, notes=(*notes, note)
@@ -530,7 +552,7 @@ def _with_trace(
     *,
     ops: bool,
     layers: tuple[LayerInfo, ...],
-    notes: Sequence[str],
+    notes: Sequence[Note],
 ) -> Profile:
     """The run's Profile with the per-layer rows, operators and device sections of its trace.
 

@@ -84,7 +84,7 @@ def print_profile(
                 )
         print_compiled(out, profile)
         for note in profile.notes:
-            out.print(Text.assemble(("note: ", "yellow"), note))
+            out.print(Text.assemble(("note: ", "yellow"), note.text))
 
 
 def print_findings(

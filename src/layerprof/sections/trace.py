@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from layerprof.notes import Note
 from layerprof.stats import Summary
 from layerprof.traceformat import GPU_STEP_SOURCE, LAYER_CATEGORY, STEP_SOURCE
 
@@ -48,7 +49,7 @@ class Steps:
     # | "nn.Module" | "trace" (see STEP_DEFINITIONS)
     source: str
     thread: int | None
-    notes: tuple[str, ...] = ()
+    notes: tuple[Note, ...] = ()
 
     @property
     def complete(self) -> tuple[Step, ...]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from layerprof.notes import Note
 from layerprof.profile import Profile, Run, rank_order
 from layerprof.sections import (
     CrossRank,
@@ -36,7 +37,7 @@ def merge(
     rank_source: str = "file order",
     skipped: Sequence[str] = (),
     failed: Sequence[str] = (),
-    notes: Sequence[str] = (),
+    notes: Sequence[Note] = (),
 ) -> Run:
     """One Run of per-rank Profiles (each with its rank set), with the cross-rank results."""
     ordered = rank_order(profiles)
@@ -70,7 +71,7 @@ def merge_profiles(path: str, names: Sequence[str], profiles: Sequence[Profile])
     return merge(path, stamped, rank_source=ranks.source)
 
 
-def with_rank(profile: Profile, rank: int, notes: Sequence[str] = ()) -> Profile:
+def with_rank(profile: Profile, rank: int, notes: Sequence[Note] = ()) -> Profile:
     """The profile re-stamped as ``rank`` (its source and meta), with ``notes`` added."""
     source = profile.source
     stamped = replace(

@@ -53,6 +53,7 @@ from layerprof.capture.ops.profiler import (
 )
 from layerprof.capture.quiet import kineto_quiet
 from layerprof.errors import ModelRunError
+from layerprof.notes import Note
 from layerprof.records import LayerInfo
 from layerprof.trace.kineto import tables_from_documents
 from layerprof.traceformat import CPU_OP, EVENTS_KEY, LAYER_RANGE, USER_ANNOTATION
@@ -149,7 +150,7 @@ class ScriptRows:
 
     layers: tuple[LayerInfo, ...]
     raw: RawTrace
-    notes: tuple[str, ...]
+    notes: tuple[Note, ...]
 
 
 @dataclass(frozen=True)
@@ -344,35 +345,39 @@ class Verdict:
             _inside(path, b) for b in self.below
         )
 
-    def notes(self, module: Any) -> tuple[str, ...]:
+    def notes(self, module: Any) -> tuple[Note, ...]:
         """One line on the method, then one per reason layers were left out."""
         root = str(getattr(module, "original_name", type(module).__name__))
         if sum(1 for _ in module.named_modules()) == 1:
-            return (
+            text = (
                 f"torchscript: no per-layer rows: {root} has no sub-modules left (frozen or"
                 " optimized for inference: torch.jit.freeze inlines them into its graph),"
-                " so all its time is its own self time",
+                " so all its time is its own self time"
             )
-        out = [
+            return (Note("torchscript-no-submodules", text, {"root": root}),)
+        method = (
             "torchscript: layer times come from the module hierarchy the profiler records"
             " per operator (a call spans its first to its last operator); each layer's"
             " calls are checked against the TorchScript code that calls it"
-        ]
+        )
+        out = [Note("torchscript-method", method)]
         by_reason: dict[str, list[str]] = {}
         for path, why in self.dropped.items():
             if not any(_inside(path, d) for d in self.dropped):
                 by_reason.setdefault(why, []).append(path or root)
         for why, paths in by_reason.items():
             names = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
-            out.append(
+            text = (
                 f"torchscript: no rows for {names} (or their sub-layers): {why};"
                 " their time is in the calling layer's self time"
             )
+            out.append(Note("torchscript-no-rows", text, {"paths": tuple(paths), "why": why}))
         for path, why in self.below.items():
-            out.append(
+            text = (
                 f"torchscript: no rows below {path or root}: {why};"
                 f" their time is in {path or root}'s self time"
             )
+            out.append(Note("torchscript-no-rows-below", text, {"path": path, "why": why}))
         return tuple(out)
 
 
