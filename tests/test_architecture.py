@@ -157,3 +157,20 @@ def test_the_library_never_prints() -> None:
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "print"
         ]
         assert not calls, f"{name} prints (lines {calls})"
+
+
+def test_the_public_api_is_what_the_docs_list() -> None:
+    """``layerprof.__all__`` and the table of docs/python-api.md name the same things:
+    a public name is documented, and a documented name is public."""
+    tree = ast.parse((SRC / "__init__.py").read_text())
+    (listed,) = [
+        ast.literal_eval(n.value)
+        for n in tree.body
+        if isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in n.targets)
+    ]
+    doc = (SRC.parents[1] / "docs" / "python-api.md").read_text()
+    table = doc.split("## The public API", 1)[1].split("\n## ", 1)[0]
+    rows = [ln.split("|")[1].strip() for ln in table.splitlines() if ln.startswith("| `")]
+    assert sorted(r.strip("`") for r in rows) == sorted(listed)
+    public = [n for n in listed if not n.startswith("__")]
+    assert all(hasattr(__import__("layerprof"), n) for n in public)

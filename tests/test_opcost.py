@@ -63,7 +63,9 @@ def test_calibration_is_non_negative() -> None:
     c = calibrate_ops("cpu", iters=5)
     assert c.per_op_ns > 0
     assert c.range_inside_ns >= 0 and c.range_leak_ns >= 0
-    assert "per recorded operator" in c.note()
+    note = c.note()
+    assert note.kind == "ops-cost" and note.data["per_op_ns"] == c.per_op_ns
+    assert "per recorded operator" in note.text
 
 
 def test_ops_run_corrects_says_so_and_adds_up() -> None:

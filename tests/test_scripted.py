@@ -483,9 +483,10 @@ def test_torchscript_rows_lose_the_calibrated_recording_cost(
     for path in ("blocks.0.0", "blocks.1.0", "blocks.2.0"):
         assert prof.samples[path].self_ns.tolist() == [0, 0, 0], path
     assert prof.samples[""].total_ns.median < o.instrumented_ns
-    cost = {"kind": "torchscript", "corrected": True}
-    assert any(n.kind == "ops-cost" and cost.items() <= n.data.items() for n in prof.notes)
+    # a profile read back from JSON: its notes are text only (kind "saved")
+    measured = "torchscript: the profiler's recording cost was measured"
+    assert any(measured in n.text for n in prof.notes)
     plain = _run_traced_list_encoder(tmp_path, "--no-correct")
     assert plain.overhead is not None and not plain.overhead.corrected
     assert min(plain.samples[""].total_ns.tolist()) > 0
-    assert any(n.kind == "ops-cost" and not n.data["corrected"] for n in plain.notes)
+    assert any("(not corrected)" in n.text for n in plain.notes)

@@ -58,7 +58,9 @@ def test_nested_wrappers_leave_the_user_paths() -> None:
     paths = [p for p, _ in user_modules(outer)]
     assert paths == USER_PATHS
     assert unwrap(outer) is net
-    assert wrapper_note(outer) is not None and "wrapped Net" in (wrapper_note(outer) or "")
+    note = wrapper_note(outer)
+    assert note is not None and note.kind == "wrapper"
+    assert note.data == {"wrappers": ("CheckpointWrapper",), "wrapped": "Net"}
     prof = layerprof.profile(outer, torch.randn(8, 4), warmup=1, iters=3)
     assert [i.path for i in prof.layers] == USER_PATHS
     assert prof.layers[0].type == "Net"
