@@ -19,7 +19,7 @@ __all__ = [
     "GPU_MEMCPY",
     "GPU_MEMSET",
     "GPU_STEP_SOURCE",
-    "KERNEL",
+    "KERNEL_CATEGORY",
     "LAYER_CATEGORY",
     "LAYER_RANGE",
     "MODULE_TYPES_KEY",
@@ -57,6 +57,6 @@ CPU_OP = "cpu_op"
 USER_ANNOTATION = "user_annotation"
 CUDA_RUNTIME = "cuda_runtime"
 CUDA_DRIVER = "cuda_driver"
-KERNEL = "kernel"
+KERNEL_CATEGORY = "kernel"  # (trace/events.py's KERNEL is the kind it maps to)
 GPU_MEMCPY = "gpu_memcpy"
 GPU_MEMSET = "gpu_memset"

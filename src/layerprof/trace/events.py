@@ -49,13 +49,13 @@ from layerprof.traceformat import (
     CUDA_RUNTIME,
     GPU_MEMCPY,
     GPU_MEMSET,
+    KERNEL_CATEGORY,
     LAYER_CATEGORY,
     LAYER_RANGE,
     SOURCE_PID,
     SOURCE_TID,
     USER_ANNOTATION,
 )
-from layerprof.traceformat import KERNEL as KERNEL_CATEGORY
 
 I8 = npt.NDArray[np.int8]
 

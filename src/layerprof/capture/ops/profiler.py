@@ -46,7 +46,7 @@ from layerprof.traceformat import (
     EVENTS_KEY,
     GPU_MEMCPY,
     GPU_MEMSET,
-    KERNEL,
+    KERNEL_CATEGORY,
     LAYER_RANGE,
     USER_ANNOTATION,
 )
@@ -59,7 +59,9 @@ if TYPE_CHECKING:
 
 __all__ = ["BACKWARD_NODE", "UNATTRIBUTED", "OpOptions", "RawTrace", "capture_ops"]
 HOST_ACTIVITIES = frozenset({CPU_OP, USER_ANNOTATION, CUDA_RUNTIME, CUDA_DRIVER})
-DEVICE_ACTIVITIES = frozenset({KERNEL, GPU_MEMCPY, GPU_MEMSET, "Kernel", "Memcpy", "Memset"})
+DEVICE_ACTIVITIES = frozenset(
+    {KERNEL_CATEGORY, GPU_MEMCPY, GPU_MEMSET, "Kernel", "Memcpy", "Memset"}
+)
 
 
 @dataclass(frozen=True)
