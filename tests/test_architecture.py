@@ -27,6 +27,11 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("layerprof.reading", 0),
     ("layerprof.machine", 0),
     ("layerprof.version", 0),
+    ("layerprof.traceformat", 0),
+    (
+        "layerprof.notes",
+        0,
+    ),  # the Note value: imports nothing of layerprof  # names of the trace format: imports nothing of layerprof
     ("layerprof.stats", 1),
     ("layerprof.records", 2),
     ("layerprof.sections", 2),
@@ -231,3 +236,20 @@ def test_the_library_never_prints() -> None:
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "print"
         ]
         assert not calls, f"{name} prints (lines {calls})"
+
+
+def test_the_public_api_is_what_the_docs_list() -> None:
+    """``layerprof.__all__`` and the table of docs/python-api.md name the same things:
+    a public name is documented, and a documented name is public."""
+    tree = ast.parse((SRC / "__init__.py").read_text())
+    (listed,) = [
+        ast.literal_eval(n.value)
+        for n in tree.body
+        if isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in n.targets)
+    ]
+    doc = (SRC.parents[1] / "docs" / "python-api.md").read_text()
+    table = doc.split("## The public API", 1)[1].split("\n## ", 1)[0]
+    rows = [ln.split("|")[1].strip() for ln in table.splitlines() if ln.startswith("| `")]
+    assert sorted(r.strip("`") for r in rows) == sorted(listed)
+    public = [n for n in listed if not n.startswith("__")]
+    assert all(hasattr(__import__("layerprof"), n) for n in public)

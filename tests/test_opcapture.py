@@ -26,6 +26,7 @@ from layerprof.records import OpStat, merge_layers
 from layerprof.render.console.ops import render_ops
 from layerprof.trace.kineto import tables_from_documents
 from layerprof.trace.reduce import reduce
+from layerprof.traceformat import STEP_PREFIX
 from tests import zoo_models as zoo
 
 
@@ -270,7 +271,7 @@ def test_device_times_attributed_by_correlation() -> None:
     their op by External id when the launch call is missing."""
     doc = {
         "traceEvents": [
-            _span("user_annotation", "ProfilerStep#1", 0, 1000),
+            _span("user_annotation", f"{STEP_PREFIX}1", 0, 1000),
             _span("cpu_op", "layer:", 0, 1000),
             _span("cpu_op", "layer:fc", 100, 800),
             _span("cpu_op", "aten::linear", 200, 600, **{"External id": 7}),

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from layerprof import sinks
 from layerprof.errors import UsageError
+from layerprof.notes import Note
 from layerprof.records import LayerInfo, LayerSamples, Meta, OpStat, Overhead
 from layerprof.sections import (
     AnnotationRow,
@@ -272,7 +273,7 @@ class Profile(sinks.Output):
     first_ns: int | None = None
     overhead: Overhead | None = None
     ops: tuple[OpStat, ...] = ()
-    notes: tuple[str, ...] = ()
+    notes: tuple[Note, ...] = ()
     source: TraceSource | None = None
     steps: Steps | None = None
     devices: tuple[DeviceUse, ...] = ()
@@ -407,7 +408,8 @@ class Profile(sinks.Output):
             **sums,
         )
 
-    def with_notes(self, *notes: str) -> Profile:
+    def with_notes(self, *notes: Note) -> Profile:
+        """The profile with ``notes`` added after its own."""
         return replace(self, notes=(*self.notes, *notes))
 
     # ---- sinks (through layerprof.sinks: no codec or renderer import here) ----
@@ -447,7 +449,7 @@ class Run(sinks.Output):
     cross: CrossRank | None = None
     skipped: tuple[str, ...] = ()
     failed: tuple[str, ...] = ()
-    notes: tuple[str, ...] = ()
+    notes: tuple[Note, ...] = ()
     layer_ranks: tuple[LayerAcrossRanks, ...] = ()
     stragglers: Stragglers | None = None
 

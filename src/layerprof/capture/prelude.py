@@ -19,6 +19,7 @@ from layerprof.capture.clocks import synchronizer
 from layerprof.capture.fastpath import check_passes, watch_clean_path
 from layerprof.capture.hooks.recorder import ShapeCapture, layer_infos
 from layerprof.capture.modules import hookable_modules
+from layerprof.notes import Note
 
 if TYPE_CHECKING:
     import torch
@@ -40,7 +41,7 @@ class Prelude:
     shapes: ShapeCapture
     flops: FlopCount | None
     peaks: dict[str, int] | None
-    notes: tuple[str, ...]
+    notes: tuple[Note, ...]
 
     def layers(
         self, run: Pass, base: Profile, peaks: dict[str, int] | None = None
@@ -103,7 +104,7 @@ def _flops(
     kwargs: dict[str, Any],
     device: str,
     opts: RunOptions,
-) -> tuple[FlopCount | None, str | None]:
+) -> tuple[FlopCount | None, Note | None]:
     """FLOPs per layer from one counted forward (and a counted step with ``backward``);
     a model the counter cannot run keeps its timings and says why FLOPs are missing."""
     from layerprof.capture.flops.counter import count_model
@@ -118,17 +119,22 @@ def _flops(
         # keyed by the user's paths already (the counter walks hookable_modules)
         return count_model(model, forward, device=device, step=step), None
     except Exception as exc:  # the counter's own limits, not a model bug: it ran before
-        return None, f"FLOPs not counted: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+        error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+        return None, Note("flops-not-counted", f"FLOPs not counted: {error}", {"error": error})
 
 
-def _opaque_notes(model: torch.nn.Module) -> list[str]:
+def _opaque_notes(model: torch.nn.Module) -> list[Note]:
     """Scripted submodules are timed whole: say why their insides have no rows."""
     from layerprof.capture.modules import visible_modules
 
     hooked = {p for p, _ in hookable_modules(model)}
     return [
-        f"{path} is a TorchScript submodule: timed as one layer (its submodules run"
-        " inside TorchScript, where no Python code can time them)"
+        Note(
+            "torchscript-submodule",
+            f"{path} is a TorchScript submodule: timed as one layer (its submodules run"
+            " inside TorchScript, where no Python code can time them)",
+            {"path": path},
+        )
         for path, _ in visible_modules(model)
         if path not in hooked
     ]

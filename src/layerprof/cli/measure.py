@@ -17,6 +17,7 @@ from layerprof.errors import UsageError
 if TYPE_CHECKING:
     from layerprof.capture.compiled.run import CompileOptions
     from layerprof.capture.ops.profiler import OpOptions
+    from layerprof.notes import Note
     from layerprof.profile import Profile
 
 
@@ -27,7 +28,7 @@ def measure(
     *,
     model_name: str,
     kind: str = "eager",
-    notes: Sequence[str] = (),
+    notes: Sequence[Note] = (),
     program: Any = None,
 ) -> Profile:
     """Profile ``model`` on the inputs of ``input_specs`` (or a .pt2 program's own) as the

@@ -14,6 +14,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from layerprof.notes import Note
+
 #: The parts of a step's wall time, in the priority order that makes them a partition:
 #: at each instant the first part active there gets the time (see docs/trace.md).
 BREAKDOWN_PARTS: tuple[str, ...] = (
@@ -316,4 +318,4 @@ class Stragglers:
     straggler: int | None
     median_skew_ns: int | None
     step_spread_ns: int | None  # slowest - fastest median step time
-    notes: tuple[str, ...] = ()
+    notes: tuple[Note, ...] = ()

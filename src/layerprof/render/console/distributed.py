@@ -157,4 +157,4 @@ def print_stragglers(run: Run, console: Console) -> None:
         ],
     )  # fmt: skip
     for note in s.notes:
-        console.print(Text.assemble(("note: ", "yellow"), note))
+        console.print(Text.assemble(("note: ", "yellow"), note.text))

@@ -103,7 +103,7 @@ def print_layers(profile: Profile, console: Console, opts: ConsoleOptions) -> No
 
 def print_notes(profile: Profile, console: Console) -> None:
     for note in profile.notes:
-        console.print(Text.assemble(("note: ", "yellow"), note))
+        console.print(Text.assemble(("note: ", "yellow"), note.text))
 
 
 def header_lines(profile: Profile) -> list[Text | str]:

@@ -47,7 +47,7 @@ def print_run_header(run: Run, console: Console) -> None:
         for why in run.failed:
             out.print(Text.assemble(("failed: ", "red"), why))
         for note in run.notes:
-            out.print(Text.assemble(("note: ", "yellow"), note))
+            out.print(Text.assemble(("note: ", "yellow"), note.text))
 
 
 def print_rank_rule(p: Profile, console: Console) -> None:

@@ -403,7 +403,7 @@ def _stragglers(s: Subject) -> str:
         ]
     )  # fmt: skip
     body = heading("Stragglers") + paragraph(straggler_sentence(st), "verdict") + cards
-    body += "".join(paragraph(note, "warning") for note in st.notes)
+    body += "".join(paragraph(note.text, "warning") for note in st.notes)
     if st.ranks:
         body += table(
             "lp-stragglers",
