@@ -136,7 +136,7 @@ PROFILE_SECTIONS: tuple[Section[Profile], ...] = (
     ),
     Section("layers", ("Profile.layers", "Profile.flops"), _layers),
     Section("compiled", ("Profile.compiled",), lambda p, out, o: print_compiled(out, p)),
-    Section("notes", (), lambda p, out, o: print_notes(p, out)),
+    Section("notes", ("Profile.notes",), lambda p, out, o: print_notes(p, out)),
     # trace sections
     Section("steps", ("Profile.steps",), lambda p, out, o: print_steps(p, out)),
     Section(
@@ -188,7 +188,7 @@ def _run_findings(run: Run, out: Console, o: ReportOptions) -> None:
 
 
 RUN_SECTIONS: tuple[Section[Run], ...] = (
-    Section("run header", (), lambda r, out, o: print_run_header(r, out)),
+    Section("run header", ("Run.notes",), lambda r, out, o: print_run_header(r, out)),
     Section("rank reports", ("Run.ranks",), _rank_reports),
     Section(
         "ranks side by side",

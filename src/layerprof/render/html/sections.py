@@ -112,5 +112,5 @@ SECTIONS: tuple[Registered, ...] = (
     Registered(rank_ops_section, ("Run.ranks",)),
     # last; the diagnosis reads the passes check (and every other section) into findings
     Registered(findings_section, ("Profile.passes",)),
-    Registered(notes_section, ()),
+    Registered(notes_section, ("Profile.notes", "Run.notes")),
 )
