@@ -18,7 +18,7 @@ from layerprof.capture.hooks.backward import (
     profile_backward,
 )
 from layerprof.capture.hooks.layertimes import build_samples
-from layerprof.capture.modules import backward as bwd
+from layerprof.capture.hooks import backward as bwd
 from layerprof.capture.step import default_loss
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.load.demo import SmallCNN, TinyTransformer

@@ -332,7 +332,7 @@ def test_nested_tensor_fast_path_is_uncounted_with_the_reason() -> None:
 
 
 def test_a_failing_formula_marks_the_op_uncounted(monkeypatch: pytest.MonkeyPatch) -> None:
-    from layerprof.capture.flops.counter import counter as flops_module
+    from layerprof.capture.flops import counter as flops_module
     from layerprof.capture.flops.formulas import Rule, rules
 
     def broken(*args: Any, **kwargs: Any) -> int:
@@ -455,7 +455,7 @@ def test_sdpa_functional_call_in_grad_mode_counts_once() -> None:
 
 
 def test_a_model_the_counter_cannot_run_keeps_its_timings(monkeypatch: pytest.MonkeyPatch) -> None:
-    from layerprof.capture.flops.counter import counter as flops_module
+    from layerprof.capture.flops import counter as flops_module
 
     def refuse(*args: Any, **kwargs: Any) -> FlopCount:
         raise RuntimeError("this model refuses dispatch modes\nsecond line")

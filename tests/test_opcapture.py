@@ -18,7 +18,7 @@ from layerprof.capture.ops.profiler import (
     capture_ops,
     profile_from_capture,
 )
-from layerprof.capture.ops.profiler import profiler as opcapture
+from layerprof.capture.ops import profiler as opcapture
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.load.demo import SmallCNN, TinyTransformer
 from layerprof.profile import Profile

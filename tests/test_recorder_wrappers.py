@@ -316,7 +316,7 @@ def test_shapes_are_recorded_once_and_their_cost_taken_out(
 ) -> None:
     """The forward that records shapes times the same as the others: what recording
     the shapes cost (500 ns a layer on the fake clock here) is not in any layer."""
-    from layerprof.capture.modules import recorder
+    from layerprof.capture.hooks import recorder
 
     clock = FakeClock()
     real = recorder.inputs_tree
