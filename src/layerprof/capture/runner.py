@@ -10,7 +10,8 @@ Order of one run (see docs/definitions.md):
    them (layerprof.capture.fastpath), compared with the per-layer pass at the end;
    shapes — one forward with shape hooks; one counting FLOPs, bytes and op time
    per layer (layerprof.capture.flops.counter; with ``backward`` also one counted
-   training step); on CUDA one reading the allocator's peaks;
+   training step, and one counting the bytes each layer saves for backward,
+   layerprof.capture.memory.activations); on CUDA one reading the allocator's peaks;
 5. hooks mode: calibration — the hooks' own per-call cost, measured on a model
    of empty layers with the same hooks — then one untimed hooked forward and
    ``iters`` hooked forwards (plus the backward pass with ``backward``);
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
     from layerprof.capture.ops.profiler import OpOptions, RawTrace
     from layerprof.profile import Profile
     from layerprof.sections.flops import FlopSummary
+    from layerprof.sections.memory import ActivationMemory
 
 
 @dataclass(frozen=True)
@@ -246,7 +248,10 @@ def _layer_pass(
         _guarded(forward, model)
     flops, flop_note = _flops(model, forward, args, kwargs, device, opts)
     peaks = _peaks(model, forward, device)
-    base = base.with_notes(*_opaque_notes(model), *([flop_note] if flop_note else []))
+    memory, memory_note = _activation_memory(model, args, kwargs, device, opts)
+    counted = [n for n in (flop_note, memory_note) if n]
+    base = base.with_notes(*_opaque_notes(model), *counted)
+    base = replace(base, activation_memory=memory)
     if opts.ops is not None:
         progress.close()  # stderr is held while the profiler runs (layerprof.capture.quiet)
         cost = _ops_cost(device, opts)
@@ -355,6 +360,29 @@ def _peaks(
     from layerprof.capture.memory.allocator import peak_memory
 
     return peak_memory(model, forward, counter)
+
+
+def _activation_memory(
+    model: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    device: str,
+    opts: RunOptions,
+) -> tuple[ActivationMemory | None, str | None]:
+    """With ``backward``: the bytes each layer saves for backward, from one counted step
+    (layerprof.capture.memory.activations); a step the counter cannot run says why."""
+    if not opts.backward:
+        return None, None
+    from layerprof.capture.memory.activations import measure_step
+
+    try:
+        section = measure_step(model, args, kwargs, opts.loss, counter=memory_counter(device))
+    except Exception as exc:  # the timed backward pass reports a model's own errors
+        return None, (
+            f"activation memory not counted: {type(exc).__name__}:"
+            f" {str(exc).splitlines()[0][:120] if str(exc) else ''}"
+        )
+    return section, None
 
 
 def _flops(
