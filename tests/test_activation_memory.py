@@ -419,3 +419,41 @@ def test_memtracker_misses_what_in_place_ops_save() -> None:
     assert theirs["1"] == 0 and ours["1"] == nbytes(5, 16)
     assert theirs["0"] == nbytes(5, 16) and ours["0"] == nbytes(5, 8)
     assert ours["2"] == 0  # its input is the ReLU's saved output
+
+
+# ---- the finding --------------------------------------------------------------------------
+
+
+def test_finding_names_the_heaviest_block_and_the_checkpointing_estimate() -> None:
+    from layerprof.analysis.diagnose import checks, diagnose
+    from layerprof.analysis.memory import checkpoint_candidate
+    from layerprof.profile import Profile
+    from layerprof.records import Meta
+
+    def block(width: int) -> nn.Sequential:
+        return nn.Sequential(nn.Linear(64, width), nn.GELU(), nn.Linear(width, 64))
+
+    model = nn.Sequential(block(256), block(1024))  # the second block saves the most
+    x = torch.randn(512, 64)
+    section = measure_step(model, (x,), {})
+    pick = checkpoint_candidate(section)
+    assert pick is not None
+    layer, saving = pick
+    assert layer.path == "1"
+    # saved: its input (to the first Linear), GELU's input and output; it keeps its input
+    assert layer.activations == nbytes(512, 64) + 2 * nbytes(512, 1024)
+    assert saving == 2 * nbytes(512, 1024)
+    prof = Profile(meta=Meta(model="m"), activation_memory=section)
+    found = [f for f in diagnose(prof) if f.layer == "1"]
+    assert len(found) == 1 and "4.0 MiB less" in found[0].detail
+    assert "torch.utils.checkpoint" in found[0].hint
+    assert any("activation memory" in c for c in checks(prof))
+
+
+def test_no_finding_for_small_activation_memory() -> None:
+    from layerprof.analysis.memory import memory_findings
+    from layerprof.profile import Profile
+    from layerprof.records import Meta
+
+    section = measure_step(mlp(), (torch.randn(5, 8),), {})
+    assert memory_findings(Profile(meta=Meta(model="m"), activation_memory=section)) == []

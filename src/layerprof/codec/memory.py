@@ -8,7 +8,8 @@
       "layers": [{"path": "0", "parent": "", "activations_self_bytes": 160,
                   "activations_bytes": 160, "params_self_bytes": 576, "params_bytes": 576,
                   "grads_self_bytes": 576, "grads_bytes": 576,
-                  "optimizer_self_bytes": null, "optimizer_bytes": null}, ...],
+                  "optimizer_self_bytes": null, "optimizer_bytes": null,
+                  "input_bytes": 160}, ...],
       "peaks": [{"phase": "forward", "start_bytes": ..., "peak_bytes": ...}, ...]
     }
 
@@ -34,6 +35,7 @@ def encode_activation_memory(section: ActivationMemory | None) -> dict[str, Any]
         for kind in KINDS:
             d[f"{kind}_self_bytes"] = row.own(kind)
             d[f"{kind}_bytes"] = total.total(kind)
+        d["input_bytes"] = row.input_bytes
         layers.append(d)
     return {
         "saved_bytes": section.saved_bytes,
@@ -67,7 +69,10 @@ def read_activation_memory(f: Fields | None) -> ActivationMemory | None:
 
 def _read_row(f: Fields) -> MemoryRow:
     grads, optimizer = f.opt_integer("grads_self_bytes"), f.opt_integer("optimizer_self_bytes")
-    for key, value in (("grads_self_bytes", grads), ("optimizer_self_bytes", optimizer)):
+    inputs = f.opt_integer("input_bytes")
+    optional = (("grads_self_bytes", grads), ("optimizer_self_bytes", optimizer),
+                ("input_bytes", inputs))  # fmt: skip
+    for key, value in optional:
         if value is not None and value < 0:
             raise ProfileFormatError(f"{f.where}.{key}: expected bytes >= 0, found {value}")
     return MemoryRow(
@@ -77,6 +82,7 @@ def _read_row(f: Fields) -> MemoryRow:
         params_self=_count(f, "params_self_bytes", 0),
         grads_self=grads,
         optimizer_self=optimizer,
+        input_bytes=inputs,
     )
 
 

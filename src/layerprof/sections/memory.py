@@ -26,7 +26,9 @@ KINDS = ("activations", "params", "grads", "optimizer")
 @dataclass(frozen=True)
 class MemoryRow:
     """One layer's own bytes. ``grads_self`` is None when no backward ran;
-    ``optimizer_self`` is None when no optimizer was given."""
+    ``optimizer_self`` is None when no optimizer was given. ``input_bytes`` is what the
+    tensors passed to the layer's calls take (None: the layer did not run), what
+    activation checkpointing it would keep."""
 
     path: str
     parent: str | None
@@ -34,6 +36,7 @@ class MemoryRow:
     params_self: int = 0
     grads_self: int | None = None
     optimizer_self: int | None = None
+    input_bytes: int | None = None
 
     def own(self, kind: str) -> int | None:
         value: int | None = getattr(self, f"{kind}_self")

@@ -63,6 +63,8 @@ class ActivationCapture:
         self._seen: dict[_StorageKey, weakref.ref[Any]] = {}
         self._forward: dict[str | None, int] = {}
         self._largest: dict[str | None, int] = {}
+        self._inputs: dict[str, int] = {}  # input bytes per layer, this forward
+        self._largest_inputs: dict[str, int] = {}
         self._forwards = 0
         self._phase: tuple[str, int] | None = None
         self._peaks: list[PhasePeak] = []
@@ -73,7 +75,8 @@ class ActivationCapture:
 
         with self._hooks.registering() as hooks:
             for path, module in hookable_modules(self.model):
-                hooks.add(module.register_forward_pre_hook(self._pre(path)))
+                pre = module.register_forward_pre_hook(self._pre(path), with_kwargs=True)
+                hooks.add(pre)
                 hooks.add(module.register_forward_hook(self._post(path), always_call=True))
             self._params = _storage_keys(self.model)
             self._saved = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
@@ -114,6 +117,7 @@ class ActivationCapture:
                 params_self=_param_bytes(self._owners, path),
                 grads_self=grads.get(path, 0) if has_grads else None,
                 optimizer_self=states.get(path, 0) if optimizer is not None else None,
+                input_bytes=self._largest_inputs.get(path),
             )
             for path in self._paths
         )
@@ -123,17 +127,19 @@ class ActivationCapture:
             forwards=self._forwards,
             peaks=tuple(self._peaks),
         )
-        self._largest, self._forwards, self._peaks, self._phase = {}, 0, [], None
+        self._largest, self._largest_inputs = {}, {}
+        self._forwards, self._peaks, self._phase = 0, [], None
         return out
 
     # ---- hooks -------------------------------------------------------------------------
     def _pre(self, path: str) -> Callable[..., None]:
-        def hook(module: Any, args: Any) -> None:
+        def hook(module: Any, args: Any, kwargs: Any) -> None:
             if path == self._root and not self._stack:
                 self._end_forward()
                 self._forwards += 1
                 self._params = _storage_keys(self.model)  # .to() may have moved them
             self._stack.append(path)
+            self._inputs[path] = self._inputs.get(path, 0) + _input_bytes(args, kwargs)
 
         return hook
 
@@ -165,11 +171,13 @@ class ActivationCapture:
     # ---- bookkeeping -------------------------------------------------------------------
     def _end_forward(self) -> None:
         """Keep the finished forward's counts if it saved the most so far."""
-        if sum(self._forward.values()) > sum(self._largest.values()):
-            self._largest = self._forward
+        if sum(self._forward.values()) > sum(self._largest.values()) or (
+            not self._largest_inputs and self._inputs
+        ):
+            self._largest, self._largest_inputs = self._forward, self._inputs
         if self._forward and not self._forwards:
             self._forwards = 1  # counted without the root entered (a child called alone)
-        self._forward, self._seen = {}, {}
+        self._forward, self._inputs, self._seen = {}, {}, {}
 
     def _close_phase(self) -> None:
         if self.counter is None or self._phase is None:
@@ -181,6 +189,18 @@ class ActivationCapture:
 
 def _unpack(saved: Any) -> Any:
     return saved
+
+
+def _input_bytes(args: Any, kwargs: Any) -> int:
+    """Bytes of the distinct tensors among a call's arguments (one level of lists)."""
+    seen: set[int] = set()
+    total = 0
+    for value in (*args, *kwargs.values()):
+        for item in value if isinstance(value, (list, tuple)) else (value,):
+            if hasattr(item, "untyped_storage") and id(item) not in seen:
+                seen.add(id(item))
+                total += _nbytes(item)
+    return total
 
 
 def _storage_of(tensor: Any) -> tuple[_StorageKey, int]:
