@@ -457,3 +457,55 @@ def test_no_finding_for_small_activation_memory() -> None:
 
     section = measure_step(mlp(), (torch.randn(5, 8),), {})
     assert memory_findings(Profile(meta=Meta(model="m"), activation_memory=section)) == []
+
+
+# ---- rendering ----------------------------------------------------------------------------
+
+
+def _profile_with_memory() -> Any:
+    from layerprof.profile import Profile
+    from layerprof.records import LayerInfo, Meta
+
+    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 2))
+    opt = torch.optim.Adam(model.parameters())
+    section = measure_step(model, (torch.randn(4, 8),), {}, optimizer=opt)
+    layers = tuple(
+        LayerInfo(path=p, type=type(m).__name__, parent=None if not p else "")
+        for p, m in model.named_modules()
+    )
+    return Profile(meta=Meta(model="Sequential"), layers=layers, activation_memory=section)
+
+
+def test_console_memory_table() -> None:
+    from rich.console import Console
+
+    from layerprof.render.console import print_profile
+
+    console = Console(record=True, width=120)
+    print_profile(_profile_with_memory(), console=console)
+    text = console.export_text()
+    assert "memory per layer" in text
+    for header in ("Activations", "Self", "Params", "Grads", "Optimizer"):
+        assert header in text
+    assert "128 B" in text  # the first Linear saves its 4x8 float input
+    assert "saved for backward: " in text
+
+
+def test_console_has_no_memory_table_without_the_section() -> None:
+    from dataclasses import replace
+
+    from rich.console import Console
+
+    from layerprof.render.console import print_profile
+
+    console = Console(record=True, width=120)
+    print_profile(replace(_profile_with_memory(), activation_memory=None), console=console)
+    assert "memory per layer" not in console.export_text()
+
+
+def test_html_memory_section() -> None:
+    from layerprof.render.html import render_html
+
+    page = render_html(_profile_with_memory())
+    assert 'id="activation-memory"' in page and "lp-activation-memory-chart" in page
+    assert "Optimizer state" in page and "Gradients" in page

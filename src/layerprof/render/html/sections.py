@@ -24,6 +24,7 @@ from layerprof.render.html.diff_sections import (
 )
 from layerprof.render.html.distributed import distributed_section
 from layerprof.render.html.findings import findings_section, notes_section
+from layerprof.render.html.memory import activation_memory_section
 from layerprof.render.html.page import Section
 from layerprof.render.html.profile_sections import (
     hierarchy_section,
@@ -64,6 +65,7 @@ SECTIONS: tuple[SectionFn, ...] = (
     top_section,
     layer_ops_section,
     roofline_section,
+    activation_memory_section,
     # trace sections, every rank
     steps_section,
     cross_rank_section,
