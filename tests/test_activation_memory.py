@@ -509,3 +509,21 @@ def test_html_memory_section() -> None:
     page = render_html(_profile_with_memory())
     assert 'id="activation-memory"' in page and "lp-activation-memory-chart" in page
     assert "Optimizer state" in page and "Gradients" in page
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_counts_and_phase_peaks() -> None:
+    from layerprof.capture.memory.allocator import CudaMemory
+
+    model = nn.Sequential(nn.Linear(256, 4096), nn.GELU(), nn.Linear(4096, 256)).cuda()
+    x = torch.randn(64, 256, device="cuda")
+    opt = torch.optim.Adam(model.parameters())
+    section = measure_step(model, (x,), {}, counter=CudaMemory("cuda"), optimizer=opt)
+    own = {r.path: r.activations_self for r in section.rows}
+    assert own["0"] == nbytes(64, 256) and own["1"] == own["2"] == nbytes(64, 4096)
+    peaks = {p.phase: p for p in section.peaks}
+    assert set(peaks) == {"forward", "backward", "optimizer"}
+    # the forward's rise holds at least what it saved (allocator blocks round up)
+    assert peaks["forward"].rise_bytes >= nbytes(64, 4096)
+    assert peaks["optimizer"].rise_bytes >= 0
