@@ -25,7 +25,7 @@ import layerprof
 from layerprof.analysis.diff import Diff, diff
 from layerprof.profile import Profile, Run
 from layerprof.trace import analyze
-from layerprof.units import MS, US, TimeUnit
+from tests.readback import assert_shows
 
 EVIL = "</script><script>alert(1)</script>"
 HOSTILE_NAMES = (EVIL, "<!--x", "say\"hi'", "bell\x07esc\x1b[31m", "gemm<float, 128>")
@@ -233,10 +233,10 @@ def chart_data(page: str) -> dict[str, Any]:
     return data
 
 
-def unit_of(header: str) -> TimeUnit:
-    """The unit a time column's header names: ``Self (µs)`` -> US."""
+def unit_of(header: str) -> float:
+    """The ns per unit a time column's header names: ``Self (µs)`` -> 1000."""
     name = header.rsplit("(", 1)[1].rstrip(")")
-    return {"µs": US, "ms": MS}[name]
+    return {"µs": 1e3, "ms": 1e6}[name]
 
 
 def number(cell: Cell) -> float | None:
@@ -246,9 +246,8 @@ def number(cell: Cell) -> float | None:
 def assert_times(table: Table, prefix: str, values: list[float | None]) -> None:
     """The column shows ``values`` (ns) in its unit and sorts by them exactly."""
     header = table.find(prefix)
-    unit = unit_of(header)
     cells = table.column(header)
-    assert [c.text for c in cells] == [unit.fmt(v) for v in values], header
+    assert_shows([c.text for c in cells], values, per=unit_of(header))
     assert [number(c) for c in cells] == [None if v is None else float(v) for v in values]
 
 

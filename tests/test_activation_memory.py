@@ -479,10 +479,10 @@ def _profile_with_memory() -> Any:
 def test_console_memory_table() -> None:
     from rich.console import Console
 
-    from layerprof.render.console import print_profile
+    from layerprof.render.console import print_report
 
     console = Console(record=True, width=120)
-    print_profile(_profile_with_memory(), console=console)
+    print_report(_profile_with_memory(), console)
     text = console.export_text()
     assert "memory per layer" in text
     for header in ("Activations", "Self", "Params", "Grads", "Optimizer"):
@@ -496,10 +496,10 @@ def test_console_has_no_memory_table_without_the_section() -> None:
 
     from rich.console import Console
 
-    from layerprof.render.console import print_profile
+    from layerprof.render.console import print_report
 
     console = Console(record=True, width=120)
-    print_profile(replace(_profile_with_memory(), activation_memory=None), console=console)
+    print_report(replace(_profile_with_memory(), activation_memory=None), console)
     assert "memory per layer" not in console.export_text()
 
 

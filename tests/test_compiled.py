@@ -234,7 +234,8 @@ def test_an_already_compiled_model_is_compiled_again(gpt_run: tuple[TinyGPT, Pro
     profile = run(user, ids())
     c = profile.compiled
     assert c is not None and c.recompiled and c.regions == ("",)
-    assert any("already compiled" in n and "provenance" in n for n in profile.notes)
+    (again,) = [n for n in profile.notes if n.kind == "recompiled-for-attribution"]
+    assert again.data["regions"] == ("",)
     assert profile.meta.model == "TinyGPT"
     assert user._orig_mod is model and model._compiled_call_impl is None
 
@@ -502,7 +503,7 @@ def test_backward_kernels_go_to_the_forward_layers() -> None:
     options = {"compile": CompileOptions(dynamic=True, split="equal")}
     assert share_on_a_quiet_run(model, (x,), profile, backward=True, **options) > 0.5
     # this torch's backward mapping passes the trust check (compiled_section.backward_problem)
-    assert not [n for n in profile.notes if n.startswith("backward:")]
+    assert not [n for n in profile.notes if n.kind == "backward-not-split"]
     # the backward pass turns autograd on, which fails a guard: that recompile is ours,
     # and the findings say so instead of telling the user to fix their shapes
     titles = [f.title for f in diagnose(profile)]

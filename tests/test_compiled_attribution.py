@@ -45,6 +45,7 @@ from layerprof.capture.compiled.samples import (
 from layerprof.records import LayerInfo
 from layerprof.sections.compiled import OUTSIDE_ROW, OVERHEAD_ROW
 from layerprof.trace.kineto import tables_from_documents
+from layerprof.traceformat import LAYER_RANGE
 
 TYPES = {
     "": "Net",
@@ -95,7 +96,7 @@ def cpu_forward(
     """One forward of 100 µs: 10 µs outside, 5 µs cache lookup, an 80 µs region."""
     return [
         span(FORWARD_MARK, t0, 100),
-        span("layer:", t0 + 2, 96),
+        span(LAYER_RANGE, t0 + 2, 96),
         span("TorchDynamo Cache Lookup", t0 + 5, 5),
         span("Torch-Compiled Region: 0/0", t0 + 10, 80),
         span(f"{CALL_PREFIX}{key} ##", t0 + 15, 70),
@@ -250,10 +251,10 @@ def test_the_prefix_comes_from_the_innermost_eager_layer() -> None:
         sites=(CallSite("extern_kernels.addmm", "aten::addmm", True, ("addmm",)),),
         nodes={"addmm": node("addmm", "fc", "Linear", "aten::addmm", 1.0)},
     )  # fmt: skip
-    events = [span(FORWARD_MARK, 0, 100), span("layer:", 1, 98)]
+    events = [span(FORWARD_MARK, 0, 100), span(LAYER_RANGE, 1, 98)]
     for i, t in enumerate((10, 50)):
         events += [
-            span(f"layer:blocks.{i}", t, 30),
+            span(LAYER_RANGE + f"blocks.{i}", t, 30),
             span("Torch-Compiled Region: 1/0", t + 2, 25),
             span(f"{CALL_PREFIX}blk ##", t + 3, 20),
             span("aten::addmm", t + 4, 10 + i),
@@ -297,7 +298,7 @@ def training_step(backwards: int = 1) -> list[dict[str, Any]]:
     """Both blocks call the compiled forward; then ``backwards`` backward windows."""
     events = [span(FORWARD_MARK, 0, 100)]
     for i, t in enumerate((10, 50)):
-        events += [span(f"layer:blocks.{i}", t, 30), span("Torch-Compiled Region: 1/0", t + 1, 25),
+        events += [span(LAYER_RANGE + f"blocks.{i}", t, 30), span("Torch-Compiled Region: 1/0", t + 1, 25),
                    span(f"{CALL_PREFIX}f ##", t + 2, 20), span("aten::mm", t + 3, 5)]  # fmt: skip
     for b in range(backwards):
         t0 = 100 + 200 * b
@@ -348,8 +349,8 @@ def test_an_unreliable_backward_mapping_shows_no_backward_rows(
     section = build_section(att, facts())
     assert not [p for p in section.paths if p.phase == "backward"]
     assert all(not k.split for k in section.kernels if k.phase == "backward")
-    said = [n for n in notes(att, section) if n.startswith("backward:")]
-    assert len(said) == 1 and why in said[0] and "no backward time" in said[0]
+    said = [n for n in notes(att, section) if n.kind == "backward-not-split"]
+    assert len(said) == 1 and why in said[0].data["problem"] and "no backward time" in said[0].text
 
 
 def test_a_reliable_backward_mapping_is_kept() -> None:
@@ -357,7 +358,7 @@ def test_a_reliable_backward_mapping_is_kept() -> None:
     assert backward_problem(att) is None and att.stackless_ns.get("backward", 0) == 0
     section = build_section(att, facts())
     assert [p.path for p in section.paths if p.phase == "backward"]
-    assert not [n for n in notes(att, section) if n.startswith("backward:")]
+    assert not [n for n in notes(att, section) if n.kind == "backward-not-split"]
 
 
 # ---- CUDA: Triton launches and GPU durations ------------------------------------------
@@ -367,7 +368,7 @@ def cuda_forward(t0: float) -> list[dict[str, Any]]:
     """Triton kernels and an extern mm launched under the call; the GPU runs them later."""
     return [
         span(FORWARD_MARK, t0, 200),
-        span("layer:", t0 + 1, 198),
+        span(LAYER_RANGE, t0 + 1, 198),
         span("Torch-Compiled Region: 0/0", t0 + 5, 60),
         span(f"{CALL_PREFIX}k1 ##", t0 + 10, 50),
         span("triton_per_fused_add_native_layer_norm_0", t0 + 11, 6),

@@ -21,7 +21,7 @@ from layerprof.capture.compiled.samples import (
 from layerprof.errors import ProfileFormatError
 from layerprof.profile import Profile
 from layerprof.records import LayerInfo, Meta
-from layerprof.render.console import print_profile
+from layerprof.render.console.profile import print_profile
 from layerprof.sections.compiled import GraphBreak, Recompile
 from tests.golden_files import check_golden
 from tests.test_compiled_attribution import PATHS, TYPES, cpu_forward, record, tables

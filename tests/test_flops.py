@@ -17,6 +17,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import layerprof
 from layerprof.capture.flops.counter import FlopCount, FlopCounter, count_backward, count_flops
 from layerprof.capture.step import backward_state, backward_step
+from layerprof.notes import Note
 from tests.flop_models import (
     Analytic,
     MhaNet,
@@ -331,7 +332,7 @@ def test_nested_tensor_fast_path_is_uncounted_with_the_reason() -> None:
 
 
 def test_a_failing_formula_marks_the_op_uncounted(monkeypatch: pytest.MonkeyPatch) -> None:
-    from layerprof.capture.flops import counter as flops_module
+    from layerprof.capture.flops.counter import counter as flops_module
     from layerprof.capture.flops.formulas import Rule, rules
 
     def broken(*args: Any, **kwargs: Any) -> int:
@@ -454,7 +455,7 @@ def test_sdpa_functional_call_in_grad_mode_counts_once() -> None:
 
 
 def test_a_model_the_counter_cannot_run_keeps_its_timings(monkeypatch: pytest.MonkeyPatch) -> None:
-    from layerprof.capture.flops import counter as flops_module
+    from layerprof.capture.flops.counter import counter as flops_module
 
     def refuse(*args: Any, **kwargs: Any) -> FlopCount:
         raise RuntimeError("this model refuses dispatch modes\nsecond line")
@@ -463,7 +464,8 @@ def test_a_model_the_counter_cannot_run_keeps_its_timings(monkeypatch: pytest.Mo
     prof = layerprof.profile(nn.Linear(4, 4), torch.randn(2, 4), warmup=0, iters=2)
     assert prof.flops is None and prof.row("").flops is None
     assert prof.row("").calls == 1
-    assert "FLOPs not counted: RuntimeError: this model refuses dispatch modes" in prof.notes
+    error = "RuntimeError: this model refuses dispatch modes"
+    assert Note("flops-not-counted", f"FLOPs not counted: {error}", {"error": error}) in prof.notes
 
 
 # ---- the profiler's per-op estimate (--with-flops) agrees where both count -----------------

@@ -16,17 +16,15 @@ import pytest
 
 from layerprof import codec, sinks
 from layerprof.analysis.diagnose import diagnose, diagnose_run
-from layerprof.analysis.diff import diff, fmt_pct, judgement
+from layerprof.analysis.diff import Change, diff, judgement
 from layerprof.cli import main
 from layerprof.errors import UsageError
 from layerprof.profile import Profile, Run
 from layerprof.render.html import Section, render_html
 from layerprof.render.html import sections as registry
 from layerprof.render.html.charts import BarSeries, bars
-from layerprof.render.html.page import short
 from layerprof.render.html.profile_sections import phase_ops
 from layerprof.render.html.subject import Subject
-from layerprof.units import fmt_calls, fmt_delta_ms, fmt_ms, fmt_share, format_shapes, human_bytes
 from tests.html_subjects import (
     assert_times,
     chart_data,
@@ -41,6 +39,7 @@ from tests.html_subjects import (
     tables,
     trace_dir,
 )
+from tests.readback import assert_percent, assert_shows, read_shapes
 
 RELEASE = Path(__file__).parent / "data" / "release-0.1.0"
 
@@ -54,14 +53,14 @@ def test_hooks_profile_layer_table_is_the_typed_rows() -> None:
     table = tables(page)["lp-layers"]
     assert [c.text for c in table.column("Layer")] == [r.path or "(root)" for r in rows]
     assert [c.text for c in table.column("Type")] == [r.type for r in rows]
-    assert [c.text for c in table.column("Calls")] == [fmt_calls(r.calls) for r in rows]
+    assert_shows([c.text for c in table.column("Calls")], [r.calls for r in rows])
     assert_times(table, "Total (", [r.total_ns for r in rows])
     assert_times(table, "Self (", [r.self_ns for r in rows])
     shares = table.column("% of forward")
-    assert [c.text for c in shares] == [fmt_share(r.share) for r in rows]
+    assert_percent([c.text for c in shares], [r.share for r in rows])
     assert [number(c) for c in shares] == [r.share for r in rows]
-    assert [c.text for c in table.column("Input shapes")] == [
-        format_shapes(r.input_shapes) for r in rows
+    assert [read_shapes(c.text) for c in table.column("Input shapes")] == [
+        [list(s) for s in r.input_shapes or ()] for r in rows
     ]
     assert [number(c) for c in table.column("Params")] == [r.params for r in rows]
     assert [number(c) for c in table.column("FLOPs")] == [r.flops for r in rows]
@@ -128,7 +127,7 @@ def test_ops_profile_operator_tables_are_the_typed_ops() -> None:
     assert any(n.endswith("[backward]") for n in names)
     assert_times(table, "Self (", [o.self_ns for o in ops])
     assert_times(table, "Total (", [o.total_ns for o in ops])
-    assert [c.text for c in table.column("Calls")] == [fmt_calls(o.calls) for o in ops]
+    assert_shows([c.text for c in table.column("Calls")], [o.calls for o in ops])
     # one block per layer that ran operators directly, busiest first
     layers = {o.layer for o in prof.ops}
     assert page.count('<details class="layer-ops">') == len(layers)
@@ -168,9 +167,10 @@ def test_one_rank_trace_shows_step_time_and_trace_sections() -> None:
     assert steps.column("Step definition")[0].text == p.steps.definition
     assert p.memory is not None
     memory = tables(page)["lp-trace-memory"]
-    assert [c.text for c in memory.column("Peak allocated")] == [
-        human_bytes(d.peak_allocated) for d in p.memory.devices
-    ]
+    assert_shows(
+        [c.text for c in memory.column("Peak allocated")],
+        [d.peak_allocated for d in p.memory.devices],
+    )
     allocs = tables(page)["lp-trace-memory-ops"]
     assert [c.text for c in allocs.column("Operator")] == [a.op for a in p.memory.top_ops]
     ann = tables(page)["lp-trace-annotations"]
@@ -182,7 +182,7 @@ def test_one_rank_trace_shows_step_time_and_trace_sections() -> None:
     assert page.count('<div class="finding ') == len(diagnose_run(run))
     assert p.source is not None
     details = dict(re.findall(r"<dt>(.*?)</dt><dd>(.*?)</dd>", page))
-    assert details["events"] == fmt_calls(p.source.events)
+    assert_shows([details["events"]], [p.source.events])
     assert details["layers from"] == p.source.module_source
     assert f"<span>rank from</span>{run.rank_source}" in page
 
@@ -216,14 +216,17 @@ def test_hta_gpu_traces(hta_dir: Path) -> None:
     assert devices
     gpu = t["lp-trace-devices"]
     assert_times(gpu, "Busy (", [d.busy_in_window_ns for _, d in devices])
-    assert [c.text for c in gpu.column("Utilization")] == [
-        fmt_share(d.utilization) for _, d in devices
-    ]
+    assert_percent([c.text for c in gpu.column("Utilization")], [d.utilization for _, d in devices])
     kernels = t["lp-trace-kernels"]
     expect = [k for p in run.ranks for k in sorted(p.kernels, key=lambda k: -k.total_ns)[:50]]
     names = kernels.column("Kernel")  # long C++ signatures cut in the middle, whole on hover
     assert [c.tip or c.text for c in names] == [k.name for k in expect]
-    assert [c.text for c in names] == [short(k.name, 160) for k in expect]
+    for cell, k in zip(names, expect, strict=True):  # a long name keeps both ends, 160 at most
+        if len(k.name) <= 160:
+            assert cell.text == k.name
+        else:
+            head, tail = cell.text.split("…")
+            assert len(cell.text) == 160 and k.name.startswith(head) and k.name.endswith(tail)
     assert any(c.tip for c in names)
     assert_times(kernels, "Total (", [k.total_ns for k in expect])
     assert_times(kernels, "Mean (", [k.mean_ns for k in expect])
@@ -250,13 +253,15 @@ def test_diff_tables_are_the_typed_changes() -> None:
     layers = sorted(d.layers, key=lambda r: (-abs(r.change.delta_ns), r.label))
     table = t["lp-diff-layers-table"]
     assert [c.text for c in table.column("Layer")] == [r.label for r in layers]
-    assert [c.text for c in table.column("Δ (ms)")] == [
-        fmt_delta_ms(r.change.delta_ns) for r in layers
-    ]
+    assert_shows(
+        [c.text for c in table.column("Δ (ms)")], [r.change.delta_ns for r in layers], per=1e6
+    )
     assert [number(c) for c in table.column("Δ (ms)")] == [r.change.delta_ns for r in layers]
-    assert [c.text for c in table.column("Base (ms)")] == [fmt_ms(r.change.base_ns) for r in layers]
-    assert [c.text for c in table.column("Δ %")] == [fmt_pct(r.change) for r in layers]
-    assert [c.text for c in table.column("Total Δ %")] == [fmt_pct(r.total) for r in layers]
+    assert_shows(
+        [c.text for c in table.column("Base (ms)")], [r.change.base_ns for r in layers], per=1e6
+    )
+    assert_change_pct([c.text for c in table.column("Δ %")], [r.change for r in layers])
+    assert_change_pct([c.text for c in table.column("Total Δ %")], [r.total for r in layers])
     # the layer made slower moved most
     assert layers[0].path == "2" and layers[0].change.delta_ns > 1_500_000
     chart = chart_data(page)["lp-diff-layers"]
@@ -264,7 +269,8 @@ def test_diff_tables_are_the_typed_changes() -> None:
     assert chart["series"][0]["values"][0] == layers[0].change.delta_ns / 1e6
     assert d.headline().split(";")[0] in page
     assert d.latency is not None
-    assert fmt_pct(d.latency).replace("+", "") in page.replace("+", "")
+    assert d.latency.delta_pct is not None
+    assert f"{abs(d.latency.delta_pct):.1f} %" in page
 
 
 def test_diff_gate_and_status_badges() -> None:
@@ -297,9 +303,11 @@ def test_diff_of_traces_has_steps_ops_and_kernels_tables(hta_dir: Path) -> None:
     shown = t["lp-diff-kernels"].column("Kernel")
     assert [c.tip or c.text for c in shown] == [k.name for k in kernels]
     ops = sorted(d.ops, key=lambda r: (-abs(r.change.delta_ns), r.label))
-    assert [c.text for c in t["lp-diff-ops"].column("New (ms)")] == [
-        fmt_ms(o.change.new_ns) for o in ops
-    ]
+    assert_shows(
+        [c.text for c in t["lp-diff-ops"].column("New (ms)")],
+        [o.change.new_ns for o in ops],
+        per=1e6,
+    )
     if d.steps:
         assert len(t["lp-diff-steps"].rows) == len(d.steps)
 
@@ -422,3 +430,13 @@ def test_a_new_section_plugs_in(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(registry, "SECTIONS", (*before, flops_section, clash))
     with pytest.raises(ValueError, match="lp-flops"):
         render_html(hooks_profile())
+
+
+def assert_change_pct(texts: list[str], changes: list[Change | None]) -> None:
+    """A change shows as ``new``/``gone`` or its signed percentage, read back."""
+    for text, change in zip(texts, changes, strict=True):
+        assert change is not None
+        if change.status in ("added", "removed"):
+            assert text == {"added": "new", "removed": "gone"}[change.status]
+        else:
+            assert_shows([text], [change.delta_pct])

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from layerprof.capture.flops import peaks
+from layerprof.capture.flops.counter import peaks
 from layerprof.capture.flops.formulas import rules
 from layerprof.capture.flops.gpus import find_gpu, gpu_peak
 from layerprof.capture.flops.peaks import GivenPeak, device_peak, parse_peak

@@ -11,7 +11,6 @@ import pytest
 import torch
 from torch import nn
 
-from layerprof.capture.ops.profiler import LAYER_PREFIX
 from layerprof.capture.scripted.profiler import (
     HostEvent,
     ScriptRows,
@@ -27,6 +26,7 @@ from layerprof.errors import ModelRunError
 from layerprof.load.demo import SmallCNN, TinyTransformer
 from layerprof.profile import Profile
 from layerprof.records import LayerInfo, LayerSamples, Meta, OpStat
+from layerprof.traceformat import LAYER_RANGE
 from tests.real_models import ListEncoder, ResNetish, TinyGPT
 
 Rows = tuple[tuple[LayerInfo, ...], dict[str, LayerSamples], tuple[OpStat, ...]]
@@ -138,7 +138,7 @@ def test_torchscript_rows_match_eager_calls(case: str, how: str) -> None:
     expected = eager_calls(model, x)
     got = {p: s.calls for p, s in samples.items() if s.calls}
     assert got == {p: float(n) for p, n in expected.items()}
-    assert len(rows.notes) == 1 and "checked against the TorchScript code" in rows.notes[0]
+    assert [n.kind for n in rows.notes] == ["torchscript-method"]
 
 
 def test_list_encoder_names_module_list_blocks() -> None:
@@ -191,8 +191,8 @@ def test_calls_the_hierarchy_cannot_separate_are_left_out(
     assert {"fc", "act", "out", "head"} - {dropped} & {p for p, _ in model.named_modules()} <= {
         i.path for i in rows.layers
     }
-    note = next(n for n in rows.notes if "no rows for" in n)
-    assert f"no rows for {dropped} " in note and reason in note
+    note = next(n for n in rows.notes if n.kind == "torchscript-no-rows")
+    assert note.data["paths"] == (dropped,) and reason in note.data["why"]
     no_time_lost(rows, 2)
 
 
@@ -207,9 +207,9 @@ def test_frozen_module_has_only_the_root_and_says_why(saved: bool, tmp_path: Any
         frozen = torch.jit.load(tmp_path / "f.ts")
     rows = script_capture(frozen, (x,), None, iters=2)
     assert [i.path for i in rows.layers] == [""]
-    assert len(rows.notes) == 1
-    assert "no per-layer rows: ResNetish has no sub-modules left" in rows.notes[0]
-    assert "torch.jit.freeze" in rows.notes[0]
+    (note,) = rows.notes
+    assert note.kind == "torchscript-no-submodules" and note.data["root"] == "ResNetish"
+    assert "torch.jit.freeze" in note.text
     no_time_lost(rows, 2)
 
 
@@ -222,7 +222,7 @@ def test_interleaved_ops_drop_the_layer_not_the_rest() -> None:
     then seems called twice; its rows go, its siblings' stay."""
     graph = call_graph(torch.jit.script(TinyGPT(depth=2).eval()))
     block = "0(GPTBlock)::forward."
-    host = [HostEvent(LAYER_PREFIX, 1, 0, 1000)]
+    host = [HostEvent(LAYER_RANGE, 1, 0, 1000)]
     tagged = [
         _op("aten::embedding", 10, 20, "wte(Embedding)::forward."),
         _op("aten::layer_norm", 30, 40, block + "ln_1(LayerNorm)::forward."),
@@ -247,7 +247,7 @@ def test_interleaved_ops_drop_the_layer_not_the_rest() -> None:
 
 def test_unknown_module_name_keeps_the_caller_drops_below() -> None:
     graph = call_graph(torch.jit.script(TinyGPT(depth=1).eval()))
-    host = [HostEvent(LAYER_PREFIX, 1, 0, 1000)]
+    host = [HostEvent(LAYER_RANGE, 1, 0, 1000)]
     tagged = [
         _op("aten::layer_norm", 30, 40, "0(GPTBlock)::forward.ln_1(LayerNorm)::forward."),
         _op("aten::mul", 50, 60, "0(GPTBlock)::forward.gate(Gate)::forward."),
@@ -403,9 +403,11 @@ def test_calls_the_tree_cannot_show_are_left_out() -> None:
     # a container never called itself: its element's rows stand
     assert samples["other.0"].calls == 1 and "other" not in samples
     assert samples["seq"].calls == 1 and samples["seq.1"].calls == 1
-    notes = [n for n in rows.notes if "no rows for" in n]
-    assert any("seq.0 " in n and "past seq" in n for n in notes)
-    assert any("only.0 " in n and "alike, 0(Linear)" in n for n in notes)
+    notes = [n for n in rows.notes if n.kind == "torchscript-no-rows"]
+    assert any(n.data["paths"] == ("seq.0",) and "past seq" in n.data["why"] for n in notes)
+    assert any(
+        n.data["paths"] == ("only.0",) and "alike, 0(Linear)" in n.data["why"] for n in notes
+    )
 
 
 def test_cli_frozen_module(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
@@ -443,8 +445,8 @@ def test_embedding_shared_by_encoder_and_decoder(how: str) -> None:
         (named,) = embeds & set(samples)  # the stack the tracer let name it
         assert samples[named].calls == 1
         assert embeds & paths == {named}
-        (note,) = [n for n in rows.notes if "no rows" in n]
-        assert "gets as an argument" in note and "shared" in note
+        (note,) = [n for n in rows.notes if n.kind.startswith("torchscript-no-rows")]
+        assert "gets as an argument" in note.text and "shared" in note.text
 
 
 def _run_traced_list_encoder(tmp_path: Any, *flags: str) -> Profile:
@@ -481,8 +483,10 @@ def test_torchscript_rows_lose_the_calibrated_recording_cost(
     for path in ("blocks.0.0", "blocks.1.0", "blocks.2.0"):
         assert prof.samples[path].self_ns.tolist() == [0, 0, 0], path
     assert prof.samples[""].total_ns.median < o.instrumented_ns
-    assert any("torchscript: the profiler's recording cost was measured" in n for n in prof.notes)
+    # a profile read back from JSON: its notes are text only (kind "saved")
+    measured = "torchscript: the profiler's recording cost was measured"
+    assert any(measured in n.text for n in prof.notes)
     plain = _run_traced_list_encoder(tmp_path, "--no-correct")
     assert plain.overhead is not None and not plain.overhead.corrected
     assert min(plain.samples[""].total_ns.tolist()) > 0
-    assert any("(not corrected)" in n for n in plain.notes)
+    assert any("(not corrected)" in n.text for n in plain.notes)

@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 
 from layerprof.trace import analyze
+from layerprof.traceformat import STEP_PREFIX
 
 
 def span(cat: str, name: str, ts: float, dur: float, **args: Any) -> dict[str, Any]:
@@ -26,7 +27,7 @@ def test_async_annotation_does_not_adopt_what_follows_its_parent(tmp_path: Path)
     """HTA's MTIA trace: hccl:all_to_all starts inside an 8.6 ms annotation and lasts
     2.5 s; ``## forward ##`` starts after that annotation closed."""
     events = [
-        span("user_annotation", "ProfilerStep#1", 0, 10_000),
+        span("user_annotation", f"{STEP_PREFIX}1", 0, 10_000),
         span("user_annotation", "## sparse ##", 10, 20),
         span("cpu_op", "aten::cat", 12, 4),
         span("user_annotation", "hccl:all_to_all", 15, 8_000),

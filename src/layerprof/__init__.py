@@ -136,32 +136,27 @@ def profile(
     :class:`layerprof.capture.options.RunOptions` for the other options and
     docs/python-api.md for the units of what comes back.
     """
-    from layerprof.capture.compiled.run import CompileOptions
     from layerprof.capture.device import placed
-    from layerprof.capture.flops.peaks import parse_peak
-    from layerprof.capture.ops.profiler import OpOptions
-    from layerprof.capture.options import RunOptions
+    from layerprof.capture.options import run_options
     from layerprof.capture.runner import profile_model
 
     model, args, kwargs, dev, dtype_name = placed(model, args, kwargs or {}, device, dtype)
-    options = RunOptions(
+    options = run_options(
         warmup=warmup,
         iters=iters,
         device=dev,
         threads=threads,
+        dtype=dtype_name,
         eval=eval,
         inference_mode=inference_mode,
         grad=grad,
         correct_overhead=correct_overhead,
         progress=progress,
-        dtype=dtype_name,
-        ops=ops if isinstance(ops, OpOptions) else (OpOptions() if ops else None),
+        ops=ops,
         backward=backward,
         loss=loss,
-        peak=parse_peak(peak) if peak is not None else None,
-        compile=compile
-        if isinstance(compile, CompileOptions)
-        else (CompileOptions() if compile else None),
+        peak=peak,
+        compile=compile,
     )
     return profile_model(model, args, kwargs, options)
 

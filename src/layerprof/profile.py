@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from layerprof import sinks
 from layerprof.errors import UsageError
+from layerprof.notes import Note
 from layerprof.records import LayerInfo, LayerSamples, Meta, OpStat, Overhead
 from layerprof.sections import (
     AnnotationRow,
@@ -275,7 +276,7 @@ class Profile(sinks.Output):
     first_ns: int | None = None
     overhead: Overhead | None = None
     ops: tuple[OpStat, ...] = ()
-    notes: tuple[str, ...] = ()
+    notes: tuple[Note, ...] = ()
     source: TraceSource | None = None
     steps: Steps | None = None
     devices: tuple[DeviceUse, ...] = ()
@@ -411,7 +412,8 @@ class Profile(sinks.Output):
             **sums,
         )
 
-    def with_notes(self, *notes: str) -> Profile:
+    def with_notes(self, *notes: Note) -> Profile:
+        """The profile with ``notes`` added after its own."""
         return replace(self, notes=(*self.notes, *notes))
 
     # ---- sinks (through layerprof.sinks: no codec or renderer import here) ----
@@ -451,7 +453,7 @@ class Run(sinks.Output):
     cross: CrossRank | None = None
     skipped: tuple[str, ...] = ()
     failed: tuple[str, ...] = ()
-    notes: tuple[str, ...] = ()
+    notes: tuple[Note, ...] = ()
     layer_ranks: tuple[LayerAcrossRanks, ...] = ()
     stragglers: Stragglers | None = None
 

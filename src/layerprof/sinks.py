@@ -159,6 +159,18 @@ class Output:
             return out.decode()  # orjson writes UTF-8 bytes: text like the other formats
         return out
 
+    def _repr_html_(self) -> str:
+        """Jupyter shows the HTML report inline, in a sandboxed frame of its own: the
+        report's styles and scripts neither leak into the notebook nor rely on it, and
+        the page is self-contained (no network)."""
+        import html
+
+        page = str(self.render("html"))
+        return (
+            f'<iframe srcdoc="{html.escape(page, quote=True)}" sandbox="allow-scripts"'
+            ' style="width:100%;height:720px;border:0" title="layerprof report"></iframe>'
+        )
+
     def write(self, path: str | os.PathLike[str], **options: Any) -> Path:
         """Write in the format the file name says (``.html``, ``.csv``, ``.json``, ...)."""
         return write(self, path, **options)

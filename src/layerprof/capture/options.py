@@ -77,3 +77,45 @@ class RunOptions:
                 f"--compile cannot be combined with {what}",
                 hint="--compile profiles an eager nn.Module through torch.compile on its own",
             )
+
+
+def run_options(
+    *,
+    warmup: int,
+    iters: int,
+    device: str | None,
+    threads: int | None,
+    dtype: str | None,
+    eval: bool,
+    inference_mode: bool,
+    grad: bool,
+    correct_overhead: bool,
+    progress: bool,
+    ops: bool | OpOptions | None,
+    backward: bool,
+    loss: Callable[[Any], Any] | None,
+    peak: str | GivenPeak | None,
+    compile: bool | CompileOptions | None,
+    model_name: str | None = None,
+    input_descriptions: tuple[str, ...] = (),
+    kind: str = "eager",
+    meta_extra: dict[str, Any] | None = None,
+) -> RunOptions:
+    """The RunOptions of ``layerprof.profile()`` and of ``layerprof run``/``demo``, built
+    by this one function so that both read the user's choices alike. The measurement
+    choices have no defaults here: each caller keeps its own (the function's signature,
+    the command's options). ``ops`` and ``compile`` are a flag or their options, ``peak``
+    the ``--peak`` text or its parsed value."""
+    from layerprof.capture.compiled.run import CompileOptions
+    from layerprof.capture.flops.peaks import parse_peak
+    from layerprof.capture.ops.profiler import OpOptions
+
+    return RunOptions(
+        warmup=warmup, iters=iters, device=device, threads=threads, dtype=dtype, eval=eval,
+        inference_mode=inference_mode, grad=grad, correct_overhead=correct_overhead,
+        progress=progress, backward=backward, loss=loss, model_name=model_name,
+        input_descriptions=input_descriptions, kind=kind, meta_extra=dict(meta_extra or {}),
+        ops=ops if isinstance(ops, OpOptions) else (OpOptions() if ops else None),
+        compile=compile if isinstance(compile, CompileOptions) else (CompileOptions() if compile else None),
+        peak=parse_peak(peak) if isinstance(peak, str) else peak,
+    )  # fmt: skip

@@ -22,6 +22,7 @@ from layerprof.capture.clocks import synchronizer
 from layerprof.capture.fastpath import check_passes, watch_clean_path
 from layerprof.capture.hooks.recorder import ShapeCapture, layer_infos
 from layerprof.capture.modules import hookable_modules
+from layerprof.notes import Note
 
 if TYPE_CHECKING:
     import torch
@@ -44,7 +45,7 @@ class Prelude:
     shapes: ShapeCapture
     flops: FlopCount | None
     peaks: dict[str, int] | None
-    notes: tuple[str, ...]
+    notes: tuple[Note, ...]
     activation_memory: ActivationMemory | None = None
 
     def onto(self, base: Profile) -> Profile:
@@ -107,7 +108,7 @@ def _peaks(
     return peak_memory(model, forward, counter)
 
 
-def _activation_memory(run: Pass) -> tuple[ActivationMemory | None, str | None]:
+def _activation_memory(run: Pass) -> tuple[ActivationMemory | None, Note | None]:
     """With ``backward``: the bytes each layer saves for backward, from one counted step
     (layerprof.capture.memory.activations); a step the counter cannot run says why."""
     if not run.opts.backward:
@@ -120,7 +121,9 @@ def _activation_memory(run: Pass) -> tuple[ActivationMemory | None, str | None]:
         )
     except Exception as exc:  # the timed backward pass reports a model's own errors
         first = str(exc).splitlines()[0][:120] if str(exc) else ""
-        return None, f"activation memory not counted: {type(exc).__name__}: {first}"
+        error = f"{type(exc).__name__}: {first}"
+        text = f"activation memory not counted: {error}"
+        return None, Note("activation-memory-not-counted", text, {"error": error})
     return section, None
 
 
@@ -131,7 +134,7 @@ def _flops(
     kwargs: dict[str, Any],
     device: str,
     opts: RunOptions,
-) -> tuple[FlopCount | None, str | None]:
+) -> tuple[FlopCount | None, Note | None]:
     """FLOPs per layer from one counted forward (and a counted step with ``backward``);
     a model the counter cannot run keeps its timings and says why FLOPs are missing."""
     from layerprof.capture.flops.counter import count_model
@@ -146,17 +149,22 @@ def _flops(
         # keyed by the user's paths already (the counter walks hookable_modules)
         return count_model(model, forward, device=device, step=step), None
     except Exception as exc:  # the counter's own limits, not a model bug: it ran before
-        return None, f"FLOPs not counted: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+        error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+        return None, Note("flops-not-counted", f"FLOPs not counted: {error}", {"error": error})
 
 
-def _opaque_notes(model: torch.nn.Module) -> list[str]:
+def _opaque_notes(model: torch.nn.Module) -> list[Note]:
     """Scripted submodules are timed whole: say why their insides have no rows."""
     from layerprof.capture.modules import visible_modules
 
     hooked = {p for p, _ in hookable_modules(model)}
     return [
-        f"{path} is a TorchScript submodule: timed as one layer (its submodules run"
-        " inside TorchScript, where no Python code can time them)"
+        Note(
+            "torchscript-submodule",
+            f"{path} is a TorchScript submodule: timed as one layer (its submodules run"
+            " inside TorchScript, where no Python code can time them)",
+            {"path": path},
+        )
         for path, _ in visible_modules(model)
         if path not in hooked
     ]

@@ -43,6 +43,19 @@ from layerprof.trace.columns import (
 )
 from layerprof.trace.commargs import COMM_HOST, CommArgs, comm_args
 from layerprof.trace.timestamps import has_fraction, rewrite_exact
+from layerprof.traceformat import (
+    CPU_OP,
+    CUDA_DRIVER,
+    CUDA_RUNTIME,
+    GPU_MEMCPY,
+    GPU_MEMSET,
+    KERNEL_CATEGORY,
+    LAYER_CATEGORY,
+    LAYER_RANGE,
+    SOURCE_PID,
+    SOURCE_TID,
+    USER_ANNOTATION,
+)
 
 I8 = npt.NDArray[np.int8]
 
@@ -60,12 +73,12 @@ MEMCPY = 1
 MEMSET = 2
 
 HOST_CATEGORIES: dict[str, int] = {
-    "cpu_op": OP,
+    CPU_OP: OP,
     "Operator": OP,
-    "user_annotation": ANNOTATION,
+    USER_ANNOTATION: ANNOTATION,
     "python_function": MODULE,
-    "cuda_runtime": RUNTIME,
-    "cuda_driver": RUNTIME,
+    CUDA_RUNTIME: RUNTIME,
+    CUDA_DRIVER: RUNTIME,
     "Runtime": RUNTIME,
     "mtia_runtime": RUNTIME,
     "xpu_runtime": RUNTIME,
@@ -76,14 +89,14 @@ HOST_CATEGORIES: dict[str, int] = {
     "glow_runtime": RUNTIME,
     "cuda_sync": SYNC,
     "xpu_sync": SYNC,
-    "layerprof_layer": LAYER,
+    LAYER_CATEGORY: LAYER,
 }
 DEVICE_CATEGORIES: dict[str, int] = {
-    "kernel": KERNEL,
+    KERNEL_CATEGORY: KERNEL,
     "Kernel": KERNEL,
-    "gpu_memcpy": MEMCPY,
+    GPU_MEMCPY: MEMCPY,
     "Memcpy": MEMCPY,
-    "gpu_memset": MEMSET,
+    GPU_MEMSET: MEMSET,
     "Memset": MEMSET,
 }
 GPU_ANNOTATION = "gpu_user_annotation"
@@ -95,8 +108,8 @@ DEVICE_MARKERS = frozenset(
 )  # fmt: skip
 # Which accelerator a runtime (or device) category belongs to.
 PLATFORMS: dict[str, str] = {
-    "cuda_runtime": "cuda",
-    "cuda_driver": "cuda",
+    CUDA_RUNTIME: "cuda",
+    CUDA_DRIVER: "cuda",
     "Runtime": "cuda",
     "mtia_runtime": "mtia",
     MTIA_DEVICE: "mtia",
@@ -105,7 +118,6 @@ PLATFORMS: dict[str, str] = {
     "hpu_op": "hpu",
 }
 MODULE_PREFIX = "nn.Module: "
-LAYER_RANGE = "layer:"  # the record_function range layerprof's hooks open around a module call
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # Below this many epoch-scale times, a batch whose doubles all look whole may
 # still have had decimals in the text (each rounds to whole with odds 1/4).
@@ -647,8 +659,8 @@ class EventCollector:
             if name != path:
                 self.layer_labels.setdefault(path, name)
             name = path
-        pid = args.get("source pid", e.get("pid"))
-        tid = args.get("source tid", e.get("tid"))
+        pid = args.get(SOURCE_PID, e.get("pid"))
+        tid = args.get(SOURCE_TID, e.get("tid"))
         return name, pid, tid
 
     def finish(self) -> EventTables:

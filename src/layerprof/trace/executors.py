@@ -42,6 +42,7 @@ from multiprocessing.context import ForkServerContext, ForkServerProcess, set_sp
 from typing import Any, Generic, Protocol, TypeVar
 
 from layerprof.errors import LayerprofError, UsageError
+from layerprof.notes import Note
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -142,7 +143,7 @@ class ProcessExecutor:
 
     def __init__(self, workers: int | None = None) -> None:
         self.workers = workers
-        self.notes: list[str] = []  # what the user should know about how the ranks ran
+        self.notes: list[Note] = []  # what the user should know about how the ranks ran
 
     def run(
         self, fn: Callable[[T], R], items: Sequence[T], labels: Sequence[str]
@@ -195,7 +196,8 @@ class ProcessExecutor:
             except (OSError, EOFError) as exc:  # no process could start: a process limit
                 # (EAGAIN here, or in the forkserver, which then hangs up: EOFError)
                 why = "the forkserver could not fork" if isinstance(exc, EOFError) else _reason(exc)
-                note = f"worker processes could not start ({why}): the ranks ran here"
+                text = f"worker processes could not start ({why}): the ranks ran here"
+                note = Note("no-worker-processes", text, {"why": why})
                 if note not in self.notes:  # one per cause, however many rounds hit it
                     self.notes.append(note)
                 call = _Call(fn)
@@ -403,6 +405,7 @@ def _handshake(distributed: Any, address: str) -> None:
     from dask.utils import parse_timedelta
 
     seconds = parse_timedelta(get("distributed.comm.timeouts.connect"), default="seconds")
+    _refused_at_once(address, seconds)
     outcome: list[BaseException | None] = []
 
     async def attempt() -> None:
@@ -431,6 +434,25 @@ def _handshake(distributed: Any, address: str) -> None:
     if isinstance(exc, OSError):
         raise exc
     raise NoScheduler(f"it did not answer as a Dask scheduler ({_reason(exc)})") from exc
+
+
+def _refused_at_once(address: str, seconds: float) -> None:
+    """A closed port fails now, as ``ConnectionRefusedError``: Dask's connect retries a
+    refused port until its timeout and then reports a timeout (30 s, wrongly worded)."""
+    import socket
+
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    scheme, location = parse_address(address)
+    if scheme not in ("tcp", "tls"):
+        return
+    host, port = parse_host_port(location)
+    try:
+        socket.create_connection((host, port), timeout=seconds).close()
+    except ConnectionRefusedError as exc:
+        raise ConnectionRefusedError(f"connection refused by {host}:{port}") from exc
+    except OSError:
+        return  # unreachable or slow: Dask's own connect says so within its timeout
 
 
 def _ignore_sigint() -> Any:

@@ -55,6 +55,7 @@ from layerprof.capture.modules import HookHandles, hookable_modules
 from layerprof.capture.ops.profiler import OpOptions, RawTrace, profiler_kwargs, trace_loader
 from layerprof.capture.quiet import kineto_quiet
 from layerprof.errors import ModelRunError, UsageError
+from layerprof.notes import Note
 from layerprof.sections.compiled import SPLIT_RULES, GraphBreak, Recompile
 
 if TYPE_CHECKING:
@@ -108,7 +109,7 @@ class EagerFacts:
     shapes: dict[str, tuple[Any, Any]]
     output_bytes: dict[str, int]
     flops: FlopCount | None
-    flop_note: str | None
+    flop_note: Note | None
 
 
 class CompiledRun:
@@ -425,9 +426,10 @@ def eager_facts(
         flops: FlopCount | None = count_flops(model, forward)
         note = None
     except Exception as exc:  # the counter's own limits: the model ran above
+        error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
         flops, note = (
             None,
-            f"FLOPs not counted: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}",
+            Note("flops-not-counted", f"FLOPs not counted: {error}", {"error": error}),
         )
     return EagerFacts(
         calls=counts,

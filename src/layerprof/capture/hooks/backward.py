@@ -50,6 +50,7 @@ from layerprof.capture.hooks.layertimes import build_samples
 from layerprof.capture.modules import HookHandles, hookable_modules
 from layerprof.capture.step import LossFn, backward_state, backward_step
 from layerprof.errors import ModelRunError, UsageError
+from layerprof.notes import Note
 from layerprof.records import LayerCall
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ class BackwardProfile:
 
     times: BackwardTimes
     method: str
-    notes: tuple[str, ...]
+    notes: tuple[Note, ...]
 
 
 @dataclass
@@ -282,10 +283,12 @@ def profile_backward(
         times = _node_hook_times(model, args, kwargs, iters, loss, clock or HostClock())
     except NodeHooksUnavailable as why:
         return _ops_backward(model, args, kwargs, iters, loss, str(why))
-    note = (
+    note = Note(
+        "backward-method",
         "backward: per-layer times from autograd graph-node hooks - a layer's backward"
         " runs from the first to the last graph node its forward created; gradient"
-        " accumulation into .grad and the loss's own backward are in no layer"
+        " accumulation into .grad and the loss's own backward are in no layer",
+        {"method": "node-hooks"},
     )
     return BackwardProfile(times, "node-hooks", (note,))
 
@@ -340,10 +343,12 @@ def _ops_backward(
         for p, s in cap.profile().samples.items()
         if s.backward_total_ns is not None and s.backward_self_ns is not None
     }
-    note = (
+    note = Note(
+        "backward-method",
         f"backward: per-layer times from torch.profiler's autograd nodes (ops mode), as"
         f" graph-node hooks could not be used ({why}); a layer's backward self time is"
-        f" the time of the nodes its forward ops created"
+        f" the time of the nodes its forward ops created",
+        {"method": "ops", "why": why},
     )
     return BackwardProfile(times, "ops", (note,))
 

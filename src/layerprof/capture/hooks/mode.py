@@ -17,6 +17,7 @@ from layerprof.capture.device import device_of
 from layerprof.capture.hooks.recorder import Recorder, calibrate
 from layerprof.capture.layerpass import AsGiven
 from layerprof.capture.prelude import prelude
+from layerprof.notes import Note
 from layerprof.records import LayerSamples, Overhead
 from layerprof.stats import Series, median
 
@@ -81,7 +82,7 @@ def _hooked(run: Pass, latency: list[int]) -> tuple[dict[str, LayerSamples], Ove
 
 def _with_backward(
     samples: dict[str, LayerSamples], run: Pass
-) -> tuple[dict[str, LayerSamples], tuple[str, ...]]:
+) -> tuple[dict[str, LayerSamples], tuple[Note, ...]]:
     """Add each layer's backward times (layerprof.capture.hooks.backward says how)."""
     from layerprof.capture.hooks.backward import profile_backward
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from layerprof.capture.calls import grad_ctx
 from layerprof.capture.layerpass import AsGiven
 from layerprof.capture.prelude import prelude
+from layerprof.notes import Note
 from layerprof.records import LayerInfo, OpStat, Overhead
 
 if TYPE_CHECKING:
@@ -49,9 +50,11 @@ class OpsMode(AsGiven):
         note = (
             cost.note()
             if opts.correct_overhead
-            else (
+            else Note(
+                "ops-cost",
                 "ops mode: layer times come from torch.profiler ranges and include its"
-                " per-op recording cost (not corrected); the latency is from the clean pass"
+                " per-op recording cost (not corrected); the latency is from the clean pass",
+                {"corrected": False},
             )
         )
         traced = with_trace(base, raw.profile(), raw, ops=True, layers=layers, notes=(note,))
@@ -120,7 +123,7 @@ def with_trace(
     *,
     ops: bool,
     layers: tuple[LayerInfo, ...],
-    notes: Sequence[str],
+    notes: Sequence[Note],
 ) -> Profile:
     """The run's Profile with the per-layer rows, operators and device sections of its trace.
 

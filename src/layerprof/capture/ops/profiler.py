@@ -36,9 +36,20 @@ from layerprof.capture.quiet import kineto_quiet
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.trace.attribution import BACKWARD_NODE, UNATTRIBUTED, layer_peaks
 from layerprof.trace.events import EventTables
-from layerprof.trace.kineto import LAYER_PREFIX, tables_from_results
+from layerprof.trace.kineto import tables_from_results
 from layerprof.trace.reader import requoted
 from layerprof.trace.reduce import reduce
+from layerprof.traceformat import (
+    CPU_OP,
+    CUDA_DRIVER,
+    CUDA_RUNTIME,
+    EVENTS_KEY,
+    GPU_MEMCPY,
+    GPU_MEMSET,
+    KERNEL_CATEGORY,
+    LAYER_RANGE,
+    USER_ANNOTATION,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -46,10 +57,11 @@ if TYPE_CHECKING:
     from layerprof.profile import Profile
     from layerprof.records import Meta
 
-__all__ = ["BACKWARD_NODE", "LAYER_PREFIX", "UNATTRIBUTED", "OpOptions", "RawTrace", "capture_ops"]
-HOST_ACTIVITIES = frozenset({"cpu_op", "user_annotation", "cuda_runtime", "cuda_driver"})
-DEVICE_ACTIVITIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"})
-STEP_PREFIX = "ProfilerStep#"
+__all__ = ["BACKWARD_NODE", "UNATTRIBUTED", "OpOptions", "RawTrace", "capture_ops"]
+HOST_ACTIVITIES = frozenset({CPU_OP, USER_ANNOTATION, CUDA_RUNTIME, CUDA_DRIVER})
+DEVICE_ACTIVITIES = frozenset(
+    {KERNEL_CATEGORY, GPU_MEMCPY, GPU_MEMSET, "Kernel", "Memcpy", "Memset"}
+)
 
 
 @dataclass(frozen=True)
@@ -151,7 +163,7 @@ class RawTrace:
             base = int(data.get("baseTimeNanoseconds") or 0)
             base0 = base if base0 is None else base0
             shift_us = (base - base0) / 1000
-            for ev in data.get("traceEvents") or ():
+            for ev in data.get(EVENTS_KEY) or ():
                 if shift_us and "ts" in ev:
                     ev = {**ev, "ts": ev["ts"] + shift_us}
                 events.append(ev)
@@ -161,7 +173,7 @@ class RawTrace:
         """The first cycle's top-level keys other than ``traceEvents``."""
         if not self.cycles:
             return {}
-        return {k: v for k, v in self.cycles[0].data().items() if k != "traceEvents"}
+        return {k: v for k, v in self.cycles[0].data().items() if k != EVENTS_KEY}
 
 
 # ---- capture ------------------------------------------------------------------------
@@ -338,7 +350,7 @@ class LayerMarks:
 
     def _ranged(self, path: str, inner: Callable[..., Any]) -> Callable[..., Any]:
         span = range_context()
-        name = LAYER_PREFIX + path
+        name = LAYER_RANGE + path
 
         def ranged(*args: Any, **kwargs: Any) -> Any:
             with span(name):

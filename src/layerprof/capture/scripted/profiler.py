@@ -45,7 +45,6 @@ from typing import TYPE_CHECKING, Any
 
 from layerprof.capture.device import device_of
 from layerprof.capture.ops.profiler import (
-    LAYER_PREFIX,
     OpOptions,
     RawTrace,
     capture_ops,
@@ -54,8 +53,10 @@ from layerprof.capture.ops.profiler import (
 )
 from layerprof.capture.quiet import kineto_quiet
 from layerprof.errors import ModelRunError
+from layerprof.notes import Note
 from layerprof.records import LayerInfo
 from layerprof.trace.kineto import tables_from_documents
+from layerprof.traceformat import CPU_OP, EVENTS_KEY, LAYER_RANGE, USER_ANNOTATION
 
 if TYPE_CHECKING:
     import torch
@@ -149,7 +150,7 @@ class ScriptRows:
 
     layers: tuple[LayerInfo, ...]
     raw: RawTrace
-    notes: tuple[str, ...]
+    notes: tuple[Note, ...]
 
 
 @dataclass(frozen=True)
@@ -172,7 +173,7 @@ def script_capture(
     """Profile ``iters`` calls with ``with_modules`` and rebuild layer calls from each
     op's Module Hierarchy, keeping only the layers whose calls the code confirms."""
     trace = _profiled_trace(scripted_module, args, kwargs, iters, options or OpOptions())
-    host, tagged = _trace_ops(trace.get("traceEvents") or [])
+    host, tagged = _trace_ops(trace.get(EVENTS_KEY) or [])
     graph = call_graph(scripted_module)
     spans, unresolved = observed_spans(host, tagged, graph)
     iterations = len({s.iteration for s in _root_spans(host)}) or 1
@@ -185,13 +186,11 @@ def script_capture(
         key=lambda s: (s.tid, s.start, -s.end, s.path.count(".")),
     )
     kept += zero_time_spans(kept, _root_spans(host), verdict.empty, graph)
-    _add_layer_ranges(
-        trace, [HostEvent(LAYER_PREFIX + s.path, s.tid, s.start, s.end) for s in kept]
-    )
+    _add_layer_ranges(trace, [HostEvent(LAYER_RANGE + s.path, s.tid, s.start, s.end) for s in kept])
     # TorchScript's own "forward" method-call records are not operators
     ops_only = {
         **trace,
-        "traceEvents": [e for e in trace["traceEvents"] if e.get("name") != "forward"],
+        EVENTS_KEY: [e for e in trace[EVENTS_KEY] if e.get("name") != "forward"],
     }
     tables = tables_from_documents([ops_only], keep_shapes=(options or OpOptions()).record_shapes)
     layers = tuple(i for i in script_layers(scripted_module) if not verdict.drops(i.path))
@@ -223,7 +222,7 @@ def _profiled_trace(
         )
         with torch.profiler.profile(**kw) as prof:
             for _ in range(iters):
-                handle = enter(LAYER_PREFIX)
+                handle = enter(LAYER_RANGE)
                 try:
                     module(*args, **(kwargs or {}))
                 except (KeyboardInterrupt, ModelRunError):
@@ -244,7 +243,7 @@ def _trace_ops(
     host: list[HostEvent] = []
     tagged: list[tuple[HostEvent, str]] = []
     for ev in events:
-        if ev.get("ph") != "X" or ev.get("cat") not in ("cpu_op", "user_annotation"):
+        if ev.get("ph") != "X" or ev.get("cat") not in (CPU_OP, USER_ANNOTATION):
             continue
         start = round(float(ev["ts"]) * 1000)
         e = HostEvent(str(ev["name"]), _tid(ev), start, start + round(float(ev["dur"]) * 1000))
@@ -252,14 +251,14 @@ def _trace_ops(
             continue  # TorchScript's own method-call record, not an op
         host.append(e)
         hier = (ev.get("args") or {}).get("Module Hierarchy")
-        if hier and ev.get("cat") == "cpu_op":
+        if hier and ev.get("cat") == CPU_OP:
             tagged.append((e, str(hier)))
     return host, tagged
 
 
 def _root_spans(host: Sequence[HostEvent]) -> list[_Span]:
     """The per-iteration root ranges, numbered as ``attribute`` numbers iterations."""
-    roots = sorted((e for e in host if e.name == LAYER_PREFIX), key=lambda e: (e.tid, e.start))
+    roots = sorted((e for e in host if e.name == LAYER_RANGE), key=lambda e: (e.tid, e.start))
     return [_Span("", e.tid, e.start, e.end, i) for i, e in enumerate(roots)]
 
 
@@ -346,35 +345,39 @@ class Verdict:
             _inside(path, b) for b in self.below
         )
 
-    def notes(self, module: Any) -> tuple[str, ...]:
+    def notes(self, module: Any) -> tuple[Note, ...]:
         """One line on the method, then one per reason layers were left out."""
         root = str(getattr(module, "original_name", type(module).__name__))
         if sum(1 for _ in module.named_modules()) == 1:
-            return (
+            text = (
                 f"torchscript: no per-layer rows: {root} has no sub-modules left (frozen or"
                 " optimized for inference: torch.jit.freeze inlines them into its graph),"
-                " so all its time is its own self time",
+                " so all its time is its own self time"
             )
-        out = [
+            return (Note("torchscript-no-submodules", text, {"root": root}),)
+        method = (
             "torchscript: layer times come from the module hierarchy the profiler records"
             " per operator (a call spans its first to its last operator); each layer's"
             " calls are checked against the TorchScript code that calls it"
-        ]
+        )
+        out = [Note("torchscript-method", method)]
         by_reason: dict[str, list[str]] = {}
         for path, why in self.dropped.items():
             if not any(_inside(path, d) for d in self.dropped):
                 by_reason.setdefault(why, []).append(path or root)
         for why, paths in by_reason.items():
             names = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
-            out.append(
+            text = (
                 f"torchscript: no rows for {names} (or their sub-layers): {why};"
                 " their time is in the calling layer's self time"
             )
+            out.append(Note("torchscript-no-rows", text, {"paths": tuple(paths), "why": why}))
         for path, why in self.below.items():
-            out.append(
+            text = (
                 f"torchscript: no rows below {path or root}: {why};"
                 f" their time is in {path or root}'s self time"
             )
+            out.append(Note("torchscript-no-rows-below", text, {"path": path, "why": why}))
         return tuple(out)
 
 
@@ -601,8 +604,8 @@ def _add_layer_ranges(trace: dict[str, Any], spans: Sequence[HostEvent]) -> None
     reused, so both parse to the same ns), and the engine's stable sort then
     nests the op inside the span, not the span inside the op.
     """
-    events = trace.setdefault("traceEvents", [])
-    where = {_tid(ev): (ev.get("pid"), ev.get("tid")) for ev in events if ev.get("cat") == "cpu_op"}
+    events = trace.setdefault(EVENTS_KEY, [])
+    where = {_tid(ev): (ev.get("pid"), ev.get("tid")) for ev in events if ev.get("cat") == CPU_OP}
     ts_of = {
         (_tid(ev), round(float(ev["ts"]) * 1000)): ev["ts"]
         for ev in events
@@ -616,7 +619,7 @@ def _add_layer_ranges(trace: dict[str, Any], spans: Sequence[HostEvent]) -> None
         added.append(
             {
                 "ph": "X",
-                "cat": "user_annotation",
+                "cat": USER_ANNOTATION,
                 "name": e.name,
                 "ts": ts_of.get((e.tid, e.start), e.start / 1000),
                 "dur": (e.end - e.start) / 1000,
@@ -701,7 +704,7 @@ def instrumented_module(program: Any) -> torch.fx.GraphModule:
         _close(gm, node, open_, keep, leave)
         for path in paths[keep:]:
             with gm.graph.inserting_before(node):
-                open_.append((path, gm.graph.call_function(enter, (LAYER_PREFIX + path,))))
+                open_.append((path, gm.graph.call_function(enter, (LAYER_RANGE + path,))))
     gm.recompile()
     return gm
 

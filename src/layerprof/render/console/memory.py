@@ -10,7 +10,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from layerprof.render.columns import Cell, Col, Label, Row, Shrink, Step, print_table
+from layerprof.render.console.columns import Cell, Col, Label, Row, Shrink, Step, print_table
 from layerprof.units import human_bytes
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ MEMORY_ROWS = 30
 _STEPS: tuple[Step, ...] = (Shrink(("name",), 24), Shrink(("name",), 12))
 
 
-def print_memory(console: Console, profile: Profile, *, rows: int = MEMORY_ROWS) -> None:
+def print_activation_memory(console: Console, profile: Profile, *, rows: int = MEMORY_ROWS) -> None:
     """The memory table and its peak line; nothing when the profile has no section."""
     section = profile.activation_memory
     if section is None:
