@@ -20,6 +20,8 @@ Kineto traces fill the sections they know; everything else stays empty.
   (fused fast paths, modules called in one pass only);
 * repeats (``run --repeat N``, ``diff --run``): the medians of every separate
   process, the run-to-run spread a diff judges changes against;
+* activation_memory (``--backward``): the bytes each layer's forward saves for
+  backward, with its parameter, gradient and optimizer-state bytes;
 * notes: facts the user should read next to the numbers.
 
 Nothing here imports torch, a renderer or the codec: saving, loading and
@@ -63,6 +65,7 @@ from layerprof.sections import (
 )
 from layerprof.sections.compiled import CompiledSection
 from layerprof.sections.flops import FlopSummary, LayerFlops
+from layerprof.sections.memory import ActivationMemory
 from layerprof.stats import Series, SeriesLike, Summary, as_series
 from layerprof.units import NS_PER_MS
 
@@ -292,6 +295,7 @@ class Profile(sinks.Output):
     flops: FlopSummary | None = None
     compiled: CompiledSection | None = None
     repeats: Repeats | None = None  # run --repeat / diff --run: one set of medians per process
+    activation_memory: ActivationMemory | None = None  # --backward: saved bytes per layer
     events: RecordedTrace | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from layerprof.analysis.compiled import compiled_findings, is_bucket
 from layerprof.analysis.distributed import distributed_findings, straggler_findings
 from layerprof.analysis.finding import ORDER, Finding, Severity
+from layerprof.analysis.memory import has_activation_memory, memory_findings
 from layerprof.analysis.passes import (
     agreement_findings,
     code_path_findings,
@@ -582,5 +583,10 @@ RULES: tuple[Rule, ...] = (
         f"roofline (heavy layers below {100 * LOW_PEAK:.0f}% of what their intensity allows)",
         has_peak,
         roofline_findings,
+    ),
+    Rule(
+        "activation memory (the layer saving the most for backward, and checkpointing it)",
+        has_activation_memory,
+        memory_findings,
     ),
 )

@@ -3,15 +3,18 @@
 Before any hook changes the code path, one watched forward notes fused fast
 paths (``capture.fastpath``); then one forward with shape hooks, one counting
 FLOPs, bytes and op time per layer (with ``backward`` also one counted training
-step) and, on CUDA, one reading the allocator's peaks. A mode turns these into
-its ``LayerInfo`` rows with :meth:`Prelude.layers` and checks its pass
-against the clean one with :meth:`Prelude.checked`.
+step, and one counting the bytes each layer saves for backward,
+``capture.memory.activations``) and, on CUDA, one reading the allocator's peaks.
+A mode adds the notes and the activation memory to its base Profile with
+:meth:`Prelude.onto`, turns the rest into its ``LayerInfo`` rows with
+:meth:`Prelude.layers` and checks its pass against the clean one with
+:meth:`Prelude.checked`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from layerprof.capture.calls import guarded
@@ -31,6 +34,7 @@ if TYPE_CHECKING:
     from layerprof.profile import Profile
     from layerprof.records import LayerInfo
     from layerprof.sections.flops import FlopSummary
+    from layerprof.sections.memory import ActivationMemory
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,11 @@ class Prelude:
     flops: FlopCount | None
     peaks: dict[str, int] | None
     notes: tuple[Note, ...]
+    activation_memory: ActivationMemory | None = None
+
+    def onto(self, base: Profile) -> Profile:
+        """``base`` with the prelude's notes and activation memory."""
+        return replace(base.with_notes(*self.notes), activation_memory=self.activation_memory)
 
     def layers(
         self, run: Pass, base: Profile, peaks: dict[str, int] | None = None
@@ -73,8 +82,10 @@ def prelude(run: Pass) -> Prelude:
         guarded(forward, model)
     flops, flop_note = _flops(model, forward, run.args, run.kwargs, run.device, run.opts)
     peaks = _peaks(model, forward, run.device)
-    notes = (*_opaque_notes(model), *([flop_note] if flop_note else []))
-    return Prelude(clean_path, shapes, flops, peaks, notes)
+    memory, memory_note = _activation_memory(run)
+    counted = [n for n in (flop_note, memory_note) if n]
+    notes = (*_opaque_notes(model), *counted)
+    return Prelude(clean_path, shapes, flops, peaks, notes, memory)
 
 
 def memory_counter(device: str) -> MemoryCounter | None:
@@ -95,6 +106,25 @@ def _peaks(
     from layerprof.capture.memory.allocator import peak_memory
 
     return peak_memory(model, forward, counter)
+
+
+def _activation_memory(run: Pass) -> tuple[ActivationMemory | None, Note | None]:
+    """With ``backward``: the bytes each layer saves for backward, from one counted step
+    (layerprof.capture.memory.activations); a step the counter cannot run says why."""
+    if not run.opts.backward:
+        return None, None
+    from layerprof.capture.memory.activations import measure_step
+
+    try:
+        section = measure_step(
+            run.model, run.args, run.kwargs, run.opts.loss, counter=memory_counter(run.device)
+        )
+    except Exception as exc:  # the timed backward pass reports a model's own errors
+        first = str(exc).splitlines()[0][:120] if str(exc) else ""
+        error = f"{type(exc).__name__}: {first}"
+        text = f"activation memory not counted: {error}"
+        return None, Note("activation-memory-not-counted", text, {"error": error})
+    return section, None
 
 
 def _flops(

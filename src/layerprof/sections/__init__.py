@@ -6,7 +6,8 @@ GPU time, kernels, memcpy, launches, memory, annotations, where a trace came
 from, cross-rank results); ``distributed`` the step breakdown, collectives,
 queues, memory timeline and stragglers; ``passes`` whether a live run's per-layer
 pass ran the clean pass's code (fused fast paths); ``compiled`` how a ``--compile``
-run's kernel time went to layers; ``inputs`` the input signatures a Recorder saw.
+run's kernel time went to layers; ``inputs`` the input signatures a Recorder saw;
+``memory`` the bytes each layer saves for backward (activation memory).
 A new analysis adds its own module here, a field on ``Profile`` (or ``Run``), and
 its writer/reader in ``layerprof.codec``.
 """

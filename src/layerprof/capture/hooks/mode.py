@@ -38,7 +38,7 @@ class HooksMode(AsGiven):
 
     def layer_pass(self, run: Pass) -> Profile:
         facts = prelude(run)
-        base = run.base.with_notes(*facts.notes)
+        base = facts.onto(run.base)
         latency = (base.latency_ns.tolist() if base.latency_ns is not None else None) or []
         samples, overhead = _hooked(run, latency)
         if run.opts.backward:

@@ -37,7 +37,7 @@ class OpsMode(AsGiven):
     def layer_pass(self, run: Pass) -> Profile:
         facts = prelude(run)
         opts = run.opts
-        base = run.base.with_notes(*facts.notes)
+        base = facts.onto(run.base)
         run.progress.close()  # stderr is held while the profiler runs (layerprof.capture.quiet)
         cost = ops_cost(run.device, opts)
         with run.watch.window("ops capture (its untimed first step included)"):

@@ -25,6 +25,7 @@ from layerprof.render.console.distributed import (
     print_queues,
 )
 from layerprof.render.console.findings import print_findings
+from layerprof.render.console.memory import print_activation_memory
 from layerprof.render.console.ops import OpSort, render_ops
 from layerprof.render.console.profile import (
     ConsoleOptions,
@@ -136,6 +137,11 @@ PROFILE_SECTIONS: tuple[Section[Profile], ...] = (
     ),
     Section("layers", ("Profile.layers", "Profile.flops"), _layers),
     Section("compiled", ("Profile.compiled",), lambda p, out, o: print_compiled(out, p)),
+    Section(
+        "activation memory",
+        ("Profile.activation_memory",),
+        lambda p, out, o: print_activation_memory(out, p),
+    ),
     Section("notes", ("Profile.notes",), lambda p, out, o: print_notes(p, out)),
     # trace sections
     Section("steps", ("Profile.steps",), lambda p, out, o: print_steps(p, out)),

@@ -28,6 +28,7 @@ from layerprof.render.html.diff_sections import (
 )
 from layerprof.render.html.distributed import distributed_section
 from layerprof.render.html.findings import findings_section, notes_section
+from layerprof.render.html.memory import activation_memory_section
 from layerprof.render.html.page import Section
 from layerprof.render.html.profile_sections import (
     hierarchy_section,
@@ -89,6 +90,7 @@ SECTIONS: tuple[Registered, ...] = (
     Registered(top_section, ("Profile.ops",)),
     Registered(layer_ops_section, ("Profile.ops",)),
     Registered(roofline_section, ("Profile.flops",)),
+    Registered(activation_memory_section, ("Profile.activation_memory",)),
     # trace sections, every rank
     Registered(steps_section, ("Profile.steps",)),
     Registered(cross_rank_section, ("Run.cross",)),
