@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from layerprof.capture.clocks import FakeClock
+from layerprof.capture.hooks import backward as bwd
 from layerprof.capture.hooks.backward import (
     BackwardProfile,
     NodeHooksUnavailable,
@@ -18,7 +19,6 @@ from layerprof.capture.hooks.backward import (
     profile_backward,
 )
 from layerprof.capture.hooks.layertimes import build_samples
-from layerprof.capture.hooks import backward as bwd
 from layerprof.capture.step import default_loss
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.load.demo import SmallCNN, TinyTransformer

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from layerprof.capture.compiled.attribution import CALL_PREFIX, REGION_PREFIXES
 from layerprof.capture.compiled import gate as compiled_gate
+from layerprof.capture.compiled.attribution import CALL_PREFIX, REGION_PREFIXES
 from layerprof.errors import UsageError
 
 TORCH = Path(torch.__file__).parent

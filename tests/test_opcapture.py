@@ -12,13 +12,13 @@ import torch
 from rich.console import Console
 from torch import nn
 
+from layerprof.capture.ops import profiler as opcapture
 from layerprof.capture.ops.profiler import (
     UNATTRIBUTED,
     OpOptions,
     capture_ops,
     profile_from_capture,
 )
-from layerprof.capture.ops import profiler as opcapture
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.load.demo import SmallCNN, TinyTransformer
 from layerprof.profile import Profile
