@@ -20,6 +20,9 @@ Kineto traces fill the sections they know; everything else stays empty.
   (fused fast paths, modules called in one pass only);
 * repeats (``run --repeat N``, ``diff --run``): the medians of every separate
   process, the run-to-run spread a diff judges changes against;
+* loop: a user's training loop recorded with ``Recorder(model, backward=True)``:
+  each step's anatomy (data wait, forward, backward, optimizer, rest) and each
+  layer's forward and backward per step;
 * notes: facts the user should read next to the numbers.
 
 Nothing here imports torch, a renderer or the codec: saving, loading and
@@ -62,6 +65,7 @@ from layerprof.sections import (
 )
 from layerprof.sections.compiled import CompiledSection
 from layerprof.sections.flops import FlopSummary, LayerFlops
+from layerprof.sections.loop import TrainingLoop
 from layerprof.stats import Series, SeriesLike, Summary, as_series
 from layerprof.units import NS_PER_MS
 
@@ -291,6 +295,7 @@ class Profile(sinks.Output):
     flops: FlopSummary | None = None
     compiled: CompiledSection | None = None
     repeats: Repeats | None = None  # run --repeat / diff --run: one set of medians per process
+    loop: TrainingLoop | None = None  # a training loop's steps (Recorder with backward=True)
     events: RecordedTrace | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
