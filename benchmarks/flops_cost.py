@@ -27,7 +27,8 @@ import torch
 from torch import nn
 
 from layerprof.capture.flops.counter import count_flops
-from layerprof.capture.runner import RunOptions, run_model
+from layerprof.capture.options import RunOptions
+from layerprof.capture.runner import run_model
 from layerprof.capture.sweep import SweepOptions, run_sweep
 from layerprof.load.demo import build
 from layerprof.load.inputs import build_inputs

@@ -27,7 +27,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from layerprof.capture.runner import RunOptions, run_model
+from layerprof.capture.options import RunOptions
+from layerprof.capture.runner import run_model
 
 
 def saved(directory: Path) -> dict[str, object]:

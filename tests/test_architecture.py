@@ -116,6 +116,21 @@ def test_imports_go_down_the_layers(name: str) -> None:
             assert not bad, f"{name} must not import {high}: {bad}"
 
 
+MODE_PACKAGES = ("hooks", "ops", "scripted", "compiled")
+
+
+def test_the_runner_reaches_the_modes_only_through_their_protocol() -> None:
+    """A new capture mode is a folder and a line in capture.modes, not a branch in the runner."""
+    runner = ALL_EDGES["layerprof.capture.runner"]
+    direct = sorted(
+        d for d in runner for m in MODE_PACKAGES if d.startswith(f"layerprof.capture.{m}.")
+    )
+    assert not direct, f"the runner imports mode code directly: {direct}"
+    for m in MODE_PACKAGES:
+        assert f"layerprof.capture.{m}.mode" in MODULES, f"capture/{m}/ has no mode.py"
+        assert f"layerprof.capture.{m}.mode" in ALL_EDGES["layerprof.capture.modes"]
+
+
 def test_no_import_cycles() -> None:
     state: dict[str, int] = {}
     stack: list[str] = []

@@ -23,7 +23,8 @@ from rich.text import Text
 from torch import nn
 
 from layerprof.capture.ops.profiler import OpOptions
-from layerprof.capture.runner import RunOptions, run_model
+from layerprof.capture.options import RunOptions
+from layerprof.capture.runner import run_model
 from layerprof.cli import main
 from layerprof.render.console import print_profile
 from layerprof.render.terminal import SafeConsole, escape_controls, escaping, make_console

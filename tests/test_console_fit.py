@@ -23,7 +23,8 @@ from rich.table import Table
 from torch import nn
 
 from layerprof.analysis.diff import diff, fmt_pct
-from layerprof.capture.runner import RunOptions, run_model
+from layerprof.capture.options import RunOptions
+from layerprof.capture.runner import run_model
 from layerprof.profile import LayerRow, Profile
 from layerprof.records import OpStat
 from layerprof.render.columns import (

@@ -24,7 +24,8 @@ import torch
 from torch import nn
 
 from layerprof.capture.ops.profiler import OpOptions, exported_trace
-from layerprof.capture.runner import RunOptions, run_model
+from layerprof.capture.options import RunOptions
+from layerprof.capture.runner import run_model
 from layerprof.cli import main
 from layerprof.render.stacks import folded_lines
 from layerprof.render.table import profile_to_csv

@@ -91,7 +91,7 @@ def test_absurd_thread_count_refused(capsys: pytest.CaptureFixture[str], threads
 
 
 def test_thread_count_checked_from_python_too() -> None:
-    from layerprof.capture.runner import RunOptions
+    from layerprof.capture.options import RunOptions
 
     with pytest.raises(UsageError, match="more than 4 per CPU"):
         RunOptions(threads=100_000)

@@ -84,11 +84,11 @@ def test_parent_own_peak_after_children() -> None:
 def test_runner_reports_peak_bytes_with_a_counter(monkeypatch) -> None:
     """The CUDA path of the runner, driven on CPU by a fake allocator."""
     import layerprof
-    from layerprof.capture import runner
+    from layerprof.capture import prelude
 
     mem = FakeAllocator()
     model = Parent(mem)
-    monkeypatch.setattr(runner, "memory_counter", lambda device: mem)
+    monkeypatch.setattr(prelude, "memory_counter", lambda device: mem)
     prof = layerprof.profile(model, torch.zeros(1), warmup=0, iters=2)
     assert prof.row("a").peak_bytes == 100
     assert prof.to_dict()["layers"][1]["peak_bytes"] == 100

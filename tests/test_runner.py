@@ -8,7 +8,8 @@ from torch import nn
 
 import layerprof
 from layerprof.capture.hooks.recorder import calibrate
-from layerprof.capture.runner import RunOptions, profile_model
+from layerprof.capture.options import RunOptions
+from layerprof.capture.runner import profile_model
 from layerprof.errors import ModelRunError
 from layerprof.profile import Profile
 from tests import zoo_models as zoo
@@ -254,3 +255,26 @@ def test_flops_of_never_called_containers_are_their_childrens() -> None:
         build("transformer"), torch.randint(0, 1000, (2, 8)), warmup=0, iters=1
     )
     assert prof.row("layers").flops == prof.row("layers.0").flops + prof.row("layers.1").flops > 0
+
+
+def test_each_run_is_measured_by_the_mode_its_options_choose() -> None:
+    """The runner asks the modes in order (layerprof.capture.modes); no if/elif decides."""
+    from layerprof.capture.compiled.mode import CompiledMode
+    from layerprof.capture.compiled.run import CompileOptions
+    from layerprof.capture.hooks.mode import HooksMode
+    from layerprof.capture.modes import MODES, choose
+    from layerprof.capture.ops.mode import OpsMode
+    from layerprof.capture.ops.profiler import OpOptions
+    from layerprof.capture.scripted.mode import ScriptedMode
+
+    model = torch.nn.Linear(2, 2)
+    cases = {
+        HooksMode: RunOptions(),
+        OpsMode: RunOptions(ops=OpOptions()),
+        ScriptedMode: RunOptions(kind="torchscript"),
+        CompiledMode: RunOptions(compile=CompileOptions()),
+    }
+    for kind, opts in cases.items():
+        assert next(m for m in MODES if m.wants(opts)) is kind
+    assert isinstance(choose(model, (), {}, RunOptions(ops=OpOptions())), OpsMode)
+    assert isinstance(choose(model, (), {}, RunOptions(kind="export")), ScriptedMode)

@@ -133,14 +133,15 @@ def profile(
     ``torch.compile`` and attributes the compiled kernels' time to layers
     (``Profile.compiled`` says how); ``peak`` (``"312e12,2T"``: FLOP/s[,bytes/s])
     gives the device's peak rates for the roofline, as ``--peak``. See
-    :class:`layerprof.capture.runner.RunOptions` for the other options and
+    :class:`layerprof.capture.options.RunOptions` for the other options and
     docs/python-api.md for the units of what comes back.
     """
     from layerprof.capture.compiled.run import CompileOptions
     from layerprof.capture.device import placed
     from layerprof.capture.flops.peaks import parse_peak
     from layerprof.capture.ops.profiler import OpOptions
-    from layerprof.capture.runner import RunOptions, profile_model
+    from layerprof.capture.options import RunOptions
+    from layerprof.capture.runner import profile_model
 
     model, args, kwargs, dev, dtype_name = placed(model, args, kwargs or {}, device, dtype)
     options = RunOptions(

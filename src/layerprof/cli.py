@@ -730,7 +730,8 @@ def _measure(
 ) -> Profile:
     from layerprof.capture.device import prepare_model, resolve_device
     from layerprof.capture.distributed import ddp_wrapped
-    from layerprof.capture.runner import RunOptions, run_model
+    from layerprof.capture.options import RunOptions
+    from layerprof.capture.runner import run_model
     from layerprof.load.inputs import build_inputs, example_inputs
     from layerprof.load.modulegraph import check_acyclic
 

@@ -243,7 +243,8 @@ def _fact_notes(facts: list[_Facts]) -> list[str]:
 def _point(
     model: Any, specs: list[InputSpec], point: SweepPoint, options: SweepOptions
 ) -> tuple[SweepPoint, _Facts | None]:
-    from layerprof.capture.runner import RunOptions, run_model
+    from layerprof.capture.options import RunOptions
+    from layerprof.capture.runner import run_model
 
     sized = [_resized(s, point.batch, options.batch_dim) for s in specs]
     try:

@@ -1,0 +1,102 @@
+"""Hooks mode, the default: calibrated wrappers time every layer's forward (and backward).
+
+Calibration (always reported) measures the wrappers' own per-call cost on a
+model of empty layers; then one untimed hooked forward (the wrappers' own
+warm-up) and ``iters`` timed ones; with ``backward`` each layer's backward
+from autograd graph-node hooks (``capture.hooks.backward``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from layerprof.capture.calls import guarded, timed
+from layerprof.capture.clocks import CudaEventClock, HostClock
+from layerprof.capture.device import device_of
+from layerprof.capture.hooks.recorder import Recorder, calibrate
+from layerprof.capture.layerpass import AsGiven
+from layerprof.capture.prelude import prelude
+from layerprof.records import LayerSamples, Overhead
+from layerprof.stats import Series, median
+
+if TYPE_CHECKING:
+    import torch
+
+    from layerprof.capture.layerpass import Pass
+    from layerprof.capture.options import RunOptions
+    from layerprof.profile import Profile
+
+
+class HooksMode(AsGiven):
+    """The eager model with the Recorder's wrappers on every module."""
+
+    @staticmethod
+    def wants(opts: RunOptions) -> bool:
+        return True
+
+    def layer_pass(self, run: Pass) -> Profile:
+        facts = prelude(run)
+        base = run.base.with_notes(*facts.notes)
+        latency = (base.latency_ns.tolist() if base.latency_ns is not None else None) or []
+        samples, overhead = _hooked(run, latency)
+        if run.opts.backward:
+            samples, notes = _with_backward(samples, run)
+            base = base.with_notes(*notes)
+        layers, summary = facts.layers(run, base)
+        profile = replace(base, layers=layers, samples=samples, overhead=overhead, flops=summary)
+        return facts.checked(profile)
+
+
+def _hooked(run: Pass, latency: list[int]) -> tuple[dict[str, LayerSamples], Overhead]:
+    """Calibration, then one untimed hooked forward and ``iters`` timed ones."""
+    model, forward, device, opts = run.model, run.forward, run.device, run.opts
+    calibration = calibrate(device)
+    dclock = CudaEventClock(device) if device.startswith("cuda") else None
+    rec = Recorder(
+        model,
+        clock=HostClock(),
+        device_clock=dclock,
+        record_shapes=False,
+        correction=calibration if opts.correct_overhead else None,
+    )
+    inst_ns: list[int] = []
+    with rec:
+        guarded(forward, model, rec)
+        rec.reset()
+        with run.watch.window("timed per-layer (hooked) forwards"):
+            for _ in range(opts.iters):
+                inst_ns.append(timed(forward, run.sync, model, rec))
+                run.progress.advance(1)
+    overhead = Overhead(
+        per_call_ns=calibration.per_call_ns,
+        inside_ns=calibration.inside_ns,
+        corrected=opts.correct_overhead,
+        calls_per_forward=rec.call_count / max(rec.iterations, 1),
+        clean_ns=median(latency) if latency else None,
+        instrumented_ns=median(inst_ns) if inst_ns else None,
+    )
+    return rec.profile(correct=opts.correct_overhead).samples, overhead
+
+
+def _with_backward(
+    samples: dict[str, LayerSamples], run: Pass
+) -> tuple[dict[str, LayerSamples], tuple[str, ...]]:
+    """Add each layer's backward times (layerprof.capture.hooks.backward says how)."""
+    from layerprof.capture.hooks.backward import profile_backward
+
+    model: torch.nn.Module = run.model
+    opts = run.opts
+    device = opts.device or device_of(model)
+    # On CUDA host marks around an asynchronous backward time launches, not work:
+    # time each layer's backward with CUDA events, resolved once per iteration.
+    clock = CudaEventClock(device) if device.startswith("cuda") else None
+    result = profile_backward(
+        model, run.args, run.kwargs, iters=opts.iters, loss=opts.loss, clock=clock
+    )
+    out = dict(samples)
+    for path, (total, self_t) in result.times.items():
+        zeros = [0] * len(total)
+        old = out.get(path) or LayerSamples(total_ns=zeros, self_ns=zeros, calls=0.0)
+        out[path] = replace(old, backward_total_ns=Series(total), backward_self_ns=Series(self_t))
+    return out, result.notes

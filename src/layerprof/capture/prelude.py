@@ -1,0 +1,134 @@
+"""The forwards before an eager mode's timed pass (hooks, ops): shapes, FLOPs, peak memory.
+
+Before any hook changes the code path, one watched forward notes fused fast
+paths (``capture.fastpath``); then one forward with shape hooks, one counting
+FLOPs, bytes and op time per layer (with ``backward`` also one counted training
+step) and, on CUDA, one reading the allocator's peaks. A mode turns these into
+its ``LayerInfo`` rows with :meth:`Prelude.layers` and checks its pass
+against the clean one with :meth:`Prelude.checked`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from layerprof.capture.calls import guarded
+from layerprof.capture.clocks import synchronizer
+from layerprof.capture.fastpath import check_passes, watch_clean_path
+from layerprof.capture.hooks.recorder import ShapeCapture, layer_infos
+from layerprof.capture.modules import hookable_modules
+
+if TYPE_CHECKING:
+    import torch
+
+    from layerprof.capture.flops.counter import FlopCount
+    from layerprof.capture.layerpass import Pass
+    from layerprof.capture.memory.allocator import MemoryCounter
+    from layerprof.capture.options import RunOptions
+    from layerprof.profile import Profile
+    from layerprof.records import LayerInfo
+    from layerprof.sections.flops import FlopSummary
+
+
+@dataclass(frozen=True)
+class Prelude:
+    """Shapes, FLOPs and peaks of one eager model, and the clean pass's code path."""
+
+    clean_path: Any
+    shapes: ShapeCapture
+    flops: FlopCount | None
+    peaks: dict[str, int] | None
+    notes: tuple[str, ...]
+
+    def layers(
+        self, run: Pass, base: Profile, peaks: dict[str, int] | None = None
+    ) -> tuple[tuple[LayerInfo, ...], FlopSummary | None]:
+        """The per-layer rows with FLOP detail, and the FLOP summary with the device's peak."""
+        from layerprof.capture.flops.counter import flop_sections
+
+        rows = layer_infos(
+            run.model, self.shapes.shapes, flops=self.flops.flops if self.flops else None,
+            output_bytes=self.shapes.output_bytes,
+            peak_bytes=peaks if peaks is not None else self.peaks,
+        )  # fmt: skip
+        meta = base.meta
+        return flop_sections(
+            rows, self.flops, device=meta.device, dtype=meta.dtype, threads=meta.threads or 1,
+            given=run.opts.peak,
+        )  # fmt: skip
+
+    def checked(self, profile: Profile) -> Profile:
+        """The profile with the clean and per-layer passes' code paths compared."""
+        return check_passes(profile, self.clean_path)
+
+
+def prelude(run: Pass) -> Prelude:
+    """The forwards before the timed per-layer pass (module docstring)."""
+    model, forward = run.model, run.forward
+    clean_path = watch_clean_path(model, forward)  # before any hook changes the path
+    with ShapeCapture(model) as shapes:
+        guarded(forward, model)
+    flops, flop_note = _flops(model, forward, run.args, run.kwargs, run.device, run.opts)
+    peaks = _peaks(model, forward, run.device)
+    notes = (*_opaque_notes(model), *([flop_note] if flop_note else []))
+    return Prelude(clean_path, shapes, flops, peaks, notes)
+
+
+def memory_counter(device: str) -> MemoryCounter | None:
+    """The allocator counters of ``device``; CPU has none (tests replace this)."""
+    if not device.startswith("cuda"):
+        return None
+    from layerprof.capture.memory.allocator import CudaMemory
+
+    return CudaMemory(device)
+
+
+def _peaks(
+    model: torch.nn.Module, forward: Callable[[], Any], device: str
+) -> dict[str, int] | None:
+    counter = memory_counter(device)
+    if counter is None:
+        return None
+    from layerprof.capture.memory.allocator import peak_memory
+
+    return peak_memory(model, forward, counter)
+
+
+def _flops(
+    model: torch.nn.Module,
+    forward: Callable[[], Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    device: str,
+    opts: RunOptions,
+) -> tuple[FlopCount | None, str | None]:
+    """FLOPs per layer from one counted forward (and a counted step with ``backward``);
+    a model the counter cannot run keeps its timings and says why FLOPs are missing."""
+    from layerprof.capture.flops.counter import count_model
+    from layerprof.capture.step import backward_step
+
+    step = (
+        backward_step(model, args, kwargs, opts.loss, synchronizer(device))
+        if opts.backward
+        else None
+    )
+    try:
+        # keyed by the user's paths already (the counter walks hookable_modules)
+        return count_model(model, forward, device=device, step=step), None
+    except Exception as exc:  # the counter's own limits, not a model bug: it ran before
+        return None, f"FLOPs not counted: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+
+
+def _opaque_notes(model: torch.nn.Module) -> list[str]:
+    """Scripted submodules are timed whole: say why their insides have no rows."""
+    from layerprof.capture.modules import visible_modules
+
+    hooked = {p for p, _ in hookable_modules(model)}
+    return [
+        f"{path} is a TorchScript submodule: timed as one layer (its submodules run"
+        " inside TorchScript, where no Python code can time them)"
+        for path, _ in visible_modules(model)
+        if path not in hooked
+    ]

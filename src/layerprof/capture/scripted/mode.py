@@ -1,0 +1,77 @@
+"""TorchScript and torch.export: per-layer rows from the profiler, not from hooks.
+
+Forward hooks never fire inside TorchScript or an exported graph, so the rows
+come from the profiler's module hierarchy (TorchScript) or the graph's
+``nn_module_stack`` (export); the recording cost is calibrated and removed as
+in ops mode. FLOPs are not counted: the ops run outside the Python modules the
+counter follows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from layerprof.capture.layerpass import AsGiven
+from layerprof.capture.ops.mode import ops_cost, ops_overhead, with_trace
+from layerprof.units import human_time
+
+if TYPE_CHECKING:
+    from layerprof.capture.layerpass import Pass
+    from layerprof.capture.options import RunOptions
+    from layerprof.profile import Profile
+
+_KIND_NAMES = {"torchscript": "TorchScript model", "export": "torch.export program"}
+
+
+class ScriptedMode(AsGiven):
+    """A TorchScript module or a torch.export program."""
+
+    @staticmethod
+    def wants(opts: RunOptions) -> bool:
+        return opts.kind != "eager"
+
+    def layer_pass(self, run: Pass) -> Profile:
+        kind = run.opts.kind
+        return _scripted(run).with_notes(
+            f"FLOPs not counted: a {_KIND_NAMES.get(kind, kind)} runs"
+            " its ops outside the Python modules the counter follows; run the eager"
+            " model (--arch) for FLOPs and the roofline"
+        )
+
+
+def _scripted(run: Pass) -> Profile:
+    """Rows off the profiled trace, its recording cost removed (layerprof.capture.ops.cost)."""
+    from layerprof.capture.ops.profiler import OpOptions
+    from layerprof.capture.scripted.profiler import export_capture, script_capture
+
+    opts, base = run.opts, run.base
+    options = opts.ops or OpOptions()
+    cost = ops_cost(run.device, opts)
+    if opts.kind == "torchscript":
+        rows = script_capture(run.model, run.args, run.kwargs, iters=opts.iters, options=options)
+        layers, raw, notes = rows.layers, rows.raw, rows.notes
+        # only the root is a profiler range here; sub-layer spans are read off the ops
+        cost = replace(cost, range_inside_ns=0.0, range_leak_ns=0.0)
+    else:
+        layers, raw = export_capture(
+            run.program, run.args, run.kwargs, iters=opts.iters, options=options
+        )
+        notes = (f"{opts.kind}: per-layer times come from torch.profiler ranges",)
+    traced = raw.profile()
+    note = (
+        f"{opts.kind}: the profiler's recording cost was measured"
+        f" ({human_time(cost.per_op_ns)} per recorded operator) and removed from layer self"
+        " times; operator rows keep it; the latency is from the clean pass"
+        if opts.correct_overhead
+        else f"{opts.kind}: layer times include the profiler's recording cost (not corrected)"
+    )
+    out = with_trace(
+        base, traced, raw, ops=opts.ops is not None, layers=layers, notes=(*notes, note)
+    )
+    out = replace(out, overhead=ops_overhead(out, traced.ops, cost, opts.correct_overhead))
+    if opts.correct_overhead:
+        from layerprof.capture.ops.cost import corrected_samples
+
+        out = replace(out, samples=corrected_samples(out.samples, traced.ops, layers, cost))
+    return out
