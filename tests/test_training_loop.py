@@ -506,3 +506,81 @@ def test_files_without_a_loop_still_load(tmp_path: Path) -> None:
     path = prof.profile().save(tmp_path / "p.json")
     assert "loop" not in json.loads(path.read_text())
     assert Profile.load(path).loop is None
+
+
+# ---- rendering ----------------------------------------------------------------------------------
+
+
+def known_profile(steps: int = 3) -> Profile:
+    clock = FakeClock()
+    model = Costed(clock, forward_ns=1 * MS, backward_ns=2 * MS)
+    opt = FakeSlowSGD(model.parameters(), clock, MS // 2)
+    rec = layerprof.Recorder(model, backward=True, clock=clock)
+    with rec:
+        for _ in range(steps):
+            clock.advance(3 * MS)
+            model(torch.ones(2, 4)).sum().backward()
+            opt.step()
+            rec.step()
+    return rec.profile()
+
+
+def test_console_shows_the_steps_table() -> None:
+    from rich.console import Console
+
+    from layerprof.render.console import print_profile
+
+    console = Console(record=True, width=120)
+    print_profile(known_profile(), console=console)
+    text = console.export_text()
+    assert "training steps (ms" in text
+    for header in ("Data wait", "Forward", "Backward", "Optimizer", "Rest", "Total"):
+        assert header in text
+    assert "3.000     1.000      2.000       0.500   0.000   6.500" in text
+    assert "Bwd total" in text
+
+
+def test_html_draws_stacked_bars_per_step(tmp_path: Path) -> None:
+    page = known_profile().write(tmp_path / "p.html").read_text()
+    assert 'id="loop"' in page and "Training steps" in page
+    assert '"lp-loop":{"kind":"bars"' in page and '"stack":true' in page
+
+
+# ---- findings ------------------------------------------------------------------------------------
+
+
+def fake_loop(waits: list[int], forward_ns: int = MS, backward_ns: int = 2 * MS) -> Profile:
+    clock = FakeClock()
+    model = Costed(clock, forward_ns=forward_ns, backward_ns=backward_ns)
+    rec = layerprof.Recorder(model, backward=True, clock=clock)
+    with rec:
+        for wait in waits:
+            clock.advance(wait)
+            model(torch.ones(2, 4)).sum().backward()
+            clock.advance(MS // 2)
+            rec.step()
+    return rec.profile()
+
+
+def titles(profile: Profile) -> list[str]:
+    from layerprof.analysis.diagnose import diagnose
+
+    return [f"{f.severity}: {f.title} [{f.layer}] {f.detail}" for f in diagnose(profile)]
+
+
+def test_data_bound_steps_are_found_with_their_share() -> None:
+    found = [t for t in titles(fake_loop([3 * MS] * 6)) if "data" in t]
+    assert len(found) == 1 and found[0].startswith("high: data-bound steps")
+    assert "the loader holds 46.2% of each step" in found[0], found[0]
+    assert not [t for t in titles(fake_loop([0] * 6)) if "data" in t]
+
+
+def test_data_wait_too_noisy_to_tell_says_so() -> None:
+    found = [t for t in titles(fake_loop([0, 5 * MS, 5 * MS, 5 * MS])) if "data" in t]
+    assert len(found) == 1 and found[0].startswith("info: data wait: cannot tell"), found
+
+
+def test_backward_far_above_twice_the_forward() -> None:
+    slow = [t for t in titles(fake_loop([0] * 6, MS, 5 * MS)) if "backward" in t]
+    assert len(slow) == 1 and "[spin]" in slow[0] and "5.0x" in slow[0], slow
+    assert not [t for t in titles(fake_loop([0] * 6, MS, 2 * MS)) if "backward far" in t]

@@ -19,6 +19,7 @@ from layerprof.render.flops_console import (
     print_roofline,
 )
 from layerprof.render.inputs_console import signature_lines
+from layerprof.render.steps_console import print_steps
 from layerprof.render.terminal import escape_text, escaping, make_console
 from layerprof.units import (
     TimeUnit,
@@ -83,6 +84,7 @@ def print_profile(
                     )
                 )
         print_compiled(out, profile)
+        print_steps(out, profile)
         for note in profile.notes:
             out.print(Text.assemble(("note: ", "yellow"), note))
 

@@ -34,6 +34,7 @@ from layerprof.render.html.profile_sections import (
 )
 from layerprof.render.html.ranks import layer_ranks_section
 from layerprof.render.html.roofline import roofline_section
+from layerprof.render.html.steps import loop_section
 from layerprof.render.html.subject import Subject
 from layerprof.render.html.trace_sections import (
     annotations_section,
@@ -60,6 +61,7 @@ SECTIONS: tuple[SectionFn, ...] = (
     latency_section,
     hierarchy_section,
     layers_section,
+    loop_section,
     compiled_section,
     top_section,
     layer_ops_section,
