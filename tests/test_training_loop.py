@@ -584,3 +584,28 @@ def test_backward_far_above_twice_the_forward() -> None:
     slow = [t for t in titles(fake_loop([0] * 6, MS, 5 * MS)) if "backward" in t]
     assert len(slow) == 1 and "[spin]" in slow[0] and "5.0x" in slow[0], slow
     assert not [t for t in titles(fake_loop([0] * 6, MS, 2 * MS)) if "backward far" in t]
+
+
+def test_amp_autocast_and_grad_scaler_in_the_loop() -> None:
+    torch.manual_seed(0)
+    model = ResNetLike()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    try:
+        scaler = torch.amp.GradScaler("cpu")
+    except (RuntimeError, TypeError, AttributeError):
+        pytest.skip("no GradScaler for CPU in this torch")
+    x, y = torch.randn(2, 3, 8, 8), torch.randint(0, 10, (2,))
+    rec = layerprof.Recorder(model, backward=True)
+    with rec:
+        for _ in range(2):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = nn.functional.cross_entropy(model(x), y)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+            rec.step()
+    prof = rec.profile()
+    check_partition(prof)
+    assert prof.loop is not None and all(s.optimizer_ns > 0 for s in prof.loop.steps)
+    assert prof.samples["block.conv1"].backward_total_ns is not None

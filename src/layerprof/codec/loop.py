@@ -2,7 +2,8 @@
 (see :mod:`layerprof.sections.loop`). Optional: files without it load with
 ``loop=None``. Times are milliseconds, as everywhere in the JSON; ``summary_ms``
 (each part's median, spread and the median's confidence interval over the
-steps) is derived and not read back."""
+steps; per layer the same for its forward and backward per step) is derived
+and not read back."""
 
 from __future__ import annotations
 
@@ -38,11 +39,15 @@ def _step(s: LoopStep) -> dict[str, Any]:
 
 def _layer(x: LayerSteps) -> dict[str, Any]:
     out: dict[str, Any] = {"path": x.path}
+    spread: dict[str, Any] = {}
     for key in ("forward_total", "forward_self", "backward_total", "backward_self"):
         values = getattr(x, f"{key}_ns")
         if values is not None:
             out[f"{key}_ms"] = [v / NS_PER_MS for v in values]
-    return out
+        summary = x.summary(key)
+        if summary is not None:
+            spread[key] = summary_dict(summary)
+    return out | {"summary_ms": spread}
 
 
 def read_loop(f: Fields | None) -> TrainingLoop | None:

@@ -72,6 +72,14 @@ class LayerSteps:
     backward_total_ns: tuple[int, ...] | None = None
     backward_self_ns: tuple[int, ...] | None = None
 
+    def summary(self, quantity: str) -> Summary | None:
+        """Median, spread and the median's 95 % interval over the steps of one quantity
+        (``forward_total``, ``forward_self``, ``backward_total``, ``backward_self``)."""
+        from layerprof.stats import Summary
+
+        values = getattr(self, f"{quantity}_ns")
+        return Summary.of(values) if values else None
+
 
 @dataclass(frozen=True)
 class TrainingLoop:
