@@ -609,3 +609,12 @@ def test_amp_autocast_and_grad_scaler_in_the_loop() -> None:
     check_partition(prof)
     assert prof.loop is not None and all(s.optimizer_ns > 0 for s in prof.loop.steps)
     assert prof.samples["block.conv1"].backward_total_ns is not None
+
+
+def test_backward_without_step_calls_says_so() -> None:
+    model = nn.Linear(4, 4)
+    rec = layerprof.Recorder(model, backward=True)
+    with rec:
+        model(torch.ones(1, 4)).sum().backward()
+    prof = rec.profile()
+    assert prof.loop is None and any("rec.step() was never called" in n for n in prof.notes)

@@ -272,6 +272,7 @@ class NodeMarks:
         self.calls, self._stack, self._running, self.failed = [], [], [], None
         self._firsts = []
         self._generation += 1
+        self._in_backward = False  # a backward that raised never ran its end callback
 
 
 def _tensors(value: Any) -> list[Any]:

@@ -54,7 +54,7 @@ from layerprof.capture.hooks.layertimes import (
     parse_events,
 )
 from layerprof.capture.hooks.loop import PhaseMarks, StepMarks, StepSchedule, loop_samples
-from layerprof.capture.hooks.nodes import NodeMarks
+from layerprof.capture.hooks.nodes import NodeHooksUnavailable, NodeMarks
 from layerprof.capture.modules import (
     ForwardWrapper,
     HookHandles,
@@ -282,10 +282,15 @@ class Recorder:
     def _attach_loop(self) -> None:
         """Graph-node marks (backward per layer) and phase marks (the step anatomy)."""
         phases = PhaseMarks(self.clock.mark)
-        nodes = NodeMarks(
-            self.model, self._backward_clock or self._default_backward_clock(),
-            on_backward=phases.backward_start,
-        )  # fmt: skip
+        try:
+            nodes = NodeMarks(
+                self.model, self._backward_clock or self._default_backward_clock(),
+                on_backward=phases.backward_start,
+            )  # fmt: skip
+        except NodeHooksUnavailable as why:
+            raise UsageError(
+                f"Recorder(backward=True) needs autograd graph-node hooks: {why}"
+            ) from why
         phases.on_backward_end = nodes.backward_done
         nodes.__enter__()
         self._wrappers.add(_Closing(nodes.__exit__))
@@ -650,9 +655,15 @@ class Recorder:
             correction = calibrate()
         samples = build_samples(tables, iterations, correction, self._paths)
         loop = None
+        notes: tuple[str, ...] = ()
         if self._step_index:
             samples, loop = loop_samples(samples, self._steps, self.schedule)
             iterations = sum(len(s.iterations) for s in self._steps)
+        elif self.backward:
+            notes = (
+                "Recorder(backward=True) but rec.step() was never called: no backward times"
+                " and no steps; call rec.step() once per training step",
+            )
         overhead = None
         if correction is not None:
             overhead = Overhead(
@@ -671,6 +682,7 @@ class Recorder:
             overhead=overhead,
             signatures=self.signatures(),
             loop=loop,
+            notes=notes,
         )
 
 
