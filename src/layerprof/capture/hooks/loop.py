@@ -54,9 +54,10 @@ class StepSchedule:
 
 @dataclass
 class StepMarks:
-    """One step's raw host marks and what it ran; ``iterations`` are the Recorder's
-    forward iterations of the step (a range), ``backward`` the layers' backward calls
-    per forward that got a backward."""
+    """One step's raw host marks and what it ran; ``iterations`` are the step's forwards
+    of the model (while recording: their numbers; for ``loop_samples``: their indices
+    among the recorded iterations), ``backward`` the layers' backward calls per
+    forward that got a backward."""
 
     index: int
     start: int
@@ -64,7 +65,7 @@ class StepMarks:
     forwards: list[Span] = field(default_factory=list)
     backwards: list[Span] = field(default_factory=list)
     optimizer: list[Span] = field(default_factory=list)
-    iterations: range = range(0)
+    iterations: Sequence[int] = range(0)
     backward: dict[int, list[LayerCall]] = field(default_factory=dict)
 
 

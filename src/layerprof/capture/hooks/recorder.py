@@ -36,7 +36,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -554,7 +554,9 @@ class Recorder:
             )
         end = self.clock.mark()
         forwards, backwards, optimizer = phases.take()
-        iterations = self.iterations  # whole forwards so far (compacts the log)
+        # the model's forwards so far; profile() maps them to the log's iterations (a
+        # compaction per step would cost more than the rest of the step's recording)
+        iterations = self._forwards
         marks = StepMarks(
             index=self._step_index, start=self._step_start, end=end, forwards=forwards,
             backwards=backwards, optimizer=optimizer,
@@ -566,6 +568,21 @@ class Recorder:
         self._step_index += 1
         self._step_iteration = iterations
         self._step_start = self.clock.mark()
+
+    def _model_iterations(self) -> list[StepMarks]:
+        """The active steps with ``iterations`` as indices into the recorded iterations:
+        the k-th forward of the model is the k-th outermost call of the root (an outermost
+        call of another module, made outside the model, is in no step)."""
+        self._compact()
+        root = self._index.get("")
+        outer = [t.layer[t.level == 1] for t in self._tables]
+        firsts = np.concatenate(outer) if outer else np.zeros(0, dtype=np.int64)
+        of_model = np.flatnonzero(firsts == root) if root is not None else firsts[:0]
+        out = []
+        for st in self._steps:
+            picked = [int(of_model[i]) for i in st.iterations if i < len(of_model)]
+            out.append(replace(st, iterations=picked))
+        return out
 
     @property
     def steps_done(self) -> int:
@@ -657,7 +674,7 @@ class Recorder:
         loop = None
         notes: tuple[str, ...] = ()
         if self._step_index:
-            samples, loop = loop_samples(samples, self._steps, self.schedule)
+            samples, loop = loop_samples(samples, self._model_iterations(), self.schedule)
             iterations = sum(len(s.iterations) for s in self._steps)
         elif self.backward:
             notes = (
