@@ -427,49 +427,71 @@ class SpinLayer(nn.Module):
 
 
 class SlowSGD(torch.optim.SGD):
+    def __init__(self, params: Any, cost: int) -> None:
+        super().__init__(params, lr=0.01)
+        self.cost = cost
+
     def step(self, closure: Any = None) -> Any:  # type: ignore[override]
-        spin(10 * MS, "optimizer")
+        spin(self.cost, "optimizer")
         return super().step(closure)
 
 
-def slow_loader(n: int) -> Iterator[torch.Tensor]:
+def slow_loader(n: int, cost: int) -> Iterator[torch.Tensor]:
     for _ in range(n):
-        spin(10 * MS, "data_wait")
+        spin(cost, "data_wait")
         yield torch.ones(2, 4)
 
 
-def test_known_costs_within_five_percent() -> None:
-    model = nn.Sequential(SpinLayer("0", 8 * MS, 10 * MS), SpinLayer("1", 12 * MS, 14 * MS))
-    opt = SlowSGD(model.parameters(), lr=0.01)
+def spin_loop(scale: int, steps: int = 12) -> tuple[Profile, list[dict[str, int]]]:
+    """The known-cost loop with every busy-wait ``scale`` times its base cost (0: none),
+    and what each active step's waits took."""
+    model = nn.Sequential(
+        SpinLayer("0", 8 * scale, 10 * scale), SpinLayer("1", 12 * scale, 14 * scale)
+    )
+    opt = SlowSGD(model.parameters(), 10 * scale)
     truth: list[dict[str, int]] = []
     rec = layerprof.Recorder(model, backward=True, schedule=StepSchedule(warmup=1))
     with rec:
         SPUN.clear()
-        for x in slow_loader(8):
+        for x in slow_loader(steps, 10 * scale):
             loss = model(x).sum()
             loss.backward()
             opt.step()
             opt.zero_grad()
-            spin(10 * MS, "rest")  # logging
+            spin(10 * scale, "rest")  # logging
             truth.append(dict(SPUN))
             SPUN.clear()
             rec.step()
-    prof = rec.profile()
-    loop = prof.loop
-    assert loop is not None and len(loop.steps) == 7
-    truth = truth[1:]  # the warm-up step is not kept
     for t in truth:
         t["forward"] = t["0.forward"] + t["1.forward"]
         t["backward"] = t["0.backward"] + t["1.backward"]
-    measured: dict[str, tuple[int, ...]] = {p: loop.part(p) for p in STEP_PARTS}
+    return rec.profile(), truth[1:]  # the warm-up step is not kept
+
+
+def measured(prof: Profile) -> dict[str, tuple[int, ...]]:
+    loop = prof.loop
+    assert loop is not None
+    out: dict[str, tuple[int, ...]] = {p: loop.part(p) for p in STEP_PARTS}
     for path in ("0", "1"):
         layer = loop.layer(path)
         assert layer is not None and layer.backward_total_ns is not None
-        measured[f"{path}.forward"] = layer.forward_total_ns
-        measured[f"{path}.backward"] = layer.backward_total_ns
+        out[f"{path}.forward"] = layer.forward_total_ns
+        out[f"{path}.backward"] = layer.backward_total_ns
+    return out
+
+
+def test_known_costs_within_five_percent() -> None:
+    """Busy-waits of 16 to 28 ms in the loader, each layer's forward and backward, the
+    optimizer and the loop's own code: each part of the step and each layer's forward
+    and backward is the waits' time within 5 % (medians over 11 steps). The parts also
+    hold the loop's own code (the loss, zero_grad, the hooks): a loop without waits,
+    run just before, measures it, and it is taken out."""
+    base = {k: statistics.median(v) for k, v in measured(spin_loop(0)[0]).items()}
+    prof, truth = spin_loop(2 * MS)
+    assert prof.loop is not None and len(prof.loop.steps) == len(truth) == 11
     errors = {
-        k: statistics.median(m / t[k] - 1 for m, t in zip(v, truth, strict=True))
-        for k, v in measured.items()
+        k: statistics.median((m - base[k]) / t[k] - 1 for m, t in zip(v, truth, strict=True))
+        for k, v in measured(prof).items()
     }
     print("known-cost loop, median error per part:", {k: f"{v:+.2%}" for k, v in errors.items()})
     assert all(abs(v) < 0.05 for v in errors.values()), errors

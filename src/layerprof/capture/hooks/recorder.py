@@ -216,6 +216,14 @@ class Recorder:
     synchronize at the end of each outermost call, never per layer.
     ``correction`` is the calibrated wrapper cost to remove (the runner's);
     without one, ``profile()`` calibrates when it corrects.
+
+    ``backward=True`` is for a training loop: call ``step()`` once per step.
+    Each layer's backward is timed by graph-node marks
+    (layerprof.capture.hooks.nodes; on CUDA with CUDA events, resolved once per
+    step), each forward's graph is hooked right after the forward, and each
+    step is split into data wait, forward, backward, optimizer and rest
+    (layerprof.capture.hooks.loop); ``schedule`` picks the steps that count.
+    A DDP/FSDP wrapper is unwrapped: the layers are the user's model's.
     """
 
     def __init__(
