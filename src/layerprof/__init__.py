@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
     from layerprof.analysis.diff import Diff, diff
     from layerprof.capture.compiled.run import CompileOptions
+    from layerprof.capture.hooks.loop import StepSchedule
     from layerprof.capture.hooks.recorder import Recorder
     from layerprof.capture.ops.profiler import OpOptions
     from layerprof.profile import Profile, Run
@@ -64,6 +65,10 @@ def __getattr__(name: str) -> Any:
         from layerprof.capture.hooks.recorder import Recorder
 
         value = Recorder
+    elif name == "StepSchedule":
+        from layerprof.capture.hooks.loop import StepSchedule
+
+        value = StepSchedule
     else:
         raise AttributeError(f"module 'layerprof' has no attribute {name!r}")
     globals()[name] = value
@@ -91,6 +96,7 @@ __all__ = [
     "Profile",
     "Recorder",
     "Run",
+    "StepSchedule",
     "__version__",
     "analyze",
     "diff",

@@ -22,6 +22,9 @@ Kineto traces fill the sections they know; everything else stays empty.
   process, the run-to-run spread a diff judges changes against;
 * activation_memory (``--backward``): the bytes each layer's forward saves for
   backward, with its parameter, gradient and optimizer-state bytes;
+* loop: a user's training loop recorded with ``Recorder(model, backward=True)``:
+  each step's anatomy (data wait, forward, backward, optimizer, rest) and each
+  layer's forward and backward per step;
 * notes: facts the user should read next to the numbers.
 
 Nothing here imports torch, a renderer or the codec: saving, loading and
@@ -65,6 +68,7 @@ from layerprof.sections import (
 )
 from layerprof.sections.compiled import CompiledSection
 from layerprof.sections.flops import FlopSummary, LayerFlops
+from layerprof.sections.loop import TrainingLoop
 from layerprof.sections.memory import ActivationMemory
 from layerprof.stats import Series, SeriesLike, Summary, as_series
 from layerprof.units import NS_PER_MS
@@ -296,6 +300,7 @@ class Profile(sinks.Output):
     compiled: CompiledSection | None = None
     repeats: Repeats | None = None  # run --repeat / diff --run: one set of medians per process
     activation_memory: ActivationMemory | None = None  # --backward: saved bytes per layer
+    loop: TrainingLoop | None = None  # a training loop's steps (Recorder with backward=True)
     events: RecordedTrace | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from layerprof.analysis.compiled import compiled_findings, is_bucket
 from layerprof.analysis.distributed import distributed_findings, straggler_findings
 from layerprof.analysis.finding import ORDER, Finding, Severity
+from layerprof.analysis.loop import BACKWARD_RATIO, DATA_SHARE, loop_findings
 from layerprof.analysis.memory import has_activation_memory, memory_findings
 from layerprof.analysis.passes import (
     agreement_findings,
@@ -572,6 +573,12 @@ RULES: tuple[Rule, ...] = (
         "exposed communication, data loading, launch-bound queues",
         lambda p: p.breakdown is not None or p.queues is not None,
         distributed_findings,
+    ),
+    Rule(
+        f"training loop (data wait >= {100 * DATA_SHARE:.0f}% of the step; a layer's backward"
+        f" > {BACKWARD_RATIO:.0f}x its forward, at the low end of the 95% CI)",
+        lambda p: p.loop is not None,
+        loop_findings,
     ),
     Rule("setup (dtype)", live, _setup),
     Rule(

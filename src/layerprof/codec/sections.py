@@ -21,6 +21,7 @@ from layerprof.codec.fields import (
 )
 from layerprof.codec.flops import encode_flops, read_flops
 from layerprof.codec.inputs import encode_signatures, read_signatures
+from layerprof.codec.loop import encode_loop, read_loop
 from layerprof.codec.memory import encode_activation_memory, read_activation_memory
 from layerprof.codec.passes import encode_passes, read_passes
 from layerprof.codec.repeats import encode_repeats, read_repeats
@@ -60,6 +61,7 @@ def encode_sections(p: Profile, top: int | None) -> dict[str, Any]:
         "passes": encode_passes(p.passes),
         "repeats": encode_repeats(p.repeats),
         "activation_memory": encode_activation_memory(p.activation_memory),
+        "loop": encode_loop(p.loop),
         **encode_compiled(p.compiled),
         **encode_distributed(p),
     }
@@ -192,6 +194,7 @@ def read_sections(f: Fields) -> dict[str, Any]:
     out["passes"] = read_passes(f.obj("passes"))
     out["repeats"] = read_repeats(f.obj("repeats"))
     out["activation_memory"] = read_activation_memory(f.obj("activation_memory"))
+    out["loop"] = read_loop(f.obj("loop"))
     out.update(read_compiled(f))
     out.update(read_distributed(f))
     return out

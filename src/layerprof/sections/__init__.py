@@ -8,6 +8,8 @@ queues, memory timeline and stragglers; ``passes`` whether a live run's per-laye
 pass ran the clean pass's code (fused fast paths); ``compiled`` how a ``--compile``
 run's kernel time went to layers; ``inputs`` the input signatures a Recorder saw;
 ``memory`` the bytes each layer saves for backward (activation memory).
+``loop`` a training loop's steps (data wait, forward, backward, optimizer, rest)
+and each layer's forward and backward per step.
 A new analysis adds its own module here, a field on ``Profile`` (or ``Run``), and
 its writer/reader in ``layerprof.codec``.
 """
@@ -32,6 +34,7 @@ from layerprof.sections.distributed import (
 )
 from layerprof.sections.flops import CONVENTION, FlopSummary, LayerFlops, Peak, UncountedOp
 from layerprof.sections.inputs import InputSignature
+from layerprof.sections.loop import STEP_PARTS, LayerSteps, LoopStep, TrainingLoop
 from layerprof.sections.passes import FusedLayer, PassCheck
 from layerprof.sections.ranks import LayerAcrossRanks
 from layerprof.sections.repeats import Repeats, RunMedians
@@ -59,6 +62,7 @@ __all__ = [
     "BREAKDOWN_PARTS",
     "CONVENTION",
     "STEP_DEFINITIONS",
+    "STEP_PARTS",
     "AllocRow",
     "AnnotationRow",
     "Breakdown",
@@ -80,6 +84,8 @@ __all__ = [
     "Launches",
     "LayerAcrossRanks",
     "LayerFlops",
+    "LayerSteps",
+    "LoopStep",
     "MemcpyRow",
     "MemorySummary",
     "MemoryTimeline",
@@ -98,6 +104,7 @@ __all__ = [
     "Stragglers",
     "StreamQueue",
     "TraceSource",
+    "TrainingLoop",
     "UncountedOp",
     "bus_factor",
 ]

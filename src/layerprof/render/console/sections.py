@@ -25,6 +25,7 @@ from layerprof.render.console.distributed import (
     print_queues,
 )
 from layerprof.render.console.findings import print_findings
+from layerprof.render.console.loop import print_loop
 from layerprof.render.console.memory import print_activation_memory
 from layerprof.render.console.ops import OpSort, render_ops
 from layerprof.render.console.profile import (
@@ -136,6 +137,7 @@ PROFILE_SECTIONS: tuple[Section[Profile], ...] = (
         lambda p, out, o: print_header(p, out),
     ),
     Section("layers", ("Profile.layers", "Profile.flops"), _layers),
+    Section("training loop", ("Profile.loop",), lambda p, out, o: print_loop(out, p)),
     Section("compiled", ("Profile.compiled",), lambda p, out, o: print_compiled(out, p)),
     Section(
         "activation memory",
