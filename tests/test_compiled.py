@@ -22,11 +22,11 @@ from torch import nn
 
 import layerprof
 from layerprof.analysis.diagnose import diagnose
-from layerprof.capture.compiled.attribution import CALL_PREFIX, FORWARD_MARK
 from layerprof.capture.compiled.run import CompileOptions
 from layerprof.cli import main
 from layerprof.profile import Profile
 from layerprof.sections.compiled import BUCKET_ROWS, OUTSIDE_ROW, OVERHEAD_ROW, Recompile
+from layerprof.trace.compiled import CALL_PREFIX, FORWARD_MARK
 from tests.real_models import BasicBlock, TinyGPT
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,7 +13,6 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from layerprof.capture.compiled.attribution import Attribution, PhaseWindow
 from layerprof.profile import ancestors
 from layerprof.records import LayerInfo, LayerSamples
 from layerprof.sections.compiled import (
@@ -30,6 +29,7 @@ from layerprof.sections.compiled import (
     Recompile,
     UnmatchedKernel,
 )
+from layerprof.trace.compiled import CompiledAttribution, PhaseWindow
 from layerprof.units import NS_PER_MS
 
 _TOP_UNMATCHED = 5
@@ -62,7 +62,7 @@ def bucket_infos() -> tuple[LayerInfo, ...]:
 
 
 def layer_samples(
-    att: Attribution, layers: Sequence[LayerInfo], calls: Mapping[str, float]
+    att: CompiledAttribution, layers: Sequence[LayerInfo], calls: Mapping[str, float]
 ) -> dict[str, LayerSamples]:
     """Per path and per profiled forward: self (credited kernel time) and total (its subtree)."""
     fwd = att.windows["forward"]
@@ -135,7 +135,7 @@ def coverage(windows: Sequence[PhaseWindow], *, device: bool = False) -> Coverag
     )
 
 
-def build_section(att: Attribution, facts: RunFacts) -> CompiledSection:
+def build_section(att: CompiledAttribution, facts: RunFacts) -> CompiledSection:
     n = {phase: max(len(ws), 1) for phase, ws in att.windows.items()}
     graphs = tuple(
         CompiledGraph(
@@ -198,7 +198,7 @@ def build_section(att: Attribution, facts: RunFacts) -> CompiledSection:
     )  # fmt: skip
 
 
-def backward_problem(att: Attribution) -> str | None:
+def backward_problem(att: CompiledAttribution) -> str | None:
     """Why the backward kernels' paths cannot be trusted on this run (None: they can).
 
     The backward mapping rests on private torch state (the provenance map code
@@ -224,7 +224,7 @@ def backward_problem(att: Attribution) -> str | None:
     return None
 
 
-def _path_times(att: Attribution, n: Mapping[str, int]) -> tuple[PathTime, ...]:
+def _path_times(att: CompiledAttribution, n: Mapping[str, int]) -> tuple[PathTime, ...]:
     keys = sorted(set(att.exact) | set(att.estimated))
     if backward_problem(att):
         keys = [k for k in keys if k[0] != "backward"]
@@ -239,7 +239,7 @@ def _path_times(att: Attribution, n: Mapping[str, int]) -> tuple[PathTime, ...]:
     )
 
 
-def notes(att: Attribution, section: CompiledSection) -> list[str]:
+def notes(att: CompiledAttribution, section: CompiledSection) -> list[str]:
     """What the compiled rows depend on, one line each."""
     cov = section.coverage
     out = [
