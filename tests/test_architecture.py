@@ -152,3 +152,20 @@ def test_the_library_never_prints() -> None:
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "print"
         ]
         assert not calls, f"{name} prints (lines {calls})"
+
+
+def test_trace_and_sections_never_import_torch() -> None:
+    """The trace engine and the value objects run without torch (``analyze``, the
+    torch-free CI): no import of it anywhere in them, inside functions included."""
+    for name, path in MODULES.items():
+        if not name.startswith(("layerprof.trace", "layerprof.sections")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                found = [node.module or ""]
+            else:
+                continue
+            torch = [f for f in found if f == "torch" or f.startswith("torch.")]
+            assert not torch, f"{name} imports {torch} (line {node.lineno})"
