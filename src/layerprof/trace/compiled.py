@@ -21,6 +21,10 @@ profiled call) and per ``## Call CompiledFxGraph <key> ##`` event in it:
    always are), else split by the rule (``cost``: by the nodes' FLOPs or
    elements; ``lca``: all to their common ancestor; ``equal``).
 
+Who encloses whom is the engine's one rule (``Nesting.parent_any``, from
+``trace/nesting.py``): a span that overruns the one it started in is
+detached, never the parent of what follows it.
+
 What the kernels do not cover is accounted for, so a window adds up exactly:
 ``<compiled overhead>`` is the compiled regions' (and Dynamo's cache
 lookups') time outside matched kernels, ``<outside compiled region>`` the
@@ -229,7 +233,7 @@ class _Walk:
             else:
                 self.by_key[r.key] = r
         nesting = nest(self.host)
-        self.parent = enclosing(nesting)
+        self.parent = nesting.parent_any()  # the engine's one nesting rule
         self.device_ns = launched(tables, nesting, self.parent)
         self.result = CompiledAttribution(
             windows={p: [] for p in PHASES},
@@ -473,25 +477,6 @@ class _Walk:
             entry = self.result.unmatched.setdefault(self.names[k], [0, 0])
             entry[0] += 1
             entry[1] += ns
-
-
-def enclosing(nesting: Nesting) -> I64:
-    """Per host span, the innermost span of any kind around it (-1: none), by the one
-    nesting rule (``trace/nesting.py``): of its parents of each kind, the one swept last.
-
-    All of them are open where the span starts; the one swept last started last (or
-    as early and shorter), so it lies inside the others. A span detached from its
-    kind's parent (an overrun) keeps its parents of other kinds and is nobody's parent.
-    """
-    n = len(nesting.order)
-    rank = np.empty(n, dtype=np.int64)
-    rank[nesting.order] = np.arange(n, dtype=np.int64)
-    kinds = np.stack(
-        [nesting.parent_op, nesting.parent_module, nesting.parent_annotation, nesting.parent_layer]
-    )
-    ranks = np.where(kinds >= 0, rank[np.clip(kinds, 0, None)], -1)
-    inner: I64 = kinds[np.argmax(ranks, axis=0), np.arange(n)]  # all -1: stays -1
-    return inner
 
 
 def launched(tables: EventTables, nesting: Nesting, parent: I64) -> I64:

@@ -28,9 +28,10 @@ the flat, compiled graph runs as exported (``torch.export.unflatten`` would
 run the graph through the slower fx interpreter) and the ops-mode
 attribution applies unchanged.
 
-Both end in the one trace engine (``layerprof.trace``): the TorchScript
-layer spans are written into the recorded trace as ``layer:`` ranges, which
-the engine reads like the ranges ops mode's hooks open.
+Both end in the one trace engine (``layerprof.trace``): the recorded trace is
+read as its ``EventTables`` (with each op's Module Hierarchy), and the
+TorchScript layer spans are written into it as ``layer:`` ranges, which the
+engine reads like the ranges ops mode's hooks open.
 """
 
 from __future__ import annotations
