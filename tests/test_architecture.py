@@ -253,3 +253,20 @@ def test_the_public_api_is_what_the_docs_list() -> None:
     assert sorted(r.strip("`") for r in rows) == sorted(listed)
     public = [n for n in listed if not n.startswith("__")]
     assert all(hasattr(__import__("layerprof"), n) for n in public)
+
+
+def test_trace_and_sections_never_import_torch() -> None:
+    """The trace engine and the value objects run without torch (``analyze``, the
+    torch-free CI): no import of it anywhere in them, inside functions included."""
+    for name, path in MODULES.items():
+        if not name.startswith(("layerprof.trace", "layerprof.sections")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                found = [node.module or ""]
+            else:
+                continue
+            torch = [f for f in found if f == "torch" or f.startswith("torch.")]
+            assert not torch, f"{name} imports {torch} (line {node.lineno})"

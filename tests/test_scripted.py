@@ -12,7 +12,6 @@ import torch
 from torch import nn
 
 from layerprof.capture.scripted.profiler import (
-    HostEvent,
     ScriptRows,
     call_graph,
     export_capture,
@@ -26,6 +25,8 @@ from layerprof.errors import ModelRunError
 from layerprof.load.demo import SmallCNN, TinyTransformer
 from layerprof.profile import Profile
 from layerprof.records import LayerInfo, LayerSamples, Meta, OpStat
+from layerprof.trace.events import EventTables
+from layerprof.trace.kineto import tables_from_documents
 from layerprof.traceformat import LAYER_RANGE
 from tests.real_models import ListEncoder, ResNetish, TinyGPT
 
@@ -213,8 +214,17 @@ def test_frozen_module_has_only_the_root_and_says_why(saved: bool, tmp_path: Any
     no_time_lost(rows, 2)
 
 
-def _op(name: str, start: int, end: int, hier: str) -> tuple[HostEvent, str]:
-    return HostEvent(name, 1, start, end), "TOP(TinyGPT)::forward." + hier
+def _op(name: str, start: int, end: int, hier: str) -> dict[str, Any]:
+    """An op as a ``with_modules`` trace records it (times in µs)."""
+    return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": start,
+            "dur": end - start, "args": {"Module Hierarchy": "TOP(TinyGPT)::forward." + hier}}  # fmt: skip
+
+
+def _one_iteration(ops: list[dict[str, Any]]) -> EventTables:
+    """The ops inside one iteration's root ``layer:`` range, read by the trace engine."""
+    root = {"ph": "X", "cat": "user_annotation", "name": LAYER_RANGE, "pid": 1, "tid": 1,
+            "ts": 0, "dur": 1000}  # fmt: skip
+    return tables_from_documents([{"traceEvents": [root, *ops]}], keep_hierarchy=True)
 
 
 def test_interleaved_ops_drop_the_layer_not_the_rest() -> None:
@@ -222,7 +232,6 @@ def test_interleaved_ops_drop_the_layer_not_the_rest() -> None:
     then seems called twice; its rows go, its siblings' stay."""
     graph = call_graph(torch.jit.script(TinyGPT(depth=2).eval()))
     block = "0(GPTBlock)::forward."
-    host = [HostEvent(LAYER_RANGE, 1, 0, 1000)]
     tagged = [
         _op("aten::embedding", 10, 20, "wte(Embedding)::forward."),
         _op("aten::layer_norm", 30, 40, block + "ln_1(LayerNorm)::forward."),
@@ -233,7 +242,7 @@ def test_interleaved_ops_drop_the_layer_not_the_rest() -> None:
             "aten::linear", 91, 99, "1(GPTBlock)::forward.mlp(MLP)::forward.c_fc(Linear)::forward."
         ),
     ]
-    spans, unresolved = observed_spans(host + [e for e, _ in tagged], tagged, graph)
+    spans, unresolved = observed_spans(_one_iteration(tagged), graph)
     assert not unresolved
     assert sorted(s.path for s in spans if s.path == "h.0") == ["h.0", "h.0"]
     verdict = judge(graph, spans, unresolved, 1)
@@ -247,12 +256,11 @@ def test_interleaved_ops_drop_the_layer_not_the_rest() -> None:
 
 def test_unknown_module_name_keeps_the_caller_drops_below() -> None:
     graph = call_graph(torch.jit.script(TinyGPT(depth=1).eval()))
-    host = [HostEvent(LAYER_RANGE, 1, 0, 1000)]
     tagged = [
         _op("aten::layer_norm", 30, 40, "0(GPTBlock)::forward.ln_1(LayerNorm)::forward."),
         _op("aten::mul", 50, 60, "0(GPTBlock)::forward.gate(Gate)::forward."),
     ]
-    spans, unresolved = observed_spans(host + [e for e, _ in tagged], tagged, graph)
+    spans, unresolved = observed_spans(_one_iteration(tagged), graph)
     assert set(unresolved) == {"h.0"}
     verdict = judge(graph, spans, unresolved, 1)
     assert "h.0" in verdict.trusted and "h.0" in verdict.below

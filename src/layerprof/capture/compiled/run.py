@@ -14,7 +14,7 @@ inductor strips profiler ranges), so this view needs none there. The run
 4. the per-layer pass: ``iters`` compiled forwards (and backwards) under
    torch.profiler, each in a ``layerprof: compiled forward`` range, with
    ``layer:`` ranges around the module calls that run eagerly;
-5. the attribution (``compiled_attribution``) credits every kernel event to
+5. the attribution (``layerprof.trace.compiled``) credits every kernel event to
    module paths; ``compiled_section`` turns it into the usual per-layer rows
    and the ``compiled`` section.
 """
@@ -27,12 +27,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from layerprof.capture.compiled.attribution import (
-    BACKWARD_MARK,
-    FORWARD_MARK,
-    ModelPaths,
-    attribute,
-)
 from layerprof.capture.compiled.backend import RecordingBackend, make_backend
 from layerprof.capture.compiled.gate import check_compile_support
 from layerprof.capture.compiled.regions import (
@@ -57,6 +51,7 @@ from layerprof.capture.quiet import kineto_quiet
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.notes import Note
 from layerprof.sections.compiled import SPLIT_RULES, GraphBreak, Recompile
+from layerprof.trace.compiled import BACKWARD_MARK, FORWARD_MARK, ModelPaths, attribute_compiled
 
 if TYPE_CHECKING:
     import torch
@@ -226,7 +221,7 @@ class CompiledRun:
 
         assert self.eager is not None and self.backend is not None, "use inside `with`"
         raw = self._capture(iters, device, backward, loss)
-        att = attribute(
+        att = attribute_compiled(
             raw.tables(), self.backend.records, ModelPaths(self._types), rule=self.options.split
         )
         eager = self.eager

@@ -13,7 +13,6 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from layerprof.capture.compiled.attribution import Attribution, PhaseWindow
 from layerprof.notes import Note
 from layerprof.profile import ancestors
 from layerprof.records import LayerInfo, LayerSamples
@@ -31,6 +30,7 @@ from layerprof.sections.compiled import (
     Recompile,
     UnmatchedKernel,
 )
+from layerprof.trace.compiled import CompiledAttribution, PhaseWindow
 from layerprof.units import NS_PER_MS
 
 _TOP_UNMATCHED = 5
@@ -63,7 +63,7 @@ def bucket_infos() -> tuple[LayerInfo, ...]:
 
 
 def layer_samples(
-    att: Attribution, layers: Sequence[LayerInfo], calls: Mapping[str, float]
+    att: CompiledAttribution, layers: Sequence[LayerInfo], calls: Mapping[str, float]
 ) -> dict[str, LayerSamples]:
     """Per path and per profiled forward: self (credited kernel time) and total (its subtree)."""
     fwd = att.windows["forward"]
@@ -136,7 +136,7 @@ def coverage(windows: Sequence[PhaseWindow], *, device: bool = False) -> Coverag
     )
 
 
-def build_section(att: Attribution, facts: RunFacts) -> CompiledSection:
+def build_section(att: CompiledAttribution, facts: RunFacts) -> CompiledSection:
     n = {phase: max(len(ws), 1) for phase, ws in att.windows.items()}
     graphs = tuple(
         CompiledGraph(
@@ -199,7 +199,7 @@ def build_section(att: Attribution, facts: RunFacts) -> CompiledSection:
     )  # fmt: skip
 
 
-def backward_problem(att: Attribution) -> str | None:
+def backward_problem(att: CompiledAttribution) -> str | None:
     """Why the backward kernels' paths cannot be trusted on this run (None: they can).
 
     The backward mapping rests on private torch state (the provenance map code
@@ -225,7 +225,7 @@ def backward_problem(att: Attribution) -> str | None:
     return None
 
 
-def _path_times(att: Attribution, n: Mapping[str, int]) -> tuple[PathTime, ...]:
+def _path_times(att: CompiledAttribution, n: Mapping[str, int]) -> tuple[PathTime, ...]:
     keys = sorted(set(att.exact) | set(att.estimated))
     if backward_problem(att):
         keys = [k for k in keys if k[0] != "backward"]
@@ -240,7 +240,7 @@ def _path_times(att: Attribution, n: Mapping[str, int]) -> tuple[PathTime, ...]:
     )
 
 
-def notes(att: Attribution, section: CompiledSection) -> list[Note]:
+def notes(att: CompiledAttribution, section: CompiledSection) -> list[Note]:
     """What the compiled rows depend on, one line each."""
     cov = section.coverage
     out = [
