@@ -22,7 +22,7 @@ from torch import nn
 
 import layerprof
 from layerprof.analysis.diagnose import diagnose
-from layerprof.capture.compiled.run import CompileOptions
+from layerprof.capture.options import CompileOptions
 from layerprof.cli import main
 from layerprof.profile import Profile
 from layerprof.sections.compiled import BUCKET_ROWS, OUTSIDE_ROW, OVERHEAD_ROW, Recompile

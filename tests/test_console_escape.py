@@ -22,8 +22,7 @@ from rich.console import Console
 from rich.text import Text
 from torch import nn
 
-from layerprof.capture.ops.profiler import OpOptions
-from layerprof.capture.options import RunOptions
+from layerprof.capture.options import OpOptions, RunOptions
 from layerprof.capture.runner import run_model
 from layerprof.cli import main
 from layerprof.notes import Note

@@ -489,7 +489,7 @@ class MatmulConvNet(nn.Module):
 
 
 def test_profiler_estimate_per_op_agrees_with_the_counter_where_both_count() -> None:
-    from layerprof.capture.ops.profiler import OpOptions
+    from layerprof.capture.options import OpOptions
 
     model = MatmulConvNet().eval()
     prof = layerprof.profile(

@@ -116,7 +116,7 @@ def test_cuda_peak_memory_per_layer() -> None:
 
 def test_ops_mode_profile_memory_gives_peaks_on_cpu() -> None:
     import layerprof
-    from layerprof.capture.ops.profiler import OpOptions
+    from layerprof.capture.options import OpOptions
 
     model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 8))
     prof = layerprof.profile(

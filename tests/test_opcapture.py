@@ -13,12 +13,8 @@ from rich.console import Console
 from torch import nn
 
 from layerprof.capture.ops import profiler as opcapture
-from layerprof.capture.ops.profiler import (
-    UNATTRIBUTED,
-    OpOptions,
-    capture_ops,
-    profile_from_capture,
-)
+from layerprof.capture.ops.profiler import UNATTRIBUTED, capture_ops, profile_from_capture
+from layerprof.capture.options import OpOptions
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.load.demo import SmallCNN, TinyTransformer
 from layerprof.profile import Profile

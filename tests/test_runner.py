@@ -194,7 +194,7 @@ class _WithScripted(nn.Module):
 
 @pytest.mark.parametrize("ops", [False, True])
 def test_scripted_submodule_is_an_opaque_leaf(ops: bool) -> None:
-    from layerprof.capture.ops.profiler import OpOptions
+    from layerprof.capture.options import OpOptions
 
     model = _WithScripted()
     prof = profile_model(
@@ -260,11 +260,10 @@ def test_flops_of_never_called_containers_are_their_childrens() -> None:
 def test_each_run_is_measured_by_the_mode_its_options_choose() -> None:
     """The runner asks the modes in order (layerprof.capture.modes); no if/elif decides."""
     from layerprof.capture.compiled.mode import CompiledMode
-    from layerprof.capture.compiled.run import CompileOptions
     from layerprof.capture.hooks.mode import HooksMode
     from layerprof.capture.modes import MODES, choose
     from layerprof.capture.ops.mode import OpsMode
-    from layerprof.capture.ops.profiler import OpOptions
+    from layerprof.capture.options import CompileOptions, OpOptions
     from layerprof.capture.scripted.mode import ScriptedMode
 
     model = torch.nn.Linear(2, 2)

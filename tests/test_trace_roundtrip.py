@@ -18,8 +18,7 @@ from torch import nn
 
 import layerprof
 from layerprof.analysis.diff import diff
-from layerprof.capture.ops.profiler import OpOptions
-from layerprof.capture.options import RunOptions
+from layerprof.capture.options import OpOptions, RunOptions
 from layerprof.capture.runner import run_model
 from layerprof.profile import Profile
 from layerprof.render.chrome import write_chrome_trace

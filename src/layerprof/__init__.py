@@ -33,10 +33,9 @@ if TYPE_CHECKING:
     import torch
 
     from layerprof.analysis.diff import Diff, diff
-    from layerprof.capture.compiled.run import CompileOptions
     from layerprof.capture.hooks.loop import StepSchedule
     from layerprof.capture.hooks.recorder import Recorder
-    from layerprof.capture.ops.profiler import OpOptions
+    from layerprof.capture.options import CompileOptions, OpOptions
     from layerprof.profile import Profile, Run
 
 

@@ -15,8 +15,7 @@ from layerprof import outputs
 from layerprof.errors import UsageError
 
 if TYPE_CHECKING:
-    from layerprof.capture.compiled.run import CompileOptions
-    from layerprof.capture.ops.profiler import OpOptions
+    from layerprof.capture.options import CompileOptions, OpOptions
     from layerprof.notes import Note
     from layerprof.profile import Profile
 
@@ -69,7 +68,7 @@ def measure(
 
 def compile_options(args: argparse.Namespace) -> CompileOptions | None:
     """--compile and its options; the options without --compile are a usage error."""
-    from layerprof.capture.compiled.run import CompileOptions
+    from layerprof.capture.options import CompileOptions
 
     if not args.compile:
         given = {"--compile-mode": args.compile_mode, "--dynamic": args.dynamic,
@@ -87,7 +86,7 @@ def compile_options(args: argparse.Namespace) -> CompileOptions | None:
 
 def op_options(args: argparse.Namespace) -> OpOptions | None:
     """--ops and the torch.profiler options; the options without --ops are a usage error."""
-    from layerprof.capture.ops.profiler import OpOptions
+    from layerprof.capture.options import OpOptions
 
     flags = {
         "--record-shapes": args.record_shapes or args.group_by_shape,

@@ -88,7 +88,7 @@ def seed_arg(text: str) -> int:
 
 def peak_arg(text: str) -> Any:
     """An argparse type: ``--peak FLOPS[,BYTES]`` per second (``2.5T``, ``312e12,2T``)."""
-    from layerprof.capture.flops.peaks import parse_peak
+    from layerprof.capture.options import parse_peak
 
     try:
         return parse_peak(text)

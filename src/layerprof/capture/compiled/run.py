@@ -46,54 +46,23 @@ from layerprof.capture.compiled.samples import (
 )
 from layerprof.capture.compilewatch import CompileWatch
 from layerprof.capture.modules import HookHandles, hookable_modules
-from layerprof.capture.ops.profiler import OpOptions, RawTrace, profiler_kwargs, trace_loader
+from layerprof.capture.ops.profiler import RawTrace, profiler_kwargs, trace_loader
+from layerprof.capture.options import CompileOptions, OpOptions
 from layerprof.capture.quiet import kineto_quiet
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.notes import Note
-from layerprof.sections.compiled import SPLIT_RULES, GraphBreak, Recompile
+from layerprof.sections.compiled import GraphBreak, Recompile
 from layerprof.trace.compiled import BACKWARD_MARK, FORWARD_MARK, ModelPaths, attribute_compiled
 
 if TYPE_CHECKING:
     import torch
 
     from layerprof.capture.flops.counter import FlopCount
-    from layerprof.capture.flops.peaks import GivenPeak
+    from layerprof.capture.options import GivenPeak
     from layerprof.profile import Profile
     from layerprof.records import LayerInfo
 
-__all__ = ["CUDA_GRAPH_MODES", "MODES", "CompileOptions", "CompiledRun"]
-
-#: The inductor modes the compiled view supports, and those it refuses.
-MODES = ("default", "max-autotune-no-cudagraphs")
-CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
-
-
-@dataclass(frozen=True)
-class CompileOptions:
-    """``mode``: inductor's mode; ``dynamic``: ``torch.compile(dynamic=)``;
-    ``split``: how a fused kernel spanning several modules is split
-    (``cost``: by the nodes' FLOPs or elements; ``lca``: all to the modules'
-    common ancestor; ``equal``: evenly)."""
-
-    mode: str = "default"
-    dynamic: bool | None = None
-    split: str = "cost"
-
-    def __post_init__(self) -> None:
-        if self.mode in CUDA_GRAPH_MODES:
-            raise UsageError(
-                f"--compile-mode {self.mode} replays CUDA graphs, which hide each kernel from"
-                " the profiler, so its time cannot be attributed to layers",
-                hint="use --compile-mode max-autotune-no-cudagraphs (or default)",
-            )
-        if self.mode not in MODES:
-            raise UsageError(
-                f"--compile-mode {self.mode!r} is not one of {', '.join(MODES)}",
-            )
-        if self.split not in SPLIT_RULES:
-            raise UsageError(
-                f"--compile-split {self.split!r} is not one of {', '.join(SPLIT_RULES)}"
-            )
+__all__ = ["CompiledRun"]
 
 
 @dataclass(frozen=True)

@@ -135,7 +135,8 @@ def _ops_backward(
     why: str,
 ) -> BackwardProfile:
     """The fallback: autograd nodes from torch.profiler, attributed by sequence number."""
-    from layerprof.capture.ops.profiler import OpOptions, capture_ops
+    from layerprof.capture.ops.profiler import capture_ops
+    from layerprof.capture.options import OpOptions
 
     cap = capture_ops(
         model, args, kwargs, iters=iters, device=device_of(model), options=OpOptions(),

@@ -186,7 +186,8 @@ def _round_figures(
     capture: Callable[..., Any] | None,
 ) -> tuple[float, float, float]:
     """(per-op, range inside, range leak) ns of one profiled run against ``bare``."""
-    from layerprof.capture.ops.profiler import OpOptions, capture_ops
+    from layerprof.capture.ops.profiler import capture_ops
+    from layerprof.capture.options import OpOptions
 
     raw = (capture or capture_ops)(
         model, (x,), None, iters=iters, device=device, options=OpOptions()

@@ -100,7 +100,8 @@ def ops_overhead(
 
 
 def _capture(run: Pass) -> RawTrace:
-    from layerprof.capture.ops.profiler import OpOptions, capture_ops
+    from layerprof.capture.ops.profiler import capture_ops
+    from layerprof.capture.options import OpOptions
 
     opts = run.opts
     return capture_ops(

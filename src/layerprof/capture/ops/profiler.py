@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from layerprof.capture.modules import ForwardWrapper, HookHandles, wrappable_modules
+from layerprof.capture.options import OpOptions
 from layerprof.capture.quiet import kineto_quiet
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.trace.attribution import BACKWARD_NODE, UNATTRIBUTED, layer_peaks
@@ -57,44 +58,11 @@ if TYPE_CHECKING:
     from layerprof.profile import Profile
     from layerprof.records import Meta
 
-__all__ = ["BACKWARD_NODE", "UNATTRIBUTED", "OpOptions", "RawTrace", "capture_ops"]
+__all__ = ["BACKWARD_NODE", "UNATTRIBUTED", "RawTrace", "capture_ops"]
 HOST_ACTIVITIES = frozenset({CPU_OP, USER_ANNOTATION, CUDA_RUNTIME, CUDA_DRIVER})
 DEVICE_ACTIVITIES = frozenset(
     {KERNEL_CATEGORY, GPU_MEMCPY, GPU_MEMSET, "Kernel", "Memcpy", "Memset"}
 )
-
-
-@dataclass(frozen=True)
-class OpOptions:
-    """What ``torch.profiler`` records besides op names and times.
-
-    ``record_shapes``: input shapes per op (and group-by-shape tables);
-    ``profile_memory``: allocator events; ``with_stack``: Python stacks in the
-    trace; ``with_flops``: FLOP estimates of matmul/conv ops in the trace;
-    ``schedule``: ``(wait, warmup, active, repeat)`` as for
-    ``torch.profiler.schedule``: only active steps are recorded.
-    """
-
-    record_shapes: bool = False
-    profile_memory: bool = False
-    with_stack: bool = False
-    with_flops: bool = False
-    schedule: tuple[int, int, int, int] | None = None
-
-    def meta(self) -> dict[str, Any]:
-        """What a profile's meta records about ops mode (``meta.extra["ops"]``): the
-        options that were on, and the schedule as ``{wait, warmup, active, repeat}``."""
-        on = [
-            k
-            for k in ("record_shapes", "profile_memory", "with_stack", "with_flops")
-            if getattr(self, k)
-        ]
-        out: dict[str, Any] = {"options": on}
-        if self.schedule is not None:
-            out["schedule"] = dict(
-                zip(("wait", "warmup", "active", "repeat"), self.schedule, strict=True)
-            )
-        return {"ops": out}
 
 
 @dataclass

@@ -48,7 +48,7 @@ class ScriptedMode(AsGiven):
 
 def _scripted(run: Pass) -> Profile:
     """Rows off the profiled trace, its recording cost removed (layerprof.capture.ops.cost)."""
-    from layerprof.capture.ops.profiler import OpOptions
+    from layerprof.capture.options import OpOptions
     from layerprof.capture.scripted.profiler import export_capture, script_capture
 
     opts, base = run.opts, run.base

@@ -47,13 +47,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from layerprof.capture.device import device_of
-from layerprof.capture.ops.profiler import (
-    OpOptions,
-    RawTrace,
-    capture_ops,
-    range_api,
-    trace_loader,
-)
+from layerprof.capture.ops.profiler import RawTrace, capture_ops, range_api, trace_loader
+from layerprof.capture.options import OpOptions
 from layerprof.capture.quiet import kineto_quiet
 from layerprof.errors import ModelRunError
 from layerprof.notes import Note
