@@ -17,8 +17,8 @@ from layerprof.capture.hooks.backward import (
     nest_intervals,
     profile_backward,
 )
-from layerprof.capture.hooks.layertimes import build_samples
-from layerprof.capture.hooks.nodes import _Call
+from layerprof.capture.recording.layertimes import build_samples
+from layerprof.capture.recording.nodes import _Call
 from layerprof.capture.step import default_loss
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.load.demo import SmallCNN, TinyTransformer

@@ -8,7 +8,7 @@ import torch
 from rich.console import Console
 
 from layerprof.capture.clocks import FakeClock
-from layerprof.capture.hooks.recorder import Recorder
+from layerprof.capture.recording.recorder import Recorder
 from layerprof.records import Meta
 from layerprof.render.console.ranks import print_layers_across_ranks
 from layerprof.trace.ranks import merge_profiles

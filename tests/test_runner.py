@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 import layerprof
-from layerprof.capture.hooks.recorder import calibrate
 from layerprof.capture.options import RunOptions
+from layerprof.capture.recording.recorder import calibrate
 from layerprof.capture.runner import profile_model
 from layerprof.errors import ModelRunError
 from layerprof.profile import Profile

@@ -17,7 +17,7 @@ from torch import nn
 
 import layerprof
 from layerprof.capture.clocks import FakeClock
-from layerprof.capture.hooks.loop import StepMarks, StepSchedule, partition
+from layerprof.capture.recording.loop import StepMarks, StepSchedule, partition
 from layerprof.errors import UsageError
 from layerprof.profile import Profile
 from layerprof.sections.loop import STEP_PARTS

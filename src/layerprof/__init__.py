@@ -33,9 +33,9 @@ if TYPE_CHECKING:
     import torch
 
     from layerprof.analysis.diff import Diff, diff
-    from layerprof.capture.hooks.loop import StepSchedule
-    from layerprof.capture.hooks.recorder import Recorder
     from layerprof.capture.options import CompileOptions, OpOptions
+    from layerprof.capture.recording.loop import StepSchedule
+    from layerprof.capture.recording.recorder import Recorder
     from layerprof.profile import Profile, Run
 
 
@@ -61,11 +61,11 @@ def __getattr__(name: str) -> Any:
 
         value = Diff if name == "Diff" else diff
     elif name == "Recorder":
-        from layerprof.capture.hooks.recorder import Recorder
+        from layerprof.capture.recording.recorder import Recorder
 
         value = Recorder
     elif name == "StepSchedule":
-        from layerprof.capture.hooks.loop import StepSchedule
+        from layerprof.capture.recording.loop import StepSchedule
 
         value = StepSchedule
     else:

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 from layerprof.capture.calls import guarded
 from layerprof.capture.clocks import synchronizer
 from layerprof.capture.fastpath import check_passes, watch_clean_path
-from layerprof.capture.hooks.recorder import ShapeCapture, layer_infos
 from layerprof.capture.modules import hookable_modules
+from layerprof.capture.recording.recorder import ShapeCapture, layer_infos
 from layerprof.notes import Note
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """Backward time per layer: autograd graph-node hooks (hooks mode) or autograd ops (ops mode).
 
 Hooks mode (``profile_backward``): graph-node marks
-(layerprof.capture.hooks.nodes: each module call's range of autograd sequence
+(layerprof.capture.recording.nodes: each module call's range of autograd sequence
 numbers, and a pre- and post-hook on every graph node made inside it), walked
 from the loss before each ``backward()``. A call that created no graph node
 (``nn.Identity``, a layer no gradient reaches) has a backward time of zero. Gradient accumulation into
@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING, Any
 
 from layerprof.capture.clocks import Clock, HostClock, synchronizer
 from layerprof.capture.device import device_of
-from layerprof.capture.hooks import nodes
-from layerprof.capture.hooks.layertimes import build_samples
-from layerprof.capture.hooks.nodes import NodeHooksUnavailable, NodeMarks, nest_intervals
+from layerprof.capture.recording import nodes
+from layerprof.capture.recording.layertimes import build_samples
+from layerprof.capture.recording.nodes import NodeHooksUnavailable, NodeMarks, nest_intervals
 from layerprof.capture.step import LossFn, backward_state, backward_step
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.notes import Note
@@ -51,7 +51,7 @@ __all__ = [
 
 BackwardTimes = dict[str, tuple[tuple[int, ...], tuple[int, ...]]]
 
-#: torch's sequence counter (layerprof.capture.hooks.nodes); a name here so tests can
+#: torch's sequence counter (layerprof.capture.recording.nodes); a name here so tests can
 #: make it unavailable
 next_sequence_nr = nodes.next_sequence_nr
 

@@ -7,7 +7,7 @@ it returns - the design HF accelerate uses (``add_hook_to_module``), measured
 by ``benchmarks/overhead.py`` at a fraction of what ``__call__`` hooks cost:
 a module with no hooks keeps ``nn.Module.__call__``'s fast path. Everything
 else (nesting, iterations, self times, the overhead correction) happens
-after the run, vectorized (``layerprof.capture.hooks.layertimes``).
+after the run, vectorized (``layerprof.capture.recording.layertimes``).
 
 What other code sees while a Recorder is attached, and why (tested in
 tests/test_recorder_wrappers.py; docs/definitions.md says the same):
@@ -42,7 +42,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from layerprof.capture.clocks import Clock, CudaEventClock, HostClock, synchronizer
-from layerprof.capture.hooks.layertimes import (
+from layerprof.capture.modules import (
+    ForwardWrapper,
+    HookHandles,
+    visible_modules,
+    wrappable_modules,
+)
+from layerprof.capture.recording.layertimes import (
     EXIT,
     RAISED,
     SKIP,
@@ -53,14 +59,8 @@ from layerprof.capture.hooks.layertimes import (
     is_entry,
     parse_events,
 )
-from layerprof.capture.hooks.loop import PhaseMarks, StepMarks, StepSchedule, loop_samples
-from layerprof.capture.hooks.nodes import NodeHooksUnavailable, NodeMarks
-from layerprof.capture.modules import (
-    ForwardWrapper,
-    HookHandles,
-    visible_modules,
-    wrappable_modules,
-)
+from layerprof.capture.recording.loop import PhaseMarks, StepMarks, StepSchedule, loop_samples
+from layerprof.capture.recording.nodes import NodeHooksUnavailable, NodeMarks
 from layerprof.capture.shapes import describe_inputs, inputs_tree, shape_tree, tensor_bytes
 from layerprof.errors import UsageError
 from layerprof.notes import Note
@@ -220,10 +220,10 @@ class Recorder:
 
     ``backward=True`` is for a training loop: call ``step()`` once per step.
     Each layer's backward is timed by graph-node marks
-    (layerprof.capture.hooks.nodes; on CUDA with CUDA events, resolved once per
+    (layerprof.capture.recording.nodes; on CUDA with CUDA events, resolved once per
     step), each forward's graph is hooked right after the forward, and each
     step is split into data wait, forward, backward, optimizer and rest
-    (layerprof.capture.hooks.loop); ``schedule`` picks the steps that count.
+    (layerprof.capture.recording.loop); ``schedule`` picks the steps that count.
     A DDP/FSDP wrapper is unwrapped: the layers are the user's model's.
     """
 

@@ -182,7 +182,7 @@ def loop_samples(
     """
     import numpy as np
 
-    from layerprof.capture.hooks.layertimes import build_samples
+    from layerprof.capture.recording.layertimes import build_samples
 
     if not steps:
         raise UsageError(
