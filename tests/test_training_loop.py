@@ -550,10 +550,10 @@ def known_profile(steps: int = 3) -> Profile:
 def test_console_shows_the_steps_table() -> None:
     from rich.console import Console
 
-    from layerprof.render.console import print_profile
+    from layerprof.render.console import print_report
 
     console = Console(record=True, width=120)
-    print_profile(known_profile(), console=console)
+    print_report(known_profile(), console)
     text = console.export_text()
     assert "training steps (ms" in text
     for header in ("Data wait", "Forward", "Backward", "Optimizer", "Rest", "Total"):
