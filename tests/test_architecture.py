@@ -41,6 +41,7 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("layerprof.cli", 10),
     ("layerprof.sweepcmd", 10),
     ("layerprof.__main__", 10),
+    ("layerprof.integrations", 10),  # framework callbacks on the Recorder
     ("layerprof", 10),  # the package's __init__: the public API
 )
 
