@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compile_overhead import TinyLM  # the model of the overhead figure
 
 import layerprof
-from layerprof.capture.compiled.run import CompileOptions
+from layerprof.capture.options import CompileOptions
 from layerprof.profile import Profile
 from layerprof.sections.compiled import BUCKET_ROWS
 

@@ -30,7 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from layerprof.capture.compiled.run import CompiledRun, CompileOptions
+from layerprof.capture.compiled.run import CompiledRun
+from layerprof.capture.options import CompileOptions
 
 
 class Block(nn.Module):

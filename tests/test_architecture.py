@@ -3,8 +3,10 @@
 Every import of a layerprof module (top-level or inside a function) must go
 down the layers: the pivot imports no source, analysis or renderer; trace/
 never imports torch-side capture or load code; renderers read the pivot and
-the analyses, never capture objects or trace internals. There are no import
-cycles between modules, and the library never prints (only the CLI does).
+the analyses, never capture objects or trace internals; the console and the HTML
+renderer never import each other. There are no import cycles between modules,
+nor between the parts (submodules and subpackages) of any package, and the
+library never prints (only the CLI does).
 """
 
 from __future__ import annotations
@@ -25,6 +27,11 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("layerprof.reading", 0),
     ("layerprof.machine", 0),
     ("layerprof.version", 0),
+    ("layerprof.traceformat", 0),
+    (
+        "layerprof.notes",
+        0,
+    ),  # the Note value: imports nothing of layerprof  # names of the trace format: imports nothing of layerprof
     ("layerprof.stats", 1),
     ("layerprof.records", 2),
     ("layerprof.sections", 2),
@@ -38,8 +45,7 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("layerprof.render", 8),
     ("layerprof.sources", 9),
     ("layerprof.outputs", 9),
-    ("layerprof.cli", 10),
-    ("layerprof.sweepcmd", 10),
+    ("layerprof.cli", 10),  # the package: a command module, options, emission
     ("layerprof.__main__", 10),
     ("layerprof.integrations", 10),  # framework callbacks on the Recorder
     ("layerprof", 10),  # the package's __init__: the public API
@@ -55,6 +61,9 @@ FORBIDDEN: tuple[tuple[str, str], ...] = (
     ("layerprof.render", "layerprof.capture"),
     ("layerprof.render", "layerprof.load"),
     ("layerprof.render", "layerprof.trace"),
+    # two renderers side by side: what both need lives below them (sections/, records)
+    ("layerprof.render.console", "layerprof.render.html"),
+    ("layerprof.render.html", "layerprof.render.console"),
 )
 
 
@@ -132,34 +141,94 @@ def test_the_runner_reaches_the_modes_only_through_their_protocol() -> None:
         assert f"layerprof.capture.{m}.mode" in ALL_EDGES["layerprof.capture.modes"]
 
 
-def test_no_import_cycles() -> None:
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One circle of ``graph`` (its nodes, the first repeated at the end), or None."""
     state: dict[str, int] = {}
     stack: list[str] = []
 
-    def visit(node: str) -> None:
+    def visit(node: str) -> list[str] | None:
         state[node] = 1
         stack.append(node)
-        for dep in sorted(ALL_EDGES.get(node, ())):
-            if dep not in MODULES or dep == "layerprof":
-                continue
+        for dep in sorted(graph.get(node, ())):
             if state.get(dep) == 1:
-                cycle = [*stack[stack.index(dep) :], dep]
-                raise AssertionError("import cycle: " + " -> ".join(cycle))
-            if dep not in state:
-                visit(dep)
+                return [*stack[stack.index(dep) :], dep]
+            if dep not in state and (found := visit(dep)) is not None:
+                return found
         stack.pop()
         state[node] = 2
+        return None
 
-    for name in sorted(MODULES):
-        if name not in state and name != "layerprof":
-            visit(name)
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)) is not None:
+            return found
+    return None
+
+
+def test_no_import_cycles() -> None:
+    # the package's __init__ imports the public API from everywhere: leave it out
+    graph = {
+        name: {d for d in deps if d in MODULES and d != "layerprof"}
+        for name, deps in ALL_EDGES.items()
+        if name != "layerprof"
+    }
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or ())
+
+
+PACKAGES = sorted(name for name, path in MODULES.items() if path.name == "__init__.py")
+
+
+def _part(package: str, module: str) -> str | None:
+    """The submodule or subpackage of ``package`` that ``module`` lies in (None: outside)."""
+    if not module.startswith(package + "."):
+        return None
+    return f"{package}.{module[len(package) + 1 :].split('.')[0]}"
+
+
+def parts_graph(package: str, edges: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Which parts of ``package`` import which other parts (through any of their modules)."""
+    graph: dict[str, set[str]] = {}
+    for name, deps in edges.items():
+        here = _part(package, name)
+        if here is None:
+            continue
+        there = {p for d in deps if (p := _part(package, d)) is not None and p != here}
+        graph.setdefault(here, set()).update(there)
+    return graph
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_import_cycles_between_the_parts_of_a_package(package: str) -> None:
+    """Two subpackages (or a subpackage and a module) of one package that import each
+    other, even through different modules, cannot be read or moved apart."""
+    cycle = find_cycle(parts_graph(package, ALL_EDGES))
+    assert cycle is None, f"import cycle inside {package}: " + " -> ".join(cycle or ())
+
+
+def test_the_cycle_checks_find_a_circle() -> None:
+    """The checks above can fail: a circle between modules, and one between two parts of
+    a package that no two modules close (a.x -> b.y, b.z -> a.w)."""
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+    edges = {"p.a.x": {"p.b.y"}, "p.b.z": {"p.a.w"}, "p.a.w": set(), "p.b.y": set()}
+    assert find_cycle(edges) is None  # no module circle...
+    assert find_cycle(parts_graph("p", edges)) == ["p.a", "p.b", "p.a"]  # ...but a package one
+
+
+def test_only_the_entry_point_imports_the_cli() -> None:
+    """The command line is the top: no library module depends on it."""
+    for name, deps in ALL_EDGES.items():
+        if name.startswith("layerprof.cli") or name == "layerprof.__main__":
+            continue
+        bad = sorted(d for d in deps if d == "layerprof.cli" or d.startswith("layerprof.cli."))
+        assert not bad, f"{name} imports the command line: {bad}"
 
 
 def test_the_library_never_prints() -> None:
     """Only the CLI writes to the terminal (and the console renderer, which is asked to)."""
-    allowed = {"layerprof.cli", "layerprof.outputs", "layerprof.capture.progress"}
+    allowed = {"layerprof.outputs", "layerprof.capture.progress"}
     for name, path in MODULES.items():
-        if name in allowed or name.startswith("layerprof.render"):
+        if name in allowed or name.startswith(("layerprof.cli", "layerprof.render")):
             continue
         tree = ast.parse(path.read_text())
         calls = [
@@ -168,3 +237,37 @@ def test_the_library_never_prints() -> None:
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "print"
         ]
         assert not calls, f"{name} prints (lines {calls})"
+
+
+def test_the_public_api_is_what_the_docs_list() -> None:
+    """``layerprof.__all__`` and the table of docs/python-api.md name the same things:
+    a public name is documented, and a documented name is public."""
+    tree = ast.parse((SRC / "__init__.py").read_text())
+    (listed,) = [
+        ast.literal_eval(n.value)
+        for n in tree.body
+        if isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in n.targets)
+    ]
+    doc = (SRC.parents[1] / "docs" / "python-api.md").read_text()
+    table = doc.split("## The public API", 1)[1].split("\n## ", 1)[0]
+    rows = [ln.split("|")[1].strip() for ln in table.splitlines() if ln.startswith("| `")]
+    assert sorted(r.strip("`") for r in rows) == sorted(listed)
+    public = [n for n in listed if not n.startswith("__")]
+    assert all(hasattr(__import__("layerprof"), n) for n in public)
+
+
+def test_trace_and_sections_never_import_torch() -> None:
+    """The trace engine and the value objects run without torch (``analyze``, the
+    torch-free CI): no import of it anywhere in them, inside functions included."""
+    for name, path in MODULES.items():
+        if not name.startswith(("layerprof.trace", "layerprof.sections")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                found = [node.module or ""]
+            else:
+                continue
+            torch = [f for f in found if f == "torch" or f.startswith("torch.")]
+            assert not torch, f"{name} imports {torch} (line {node.lineno})"

@@ -14,11 +14,11 @@ from layerprof.capture.hooks.backward import (
     BackwardProfile,
     NodeHooksUnavailable,
     NodeMarks,
-    _Call,
     nest_intervals,
     profile_backward,
 )
-from layerprof.capture.hooks.layertimes import build_samples
+from layerprof.capture.recording.layertimes import build_samples
+from layerprof.capture.recording.nodes import _Call
 from layerprof.capture.step import default_loss
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.load.demo import SmallCNN, TinyTransformer
@@ -64,7 +64,7 @@ def assert_untouched(model: nn.Module, grads: dict[str, Any] | None = None) -> N
 def node_hook_times(model: nn.Module, x: Any, iters: int = 2, **kw: Any) -> Times:
     result = profile_backward(model, (x,), None, iters=iters, loss=kw.pop("loss", None), **kw)
     assert result.method == "node-hooks"
-    assert result.notes and "graph-node hooks" in result.notes[0]
+    assert [(n.kind, n.data["method"]) for n in result.notes] == [("backward-method", "node-hooks")]
     return result.times
 
 
@@ -277,7 +277,9 @@ def test_falls_back_to_ops_mode_and_says_so(monkeypatch: pytest.MonkeyPatch) -> 
     model = ResNetish()
     result = profile_backward(model, (torch.randn(2, 3, 16, 16),), None, iters=2, loss=None)
     assert isinstance(result, BackwardProfile) and result.method == "ops"
-    assert "ops mode" in result.notes[0] and "torch 1.13 has no graph-node hooks" in result.notes[0]
+    (note,) = result.notes
+    assert note.kind == "backward-method" and note.data["method"] == "ops"
+    assert "torch 1.13 has no graph-node hooks" in note.data["why"]
     assert layers_with_params(model) <= set(result.times)
     assert_invariant(result.times, 2)
     assert_untouched(model)

@@ -51,7 +51,8 @@ def test_profile_1_from_ops_mode_with_backward_loads() -> None:
 
 def test_trace_1_documents_load_as_runs() -> None:
     cpu = codec.run_from_dict(old("a_cpu"), source="a_cpu.json")
-    assert len(cpu.ranks) == 1 and cpu.notes and "trace/1" in cpu.notes[0]
+    assert len(cpu.ranks) == 1 and [n.kind for n in cpu.notes] == ["legacy-trace"]
+    assert cpu.notes[0].data == {"source": "a_cpu.json"}
     rank = cpu.rank()
     assert rank.steps is not None and rank.latency_ns is not None
     assert rank.layers and rank.ops

@@ -22,11 +22,17 @@ from torch import nn
 
 import layerprof
 from layerprof.analysis.diagnose import diagnose
-from layerprof.capture.compiled.attribution import CALL_PREFIX, FORWARD_MARK
-from layerprof.capture.compiled.run import CompileOptions
+from layerprof.capture.options import CompileOptions
 from layerprof.cli import main
 from layerprof.profile import Profile
 from layerprof.sections.compiled import BUCKET_ROWS, OUTSIDE_ROW, OVERHEAD_ROW, Recompile
+from layerprof.trace.compiled import (
+    ALLOCATIONS,
+    CACHE_LOOKUP,
+    CALL_PREFIX,
+    FORWARD_MARK,
+    REGION_PREFIXES,
+)
 from tests.real_models import BasicBlock, TinyGPT
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -159,9 +165,52 @@ def test_rows_and_buckets_add_up_to_each_forward(gpt_run: tuple[TinyGPT, Profile
     c = profile.compiled
     assert c is not None
     cov = c.coverage
-    assert cov.forward_ns == cov.attributed_ns + cov.overhead_ns + cov.outside_ns
     mean_rows = sum(profile.samples[p].self_ns.mean for p in leaves)
     assert abs(mean_rows - cov.forward_ns) <= 1 + 1e-6 * cov.forward_ns
+
+
+def test_coverage_is_the_trace_events_durations(gpt_run: tuple[TinyGPT, Profile]) -> None:
+    """Each coverage part, from the exported events apart from the attribution: the
+    forward mark's duration; the kernels (the compiled call's direct children, less
+    allocations); the outermost compiled regions and cache lookups (kernels and
+    overhead); the rest of the window (outside)."""
+    _, profile = gpt_run
+    parts: dict[str, list[int]] = defaultdict(list)
+    for window in forward_windows(profile):
+        calls = [e for e in window if e["name"].startswith(CALL_PREFIX)]
+        kernels = [
+            e for e in window
+            if e not in calls and e["name"] not in ALLOCATIONS
+            and any(c["ts"] <= e["ts"] and e["ts"] + e["dur"] <= c["ts"] + c["dur"] for c in calls)
+            and _depth_below(e, calls, window) == 1
+        ]  # fmt: skip
+        compiled = [
+            e for e in window
+            if e["name"].startswith(REGION_PREFIXES) or e["name"] == CACHE_LOOKUP
+        ]  # fmt: skip
+        outermost = [
+            e for e in compiled
+            if not any(o is not e and o["name"].startswith(REGION_PREFIXES)
+                       and o["ts"] <= e["ts"] and e["ts"] + e["dur"] <= o["ts"] + o["dur"]
+                       for o in compiled)
+        ]  # fmt: skip
+        forward = round(window[0]["dur"] * 1000)
+        regions = sum(round(e["dur"] * 1000) for e in outermost)
+        attributed = sum(round(e["dur"] * 1000) for e in kernels)
+        parts["forward"].append(forward)
+        parts["attributed"].append(attributed)
+        parts["overhead"].append(regions - attributed)
+        parts["outside"].append(forward - regions)
+    c = gpt_run[1].compiled
+    assert c is not None
+    expected = {k: sum(v) / len(v) for k, v in parts.items()}
+    cov = c.coverage
+    got = {"forward": cov.forward_ns, "attributed": cov.attributed_ns,
+           "overhead": cov.overhead_ns, "outside": cov.outside_ns}  # fmt: skip
+    slack = 2 + 1e-5 * expected["forward"]  # µs text rounded to ns, means rounded
+    assert expected["outside"] > 0 and expected["overhead"] > 0
+    for key, ns in expected.items():
+        assert abs(got[key] - ns) <= slack, (key, got[key], ns)
 
 
 def test_rows_are_module_paths_or_buckets(gpt_run: tuple[TinyGPT, Profile]) -> None:
@@ -234,7 +283,8 @@ def test_an_already_compiled_model_is_compiled_again(gpt_run: tuple[TinyGPT, Pro
     profile = run(user, ids())
     c = profile.compiled
     assert c is not None and c.recompiled and c.regions == ("",)
-    assert any("already compiled" in n and "provenance" in n for n in profile.notes)
+    (again,) = [n for n in profile.notes if n.kind == "recompiled-for-attribution"]
+    assert again.data["regions"] == ("",)
     assert profile.meta.model == "TinyGPT"
     assert user._orig_mod is model and model._compiled_call_impl is None
 
@@ -502,7 +552,7 @@ def test_backward_kernels_go_to_the_forward_layers() -> None:
     options = {"compile": CompileOptions(dynamic=True, split="equal")}
     assert share_on_a_quiet_run(model, (x,), profile, backward=True, **options) > 0.5
     # this torch's backward mapping passes the trust check (compiled_section.backward_problem)
-    assert not [n for n in profile.notes if n.startswith("backward:")]
+    assert not [n for n in profile.notes if n.kind == "backward-not-split"]
     # the backward pass turns autograd on, which fails a guard: that recompile is ours,
     # and the findings say so instead of telling the user to fix their shapes
     titles = [f.title for f in diagnose(profile)]

@@ -11,7 +11,6 @@ import pytest
 from rich.console import Console
 
 from layerprof.analysis.diagnose import diagnose
-from layerprof.capture.compiled.attribution import attribute
 from layerprof.capture.compiled.samples import (
     RunFacts,
     bucket_infos,
@@ -21,8 +20,9 @@ from layerprof.capture.compiled.samples import (
 from layerprof.errors import ProfileFormatError
 from layerprof.profile import Profile
 from layerprof.records import LayerInfo, Meta
-from layerprof.render.console import print_profile
+from layerprof.render.console.profile import print_profile
 from layerprof.sections.compiled import GraphBreak, Recompile
+from layerprof.trace.compiled import attribute_compiled
 from tests.golden_files import check_golden
 from tests.test_compiled_attribution import PATHS, TYPES, cpu_forward, record, tables
 
@@ -33,7 +33,7 @@ def compiled_profile(scale: int = 1, **facts: Any) -> Profile:
         {**e, "ts": e["ts"] * scale, "dur": e["dur"] * scale}
         for e in cpu_forward(1000) + cpu_forward(2000)
     ]
-    att = attribute(tables(events), [record()], PATHS)
+    att = attribute_compiled(tables(events), [record()], PATHS)
     infos = [LayerInfo(path="", type="Net", parent=None)]
     infos += [
         LayerInfo(path=p, type=t, parent=p.rsplit(".", 1)[0] if "." in p else "")

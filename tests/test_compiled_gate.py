@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from layerprof.capture.compiled import gate as compiled_gate
-from layerprof.capture.compiled.attribution import CALL_PREFIX, REGION_PREFIXES
 from layerprof.errors import UsageError
+from layerprof.trace.compiled import CALL_PREFIX, REGION_PREFIXES
 
 TORCH = Path(torch.__file__).parent
 

@@ -7,6 +7,7 @@ from torch import nn
 
 import layerprof
 from layerprof.capture.compilewatch import CompileWatch, compiled_frames
+from layerprof.notes import Note
 
 
 class Stable(nn.Module):
@@ -31,24 +32,24 @@ class Drifting(Stable):
         return self.fc(x) * self.calls
 
 
-def compile_notes(profile: layerprof.Profile) -> list[str]:
-    return [n for n in profile.notes if n.startswith("torch.compile")]
+def compile_notes(profile: layerprof.Profile) -> list[Note]:
+    return [n for n in profile.notes if n.kind == "recompile"]
 
 
 def test_recompiles_in_the_latency_pass_are_reported() -> None:
     torch._dynamo.reset()
     model = torch.compile(Drifting(), backend="eager")
     prof = layerprof.profile(model, torch.randn(4, 8), warmup=1, iters=3)
-    latency = [n for n in compile_notes(prof) if "timed latency forwards" in n]
-    assert len(latency) == 1
-    assert latency[0].startswith("torch.compile recompiled 3 times during the timed latency")
+    latency = [n for n in compile_notes(prof) if n.data["window"] == "timed latency forwards"]
+    assert [n.data["count"] for n in latency] == [3]
+    assert latency[0].text.startswith("torch.compile recompiled 3 times during the timed latency")
 
 
 def test_stable_compiled_model_has_a_clean_latency_pass() -> None:
     torch._dynamo.reset()
     model = torch.compile(Stable(), backend="eager")
     prof = layerprof.profile(model, torch.randn(4, 8), warmup=2, iters=3)
-    assert not [n for n in compile_notes(prof) if "latency" in n]
+    assert not [n for n in compile_notes(prof) if "latency" in n.data["window"]]
 
 
 def test_eager_model_has_no_compile_notes() -> None:
@@ -66,5 +67,6 @@ def test_window_counts_only_inside() -> None:
     with watch.window("second"):
         fn(torch.ones(3), 2)  # a new shape and constant: a recompile
     assert list(watch.counts) == ["second"] and watch.counts["second"] >= 1
-    assert watch.notes()[0].startswith("torch.compile recompiled")
+    (note,) = watch.notes()
+    assert note.kind == "recompile" and note.data["window"] == "second"
     assert compiled_frames() > 0

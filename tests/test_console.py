@@ -11,9 +11,10 @@ from torch import nn
 
 from layerprof import Recorder
 from layerprof.capture.clocks import FakeClock
+from layerprof.notes import Note
 from layerprof.profile import Profile
 from layerprof.records import Meta, Overhead
-from layerprof.render.console import print_profile
+from layerprof.render.console.profile import print_profile
 from tests import zoo_models as zoo
 from tests.golden_files import check_golden
 
@@ -63,7 +64,7 @@ def test_printed_numbers_add_up() -> None:
 
 
 def test_user_text_is_not_markup() -> None:
-    prof = fake_profile().with_notes("checkpoint [/tmp/x] and [bold]b[/bold]")
+    prof = fake_profile().with_notes(Note("test", "checkpoint [/tmp/x] and [bold]b[/bold]"))
     prof = replace(prof, meta=replace(prof.meta, inputs=("@r/[/x]/b.pt",)))
     buf = io.StringIO()
     print_profile(prof, console=Console(file=buf, width=120, color_system=None))

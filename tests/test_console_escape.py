@@ -22,12 +22,13 @@ from rich.console import Console
 from rich.text import Text
 from torch import nn
 
-from layerprof.capture.ops.profiler import OpOptions
-from layerprof.capture.options import RunOptions
+from layerprof.capture.options import OpOptions, RunOptions
 from layerprof.capture.runner import run_model
 from layerprof.cli import main
-from layerprof.render.console import print_profile
+from layerprof.notes import Note
+from layerprof.render.console.profile import print_profile
 from layerprof.render.terminal import SafeConsole, escape_controls, escaping, make_console
+from layerprof.traceformat import STEP_PREFIX
 
 CLEAR = "\x1b[2J"
 TITLE = "\x1b]0;title\x07"
@@ -73,7 +74,7 @@ def hostile_profile_json(tmp_path: Path, name: str, *, ops: bool = True) -> Path
         warmup=0, iters=2, model_name=f"net {TITLE}{MARKUP}", ops=OpOptions() if ops else None
     )
     profile = run_model(hostile_model(), (torch.randn(2, 4),), {}, opts)
-    profile = profile.with_notes(f"note {CLEAR} {BRACKETS}")
+    profile = profile.with_notes(Note("test", f"note {CLEAR} {BRACKETS}"))
     path = profile.save(tmp_path / name)
     data = json.loads(path.read_text())
     for i, op in enumerate(data.get("ops", [])):
@@ -99,7 +100,7 @@ def hostile_trace(directory: Path, name: str, *, slower: float = 1.0) -> Path:
         t0 = 100.0 + 200 * step
         corr = 10 * step
         events += [
-            span("user_annotation", f"ProfilerStep#{step}", t0, 150 * slower),
+            span("user_annotation", f"{STEP_PREFIX}{step}", t0, 150 * slower),
             span("python_function", f"nn.Module: {BRACKETS}_0", t0 + 5, 100 * slower),
             span("python_function", f"nn.Module: Evil{CLEAR}_0", t0 + 10, 60 * slower),
             span("cpu_op", f"aten::{MARKUP}", t0 + 12, 40 * slower, **{"External id": corr}),

@@ -26,8 +26,8 @@ from layerprof.analysis.diff import diff, fmt_pct
 from layerprof.capture.options import RunOptions
 from layerprof.capture.runner import run_model
 from layerprof.profile import LayerRow, Profile
-from layerprof.records import OpStat
-from layerprof.render.columns import (
+from layerprof.records import OpStat, merge_layers, merge_shapes
+from layerprof.render.console.columns import (
     Col,
     Hide,
     Label,
@@ -37,9 +37,9 @@ from layerprof.render.columns import (
     fit_table,
     print_table,
 )
-from layerprof.render.console import print_profile
-from layerprof.render.diff_console import print_diff
-from layerprof.render.ops_console import flat, merge_shapes, render_ops, sort_ops
+from layerprof.render.console.diff import print_diff
+from layerprof.render.console.ops import render_ops, sort_ops
+from layerprof.render.console.profile import print_profile
 from layerprof.render.terminal import PIPE_WIDTH, make_console
 from layerprof.trace import analyze
 from layerprof.units import fmt_calls, fmt_delta_ms, fmt_ms, unit_for
@@ -257,7 +257,7 @@ def test_trace_report_keeps_numbers(bert_trace: Path, width: int) -> None:
     for row in rows:
         wanted = row_numbers(profile, row, flat=True, largest=largest)
         assert any(all(whole(w, ln) for w in wanted) for ln in lines), (wanted, text)
-    ops = sort_ops(flat(merge_shapes(profile.ops)), "self")[:10]
+    ops = sort_ops(merge_layers(merge_shapes(profile.ops)), "self")[:10]
     unit = unit_for(max(o.total_ns for o in ops))
     for o in ops:
         wanted = [fmt_calls(o.calls), unit.fmt(o.self_ns), unit.fmt(o.total_ns)]

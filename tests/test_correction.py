@@ -16,8 +16,8 @@ import torch
 from torch import nn
 
 from layerprof import Recorder
-from layerprof.capture.hooks.layertimes import Correction
-from layerprof.capture.hooks.recorder import calibrate
+from layerprof.capture.recording.layertimes import Correction
+from layerprof.capture.recording.recorder import calibrate
 
 
 class Leaf(nn.Module):

@@ -33,7 +33,7 @@ from layerprof.analysis.diff import (
 from layerprof.errors import UsageError
 from layerprof.profile import Profile
 from layerprof.records import LayerInfo, LayerSamples, Meta, OpStat
-from layerprof.render.diff_console import print_diff
+from layerprof.render.console.diff import print_diff
 from layerprof.render.markdown import diff_to_markdown
 from layerprof.stats import _u_cdf
 

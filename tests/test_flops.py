@@ -17,6 +17,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import layerprof
 from layerprof.capture.flops.counter import FlopCount, FlopCounter, count_backward, count_flops
 from layerprof.capture.step import backward_state, backward_step
+from layerprof.notes import Note
 from tests.flop_models import (
     Analytic,
     MhaNet,
@@ -463,7 +464,8 @@ def test_a_model_the_counter_cannot_run_keeps_its_timings(monkeypatch: pytest.Mo
     prof = layerprof.profile(nn.Linear(4, 4), torch.randn(2, 4), warmup=0, iters=2)
     assert prof.flops is None and prof.row("").flops is None
     assert prof.row("").calls == 1
-    assert "FLOPs not counted: RuntimeError: this model refuses dispatch modes" in prof.notes
+    error = "RuntimeError: this model refuses dispatch modes"
+    assert Note("flops-not-counted", f"FLOPs not counted: {error}", {"error": error}) in prof.notes
 
 
 # ---- the profiler's per-op estimate (--with-flops) agrees where both count -----------------
@@ -487,7 +489,7 @@ class MatmulConvNet(nn.Module):
 
 
 def test_profiler_estimate_per_op_agrees_with_the_counter_where_both_count() -> None:
-    from layerprof.capture.ops.profiler import OpOptions
+    from layerprof.capture.options import OpOptions
 
     model = MatmulConvNet().eval()
     prof = layerprof.profile(

@@ -29,7 +29,7 @@ import layerprof
 from layerprof.analysis.diff import ALPHA, DRIFT_ALLOWANCE_PCT, Diff, diff
 from layerprof.processes import gather, rest_ratios
 from layerprof.profile import Profile
-from layerprof.render.diff_console import print_diff
+from layerprof.render.console.diff import print_diff
 from layerprof.render.markdown import diff_to_markdown
 from layerprof.stats import paired_t_test, t_quantile, t_two_sided_p, welch_t_test
 from tests.test_diff import Sleep, infos, mlp, synth, true_means

@@ -23,10 +23,11 @@ import pytest
 import torch
 from torch import nn
 
-from layerprof.capture.ops.profiler import OpOptions, exported_trace
-from layerprof.capture.options import RunOptions
+from layerprof.capture.ops.profiler import exported_trace
+from layerprof.capture.options import OpOptions, RunOptions
 from layerprof.capture.runner import run_model
 from layerprof.cli import main
+from layerprof.notes import Note
 from layerprof.render.stacks import folded_lines
 from layerprof.render.table import profile_to_csv
 from layerprof.render.terminal import CUT_MARK, MAX_SHOWN, escape_controls
@@ -43,7 +44,7 @@ def saved_profile(tmp_path: Path, name: str = "p.json", *, ops: bool = True) -> 
     torch.manual_seed(0)
     opts = RunOptions(warmup=1, iters=3, model_name="net", ops=OpOptions() if ops else None)
     profile = run_model(newline_names(), (torch.randn(2, 4),), {}, opts)
-    return profile.with_notes("a note").save(tmp_path / name)
+    return profile.with_notes(Note("test", "a note")).save(tmp_path / name)
 
 
 def poisoned(doc: Any, marks: list[str], skip: set[str], path: tuple[str, ...] = ()) -> Any:

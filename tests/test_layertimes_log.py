@@ -13,8 +13,8 @@ from torch import nn
 
 from layerprof import Recorder
 from layerprof.capture.clocks import FakeClock
-from layerprof.capture.hooks import recorder as recorder_module
-from layerprof.capture.hooks.layertimes import EXIT, RAISED, SKIP, complete_prefix, parse_events
+from layerprof.capture.recording import recorder as recorder_module
+from layerprof.capture.recording.layertimes import EXIT, RAISED, SKIP, complete_prefix, parse_events
 from tests import zoo_models as zoo
 
 

@@ -115,7 +115,8 @@ def test_worker_that_always_dies_names_its_rank(rank_dir: Path) -> None:
 def test_partial_merges_the_others_and_names_the_dead_rank(rank_dir: Path) -> None:
     run = analyze(rank_dir, executor=_Killing(KillAlways, "rank-5."), partial=True)
     assert [p.rank for p in run.ranks] == [0, 1, 2, 3, 4, 6, 7]
-    assert any("merged 7 of 8 traces (--partial); 1 failed" in n for n in run.notes)
+    merged = {"merged": 7, "traces": 8, "failed": 1}
+    assert any(n.kind == "partial-merge" and n.data == merged for n in run.notes)
     assert len(run.failed) == 1
     assert "trace.rank-5.json.gz: its worker process died" in run.failed[0]
     doc = codec.to_dict(run)
@@ -312,7 +313,7 @@ def test_no_worker_process_can_start(
     for _ in range(2):  # a reused executor says it once per run
         run = analyze(rank_dir, executor=executor)
         assert {**codec.to_dict(run, samples=True), "notes": []} == serial_doc
-        assert run.notes == (note,)
+        assert [(n.kind, n.text) for n in run.notes] == [("no-worker-processes", note)]
 
 
 @pytest.mark.parametrize("executor", ["processes=2", None])

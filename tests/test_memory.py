@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from layerprof.capture.memory.allocator import peak_memory
+from layerprof.traceformat import LAYER_RANGE
 
 
 class FakeAllocator:
@@ -115,7 +116,7 @@ def test_cuda_peak_memory_per_layer() -> None:
 
 def test_ops_mode_profile_memory_gives_peaks_on_cpu() -> None:
     import layerprof
-    from layerprof.capture.ops.profiler import OpOptions
+    from layerprof.capture.options import OpOptions
 
     model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 8))
     prof = layerprof.profile(
@@ -139,8 +140,8 @@ def test_layer_peaks_from_events() -> None:
         return {"ph": "i", "name": "[memory]", "pid": 1, "tid": tid, "ts": ts, "args": args}
 
     events = [
-        span("layer:", 1000, 100),
-        span("layer:a", 1010, 30),
+        span(LAYER_RANGE, 1000, 100),
+        span(LAYER_RANGE + "a", 1010, 30),
         alloc(1, 1005, 1000),  # before a: the root's own
         alloc(1, 1015, 300),
         alloc(1, 1020, -300),

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 import layerprof
-from layerprof.capture.hooks import recorder as recorder_module
+from layerprof.capture.recording import recorder as recorder_module
 from layerprof.profile import Profile
 
 LAYERS = 40

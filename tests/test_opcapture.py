@@ -13,19 +13,16 @@ from rich.console import Console
 from torch import nn
 
 from layerprof.capture.ops import profiler as opcapture
-from layerprof.capture.ops.profiler import (
-    UNATTRIBUTED,
-    OpOptions,
-    capture_ops,
-    profile_from_capture,
-)
+from layerprof.capture.ops.profiler import UNATTRIBUTED, capture_ops, profile_from_capture
+from layerprof.capture.options import OpOptions
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.load.demo import SmallCNN, TinyTransformer
 from layerprof.profile import Profile
-from layerprof.records import OpStat
-from layerprof.render.ops_console import flat, render_ops
+from layerprof.records import OpStat, merge_layers
+from layerprof.render.console.ops import render_ops
 from layerprof.trace.kineto import tables_from_documents
 from layerprof.trace.reduce import reduce
+from layerprof.traceformat import STEP_PREFIX
 from tests import zoo_models as zoo
 
 
@@ -134,7 +131,7 @@ def test_layer_samples_keep_the_tree_invariant(
 
 def test_flat_ops_like_key_averages(transformer_capture: tuple[nn.Module, Profile]) -> None:
     _, cap = transformer_capture
-    merged = {o.name: o for o in flat([o for o in cap.ops if o.phase == "forward"])}
+    merged = {o.name: o for o in merge_layers([o for o in cap.ops if o.phase == "forward"])}
     per_layer_addmm = [o for o in cap.ops if o.name == "aten::addmm"]
     assert merged["aten::addmm"].calls == sum(o.calls for o in per_layer_addmm) == 5
     assert all(o.layer is None and o.input_shapes is None for o in merged.values())
@@ -164,7 +161,7 @@ def test_record_shapes_groups_by_shape() -> None:
     cap = capture(
         nn.Sequential(nn.Linear(4, 6)), torch.randn(3, 4), options=OpOptions(record_shapes=True)
     )
-    addmm = [o for o in flat(cap.ops) if o.name == "aten::addmm"]
+    addmm = [o for o in merge_layers(cap.ops) if o.name == "aten::addmm"]
     assert addmm and addmm[0].input_shapes is not None and "[3, 4]" in addmm[0].input_shapes
 
 
@@ -270,7 +267,7 @@ def test_device_times_attributed_by_correlation() -> None:
     their op by External id when the launch call is missing."""
     doc = {
         "traceEvents": [
-            _span("user_annotation", "ProfilerStep#1", 0, 1000),
+            _span("user_annotation", f"{STEP_PREFIX}1", 0, 1000),
             _span("cpu_op", "layer:", 0, 1000),
             _span("cpu_op", "layer:fc", 100, 800),
             _span("cpu_op", "aten::linear", 200, 600, **{"External id": 7}),

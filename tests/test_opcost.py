@@ -63,7 +63,9 @@ def test_calibration_is_non_negative() -> None:
     c = calibrate_ops("cpu", iters=5)
     assert c.per_op_ns > 0
     assert c.range_inside_ns >= 0 and c.range_leak_ns >= 0
-    assert "per recorded operator" in c.note()
+    note = c.note()
+    assert note.kind == "ops-cost" and note.data["per_op_ns"] == c.per_op_ns
+    assert "per recorded operator" in note.text
 
 
 def test_ops_run_corrects_says_so_and_adds_up() -> None:
@@ -72,11 +74,11 @@ def test_ops_run_corrects_says_so_and_adds_up() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
     x = torch.randn(2, 8)
     prof = layerprof.profile(model, x, warmup=0, iters=3, ops=True)
-    assert any("recording cost was measured" in n for n in prof.notes)
+    assert any(n.kind == "ops-cost" and n.data["corrected"] for n in prof.notes)
     for root in prof.tree():
         root.self_check(tolerance_ns=1)
     plain = layerprof.profile(model, x, warmup=0, iters=3, ops=True, correct_overhead=False)
-    assert any("(not corrected)" in n for n in plain.notes)
+    assert any(n.kind == "ops-cost" and not n.data["corrected"] for n in plain.notes)
 
 
 def test_ops_run_records_its_calibrated_cost(tmp_path: Path) -> None:

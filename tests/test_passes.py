@@ -20,7 +20,7 @@ from layerprof.capture.fastpath import watch_clean_path
 from layerprof.cli import main
 from layerprof.profile import Profile
 from layerprof.records import LayerInfo, LayerSamples, Meta, Overhead
-from layerprof.render.console import header_lines
+from layerprof.render.console.profile import header_lines
 from tests.real_models import MHA, ListEncoder
 from tests.timing_models import SlowFirst
 

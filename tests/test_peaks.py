@@ -14,7 +14,8 @@ import torch
 from layerprof.capture.flops import peaks
 from layerprof.capture.flops.formulas import rules
 from layerprof.capture.flops.gpus import find_gpu, gpu_peak
-from layerprof.capture.flops.peaks import GivenPeak, device_peak, parse_peak
+from layerprof.capture.flops.peaks import device_peak
+from layerprof.capture.options import GivenPeak, parse_peak
 from layerprof.errors import UsageError
 from layerprof.sections.flops import Peak
 

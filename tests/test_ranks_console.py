@@ -8,9 +8,9 @@ import torch
 from rich.console import Console
 
 from layerprof.capture.clocks import FakeClock
-from layerprof.capture.hooks.recorder import Recorder
+from layerprof.capture.recording.recorder import Recorder
 from layerprof.records import Meta
-from layerprof.render.ranks_console import print_layers_across_ranks
+from layerprof.render.console.ranks import print_layers_across_ranks
 from layerprof.trace.ranks import merge_profiles
 from tests import zoo_models as zoo
 from tests.golden_files import check_golden
@@ -64,7 +64,7 @@ def test_median_step_says_forward_for_live_rank_profiles() -> None:
     latency, for traces (analyze) a whole ProfilerStep: the label says which."""
     from dataclasses import replace
 
-    from layerprof.render.trace_console import print_ranks
+    from layerprof.render.console.ranks import print_ranks
     from layerprof.sections.distributed import RankLateness, Stragglers
 
     live = [

@@ -12,7 +12,7 @@ from torch import nn
 
 from layerprof import Recorder
 from layerprof.capture.clocks import FakeClock
-from layerprof.capture.hooks.layertimes import Correction, build_samples
+from layerprof.capture.recording.layertimes import Correction, build_samples
 from layerprof.records import LayerCall, Meta
 from tests import zoo_models as zoo
 
@@ -165,7 +165,7 @@ def call_trees(draw: st.DrawFn) -> list[LayerCall]:
 def test_self_never_negative_and_totals_add_up(
     calls: list[LayerCall], per: float, frac: float
 ) -> None:
-    from layerprof.capture.hooks.layertimes import call_times
+    from layerprof.capture.recording.layertimes import call_times
 
     total, self_t = call_times(calls, Correction(per_call_ns=per, inside_ns=per * frac))
     assert all(v >= 0 for v in self_t)

@@ -13,7 +13,7 @@ from torch import nn
 from layerprof import Recorder
 from layerprof.capture.clocks import FakeClock
 from layerprof.profile import Profile
-from layerprof.render.console import print_profile
+from layerprof.render.console.profile import print_profile
 from tests import zoo_models as zoo
 
 

@@ -13,8 +13,8 @@ from layerprof.analysis.diagnose import checks, diagnose
 from layerprof.analysis.roofline import coverage_findings, roofline, roofline_findings
 from layerprof.profile import Profile
 from layerprof.records import LayerInfo, LayerSamples, Meta
-from layerprof.render.console import print_profile
-from layerprof.render.flops_console import flops_cell, print_roofline
+from layerprof.render.console.flops import flops_cell, print_roofline
+from layerprof.render.console.profile import print_profile
 from layerprof.sections.flops import FlopSummary, LayerFlops, Peak, UncountedOp
 from tests.golden_files import check_golden
 
@@ -200,7 +200,7 @@ def test_profile_json_carries_each_layers_roofline(tmp_path) -> None:  # type: i
 
 def test_a_fresh_peak_says_measured_once() -> None:
     """The console printed "(measured: measured on AMD EPYC: ...)"."""
-    from layerprof.render.flops_console import peak_text
+    from layerprof.render.console.flops import peak_text
     from layerprof.sections.flops import Peak
 
     fresh = peak_text(Peak(1e11, 2e10, "measured", "measured on AMD EPYC: 1024x1024 matmul"))

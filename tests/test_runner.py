@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 import layerprof
-from layerprof.capture.hooks.recorder import calibrate
 from layerprof.capture.options import RunOptions
+from layerprof.capture.recording.recorder import calibrate
 from layerprof.capture.runner import profile_model
 from layerprof.errors import ModelRunError
 from layerprof.profile import Profile
@@ -194,7 +194,7 @@ class _WithScripted(nn.Module):
 
 @pytest.mark.parametrize("ops", [False, True])
 def test_scripted_submodule_is_an_opaque_leaf(ops: bool) -> None:
-    from layerprof.capture.ops.profiler import OpOptions
+    from layerprof.capture.options import OpOptions
 
     model = _WithScripted()
     prof = profile_model(
@@ -206,7 +206,7 @@ def test_scripted_submodule_is_an_opaque_leaf(ops: bool) -> None:
     paths = [r.path for r in prof.rows()]
     assert paths == ["", "pre", "block"]  # the scripted block's insides are not listed
     assert prof.row("pre").calls == 1
-    assert any("block is a TorchScript submodule" in n for n in prof.notes)
+    assert any(n.kind == "torchscript-submodule" and n.data["path"] == "block" for n in prof.notes)
     for root in prof.tree():
         root.self_check(tolerance_ns=1)
 
@@ -260,11 +260,10 @@ def test_flops_of_never_called_containers_are_their_childrens() -> None:
 def test_each_run_is_measured_by_the_mode_its_options_choose() -> None:
     """The runner asks the modes in order (layerprof.capture.modes); no if/elif decides."""
     from layerprof.capture.compiled.mode import CompiledMode
-    from layerprof.capture.compiled.run import CompileOptions
     from layerprof.capture.hooks.mode import HooksMode
     from layerprof.capture.modes import MODES, choose
     from layerprof.capture.ops.mode import OpsMode
-    from layerprof.capture.ops.profiler import OpOptions
+    from layerprof.capture.options import CompileOptions, OpOptions
     from layerprof.capture.scripted.mode import ScriptedMode
 
     model = torch.nn.Linear(2, 2)

@@ -11,9 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from layerprof.capture.ops.profiler import LAYER_PREFIX
 from layerprof.capture.scripted.profiler import (
-    HostEvent,
     ScriptRows,
     call_graph,
     export_capture,
@@ -27,6 +25,9 @@ from layerprof.errors import ModelRunError
 from layerprof.load.demo import SmallCNN, TinyTransformer
 from layerprof.profile import Profile
 from layerprof.records import LayerInfo, LayerSamples, Meta, OpStat
+from layerprof.trace.events import EventTables
+from layerprof.trace.kineto import tables_from_documents
+from layerprof.traceformat import LAYER_RANGE
 from tests.real_models import ListEncoder, ResNetish, TinyGPT
 
 Rows = tuple[tuple[LayerInfo, ...], dict[str, LayerSamples], tuple[OpStat, ...]]
@@ -138,7 +139,7 @@ def test_torchscript_rows_match_eager_calls(case: str, how: str) -> None:
     expected = eager_calls(model, x)
     got = {p: s.calls for p, s in samples.items() if s.calls}
     assert got == {p: float(n) for p, n in expected.items()}
-    assert len(rows.notes) == 1 and "checked against the TorchScript code" in rows.notes[0]
+    assert [n.kind for n in rows.notes] == ["torchscript-method"]
 
 
 def test_list_encoder_names_module_list_blocks() -> None:
@@ -191,8 +192,8 @@ def test_calls_the_hierarchy_cannot_separate_are_left_out(
     assert {"fc", "act", "out", "head"} - {dropped} & {p for p, _ in model.named_modules()} <= {
         i.path for i in rows.layers
     }
-    note = next(n for n in rows.notes if "no rows for" in n)
-    assert f"no rows for {dropped} " in note and reason in note
+    note = next(n for n in rows.notes if n.kind == "torchscript-no-rows")
+    assert note.data["paths"] == (dropped,) and reason in note.data["why"]
     no_time_lost(rows, 2)
 
 
@@ -207,14 +208,23 @@ def test_frozen_module_has_only_the_root_and_says_why(saved: bool, tmp_path: Any
         frozen = torch.jit.load(tmp_path / "f.ts")
     rows = script_capture(frozen, (x,), None, iters=2)
     assert [i.path for i in rows.layers] == [""]
-    assert len(rows.notes) == 1
-    assert "no per-layer rows: ResNetish has no sub-modules left" in rows.notes[0]
-    assert "torch.jit.freeze" in rows.notes[0]
+    (note,) = rows.notes
+    assert note.kind == "torchscript-no-submodules" and note.data["root"] == "ResNetish"
+    assert "torch.jit.freeze" in note.text
     no_time_lost(rows, 2)
 
 
-def _op(name: str, start: int, end: int, hier: str) -> tuple[HostEvent, str]:
-    return HostEvent(name, 1, start, end), "TOP(TinyGPT)::forward." + hier
+def _op(name: str, start: int, end: int, hier: str) -> dict[str, Any]:
+    """An op as a ``with_modules`` trace records it (times in µs)."""
+    return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": start,
+            "dur": end - start, "args": {"Module Hierarchy": "TOP(TinyGPT)::forward." + hier}}  # fmt: skip
+
+
+def _one_iteration(ops: list[dict[str, Any]]) -> EventTables:
+    """The ops inside one iteration's root ``layer:`` range, read by the trace engine."""
+    root = {"ph": "X", "cat": "user_annotation", "name": LAYER_RANGE, "pid": 1, "tid": 1,
+            "ts": 0, "dur": 1000}  # fmt: skip
+    return tables_from_documents([{"traceEvents": [root, *ops]}], keep_hierarchy=True)
 
 
 def test_interleaved_ops_drop_the_layer_not_the_rest() -> None:
@@ -222,7 +232,6 @@ def test_interleaved_ops_drop_the_layer_not_the_rest() -> None:
     then seems called twice; its rows go, its siblings' stay."""
     graph = call_graph(torch.jit.script(TinyGPT(depth=2).eval()))
     block = "0(GPTBlock)::forward."
-    host = [HostEvent(LAYER_PREFIX, 1, 0, 1000)]
     tagged = [
         _op("aten::embedding", 10, 20, "wte(Embedding)::forward."),
         _op("aten::layer_norm", 30, 40, block + "ln_1(LayerNorm)::forward."),
@@ -233,7 +242,7 @@ def test_interleaved_ops_drop_the_layer_not_the_rest() -> None:
             "aten::linear", 91, 99, "1(GPTBlock)::forward.mlp(MLP)::forward.c_fc(Linear)::forward."
         ),
     ]
-    spans, unresolved = observed_spans(host + [e for e, _ in tagged], tagged, graph)
+    spans, unresolved = observed_spans(_one_iteration(tagged), graph)
     assert not unresolved
     assert sorted(s.path for s in spans if s.path == "h.0") == ["h.0", "h.0"]
     verdict = judge(graph, spans, unresolved, 1)
@@ -247,12 +256,11 @@ def test_interleaved_ops_drop_the_layer_not_the_rest() -> None:
 
 def test_unknown_module_name_keeps_the_caller_drops_below() -> None:
     graph = call_graph(torch.jit.script(TinyGPT(depth=1).eval()))
-    host = [HostEvent(LAYER_PREFIX, 1, 0, 1000)]
     tagged = [
         _op("aten::layer_norm", 30, 40, "0(GPTBlock)::forward.ln_1(LayerNorm)::forward."),
         _op("aten::mul", 50, 60, "0(GPTBlock)::forward.gate(Gate)::forward."),
     ]
-    spans, unresolved = observed_spans(host + [e for e, _ in tagged], tagged, graph)
+    spans, unresolved = observed_spans(_one_iteration(tagged), graph)
     assert set(unresolved) == {"h.0"}
     verdict = judge(graph, spans, unresolved, 1)
     assert "h.0" in verdict.trusted and "h.0" in verdict.below
@@ -403,9 +411,11 @@ def test_calls_the_tree_cannot_show_are_left_out() -> None:
     # a container never called itself: its element's rows stand
     assert samples["other.0"].calls == 1 and "other" not in samples
     assert samples["seq"].calls == 1 and samples["seq.1"].calls == 1
-    notes = [n for n in rows.notes if "no rows for" in n]
-    assert any("seq.0 " in n and "past seq" in n for n in notes)
-    assert any("only.0 " in n and "alike, 0(Linear)" in n for n in notes)
+    notes = [n for n in rows.notes if n.kind == "torchscript-no-rows"]
+    assert any(n.data["paths"] == ("seq.0",) and "past seq" in n.data["why"] for n in notes)
+    assert any(
+        n.data["paths"] == ("only.0",) and "alike, 0(Linear)" in n.data["why"] for n in notes
+    )
 
 
 def test_cli_frozen_module(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
@@ -443,8 +453,8 @@ def test_embedding_shared_by_encoder_and_decoder(how: str) -> None:
         (named,) = embeds & set(samples)  # the stack the tracer let name it
         assert samples[named].calls == 1
         assert embeds & paths == {named}
-        (note,) = [n for n in rows.notes if "no rows" in n]
-        assert "gets as an argument" in note and "shared" in note
+        (note,) = [n for n in rows.notes if n.kind.startswith("torchscript-no-rows")]
+        assert "gets as an argument" in note.text and "shared" in note.text
 
 
 def _run_traced_list_encoder(tmp_path: Any, *flags: str) -> Profile:
@@ -481,8 +491,10 @@ def test_torchscript_rows_lose_the_calibrated_recording_cost(
     for path in ("blocks.0.0", "blocks.1.0", "blocks.2.0"):
         assert prof.samples[path].self_ns.tolist() == [0, 0, 0], path
     assert prof.samples[""].total_ns.median < o.instrumented_ns
-    assert any("torchscript: the profiler's recording cost was measured" in n for n in prof.notes)
+    # a profile read back from JSON: its notes are text only (kind "saved")
+    measured = "torchscript: the profiler's recording cost was measured"
+    assert any(measured in n.text for n in prof.notes)
     plain = _run_traced_list_encoder(tmp_path, "--no-correct")
     assert plain.overhead is not None and not plain.overhead.corrected
     assert min(plain.samples[""].total_ns.tolist()) > 0
-    assert any("(not corrected)" in n for n in plain.notes)
+    assert any("(not corrected)" in n.text for n in plain.notes)

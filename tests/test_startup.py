@@ -19,6 +19,16 @@ import pytest
 ARGPARSE_LEVEL = {
     "layerprof",
     "layerprof.cli",
+    "layerprof.cli.analyze",
+    "layerprof.cli.demo",
+    "layerprof.cli.diff",
+    "layerprof.cli.emission",
+    "layerprof.cli.loading",
+    "layerprof.cli.measure",
+    "layerprof.cli.options",
+    "layerprof.cli.report",
+    "layerprof.cli.run",
+    "layerprof.cli.sweep",
     "layerprof.errors",
     "layerprof.files",
     "layerprof.machine",
@@ -86,7 +96,10 @@ def test_the_registry_fills_on_first_use(tmp_path: Path) -> None:
 
 
 def test_the_cli_shows_the_sweeps_own_defaults() -> None:
-    from layerprof import cli
+    from layerprof.cli import sweep as command
     from layerprof.sections import sweep
 
-    assert (cli.SWEEP_ITERS, cli.SWEEP_WARMUP) == (sweep.DEFAULT_ITERS, sweep.DEFAULT_WARMUP)
+    assert (command.SWEEP_ITERS, command.SWEEP_WARMUP) == (
+        sweep.DEFAULT_ITERS,
+        sweep.DEFAULT_WARMUP,
+    )

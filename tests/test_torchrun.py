@@ -58,7 +58,9 @@ def test_nested_wrappers_leave_the_user_paths() -> None:
     paths = [p for p, _ in user_modules(outer)]
     assert paths == USER_PATHS
     assert unwrap(outer) is net
-    assert wrapper_note(outer) is not None and "wrapped Net" in (wrapper_note(outer) or "")
+    note = wrapper_note(outer)
+    assert note is not None and note.kind == "wrapper"
+    assert note.data == {"wrappers": ("CheckpointWrapper",), "wrapped": "Net"}
     prof = layerprof.profile(outer, torch.randn(8, 4), warmup=1, iters=3)
     assert [i.path for i in prof.layers] == USER_PATHS
     assert prof.layers[0].type == "Net"
@@ -80,7 +82,9 @@ def test_ddp_in_one_process_profiles_the_users_layers(tmp_path: Path) -> None:
     rows = {r.path: r for r in prof.rows()}
     assert rows["fc1"].flops and rows["fc1"].flops > 0  # FLOPs keyed by the user's paths
     assert rows["fc1"].backward_total_ns is not None
-    assert any("DistributedDataParallel" in n for n in prof.notes)
+    assert any(
+        n.kind == "wrapper" and "DistributedDataParallel" in n.data["wrappers"] for n in prof.notes
+    )
 
 
 @needs_gloo

@@ -15,12 +15,14 @@ from hypothesis import strategies as st
 
 from layerprof import codec
 from layerprof.analysis.diagnose import diagnose, diagnose_run
+from layerprof.notes import Note
 from layerprof.profile import Run
 from layerprof.render.formats import ConsoleRenderer
 from layerprof.sections import BREAKDOWN_PARTS, bus_factor
 from layerprof.trace import analyze
 from layerprof.trace.comm import collective_kind
 from layerprof.trace.intervals import lane, partition
+from layerprof.traceformat import STEP_PREFIX
 from tests.test_trace_synthetic import span, write
 
 S = 10  # every time below is in units of 10 µs, so a step is 1 ms
@@ -71,7 +73,7 @@ def step(
         return t0 + x * S
 
     return [
-        span("user_annotation", f"ProfilerStep#{n}", at(0), 100 * S),
+        span("user_annotation", f"{STEP_PREFIX}{n}", at(0), 100 * S),
         span("cpu_op", "aten::mm", at(5), 20 * S, **{"External id": c}),
         span("cuda_runtime", "cudaLaunchKernel", at(10), 2 * S, correlation=c),
         gpu_op("kernel", "gemm", at(20), 30 * S, c, d, 7),
@@ -236,20 +238,18 @@ def test_missing_rank_and_different_step_counts_are_notes(tmp_path: Path) -> Non
     write(tmp_path, rank_doc(2, late=10, world=3, steps=1), "r2.json")
     s = analyze(tmp_path).stragglers
     assert s is not None
-    assert (
-        "2 of 3 ranks present; missing: 1 (stragglers are judged among the ranks present)"
-        in s.notes
-    )
-    assert "ranks have different numbers of complete steps (rank 0: 2, rank 2: 1)" in s.notes
+    said = {n.kind: n.data for n in s.notes}
+    assert said["missing-ranks"] == {"present": 2, "expected": 3, "missing": (1,)}
+    assert said["step-counts-differ"] == {"steps": {0: 2, 2: 1}}
     assert s.matched == 1  # ProfilerStep#1 only
-    assert "rank 0: 1 of 2 collectives match no other rank" in " ".join(s.notes)
+    assert said["unmatched-collectives"] == {"rank": 0, "unmatched": 1, "collectives": 2}
 
 
 def test_collectives_that_never_match_are_a_note(tmp_path: Path) -> None:
     run = two_ranks(tmp_path, kind="broadcast")
     s = run.stragglers
     assert s is not None and s.matched == 0 and s.straggler is None
-    assert "no collective matched across ranks: no arrival skew" in s.notes
+    assert any(n.kind == "no-matched-collective" for n in s.notes)
     assert all(line.unmatched == 2 for line in s.ranks)
     diagnose_run(run)  # and no finding needs a match
 
@@ -263,7 +263,8 @@ def test_rank_without_collectives(tmp_path: Path) -> None:
     assert run.ranks[1].communication is None
     assert (
         run.stragglers is not None
-        and "rank 1 has no collectives in its trace" in run.stragglers.notes
+        and Note("no-collectives", "rank 1 has no collectives in its trace", {"rank": 1})
+        in run.stragglers.notes
     )
 
 
@@ -274,7 +275,7 @@ def test_cpu_only_gloo_breakdown(tmp_path: Path) -> None:
     (Input Dims [[256]] float: 1 KiB). Step 0..100: dataloader 0..5 first; overlap
     [30,40) 10; compute [10,30) + [50,60) = 30 - 10 ... (see asserts)."""
     events = [
-        span("user_annotation", "ProfilerStep#0", 1000, 100),
+        span("user_annotation", f"{STEP_PREFIX}0", 1000, 100),
         span("user_annotation", "enumerate(DataLoader)#x", 1000, 5),
         span("cpu_op", "aten::mm", 1010, 30),
         span("cpu_op", "aten::add", 1050, 10),
@@ -303,7 +304,7 @@ def test_cpu_only_gloo_breakdown(tmp_path: Path) -> None:
 
 def test_launch_bound_finding(tmp_path: Path) -> None:
     """200 kernels of 1 µs, each launched by a 4 µs call: launch-bound."""
-    events = [span("user_annotation", "ProfilerStep#0", 0, 2000)]
+    events = [span("user_annotation", f"{STEP_PREFIX}0", 0, 2000)]
     for k in range(200):
         events.append(span("cuda_runtime", "cudaLaunchKernel", 5 + 9 * k, 4, correlation=k))
         events.append(gpu_op("kernel", "tiny", 10 + 9 * k, 1, k, 0, 7))
@@ -315,7 +316,7 @@ def test_launch_bound_finding(tmp_path: Path) -> None:
 
 def test_full_queue_and_delay_outliers(tmp_path: Path) -> None:
     """1100 launches 1 µs apart, kernels start much later: the queue passes 1024."""
-    events = [span("user_annotation", "ProfilerStep#0", 0, 10_000)]
+    events = [span("user_annotation", f"{STEP_PREFIX}0", 0, 10_000)]
     for k in range(1100):
         events.append(span("cuda_runtime", "cudaLaunchKernel", 1 + k, 0.5, correlation=k))
         events.append(gpu_op("kernel", "slow", 2000 + 5 * k, 5, k, 0, 7))
@@ -385,8 +386,8 @@ def test_breakdown_of_random_traces_adds_up(
     comm: list[tuple[int, int]],
     ops: list[tuple[int, int]],
 ) -> None:
-    events = [span("user_annotation", "ProfilerStep#0", 10, 50),
-              span("user_annotation", "ProfilerStep#1", 60, 30)]  # fmt: skip
+    events = [span("user_annotation", f"{STEP_PREFIX}0", 10, 50),
+              span("user_annotation", f"{STEP_PREFIX}1", 60, 30)]  # fmt: skip
     for i, (s, d) in enumerate(compute):
         events.append(gpu_op("kernel", "gemm", s, d, 100 + i, 0, 7))
     for i, (s, d) in enumerate(comm):
@@ -506,7 +507,6 @@ def test_collective_groups_sum_and_take_median_bandwidths() -> None:
     the median over the calls (algbw bytes/ns; busbw x 2(n-1)/n = 1.5 for a 4-way all-reduce)."""
     from dataclasses import replace
 
-    from layerprof.render.html.distributed import collective_groups
     from layerprof.sections import Collective, Communication
     from layerprof.units import fmt_gb_s
 
@@ -517,7 +517,7 @@ def test_collective_groups_sum_and_take_median_bandwidths() -> None:
     gather = replace(one, kind="all_gather", dur_ns=100)
     c = Communication(collectives=(*calls, gather), comm_ns=3600, overlap_ns=0, compute_ns=0,
                       origin_ns=0, on_device=True)  # fmt: skip
-    reduce, gathers = collective_groups(c)
+    reduce, gathers = c.groups()
     assert (reduce.kind, gathers.kind) == ("all_reduce", "all_gather")
     assert (reduce.total_ns, reduce.exposed_ns, reduce.bytes) == (3500, 400, 8000)
     assert reduce.algbw == pytest.approx((4.0 + 2.0) / 2)  # the call without bytes has none

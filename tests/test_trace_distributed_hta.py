@@ -135,6 +135,7 @@ def test_sampled_ranks_match_and_note_the_missing(hta_dir: Path) -> None:
     run = analyze(hta_dir / "trace_filter")
     s = run.stragglers
     assert s is not None
-    assert s.matched == 10 and s.notes[0].startswith("2 of 128 ranks present; missing: 2, 3")
+    assert s.matched == 10 and s.notes[0].kind == "missing-ranks"
+    assert s.notes[0].data["missing"][:2] == (2, 3) and s.notes[0].data["expected"] == 128
     assert {line.rank for line in s.ranks} == {0, 1}
     assert sum(line.last for line in s.ranks) == s.matched

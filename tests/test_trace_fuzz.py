@@ -21,8 +21,10 @@ from hypothesis import strategies as st
 from layerprof import codec
 from layerprof.analysis.diagnose import diagnose_run
 from layerprof.errors import TraceError
+from layerprof.notes import texts
 from layerprof.sinks import render
 from layerprof.trace import analyze
+from layerprof.traceformat import LAYER_CATEGORY, STEP_PREFIX
 
 T0 = 1_712_195_495_519_689  # epoch µs; times are written with ns digits (exact-digit path)
 
@@ -51,9 +53,9 @@ def gpu(cat: str, name: str, ts: float, dur: float, **args: Any) -> dict[str, An
 BASE: list[dict[str, Any]] = [
     {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}},
     {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "main"}},
-    span("user_annotation", "ProfilerStep#1", 0, 100, **{"External id": 1}),
+    span("user_annotation", f"{STEP_PREFIX}1", 0, 100, **{"External id": 1}),
     span("python_function", "nn.Module: Net_0", 2, 90),
-    span("layerprof_layer", "Net", 2, 90, path="", **{"source pid": 1, "source tid": 1}),
+    span(LAYER_CATEGORY, "Net", 2, 90, path="", **{"source pid": 1, "source tid": 1}),
     span("user_annotation", "fwd", 3, 80, **{"External id": 2}),
     span("cpu_op", "aten::linear", 5, 40, **{"External id": 3, "Input Dims": [[4, 8], [8]]}),
     span("cpu_op", "aten::addmm", 6, 30, **{"External id": 4}),
@@ -63,11 +65,11 @@ BASE: list[dict[str, Any]] = [
     gpu("kernel", "gemm", 20, 10, correlation=11, **{"External id": 4}),
     gpu("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", 35, 2, correlation=12, bytes=4096),
     gpu("gpu_memset", "Memset (Device)", 38, 1, correlation=12, bytes=64),
-    gpu("gpu_user_annotation", "ProfilerStep#1", 20, 20),
+    gpu("gpu_user_annotation", f"{STEP_PREFIX}1", 20, 20),
     span("mtia_ccp_events", "dma_request", 60, 3, pid=9, tid=801, size=16, stream=3),
     span("npu_op", "npu_kernel", 62, 3, pid=5, tid=5, device=5),
     span("Trace", "PyTorch Profiler (0)", 0, 200, pid="Spans", tid="PyTorch Profiler"),
-    span("user_annotation", "ProfilerStep#2", 100, 60, **{"External id": 5}),
+    span("user_annotation", f"{STEP_PREFIX}2", 100, 60, **{"External id": 5}),
     span("cpu_op", "aten::relu", 110, 20, **{"External id": 6}),
     {"ph": "i", "s": "t", "name": "[memory]", "pid": 1, "tid": 1, "ts": at(7),
      "args": {"Bytes": 512, "Total Allocated": 512, "Device Type": 1, "Device Id": 0}},
@@ -188,13 +190,11 @@ def test_malformed_fields_are_skipped_with_notes(tmp_path: Path) -> None:
     path = tmp_path / "bad.json"
     path.write_bytes(dumps({"traceEvents": events, **HEADER}))
     notes = analyze(path).ranks[0].notes
-    assert "1 events without a usable timestamp were skipped" in notes
-    assert (
-        "1 spans had an unusable duration (not a number, negative or over 104 days):"
-        " kept with duration 0"
-    ) in notes
-    assert "5 id, device, stream or byte fields were not integers: read as unknown" in notes
-    assert any(n.startswith("1 events with ts == 0 or below were dropped") for n in notes)
+    counts = {n.kind: n.data["count"] for n in notes if "count" in n.data}
+    assert counts["skipped-no-ts"] == 1 and counts["bad-durations"] == 1
+    assert counts["malformed-fields"] == 5 and counts["dropped-ts0"] == 1
+    # the wording is what the user reads: one pinned
+    assert "5 id, device, stream or byte fields were not integers: read as unknown" in texts(notes)
 
 
 @pytest.mark.filterwarnings("error::RuntimeWarning")

@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 
 from layerprof.trace import analyze
+from layerprof.traceformat import STEP_PREFIX
 
 
 def span(cat: str, name: str, ts: float, dur: float, **args: Any) -> dict[str, Any]:
@@ -26,7 +27,7 @@ def test_async_annotation_does_not_adopt_what_follows_its_parent(tmp_path: Path)
     """HTA's MTIA trace: hccl:all_to_all starts inside an 8.6 ms annotation and lasts
     2.5 s; ``## forward ##`` starts after that annotation closed."""
     events = [
-        span("user_annotation", "ProfilerStep#1", 0, 10_000),
+        span("user_annotation", f"{STEP_PREFIX}1", 0, 10_000),
         span("user_annotation", "## sparse ##", 10, 20),
         span("cpu_op", "aten::cat", 12, 4),
         span("user_annotation", "hccl:all_to_all", 15, 8_000),
@@ -97,3 +98,22 @@ def test_overrunning_op_is_not_subtracted_and_adopts_nothing(tmp_path: Path) -> 
     assert rank.memory is not None
     by_op = {r.op: r.bytes for r in rank.memory.top_ops}
     assert by_op == {"aten::later": 64, "(outside ops)": 32}
+
+
+def test_parent_any_is_the_innermost_of_every_kind() -> None:
+    """The innermost enclosing span of any kind: an op in an annotation in a layer range
+    has the annotation; the op in that op has the op; a range that overruns its parent
+    annotation keeps its layer, and is nobody's parent."""
+    from layerprof.trace.kineto import tables_from_documents
+    from layerprof.trace.nesting import nest
+
+    events = [
+        span("user_annotation", "layer:", 0, 100),  # 0: a layer range
+        span("user_annotation", "## region ##", 10, 50),  # 1
+        span("cpu_op", "aten::linear", 20, 20),  # 2
+        span("cpu_op", "aten::addmm", 22, 10),  # 3
+        span("user_annotation", "async", 45, 45),  # 4: ends 30 µs after the region
+        span("cpu_op", "aten::add", 70, 5),  # 5: after the region, inside async's time
+    ]
+    tables = tables_from_documents([{"traceEvents": events}])
+    assert nest(tables.host).parent_any().tolist() == [-1, 0, 1, 2, 0, 0]

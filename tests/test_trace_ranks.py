@@ -6,6 +6,7 @@ from pathlib import Path
 
 import orjson
 
+from layerprof.notes import Note, texts
 from layerprof.trace import analyze
 
 
@@ -27,7 +28,9 @@ def test_same_distributed_rank_falls_back_to_file_names(tmp_path: Path) -> None:
     assert report.rank_source == "file name (rank-N / rank_N)"
     assert [r.rank for r in report.ranks] == [0, 1]
     note = f"{a} and {b} both claim rank 0 (distributedInfo.rank); ranks were not taken from it"
-    assert all(note in r.notes for r in report.ranks)
+    assert all(note in texts(r.notes) for r in report.ranks)
+    clash = {"files": (str(a), str(b)), "rank": 0, "rule": "distributedInfo.rank"}
+    assert all(Note("rank-clash", note, clash) in r.notes for r in report.ranks)
 
 
 def test_every_rule_clashing_leaves_file_order_and_says_why(tmp_path: Path) -> None:
@@ -39,7 +42,7 @@ def test_every_rule_clashing_leaves_file_order_and_says_why(tmp_path: Path) -> N
         (0, "a_rank_3.json"),
         (1, "b_rank_3.json"),
     ]
-    notes = report.ranks[0].notes
+    notes = texts(report.ranks[0].notes)
     assert (
         f"{a} and {b} both claim rank 2 (distributedInfo.rank); ranks were not taken from it"
         in notes
@@ -48,7 +51,7 @@ def test_every_rule_clashing_leaves_file_order_and_says_why(tmp_path: Path) -> N
         f"{a} and {b} both claim rank 3 (file name (rank-N / rank_N)); ranks were not taken from it"
         in notes
     )
-    assert report.to_dict()["ranks"][1]["notes"][:2] == list(notes[:2])
+    assert report.to_dict()["ranks"][1]["notes"][:2] == notes[:2]
 
 
 def test_distinct_ranks_need_no_note(tmp_path: Path) -> None:
@@ -57,4 +60,6 @@ def test_distinct_ranks_need_no_note(tmp_path: Path) -> None:
     report = analyze(tmp_path)
     assert report.rank_source == "distributedInfo.rank"
     assert [Path(r.source.file).name for r in report.ranks] == ["y.json", "x.json"]
-    assert not any("claim" in n for r in report.ranks for n in r.notes)
+    assert not any(
+        n.kind in ("rank-clash", "bad-rank-claim") for r in report.ranks for n in r.notes
+    )

@@ -8,9 +8,11 @@ from typing import Any
 import orjson
 import pytest
 
+from layerprof.notes import texts
 from layerprof.sections import STEP_DEFINITIONS
 from layerprof.trace import analyze
 from layerprof.trace.steps import FRAMEWORK_ANNOTATION
+from layerprof.traceformat import STEP_PREFIX
 
 
 def span(cat: str, name: str, ts: float, dur: float, **extra: Any) -> dict[str, Any]:
@@ -58,8 +60,9 @@ def test_optimizer_spans_are_never_steps(tmp_path: Path) -> None:
     rank = analyze(train(tmp_path, wrap=False)).ranks[0]
     assert rank.steps.source == "trace"
     assert [s.name for s in rank.steps.steps] == ["trace"]
-    (why,) = [n for n in rank.notes if n.startswith("framework annotations")]
-    assert "Optimizer.step#SGD.step" in why and "Optimizer.zero_grad#SGD.zero_grad" in why
+    (why,) = [n for n in rank.notes if n.kind == "framework-annotations"]
+    names = why.data["names"]
+    assert "Optimizer.step#SGD.step" in names and "Optimizer.zero_grad#SGD.zero_grad" in names
 
 
 def test_a_user_span_around_each_iteration_is_the_step(tmp_path: Path) -> None:
@@ -72,17 +75,16 @@ def test_a_user_span_around_each_iteration_is_the_step(tmp_path: Path) -> None:
     per_step = rank.samples[optimizer.path].total_ns  # the annotation tree is the layer tree
     assert all(0 < o < s.dur_ns for o, s in zip(per_step, steps, strict=True))
     note = f"no ProfilerStep spans: steps are the {STEP_DEFINITIONS['record_function']}"
-    assert note in rank.notes
-    assert any(n.startswith("the steps cover") for n in rank.notes)
+    assert note in texts(rank.notes)
+    assert any(n.kind == "step-coverage" for n in rank.notes)
 
 
 def test_forward_passes_say_how_much_they_cover(tmp_path: Path) -> None:
     rank = analyze(train(tmp_path, wrap=False, with_stack=True)).ranks[0]
     assert rank.steps.source == "nn.Module"
     assert len(rank.steps.steps) == 3
-    (cover,) = [n for n in rank.notes if n.startswith("the steps cover")]
-    share = int(cover.split()[3].rstrip("%"))
-    assert 0 < share < 100  # forward only: backward and the optimizer are outside
+    (cover,) = [n for n in rank.notes if n.kind == "step-coverage"]
+    assert 0 < cover.data["share"] < 1  # forward only: backward and the optimizer are outside
 
 
 def test_spans_covering_little_are_not_steps(tmp_path: Path) -> None:
@@ -94,7 +96,8 @@ def test_spans_covering_little_are_not_steps(tmp_path: Path) -> None:
     ]
     rank = analyze(write(tmp_path, events)).ranks[0]
     assert rank.steps.source == "trace"
-    assert any("record_function spans (data_load) cover only 5%" in n for n in rank.notes)
+    (why,) = [n for n in rank.notes if n.kind == "annotations-not-steps"]
+    assert why.data["names"] == "data_load" and round(why.data["share"], 2) == 0.05
 
 
 @pytest.mark.parametrize(
@@ -129,7 +132,7 @@ def test_gpu_profiler_steps_when_they_are_the_only_markers(tmp_path: Path) -> No
     for i, t0 in enumerate((0, 100, 200)):
         events += [
             span("cpu_op", "aten::mm", t0 + 1, 30),
-            gpu("gpu_user_annotation", f"ProfilerStep#{i + 1}", t0 + 10, 80),
+            gpu("gpu_user_annotation", f"{STEP_PREFIX}{i + 1}", t0 + 10, 80),
             gpu("kernel", "gemm", t0 + 20, 40),
         ]
     rank = analyze(write(tmp_path, events)).ranks[0]
@@ -139,4 +142,7 @@ def test_gpu_profiler_steps_when_they_are_the_only_markers(tmp_path: Path) -> No
     ]
     (device,) = rank.devices
     assert device.window_ns == 240_000 and device.busy_in_window_ns == 120_000
-    assert STEP_DEFINITIONS["GPU ProfilerStep"] in " ".join(rank.notes)
+    assert STEP_DEFINITIONS["GPU ProfilerStep"] in " ".join(texts(rank.notes))
+    assert any(
+        n.kind == "steps-fallback" and n.data["source"] == "GPU ProfilerStep" for n in rank.notes
+    )

@@ -17,6 +17,7 @@ from layerprof.records import OpStat
 from layerprof.sections import DeviceMemory
 from layerprof.trace import analyze
 from layerprof.trace import reader as reader_mod
+from layerprof.traceformat import STEP_PREFIX
 
 US = 1000  # ns per µs
 
@@ -62,7 +63,7 @@ def step_events(t0: float, *, second_kernel: bool, memcpy: bool) -> list[dict[st
     n = int(t0 // 100)
     c = 100 + 10 * n
     ev = [
-        span("user_annotation", f"ProfilerStep#{n}", t0, 100),
+        span("user_annotation", f"{STEP_PREFIX}{n}", t0, 100),
         span("python_function", "nn.Module: Net_0", t0 + 5, 70),
         span("python_function", "nn.Module: Linear_0", t0 + 8, 45),
         span("python_function", "torch/nn/modules/module.py(1): _call_impl", t0 + 8, 45),
@@ -148,7 +149,7 @@ def test_op_rows_are_medians_per_iteration_like_layer_rows(tmp_path: Path) -> No
     for n, relu_us in enumerate((10, 10, 300, 10, 10)):
         t0 = 1000 * n
         events += [
-            span("user_annotation", f"ProfilerStep#{n}", t0, 900),
+            span("user_annotation", f"{STEP_PREFIX}{n}", t0, 900),
             span("python_function", "nn.Module: Net_0", t0 + 5, 800),
             span("cpu_op", "aten::relu", t0 + 10, relu_us, **{"External id": n + 1}),
         ]
@@ -228,18 +229,18 @@ def test_batches_split_anywhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 def test_cut_off_last_step(tmp_path: Path) -> None:
     doc = two_steps()
     # A third step that runs past the profiler window end (400 µs).
-    doc["traceEvents"].append(span("user_annotation", "ProfilerStep#3", 300, 5000))
+    doc["traceEvents"].append(span("user_annotation", f"{STEP_PREFIX}3", 300, 5000))
     rank = analyze(write(tmp_path, doc)).rank()
     assert rank.steps is not None
     assert [s.cut_off for s in rank.steps.steps] == [False, False, True]
     assert rank.latency is not None and rank.latency.n == 2
     assert rank.devices[0].window_ns == 200 * US
-    assert any("ProfilerStep#3" in n and "cut off" in n for n in rank.notes)
+    assert any(n.kind == "step-cut-off" and n.data["step"] == f"{STEP_PREFIX}3" for n in rank.notes)
 
 
 def test_short_last_step_is_cut_off(tmp_path: Path) -> None:
     doc = two_steps()
-    doc["traceEvents"].append(span("user_annotation", "ProfilerStep#3", 300, 2))
+    doc["traceEvents"].append(span("user_annotation", f"{STEP_PREFIX}3", 300, 2))
     rank = analyze(write(tmp_path, doc)).rank()
     assert rank.steps is not None and rank.steps.steps[-1].cut_off is True
 
@@ -247,7 +248,7 @@ def test_short_last_step_is_cut_off(tmp_path: Path) -> None:
 def test_quirks(tmp_path: Path) -> None:
     base = 1_700_000_000_000_000  # epoch µs, like legacy traces
     events = [
-        span("user_annotation", "ProfilerStep#1", base, 100, tid="main thread"),
+        span("user_annotation", f"{STEP_PREFIX}1", base, 100, tid="main thread"),
         span("cpu_op", "weird\x01\x1fname", base + 10, 50.001, tid="main thread"),
         # overlapping child that overruns its parent's end
         span("cpu_op", "overrun", base + 40, 30, tid="main thread"),
@@ -266,7 +267,7 @@ def test_quirks(tmp_path: Path) -> None:
     rank = analyze(write(tmp_path, {"traceEvents": events})).rank()
     ops = ops_of(rank)
     assert "zero" not in ops
-    assert any("ts == 0" in n for n in rank.notes)
+    assert any(n.kind == "dropped-ts0" for n in rank.notes)
     weird = ops["weird??name"]
     assert weird.total_ns == 50_001  # ns digits kept on an epoch-µs timeline
     # a child overrunning its parent by more than 1 µs is not its child (as in
@@ -274,7 +275,7 @@ def test_quirks(tmp_path: Path) -> None:
     assert weird.self_ns == 50_001
     assert ops["nodur"].total_ns == 0
     assert rank.steps is not None and rank.steps.steps[0].dur_ns == 100 * US
-    assert "no device data (CPU-only trace): device columns are absent" in rank.notes
+    assert any(n.kind == "no-device-data" for n in rank.notes)
     assert rank.devices == () and rank.launches is None
     assert ops["overrun"].device_ns is None
 
@@ -354,8 +355,8 @@ def test_memory_instants(tmp_path: Path) -> None:
 def test_directory_ranks_from_file_names(tmp_path: Path) -> None:
     for rank, slow in ((0, 100), (1, 130)):
         events = [
-            span("user_annotation", "ProfilerStep#5", 0, slow),
-            span("user_annotation", "ProfilerStep#6", 200, 100),
+            span("user_annotation", f"{STEP_PREFIX}5", 0, slow),
+            span("user_annotation", f"{STEP_PREFIX}6", 200, 100),
             gpu("kernel", "ncclKernel_AllReduce", 10, 40 + rank, 1),
         ]
         write(tmp_path, {"traceEvents": events}, f"worker_rank_{rank}.pt.trace.json")

@@ -33,9 +33,9 @@ if TYPE_CHECKING:
     import torch
 
     from layerprof.analysis.diff import Diff, diff
-    from layerprof.capture.compiled.run import CompileOptions
-    from layerprof.capture.hooks.recorder import Recorder
-    from layerprof.capture.ops.profiler import OpOptions
+    from layerprof.capture.options import CompileOptions, OpOptions
+    from layerprof.capture.recording.loop import StepSchedule
+    from layerprof.capture.recording.recorder import Recorder
     from layerprof.profile import Profile, Run
 
 
@@ -61,9 +61,13 @@ def __getattr__(name: str) -> Any:
 
         value = Diff if name == "Diff" else diff
     elif name == "Recorder":
-        from layerprof.capture.hooks.recorder import Recorder
+        from layerprof.capture.recording.recorder import Recorder
 
         value = Recorder
+    elif name == "StepSchedule":
+        from layerprof.capture.recording.loop import StepSchedule
+
+        value = StepSchedule
     else:
         raise AttributeError(f"module 'layerprof' has no attribute {name!r}")
     globals()[name] = value
@@ -91,6 +95,7 @@ __all__ = [
     "Profile",
     "Recorder",
     "Run",
+    "StepSchedule",
     "__version__",
     "analyze",
     "diff",
@@ -136,32 +141,27 @@ def profile(
     :class:`layerprof.capture.options.RunOptions` for the other options and
     docs/python-api.md for the units of what comes back.
     """
-    from layerprof.capture.compiled.run import CompileOptions
     from layerprof.capture.device import placed
-    from layerprof.capture.flops.peaks import parse_peak
-    from layerprof.capture.ops.profiler import OpOptions
-    from layerprof.capture.options import RunOptions
+    from layerprof.capture.options import run_options
     from layerprof.capture.runner import profile_model
 
     model, args, kwargs, dev, dtype_name = placed(model, args, kwargs or {}, device, dtype)
-    options = RunOptions(
+    options = run_options(
         warmup=warmup,
         iters=iters,
         device=dev,
         threads=threads,
+        dtype=dtype_name,
         eval=eval,
         inference_mode=inference_mode,
         grad=grad,
         correct_overhead=correct_overhead,
         progress=progress,
-        dtype=dtype_name,
-        ops=ops if isinstance(ops, OpOptions) else (OpOptions() if ops else None),
+        ops=ops,
         backward=backward,
         loss=loss,
-        peak=parse_peak(peak) if peak is not None else None,
-        compile=compile
-        if isinstance(compile, CompileOptions)
-        else (CompileOptions() if compile else None),
+        peak=peak,
+        compile=compile,
     )
     return profile_model(model, args, kwargs, options)
 

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from layerprof import codec
 from layerprof.errors import LayerprofError
+from layerprof.notes import Note
 from layerprof.profile import Profile
 from layerprof.sections import Repeats, RunMedians
 from layerprof.sections.repeats import Side
@@ -106,9 +107,11 @@ def gather(
     order = sorted(range(len(profiles)), key=lambda i: runs[i].latency_ns or 0)
     body = profiles[order[(len(order) - 1) // 2]]
     how = f"{len(profiles)} separate processes" + (" in interleaved rounds" if session else "")
-    note = (
+    note = Note(
+        "repeated-processes",
         f"{how}: the tables show the run with the median latency; the diff judges changes"
-        " on the spread between the processes"
+        " on the spread between the processes",
+        {"processes": len(profiles), "interleaved": bool(session)},
     )
     return replace(
         body,

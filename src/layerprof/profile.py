@@ -20,6 +20,11 @@ Kineto traces fill the sections they know; everything else stays empty.
   (fused fast paths, modules called in one pass only);
 * repeats (``run --repeat N``, ``diff --run``): the medians of every separate
   process, the run-to-run spread a diff judges changes against;
+* activation_memory (``--backward``): the bytes each layer's forward saves for
+  backward, with its parameter, gradient and optimizer-state bytes;
+* loop: a user's training loop recorded with ``Recorder(model, backward=True)``:
+  each step's anatomy (data wait, forward, backward, optimizer, rest) and each
+  layer's forward and backward per step;
 * notes: facts the user should read next to the numbers.
 
 Nothing here imports torch, a renderer or the codec: saving, loading and
@@ -38,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from layerprof import sinks
 from layerprof.errors import UsageError
+from layerprof.notes import Note
 from layerprof.records import LayerInfo, LayerSamples, Meta, OpStat, Overhead
 from layerprof.sections import (
     AnnotationRow,
@@ -62,6 +68,8 @@ from layerprof.sections import (
 )
 from layerprof.sections.compiled import CompiledSection
 from layerprof.sections.flops import FlopSummary, LayerFlops
+from layerprof.sections.loop import TrainingLoop
+from layerprof.sections.memory import ActivationMemory
 from layerprof.stats import Series, SeriesLike, Summary, as_series
 from layerprof.units import NS_PER_MS
 
@@ -272,7 +280,7 @@ class Profile(sinks.Output):
     first_ns: int | None = None
     overhead: Overhead | None = None
     ops: tuple[OpStat, ...] = ()
-    notes: tuple[str, ...] = ()
+    notes: tuple[Note, ...] = ()
     source: TraceSource | None = None
     steps: Steps | None = None
     devices: tuple[DeviceUse, ...] = ()
@@ -291,6 +299,8 @@ class Profile(sinks.Output):
     flops: FlopSummary | None = None
     compiled: CompiledSection | None = None
     repeats: Repeats | None = None  # run --repeat / diff --run: one set of medians per process
+    activation_memory: ActivationMemory | None = None  # --backward: saved bytes per layer
+    loop: TrainingLoop | None = None  # a training loop's steps (Recorder with backward=True)
     events: RecordedTrace | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -407,7 +417,8 @@ class Profile(sinks.Output):
             **sums,
         )
 
-    def with_notes(self, *notes: str) -> Profile:
+    def with_notes(self, *notes: Note) -> Profile:
+        """The profile with ``notes`` added after its own."""
         return replace(self, notes=(*self.notes, *notes))
 
     # ---- sinks (through layerprof.sinks: no codec or renderer import here) ----
@@ -447,7 +458,7 @@ class Run(sinks.Output):
     cross: CrossRank | None = None
     skipped: tuple[str, ...] = ()
     failed: tuple[str, ...] = ()
-    notes: tuple[str, ...] = ()
+    notes: tuple[Note, ...] = ()
     layer_ranks: tuple[LayerAcrossRanks, ...] = ()
     stragglers: Stragglers | None = None
 

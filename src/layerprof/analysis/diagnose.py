@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 from layerprof.analysis.compiled import compiled_findings, is_bucket
 from layerprof.analysis.distributed import distributed_findings, straggler_findings
 from layerprof.analysis.finding import ORDER, Finding, Severity
+from layerprof.analysis.loop import BACKWARD_RATIO, DATA_SHARE, loop_findings
+from layerprof.analysis.memory import has_activation_memory, memory_findings
 from layerprof.analysis.passes import (
     agreement_findings,
     code_path_findings,
@@ -572,6 +574,12 @@ RULES: tuple[Rule, ...] = (
         lambda p: p.breakdown is not None or p.queues is not None,
         distributed_findings,
     ),
+    Rule(
+        f"training loop (data wait >= {100 * DATA_SHARE:.0f}% of the step; a layer's backward"
+        f" > {BACKWARD_RATIO:.0f}x its forward, at the low end of the 95% CI)",
+        lambda p: p.loop is not None,
+        loop_findings,
+    ),
     Rule("setup (dtype)", live, _setup),
     Rule(
         f"FLOP coverage (>= {100 * RELIABLE_COVERAGE:.0f}% of the op time in counted ops)",
@@ -582,5 +590,10 @@ RULES: tuple[Rule, ...] = (
         f"roofline (heavy layers below {100 * LOW_PEAK:.0f}% of what their intensity allows)",
         has_peak,
         roofline_findings,
+    ),
+    Rule(
+        "activation memory (the layer saving the most for backward, and checkpointing it)",
+        has_activation_memory,
+        memory_findings,
     ),
 )

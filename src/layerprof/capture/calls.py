@@ -14,8 +14,8 @@ from layerprof.errors import ModelRunError
 if TYPE_CHECKING:
     import torch
 
-    from layerprof.capture.hooks.recorder import Recorder
     from layerprof.capture.options import RunOptions
+    from layerprof.capture.recording.recorder import Recorder
 
 
 def timed(

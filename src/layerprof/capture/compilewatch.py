@@ -18,6 +18,8 @@ import contextlib
 import sys
 from collections.abc import Iterator
 
+from layerprof.notes import Note
+
 __all__ = ["CompileWatch"]
 
 
@@ -37,12 +39,16 @@ class CompileWatch:
             if added > 0:
                 self.counts[name] = self.counts.get(name, 0) + added
 
-    def notes(self) -> list[str]:
+    def notes(self) -> list[Note]:
         """One note per window that compiled, or none."""
         return [
-            f"torch.compile recompiled {n} time{'s' if n != 1 else ''} during the {name}:"
-            " those forwards include compile time, so their times are too high"
-            " (TORCH_LOGS=recompiles says why; more --warmup helps if it settles)"
+            Note(
+                "recompile",
+                f"torch.compile recompiled {n} time{'s' if n != 1 else ''} during the {name}:"
+                " those forwards include compile time, so their times are too high"
+                " (TORCH_LOGS=recompiles says why; more --warmup helps if it settles)",
+                {"window": name, "count": n},
+            )
             for name, n in self.counts.items()
         ]
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from layerprof.errors import UsageError
+from layerprof.notes import Note
 
 if TYPE_CHECKING:
     import torch
@@ -109,7 +110,7 @@ def _user_path(path: str, held: set[str]) -> str:
     return ".".join(kept)
 
 
-def wrapper_note(model: Any) -> str | None:
+def wrapper_note(model: Any) -> Note | None:
     """What the layer rows of a wrapped model leave out, for the profile's notes."""
     names = []
     while (attr := wrapped_attr(model)) is not None:
@@ -117,10 +118,12 @@ def wrapper_note(model: Any) -> str | None:
         model = model._modules[attr]
     if not names:
         return None
-    return (
+    return Note(
+        "wrapper",
         f"{' > '.join(names)}: layer paths are those of the wrapped {type(model).__name__};"
         " the wrapper's own work (buffer broadcast, gradient hooks set-up) is in the latency,"
-        " outside the layer rows"
+        " outside the layer rows",
+        {"wrappers": tuple(names), "wrapped": type(model).__name__},
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from layerprof.capture.hooks.recorder import Recorder
+from layerprof.capture.recording.recorder import Recorder
 from layerprof.errors import ModelRunError
 
 if TYPE_CHECKING:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from layerprof.capture.modules import _is_compiled, _is_script, hookable_modules, visible_modules
+from layerprof.notes import Note
 from layerprof.sections import FusedLayer, PassCheck
 
 if TYPE_CHECKING:
@@ -157,7 +158,8 @@ def check_passes(profile: Profile, clean: CleanPath | None) -> Profile:
     if clean is None:
         return profile
     if clean.error is not None:
-        return profile.with_notes(f"code paths of the two passes not compared: {clean.error}")
+        text = f"code paths of the two passes not compared: {clean.error}"
+        return profile.with_notes(Note("passes-not-compared", text, {"error": clean.error}))
     return replace(profile, passes=compare(clean, profile))
 
 

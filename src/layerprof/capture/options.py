@@ -1,21 +1,22 @@
 """How to run the model: the options every mode reads, checked when they are made.
 
-Its own module, below the runner and the modes, so that each mode can name it.
+``RunOptions`` (and ``run_options``, which builds it alike for ``layerprof.profile()``
+and ``layerprof run``), with the option types of the modes it carries: ``OpOptions``
+(``--ops``), ``CompileOptions`` (``--compile``) and ``GivenPeak`` (``--peak``). Its own
+module, below the runner and the modes and importing none of them, so that each mode
+can name its options without a circle.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from layerprof.errors import UsageError
 from layerprof.load.limits import threads_problem
-
-if TYPE_CHECKING:
-    from layerprof.capture.compiled.run import CompileOptions
-    from layerprof.capture.flops.peaks import GivenPeak
-    from layerprof.capture.ops.profiler import OpOptions
+from layerprof.sections.compiled import SPLIT_RULES
+from layerprof.units import parse_si
 
 
 @dataclass(frozen=True)
@@ -77,3 +78,131 @@ class RunOptions:
                 f"--compile cannot be combined with {what}",
                 hint="--compile profiles an eager nn.Module through torch.compile on its own",
             )
+
+
+def run_options(
+    *,
+    warmup: int,
+    iters: int,
+    device: str | None,
+    threads: int | None,
+    dtype: str | None,
+    eval: bool,
+    inference_mode: bool,
+    grad: bool,
+    correct_overhead: bool,
+    progress: bool,
+    ops: bool | OpOptions | None,
+    backward: bool,
+    loss: Callable[[Any], Any] | None,
+    peak: str | GivenPeak | None,
+    compile: bool | CompileOptions | None,
+    model_name: str | None = None,
+    input_descriptions: tuple[str, ...] = (),
+    kind: str = "eager",
+    meta_extra: dict[str, Any] | None = None,
+) -> RunOptions:
+    """The RunOptions of ``layerprof.profile()`` and of ``layerprof run``/``demo``, built
+    by this one function so that both read the user's choices alike. The measurement
+    choices have no defaults here: each caller keeps its own (the function's signature,
+    the command's options). ``ops`` and ``compile`` are a flag or their options, ``peak``
+    the ``--peak`` text or its parsed value."""
+    return RunOptions(
+        warmup=warmup, iters=iters, device=device, threads=threads, dtype=dtype, eval=eval,
+        inference_mode=inference_mode, grad=grad, correct_overhead=correct_overhead,
+        progress=progress, backward=backward, loss=loss, model_name=model_name,
+        input_descriptions=input_descriptions, kind=kind, meta_extra=dict(meta_extra or {}),
+        ops=ops if isinstance(ops, OpOptions) else (OpOptions() if ops else None),
+        compile=compile if isinstance(compile, CompileOptions) else (CompileOptions() if compile else None),
+        peak=parse_peak(peak) if isinstance(peak, str) else peak,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class OpOptions:
+    """What ``torch.profiler`` records besides op names and times.
+
+    ``record_shapes``: input shapes per op (and group-by-shape tables);
+    ``profile_memory``: allocator events; ``with_stack``: Python stacks in the
+    trace; ``with_flops``: FLOP estimates of matmul/conv ops in the trace;
+    ``schedule``: ``(wait, warmup, active, repeat)`` as for
+    ``torch.profiler.schedule``: only active steps are recorded.
+    """
+
+    record_shapes: bool = False
+    profile_memory: bool = False
+    with_stack: bool = False
+    with_flops: bool = False
+    schedule: tuple[int, int, int, int] | None = None
+
+    def meta(self) -> dict[str, Any]:
+        """What a profile's meta records about ops mode (``meta.extra["ops"]``): the
+        options that were on, and the schedule as ``{wait, warmup, active, repeat}``."""
+        on = [
+            k
+            for k in ("record_shapes", "profile_memory", "with_stack", "with_flops")
+            if getattr(self, k)
+        ]
+        out: dict[str, Any] = {"options": on}
+        if self.schedule is not None:
+            out["schedule"] = dict(
+                zip(("wait", "warmup", "active", "repeat"), self.schedule, strict=True)
+            )
+        return {"ops": out}
+
+
+#: The inductor modes the compiled view supports, and those it refuses.
+COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
+
+
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """``mode``: inductor's mode; ``dynamic``: ``torch.compile(dynamic=)``;
+    ``split``: how a fused kernel spanning several modules is split
+    (``cost``: by the nodes' FLOPs or elements; ``lca``: all to the modules'
+    common ancestor; ``equal``: evenly)."""
+
+    mode: str = "default"
+    dynamic: bool | None = None
+    split: str = "cost"
+
+    def __post_init__(self) -> None:
+        if self.mode in CUDA_GRAPH_MODES:
+            raise UsageError(
+                f"--compile-mode {self.mode} replays CUDA graphs, which hide each kernel from"
+                " the profiler, so its time cannot be attributed to layers",
+                hint="use --compile-mode max-autotune-no-cudagraphs (or default)",
+            )
+        if self.mode not in COMPILE_MODES:
+            raise UsageError(
+                f"--compile-mode {self.mode!r} is not one of {', '.join(COMPILE_MODES)}",
+            )
+        if self.split not in SPLIT_RULES:
+            raise UsageError(
+                f"--compile-split {self.split!r} is not one of {', '.join(SPLIT_RULES)}"
+            )
+
+
+@dataclass(frozen=True)
+class GivenPeak:
+    """``--peak``: FLOP/s and, optionally, bytes/s."""
+
+    flops_per_s: float
+    bytes_per_s: float | None = None
+
+
+def parse_peak(text: str) -> GivenPeak:
+    """``"2.5T"`` or ``"2.5T,50G"`` -> GivenPeak; UsageError naming the problem."""
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) > 2 or not parts[0]:
+        raise UsageError(
+            f"--peak {text!r}: expected FLOPS[,BYTES] per second", hint="e.g. --peak 2.5T,50G"
+        )
+    try:
+        rates = [parse_si(p) for p in parts]
+    except ValueError as exc:
+        raise UsageError(f"--peak: {exc}", hint="e.g. --peak 2.5T,50G") from None
+    return GivenPeak(rates[0], rates[1] if len(rates) > 1 else None)

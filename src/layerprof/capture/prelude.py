@@ -3,22 +3,26 @@
 Before any hook changes the code path, one watched forward notes fused fast
 paths (``capture.fastpath``); then one forward with shape hooks, one counting
 FLOPs, bytes and op time per layer (with ``backward`` also one counted training
-step) and, on CUDA, one reading the allocator's peaks. A mode turns these into
-its ``LayerInfo`` rows with :meth:`Prelude.layers` and checks its pass
-against the clean one with :meth:`Prelude.checked`.
+step, and one counting the bytes each layer saves for backward,
+``capture.memory.activations``) and, on CUDA, one reading the allocator's peaks.
+A mode adds the notes and the activation memory to its base Profile with
+:meth:`Prelude.onto`, turns the rest into its ``LayerInfo`` rows with
+:meth:`Prelude.layers` and checks its pass against the clean one with
+:meth:`Prelude.checked`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from layerprof.capture.calls import guarded
 from layerprof.capture.clocks import synchronizer
 from layerprof.capture.fastpath import check_passes, watch_clean_path
-from layerprof.capture.hooks.recorder import ShapeCapture, layer_infos
 from layerprof.capture.modules import hookable_modules
+from layerprof.capture.recording.recorder import ShapeCapture, layer_infos
+from layerprof.notes import Note
 
 if TYPE_CHECKING:
     import torch
@@ -30,6 +34,7 @@ if TYPE_CHECKING:
     from layerprof.profile import Profile
     from layerprof.records import LayerInfo
     from layerprof.sections.flops import FlopSummary
+    from layerprof.sections.memory import ActivationMemory
 
 
 @dataclass(frozen=True)
@@ -40,7 +45,12 @@ class Prelude:
     shapes: ShapeCapture
     flops: FlopCount | None
     peaks: dict[str, int] | None
-    notes: tuple[str, ...]
+    notes: tuple[Note, ...]
+    activation_memory: ActivationMemory | None = None
+
+    def onto(self, base: Profile) -> Profile:
+        """``base`` with the prelude's notes and activation memory."""
+        return replace(base.with_notes(*self.notes), activation_memory=self.activation_memory)
 
     def layers(
         self, run: Pass, base: Profile, peaks: dict[str, int] | None = None
@@ -72,8 +82,10 @@ def prelude(run: Pass) -> Prelude:
         guarded(forward, model)
     flops, flop_note = _flops(model, forward, run.args, run.kwargs, run.device, run.opts)
     peaks = _peaks(model, forward, run.device)
-    notes = (*_opaque_notes(model), *([flop_note] if flop_note else []))
-    return Prelude(clean_path, shapes, flops, peaks, notes)
+    memory, memory_note = _activation_memory(run)
+    counted = [n for n in (flop_note, memory_note) if n]
+    notes = (*_opaque_notes(model), *counted)
+    return Prelude(clean_path, shapes, flops, peaks, notes, memory)
 
 
 def memory_counter(device: str) -> MemoryCounter | None:
@@ -96,6 +108,25 @@ def _peaks(
     return peak_memory(model, forward, counter)
 
 
+def _activation_memory(run: Pass) -> tuple[ActivationMemory | None, Note | None]:
+    """With ``backward``: the bytes each layer saves for backward, from one counted step
+    (layerprof.capture.memory.activations); a step the counter cannot run says why."""
+    if not run.opts.backward:
+        return None, None
+    from layerprof.capture.memory.activations import measure_step
+
+    try:
+        section = measure_step(
+            run.model, run.args, run.kwargs, run.opts.loss, counter=memory_counter(run.device)
+        )
+    except Exception as exc:  # the timed backward pass reports a model's own errors
+        first = str(exc).splitlines()[0][:120] if str(exc) else ""
+        error = f"{type(exc).__name__}: {first}"
+        text = f"activation memory not counted: {error}"
+        return None, Note("activation-memory-not-counted", text, {"error": error})
+    return section, None
+
+
 def _flops(
     model: torch.nn.Module,
     forward: Callable[[], Any],
@@ -103,7 +134,7 @@ def _flops(
     kwargs: dict[str, Any],
     device: str,
     opts: RunOptions,
-) -> tuple[FlopCount | None, str | None]:
+) -> tuple[FlopCount | None, Note | None]:
     """FLOPs per layer from one counted forward (and a counted step with ``backward``);
     a model the counter cannot run keeps its timings and says why FLOPs are missing."""
     from layerprof.capture.flops.counter import count_model
@@ -118,17 +149,22 @@ def _flops(
         # keyed by the user's paths already (the counter walks hookable_modules)
         return count_model(model, forward, device=device, step=step), None
     except Exception as exc:  # the counter's own limits, not a model bug: it ran before
-        return None, f"FLOPs not counted: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+        error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+        return None, Note("flops-not-counted", f"FLOPs not counted: {error}", {"error": error})
 
 
-def _opaque_notes(model: torch.nn.Module) -> list[str]:
+def _opaque_notes(model: torch.nn.Module) -> list[Note]:
     """Scripted submodules are timed whole: say why their insides have no rows."""
     from layerprof.capture.modules import visible_modules
 
     hooked = {p for p, _ in hookable_modules(model)}
     return [
-        f"{path} is a TorchScript submodule: timed as one layer (its submodules run"
-        " inside TorchScript, where no Python code can time them)"
+        Note(
+            "torchscript-submodule",
+            f"{path} is a TorchScript submodule: timed as one layer (its submodules run"
+            " inside TorchScript, where no Python code can time them)",
+            {"path": path},
+        )
         for path, _ in visible_modules(model)
         if path not in hooked
     ]

@@ -41,6 +41,7 @@ from layerprof.capture.modes import choose
 from layerprof.capture.options import RunOptions
 from layerprof.capture.progress import Progress
 from layerprof.load.modulegraph import check_acyclic
+from layerprof.notes import Note
 from layerprof.records import LayerInfo, Meta
 from layerprof.stats import Series
 
@@ -101,7 +102,7 @@ def run_model(
     return profile.with_notes(*watch.notes(), *_wrapper_notes(model))
 
 
-def _wrapper_notes(model: Any) -> list[str]:
+def _wrapper_notes(model: Any) -> list[Note]:
     from layerprof.capture.distributed import wrapper_note
 
     note = wrapper_note(model)

@@ -359,7 +359,8 @@ def _cpu_peak(model: Any, args: Any, kwargs: Any, options: SweepOptions) -> int 
     """The CPU allocator has no peak counter: torch.profiler's memory events have it."""
     import torch
 
-    from layerprof.capture.ops.profiler import OpOptions, capture_ops
+    from layerprof.capture.ops.profiler import capture_ops
+    from layerprof.capture.options import OpOptions
 
     grad = torch.inference_mode if options.inference_mode else torch.no_grad
     raw = capture_ops(

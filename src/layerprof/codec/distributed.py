@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from layerprof.codec.fields import Fields, asdict_ms, read_row, strings
+from layerprof.codec.fields import Fields, asdict_ms, read_row, saved_notes
 from layerprof.errors import ProfileFormatError
+from layerprof.notes import texts
 from layerprof.profile import Profile
 from layerprof.sections import (
     BREAKDOWN_PARTS,
@@ -195,7 +196,7 @@ def encode_stragglers(s: Stragglers | None) -> dict[str, Any] | None:
         "straggler": s.straggler,
         "median_skew_ms": ms(s.median_skew_ns),
         "step_spread_ms": ms(s.step_spread_ns),
-        "notes": list(s.notes),
+        "notes": texts(s.notes),
         "ranks": [asdict_ms(r) for r in s.ranks],
         "worst": [_match(m) for m in s.worst],
     }
@@ -226,7 +227,7 @@ def read_stragglers(f: Fields | None) -> Stragglers | None:
         straggler=f.opt_integer("straggler"),
         median_skew_ns=f.opt_ns("median_skew_ms"),
         step_spread_ns=f.opt_ns("step_spread_ms"),
-        notes=tuple(strings(f, "notes")),
+        notes=saved_notes(f),
     )
 
 

@@ -9,6 +9,7 @@ from dataclasses import asdict, fields, is_dataclass
 from typing import Any, TypeVar
 
 from layerprof.errors import ProfileFormatError
+from layerprof.notes import SAVED, Note
 from layerprof.stats import Series, Summary
 from layerprof.units import NS_PER_MS, NS_PER_US, ns_from_ms
 
@@ -129,6 +130,11 @@ def required(f: Fields, key: str) -> Fields:
     if found is None:
         raise ProfileFormatError(f"{f.where}.{key}: missing")
     return found
+
+
+def saved_notes(f: Fields, key: str = "notes") -> tuple[Note, ...]:
+    """Notes read back: the documents keep only their text, so each is of kind ``saved``."""
+    return tuple(Note(SAVED, text) for text in strings(f, key))
 
 
 def strings(f: Fields, key: str) -> list[str]:

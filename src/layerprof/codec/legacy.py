@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from layerprof.codec.fields import Fields, read_row, strings
+from layerprof.codec.fields import Fields, read_row, saved_notes, strings
 from layerprof.codec.run import run_of
 from layerprof.codec.sections import read_device, read_launches, read_memory
+from layerprof.notes import Note
 from layerprof.profile import Profile, Run
 from layerprof.records import LayerInfo, LayerSamples, Meta, OpStat
 from layerprof.sections import (
@@ -27,9 +28,11 @@ def read_legacy_run(data: Any, source: str) -> Run:
     """A ``layerprof.trace/1`` document (layerprof 0.1.0): summaries per rank."""
     f = Fields(data, "trace")
     ranks = tuple(_legacy_rank(r, source) for r in f.objects("ranks", required=True))
-    note = (
+    note = Note(
+        "legacy-trace",
         f"{source}: a layerprof.trace/1 file; per-step layer and operator times"
-        " are the trace's totals divided by its steps"
+        " are the trace's totals divided by its steps",
+        {"source": source},
     )
     return run_of(f, ranks, source, notes=(note,))
 
@@ -97,7 +100,7 @@ def _legacy_rank(f: Fields, source: str) -> Profile:
         samples=samples,
         latency_ns=Series(done) if done else None,
         ops=ops,
-        notes=tuple(strings(f, "notes")),
+        notes=saved_notes(f),
         source=source_info,
         steps=steps,
         devices=tuple(read_device(d) for d in f.objects("devices")),

@@ -13,13 +13,14 @@ from layerprof.codec.fields import (
     first_rows,
     read_series,
     read_summary,
-    strings,
+    saved_notes,
     summary_dict,
 )
 from layerprof.codec.flops import encode_layer_flops, read_layer_flops
 from layerprof.codec.schemas import LEGACY_PROFILE
 from layerprof.codec.sections import encode_sections, read_sections
 from layerprof.errors import ProfileFormatError
+from layerprof.notes import texts
 from layerprof.profile import Profile
 from layerprof.records import (
     OP_COLUMNS,
@@ -53,7 +54,7 @@ def profile_body(p: Profile, *, samples: bool, top: int | None = None) -> dict[s
         "overhead": _overhead(p.overhead),
         "layers": _layers(p, samples),
         "ops": [_op(o, samples) for o in first_rows(p.ops, top)],
-        "notes": list(p.notes),
+        "notes": texts(p.notes),
     }
     out.update(encode_sections(p, top))
     return out
@@ -241,7 +242,7 @@ def read_profile(data: Any, source: str) -> Profile:
         first_ns=first,
         overhead=_read_overhead(f.obj("overhead")),
         ops=tuple(_read_op(o) for o in f.objects("ops")),
-        notes=tuple(strings(f, "notes")),
+        notes=saved_notes(f),
         **read_sections(f),
     )
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from layerprof.codec.distributed import encode_stragglers, read_stragglers
-from layerprof.codec.fields import Fields, strings
+from layerprof.codec.fields import Fields, saved_notes, strings
 from layerprof.codec.profile import profile_body, read_profile
 from layerprof.codec.ranks import KEY, encode_layer_ranks, read_layer_ranks
 from layerprof.codec.schemas import PROFILE_SCHEMA, RUN_SCHEMA
 from layerprof.errors import ProfileFormatError
+from layerprof.notes import Note, texts
 from layerprof.profile import Profile, Run
 from layerprof.sections import (
     CrossRank,
@@ -26,7 +27,7 @@ def run_to_dict(run: Run, *, samples: bool = False, top: int | None = None) -> d
         "rank_source": run.rank_source,
         "skipped": list(run.skipped),
         "failed": list(run.failed),
-        "notes": list(run.notes),
+        "notes": texts(run.notes),
         "ranks": [{"rank": p.rank, **profile_body(p, samples=samples, top=top)} for p in run.ranks],
         "cross_rank": _cross(run.cross),
         KEY: encode_layer_ranks(run.layer_ranks),
@@ -66,10 +67,10 @@ def read_run(data: Any, source: str) -> Run:
         read_profile({**r.data, "schema": PROFILE_SCHEMA}, source)
         for r in f.objects("ranks", required=True)
     )
-    return run_of(f, ranks, source, notes=tuple(strings(f, "notes")))
+    return run_of(f, ranks, source, notes=saved_notes(f))
 
 
-def run_of(f: Fields, ranks: tuple[Profile, ...], source: str, *, notes: tuple[str, ...]) -> Run:
+def run_of(f: Fields, ranks: tuple[Profile, ...], source: str, *, notes: tuple[Note, ...]) -> Run:
     """A Run of read ranks with the document's own fields (path, rank source, cross-rank)."""
     return Run(
         path=f.text("path", source),

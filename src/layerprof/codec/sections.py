@@ -21,6 +21,8 @@ from layerprof.codec.fields import (
 )
 from layerprof.codec.flops import encode_flops, read_flops
 from layerprof.codec.inputs import encode_signatures, read_signatures
+from layerprof.codec.loop import encode_loop, read_loop
+from layerprof.codec.memory import encode_activation_memory, read_activation_memory
 from layerprof.codec.passes import encode_passes, read_passes
 from layerprof.codec.repeats import encode_repeats, read_repeats
 from layerprof.profile import Profile
@@ -58,6 +60,8 @@ def encode_sections(p: Profile, top: int | None) -> dict[str, Any]:
         "flops": encode_flops(p.flops),
         "passes": encode_passes(p.passes),
         "repeats": encode_repeats(p.repeats),
+        "activation_memory": encode_activation_memory(p.activation_memory),
+        "loop": encode_loop(p.loop),
         **encode_compiled(p.compiled),
         **encode_distributed(p),
     }
@@ -189,6 +193,8 @@ def read_sections(f: Fields) -> dict[str, Any]:
     out["flops"] = read_flops(f.obj("flops"))
     out["passes"] = read_passes(f.obj("passes"))
     out["repeats"] = read_repeats(f.obj("repeats"))
+    out["activation_memory"] = read_activation_memory(f.obj("activation_memory"))
+    out["loop"] = read_loop(f.obj("loop"))
     out.update(read_compiled(f))
     out.update(read_distributed(f))
     return out

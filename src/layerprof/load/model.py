@@ -36,6 +36,7 @@ from layerprof.load.formats import checked_file, sniff_archive
 from layerprof.load.messages import first_line
 from layerprof.load.specs import ARCH_EXAMPLE, build_arch, ensure_cwd_on_path
 from layerprof.load.weights import CHECKPOINT_KEYS, find_state_dict, load_weights
+from layerprof.notes import Note
 
 __all__ = ["LoadedModel", "load_model"]
 
@@ -57,7 +58,7 @@ class LoadedModel:
     kind: ModelKind
     name: str
     source: str
-    notes: tuple[str, ...] = ()
+    notes: tuple[Note, ...] = ()
     program: Any = field(default=None, compare=False)
 
 
@@ -125,7 +126,10 @@ def _load_exported(file: Path, arch: str | None, *, trust_pickle: bool = False) 
     _allow_mode_calls(module)
     notes = (
         *_ignored_arch(arch),
-        "exported program: its train/eval behaviour was fixed at export time",
+        Note(
+            "export-mode-fixed",
+            "exported program: its train/eval behaviour was fixed at export time",
+        ),
     )
     return LoadedModel(module, "export", file.stem, f"torch.export {file}", notes, program=program)
 
@@ -221,8 +225,11 @@ def _allow_mode_calls(module: Any) -> None:
             delattr(module, name)
 
 
-def _ignored_arch(arch: str | None) -> tuple[str, ...]:
-    return (f"--arch {arch} ignored: the file holds the whole model",) if arch else ()
+def _ignored_arch(arch: str | None) -> tuple[Note, ...]:
+    if not arch:
+        return ()
+    text = f"--arch {arch} ignored: the file holds the whole model"
+    return (Note("arch-ignored", text, {"arch": arch}),)
 
 
 def _torch_load(file: Path, *, trust_pickle: bool, map_location: str) -> Any:

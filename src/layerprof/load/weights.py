@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from layerprof.errors import ModelLoadError
 from layerprof.load.messages import type_name
+from layerprof.notes import Note
 
 if TYPE_CHECKING:
     import torch
@@ -63,7 +64,7 @@ def load_weights(
     file: Path,
     arch: str,
     strict: bool,
-) -> tuple[str, ...]:
+) -> tuple[Note, ...]:
     expected = model.state_dict()
     state, notes = _strip_prefixes(state, expected)
     match = _KeyMatch.compare(state, expected)
@@ -78,27 +79,31 @@ def load_weights(
         )
     loadable = {k: v for k, v in state.items() if k in match.loadable}
     model.load_state_dict(loadable, strict=False)
-    return (
-        *notes,
+    loaded = Note(
+        "non-strict-load",
         f"non-strict: loaded {len(loadable)} of {len(expected)} tensors; {match.counts()}",
+        {"loaded": len(loadable), "tensors": len(expected)},
     )
+    return (*notes, loaded)
 
 
 def _strip_prefixes(
     state: dict[str, torch.Tensor], expected: Mapping[str, Any]
-) -> tuple[dict[str, torch.Tensor], tuple[str, ...]]:
+) -> tuple[dict[str, torch.Tensor], tuple[Note, ...]]:
     """Undo the key prefixes DataParallel/DDP (``module.``) and torch.compile add."""
-    notes: list[str] = []
+    notes: list[Note] = []
     wanted = set(expected)
     while _all_prefixed(state, "module.") and not _all_prefixed(wanted, "module."):
         state = {k.removeprefix("module."): v for k, v in state.items()}
-        notes.append("stripped 'module.' key prefix (DataParallel/DDP)")
+        text = "stripped 'module.' key prefix (DataParallel/DDP)"
+        notes.append(Note("stripped-prefix", text, {"prefix": "module."}))
     if not any("_orig_mod" in k.split(".") for k in wanted) and any(
         "_orig_mod" in k.split(".") for k in state
     ):
         # torch.compile wraps a module as OptimizedModule(_orig_mod=module), at any depth.
         state = {_drop_segment(k, "_orig_mod"): v for k, v in state.items()}
-        notes.append("stripped '_orig_mod.' key segments (torch.compile)")
+        text = "stripped '_orig_mod.' key segments (torch.compile)"
+        notes.append(Note("stripped-prefix", text, {"prefix": "_orig_mod."}))
     return state, tuple(notes)
 
 

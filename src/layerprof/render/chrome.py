@@ -35,13 +35,20 @@ import orjson
 
 from layerprof.errors import UsageError
 from layerprof.files import write_atomic
+from layerprof.traceformat import (
+    EVENTS_KEY,
+    LAYER_CATEGORY,
+    LAYER_RANGE,
+    MODULE_TYPES_KEY,
+    SOURCE_PID,
+    SOURCE_TID,
+    STEP_PREFIX,
+    USER_ANNOTATION,
+)
 
 if TYPE_CHECKING:
     from layerprof.profile import Profile
 
-LAYER_PREFIX = "layer:"
-LAYER_CATEGORY = "layerprof_layer"  # unknown to trace readers: never counted as an op
-STEP_PREFIX = "ProfilerStep#"
 MARKER_KEY = "layerprof"
 
 
@@ -81,7 +88,7 @@ def trace_document(profile: Profile) -> dict[str, Any]:
     doc = dict(recorded.trace_metadata())
     doc[MARKER_KEY] = marker(profile)
     steps = [] if has_steps(kept) else step_spans(kept, layers)
-    doc["traceEvents"] = kept + steps + layer_lanes(layers, names, _free_pid(kept))
+    doc[EVENTS_KEY] = kept + steps + layer_lanes(layers, names, _free_pid(kept))
     return doc
 
 
@@ -104,7 +111,7 @@ def marker(profile: Profile | None) -> dict[str, Any]:
             "grad": m.grad,
             "host": m.host,
         }
-        out["module_types"] = {info.path: info.type for info in profile.layers}
+        out[MODULE_TYPES_KEY] = {info.path: info.type for info in profile.layers}
     return out
 
 
@@ -153,7 +160,7 @@ def step_spans(
         out.append(
             {
                 "ph": "X",
-                "cat": "user_annotation",
+                "cat": USER_ANNOTATION,
                 "name": f"{STEP_PREFIX}{k}",
                 "pid": pid,
                 "tid": tid,
@@ -173,7 +180,7 @@ def split_layer_events(
     layers: list[dict[str, Any]] = []
     for ev in events:
         name = ev.get("name")
-        if ev.get("ph") == "X" and isinstance(name, str) and name.startswith(LAYER_PREFIX):
+        if ev.get("ph") == "X" and isinstance(name, str) and name.startswith(LAYER_RANGE):
             layers.append(ev)
         else:
             kept.append(ev)
@@ -193,7 +200,7 @@ def layer_lanes(
         source = (ev.get("pid"), ev.get("tid"))
         if source not in lanes:
             lanes[source] = len(lanes) + 1
-        path = ev["name"][len(LAYER_PREFIX) :]
+        path = ev["name"][len(LAYER_RANGE) :]
         out.append(
             {
                 "ph": "X",
@@ -203,7 +210,7 @@ def layer_lanes(
                 "tid": lanes[source],
                 "ts": ev["ts"],
                 "dur": ev["dur"],
-                "args": {"path": path, "source pid": source[0], "source tid": source[1]},
+                "args": {"path": path, SOURCE_PID: source[0], SOURCE_TID: source[1]},
             }
         )
     for (_, src_tid), lane in lanes.items():

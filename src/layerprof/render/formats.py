@@ -32,23 +32,10 @@ class ConsoleRenderer:
     extensions: tuple[str, ...] = (".txt",)
 
     def print(self, obj: Any, *, console: Any = None, **options: Any) -> None:
-        from layerprof.render.console import make_console
+        from layerprof.render.console import print_report
+        from layerprof.render.terminal import make_console
 
-        console = console or make_console()
-        if isinstance(obj, Diff):
-            from layerprof.render.diff_console import print_diff
-
-            print_diff(obj, console, top=options.get("top") or 20, gate=options.get("gate"))
-        elif isinstance(obj, Profile):
-            _print_profile(obj, console, **options)
-        elif isinstance(obj, Run):
-            _print_run(obj, console, **options)
-        elif isinstance(obj, Sweep):
-            from layerprof.render.sweep_console import print_sweep
-
-            print_sweep(obj, console)
-        else:
-            raise _unsupported(self.name, obj)
+        print_report(obj, console or make_console(), **options)
 
     def render(self, obj: Any, *, width: int | None = 120, **options: Any) -> str:
         """The report as text, ``width`` columns wide (None: as wide as ``.print()`` lays
@@ -63,62 +50,6 @@ class ConsoleRenderer:
         console = Console(file=io.StringIO(), width=width, color_system=None, record=True)
         self.print(obj, console=console, **options)
         return console.export_text()
-
-
-def _print_profile(
-    profile: Profile,
-    console: Any,
-    *,
-    depth: int | None = None,
-    top: int | None = None,
-    sort: Any = "order",
-    shapes: bool = True,
-    op_sort: Any = "self",
-    group_by_shape: bool = False,
-    findings: bool = True,
-    **_: Any,
-) -> None:
-    from layerprof.analysis.diagnose import checks, diagnose
-    from layerprof.render.console import print_findings, print_profile
-    from layerprof.render.ops_console import render_ops
-    from layerprof.render.trace_console import print_sections
-
-    print_profile(profile, console=console, depth=depth, top=top, sort=sort, shapes=shapes)
-    print_sections(profile, console, top=top or 10)
-    if profile.ops:
-        ops, n, by_shape = profile.ops, top or 10, group_by_shape
-        forward = [o for o in ops if o.phase == "forward"]
-        render_ops(forward, console, top=n, sort=op_sort, by_shape=by_shape)
-        backward = [o for o in ops if o.phase == "backward"]
-        if backward:
-            render_ops(
-                backward,
-                console,
-                top=n,
-                sort=op_sort,
-                title="backward operators",
-                by_shape=by_shape,
-            )
-    if findings:
-        print_findings(diagnose(profile), console, checks=checks(profile))
-
-
-def _print_run(run: Run, console: Any, **options: Any) -> None:
-    """Every rank's report (one, beyond ``FULL_REPORTS`` ranks; its findings gathered at
-    the end), then the ranks side by side and each layer across the ranks."""
-    from layerprof.analysis.diagnose import diagnose_run, run_checks
-    from layerprof.render.console import print_findings
-    from layerprof.render.ranks_console import print_layers_across_ranks, reported_ranks
-    from layerprof.render.trace_console import print_rank_rule, print_ranks, print_run_header
-
-    print_run_header(run, console)
-    for p in reported_ranks(run, console):
-        print_rank_rule(p, console)
-        _print_profile(p, console, **{**options, "findings": False})
-    print_ranks(run, console, options.get("top") or 10)
-    print_layers_across_ranks(run, console, options.get("top") or 10)
-    if options.get("findings", True):
-        print_findings(diagnose_run(run), console, checks=run_checks(run))
 
 
 class JsonRenderer:

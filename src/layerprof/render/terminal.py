@@ -199,7 +199,7 @@ def output_width(*, stderr: bool = False) -> int:
 
 def make_console(*, stderr: bool = False) -> Console:
     """The CLI's console. A pipe or a file gets ``PIPE_WIDTH`` columns (or $COLUMNS);
-    tables fit that width without cutting a number (``render.columns``)."""
+    tables fit that width without cutting a number (``render.console.columns``)."""
     probe = Console(stderr=stderr)
     width = None if probe.is_terminal or "COLUMNS" in os.environ else PIPE_WIDTH
     return SafeConsole(stderr=stderr, width=width)

@@ -6,7 +6,10 @@ GPU time, kernels, memcpy, launches, memory, annotations, where a trace came
 from, cross-rank results); ``distributed`` the step breakdown, collectives,
 queues, memory timeline and stragglers; ``passes`` whether a live run's per-layer
 pass ran the clean pass's code (fused fast paths); ``compiled`` how a ``--compile``
-run's kernel time went to layers; ``inputs`` the input signatures a Recorder saw.
+run's kernel time went to layers; ``inputs`` the input signatures a Recorder saw;
+``memory`` the bytes each layer saves for backward (activation memory).
+``loop`` a training loop's steps (data wait, forward, backward, optimizer, rest)
+and each layer's forward and backward per step.
 A new analysis adds its own module here, a field on ``Profile`` (or ``Run``), and
 its writer/reader in ``layerprof.codec``.
 """
@@ -16,6 +19,7 @@ from layerprof.sections.distributed import (
     BREAKDOWN_PARTS,
     Breakdown,
     Collective,
+    CollectiveGroup,
     CollectiveMatch,
     Communication,
     DeviceTimeline,
@@ -30,6 +34,7 @@ from layerprof.sections.distributed import (
 )
 from layerprof.sections.flops import CONVENTION, FlopSummary, LayerFlops, Peak, UncountedOp
 from layerprof.sections.inputs import InputSignature
+from layerprof.sections.loop import STEP_PARTS, LayerSteps, LoopStep, TrainingLoop
 from layerprof.sections.passes import FusedLayer, PassCheck
 from layerprof.sections.ranks import LayerAcrossRanks
 from layerprof.sections.repeats import Repeats, RunMedians
@@ -57,10 +62,12 @@ __all__ = [
     "BREAKDOWN_PARTS",
     "CONVENTION",
     "STEP_DEFINITIONS",
+    "STEP_PARTS",
     "AllocRow",
     "AnnotationRow",
     "Breakdown",
     "Collective",
+    "CollectiveGroup",
     "CollectiveMatch",
     "Communication",
     "CompiledSection",
@@ -77,6 +84,8 @@ __all__ = [
     "Launches",
     "LayerAcrossRanks",
     "LayerFlops",
+    "LayerSteps",
+    "LoopStep",
     "MemcpyRow",
     "MemorySummary",
     "MemoryTimeline",
@@ -95,6 +104,7 @@ __all__ = [
     "Stragglers",
     "StreamQueue",
     "TraceSource",
+    "TrainingLoop",
     "UncountedOp",
     "bus_factor",
 ]

@@ -10,7 +10,11 @@ origin (``Communication.origin_ns`` is that origin on the trace's clock).
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from layerprof.notes import Note
 
 #: The parts of a step's wall time, in the priority order that makes them a partition:
 #: at each instant the first part active there gets the time (see docs/trace.md).
@@ -154,6 +158,51 @@ class Communication:
         """Share of communication time overlapped by compute (HTA's comp_comm_overlap_pctg)."""
         return 100.0 * self.overlap_ns / self.comm_ns if self.comm_ns > 0 else None
 
+    def groups(self) -> list[CollectiveGroup]:
+        """The collectives by (kind, process group), most time first (ties: first seen)."""
+        by: dict[tuple[str, str], list[Collective]] = {}
+        for x in self.collectives:
+            by.setdefault((x.kind, x.group), []).append(x)
+        groups = [CollectiveGroup(kind, group, tuple(xs)) for (kind, group), xs in by.items()]
+        return sorted(groups, key=lambda g: -g.total_ns)
+
+
+@dataclass(frozen=True)
+class CollectiveGroup:
+    """One rank's collectives of one kind in one process group (``Communication.groups``)."""
+
+    kind: str
+    group: str
+    collectives: tuple[Collective, ...]
+
+    @property
+    def total_ns(self) -> int:
+        return sum(x.dur_ns for x in self.collectives)
+
+    @property
+    def exposed_ns(self) -> int:
+        return sum(x.exposed_ns for x in self.collectives)
+
+    @property
+    def bytes(self) -> int | None:
+        sizes = [x.bytes for x in self.collectives if x.bytes is not None]
+        return sum(sizes) if sizes else None
+
+    @property
+    def algbw(self) -> float | None:
+        """Median algorithm bandwidth over the calls that know it (GB/s)."""
+        return _median([x.algbw for x in self.collectives])
+
+    @property
+    def busbw(self) -> float | None:
+        """Median bus bandwidth over the calls that know it (GB/s)."""
+        return _median([x.busbw for x in self.collectives])
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
 
 @dataclass(frozen=True)
 class StreamQueue:
@@ -269,4 +318,4 @@ class Stragglers:
     straggler: int | None
     median_skew_ns: int | None
     step_spread_ns: int | None  # slowest - fastest median step time
-    notes: tuple[str, ...] = ()
+    notes: tuple[Note, ...] = ()

@@ -11,16 +11,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from layerprof.notes import Note
 from layerprof.stats import Summary
+from layerprof.traceformat import GPU_STEP_SOURCE, LAYER_CATEGORY, STEP_SOURCE
 
 #: What a step is, per ``Steps.source``: one wording for the console, notes and HTML.
 STEP_DEFINITIONS: dict[str, str] = {
-    "ProfilerStep": "ProfilerStep#N spans (prof.step())",
-    "GPU ProfilerStep": "ProfilerStep#N spans on the GPU timeline (gpu_user_annotation),"
+    STEP_SOURCE: "ProfilerStep#N spans (prof.step())",
+    GPU_STEP_SOURCE: "ProfilerStep#N spans on the GPU timeline (gpu_user_annotation),"
     " the trace's only step markers",
     "record_function": "outermost record_function spans on the main thread"
     " (framework annotations left out)",
-    "layerprof_layer": "outermost layerprof layer spans (one per forward)",
+    LAYER_CATEGORY: "outermost layerprof layer spans (one per forward)",
     "nn.Module": "outermost nn.Module spans on the main thread (forward passes)",
     "trace": "the whole trace (no steps found)",
 }
@@ -47,7 +49,7 @@ class Steps:
     # | "nn.Module" | "trace" (see STEP_DEFINITIONS)
     source: str
     thread: int | None
-    notes: tuple[str, ...] = ()
+    notes: tuple[Note, ...] = ()
 
     @property
     def complete(self) -> tuple[Step, ...]:

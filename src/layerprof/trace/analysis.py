@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from layerprof.errors import TraceError
+from layerprof.notes import Note
 from layerprof.profile import Profile, Run
 from layerprof.trace.executors import Executor, Failed, SerialExecutor, default_executor
 from layerprof.trace.ranks import merge, with_rank
@@ -190,8 +191,12 @@ def _gathered(
     notes = []
     if failures:
         notes.append(
-            f"merged {len(profiles)} of {len(sources)} traces (--partial);"
-            f" {len(failures)} failed and {'is' if len(failures) == 1 else 'are'} left out"
+            Note(
+                "partial-merge",
+                f"merged {len(profiles)} of {len(sources)} traces (--partial);"
+                f" {len(failures)} failed and {'is' if len(failures) == 1 else 'are'} left out",
+                {"merged": len(profiles), "traces": len(sources), "failed": len(failures)},
+            )
         )
     return merge(
         path, profiles, rank_source=ranks.source, skipped=skipped, failed=failures, notes=notes
@@ -212,7 +217,7 @@ def analyze_file(
     rank: int,
     *,
     group_by_shape: bool = False,
-    extra_notes: tuple[str, ...] = (),
+    extra_notes: tuple[Note, ...] = (),
     file: str | None = None,
 ) -> Profile:
     """One decoded trace file -> its Profile (the per-rank reducer)."""

@@ -43,6 +43,19 @@ from layerprof.trace.columns import (
 )
 from layerprof.trace.commargs import COMM_HOST, CommArgs, comm_args
 from layerprof.trace.timestamps import has_fraction, rewrite_exact
+from layerprof.traceformat import (
+    CPU_OP,
+    CUDA_DRIVER,
+    CUDA_RUNTIME,
+    GPU_MEMCPY,
+    GPU_MEMSET,
+    KERNEL_CATEGORY,
+    LAYER_CATEGORY,
+    LAYER_RANGE,
+    SOURCE_PID,
+    SOURCE_TID,
+    USER_ANNOTATION,
+)
 
 I8 = npt.NDArray[np.int8]
 
@@ -60,12 +73,12 @@ MEMCPY = 1
 MEMSET = 2
 
 HOST_CATEGORIES: dict[str, int] = {
-    "cpu_op": OP,
+    CPU_OP: OP,
     "Operator": OP,
-    "user_annotation": ANNOTATION,
+    USER_ANNOTATION: ANNOTATION,
     "python_function": MODULE,
-    "cuda_runtime": RUNTIME,
-    "cuda_driver": RUNTIME,
+    CUDA_RUNTIME: RUNTIME,
+    CUDA_DRIVER: RUNTIME,
     "Runtime": RUNTIME,
     "mtia_runtime": RUNTIME,
     "xpu_runtime": RUNTIME,
@@ -76,14 +89,14 @@ HOST_CATEGORIES: dict[str, int] = {
     "glow_runtime": RUNTIME,
     "cuda_sync": SYNC,
     "xpu_sync": SYNC,
-    "layerprof_layer": LAYER,
+    LAYER_CATEGORY: LAYER,
 }
 DEVICE_CATEGORIES: dict[str, int] = {
-    "kernel": KERNEL,
+    KERNEL_CATEGORY: KERNEL,
     "Kernel": KERNEL,
-    "gpu_memcpy": MEMCPY,
+    GPU_MEMCPY: MEMCPY,
     "Memcpy": MEMCPY,
-    "gpu_memset": MEMSET,
+    GPU_MEMSET: MEMSET,
     "Memset": MEMSET,
 }
 GPU_ANNOTATION = "gpu_user_annotation"
@@ -95,8 +108,8 @@ DEVICE_MARKERS = frozenset(
 )  # fmt: skip
 # Which accelerator a runtime (or device) category belongs to.
 PLATFORMS: dict[str, str] = {
-    "cuda_runtime": "cuda",
-    "cuda_driver": "cuda",
+    CUDA_RUNTIME: "cuda",
+    CUDA_DRIVER: "cuda",
     "Runtime": "cuda",
     "mtia_runtime": "mtia",
     MTIA_DEVICE: "mtia",
@@ -105,7 +118,6 @@ PLATFORMS: dict[str, str] = {
     "hpu_op": "hpu",
 }
 MODULE_PREFIX = "nn.Module: "
-LAYER_RANGE = "layer:"  # the record_function range layerprof's hooks open around a module call
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # Below this many epoch-scale times, a batch whose doubles all look whole may
 # still have had decimals in the text (each rounds to whole with odds 1/4).
@@ -144,13 +156,31 @@ class HostSpans(_Spans):
     seq: I64
     # the profiler's FLOP estimate of an op (with_flops; ops mode only), else None
     flops: I64 | None = None
+    # an op's "Module Hierarchy" (with_modules: TorchScript) as a name id, -1 when
+    # absent; None unless the collector was asked to keep it
+    hierarchy: I64 | None = None
 
     @classmethod
-    def of(cls, cols: Sequence[Any], base: int, flops: I64 | None = None) -> HostSpans:
+    def of(
+        cls,
+        cols: Sequence[Any],
+        base: int,
+        flops: I64 | None = None,
+        hierarchy: I64 | None = None,
+    ) -> HostSpans:
         """Spans from columns in field order, absolute start times shifted by ``base`` ns."""
         kind, thread, start, dur, name, ref, shape, seq = cols
         return cls(
-            np.asarray(kind, dtype=np.int8), thread, start - base, dur, name, ref, shape, seq, flops
+            np.asarray(kind, dtype=np.int8),
+            thread,
+            start - base,
+            dur,
+            name,
+            ref,
+            shape,
+            seq,
+            flops,
+            hierarchy,
         )
 
 
@@ -294,7 +324,7 @@ class _Rows:
     """One batch's raw fields, column by column (a plain mutable helper)."""
 
     def __init__(self) -> None:
-        self.h: tuple[list[Any], ...] = tuple([] for _ in range(8))
+        self.h: tuple[list[Any], ...] = tuple([] for _ in range(9))  # the 9th: hierarchy
         self.d: tuple[list[Any], ...] = tuple([] for _ in range(9))
         self.m: tuple[list[Any], ...] = tuple([] for _ in range(5))
         self.a: tuple[list[Any], ...] = tuple([] for _ in range(5))  # device annotations
@@ -327,7 +357,7 @@ class _Columns:
             self.window_ends = (starts + self._dur(w_dur))[starts != INVALID]
 
     def _host(self, h: tuple[list[Any], ...], keep_shapes: bool) -> tuple[Any, ...]:
-        kind, thread, ts, dur, name, ref, shape, seq = h
+        kind, thread, ts, dur, name, ref, shape, seq, hierarchy = h
         return (
             np.asarray(kind, dtype=np.int8),
             np.asarray(thread, dtype=np.int64),
@@ -339,6 +369,9 @@ class _Columns:
             if keep_shapes
             else np.full(len(ts), -1, dtype=np.int64),
             self._ids(seq),
+            np.asarray(hierarchy, dtype=np.int64)
+            if hierarchy
+            else np.full(len(ts), -1, dtype=np.int64),
         )
 
     def _device(self, d: tuple[list[Any], ...]) -> tuple[Any, ...]:
@@ -407,8 +440,9 @@ class _Columns:
 class EventCollector:
     """Reads batches of decoded events; ``finish`` returns the tables."""
 
-    def __init__(self, *, keep_shapes: bool = False) -> None:
+    def __init__(self, *, keep_shapes: bool = False, keep_hierarchy: bool = False) -> None:
         self.keep_shapes = keep_shapes
+        self.keep_hierarchy = keep_hierarchy
         self.names = _Interner()
         self.threads = _Interner()
         self.shapes = _Interner()
@@ -445,7 +479,7 @@ class EventCollector:
     # per event (100k+ per file), so every attribute lookup is hoisted.
     def _collect(self, batch: Iterable[Any]) -> _Rows:
         rows = _Rows()
-        h_kind, h_thread, h_ts, h_dur, h_name, h_ref, h_shape, h_seq = rows.h
+        h_kind, h_thread, h_ts, h_dur, h_name, h_ref, h_shape, h_seq, h_hierarchy = rows.h
         d_kind, d_dev, d_stream, d_ts, d_dur, d_name, d_corr, d_ext, d_bytes = rows.d
         m_thread, m_ts, m_bytes, m_alloc, m_dev = rows.m
         runtime_categories = rows.runtime_categories
@@ -460,6 +494,7 @@ class EventCollector:
         last_thread = -1
         shape_id = self.shapes.add
         keep_shapes = self.keep_shapes
+        keep_hierarchy = self.keep_hierarchy
         comm_host = COMM_HOST.match
         n = 0
         for e in batch:
@@ -518,6 +553,9 @@ class EventCollector:
                     if keep_shapes:
                         dims = args.get("Input Dims") if kind == OP else None
                         h_shape.append(-1 if dims is None else shape_id(_shape_text(dims)))
+                    if keep_hierarchy:
+                        tag = args.get("Module Hierarchy") if kind == OP else None
+                        h_hierarchy.append(name_id(str(tag)) if tag else -1)
                     continue
                 dkind = dev_cat(cat)
                 if dkind is None:
@@ -647,8 +685,8 @@ class EventCollector:
             if name != path:
                 self.layer_labels.setdefault(path, name)
             name = path
-        pid = args.get("source pid", e.get("pid"))
-        tid = args.get("source tid", e.get("tid"))
+        pid = args.get(SOURCE_PID, e.get("pid"))
+        tid = args.get(SOURCE_TID, e.get("tid"))
         return name, pid, tid
 
     def finish(self) -> EventTables:
@@ -690,7 +728,7 @@ class EventCollector:
             threads=tuple((str(p), str(t)) for p, t in self.threads.values),
             shapes=tuple(self.shapes.values),
             memory_devices=tuple(self.mem_devices.values),
-            host=HostSpans.of(host, origin),
+            host=HostSpans.of(host[:8], origin, hierarchy=host[8] if self.keep_hierarchy else None),
             device=DeviceOps.of(device, origin),
             memory=MemoryEvents.of(
                 memory[0], memory[1], memory[2], memory[3], memory[4], base=origin
@@ -717,7 +755,7 @@ class EventCollector:
         )
 
 
-_HOST_DTYPES = (np.int8, np.int64, np.int64, np.int64, np.int64, np.int64, np.int64, np.int64)
+_HOST_DTYPES = (np.int8, *([np.int64] * 8))
 _DEVICE_DTYPES = (np.int8, *([np.int64] * 8))
 _MEMORY_DTYPES = (np.int64,) * 5
 _ANNOTATION_DTYPES = (np.int64,) * 5

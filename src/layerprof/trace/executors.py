@@ -42,6 +42,7 @@ from multiprocessing.context import ForkServerContext, ForkServerProcess, set_sp
 from typing import Any, Generic, Protocol, TypeVar
 
 from layerprof.errors import LayerprofError, UsageError
+from layerprof.notes import Note
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -142,7 +143,7 @@ class ProcessExecutor:
 
     def __init__(self, workers: int | None = None) -> None:
         self.workers = workers
-        self.notes: list[str] = []  # what the user should know about how the ranks ran
+        self.notes: list[Note] = []  # what the user should know about how the ranks ran
 
     def run(
         self, fn: Callable[[T], R], items: Sequence[T], labels: Sequence[str]
@@ -195,7 +196,8 @@ class ProcessExecutor:
             except (OSError, EOFError) as exc:  # no process could start: a process limit
                 # (EAGAIN here, or in the forkserver, which then hangs up: EOFError)
                 why = "the forkserver could not fork" if isinstance(exc, EOFError) else _reason(exc)
-                note = f"worker processes could not start ({why}): the ranks ran here"
+                text = f"worker processes could not start ({why}): the ranks ran here"
+                note = Note("no-worker-processes", text, {"why": why})
                 if note not in self.notes:  # one per cause, however many rounds hit it
                     self.notes.append(note)
                 call = _Call(fn)

@@ -24,7 +24,6 @@ from layerprof.trace.events import (
     DEVICE_CATEGORIES,
     HOST_CATEGORIES,
     LAYER,
-    LAYER_RANGE,
     MODULE,
     MODULE_PREFIX,
     OP,
@@ -37,8 +36,8 @@ from layerprof.trace.events import (
     _memory_device,
     _shape_text,
 )
+from layerprof.traceformat import EVENTS_KEY, LAYER_RANGE
 
-LAYER_PREFIX = LAYER_RANGE
 _MEMORY = "[memory]"
 
 
@@ -52,12 +51,13 @@ def tables_from_results(results: Iterable[Any], *, keep_shapes: bool = False) ->
 
 
 def tables_from_documents(
-    documents: Iterable[dict[str, Any]], *, keep_shapes: bool = False
+    documents: Iterable[dict[str, Any]], *, keep_shapes: bool = False, keep_hierarchy: bool = False
 ) -> EventTables:
-    """One EventTables over Chrome-trace documents already in memory (TorchScript runs)."""
-    collector = EventCollector(keep_shapes=keep_shapes)
+    """One EventTables over Chrome-trace documents already in memory (TorchScript runs;
+    ``keep_hierarchy``: each op's Module Hierarchy, see ``HostSpans.hierarchy``)."""
+    collector = EventCollector(keep_shapes=keep_shapes, keep_hierarchy=keep_hierarchy)
     for doc in documents:
-        collector.add_batch(doc.get("traceEvents") or [])
+        collector.add_batch(doc.get(EVENTS_KEY) or [])
     return collector.finish()
 
 
@@ -114,8 +114,8 @@ class _Builder:
     def _host(self, e: Any, kind: int, name: str) -> None:
         if kind == MODULE and not name.startswith(MODULE_PREFIX):
             return
-        if name.startswith(LAYER_PREFIX):
-            kind, name = LAYER, name[len(LAYER_PREFIX) :]
+        if name.startswith(LAYER_RANGE):
+            kind, name = LAYER, name[len(LAYER_RANGE) :]
         shape = -1
         if self.keep_shapes and kind == OP:
             dims = e.shapes()

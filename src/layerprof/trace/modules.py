@@ -31,6 +31,7 @@ from layerprof.trace.events import ANNOTATION, I64, LAYER, MODULE, MODULE_PREFIX
 from layerprof.trace.links import Links
 from layerprof.trace.nesting import Nesting, roll_up
 from layerprof.trace.steps import STEP_NAME
+from layerprof.traceformat import MODULE_TYPES_KEY
 
 
 @dataclass(frozen=True)
@@ -309,7 +310,7 @@ def layerprof_marker(header: dict[str, Any]) -> dict[str, Any] | None:
 def module_types(header: dict[str, Any]) -> dict[str, str]:
     """Module path -> class name of every module of the run (module order), if written."""
     info = layerprof_marker(header) or {}
-    types = info.get("module_types")
+    types = info.get(MODULE_TYPES_KEY)
     if not isinstance(types, dict):
         return {}
     return {str(k): str(v) for k, v in types.items()}

@@ -47,6 +47,20 @@ class Nesting:
         by_kind = {OP: self.parent_op, MODULE: self.parent_module, LAYER: self.parent_layer}
         return by_kind.get(kind, self.parent_annotation)
 
+    def parent_any(self) -> I64:
+        """Per span, the innermost span of any kind around it (-1: none): of its
+        parents of each kind, the one swept last. All of them are open where the span
+        starts; the one swept last started last (or as early and shorter), so it lies
+        inside the others. A detached span keeps its parents of other kinds."""
+        n = len(self.order)
+        rank = np.empty(n, dtype=np.int64)
+        rank[self.order] = np.arange(n, dtype=np.int64)
+        kinds = np.stack([self.parent_op, self.parent_module, self.parent_annotation,
+                          self.parent_layer])  # fmt: skip
+        ranks = np.where(kinds >= 0, rank[np.clip(kinds, 0, None)], -1)
+        inner: I64 = kinds[np.argmax(ranks, axis=0), np.arange(n)]  # all -1: stays -1
+        return inner
+
 
 def nest(host: HostSpans) -> Nesting:
     order = np.lexsort((-host.dur, host.start, host.thread)).astype(np.int64)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from layerprof.notes import Note
 from layerprof.profile import Profile, Run, rank_order
 from layerprof.sections import (
     CrossRank,
@@ -24,8 +25,9 @@ from layerprof.sections import (
 )
 from layerprof.stats import median
 from layerprof.trace.stragglers import stragglers
+from layerprof.traceformat import GPU_STEP_SOURCE, STEP_SOURCE
 
-NAMED_STEPS = ("ProfilerStep", "GPU ProfilerStep")  # ProfilerStep#N names one step on every rank
+NAMED_STEPS = (STEP_SOURCE, GPU_STEP_SOURCE)  # ProfilerStep#N names one step on every rank
 
 
 def merge(
@@ -35,7 +37,7 @@ def merge(
     rank_source: str = "file order",
     skipped: Sequence[str] = (),
     failed: Sequence[str] = (),
-    notes: Sequence[str] = (),
+    notes: Sequence[Note] = (),
 ) -> Run:
     """One Run of per-rank Profiles (each with its rank set), with the cross-rank results."""
     ordered = rank_order(profiles)
@@ -69,7 +71,7 @@ def merge_profiles(path: str, names: Sequence[str], profiles: Sequence[Profile])
     return merge(path, stamped, rank_source=ranks.source)
 
 
-def with_rank(profile: Profile, rank: int, notes: Sequence[str] = ()) -> Profile:
+def with_rank(profile: Profile, rank: int, notes: Sequence[Note] = ()) -> Profile:
     """The profile re-stamped as ``rank`` (its source and meta), with ``notes`` added."""
     source = profile.source
     stamped = replace(

@@ -26,9 +26,11 @@ from typing import Any
 import orjson
 
 from layerprof.errors import TraceError
+from layerprof.notes import Note
 from layerprof.reading import read_input
 from layerprof.trace.commargs import MAX_RANKS, rank_id
 from layerprof.trace.events import EventCollector, EventTables
+from layerprof.traceformat import EVENTS_KEY
 
 # orjson's parser briefly needs about 12x the text it parses (on top of the
 # dicts it returns): 256 KiB batches keep that to a few MB. Smaller ones
@@ -95,7 +97,7 @@ def decode(data: bytearray, consume: Consumer, source: str) -> dict[str, Any]:
             rest = b"".join((data[:head], b'"traceEvents":[', memoryview(data)[pos:]))
         doc = _loads(rest, source)
         _require_trace(doc, source)
-        events = doc.pop("traceEvents")
+        events = doc.pop(EVENTS_KEY)
         consume(events, rest)
         return dict(doc)
 
@@ -171,7 +173,7 @@ class NotATraceError(TraceError):
 
 
 def _require_trace(doc: Any, source: str) -> None:
-    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+    if not isinstance(doc, dict) or not isinstance(doc.get(EVENTS_KEY), list):
         raise NotATraceError(
             f"{source}: not a Chrome/Kineto trace (no 'traceEvents' list)",
             hint="export one with torch.profiler: prof.export_chrome_trace('trace.json')",
@@ -255,7 +257,7 @@ class Ranks:
 
     ranks: tuple[int, ...]
     source: str  # "distributedInfo.rank" (or another claim) | "file name (rank-N / rank_N)" | "file order"
-    notes: tuple[str, ...] = ()
+    notes: tuple[Note, ...] = ()
 
 
 def assign_ranks(files: list[TraceFile]) -> Ranks:
@@ -272,14 +274,18 @@ def rank_rules(
     Two files claiming one rank cannot both have it: the next rule is used
     (file name, then file order), and a note names the files that collided.
     """
-    notes: list[str] = []
+    notes: list[Note] = []
     claimed = [rank_id(r) for r in distributed]
     bad = [(n, r) for n, r, ok in zip(names, distributed, claimed, strict=True) if r != ok]
     if bad:
         more = f" (and {len(bad) - 1} more files)" if len(bad) > 1 else ""
         notes.append(
-            f"{bad[0][0]}{more} claims rank {bad[0][1]} ({claim}), which is not a rank id"
-            f" (0 to {MAX_RANKS - 1}); ranks were not taken from it"
+            Note(
+                "bad-rank-claim",
+                f"{bad[0][0]}{more} claims rank {bad[0][1]} ({claim}), which is not a rank id"
+                f" (0 to {MAX_RANKS - 1}); ranks were not taken from it",
+                {"file": bad[0][0], "rank": bad[0][1], "files": len(bad)},
+            )
         )
     rules = (
         (claim, claimed),
@@ -291,7 +297,14 @@ def rank_rules(
         clash = _first_clash(names, found)
         if clash is None:
             return Ranks(tuple(r for r in found if r is not None), source, tuple(notes))
-        notes.append(clash + f" ({source}); ranks were not taken from it")
+        text = f"{clash[0]} and {clash[1]} both claim rank {clash[2]} ({source})"
+        notes.append(
+            Note(
+                "rank-clash",
+                text + "; ranks were not taken from it",
+                {"files": clash[:2], "rank": clash[2], "rule": source},
+            )
+        )
     return Ranks(tuple(range(len(names))), "file order", tuple(notes))
 
 
@@ -300,11 +313,12 @@ def _base(name: str) -> str:
     return name.rstrip("/").rsplit("/", 1)[-1]
 
 
-def _first_clash(names: list[str], ranks: list[int | None]) -> str | None:
+def _first_clash(names: list[str], ranks: list[int | None]) -> tuple[str, str, int | None] | None:
+    """The first two files that claim one rank, and the rank."""
     seen: dict[int | None, str] = {}
     for name, r in zip(names, ranks, strict=True):
         if r in seen:
-            return f"{seen[r]} and {name} both claim rank {r}"
+            return seen[r], name, r
         seen[r] = name
     return None
 

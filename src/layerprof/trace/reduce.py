@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from layerprof.notes import Note
 from layerprof.profile import Profile, parent_path
 from layerprof.records import LayerInfo, LayerSamples, Meta, OpStat
 from layerprof.sections import AnnotationRow, Steps, TraceSource
@@ -58,8 +59,8 @@ from layerprof.trace.nesting import Nesting, nest
 from layerprof.trace.ops import device_times
 from layerprof.trace.queue import queues
 from layerprof.trace.steps import find_steps
+from layerprof.traceformat import LAYER_CATEGORY, STEP_SOURCE
 
-LAYER_SOURCE = "layerprof_layer"
 MODULE_SOURCE = "nn.Module"
 
 
@@ -88,10 +89,10 @@ def reduce(
     ops = layer_ops(
         tables, nesting, times, attribution, steps, by_shape=group_by_shape, has_device=has_device
     )
-    if module_source != LAYER_SOURCE:  # no layer spans: one flat operator table
+    if module_source != LAYER_CATEGORY:  # no layer spans: one flat operator table
         ops = tuple(_flat(o) for o in ops)
     layers, samples = _layers(modules or annotation_rows, module_source, header, steps)
-    if module_source == LAYER_SOURCE:
+    if module_source == LAYER_CATEGORY:
         samples = _with_backward(samples, backward_times(tables, attribution, steps, list(samples)))
     kernels = kernel_table(tables)
     source = TraceSource(
@@ -144,7 +145,7 @@ def _modules(
 ) -> tuple[tuple[TreeRow, ...], str | None]:
     """The layer tree: layerprof's layer spans when present, else ``nn.Module`` spans."""
     if (tables.host.kind == LAYER).any():
-        return tree(tables, nesting, links, steps, LAYER, module_types(header)), LAYER_SOURCE
+        return tree(tables, nesting, links, steps, LAYER, module_types(header)), LAYER_CATEGORY
     rows = tree(tables, nesting, links, steps, MODULE)
     mapping = module_paths(header)  # layerprof's own traces name the real paths
     rows = renamed(rows, mapping) if mapping else structural(rows)
@@ -155,7 +156,7 @@ def _layers(
     rows: tuple[TreeRow, ...], module_source: str | None, header: dict[str, Any], steps: Steps
 ) -> tuple[tuple[LayerInfo, ...], dict[str, LayerSamples]]:
     n = len(steps.complete)
-    if rows and module_source == LAYER_SOURCE:
+    if rows and module_source == LAYER_CATEGORY:
         infos = _layer_infos(rows, module_types(header))
         return infos, {r.path: _samples(r, n) for r in rows}
     if rows:
@@ -315,75 +316,103 @@ def _device_names(header: dict[str, Any]) -> tuple[str, ...]:
     return tuple(str(p.get("name")) for p in props if isinstance(p, dict) and "name" in p)
 
 
-def _no_device_ops(categories: dict[str, int]) -> str:
+def _no_device_ops(categories: dict[str, int]) -> Note:
     """Why the device columns are absent: no device events at all, or none with busy time."""
     if not categories:
-        return "no device data (CPU-only trace): device columns are absent"
+        return Note("no-device-data", "no device data (CPU-only trace): device columns are absent")
     counts = ", ".join(f"{n} {cat}" for cat, n in sorted(categories.items()))
-    return f"device events ({counts}) but no kernels, memcpys or memsets: device columns are absent"
+    return Note(
+        "no-device-ops",
+        f"device events ({counts}) but no kernels, memcpys or memsets: device columns are absent",
+        {"categories": dict(categories)},
+    )
 
 
-def _notes(tables: EventTables, steps: Steps, p: Profile) -> list[str]:
+def _notes(tables: EventTables, steps: Steps, p: Profile) -> list[Note]:
     source = p.source
     assert source is not None
-    notes: list[str] = []
+    notes: list[Note] = []
     if not source.has_device:
         notes.append(_no_device_ops(tables.device_categories))
     if steps.source == "trace":
-        notes.append("no steps found: the whole trace is one unit")
-    elif steps.source != "ProfilerStep":
-        notes.append(f"no ProfilerStep spans: steps are the {steps.definition}")
+        notes.append(Note("no-steps", "no steps found: the whole trace is one unit"))
+    elif steps.source != STEP_SOURCE:
+        notes.append(
+            Note(
+                "steps-fallback",
+                f"no ProfilerStep spans: steps are the {steps.definition}",
+                {"source": steps.source},
+            )
+        )
     notes.extend(steps.notes)
     for s in steps.steps:
         if s.cut_off:
             notes.append(
-                f"last step cut off: {s.name} ({s.dur_ns / 1e6:.3f} ms) is kept out of"
-                " step statistics and the step window"
+                Note(
+                    "step-cut-off",
+                    f"last step cut off: {s.name} ({s.dur_ns / 1e6:.3f} ms) is kept out of"
+                    " step statistics and the step window",
+                    {"step": s.name, "dur_ns": s.dur_ns},
+                )
             )
     if steps.steps and not steps.complete:
-        notes.append("no complete step: idle and utilization use the whole trace")
+        notes.append(
+            Note("no-complete-step", "no complete step: idle and utilization use the whole trace")
+        )
     if source.producer is not None:
         model = source.producer.get("model")
+        version = source.producer.get("version") or "?"
         notes.append(
-            f"written by layerprof {source.producer.get('version') or '?'}"
-            + (f" (model {model})" if model else "")
+            Note(
+                "written-by-layerprof",
+                f"written by layerprof {version}" + (f" (model {model})" if model else ""),
+                {"version": version, "model": model},
+            )
         )
-    if source.module_source == LAYER_SOURCE:
-        notes.append("layers: from layerprof's layer spans (the modules' qualified paths)")
-    elif source.module_source == MODULE_SOURCE:
-        notes.append(
-            "layers: from nn.Module spans, named by class and place among same-class"
-            " siblings (Class[i]), not by the trace's instance counters"
-        )
-    else:
-        notes.append("no nn.Module events: profile with with_stack=True for the module tree")
-    if tables.dropped_ts0:
-        notes.append(
-            f"{tables.dropped_ts0} events with ts == 0 or below were dropped"
-            " (the rest of the trace is on an epoch clock)"
-        )
-    if tables.skipped:
-        notes.append(f"{tables.skipped} events without a usable timestamp were skipped")
-    if tables.bad_durations:
-        notes.append(
-            f"{tables.bad_durations} spans had an unusable duration (not a number, negative"
-            " or over 104 days): kept with duration 0"
-        )
-    if tables.malformed_fields:
-        notes.append(
-            f"{tables.malformed_fields} id, device, stream or byte fields were not integers:"
-            " read as unknown"
-        )
+    notes.append(_layer_source(source.module_source))
+    counted = (
+        ("dropped-ts0", tables.dropped_ts0, "{} events with ts == 0 or below were dropped"
+         " (the rest of the trace is on an epoch clock)"),
+        ("skipped-no-ts", tables.skipped, "{} events without a usable timestamp were skipped"),
+        ("bad-durations", tables.bad_durations, "{} spans had an unusable duration (not a number,"
+         " negative or over 104 days): kept with duration 0"),
+        ("malformed-fields", tables.malformed_fields, "{} id, device, stream or byte fields were"
+         " not integers: read as unknown"),
+    )  # fmt: skip
+    notes += [Note(kind, text.format(n), {"count": n}) for kind, n, text in counted if n]
     launch = p.launches
     if launch is not None:
         if launch.unmatched_device_ops:
             notes.append(
-                f"{launch.unmatched_device_ops} device ops have no launch call"
-                " in the trace (no launch delay or host attribution for them)"
+                Note(
+                    "unlaunched-device-ops",
+                    f"{launch.unmatched_device_ops} device ops have no launch call"
+                    " in the trace (no launch delay or host attribution for them)",
+                    {"count": launch.unmatched_device_ops},
+                )
             )
         if launch.negative_delays:
             notes.append(
-                f"{launch.negative_delays} launch delays are negative"
-                " (CPU and device clocks disagree)"
+                Note(
+                    "negative-launch-delays",
+                    f"{launch.negative_delays} launch delays are negative"
+                    " (CPU and device clocks disagree)",
+                    {"count": launch.negative_delays},
+                )
             )
     return notes
+
+
+def _layer_source(module_source: str | None) -> Note:
+    """Where the layer rows came from (``TraceSource.module_source``)."""
+    if module_source == LAYER_CATEGORY:
+        text = "layers: from layerprof's layer spans (the modules' qualified paths)"
+        return Note("layer-source", text, {"source": module_source})
+    if module_source == MODULE_SOURCE:
+        text = (
+            "layers: from nn.Module spans, named by class and place among same-class"
+            " siblings (Class[i]), not by the trace's instance counters"
+        )
+        return Note("layer-source", text, {"source": module_source})
+    text = "no nn.Module events: profile with with_stack=True for the module tree"
+    return Note("no-module-events", text)

@@ -33,12 +33,14 @@ import re
 import numpy as np
 import numpy.typing as npt
 
+from layerprof.notes import Note
 from layerprof.sections import Step, Steps
 from layerprof.trace.events import ANNOTATION, I64, LAYER, MODULE, OP, EventTables, HostSpans
 from layerprof.trace.gpu import union
 from layerprof.trace.nesting import Nesting
+from layerprof.traceformat import GPU_STEP_SOURCE, LAYER_CATEGORY, STEP_PREFIX, STEP_SOURCE
 
-STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+STEP_NAME = re.compile("^" + re.escape(STEP_PREFIX) + r"(\d+)$")
 _CUT_OFF_SLACK_NS = 1_000
 MIN_COVERAGE = 0.5
 #: Annotations torch and common frameworks write by themselves: never steps.
@@ -59,10 +61,10 @@ def find_steps(tables: EventTables, nesting: Nesting, *, whole_steps: bool = Fal
         thread = _most_common(host.thread[steps_idx])
         chosen = steps_idx[host.thread[steps_idx] == thread]
         found = _cut_last(_as_steps(tables, chosen), tables, whole_steps)
-        return Steps(found, "ProfilerStep", thread)
+        return Steps(found, STEP_SOURCE, thread)
     on_device = _device_steps(tables, step_ids, whole_steps)
     if on_device:
-        return Steps(on_device, "GPU ProfilerStep", None)
+        return Steps(on_device, GPU_STEP_SOURCE, None)
     main = _main_thread(tables)
     if main is None:
         return Steps((Step("trace", *_span(tables.extent())),), "trace", None)
@@ -72,7 +74,7 @@ def find_steps(tables: EventTables, nesting: Nesting, *, whole_steps: bool = Fal
 def _fallback(tables: EventTables, nesting: Nesting, main: int) -> Steps:
     """Rules 3-6 on the main thread (see the module doc)."""
     host = tables.host
-    notes: list[str] = []
+    notes: list[Note] = []
     on_thread = (host.thread == main) & ~nesting.detached
     busy = _covered(host, np.flatnonzero(on_thread & np.isin(host.kind, _TOP_KINDS)))
     annotations = np.flatnonzero(on_thread & (host.kind == ANNOTATION))
@@ -82,12 +84,24 @@ def _fallback(tables: EventTables, nesting: Nesting, main: int) -> Steps:
         share = _covered(host, outer) / busy if busy else 0.0
         if share >= MIN_COVERAGE:
             return Steps(_as_steps(tables, outer), "record_function", main, (_cover(share),))
+        names = _names(tables, outer)
         notes.append(
-            f"record_function spans ({_names(tables, outer)}) cover only {share:.0%} of the"
-            " main thread's busy time: not used as steps"
+            Note(
+                "annotations-not-steps",
+                f"record_function spans ({names}) cover only {share:.0%} of the"
+                " main thread's busy time: not used as steps",
+                {"names": names, "share": share},
+            )
         )
     if (~own).any():
-        notes.append(f"framework annotations ({_names(tables, annotations[~own])}) are not steps")
+        names = _names(tables, annotations[~own])
+        notes.append(
+            Note(
+                "framework-annotations",
+                f"framework annotations ({names}) are not steps",
+                {"names": names},
+            )
+        )
     outer_layer = np.flatnonzero(on_thread & (host.kind == LAYER) & (nesting.parent_layer == -1))
     if len(outer_layer):
         labels = tables.layer_labels
@@ -96,7 +110,7 @@ def _fallback(tables: EventTables, nesting: Nesting, main: int) -> Steps:
             for s in _as_steps(tables, outer_layer)
         )
         share = _covered(host, outer_layer) / busy if busy else 0.0
-        return Steps(layer_steps, "layerprof_layer", main, (*notes, _cover(share)))
+        return Steps(layer_steps, LAYER_CATEGORY, main, (*notes, _cover(share)))
     outer_mod = np.flatnonzero(on_thread & (host.kind == MODULE) & (nesting.parent_module == -1))
     if len(outer_mod):
         share = _covered(host, outer_mod) / busy if busy else 0.0
@@ -131,8 +145,9 @@ def _covered(host: HostSpans, idx: I64) -> int:
     return int((seg_e - seg_s).sum())
 
 
-def _cover(share: float) -> str:
-    return f"the steps cover {share:.0%} of the main thread's busy time"
+def _cover(share: float) -> Note:
+    text = f"the steps cover {share:.0%} of the main thread's busy time"
+    return Note("step-coverage", text, {"share": share})
 
 
 def _names(tables: EventTables, idx: I64, most: int = 3) -> str:

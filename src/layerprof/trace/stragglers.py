@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from itertools import islice
 from statistics import median
 
+from layerprof.notes import Note
 from layerprof.profile import Profile
 from layerprof.sections import (
     Collective,
@@ -64,11 +65,22 @@ def stragglers(profiles: Sequence[Profile]) -> Stragglers | None:
     for line in lateness:
         if line.unmatched:
             notes.append(
-                f"rank {line.rank}: {line.unmatched} of {line.collectives} collectives match no"
-                " other rank (different profiling windows, or a collective that never completed)"
+                Note(
+                    "unmatched-collectives",
+                    f"rank {line.rank}: {line.unmatched} of {line.collectives} collectives match"
+                    " no other rank (different profiling windows, or a collective that never"
+                    " completed)",
+                    {
+                        "rank": line.rank,
+                        "unmatched": line.unmatched,
+                        "collectives": line.collectives,
+                    },
+                )
             )
     if not shared:
-        notes.append("no collective matched across ranks: no arrival skew")
+        notes.append(
+            Note("no-matched-collective", "no collective matched across ranks: no arrival skew")
+        )
     skews = [m.skew_ns for m in matches]
     return Stragglers(
         matched=len(matches),
@@ -81,8 +93,8 @@ def stragglers(profiles: Sequence[Profile]) -> Stragglers | None:
     )
 
 
-def _rank_notes(profiles: Sequence[Profile], comms: dict[int, Communication | None]) -> list[str]:
-    notes: list[str] = []
+def _rank_notes(profiles: Sequence[Profile], comms: dict[int, Communication | None]) -> list[Note]:
+    notes: list[Note] = []
     ranks = sorted(comms)
     sizes = [
         c.group_size
@@ -99,16 +111,22 @@ def _rank_notes(profiles: Sequence[Profile], comms: dict[int, Communication | No
         first = list(islice((r for r in range(expected) if r not in present), 9))
         shown = ", ".join(str(r) for r in first[:8]) + (" ..." if len(first) > 8 else "")
         notes.append(
-            f"{len(ranks)} of {expected} ranks present; missing: {shown}"
-            " (stragglers are judged among the ranks present)"
+            Note(
+                "missing-ranks",
+                f"{len(ranks)} of {expected} ranks present; missing: {shown}"
+                " (stragglers are judged among the ranks present)",
+                {"present": len(ranks), "expected": expected, "missing": tuple(first[:8])},
+            )
         )
     counts = {p.rank or 0: len(p.steps.complete) if p.steps is not None else 0 for p in profiles}
     if len(set(counts.values())) > 1:
         listed = ", ".join(f"rank {r}: {n}" for r, n in sorted(counts.items()))
-        notes.append(f"ranks have different numbers of complete steps ({listed})")
+        text = f"ranks have different numbers of complete steps ({listed})"
+        notes.append(Note("step-counts-differ", text, {"steps": dict(sorted(counts.items()))}))
     for rank, comm in sorted(comms.items()):
         if comm is None or not comm.collectives:
-            notes.append(f"rank {rank} has no collectives in its trace")
+            text = f"rank {rank} has no collectives in its trace"
+            notes.append(Note("no-collectives", text, {"rank": rank}))
     return notes
 
 

@@ -36,9 +36,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from layerprof.profile import ancestors
+from layerprof.sections.graphrecord import (
+    GraphRecord,
+    KernelSite,
+    NodeInfo,
+    common_ancestor,
+    is_compute_op,
+)
 
-__all__ = ["CallSite", "GraphRecord", "NodeInfo", "RecordingBackend", "event_name", "module_path"]
+__all__ = ["RecordingBackend", "event_name", "module_path"]
 
 _ROOT = re.compile(r"^[LG]\[(['\"])(?P<name>.+?)\1\]")
 _INDEX = re.compile(
@@ -48,84 +54,11 @@ _PATH = re.compile(r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$")
 _TORCH_OP = re.compile(r"^torch\.ops\.(?P<ns>\w+)\.(?P<op>\w+)(\.\w+)?$")
 _ATEN_OP = re.compile(r"^aten\.(?P<op>\w+)(\.\w+)?$")
 _SHAPE_FALLBACK = 1  # a symbolic size without a hint counts as 1 (costs are only compared)
+
+
 # Ops that do a layer's heavy work (matmul, convolution, attention), by the op part of
 # their name: ``aten::addmm``, ``mkldnn::_convolution_pointwise``, ``mkl::_mkl_linear``,
 # ``aten::_scaled_dot_product_flash_attention_for_cpu`` (not ``upsample_bilinear2d``).
-_COMPUTE_OP = re.compile(
-    r"(?:^|::)_*(?:"
-    r"\w*conv(?:olution|_transpose|_depthwise|_tbc|\d?d)\w*"  # not convert_element_type
-    r"|(?:\w*_)?q?linear(?:_\w+)?"  # not upsample_bilinear2d
-    r"|\w*attention\w*"
-    r"|(?:add|b|baddb|addb|_int_|_scaled_|_weight_int\d+pack_)?mm(?:_\w+)?|matmul"
-    r")$"
-)
-
-
-@dataclass(frozen=True)
-class NodeInfo:
-    """One post-grad FX node: where it comes from and what it costs.
-
-    ``path`` is the module path relative to the compiled frame's ``self``
-    (``""``: the frame's own code), None when the node's module stack names
-    something that is not a path under it; ``type`` the module's class name;
-    ``inferred``: the path came from the node's neighbours (see :func:`node_info`);
-    ``stackless``: the node had no module stack at all (its path is the frame's own
-    code by default, which for a backward node is a guess).
-    """
-
-    name: str
-    path: str | None
-    type: str | None
-    op: str
-    cost: float
-    inferred: bool = False
-    stackless: bool = False
-    operand_cost: float = 0.0  # elements of its tensor inputs (see CallSite.operands)
-
-    @property
-    def compute(self) -> bool:
-        """A matmul, convolution or attention node: a kernel that runs one owns the kernel
-        (what else it computes is its epilogue: a bias, a BatchNorm, an activation)."""
-        return is_compute_op(self.op)
-
-
-def is_compute_op(op: str) -> bool:
-    return _COMPUTE_OP.search(op) is not None
-
-
-@dataclass(frozen=True)
-class CallSite:
-    """One kernel call in a graph's generated wrapper, in call order.
-
-    ``event`` is the name the profiler shows for it (``aten::addmm`` for
-    ``extern_kernels.addmm``; the kernel's own name otherwise, without the
-    ``graph_<id>_`` prefix CPU kernels get); ``nodes`` the nodes it is credited with.
-    ``operands``: matmul/convolution nodes that an extern call computes and that this
-    generated kernel also lists: it lays out their operands (a convolution's weight
-    in channels-last order, fused with the previous layer's BatchNorm and ReLU), work
-    that is theirs and weighs by the operands' elements.
-    """
-
-    kernel: str
-    event: str
-    extern: bool
-    nodes: tuple[str, ...]
-    operands: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class GraphRecord:
-    key: str | None
-    compile_id: str
-    phase: str  # "forward" | "backward"
-    sites: tuple[CallSite, ...]
-    nodes: Mapping[str, NodeInfo]
-    compile_ns: int = 0
-
-    def site_events(self) -> tuple[str, ...]:
-        return tuple(s.event for s in self.sites)
-
-
 @dataclass
 class RecordingBackend:
     """A ``torch.compile`` backend: inductor with ``config_patches``, recording each graph.
@@ -248,7 +181,7 @@ def build_record(
     # (an epilogue lists the matmul or convolution whose output it reads).
     externs = {n for *_, own in listed for n in own}
     credited = set(externs)
-    out_sites: list[CallSite] = []
+    out_sites: list[KernelSite] = []
     infos: dict[str, NodeInfo] = {}
     for kernel, event, extern, known, own in listed:
         operands: list[str] = []
@@ -265,7 +198,7 @@ def build_record(
             if name not in infos:
                 infos[name] = node_info(graph_nodes[name], backward=phase == "backward")
         out_sites.append(
-            CallSite(
+            KernelSite(
                 kernel=kernel,
                 event=event,
                 extern=extern,
@@ -352,13 +285,6 @@ def _neighbour_paths(node: Any, backward: bool, hops: int = 4) -> list[str]:
             return paths
         frontier = after
     return []
-
-
-def common_ancestor(paths: Sequence[str]) -> str:
-    """The deepest module path that is (or is an ancestor of) every path."""
-    chains = [[p, *ancestors(p)] for p in paths]
-    shared = set(chains[0]).intersection(*chains[1:])
-    return max(shared, key=lambda p: 0 if p == "" else p.count(".") + 1) if shared else ""
 
 
 def module_path(fqn: str) -> str | None:

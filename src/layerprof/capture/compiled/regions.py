@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from layerprof.capture.modules import hookable_modules
-from layerprof.capture.ops.profiler import LAYER_PREFIX, range_api
+from layerprof.capture.ops.profiler import range_api
+from layerprof.traceformat import LAYER_RANGE
 
 if TYPE_CHECKING:
     import torch
@@ -127,7 +128,7 @@ def compile_regions(
         compiled = torch.compile(_region_of(module, path), backend=backend, dynamic=dynamic)
         saved = module._compiled_call_impl
         module._compiled_call_impl = _ranged(
-            functools.partial(compiled, module), LAYER_PREFIX + path
+            functools.partial(compiled, module), LAYER_RANGE + path
         )
         undo.append(functools.partial(setattr, module, "_compiled_call_impl", saved))
 
@@ -242,7 +243,7 @@ class EagerRanges:
             for path, module in hookable_modules(self.model, compiled_leaves=False):
                 if HOOK_KEY in module._forward_pre_hooks or _torch_forward(module):
                     continue  # another run's ranges are on it (a nested profile)
-                self._names[id(module)] = LAYER_PREFIX + path
+                self._names[id(module)] = LAYER_RANGE + path
                 self._opened[id(module)] = []
                 module._forward_pre_hooks[HOOK_KEY] = _pre_hook
                 module._forward_hooks[HOOK_KEY] = _post_hook

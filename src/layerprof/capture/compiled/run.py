@@ -14,7 +14,7 @@ inductor strips profiler ranges), so this view needs none there. The run
 4. the per-layer pass: ``iters`` compiled forwards (and backwards) under
    torch.profiler, each in a ``layerprof: compiled forward`` range, with
    ``layer:`` ranges around the module calls that run eagerly;
-5. the attribution (``compiled_attribution``) credits every kernel event to
+5. the attribution (``layerprof.trace.compiled``) credits every kernel event to
    module paths; ``compiled_section`` turns it into the usual per-layer rows
    and the ``compiled`` section.
 """
@@ -27,12 +27,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from layerprof.capture.compiled.attribution import (
-    BACKWARD_MARK,
-    FORWARD_MARK,
-    ModelPaths,
-    attribute,
-)
 from layerprof.capture.compiled.backend import RecordingBackend, make_backend
 from layerprof.capture.compiled.gate import check_compile_support
 from layerprof.capture.compiled.regions import (
@@ -52,52 +46,23 @@ from layerprof.capture.compiled.samples import (
 )
 from layerprof.capture.compilewatch import CompileWatch
 from layerprof.capture.modules import HookHandles, hookable_modules
-from layerprof.capture.ops.profiler import OpOptions, RawTrace, profiler_kwargs, trace_loader
+from layerprof.capture.ops.profiler import RawTrace, profiler_kwargs, trace_loader
+from layerprof.capture.options import CompileOptions, OpOptions
 from layerprof.capture.quiet import kineto_quiet
 from layerprof.errors import ModelRunError, UsageError
-from layerprof.sections.compiled import SPLIT_RULES, GraphBreak, Recompile
+from layerprof.notes import Note
+from layerprof.sections.compiled import GraphBreak, Recompile
+from layerprof.trace.compiled import BACKWARD_MARK, FORWARD_MARK, ModelPaths, attribute_compiled
 
 if TYPE_CHECKING:
     import torch
 
     from layerprof.capture.flops.counter import FlopCount
-    from layerprof.capture.flops.peaks import GivenPeak
+    from layerprof.capture.options import GivenPeak
     from layerprof.profile import Profile
     from layerprof.records import LayerInfo
 
-__all__ = ["CUDA_GRAPH_MODES", "MODES", "CompileOptions", "CompiledRun"]
-
-#: The inductor modes the compiled view supports, and those it refuses.
-MODES = ("default", "max-autotune-no-cudagraphs")
-CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
-
-
-@dataclass(frozen=True)
-class CompileOptions:
-    """``mode``: inductor's mode; ``dynamic``: ``torch.compile(dynamic=)``;
-    ``split``: how a fused kernel spanning several modules is split
-    (``cost``: by the nodes' FLOPs or elements; ``lca``: all to the modules'
-    common ancestor; ``equal``: evenly)."""
-
-    mode: str = "default"
-    dynamic: bool | None = None
-    split: str = "cost"
-
-    def __post_init__(self) -> None:
-        if self.mode in CUDA_GRAPH_MODES:
-            raise UsageError(
-                f"--compile-mode {self.mode} replays CUDA graphs, which hide each kernel from"
-                " the profiler, so its time cannot be attributed to layers",
-                hint="use --compile-mode max-autotune-no-cudagraphs (or default)",
-            )
-        if self.mode not in MODES:
-            raise UsageError(
-                f"--compile-mode {self.mode!r} is not one of {', '.join(MODES)}",
-            )
-        if self.split not in SPLIT_RULES:
-            raise UsageError(
-                f"--compile-split {self.split!r} is not one of {', '.join(SPLIT_RULES)}"
-            )
+__all__ = ["CompiledRun"]
 
 
 @dataclass(frozen=True)
@@ -108,7 +73,7 @@ class EagerFacts:
     shapes: dict[str, tuple[Any, Any]]
     output_bytes: dict[str, int]
     flops: FlopCount | None
-    flop_note: str | None
+    flop_note: Note | None
 
 
 class CompiledRun:
@@ -144,7 +109,7 @@ class CompiledRun:
 
     # ---- set-up -------------------------------------------------------------------
     def __enter__(self) -> CompiledRun:
-        from layerprof.capture.hooks.recorder import layer_infos
+        from layerprof.capture.recording.recorder import layer_infos
 
         check_compile_support()
         # Dynamo logs every graph break as ~20 WARNING lines on stderr; the compiled
@@ -225,7 +190,7 @@ class CompiledRun:
 
         assert self.eager is not None and self.backend is not None, "use inside `with`"
         raw = self._capture(iters, device, backward, loss)
-        att = attribute(
+        att = attribute_compiled(
             raw.tables(), self.backend.records, ModelPaths(self._types), rule=self.options.split
         )
         eager = self.eager
@@ -397,7 +362,7 @@ def eager_facts(
     """Calls, shapes and output bytes of one eager forward, then FLOPs from another."""
     from layerprof.capture.failures import locate_failure, model_error
     from layerprof.capture.flops.counter import count_flops
-    from layerprof.capture.hooks.recorder import ShapeCapture
+    from layerprof.capture.recording.recorder import ShapeCapture
 
     def forward() -> Any:
         return model(*args, **kwargs)
@@ -425,9 +390,10 @@ def eager_facts(
         flops: FlopCount | None = count_flops(model, forward)
         note = None
     except Exception as exc:  # the counter's own limits: the model ran above
+        error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
         flops, note = (
             None,
-            f"FLOPs not counted: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}",
+            Note("flops-not-counted", f"FLOPs not counted: {error}", {"error": error}),
         )
     return EagerFacts(
         calls=counts,

@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from layerprof.capture.compiled.attribution import Attribution, PhaseWindow
+from layerprof.notes import Note
 from layerprof.profile import ancestors
 from layerprof.records import LayerInfo, LayerSamples
 from layerprof.sections.compiled import (
@@ -30,6 +30,7 @@ from layerprof.sections.compiled import (
     Recompile,
     UnmatchedKernel,
 )
+from layerprof.trace.compiled import CompiledAttribution, PhaseWindow
 from layerprof.units import NS_PER_MS
 
 _TOP_UNMATCHED = 5
@@ -62,7 +63,7 @@ def bucket_infos() -> tuple[LayerInfo, ...]:
 
 
 def layer_samples(
-    att: Attribution, layers: Sequence[LayerInfo], calls: Mapping[str, float]
+    att: CompiledAttribution, layers: Sequence[LayerInfo], calls: Mapping[str, float]
 ) -> dict[str, LayerSamples]:
     """Per path and per profiled forward: self (credited kernel time) and total (its subtree)."""
     fwd = att.windows["forward"]
@@ -135,7 +136,7 @@ def coverage(windows: Sequence[PhaseWindow], *, device: bool = False) -> Coverag
     )
 
 
-def build_section(att: Attribution, facts: RunFacts) -> CompiledSection:
+def build_section(att: CompiledAttribution, facts: RunFacts) -> CompiledSection:
     n = {phase: max(len(ws), 1) for phase, ws in att.windows.items()}
     graphs = tuple(
         CompiledGraph(
@@ -198,7 +199,7 @@ def build_section(att: Attribution, facts: RunFacts) -> CompiledSection:
     )  # fmt: skip
 
 
-def backward_problem(att: Attribution) -> str | None:
+def backward_problem(att: CompiledAttribution) -> str | None:
     """Why the backward kernels' paths cannot be trusted on this run (None: they can).
 
     The backward mapping rests on private torch state (the provenance map code
@@ -224,7 +225,7 @@ def backward_problem(att: Attribution) -> str | None:
     return None
 
 
-def _path_times(att: Attribution, n: Mapping[str, int]) -> tuple[PathTime, ...]:
+def _path_times(att: CompiledAttribution, n: Mapping[str, int]) -> tuple[PathTime, ...]:
     keys = sorted(set(att.exact) | set(att.estimated))
     if backward_problem(att):
         keys = [k for k in keys if k[0] != "backward"]
@@ -239,67 +240,103 @@ def _path_times(att: Attribution, n: Mapping[str, int]) -> tuple[PathTime, ...]:
     )
 
 
-def notes(att: Attribution, section: CompiledSection) -> list[str]:
+def notes(att: CompiledAttribution, section: CompiledSection) -> list[Note]:
     """What the compiled rows depend on, one line each."""
     cov = section.coverage
     out = [
-        f"compiled ({section.mode}, torch {section.torch}): layer times are inductor kernel"
-        f" times{' on the GPU' if section.device_time else ''}; extern kernels (matmul, conv,"
-        f" attention) go to their module exactly, fused kernels spanning several modules are"
-        f" split by {section.split}; {100 * cov.attributed_share:.1f}% of the compiled"
-        f" regions' time is attributed ({cov.shared_ns / NS_PER_MS:.3f} ms per forward of it"
-        " estimated)"
+        Note(
+            "compiled-attribution",
+            f"compiled ({section.mode}, torch {section.torch}): layer times are inductor kernel"
+            f" times{' on the GPU' if section.device_time else ''}; extern kernels (matmul, conv,"
+            f" attention) go to their module exactly, fused kernels spanning several modules are"
+            f" split by {section.split}; {100 * cov.attributed_share:.1f}% of the compiled"
+            f" regions' time is attributed ({cov.shared_ns / NS_PER_MS:.3f} ms per forward of it"
+            " estimated)",
+            {"attributed_share": cov.attributed_share, "estimated_ns": cov.shared_ns},
+        )
     ]
     if section.recompiled:
         where = ", ".join(r or "(the whole model)" for r in section.regions)
         out.append(
-            f"the model was already compiled; layerprof compiled it again ({where}) with its own"
-            " backend, because attributing kernels needs inductor's provenance tracking and"
-            " kernel profiling, which change the compiled code and its cache key"
+            Note(
+                "recompiled-for-attribution",
+                f"the model was already compiled; layerprof compiled it again ({where}) with its own"
+                " backend, because attributing kernels needs inductor's provenance tracking and"
+                " kernel profiling, which change the compiled code and its cache key",
+                {"regions": tuple(section.regions)},
+            )
         )
     if att.unmatched:
         names = sorted(att.unmatched, key=lambda k: -att.unmatched[k][1])
         shown = ", ".join(names[:_TOP_UNMATCHED]) + (" ..." if len(names) > _TOP_UNMATCHED else "")
         out.append(
-            f"{len(names)} kernel event name(s) inside compiled graphs matched no call site"
-            f" ({shown}): their {cov.unmatched_ns / NS_PER_MS:.3f} ms per forward are in"
-            f" {OVERHEAD_ROW}"
+            Note(
+                "unmatched-kernels",
+                f"{len(names)} kernel event name(s) inside compiled graphs matched no call site"
+                f" ({shown}): their {cov.unmatched_ns / NS_PER_MS:.3f} ms per forward are in"
+                f" {OVERHEAD_ROW}",
+                {"names": tuple(names), "ns_per_forward": cov.unmatched_ns},
+            )
         )
     if att.unknown_graphs:
         out.append(
-            f"{att.unknown_graphs} compiled graph call(s) belong to graphs layerprof did not"
-            f" compile (another backend?): their time is in {OVERHEAD_ROW}"
+            Note(
+                "unknown-graphs",
+                f"{att.unknown_graphs} compiled graph call(s) belong to graphs layerprof did not"
+                f" compile (another backend?): their time is in {OVERHEAD_ROW}",
+                {"count": att.unknown_graphs},
+            )
         )
     per_forward = max(att.iterations("forward"), 1)  # (a backward is part of its step)
     if att.unresolved_nodes:
         out.append(
-            f"{att.unresolved_nodes / per_forward:g} node(s) per step named no module path"
-            " under their compiled frame: their time went to the frame's own module"
+            Note(
+                "unresolved-nodes",
+                f"{att.unresolved_nodes / per_forward:g} node(s) per step named no module path"
+                " under their compiled frame: their time went to the frame's own module",
+                {"per_step": att.unresolved_nodes / per_forward},
+            )
         )
     if att.inferred_nodes:
         out.append(
-            f"{att.inferred_nodes / per_forward:g} node(s) per step had no module stack (a"
-            " pattern pass wrote them, e.g. attention as one SDPA op): each went to the common"
-            " module of its graph neighbours"
+            Note(
+                "inferred-nodes",
+                f"{att.inferred_nodes / per_forward:g} node(s) per step had no module stack (a"
+                " pattern pass wrote them, e.g. attention as one SDPA op): each went to the common"
+                " module of its graph neighbours",
+                {"per_step": att.inferred_nodes / per_forward},
+            )
         )
     problem = backward_problem(att)
     if problem:
         out.append(
-            f"backward: {problem}; the layers show no backward time rather than a wrong one"
-            " (the backward kernels are still listed, without their split over layers)"
+            Note(
+                "backward-not-split",
+                f"backward: {problem}; the layers show no backward time rather than a wrong one"
+                " (the backward kernels are still listed, without their split over layers)",
+                {"problem": problem},
+            )
         )
     if att.backward_prefix_missing:
         out.append(
-            f"{att.backward_prefix_missing} backward graph call(s) had no forward call to take"
-            " their module prefix from: their paths are relative to the model"
+            Note(
+                "backward-prefix-missing",
+                f"{att.backward_prefix_missing} backward graph call(s) had no forward call to take"
+                " their module prefix from: their paths are relative to the model",
+                {"count": att.backward_prefix_missing},
+            )
         )
     if cov.forward_ns and cov.outside_ns > 0.1 * cov.forward_ns:
         share = 100 * cov.outside_ns / cov.forward_ns
         out.append(
-            f"{share:.0f}% of the forward ran outside compiled regions"
-            f"{f' ({len(section.breaks)} graph break reason(s))' if section.breaks else ''}:"
-            f" that time is in {OUTSIDE_ROW}; profile without --compile for those layers'"
-            " eager times"
+            Note(
+                "outside-compiled",
+                f"{share:.0f}% of the forward ran outside compiled regions"
+                f"{f' ({len(section.breaks)} graph break reason(s))' if section.breaks else ''}:"
+                f" that time is in {OUTSIDE_ROW}; profile without --compile for those layers'"
+                " eager times",
+                {"share": share / 100, "breaks": len(section.breaks)},
+            )
         )
     return out
 

@@ -27,9 +27,10 @@ from typing import TYPE_CHECKING, Any
 
 from layerprof.capture.clocks import Clock, CudaEventClock, HostClock
 from layerprof.capture.flops.formulas import Rule, rules
-from layerprof.capture.flops.peaks import GivenPeak, device_peak
-from layerprof.capture.hooks.backward import NodeMarks
+from layerprof.capture.flops.peaks import device_peak
 from layerprof.capture.modules import visible_modules
+from layerprof.capture.options import GivenPeak
+from layerprof.capture.recording.nodes import NodeMarks
 from layerprof.records import LayerInfo
 from layerprof.sections.flops import FlopSummary, LayerFlops, UncountedOp
 

@@ -24,14 +24,14 @@ import socket
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
 from layerprof.capture.flops.gpus import DeviceQuery, gpu_peak
-from layerprof.errors import LayerprofError, UsageError
+from layerprof.capture.options import GivenPeak
+from layerprof.errors import LayerprofError
 from layerprof.sections.flops import Peak
-from layerprof.units import parse_si
 
 CACHE_SCHEMA = "layerprof.peaks/1"
 CACHE_FILE = "peaks.json"
@@ -40,28 +40,6 @@ MATMUL_N = {"float32": 1024, "float64": 768}  # other dtypes: 512 (slow on many 
 COPY_BYTES = 32 << 20
 REPS = 10
 BUDGET_S = 0.5  # per measurement: stop repeating once it has taken this long
-
-
-@dataclass(frozen=True)
-class GivenPeak:
-    """``--peak``: FLOP/s and, optionally, bytes/s."""
-
-    flops_per_s: float
-    bytes_per_s: float | None = None
-
-
-def parse_peak(text: str) -> GivenPeak:
-    """``"2.5T"`` or ``"2.5T,50G"`` -> GivenPeak; UsageError naming the problem."""
-    parts = [p.strip() for p in text.split(",")]
-    if len(parts) > 2 or not parts[0]:
-        raise UsageError(
-            f"--peak {text!r}: expected FLOPS[,BYTES] per second", hint="e.g. --peak 2.5T,50G"
-        )
-    try:
-        rates = [parse_si(p) for p in parts]
-    except ValueError as exc:
-        raise UsageError(f"--peak: {exc}", hint="e.g. --peak 2.5T,50G") from None
-    return GivenPeak(rates[0], rates[1] if len(rates) > 1 else None)
 
 
 def device_peak(

@@ -1,6 +1,4 @@
-"""Hooks mode: per-layer forward (and backward) times from wrappers around every module.
-
-The Recorder swaps one instance-level wrapper into each module, appends ``(code, time)``
-pairs while the model runs and reduces them afterwards (``layertimes``); ``backward`` times
-each layer's backward from autograd graph-node hooks.
+"""Hooks mode, the default: the Recorder's calibrated wrappers time every layer's forward
+(``mode``), and autograd graph-node marks its backward (``backward``, with ops mode's
+autograd nodes as the fallback where node hooks cannot be used).
 """

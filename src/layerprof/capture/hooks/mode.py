@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING
 from layerprof.capture.calls import guarded, timed
 from layerprof.capture.clocks import CudaEventClock, HostClock
 from layerprof.capture.device import device_of
-from layerprof.capture.hooks.recorder import Recorder, calibrate
 from layerprof.capture.layerpass import AsGiven
 from layerprof.capture.prelude import prelude
+from layerprof.capture.recording.recorder import Recorder, calibrate
+from layerprof.notes import Note
 from layerprof.records import LayerSamples, Overhead
 from layerprof.stats import Series, median
 
@@ -37,7 +38,7 @@ class HooksMode(AsGiven):
 
     def layer_pass(self, run: Pass) -> Profile:
         facts = prelude(run)
-        base = run.base.with_notes(*facts.notes)
+        base = facts.onto(run.base)
         latency = (base.latency_ns.tolist() if base.latency_ns is not None else None) or []
         samples, overhead = _hooked(run, latency)
         if run.opts.backward:
@@ -81,7 +82,7 @@ def _hooked(run: Pass, latency: list[int]) -> tuple[dict[str, LayerSamples], Ove
 
 def _with_backward(
     samples: dict[str, LayerSamples], run: Pass
-) -> tuple[dict[str, LayerSamples], tuple[str, ...]]:
+) -> tuple[dict[str, LayerSamples], tuple[Note, ...]]:
     """Add each layer's backward times (layerprof.capture.hooks.backward says how)."""
     from layerprof.capture.hooks.backward import profile_backward
 

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from layerprof.notes import Note
 from layerprof.records import LayerInfo, LayerSamples, OpStat
 from layerprof.stats import median
 from layerprof.units import human_time
@@ -56,13 +57,16 @@ class OpsCorrection:
     range_inside_ns: float
     range_leak_ns: float
 
-    def note(self) -> str:
-        return (
+    def note(self) -> Note:
+        per_range_ns = self.range_inside_ns + self.range_leak_ns
+        return Note(
+            "ops-cost",
             "ops mode: layer times come from torch.profiler ranges; the profiler's own"
             f" recording cost was measured ({human_time(self.per_op_ns)} per recorded"
-            f" operator, {human_time(self.range_inside_ns + self.range_leak_ns)} per layer"
+            f" operator, {human_time(per_range_ns)} per layer"
             " range) and removed from self times; operator rows keep it;"
-            " the latency is from the clean pass"
+            " the latency is from the clean pass",
+            {"corrected": True, "per_op_ns": self.per_op_ns, "per_range_ns": per_range_ns},
         )
 
 
@@ -182,7 +186,8 @@ def _round_figures(
     capture: Callable[..., Any] | None,
 ) -> tuple[float, float, float]:
     """(per-op, range inside, range leak) ns of one profiled run against ``bare``."""
-    from layerprof.capture.ops.profiler import OpOptions, capture_ops
+    from layerprof.capture.ops.profiler import capture_ops
+    from layerprof.capture.options import OpOptions
 
     raw = (capture or capture_ops)(
         model, (x,), None, iters=iters, device=device, options=OpOptions()

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from layerprof.capture.calls import grad_ctx
 from layerprof.capture.layerpass import AsGiven
 from layerprof.capture.prelude import prelude
+from layerprof.notes import Note
 from layerprof.records import LayerInfo, OpStat, Overhead
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ class OpsMode(AsGiven):
     def layer_pass(self, run: Pass) -> Profile:
         facts = prelude(run)
         opts = run.opts
-        base = run.base.with_notes(*facts.notes)
+        base = facts.onto(run.base)
         run.progress.close()  # stderr is held while the profiler runs (layerprof.capture.quiet)
         cost = ops_cost(run.device, opts)
         with run.watch.window("ops capture (its untimed first step included)"):
@@ -49,9 +50,11 @@ class OpsMode(AsGiven):
         note = (
             cost.note()
             if opts.correct_overhead
-            else (
+            else Note(
+                "ops-cost",
                 "ops mode: layer times come from torch.profiler ranges and include its"
-                " per-op recording cost (not corrected); the latency is from the clean pass"
+                " per-op recording cost (not corrected); the latency is from the clean pass",
+                {"corrected": False},
             )
         )
         traced = with_trace(base, raw.profile(), raw, ops=True, layers=layers, notes=(note,))
@@ -97,7 +100,8 @@ def ops_overhead(
 
 
 def _capture(run: Pass) -> RawTrace:
-    from layerprof.capture.ops.profiler import OpOptions, capture_ops
+    from layerprof.capture.ops.profiler import capture_ops
+    from layerprof.capture.options import OpOptions
 
     opts = run.opts
     return capture_ops(
@@ -120,7 +124,7 @@ def with_trace(
     *,
     ops: bool,
     layers: tuple[LayerInfo, ...],
-    notes: Sequence[str],
+    notes: Sequence[Note],
 ) -> Profile:
     """The run's Profile with the per-layer rows, operators and device sections of its trace.
 

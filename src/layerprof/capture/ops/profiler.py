@@ -32,13 +32,25 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from layerprof.capture.modules import ForwardWrapper, HookHandles, wrappable_modules
+from layerprof.capture.options import OpOptions
 from layerprof.capture.quiet import kineto_quiet
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.trace.attribution import BACKWARD_NODE, UNATTRIBUTED, layer_peaks
 from layerprof.trace.events import EventTables
-from layerprof.trace.kineto import LAYER_PREFIX, tables_from_results
+from layerprof.trace.kineto import tables_from_results
 from layerprof.trace.reader import requoted
 from layerprof.trace.reduce import reduce
+from layerprof.traceformat import (
+    CPU_OP,
+    CUDA_DRIVER,
+    CUDA_RUNTIME,
+    EVENTS_KEY,
+    GPU_MEMCPY,
+    GPU_MEMSET,
+    KERNEL_CATEGORY,
+    LAYER_RANGE,
+    USER_ANNOTATION,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -46,43 +58,11 @@ if TYPE_CHECKING:
     from layerprof.profile import Profile
     from layerprof.records import Meta
 
-__all__ = ["BACKWARD_NODE", "LAYER_PREFIX", "UNATTRIBUTED", "OpOptions", "RawTrace", "capture_ops"]
-HOST_ACTIVITIES = frozenset({"cpu_op", "user_annotation", "cuda_runtime", "cuda_driver"})
-DEVICE_ACTIVITIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"})
-STEP_PREFIX = "ProfilerStep#"
-
-
-@dataclass(frozen=True)
-class OpOptions:
-    """What ``torch.profiler`` records besides op names and times.
-
-    ``record_shapes``: input shapes per op (and group-by-shape tables);
-    ``profile_memory``: allocator events; ``with_stack``: Python stacks in the
-    trace; ``with_flops``: FLOP estimates of matmul/conv ops in the trace;
-    ``schedule``: ``(wait, warmup, active, repeat)`` as for
-    ``torch.profiler.schedule``: only active steps are recorded.
-    """
-
-    record_shapes: bool = False
-    profile_memory: bool = False
-    with_stack: bool = False
-    with_flops: bool = False
-    schedule: tuple[int, int, int, int] | None = None
-
-    def meta(self) -> dict[str, Any]:
-        """What a profile's meta records about ops mode (``meta.extra["ops"]``): the
-        options that were on, and the schedule as ``{wait, warmup, active, repeat}``."""
-        on = [
-            k
-            for k in ("record_shapes", "profile_memory", "with_stack", "with_flops")
-            if getattr(self, k)
-        ]
-        out: dict[str, Any] = {"options": on}
-        if self.schedule is not None:
-            out["schedule"] = dict(
-                zip(("wait", "warmup", "active", "repeat"), self.schedule, strict=True)
-            )
-        return {"ops": out}
+__all__ = ["BACKWARD_NODE", "UNATTRIBUTED", "RawTrace", "capture_ops"]
+HOST_ACTIVITIES = frozenset({CPU_OP, USER_ANNOTATION, CUDA_RUNTIME, CUDA_DRIVER})
+DEVICE_ACTIVITIES = frozenset(
+    {KERNEL_CATEGORY, GPU_MEMCPY, GPU_MEMSET, "Kernel", "Memcpy", "Memset"}
+)
 
 
 @dataclass
@@ -151,7 +131,7 @@ class RawTrace:
             base = int(data.get("baseTimeNanoseconds") or 0)
             base0 = base if base0 is None else base0
             shift_us = (base - base0) / 1000
-            for ev in data.get("traceEvents") or ():
+            for ev in data.get(EVENTS_KEY) or ():
                 if shift_us and "ts" in ev:
                     ev = {**ev, "ts": ev["ts"] + shift_us}
                 events.append(ev)
@@ -161,7 +141,7 @@ class RawTrace:
         """The first cycle's top-level keys other than ``traceEvents``."""
         if not self.cycles:
             return {}
-        return {k: v for k, v in self.cycles[0].data().items() if k != "traceEvents"}
+        return {k: v for k, v in self.cycles[0].data().items() if k != EVENTS_KEY}
 
 
 # ---- capture ------------------------------------------------------------------------
@@ -338,7 +318,7 @@ class LayerMarks:
 
     def _ranged(self, path: str, inner: Callable[..., Any]) -> Callable[..., Any]:
         span = range_context()
-        name = LAYER_PREFIX + path
+        name = LAYER_RANGE + path
 
         def ranged(*args: Any, **kwargs: Any) -> Any:
             with span(name):
@@ -439,7 +419,7 @@ def profile_from_capture(
     """
     from dataclasses import replace
 
-    from layerprof.capture.hooks.recorder import default_meta, layer_infos
+    from layerprof.capture.recording.recorder import default_meta, layer_infos
 
     traced = raw.profile()
     iterations = len(traced.steps.complete) if traced.steps is not None else 0

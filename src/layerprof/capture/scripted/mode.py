@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from layerprof.capture.layerpass import AsGiven
 from layerprof.capture.ops.mode import ops_cost, ops_overhead, with_trace
+from layerprof.notes import Note
 from layerprof.units import human_time
 
 if TYPE_CHECKING:
@@ -33,16 +34,21 @@ class ScriptedMode(AsGiven):
 
     def layer_pass(self, run: Pass) -> Profile:
         kind = run.opts.kind
+        what = _KIND_NAMES.get(kind, kind)
         return _scripted(run).with_notes(
-            f"FLOPs not counted: a {_KIND_NAMES.get(kind, kind)} runs"
-            " its ops outside the Python modules the counter follows; run the eager"
-            " model (--arch) for FLOPs and the roofline"
+            Note(
+                "flops-not-counted",
+                f"FLOPs not counted: a {what} runs its ops outside the Python modules"
+                " the counter follows; run the eager model (--arch) for FLOPs and the"
+                " roofline",
+                {"kind": kind},
+            )
         )
 
 
 def _scripted(run: Pass) -> Profile:
     """Rows off the profiled trace, its recording cost removed (layerprof.capture.ops.cost)."""
-    from layerprof.capture.ops.profiler import OpOptions
+    from layerprof.capture.options import OpOptions
     from layerprof.capture.scripted.profiler import export_capture, script_capture
 
     opts, base = run.opts, run.base
@@ -57,14 +63,23 @@ def _scripted(run: Pass) -> Profile:
         layers, raw = export_capture(
             run.program, run.args, run.kwargs, iters=opts.iters, options=options
         )
-        notes = (f"{opts.kind}: per-layer times come from torch.profiler ranges",)
+        notes = (
+            Note(
+                "profiler-layer-times",
+                f"{opts.kind}: per-layer times come from torch.profiler ranges",
+                {"kind": opts.kind},
+            ),
+        )
     traced = raw.profile()
-    note = (
+    note = Note(
+        "ops-cost",
         f"{opts.kind}: the profiler's recording cost was measured"
         f" ({human_time(cost.per_op_ns)} per recorded operator) and removed from layer self"
         " times; operator rows keep it; the latency is from the clean pass"
         if opts.correct_overhead
-        else f"{opts.kind}: layer times include the profiler's recording cost (not corrected)"
+        else f"{opts.kind}: layer times include the profiler's recording cost (not corrected)",
+        {"kind": opts.kind, "corrected": opts.correct_overhead}
+        | ({"per_op_ns": cost.per_op_ns} if opts.correct_overhead else {}),
     )
     out = with_trace(
         base, traced, raw, ops=opts.ops is not None, layers=layers, notes=(*notes, note)

@@ -28,9 +28,10 @@ the flat, compiled graph runs as exported (``torch.export.unflatten`` would
 run the graph through the slower fx interpreter) and the ops-mode
 attribution applies unchanged.
 
-Both end in the one trace engine (``layerprof.trace``): the TorchScript
-layer spans are written into the recorded trace as ``layer:`` ranges, which
-the engine reads like the ranges ops mode's hooks open.
+Both end in the one trace engine (``layerprof.trace``): the recorded trace is
+read as its ``EventTables`` (with each op's Module Hierarchy), and the
+TorchScript layer spans are written into it as ``layer:`` ranges, which the
+engine reads like the ranges ops mode's hooks open.
 """
 
 from __future__ import annotations
@@ -43,32 +44,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from layerprof.capture.device import device_of
-from layerprof.capture.ops.profiler import (
-    LAYER_PREFIX,
-    OpOptions,
-    RawTrace,
-    capture_ops,
-    range_api,
-    trace_loader,
-)
+from layerprof.capture.ops.profiler import RawTrace, capture_ops, range_api, trace_loader
+from layerprof.capture.options import OpOptions
 from layerprof.capture.quiet import kineto_quiet
 from layerprof.errors import ModelRunError
+from layerprof.notes import Note
 from layerprof.records import LayerInfo
+from layerprof.trace.columns import ts_from_us
+from layerprof.trace.events import LAYER, OP, EventTables
 from layerprof.trace.kineto import tables_from_documents
+from layerprof.traceformat import EVENTS_KEY, LAYER_RANGE, USER_ANNOTATION
 
 if TYPE_CHECKING:
     import torch
-
-
-@dataclass(frozen=True)
-class HostEvent:
-    """One host span of a recorded trace, in ns on the trace's clock."""
-
-    name: str
-    tid: int
-    start: int
-    end: int
 
 
 # torch.jit.trace names a module's second and later calls forward1, forward2, ...
@@ -80,7 +71,7 @@ _SEGMENT = re.compile(r"^(?P<name>[^(]*)\((?P<type>[^)]*)\)::(?P<method>.*)$")
 
 
 @dataclass(frozen=True)
-class CallSite:
+class ScriptCallSite:
     """A sub-module that a module's TorchScript code calls.
 
     ``name`` is the last attribute the code took to reach it (``blocks.0`` ->
@@ -101,14 +92,14 @@ class CallGraph:
     every submodule's graph (calls to its own methods followed)."""
 
     types: dict[str, str]  # path -> type name, in named_modules() order
-    sites: dict[str, dict[str, CallSite]]  # caller path -> callee path -> site
+    sites: dict[str, dict[str, ScriptCallSite]]  # caller path -> callee path -> site
     flawed: dict[str, str]  # callee path -> why its rows cannot be trusted
     # layers no call site names, that code may still call (see call_graph)
     suspect: dict[str, str] = field(default_factory=dict)
     # caller -> types of the modules its code calls without naming them
     unnamed: dict[str, set[str]] = field(default_factory=dict)
 
-    def callees(self, caller: str) -> dict[str, CallSite]:
+    def callees(self, caller: str) -> dict[str, ScriptCallSite]:
         return self.sites.get(caller, {})
 
     def resolve(self, segments: Sequence[tuple[str, str, str]]) -> tuple[list[str], bool]:
@@ -149,13 +140,16 @@ class ScriptRows:
 
     layers: tuple[LayerInfo, ...]
     raw: RawTrace
-    notes: tuple[str, ...]
+    notes: tuple[Note, ...]
 
 
 @dataclass(frozen=True)
-class _Span:
+class LayerCall:
+    """One call of a layer as rebuilt from its operators: the trace engine's thread
+    index and times (ns on the engine's clock), and the iteration it ran in."""
+
     path: str
-    tid: int
+    thread: int
     start: int
     end: int
     iteration: int
@@ -172,26 +166,25 @@ def script_capture(
     """Profile ``iters`` calls with ``with_modules`` and rebuild layer calls from each
     op's Module Hierarchy, keeping only the layers whose calls the code confirms."""
     trace = _profiled_trace(scripted_module, args, kwargs, iters, options or OpOptions())
-    host, tagged = _trace_ops(trace.get("traceEvents") or [])
+    recorded = tables_from_documents([trace], keep_hierarchy=True)
     graph = call_graph(scripted_module)
-    spans, unresolved = observed_spans(host, tagged, graph)
-    iterations = len({s.iteration for s in _root_spans(host)}) or 1
+    spans, unresolved = observed_spans(recorded, graph)
+    roots = root_calls(recorded)
+    iterations = len(roots) or 1
     verdict = judge(graph, spans, unresolved, iterations)
     # Outer layers first where spans coincide (a wrapper whose only work is one
     # sub-layer), and layers before ops: attribute's sort is stable, so a tie
     # nests the later event inside the earlier one.
     kept = sorted(
         (s for s in spans if s.path in verdict.trusted),
-        key=lambda s: (s.tid, s.start, -s.end, s.path.count(".")),
+        key=lambda s: (s.thread, s.start, -s.end, s.path.count(".")),
     )
-    kept += zero_time_spans(kept, _root_spans(host), verdict.empty, graph)
-    _add_layer_ranges(
-        trace, [HostEvent(LAYER_PREFIX + s.path, s.tid, s.start, s.end) for s in kept]
-    )
+    kept += zero_time_spans(kept, roots, verdict.empty, graph)
+    _add_layer_ranges(trace, recorded, kept)
     # TorchScript's own "forward" method-call records are not operators
     ops_only = {
         **trace,
-        "traceEvents": [e for e in trace["traceEvents"] if e.get("name") != "forward"],
+        EVENTS_KEY: [e for e in trace[EVENTS_KEY] if e.get("name") != "forward"],
     }
     tables = tables_from_documents([ops_only], keep_shapes=(options or OpOptions()).record_shapes)
     layers = tuple(i for i in script_layers(scripted_module) if not verdict.drops(i.path))
@@ -223,7 +216,7 @@ def _profiled_trace(
         )
         with torch.profiler.profile(**kw) as prof:
             for _ in range(iters):
-                handle = enter(LAYER_PREFIX)
+                handle = enter(LAYER_RANGE)
                 try:
                     module(*args, **(kwargs or {}))
                 except (KeyboardInterrupt, ModelRunError):
@@ -237,30 +230,29 @@ def _profiled_trace(
     return trace_loader(prof.profiler.kineto_results)()
 
 
-def _trace_ops(
-    events: Sequence[dict[str, Any]],
-) -> tuple[list[HostEvent], list[tuple[HostEvent, str]]]:
-    """Host spans of a ``with_modules`` trace, and the ops among them that carry a hierarchy."""
-    host: list[HostEvent] = []
-    tagged: list[tuple[HostEvent, str]] = []
-    for ev in events:
-        if ev.get("ph") != "X" or ev.get("cat") not in ("cpu_op", "user_annotation"):
-            continue
-        start = round(float(ev["ts"]) * 1000)
-        e = HostEvent(str(ev["name"]), _tid(ev), start, start + round(float(ev["dur"]) * 1000))
-        if e.name == "forward":
-            continue  # TorchScript's own method-call record, not an op
-        host.append(e)
-        hier = (ev.get("args") or {}).get("Module Hierarchy")
-        if hier and ev.get("cat") == "cpu_op":
-            tagged.append((e, str(hier)))
-    return host, tagged
+def root_calls(tables: EventTables) -> list[LayerCall]:
+    """The per-iteration root ranges (``layer:`` with no path), numbered in time order."""
+    host = tables.host
+    root = tables.names.index("") if "" in tables.names else -1
+    found = np.flatnonzero((host.kind == LAYER) & (host.name == root))
+    found = found[np.lexsort((host.start[found], host.thread[found]))]
+    return [
+        LayerCall("", int(host.thread[i]), int(host.start[i]), int(host.end[i]), k)
+        for k, i in enumerate(found.tolist())
+    ]
 
 
-def _root_spans(host: Sequence[HostEvent]) -> list[_Span]:
-    """The per-iteration root ranges, numbered as ``attribute`` numbers iterations."""
-    roots = sorted((e for e in host if e.name == LAYER_PREFIX), key=lambda e: (e.tid, e.start))
-    return [_Span("", e.tid, e.start, e.end, i) for i, e in enumerate(roots)]
+def tagged_ops(tables: EventTables) -> list[tuple[int, str]]:
+    """(host index, Module Hierarchy) of every op that carries one, by thread, then
+    start, longest first. TorchScript's own ``forward`` method-call records are no ops."""
+    host, names = tables.host, tables.names
+    hierarchy = host.hierarchy
+    if hierarchy is None:
+        return []
+    forward = names.index("forward") if "forward" in names else -1
+    found = np.flatnonzero((host.kind == OP) & (hierarchy >= 0) & (host.name != forward))
+    found = found[np.lexsort((-host.end[found], host.start[found], host.thread[found]))]
+    return [(i, names[int(hierarchy[i])]) for i in found.tolist()]
 
 
 def hierarchy_segments(hierarchy: str) -> list[tuple[str, str, str]]:
@@ -278,32 +270,33 @@ def hierarchy_segments(hierarchy: str) -> list[tuple[str, str, str]]:
     return out
 
 
-def observed_spans(
-    host: Sequence[HostEvent], tagged: Sequence[tuple[HostEvent, str]], graph: CallGraph
-) -> tuple[list[_Span], dict[str, str]]:
+def observed_spans(tables: EventTables, graph: CallGraph) -> tuple[list[LayerCall], dict[str, str]]:
     """One span per run of consecutive top-level ops under the same module, per
     iteration (a span never crosses an iteration's root range).
 
     Also returns, per module, a hierarchy under it that names no module its
     code calls: the ops go to that module, its sub-layers cannot be trusted.
     """
-    by_tid: dict[int, list[tuple[HostEvent, str]]] = {}
-    for e, hier in sorted(tagged, key=lambda t: (t[0].tid, t[0].start, -t[0].end)):
-        by_tid.setdefault(e.tid, []).append((e, hier))
+    host = tables.host
+    starts, ends, threads = host.start.tolist(), host.end.tolist(), host.thread.tolist()
+    by_thread: dict[int, list[tuple[int, str]]] = {}
+    for i, hier in tagged_ops(tables):
+        by_thread.setdefault(threads[i], []).append((i, hier))
     resolved: dict[str, tuple[list[str], bool]] = {}
     unresolved: dict[str, str] = {}
-    spans: list[_Span] = []
-    for root in _root_spans(host):
-        ops = by_tid.get(root.tid, [])
-        lo = bisect.bisect_left(ops, root.start, key=lambda t: t[0].start)
+    spans: list[LayerCall] = []
+    for root in root_calls(tables):
+        ops = by_thread.get(root.thread, [])
+        lo = bisect.bisect_left(ops, root.start, key=lambda t: starts[t[0]])
         open_: list[list[Any]] = []  # [path, start, end]
         outer_end = -1
-        for e, hier in ops[lo:]:
-            if e.start >= root.end:
+        for i, hier in ops[lo:]:
+            start, end = starts[i], ends[i]
+            if start >= root.end:
                 break
-            if e.start < outer_end or e.end > root.end:
+            if start < outer_end or end > root.end:
                 continue  # nested in the op before it, which placed it
-            outer_end = e.end
+            outer_end = end
             if hier not in resolved:
                 resolved[hier] = graph.resolve(hierarchy_segments(hier))
             paths, ok = resolved[hier]
@@ -313,14 +306,14 @@ def observed_spans(
             while keep < min(len(open_), len(paths)) and open_[keep][0] == paths[keep]:
                 keep += 1
             while len(open_) > keep:
-                path, s, end = open_.pop()
-                spans.append(_Span(path, root.tid, s, end, root.iteration))
-            open_ += [[p, e.start, e.end] for p in paths[keep:]]
+                path, s, e = open_.pop()
+                spans.append(LayerCall(path, root.thread, s, e, root.iteration))
+            open_ += [[p, start, end] for p in paths[keep:]]
             for frame in open_:
-                frame[2] = max(frame[2], e.end)
+                frame[2] = max(frame[2], end)
         while open_:
-            path, s, end = open_.pop()
-            spans.append(_Span(path, root.tid, s, end, root.iteration))
+            path, s, e = open_.pop()
+            spans.append(LayerCall(path, root.thread, s, e, root.iteration))
     return spans, unresolved
 
 
@@ -346,40 +339,44 @@ class Verdict:
             _inside(path, b) for b in self.below
         )
 
-    def notes(self, module: Any) -> tuple[str, ...]:
+    def notes(self, module: Any) -> tuple[Note, ...]:
         """One line on the method, then one per reason layers were left out."""
         root = str(getattr(module, "original_name", type(module).__name__))
         if sum(1 for _ in module.named_modules()) == 1:
-            return (
+            text = (
                 f"torchscript: no per-layer rows: {root} has no sub-modules left (frozen or"
                 " optimized for inference: torch.jit.freeze inlines them into its graph),"
-                " so all its time is its own self time",
+                " so all its time is its own self time"
             )
-        out = [
+            return (Note("torchscript-no-submodules", text, {"root": root}),)
+        method = (
             "torchscript: layer times come from the module hierarchy the profiler records"
             " per operator (a call spans its first to its last operator); each layer's"
             " calls are checked against the TorchScript code that calls it"
-        ]
+        )
+        out = [Note("torchscript-method", method)]
         by_reason: dict[str, list[str]] = {}
         for path, why in self.dropped.items():
             if not any(_inside(path, d) for d in self.dropped):
                 by_reason.setdefault(why, []).append(path or root)
         for why, paths in by_reason.items():
             names = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
-            out.append(
+            text = (
                 f"torchscript: no rows for {names} (or their sub-layers): {why};"
                 " their time is in the calling layer's self time"
             )
+            out.append(Note("torchscript-no-rows", text, {"paths": tuple(paths), "why": why}))
         for path, why in self.below.items():
-            out.append(
+            text = (
                 f"torchscript: no rows below {path or root}: {why};"
                 f" their time is in {path or root}'s self time"
             )
+            out.append(Note("torchscript-no-rows-below", text, {"path": path, "why": why}))
         return tuple(out)
 
 
 def judge(
-    graph: CallGraph, spans: Sequence[_Span], unresolved: dict[str, str], iterations: int
+    graph: CallGraph, spans: Sequence[LayerCall], unresolved: dict[str, str], iterations: int
 ) -> Verdict:
     """Walk the call graph from the root: a callee is trusted when its caller is and
     its observed calls per iteration fit the count its caller's code makes."""
@@ -428,7 +425,7 @@ _REPEATED = (
 )
 
 
-def _count_flaw(site: CallSite, counts: Sequence[int], calls: Sequence[int]) -> str | None:
+def _count_flaw(site: ScriptCallSite, counts: Sequence[int], calls: Sequence[int]) -> str | None:
     """Why the observed calls per iteration cannot be trusted, or None."""
     if site.low != site.high and site.high > 1:
         return _REPEATED
@@ -439,21 +436,24 @@ def _count_flaw(site: CallSite, counts: Sequence[int], calls: Sequence[int]) -> 
 
 
 def zero_time_spans(
-    spans: Sequence[_Span], roots: Sequence[_Span], empty: dict[str, list[int]], graph: CallGraph
-) -> list[_Span]:
+    spans: Sequence[LayerCall],
+    roots: Sequence[LayerCall],
+    empty: dict[str, list[int]],
+    graph: CallGraph,
+) -> list[LayerCall]:
     """Calls of layers that ran no operator: zero-length spans at the start of their
     caller's first call of each iteration."""
     caller_of = {callee: caller for caller, sites in graph.sites.items() for callee in sites}
     every = [*roots, *spans]
-    first: dict[tuple[str, int], _Span] = {}
+    first: dict[tuple[str, int], LayerCall] = {}
     for span in every:
         first.setdefault((span.path, span.iteration), span)
-    added: list[_Span] = []
+    added: list[LayerCall] = []
     for path, per_iteration in empty.items():  # callers before callees: judge's order
         for it, n in enumerate(per_iteration):
             caller = first.get((caller_of[path], it))
             if caller is not None and n > 0:
-                zero = [_Span(path, caller.tid, caller.start, caller.start, it)] * n
+                zero = [LayerCall(path, caller.thread, caller.start, caller.start, it)] * n
                 first.setdefault((path, it), zero[0])
                 added += zero
     return added
@@ -463,7 +463,7 @@ def call_graph(module: Any) -> CallGraph:
     """The call sites of every submodule with TorchScript code (see ``CallGraph``)."""
     modules = dict(module.named_modules())
     types = {p: str(getattr(m, "original_name", type(m).__name__)) for p, m in modules.items()}
-    sites: dict[str, dict[str, CallSite]] = {}
+    sites: dict[str, dict[str, ScriptCallSite]] = {}
     opaque: list[tuple[str, str]] = []  # (caller, type of the module it got)
     for path, sub in modules.items():
         if not _has_code(sub, "forward"):
@@ -473,7 +473,7 @@ def call_graph(module: Any) -> CallGraph:
                 opaque.append((path, chain[1]))
                 continue
             callee = f"{path}.{'.'.join(chain)}" if path else ".".join(chain)
-            sites.setdefault(path, {})[callee] = CallSite(callee, chain[-1], int(low), high)
+            sites.setdefault(path, {})[callee] = ScriptCallSite(callee, chain[-1], int(low), high)
     called = {callee for callees in sites.values() for callee in callees}
     # torch.jit.trace hands a module shared by two parts of the model to the second
     # part's graph as an argument: the code calls a module no call site names, so
@@ -592,34 +592,44 @@ def _inside(path: str, root: str) -> bool:
     return path.startswith(root + ".") if root else path != ""
 
 
-def _add_layer_ranges(trace: dict[str, Any], spans: Sequence[HostEvent]) -> None:
-    """Write the synthetic per-module spans into the trace as ``layer:`` ranges, so that
-    the trace engine attributes the ops to them and exports get layer lanes.
+def _add_layer_ranges(
+    trace: dict[str, Any], tables: EventTables, calls: Sequence[LayerCall]
+) -> None:
+    """Write the rebuilt layer calls into the trace as ``layer:`` ranges, so that the
+    trace engine attributes the ops to them and exports get layer lanes.
 
     They go first, in the order given (outer layers first where spans coincide):
     a span starts exactly where its first op starts (the op's own ``ts`` is
     reused, so both parse to the same ns), and the engine's stable sort then
     nests the op inside the span, not the span inside the op.
     """
-    events = trace.setdefault("traceEvents", [])
-    where = {_tid(ev): (ev.get("pid"), ev.get("tid")) for ev in events if ev.get("cat") == "cpu_op"}
-    ts_of = {
-        (_tid(ev), round(float(ev["ts"]) * 1000)): ev["ts"]
+    events = trace.setdefault(EVENTS_KEY, [])
+    # the engine's thread keys and times (its own ts conversion) -> what the trace wrote
+    where = {
+        (str(ev.get("pid")), str(ev.get("tid"))): (ev.get("pid"), ev.get("tid"))
         for ev in events
-        if ev.get("ph") == "X" and isinstance(ev.get("ts"), (int, float))
+        if ev.get("cat") == "cpu_op"
     }
+    timed = [ev for ev in events if ev.get("ph") == "X" and isinstance(ev.get("ts"), (int, float))]
+    ns, _ = ts_from_us([ev["ts"] for ev in timed])
+    ts_of = {
+        ((str(ev.get("pid")), str(ev.get("tid"))), t): ev["ts"]
+        for ev, t in zip(timed, ns.tolist(), strict=True)
+    }
+    origin = tables.origin_us * 1000
     added = []
-    for e in spans:
-        if e.tid not in where:
+    for call in calls:
+        thread = tables.threads[call.thread]
+        if thread not in where:
             continue
-        pid, tid = where[e.tid]
+        pid, tid = where[thread]
         added.append(
             {
                 "ph": "X",
-                "cat": "user_annotation",
-                "name": e.name,
-                "ts": ts_of.get((e.tid, e.start), e.start / 1000),
-                "dur": (e.end - e.start) / 1000,
+                "cat": USER_ANNOTATION,
+                "name": LAYER_RANGE + call.path,
+                "ts": ts_of.get((thread, call.start + origin), (call.start + origin) / 1000),
+                "dur": (call.end - call.start) / 1000,
                 "pid": pid,
                 "tid": tid,
                 "args": {"synthetic": "from the Module Hierarchy of its operators"},
@@ -643,11 +653,6 @@ def script_layers(module: Any) -> tuple[LayerInfo, ...]:
             )
         )
     return tuple(infos)
-
-
-def _tid(ev: dict[str, Any]) -> int:
-    tid = ev.get("tid", 0)
-    return tid if isinstance(tid, int) else hash(tid)
 
 
 # ---- torch.export ------------------------------------------------------------------------
@@ -701,7 +706,7 @@ def instrumented_module(program: Any) -> torch.fx.GraphModule:
         _close(gm, node, open_, keep, leave)
         for path in paths[keep:]:
             with gm.graph.inserting_before(node):
-                open_.append((path, gm.graph.call_function(enter, (LAYER_PREFIX + path,))))
+                open_.append((path, gm.graph.call_function(enter, (LAYER_RANGE + path,))))
     gm.recompile()
     return gm
 

@@ -4,7 +4,7 @@ memory peaked, and the rank that arrives last at collectives.
 
 It reads the typed distributed sections of each rank's Profile (``breakdown``,
 ``communication``, ``queues``, ``memory_timeline``) and the Run's ``stragglers``
-(``sections/distributed.py``), as the console's ``print_distributed`` does. The
+(``sections/distributed.py``), as the console's ``render/console/distributed.py`` does. The
 stacked bars are plain HTML (a row of sized, coloured spans with a tooltip each),
 so they read with scripts off and need nothing from the chart bundle. A part of
 the card is left out when no rank has it; the card is left out when none has any.
@@ -12,7 +12,6 @@ the card is left out when no rank has it; the card is left out when none has any
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -40,7 +39,7 @@ from layerprof.render.html.trace_sections import columns, per_rank
 from layerprof.sections import (
     BREAKDOWN_PARTS,
     Breakdown,
-    Collective,
+    CollectiveGroup,
     CollectiveMatch,
     Communication,
     DeviceTimeline,
@@ -213,50 +212,6 @@ def _segment(part: str, ns: int, wall_ns: int, longest: int, unit: TimeUnit) -> 
 # ---------------------------------------------------------------- communication
 
 
-@dataclass(frozen=True)
-class CollectiveGroup:
-    """One rank's collectives of one kind in one process group."""
-
-    kind: str
-    group: str
-    collectives: tuple[Collective, ...]
-
-    @property
-    def total_ns(self) -> int:
-        return sum(x.dur_ns for x in self.collectives)
-
-    @property
-    def exposed_ns(self) -> int:
-        return sum(x.exposed_ns for x in self.collectives)
-
-    @property
-    def bytes(self) -> int | None:
-        sizes = [x.bytes for x in self.collectives if x.bytes is not None]
-        return sum(sizes) if sizes else None
-
-    @property
-    def algbw(self) -> float | None:
-        return _median([x.algbw for x in self.collectives])
-
-    @property
-    def busbw(self) -> float | None:
-        return _median([x.busbw for x in self.collectives])
-
-
-def _median(values: Sequence[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return statistics.median(known) if known else None
-
-
-def collective_groups(c: Communication) -> list[CollectiveGroup]:
-    """The collectives by (kind, group), most time first."""
-    by: dict[tuple[str, str], list[Collective]] = {}
-    for x in c.collectives:
-        by.setdefault((x.kind, x.group), []).append(x)
-    groups = [CollectiveGroup(kind, group, tuple(xs)) for (kind, group), xs in by.items()]
-    return sorted(groups, key=lambda g: -g.total_ns)
-
-
 def _communication(s: Subject) -> str:
     ranks, _ = per_rank(s, lambda p: (p.communication,) if p.communication is not None else ())
     if not ranks:
@@ -284,7 +239,7 @@ def _communication(s: Subject) -> str:
     )
     groups, total = per_rank(
         s,
-        lambda p: collective_groups(p.communication) if p.communication is not None else [],
+        lambda p: p.communication.groups() if p.communication is not None else [],
         limit=TABLE_LIMIT,
     )
     if groups:
@@ -448,7 +403,7 @@ def _stragglers(s: Subject) -> str:
         ]
     )  # fmt: skip
     body = heading("Stragglers") + paragraph(straggler_sentence(st), "verdict") + cards
-    body += "".join(paragraph(note, "warning") for note in st.notes)
+    body += "".join(paragraph(note.text, "warning") for note in st.notes)
     if st.ranks:
         body += table(
             "lp-stragglers",

@@ -40,11 +40,11 @@ def notes_section(s: Subject) -> Section | None:
     notes: list[str] = []
     run = s.run
     if run is not None:
-        notes += list(run.notes) + [f"skipped: {why}" for why in run.skipped]
+        notes += [n.text for n in run.notes] + [f"skipped: {why}" for why in run.skipped]
         notes += [f"failed: {why}" for why in run.failed]
     for p in s.ranks:
         prefix = f"{rank_name(p)}: " if s.multi_rank else ""
-        notes += [prefix + n for n in p.notes]
+        notes += [prefix + n.text for n in p.notes]
     if not notes:
         return None
     items = "".join(f"<li>{esc(n)}</li>" for n in notes)

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from layerprof.profile import LayerRow, tree_of
-from layerprof.records import OpStat, Overhead
+from layerprof.records import OpStat, Overhead, merge_layers
 from layerprof.render.html.charts import BarSeries, bars, in_ms, latency_chart, tree_chart
 from layerprof.render.html.compiled import estimate_columns
 from layerprof.render.html.page import (
@@ -28,7 +28,6 @@ from layerprof.render.html.page import (
     time_col,
 )
 from layerprof.render.html.subject import Subject
-from layerprof.render.ops_console import flat
 from layerprof.stats import Summary
 from layerprof.units import (
     US,
@@ -342,7 +341,7 @@ def phase_ops(ops: Sequence[OpStat]) -> list[OpStat]:
     """Operators summed over layers per (name, input shapes), forward and backward apart."""
     out: list[OpStat] = []
     for phase in ("forward", "backward"):
-        out += [replace(o, phase=phase) for o in flat([o for o in ops if o.phase == phase])]
+        out += [replace(o, phase=phase) for o in merge_layers([o for o in ops if o.phase == phase])]
     return out
 
 

@@ -5,7 +5,10 @@ objects of the subject (``s.profile``, ``s.ranks``, ``s.run``, ``s.diff``,
 ``s.findings``) and returns a card, or None when the subject has nothing for
 it. Write it in a module of its own (``render/html/<yours>.py``) with the
 helpers of ``page.py`` (``table``/``Col``, ``stat_cards``, ``chart_slot``) and
-``charts.py`` (``Bars``, ...), then add it to ``SECTIONS`` below. Tables of
+``charts.py`` (``Bars``, ...), then add it to ``SECTIONS`` below with the typed
+fields of a Profile, Run or Diff it shows (``"Profile.steps"``): the console lists
+its sections the same way (``render/console/sections.py``), and
+tests/test_renderers.py checks that every typed field is shown by both, or says why not. Tables of
 every rank's rows (with a Rank column when there are several) come from
 ``trace_sections.per_rank`` and ``trace_sections.columns``.
 """
@@ -13,6 +16,7 @@ every rank's rows (with a Rank column when there are several) come from
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from layerprof.render.html.compiled import compiled_section
 from layerprof.render.html.diff_sections import (
@@ -24,6 +28,8 @@ from layerprof.render.html.diff_sections import (
 )
 from layerprof.render.html.distributed import distributed_section
 from layerprof.render.html.findings import findings_section, notes_section
+from layerprof.render.html.loop import loop_section
+from layerprof.render.html.memory import activation_memory_section
 from layerprof.render.html.page import Section
 from layerprof.render.html.profile_sections import (
     hierarchy_section,
@@ -49,34 +55,66 @@ from layerprof.render.html.trace_sections import (
 
 SectionFn = Callable[[Subject], Section | None]
 
-SECTIONS: tuple[SectionFn, ...] = (
+
+@dataclass(frozen=True)
+class Registered:
+    """A section function and the typed fields it shows; called like the function."""
+
+    fn: SectionFn
+    renders: tuple[str, ...]
+
+    def __call__(self, s: Subject) -> Section | None:
+        return self.fn(s)
+
+
+#: What the page header (``header.py``) shows, above every section.
+HEADER_RENDERS: tuple[str, ...] = (
+    "Profile.meta",
+    "Profile.source",
+    "Run.ranks",
+    "Diff.base_meta",
+    "Diff.new_meta",
+)
+
+SECTIONS: tuple[Registered, ...] = (
     # a diff
-    diff_section,
-    diff_steps_section,
-    diff_layers_section,
-    diff_ops_section,
-    diff_kernels_section,
+    Registered(diff_section, ("Diff.latency", "Diff.gate_result")),
+    Registered(diff_steps_section, ("Diff.steps",)),
+    Registered(diff_layers_section, ("Diff.layers",)),
+    Registered(diff_ops_section, ("Diff.ops",)),
+    Registered(diff_kernels_section, ("Diff.kernels",)),
     # a profile (a run's lowest rank)
-    latency_section,
-    hierarchy_section,
-    layers_section,
-    compiled_section,
-    top_section,
-    layer_ops_section,
-    roofline_section,
+    Registered(latency_section, ("Profile.latency_ns", "Profile.overhead")),
+    Registered(hierarchy_section, ("Profile.layers",)),
+    Registered(layers_section, ("Profile.layers", "Profile.flops")),
+    Registered(loop_section, ("Profile.loop",)),
+    Registered(compiled_section, ("Profile.compiled",)),
+    Registered(top_section, ("Profile.ops",)),
+    Registered(layer_ops_section, ("Profile.ops",)),
+    Registered(roofline_section, ("Profile.flops",)),
+    Registered(activation_memory_section, ("Profile.activation_memory",)),
     # trace sections, every rank
-    steps_section,
-    cross_rank_section,
-    layer_ranks_section,
-    distributed_section,
-    devices_section,
-    memcpy_section,
-    kernels_section,
-    launches_section,
-    memory_section,
-    annotations_section,
-    rank_ops_section,
-    # last
-    findings_section,
-    notes_section,
+    Registered(steps_section, ("Profile.steps",)),
+    Registered(cross_rank_section, ("Run.cross",)),
+    Registered(layer_ranks_section, ("Run.layer_ranks",)),
+    Registered(
+        distributed_section,
+        (
+            "Profile.breakdown",
+            "Profile.communication",
+            "Profile.queues",
+            "Profile.memory_timeline",
+            "Run.stragglers",
+        ),
+    ),
+    Registered(devices_section, ("Profile.devices",)),
+    Registered(memcpy_section, ("Profile.memcpy",)),
+    Registered(kernels_section, ("Profile.kernels", "Profile.kinds")),
+    Registered(launches_section, ("Profile.launches",)),
+    Registered(memory_section, ("Profile.memory",)),
+    Registered(annotations_section, ("Profile.annotations",)),
+    Registered(rank_ops_section, ("Run.ranks",)),
+    # last; the diagnosis reads the passes check (and every other section) into findings
+    Registered(findings_section, ("Profile.passes",)),
+    Registered(notes_section, ("Profile.notes", "Run.notes")),
 )

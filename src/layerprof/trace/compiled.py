@@ -21,6 +21,10 @@ profiled call) and per ``## Call CompiledFxGraph <key> ##`` event in it:
    always are), else split by the rule (``cost``: by the nodes' FLOPs or
    elements; ``lca``: all to their common ancestor; ``equal``).
 
+Who encloses whom is the engine's one rule (``Nesting.parent_any``, from
+``trace/nesting.py``): a span that overruns the one it started in is
+detached, never the parent of what follows it.
+
 What the kernels do not cover is accounted for, so a window adds up exactly:
 ``<compiled overhead>`` is the compiled regions' (and Dynamo's cache
 lookups') time outside matched kernels, ``<outside compiled region>`` the
@@ -36,11 +40,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from layerprof.capture.compiled.backend import GraphRecord, NodeInfo, common_ancestor
 from layerprof.sections.compiled import PHASES
-from layerprof.trace.events import LAYER, RUNTIME, SYNC, EventTables
+from layerprof.sections.graphrecord import GraphRecord, NodeInfo, common_ancestor
+from layerprof.trace.events import I64, LAYER, RUNTIME, SYNC, EventTables
 from layerprof.trace.links import link
-from layerprof.trace.nesting import nest
+from layerprof.trace.nesting import Nesting, nest, roll_up
 
 FORWARD_MARK = "layerprof: compiled forward"
 BACKWARD_MARK = "layerprof: compiled backward"
@@ -159,7 +163,7 @@ class PhaseWindow:
 
 
 @dataclass
-class Attribution:
+class CompiledAttribution:
     """Everything the section and the layer rows are built from."""
 
     windows: dict[str, list[PhaseWindow]]  # phase -> one window per iteration
@@ -199,13 +203,13 @@ class ModelPaths:
         return path
 
 
-def attribute(
+def attribute_compiled(
     tables: EventTables,
     records: Sequence[GraphRecord],
     paths: ModelPaths,
     *,
     rule: str = "cost",
-) -> Attribution:
+) -> CompiledAttribution:
     """Attribute every compiled call in the capture's forward/backward windows."""
     walk = _Walk(tables, records, paths, rule)
     walk.run()
@@ -228,9 +232,10 @@ class _Walk:
                 self.keyless.append(r)
             else:
                 self.by_key[r.key] = r
-        self.parent = _parents(tables)
-        self.device_ns = self._device_per_span()
-        self.result = Attribution(
+        nesting = nest(self.host)
+        self.parent = nesting.parent_any()  # the engine's one nesting rule
+        self.device_ns = launched(tables, nesting, self.parent)
+        self.result = CompiledAttribution(
             windows={p: [] for p in PHASES},
             kernels={},
             graphs={},
@@ -241,19 +246,6 @@ class _Walk:
         )
 
     # -- structure ----------------------------------------------------------------
-    def _device_per_span(self) -> np.ndarray:
-        """GPU time of the device ops each host span launched (itself or below it)."""
-        out = np.zeros(len(self.host), dtype=np.int64)
-        if not len(self.t.device):
-            return out
-        links = link(self.t, nest(self.host))
-        for runtime, dur in zip(links.runtime.tolist(), self.t.device.dur.tolist(), strict=True):
-            i = runtime
-            while i >= 0:
-                out[i] += dur
-                i = self.parent[i]
-        return out
-
     def _children(self) -> dict[int, list[int]]:
         kids: dict[int, list[int]] = defaultdict(list)
         for i, p in enumerate(self.parent.tolist()):
@@ -487,24 +479,15 @@ class _Walk:
             entry[1] += ns
 
 
-def _parents(tables: EventTables) -> np.ndarray:
-    """Innermost enclosing host span of any kind on the same thread (-1: none)."""
-    host = tables.host
-    order = np.lexsort((-host.dur, host.start, host.thread)).tolist()
-    parent = np.full(len(host), -1, dtype=np.int64)
-    starts, ends, threads = host.start.tolist(), host.end.tolist(), host.thread.tolist()
-    stack: list[int] = []
-    current = None
-    for i in order:
-        if threads[i] != current:
-            current = threads[i]
-            stack.clear()
-        while stack and ends[stack[-1]] <= starts[i]:
-            stack.pop()
-        # a span that overruns the innermost open one is not inside it
-        while stack and ends[i] > ends[stack[-1]]:
-            stack.pop()
-        if stack:
-            parent[i] = stack[-1]
-        stack.append(i)
-    return parent
+def launched(tables: EventTables, nesting: Nesting, parent: I64) -> I64:
+    """GPU time of the device ops each host span launched (itself or below it)."""
+    n = len(tables.host)
+    if not len(tables.device):
+        return np.zeros(n, dtype=np.int64)
+    links = link(tables, nesting)
+    hit = links.runtime >= 0
+    own = np.bincount(links.runtime[hit], weights=tables.device.dur[hit], minlength=n)
+    # parents first: runtime calls (never anyone's parent) after every span of the sweep
+    leaf = np.isin(tables.host.kind[nesting.order], (RUNTIME, SYNC))
+    order = np.concatenate([nesting.order[~leaf], nesting.order[leaf]])
+    return roll_up(own.astype(np.int64), parent, order, np.arange(n, dtype=np.int64))

@@ -1,5 +1,7 @@
-"""The per layer × rank table of a Run: each layer's time per forward on every rank,
-median, min, max, spread and the slowest rank. Reads the Run, never computes."""
+"""A Run's own console sections: its header, the rule above each rank's report, the
+ranks side by side (step time per rank, stragglers) and the per layer × rank table
+(each layer's time per forward on every rank, median, min, max, spread and the
+slowest rank). Reads the Run, never computes."""
 
 from __future__ import annotations
 
@@ -9,14 +11,49 @@ from rich.table import Table
 from rich.text import Text
 
 from layerprof.profile import Profile, Run
-from layerprof.render.columns import Cell, Col, Hide, Row, Shrink, Step, print_table
+from layerprof.render.console.columns import (
+    Cell,
+    Col,
+    Hide,
+    Row,
+    Shrink,
+    Step,
+    print_named_table,
+    print_table,
+)
+from layerprof.render.console.distributed import print_stragglers
 from layerprof.render.terminal import escape_controls, escaping
-from layerprof.units import unit_for
+from layerprof.units import MS, unit_for
 
 #: ranks shown one column each up to this many; beyond, only the summary columns
 RANK_COLUMNS = 4
 #: a Run of more ranks prints one rank's whole report, not every rank's
 FULL_REPORTS = 4
+
+
+def print_run_header(run: Run, console: Console) -> None:
+    with escaping(console) as out:
+        out.print(
+            Text.assemble(
+                # a Run is what analyze read, or the rank profiles `report` merged
+                ("layerprof ", "bold"),
+                run.path,
+                f"  ({len(run.ranks)} rank{'s' if len(run.ranks) != 1 else ''};"
+                f" rank from {run.rank_source})",
+            )
+        )
+        for why in run.skipped:
+            out.print(Text.assemble(("skipped: ", "yellow"), why))
+        for why in run.failed:
+            out.print(Text.assemble(("failed: ", "red"), why))
+        for note in run.notes:
+            out.print(Text.assemble(("note: ", "yellow"), note.text))
+
+
+def print_rank_rule(p: Profile, console: Console) -> None:
+    file = p.source.file if p.source is not None else p.meta.model
+    with escaping(console) as out:
+        out.rule(Text(escape_controls(f"rank {p.rank}: {file}")))
 
 
 def reported_ranks(run: Run, console: Console) -> tuple[Profile, ...]:
@@ -94,3 +131,44 @@ def print_layers_across_ranks(run: Run, console: Console, top: int = 10) -> None
 
     with escaping(console) as out:
         print_table(out, frame, cols, table_rows, steps=steps)
+
+
+def print_ranks(run: Run, console: Console, top: int) -> None:
+    """Step times per rank side by side, and each rank's communication and compute."""
+    cross = run.cross
+    if cross is None:
+        if run.stragglers is not None:  # saved live profiles: collectives, no steps
+            with escaping(console) as out:
+                out.rule(Text("ranks side by side"))
+                print_stragglers(run, out)
+        return
+    with escaping(console) as out:
+        out.rule(Text("ranks side by side"))
+        ranks = [p.rank for p in run.ranks]
+        steps: list[list[Cell]] = [
+            [step.name,
+             *[MS.fmt(dict(step.ns_by_rank).get(r)) if r is not None else "-" for r in ranks],
+             str(step.slowest_rank), MS.fmt(step.spread_ns)]
+            for step in cross.steps[: max(top, 20)]
+        ]  # fmt: skip
+        print_named_table(
+            out,
+            "step time per rank (ms)",
+            ["step", *[f"rank {r}" for r in ranks], "slowest", "spread"],
+            steps,
+        )
+        kernels = cross.kernel_time  # CPU-only traces: the step breakdown has the rest
+        print_named_table(
+            out,
+            "per rank" + ("" if kernels else " (no device kernels: see the step breakdown)"),
+            ["rank", f"median {run.step_word} ms"]
+            + (["kernel communication ms", "kernel compute ms"] if kernels else []),
+            [
+                [str(line.rank), MS.fmt(line.median_step_ns)]
+                + ([MS.fmt(line.communication_ns), MS.fmt(line.compute_ns)] if kernels else [])
+                for line in cross.ranks
+            ],
+        )
+        if cross.slowest_rank is not None:
+            out.print(Text(f"slowest rank by median {run.step_word}: {cross.slowest_rank}"))
+        print_stragglers(run, out)

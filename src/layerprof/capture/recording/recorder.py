@@ -7,7 +7,7 @@ it returns - the design HF accelerate uses (``add_hook_to_module``), measured
 by ``benchmarks/overhead.py`` at a fraction of what ``__call__`` hooks cost:
 a module with no hooks keeps ``nn.Module.__call__``'s fast path. Everything
 else (nesting, iterations, self times, the overhead correction) happens
-after the run, vectorized (``layerprof.capture.hooks.layertimes``).
+after the run, vectorized (``layerprof.capture.recording.layertimes``).
 
 What other code sees while a Recorder is attached, and why (tested in
 tests/test_recorder_wrappers.py; docs/definitions.md says the same):
@@ -36,13 +36,19 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from layerprof.capture.clocks import Clock, CudaEventClock, HostClock, synchronizer
-from layerprof.capture.hooks.layertimes import (
+from layerprof.capture.modules import (
+    ForwardWrapper,
+    HookHandles,
+    visible_modules,
+    wrappable_modules,
+)
+from layerprof.capture.recording.layertimes import (
     EXIT,
     RAISED,
     SKIP,
@@ -53,13 +59,11 @@ from layerprof.capture.hooks.layertimes import (
     is_entry,
     parse_events,
 )
-from layerprof.capture.modules import (
-    ForwardWrapper,
-    HookHandles,
-    visible_modules,
-    wrappable_modules,
-)
+from layerprof.capture.recording.loop import PhaseMarks, StepMarks, StepSchedule, loop_samples
+from layerprof.capture.recording.nodes import NodeHooksUnavailable, NodeMarks
 from layerprof.capture.shapes import describe_inputs, inputs_tree, shape_tree, tensor_bytes
+from layerprof.errors import UsageError
+from layerprof.notes import Note
 from layerprof.records import LayerCall, LayerInfo, Meta, Overhead
 from layerprof.sections import InputSignature
 from layerprof.stats import median
@@ -213,20 +217,44 @@ class Recorder:
     synchronize at the end of each outermost call, never per layer.
     ``correction`` is the calibrated wrapper cost to remove (the runner's);
     without one, ``profile()`` calibrates when it corrects.
+
+    ``backward=True`` is for a training loop: call ``step()`` once per step.
+    Each layer's backward is timed by graph-node marks
+    (layerprof.capture.recording.nodes; on CUDA with CUDA events, resolved once per
+    step), each forward's graph is hooked right after the forward, and each
+    step is split into data wait, forward, backward, optimizer and rest
+    (layerprof.capture.recording.loop); ``schedule`` picks the steps that count.
+    A DDP/FSDP wrapper is unwrapped: the layers are the user's model's.
     """
 
     def __init__(
         self,
         model: torch.nn.Module,
         *,
+        backward: bool = False,
+        schedule: StepSchedule | None = None,
         clock: Clock | None = None,
         device_clock: Clock | None = None,
+        backward_clock: Clock | None = None,
         record_shapes: bool = True,
         correction: Correction | None = None,
     ) -> None:
-        self.model = model
+        from layerprof.capture.distributed import unwrap
+
+        self.model = unwrap(model)  # DDP / FSDP wrappers: the user's model inside
         self.clock: Clock = clock or HostClock()
         self.device_clock = device_clock
+        # a training loop (backward=True): rec.step() per step, see capture.hooks.loop
+        self.backward = backward
+        self.schedule = schedule or StepSchedule()
+        self._backward_clock = backward_clock
+        self._nodes: NodeMarks | None = None
+        self._phases: PhaseMarks | None = None
+        self._forwards = 0  # model forwards so far (numbers each forward's graph nodes)
+        self._step_index = 0
+        self._step_start = 0
+        self._step_iteration = 0
+        self._steps: list[StepMarks] = []
         self.record_shapes = record_shapes
         self.correction = correction
         self._wrappers = HookHandles()
@@ -256,11 +284,42 @@ class Recorder:
                 wrapper = ForwardWrapper(module, functools.partial(make, pid))
                 wrappers.add(wrapper)
                 self._by_path[path] = wrapper
+            if self.backward:
+                self._attach_loop()
         return self
+
+    def _attach_loop(self) -> None:
+        """Graph-node marks (backward per layer) and phase marks (the step anatomy)."""
+        phases = PhaseMarks(self.clock.mark)
+        try:
+            nodes = NodeMarks(
+                self.model, self._backward_clock or self._default_backward_clock(),
+                on_backward=phases.backward_start,
+            )  # fmt: skip
+        except NodeHooksUnavailable as why:
+            raise UsageError(
+                f"Recorder(backward=True) needs autograd graph-node hooks: {why}"
+            ) from why
+        phases.on_backward_end = nodes.backward_done
+        nodes.__enter__()
+        self._wrappers.add(_Closing(nodes.__exit__))
+        phases.attach()
+        self._wrappers.add(_Closing(phases.detach))
+        self._nodes, self._phases = nodes, phases
+        nodes.forward = self._forwards
+        self._step_start = self.clock.mark()
+
+    def _default_backward_clock(self) -> Clock:
+        """CUDA events on CUDA (resolved once per step), else the forward's host clock."""
+        from layerprof.capture.device import device_of
+
+        device = device_of(self.model)
+        return CudaEventClock(device) if device.startswith("cuda") else self.clock
 
     def detach(self) -> None:
         self._wrappers.remove()
         self._by_path.clear()
+        self._nodes = self._phases = None
 
     def __enter__(self) -> Recorder:
         return self.attach()
@@ -352,12 +411,17 @@ class Recorder:
                 self._shapes_on(sig.store)
                 ins = inputs_tree(args, kwargs)
             self._root_depth = 1
+            phases, nodes = self._phases, self._nodes
+            if phases is not None:
+                phases.forward_start()
             try:
                 out = timed(*args, **kwargs)
             finally:
                 self._root_depth = 0
                 if shaping:
                     self._shapes_off()
+            if phases is not None and nodes is not None:
+                self._forward_done(phases, nodes, out)
             if shaping:
                 assert sig is not None
                 sig.store.keep("", ins, out)
@@ -374,6 +438,20 @@ class Recorder:
 
         root.disable = disable  # type: ignore[attr-defined]
         return root
+
+    def _forward_done(self, phases: PhaseMarks, nodes: NodeMarks, out: Any) -> None:
+        """Hook this forward's graph nodes (for its backward) and close its span."""
+        import torch
+
+        if torch.is_grad_enabled():
+            calls = nodes.calls
+            since = len(calls)
+            while since and calls[since - 1].forward == self._forwards:
+                since -= 1  # the first call of this forward
+            nodes.hook_graph(out, since)
+        phases.forward_end()
+        self._forwards += 1
+        nodes.forward = self._forwards
 
     def _skip(self, t0: int) -> None:
         """Log [t0, now] as recorder time inside the open layer (a SKIP pseudo-call)."""
@@ -473,6 +551,53 @@ class Recorder:
             self._tables = [CallTable.concat(self._tables)]
         return self._tables[0] if self._tables else CallTable.empty()
 
+    # ---- training loop -----------------------------------------------------------
+    def step(self) -> None:
+        """Marks the end of a training step (call it once per step, like
+        torch.profiler's ``prof.step()``); the next step starts when it returns."""
+        phases, nodes = self._phases, self._nodes
+        if phases is None or nodes is None:
+            raise UsageError(
+                "Recorder.step() needs Recorder(model, backward=True) and an entered"
+                " Recorder (with rec: ...)"
+            )
+        end = self.clock.mark()
+        forwards, backwards, optimizer = phases.take()
+        # the model's forwards so far; profile() maps them to the log's iterations (a
+        # compaction per step would cost more than the rest of the step's recording)
+        iterations = self._forwards
+        marks = StepMarks(
+            index=self._step_index, start=self._step_start, end=end, forwards=forwards,
+            backwards=backwards, optimizer=optimizer,
+            iterations=range(self._step_iteration, iterations),
+            backward=nodes.take_forwards(),  # one resolve: one synchronize on CUDA
+        )  # fmt: skip
+        if self.schedule.phase(self._step_index) == "active":
+            self._steps.append(marks)
+        self._step_index += 1
+        self._step_iteration = iterations
+        self._step_start = self.clock.mark()
+
+    def _model_iterations(self) -> list[StepMarks]:
+        """The active steps with ``iterations`` as indices into the recorded iterations:
+        the k-th forward of the model is the k-th outermost call of the root (an outermost
+        call of another module, made outside the model, is in no step)."""
+        self._compact()
+        root = self._index.get("")
+        outer = [t.layer[t.level == 1] for t in self._tables]
+        firsts = np.concatenate(outer) if outer else np.zeros(0, dtype=np.int64)
+        of_model = np.flatnonzero(firsts == root) if root is not None else firsts[:0]
+        out = []
+        for st in self._steps:
+            picked = [int(of_model[i]) for i in st.iterations if i < len(of_model)]
+            out.append(replace(st, iterations=picked))
+        return out
+
+    @property
+    def steps_done(self) -> int:
+        """Steps ended with ``step()`` so far (skipped and warm-up ones included)."""
+        return self._step_index
+
     # ---- results ---------------------------------------------------------------
     def active_path(self) -> str | None:
         """Innermost layer in which the last failed forward raised (None if none failed);
@@ -555,6 +680,19 @@ class Recorder:
         elif correction is None:
             correction = calibrate()
         samples = build_samples(tables, iterations, correction, self._paths)
+        loop = None
+        notes: tuple[Note, ...] = ()
+        if self._step_index:
+            samples, loop = loop_samples(samples, self._model_iterations(), self.schedule)
+            iterations = sum(len(s.iterations) for s in self._steps)
+        elif self.backward:
+            notes = (
+                Note(
+                    "no-steps",
+                    "Recorder(backward=True) but rec.step() was never called: no backward"
+                    " times and no steps; call rec.step() once per training step",
+                ),
+            )
         overhead = None
         if correction is not None:
             overhead = Overhead(
@@ -572,7 +710,19 @@ class Recorder:
             samples=samples,
             overhead=overhead,
             signatures=self.signatures(),
+            loop=loop,
+            notes=notes,
         )
+
+
+class _Closing:
+    """A handle whose ``remove`` calls ``close`` (for HookHandles)."""
+
+    def __init__(self, close: Callable[..., Any]) -> None:
+        self._close = close
+
+    def remove(self) -> None:
+        self._close()
 
 
 def _ignore(value: Any) -> None:

@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from layerprof.analysis.roofline import Roofline, RooflinePoint, intensity_text, roofline
-from layerprof.render.columns import Cell, Col, Hide, Row, Shrink, Step, print_table
+from layerprof.render.console.columns import Cell, Col, Hide, Row, Shrink, Step, print_table
 from layerprof.units import human_bytes, human_count, human_si, human_time
 
 if TYPE_CHECKING:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from rich import box
 from rich.cells import cell_len, set_cell_size
 from rich.measure import Measurement
 from rich.table import Table
@@ -296,3 +297,29 @@ class _Layout:
 
     def _indices(self, keys: tuple[str, ...]) -> list[int]:
         return [i for i, col in enumerate(self.columns) if col.name in keys]
+
+
+# ---- tables whose first column is a name (the trace, distributed and rank tables) ----
+
+_NAME_CAP = 60  # kernel and step names beyond this are abbreviated in the middle
+# names give way to the numbers: down to 24 cells, then to 12
+_NAME_STEPS: tuple[Step, ...] = (Shrink(("name",), 24), Shrink(("name",), 12))
+
+
+def print_named_table(
+    console: Console, title: str, columns: Sequence[str], rows: Sequence[Sequence[Cell]]
+) -> None:
+    """A table whose first column is a name (abbreviated as the width needs) and
+    whose other columns are numbers or one-word kinds (never cut)."""
+    cols = [Col(columns[0], key="name", cap=_NAME_CAP)]
+    cols += [Col(c, number=True) for c in columns[1:]]
+
+    def frame() -> Table:
+        return Table(
+            title=Text(escape_controls(title)),
+            box=box.SIMPLE_HEAD,
+            title_justify="left",
+            title_style="bold",
+        )
+
+    print_table(console, frame, cols, [Row(tuple(r)) for r in rows], steps=_NAME_STEPS)

@@ -1,4 +1,4 @@
-"""The terminal report of a Profile: header, latency, overhead, layer tree."""
+"""The terminal report of a Profile: header, latency, overhead, layer tree, notes."""
 
 from __future__ import annotations
 
@@ -10,16 +10,16 @@ from rich.table import Table
 from rich.text import Text
 
 from layerprof.analysis.passes import pass_gap
-from layerprof.render.columns import Cell, Col, Hide, Label, Row, Shrink, Step, print_table
-from layerprof.render.compiled_console import print_compiled, row_marks
-from layerprof.render.flops_console import (
+from layerprof.render.console.columns import Cell, Col, Hide, Label, Row, Shrink, Step, print_table
+from layerprof.render.console.compiled import print_compiled, row_marks
+from layerprof.render.console.flops import (
     flop_cells,
     flop_columns,
     flop_header_lines,
     print_roofline,
 )
-from layerprof.render.inputs_console import signature_lines
-from layerprof.render.terminal import escape_text, escaping, make_console
+from layerprof.render.console.inputs import signature_lines
+from layerprof.render.terminal import escaping, make_console
 from layerprof.units import (
     TimeUnit,
     fmt_calls,
@@ -31,17 +31,21 @@ from layerprof.units import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
-    from layerprof.analysis.diagnose import Finding
     from layerprof.profile import LayerNode, LayerRow, Profile
 
 SortKey = Literal["total", "self", "name", "order"]
 
-__all__ = ["ConsoleOptions", "make_console", "print_findings", "print_layer_table", "print_profile"]
+__all__ = [
+    "ConsoleOptions",
+    "make_console",
+    "print_header",
+    "print_layer_table",
+    "print_layers",
+    "print_notes",
+    "print_profile",
+]
 
 _SHAPES_CAP = 28  # a shapes cell beyond this is abbreviated even in a wide terminal
-_FINDING_INDENT = 10
 
 
 @dataclass(frozen=True)
@@ -65,56 +69,41 @@ def print_profile(
     sort: SortKey = "order",
     shapes: bool = True,
 ) -> None:
+    """The layer report: header, layer tree (or top list), compiled summary and notes
+    (the report's first sections; ``render.console.sections`` has them all)."""
     opts = ConsoleOptions(depth=depth, top=top, sort=sort, shapes=shapes)
     with escaping(console or make_console()) as out:
-        for line in header_lines(profile):
-            out.print(line)
-        roots = profile.tree()
-        if not any(r.row.calls for r in roots):
-            out.print(Text("no layer timings recorded", style="dim"))
-        else:
-            print_layer_table(out, profile, roots, opts)
-            print_roofline(out, profile)
-            if depth is not None and top is None:
-                out.print(
-                    Text(
-                        f"layers deeper than level {depth} are folded into their parents' totals",
-                        style="dim",
-                    )
-                )
+        print_header(profile, out)
+        print_layers(profile, out, opts)
         print_compiled(out, profile)
-        for note in profile.notes:
-            out.print(Text.assemble(("note: ", "yellow"), note))
+        print_notes(profile, out)
 
 
-def print_findings(
-    findings: Sequence[Finding], console: Console, *, checks: Sequence[str] = ()
-) -> None:
-    """Findings from layerprof.analysis.diagnose, most severe first; with none, the
-    ``checks`` that ran (so "nothing to flag" says what was looked at)."""
-    if not findings:
-        if checks:
-            with escaping(console) as out:
-                out.print(Text.assemble(("findings", "bold"), ": nothing to flag"))
-                out.print(Text("  checked: " + "; ".join(checks), style="dim"))
+def print_header(profile: Profile, console: Console) -> None:
+    for line in header_lines(profile):
+        console.print(line)
+
+
+def print_layers(profile: Profile, console: Console, opts: ConsoleOptions) -> None:
+    """The layer tree (or top list) and the roofline of its counted layers."""
+    roots = profile.tree()
+    if not any(r.row.calls for r in roots):
+        console.print(Text("no layer timings recorded", style="dim"))
         return
-    style = {"high": "bold red", "warning": "yellow", "info": "cyan"}
-    # a grid, so wrapped lines stay under the text and the severity stands out
-    grid = Table.grid()
-    grid.add_column(width=_FINDING_INDENT, no_wrap=True)
-    grid.add_column()
-    for f in findings:  # a grid's cells are not the console's to escape: escaped here
-        where = f" [{f.layer}]" if f.layer else ""
-        grid.add_row(
-            Text(f"  {f.severity}", style[f.severity]),
-            escape_text(Text.assemble((f.title, "bold"), where)),
+    print_layer_table(console, profile, roots, opts)
+    print_roofline(console, profile)
+    if opts.depth is not None and opts.top is None:
+        console.print(
+            Text(
+                f"layers deeper than level {opts.depth} are folded into their parents' totals",
+                style="dim",
+            )
         )
-        grid.add_row("", escape_text(Text(f.detail)))
-        if f.hint:
-            grid.add_row("", escape_text(Text(f"try: {f.hint}", style="dim")))
-    with escaping(console) as out:
-        out.print(Text("findings", style="bold"))
-        out.print(grid)
+
+
+def print_notes(profile: Profile, console: Console) -> None:
+    for note in profile.notes:
+        console.print(Text.assemble(("note: ", "yellow"), note.text))
 
 
 def header_lines(profile: Profile) -> list[Text | str]:
@@ -207,7 +196,7 @@ def print_layer_table(
     console: Console, profile: Profile, roots: list[LayerNode], opts: ConsoleOptions
 ) -> None:
     """The layer tree (or the ``top`` list), fitted to the console: time columns are
-    never cut; shapes, then FLOPs/params, then type give way (``render.columns``)."""
+    never cut; shapes, then FLOPs/params, then type give way (``render.console.columns``)."""
     rows: list[tuple[Cell, LayerRow]] = []
     if opts.top is not None:
         flat = [n.row for r in roots for n in r.walk() if n.row.calls]

@@ -19,7 +19,7 @@ from layerprof.analysis.diff import (
     judgement,
     side_label,
 )
-from layerprof.render.columns import Col, Hide, Row, Shrink, Step, print_table
+from layerprof.render.console.columns import Col, Hide, Row, Shrink, Step, print_table
 from layerprof.render.terminal import escaping
 from layerprof.units import fmt_delta_ms, fmt_ms
 

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from layerprof.render.columns import Cell, Col, Hide, Row, Shrink, Step, print_table
+from layerprof.render.console.columns import Cell, Col, Hide, Row, Shrink, Step, print_table
 from layerprof.render.terminal import escaping
 from layerprof.sections.sweep import FAILED, OK, Sweep, SweepPoint, top_layers
 from layerprof.units import human_bytes, human_si, unit_for

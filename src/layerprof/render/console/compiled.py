@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 from rich.text import Text
 
-from layerprof.render.columns import Col, Hide, Row, Shrink, print_table
+from layerprof.render.console.columns import Col, Hide, Row, Shrink, print_table
 from layerprof.units import fmt_calls, human_time, unit_for
 
 if TYPE_CHECKING:

@@ -8,16 +8,15 @@ bytes allocated minus freed inside the op, with and without its children).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import replace
-from typing import Any, Literal
+from collections.abc import Sequence
+from typing import Literal
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from layerprof.records import OP_COLUMNS, OpStat
-from layerprof.render.columns import Col, Hide, Row, Shrink, Step, print_table
+from layerprof.records import OP_COLUMNS, OpStat, merge_layers, merge_shapes
+from layerprof.render.console.columns import Col, Hide, Row, Shrink, Step, print_table
 from layerprof.render.terminal import escape_controls, escaping
 from layerprof.units import fmt_calls, human_bytes, human_count, unit_for
 
@@ -43,7 +42,7 @@ def render_ops(
         if not ops:
             out.print(Text(f"no {title} recorded", style="dim"))
             return
-        table = flat(ops, by_shape=by_shape)
+        table = merge_layers(ops, by_shape=by_shape)
         # the layer rows are medians over iterations too; say so (one outlier moves a mean)
         out.print(Text("op times: median per iteration; calls: mean per iteration", style="dim"))
         print_op_table(out, table, top=top, sort=sort, title=f"{title} (all layers)")
@@ -53,66 +52,6 @@ def render_ops(
         for layer, rows in groups[:layers] if layers is not None else groups:
             label = layer if layer else "(root)"
             print_op_table(out, rows, top=top, sort=sort, title=f"{title} in {label}")
-
-
-def merge_shapes(ops: Sequence[OpStat]) -> tuple[OpStat, ...]:
-    """Ops summed over input shapes, per (layer, name, phase). Rows recorded with shapes
-    keep the shapes that took the most self time, and say how many others were merged
-    (``[8, 64], [64] (+2 more)``): ``--record-shapes`` shows shapes without
-    ``--group-by-shape`` splitting the rows."""
-    return tuple(_merged(ops, lambda o: (o.layer, o.name, o.phase), keep_layer=True))
-
-
-def flat(ops: Sequence[OpStat], *, by_shape: bool = True) -> list[OpStat]:
-    """Ops summed over layers per (name, input shapes), or per name (shapes merged as
-    in ``merge_shapes``) when not ``by_shape``."""
-    if by_shape:
-        return _merged(ops, lambda o: (o.name, o.input_shapes), keep_layer=False, shapes=False)
-    return _merged(ops, lambda o: (o.name, None), keep_layer=False)
-
-
-def _merged(
-    ops: Sequence[OpStat],
-    key: Callable[[OpStat], tuple[str | None, ...]],
-    *,
-    keep_layer: bool,
-    shapes: bool = True,
-) -> list[OpStat]:
-    acc: dict[tuple[str | None, ...], OpStat] = {}
-    seen: dict[tuple[str | None, ...], list[tuple[float, str]]] = {}
-    for o in ops:
-        k = key(o)
-        prev = acc.get(k)
-        if prev is None:
-            first = replace(o, samples=None, layer=o.layer if keep_layer else None)
-            acc[k] = replace(first, input_shapes=None) if shapes else first
-        else:
-            acc[k] = _sum(prev, o)
-        if shapes and o.input_shapes is not None:
-            seen.setdefault(k, []).append((o.self_ns, o.input_shapes))
-    for k, texts in seen.items():
-        by_time: dict[str, float] = {}
-        for t, text in texts:
-            by_time[text] = by_time.get(text, 0.0) + t
-        top = max(by_time, key=lambda text: by_time[text])
-        more = len(by_time) - 1
-        acc[k] = replace(acc[k], input_shapes=top + (f" (+{more} more)" if more else ""))
-    return list(acc.values())
-
-
-def _sum(a: OpStat, b: OpStat) -> OpStat:
-    """Two rows of one op added (per-iteration values add); the samples are dropped."""
-    keys = {**a.columns, **b.columns}
-    columns: dict[str, Any] = {k: a.columns.get(k, 0) + b.columns.get(k, 0) for k in keys}
-    return replace(
-        a,
-        calls=a.calls + b.calls,
-        self_ns=a.self_ns + b.self_ns,
-        total_ns=a.total_ns + b.total_ns,
-        device_ns=None if a.device_ns is None else a.device_ns + (b.device_ns or 0),
-        samples=None,
-        **columns,
-    )
 
 
 def by_layer(ops: Sequence[OpStat], *, sort: OpSort) -> list[tuple[str, list[OpStat]]]:

@@ -1,0 +1,126 @@
+"""Findings about a user's training loop (``Recorder(model, backward=True)``): steps that
+wait on the data loader, and layers whose backward is far above twice their forward.
+
+Each rests on the spread the run measured over its steps: a finding is given
+only when the 95 % confidence interval of the median (over the active steps)
+clears the threshold; when the median passes it but the interval does not, the
+finding says the run cannot tell and what to record instead.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from layerprof.analysis.finding import Finding
+from layerprof.analysis.passes import interval
+from layerprof.stats import Summary
+from layerprof.units import fmt_share, human_time
+
+if TYPE_CHECKING:
+    from layerprof.profile import Profile
+    from layerprof.sections.loop import LayerSteps, TrainingLoop
+
+DATA_SHARE = 0.10  # the loader's share of a step worth a finding
+DATA_SHARE_HIGH = 0.30
+# A layer's backward usually costs about twice its forward (one matmul for the
+# input's gradient, one for the weights'); far above that is worth a look.
+BACKWARD_RATIO = 3.0
+MIN_BACKWARD_NS = 50_000  # per step: below this a layer's backward is not a lead
+MIN_BACKWARD_SHARE = 0.05  # of the step's backward
+_TOP = 3
+
+
+def loop_findings(profile: Profile) -> list[Finding]:
+    loop = profile.loop
+    if loop is None or not loop.steps:
+        return []
+    return _data_bound(loop) + _slow_backward(loop)
+
+
+def _data_bound(loop: TrainingLoop) -> list[Finding]:
+    shares = [s.data_wait_ns / s.wall_ns for s in loop.steps if s.wall_ns > 0]
+    if not shares:
+        return []
+    summary = Summary.of(shares)
+    lo, hi = interval(summary)
+    if summary.median < DATA_SHARE:
+        return []
+    wait = loop.summary("data_wait").median
+    spread = f"95 % interval {fmt_share(lo)} - {fmt_share(hi)} over {summary.n} steps"
+    if lo < DATA_SHARE:
+        return [
+            Finding(
+                "info",
+                "data wait: cannot tell whether the steps are data-bound",
+                f"the loader holds {fmt_share(summary.median)} of the median step"
+                f" ({human_time(wait)}), but the steps vary too much to tell ({spread})",
+                "record more steps (a longer schedule's active window)",
+            )
+        ]
+    return [
+        Finding(
+            "high" if lo >= DATA_SHARE_HIGH else "warning",
+            "data-bound steps: the model waits on the data loader",
+            f"the loader holds {fmt_share(summary.median)} of each step ({human_time(wait)}"
+            f" of {human_time(loop.summary('wall').median)}; {spread})",
+            "more DataLoader workers (num_workers), pin_memory=True, a larger prefetch_factor,"
+            " persistent_workers=True; or move the preprocessing onto the device",
+        )
+    ]
+
+
+def _slow_backward(loop: TrainingLoop) -> list[Finding]:
+    step_backward = loop.summary("backward").median
+    found: list[tuple[float, Finding]] = []
+    unsure: list[str] = []
+    for layer in loop.layers:
+        ratios, backward = _ratios(layer)
+        if len(ratios) == 0 or backward < MIN_BACKWARD_NS:
+            continue
+        if step_backward and backward < MIN_BACKWARD_SHARE * step_backward:
+            continue
+        summary = Summary.of(ratios)
+        if summary.median <= BACKWARD_RATIO:
+            continue
+        lo, hi = interval(summary)
+        if lo <= BACKWARD_RATIO:
+            unsure.append(f"{layer.path or '(model)'} {summary.median:.1f}x ({lo:.1f}-{hi:.1f}x)")
+            continue
+        detail = (
+            f"its own backward takes {summary.median:.1f}x its own forward per step"
+            f" ({human_time(backward)}; 95 % interval {lo:.1f}x - {hi:.1f}x over"
+            f" {summary.n} steps), where about 2x is usual"
+        )
+        hint = (
+            "look for operators with a costly backward: scatter/index_add and gathers,"
+            " non-contiguous inputs, in-place ops that force copies, custom autograd"
+            " Functions, or a forward recomputed inside backward (activation checkpointing)"
+        )
+        found.append((backward, Finding("warning", "backward far above twice the forward",
+                                        detail, hint, layer=layer.path)))  # fmt: skip
+    out = [f for _, f in sorted(found, key=lambda x: -x[0])[:_TOP]]
+    if unsure:
+        out.append(
+            Finding(
+                "info",
+                "backward vs forward: cannot tell for some layers",
+                "backward above 3x the forward at the median, but the steps vary too much to"
+                f" tell: {', '.join(unsure[:_TOP])}",
+                "record more steps",
+            )
+        )
+    return out
+
+
+def _ratios(layer: LayerSteps) -> tuple[list[float], float]:
+    """Per step with both: backward self / forward self; and the median backward self."""
+    if layer.backward_self_ns is None:
+        return [], 0.0
+    pairs = [
+        (b, f)
+        for b, f in zip(layer.backward_self_ns, layer.forward_self_ns, strict=False)
+        if b > 0 and f > 0
+    ]
+    if not pairs:
+        return [], 0.0
+    return [b / f for b, f in pairs], Summary.of([b for b, _ in pairs]).median

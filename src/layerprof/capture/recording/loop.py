@@ -1,0 +1,270 @@
+"""The step anatomy of a user's training loop: marks per phase, the schedule, the partition.
+
+A Recorder with ``backward=True`` owns one ``PhaseMarks``. The Recorder's root
+wrapper marks each forward; the first graph node of a backward pass marks its
+start and an autograd-engine callback its end; torch's global optimizer step
+hooks mark every ``Optimizer.step``. ``rec.step()`` closes a step into a
+``StepMarks`` and ``partition`` splits its wall time into the parts of
+:mod:`layerprof.sections.loop`, exactly (integer ns, they add up).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from layerprof.capture.modules import HookHandles
+from layerprof.errors import UsageError
+from layerprof.records import LayerCall, LayerSamples
+from layerprof.sections.loop import STEP_PARTS, LayerSteps, LoopStep, TrainingLoop
+from layerprof.stats import Series
+
+Phase = Literal["skip", "warmup", "active", "done"]
+Span = tuple[int, int]
+
+#: Which part an instant counts for where phases overlap (first wins).
+PRIORITY: tuple[str, ...] = ("optimizer", "backward", "forward")
+
+
+@dataclass(frozen=True)
+class StepSchedule:
+    """Which steps count, as ``torch.profiler.schedule`` (wait/warmup/active): the first
+    ``skip`` steps are ignored, the next ``warmup`` recorded and thrown away, the next
+    ``active`` (None: all the rest) kept."""
+
+    skip: int = 0
+    warmup: int = 0
+    active: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.skip < 0 or self.warmup < 0 or (self.active is not None and self.active < 1):
+            raise ValueError(f"schedule needs skip, warmup >= 0 and active >= 1: {self}")
+
+    def phase(self, step: int) -> Phase:
+        if step < self.skip:
+            return "skip"
+        if step < self.skip + self.warmup:
+            return "warmup"
+        if self.active is None or step < self.skip + self.warmup + self.active:
+            return "active"
+        return "done"
+
+
+@dataclass
+class StepMarks:
+    """One step's raw host marks and what it ran; ``iterations`` are the step's forwards
+    of the model (while recording: their numbers; for ``loop_samples``: their indices
+    among the recorded iterations), ``backward`` the layers' backward calls per
+    forward that got a backward."""
+
+    index: int
+    start: int
+    end: int = 0
+    forwards: list[Span] = field(default_factory=list)
+    backwards: list[Span] = field(default_factory=list)
+    optimizer: list[Span] = field(default_factory=list)
+    iterations: Sequence[int] = range(0)
+    backward: dict[int, list[LayerCall]] = field(default_factory=dict)
+
+
+def partition(step: StepMarks) -> dict[str, int]:
+    """The step's wall time split into ``STEP_PARTS`` (ns; they add up to end - start).
+
+    Data wait is the time no phase covers before the step's first forward (all of
+    it is rest when the step ran no forward); overlaps count once (``PRIORITY``).
+    """
+    lo, hi = step.start, step.end
+    spans: dict[str, list[Span]] = {
+        "optimizer": step.optimizer,
+        "backward": step.backwards,
+        "forward": step.forwards,
+    }
+    cuts = {lo, hi}
+    for kind in PRIORITY:
+        for a, b in spans[kind]:
+            cuts.update(min(max(t, lo), hi) for t in (a, b))
+    first_forward = min((max(a, lo) for a, _ in step.forwards), default=None)
+    out = dict.fromkeys(STEP_PARTS, 0)
+    points = sorted(cuts)
+    for a, b in itertools.pairwise(points):
+        out[_cover(a, b, spans, first_forward)] += b - a
+    return out
+
+
+def _cover(a: int, b: int, spans: dict[str, list[Span]], first_forward: int | None) -> str:
+    for kind in PRIORITY:
+        if any(s <= a and b <= e for s, e in spans[kind]):
+            return kind
+    return "data_wait" if first_forward is not None and b <= first_forward else "rest"
+
+
+class PhaseMarks:
+    """Collects forward, backward and optimizer spans of the current step.
+
+    ``mark`` is the Recorder's host clock. The optimizer hooks are torch's
+    global ones, so any optimizer counts; ``attach``/``detach`` add and remove
+    them (the Recorder's ``__exit__`` removes them, also on errors).
+    """
+
+    def __init__(self, mark: Callable[[], int]) -> None:
+        self.mark = mark
+        self.forwards: list[Span] = []
+        self.backwards: list[Span] = []
+        self.optimizer: list[Span] = []
+        self._forward_at = 0
+        self._backward_at: int | None = None
+        self._optimizer_at: list[int] = []  # a stack: an optimizer may wrap another
+        self._hooks = HookHandles()
+        self.on_backward_end: Callable[[], None] | None = None
+
+    def attach(self) -> None:
+        from torch.optim.optimizer import (
+            register_optimizer_step_post_hook,
+            register_optimizer_step_pre_hook,
+        )
+
+        with self._hooks.registering() as hooks:
+            hooks.add(register_optimizer_step_pre_hook(self._optimizer_pre))
+            hooks.add(register_optimizer_step_post_hook(self._optimizer_post))
+
+    def detach(self) -> None:
+        self._hooks.remove()
+
+    def take(self) -> tuple[list[Span], list[Span], list[Span]]:
+        """This step's spans (forward, backward, optimizer); starts the next step's."""
+        out = self.forwards, self.backwards, self.optimizer
+        self.forwards, self.backwards, self.optimizer = [], [], []
+        return out
+
+    # ---- forward (the Recorder's root wrapper) ------------------------------------
+    def forward_start(self) -> None:
+        self._forward_at = self.mark()
+
+    def forward_end(self) -> None:
+        self.forwards.append((self._forward_at, self.mark()))
+
+    # ---- backward (NodeMarks' first node, then the engine's final callback) --------
+    def backward_start(self) -> None:
+        import torch
+
+        self._backward_at = self.mark()
+        # runs when this backward pass has finished, in the thread that ran it
+        torch.autograd.Variable._execution_engine.queue_callback(self._backward_end)  # type: ignore[attr-defined]
+
+    def _backward_end(self) -> None:
+        if self._backward_at is not None:
+            self.backwards.append((self._backward_at, self.mark()))
+            self._backward_at = None
+        if self.on_backward_end is not None:
+            self.on_backward_end()
+
+    # ---- optimizer (global step hooks) ------------------------------------------------
+    def _optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self._optimizer_at.append(self.mark())
+
+    def _optimizer_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self._optimizer_at:
+            start = self._optimizer_at.pop()
+            if not self._optimizer_at:  # the outermost optimizer: nested ones are inside
+                self.optimizer.append((start, self.mark()))
+
+
+def loop_samples(
+    samples: dict[str, LayerSamples], steps: Sequence[StepMarks], schedule: StepSchedule
+) -> tuple[dict[str, LayerSamples], TrainingLoop]:
+    """The active steps' share of a Recorder's samples, with backward, and the loop section.
+
+    ``samples`` hold one value per recorded forward; only the forwards of
+    active steps are kept. Backward samples hold one value per forward that got
+    a backward (a ``no_grad`` evaluation forward has none).
+    """
+    import numpy as np
+
+    from layerprof.capture.recording.layertimes import build_samples
+
+    if not steps:
+        raise UsageError(
+            f"no step was active: the schedule skips {schedule.skip} and warms up over"
+            f" {schedule.warmup} steps; call rec.step() once per step, after them too"
+        )
+    kept = np.array([i for s in steps for i in s.iterations], dtype=np.int64)
+    forward = {p: _subset(s, kept) for p, s in samples.items()} if len(kept) else {}
+    calls, per_step = _backward_calls(steps)
+    if calls:
+        n = sum(len(g) for g in per_step)
+        times = build_samples(calls, n)
+        zeros = np.zeros(n, dtype=np.int64)
+        for path, sample in forward.items():
+            b = times.get(path)
+            total, self_ = (b.total_ns, b.self_ns) if b else (Series(zeros), Series(zeros))
+            forward[path] = replace(sample, backward_total_ns=total, backward_self_ns=self_)
+    groups: list[range] = []
+    at = 0
+    for st in steps:
+        groups.append(range(at, at + len(st.iterations)))
+        at += len(st.iterations)
+    layers = tuple(_layer_steps(p, x, groups, per_step) for p, x in forward.items())
+    origin = steps[0].start
+    rows = tuple(_step_row(s, origin) for s in steps)
+    return forward, TrainingLoop(rows, layers, schedule.skip, schedule.warmup, schedule.active)
+
+
+def _subset(s: LayerSamples, kept: Any) -> LayerSamples:
+    def pick(series: Series | None) -> Any:
+        return None if series is None else series.values[kept]
+
+    return replace(
+        s, total_ns=pick(s.total_ns), self_ns=pick(s.self_ns),
+        device_total_ns=pick(s.device_total_ns), device_self_ns=pick(s.device_self_ns),
+    )  # fmt: skip
+
+
+def _backward_calls(steps: Sequence[StepMarks]) -> tuple[list[LayerCall], list[range]]:
+    """Every active step's backward calls, numbered by backward (one per forward that
+    got one), and each step's range of those numbers."""
+    calls: list[LayerCall] = []
+    per_step: list[range] = []
+    n = 0
+    for st in steps:
+        first = n
+        for forward in sorted(st.backward):
+            base = len(calls)
+            calls += [
+                replace(c, iteration=n, parent=c.parent + base if c.parent >= 0 else -1)
+                for c in st.backward[forward]
+            ]
+            n += 1
+        per_step.append(range(first, n))
+    return calls, per_step
+
+
+def _layer_steps(
+    path: str, s: LayerSamples, forwards: list[range], backwards: list[range]
+) -> LayerSteps:
+    def per_step(series: Series | None, groups: list[range]) -> tuple[int, ...] | None:
+        if series is None:
+            return None
+        values = series.values
+        return tuple(int(values[g.start : g.stop].sum()) for g in groups)
+
+    return LayerSteps(
+        path=path,
+        forward_total_ns=per_step(s.total_ns, forwards) or (),
+        forward_self_ns=per_step(s.self_ns, forwards) or (),
+        backward_total_ns=per_step(s.backward_total_ns, backwards),
+        backward_self_ns=per_step(s.backward_self_ns, backwards),
+    )
+
+
+def _step_row(st: StepMarks, origin: int) -> LoopStep:
+    parts = partition(st)
+    return LoopStep(
+        index=st.index,
+        start_ns=st.start - origin,
+        wall_ns=st.end - st.start,
+        **{f"{p}_ns": v for p, v in parts.items()},
+        forwards=len(st.forwards),
+        backwards=len(st.backwards),
+    )

@@ -1,0 +1,85 @@
+"""``layerprof analyze``: a torch.profiler trace (or one per rank) into a Run; no torch."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from layerprof import outputs
+from layerprof.cli.emission import console
+from layerprof.cli.options import COUNT, seconds_arg
+
+NAME = "analyze"
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    parser = sub.add_parser(
+        NAME,
+        parents=[common],
+        help="analyze a torch.profiler trace (.json, .json.gz or a directory of ranks)",
+    )
+    parser.add_argument(
+        "trace",
+        metavar="TRACE",
+        help="a trace file (.json, .json.gz), a directory or glob of them (one per rank),"
+        " or an fsspec URL naming one: s3://, gs://, az://, https://, file://",
+    )
+    parser.add_argument(
+        "--executor",
+        metavar="NAME",
+        help="where the ranks are analyzed: serial, processes[=N] (one worker process per"
+        " core; the default for several files big enough to repay its ~1 s start-up), dask (a local Dask cluster, one worker per"
+        " core) or dask=ADDRESS (a running scheduler, e.g. tcp://host:8786)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=seconds_arg,
+        metavar="SECONDS",
+        help="with an http(s):// URL: how long the server may take to connect or to send"
+        " the next bytes before the read fails, naming the URL (default 30)",
+    )
+    parser.add_argument(
+        "--partial",
+        action="store_true",
+        help="when some ranks fail, merge the others and name the failed ones in the notes"
+        " (default: fail, naming each with why)",
+    )
+    out = parser.add_argument_group("output", outputs.STDOUT_HELP)
+    outputs.add_output(out, "--json", "write the analysis (schema layerprof.trace/2)")
+    outputs.add_output(out, "--html", "write a self-contained HTML report")
+    parser.add_argument(
+        "--top", type=COUNT, default=10, metavar="N", help="rows per table (default 10)"
+    )
+    parser.add_argument(
+        "--group-by-shape", action="store_true", help="group operators by input shapes"
+    )
+    parser.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Analyze the trace(s) on the chosen executor, write the files, print the report."""
+    from layerprof import sinks
+    from layerprof.capture.progress import Progress
+    from layerprof.trace import analyze
+    from layerprof.trace.executors import parse_executor
+
+    outputs.check_outputs(args)
+    executor = parse_executor(args.executor) if args.executor else None
+    bar = Progress(enabled=sys.stderr.isatty() and not args.quiet, total=0, description="ranks")
+    try:
+        analyzed = analyze(
+            args.trace, group_by_shape=args.group_by_shape, max_input_size=args.max_input_size,
+            executor=executor, progress=bar.update, partial=args.partial, timeout=args.timeout,
+        )  # fmt: skip
+    finally:
+        bar.close()
+    written = [
+        sinks.write(analyzed, path, fmt)
+        for fmt in ("json", "html")
+        if (path := outputs.target(args, fmt))
+    ]
+    outputs.report_written(written, args)
+    if not args.quiet:
+        sinks.show(analyzed, console=console(args), top=args.top)
+    return 0

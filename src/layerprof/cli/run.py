@@ -1,0 +1,96 @@
+"""``layerprof run``: profile one model file or ``--arch`` callable, layer by layer.
+
+With ``--repeat N`` the profile comes from N fresh processes (``layerprof.processes``),
+each a ``run --child-out`` of this same command; ``diff --run`` starts such children too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from layerprof import outputs
+from layerprof.cli.emission import emit, say
+from layerprof.cli.loading import load
+from layerprof.cli.measure import compile_options, measure
+from layerprof.cli.options import (
+    COUNT,
+    add_compile_options,
+    add_measure_options,
+    add_model_options,
+    add_ops_options,
+    add_output_options,
+)
+from layerprof.errors import UsageError
+
+NAME = "run"
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    parser = sub.add_parser(
+        NAME,
+        parents=[common], help="profile a model file or an --arch callable",
+        description="Profile one forward pass of a model, layer by layer. MODEL is a state_dict/checkpoint "
+        "file (needs --arch), a TorchScript archive, a torch.export .pt2 file, or a pickled module "
+        "(needs --trust-pickle). Without MODEL, --arch builds the model with random weights.",
+    )  # fmt: skip
+    add_model_options(parser)
+    add_measure_options(parser, warmup=5, iters=50)
+    parser.add_argument(
+        "--repeat", type=COUNT, default=1, metavar="N",
+        help="profile in N separate processes and keep each one's medians in the profile, so"
+        " that diff judges changes on the run-to-run spread (default 1; see docs/diff.md)",
+    )  # fmt: skip
+    # --repeat's and diff --run's child processes write their profile there
+    parser.add_argument("--child-out", metavar="PATH", help=argparse.SUPPRESS)
+    add_ops_options(parser)
+    add_compile_options(parser)
+    add_output_options(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Profile a model file or an --arch callable, in this process or in --repeat N."""
+    if args.child_out:
+        return _run_child(args)
+    outputs.check_outputs(args)
+    compile_options(args)  # a bad combination fails before a long load
+    if args.repeat > 1:
+        return _run_repeated(args)
+    loaded = load(args)
+    profile = measure(
+        loaded.module,
+        args.input,
+        args,
+        model_name=loaded.name,
+        kind=loaded.kind,
+        notes=loaded.notes,
+        program=loaded.program,
+    )
+    emit(profile, args)
+    return 0
+
+
+def _run_child(args: argparse.Namespace) -> int:
+    """One process of --repeat or diff --run: the profile (with samples) to --child-out."""
+    args.quiet = True
+    loaded = load(args)
+    profile = measure(
+        loaded.module, args.input, args, model_name=loaded.name, kind=loaded.kind,
+        notes=loaded.notes, program=loaded.program,
+    )  # fmt: skip
+    profile.save(args.child_out, samples=True)
+    return 0
+
+
+def _run_repeated(args: argparse.Namespace) -> int:
+    from layerprof import processes
+
+    for flag in ("trace", "tensorboard"):
+        if outputs.target(args, flag):
+            raise UsageError(f"--{flag} writes one process's trace; it does not go with --repeat")
+    tell = None if args.quiet else (lambda line: say(f"layerprof: {line}"))
+    argv = getattr(args, "argv", None) or sys.argv[1:]  # main() keeps the command line
+    profile = processes.repeat(argv, args.repeat, say=tell)
+    emit(profile, args)
+    return 0

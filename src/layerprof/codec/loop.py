@@ -1,0 +1,93 @@
+"""The ``loop`` key of a profile: a training loop's steps and each layer's time per step
+(see :mod:`layerprof.sections.loop`). Optional: files without it load with
+``loop=None``. Times are milliseconds, as everywhere in the JSON; ``summary_ms``
+(each part's median, spread and the median's confidence interval over the
+steps; per layer the same for its forward and backward per step) is derived
+and not read back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from layerprof.codec.fields import Fields, summary_dict
+from layerprof.errors import ProfileFormatError
+from layerprof.sections.loop import STEP_PARTS, LayerSteps, LoopStep, TrainingLoop
+from layerprof.units import NS_PER_MS
+
+
+def encode_loop(loop: TrainingLoop | None) -> dict[str, Any] | None:
+    if loop is None:
+        return None
+    summaries = (
+        {p: summary_dict(loop.summary(p)) for p in (*STEP_PARTS, "wall")} if loop.steps else {}
+    )
+    return {
+        "schedule": {"skip": loop.skip, "warmup": loop.warmup, "active": loop.active},
+        "parts": list(STEP_PARTS),
+        "summary_ms": summaries,
+        "steps": [_step(s) for s in loop.steps],
+        "layers": [_layer(x) for x in loop.layers],
+    }
+
+
+def _step(s: LoopStep) -> dict[str, Any]:
+    out: dict[str, Any] = {"index": s.index, "start_ms": s.start_ns / NS_PER_MS,
+                           "wall_ms": s.wall_ns / NS_PER_MS}  # fmt: skip
+    out |= {f"{p}_ms": ns / NS_PER_MS for p, ns in s.parts()}
+    return out | {"forwards": s.forwards, "backwards": s.backwards}
+
+
+def _layer(x: LayerSteps) -> dict[str, Any]:
+    out: dict[str, Any] = {"path": x.path}
+    spread: dict[str, Any] = {}
+    for key in ("forward_total", "forward_self", "backward_total", "backward_self"):
+        values = getattr(x, f"{key}_ns")
+        if values is not None:
+            out[f"{key}_ms"] = [v / NS_PER_MS for v in values]
+        summary = x.summary(key)
+        if summary is not None:
+            spread[key] = summary_dict(summary)
+    return out | {"summary_ms": spread}
+
+
+def read_loop(f: Fields | None) -> TrainingLoop | None:
+    if f is None:
+        return None
+    schedule = f.obj("schedule")
+    return TrainingLoop(
+        steps=tuple(_read_step(s) for s in f.objects("steps")),
+        layers=tuple(_read_layer(x) for x in f.objects("layers")),
+        skip=schedule.integer("skip", 0) if schedule else 0,
+        warmup=schedule.integer("warmup", 0) if schedule else 0,
+        active=schedule.opt_integer("active") if schedule else None,
+    )
+
+
+def _read_step(f: Fields) -> LoopStep:
+    parts = {f"{p}_ns": f.ns(f"{p}_ms") for p in STEP_PARTS}
+    return LoopStep(
+        index=f.integer("index"),
+        start_ns=f.ns("start_ms"),
+        wall_ns=f.ns("wall_ms"),
+        forwards=f.integer("forwards", 0),
+        backwards=f.integer("backwards", 0),
+        **parts,
+    )
+
+
+def _read_layer(f: Fields) -> LayerSteps:
+    def ns_list(key: str) -> tuple[int, ...] | None:
+        if not f.has(key):
+            return None
+        values = f.items(key)
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+            raise ProfileFormatError(f"{f.where}.{key}: expected a list of numbers")
+        return tuple(round(v * NS_PER_MS) for v in values)
+
+    return LayerSteps(
+        path=f.text("path"),
+        forward_total_ns=ns_list("forward_total_ms") or (),
+        forward_self_ns=ns_list("forward_self_ms") or (),
+        backward_total_ns=ns_list("backward_total_ms"),
+        backward_self_ns=ns_list("backward_self_ms"),
+    )

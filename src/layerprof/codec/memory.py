@@ -1,0 +1,93 @@
+"""The ``activation_memory`` section of a profile body (see
+:mod:`layerprof.sections.memory`). Files without it load with ``activation_memory=None``.
+
+::
+
+    "activation_memory": {
+      "saved_bytes": 1184, "outside_bytes": 0, "forwards": 1,
+      "layers": [{"path": "0", "parent": "", "activations_self_bytes": 160,
+                  "activations_bytes": 160, "params_self_bytes": 576, "params_bytes": 576,
+                  "grads_self_bytes": 576, "grads_bytes": 576,
+                  "optimizer_self_bytes": null, "optimizer_bytes": null,
+                  "input_bytes": 160}, ...],
+      "peaks": [{"phase": "forward", "start_bytes": ..., "peak_bytes": ...}, ...]
+    }
+
+The ``*_self_bytes`` keys are read back; totals (``activations_bytes`` ...) are derived
+from them and written for readers of the file only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from layerprof.codec.fields import Fields
+from layerprof.errors import ProfileFormatError
+from layerprof.sections.memory import KINDS, ActivationMemory, MemoryRow, PhasePeak
+
+
+def encode_activation_memory(section: ActivationMemory | None) -> dict[str, Any] | None:
+    if section is None:
+        return None
+    layers = []
+    for row, total in zip(section.rows, section.totals(), strict=True):
+        d: dict[str, Any] = {"path": row.path, "parent": row.parent}
+        for kind in KINDS:
+            d[f"{kind}_self_bytes"] = row.own(kind)
+            d[f"{kind}_bytes"] = total.total(kind)
+        d["input_bytes"] = row.input_bytes
+        layers.append(d)
+    return {
+        "saved_bytes": section.saved_bytes,
+        "outside_bytes": section.outside_bytes,
+        "forwards": section.forwards,
+        "layers": layers,
+        "peaks": [
+            {"phase": p.phase, "start_bytes": p.start_bytes, "peak_bytes": p.peak_bytes}
+            for p in section.peaks
+        ],
+    }
+
+
+def read_activation_memory(f: Fields | None) -> ActivationMemory | None:
+    if f is None:
+        return None
+    return ActivationMemory(
+        rows=tuple(_read_row(r) for r in f.objects("layers", required=True)),
+        outside_bytes=_count(f, "outside_bytes", 0),
+        forwards=_count(f, "forwards", 1),
+        peaks=tuple(
+            PhasePeak(
+                phase=p.text("phase"),
+                start_bytes=_count(p, "start_bytes", 0),
+                peak_bytes=_count(p, "peak_bytes", 0),
+            )
+            for p in f.objects("peaks")
+        ),
+    )
+
+
+def _read_row(f: Fields) -> MemoryRow:
+    grads, optimizer = f.opt_integer("grads_self_bytes"), f.opt_integer("optimizer_self_bytes")
+    inputs = f.opt_integer("input_bytes")
+    optional = (("grads_self_bytes", grads), ("optimizer_self_bytes", optimizer),
+                ("input_bytes", inputs))  # fmt: skip
+    for key, value in optional:
+        if value is not None and value < 0:
+            raise ProfileFormatError(f"{f.where}.{key}: expected bytes >= 0, found {value}")
+    return MemoryRow(
+        path=f.text("path"),
+        parent=f.opt_text("parent"),
+        activations_self=_count(f, "activations_self_bytes", 0),
+        params_self=_count(f, "params_self_bytes", 0),
+        grads_self=grads,
+        optimizer_self=optimizer,
+        input_bytes=inputs,
+    )
+
+
+def _count(f: Fields, key: str, default: int) -> int:
+    value = f.integer(key, default)
+    if value < 0:
+        raise ProfileFormatError(f"{f.where}.{key}: expected a count >= 0, found {value}")
+    return value

@@ -1,0 +1,47 @@
+"""The terminal report of a Profile, a Run, a Diff or a Sweep.
+
+Each section of ``sections.py`` (``PROFILE_SECTIONS``, ``RUN_SECTIONS``,
+``DIFF_SECTIONS``) prints one part of the report from the typed objects; tables
+fit the console without cutting a number (``columns.py``) and every printer goes
+through ``render/terminal.py``'s escaping, so a name cannot move the cursor. It
+reads the pivot and the analyses only: no torch, no capture or trace internals,
+nothing of ``render/html``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+
+from layerprof.analysis.diff import Diff
+from layerprof.errors import UsageError
+from layerprof.profile import Profile, Run
+from layerprof.render.console.sections import (
+    DIFF_SECTIONS,
+    PROFILE_SECTIONS,
+    RUN_SECTIONS,
+    ReportOptions,
+    Section,
+    print_sections,
+)
+from layerprof.sections.sweep import Sweep
+
+__all__ = ["ReportOptions", "Section", "print_report"]
+
+
+def print_report(obj: Profile | Run | Diff | Sweep, console: Console, **options: Any) -> None:
+    """The whole terminal report of ``obj`` (``options``: :class:`ReportOptions`' fields)."""
+    opts = ReportOptions.of(options)
+    if isinstance(obj, Diff):
+        print_sections(DIFF_SECTIONS, obj, console, opts)
+    elif isinstance(obj, Profile):
+        print_sections(PROFILE_SECTIONS, obj, console, opts)
+    elif isinstance(obj, Run):
+        print_sections(RUN_SECTIONS, obj, console, opts)
+    elif isinstance(obj, Sweep):
+        from layerprof.render.console.sweep import print_sweep
+
+        print_sweep(obj, console)
+    else:
+        raise UsageError(f"the console format cannot show a {type(obj).__name__}")

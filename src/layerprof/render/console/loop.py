@@ -1,0 +1,83 @@
+"""The console table of a training loop's steps: data wait, forward, backward,
+optimizer and rest per step (they add up to the step), and their medians."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+from layerprof.sections.loop import STEP_PARTS
+from layerprof.units import unit_for
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from layerprof.profile import Profile
+    from layerprof.sections.loop import LoopStep, TrainingLoop
+
+#: Steps listed one by one; beyond this, the first and last few and the medians.
+STEP_ROWS = 12
+
+PART_LABELS = {
+    "data_wait": "Data wait", "forward": "Forward", "backward": "Backward",
+    "optimizer": "Optimizer", "rest": "Rest",
+}  # fmt: skip
+
+
+def print_loop(console: Console, profile: Profile) -> None:
+    """The per-step table of a Recorder's training loop (nothing without one)."""
+    loop = profile.loop
+    if loop is None or not loop.steps:
+        return
+    unit = unit_for(max(s.wall_ns for s in loop.steps))
+    table = Table(
+        title=Text(f"training steps ({unit.name}; host time; the parts add up to the step)"),
+        box=box.SIMPLE_HEAD, title_justify="left", title_style="bold",
+    )  # fmt: skip
+    table.add_column("Step", justify="right")
+    for part in STEP_PARTS:
+        table.add_column(PART_LABELS[part], justify="right")
+    table.add_column("Total", justify="right")
+    for step in _shown(loop.steps):
+        if step is None:
+            table.add_row("...", *[""] * (len(STEP_PARTS) + 1))
+            continue
+        table.add_row(str(step.index), *[unit.fmt(ns) for _, ns in step.parts()],
+                      unit.fmt(step.wall_ns))  # fmt: skip
+    if len(loop.steps) > 1:
+        table.add_row(
+            Text("median", style="bold"),
+            *[unit.fmt(loop.summary(p).median) for p in (*STEP_PARTS, "wall")],
+        )
+        table.add_row(Text("share", style="dim"), *_shares(loop), "")
+    console.print(table)
+    console.print(Text(_caption(loop), style="dim"))
+
+
+def _shown(steps: tuple[LoopStep, ...]) -> list[LoopStep | None]:
+    if len(steps) <= STEP_ROWS:
+        return list(steps)
+    half = STEP_ROWS // 2
+    return [*steps[:half], None, *steps[-half:]]
+
+
+def _shares(loop: TrainingLoop) -> list[Text]:
+    wall = sum(loop.part("wall")) or 1
+    return [Text(f"{100 * sum(loop.part(p)) / wall:.0f} %", style="dim") for p in STEP_PARTS]
+
+
+def _caption(loop: TrainingLoop) -> str:
+    kept = f"{len(loop.steps)} active step{'s' if len(loop.steps) != 1 else ''}"
+    skipped = []
+    if loop.skip:
+        skipped.append(f"{loop.skip} skipped")
+    if loop.warmup:
+        skipped.append(f"{loop.warmup} warm-up")
+    extra = f" (after {' and '.join(skipped)})" if skipped else ""
+    return (
+        f"{kept}{extra}; data wait: end of the previous step to the first forward; rest: the"
+        " loss and its backward, zero_grad, logging, your code (docs/definitions.md)"
+    )
