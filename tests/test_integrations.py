@@ -79,7 +79,7 @@ def test_lightning_callback_writes_a_profile_of_each_step(tmp_path: Path) -> Non
     out = tmp_path / "fit.json"
     callback = LayerprofCallback(out)
     trainer = lightning.Trainer(
-        max_steps=3, accumulate_grad_batches=2, accelerator="cpu", logger=False,
+        max_steps=3, accumulate_grad_batches=2, accelerator="cpu", logger=False, callbacks=[callback],
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
         default_root_dir=str(tmp_path),
     )  # fmt: skip
@@ -92,10 +92,14 @@ def test_lightning_callback_writes_a_profile_of_each_step(tmp_path: Path) -> Non
 def check_training_profile(
     prof: layerprof.Profile, *, steps: int, forwards_per_step: int, layer: str
 ) -> None:
-    """One step per optimizer step, each layer with forward and backward times."""
-    row = prof.row(layer)
-    assert row.calls == pytest.approx(forwards_per_step)
-    samples = prof.samples[layer]
-    assert samples.backward_total_ns is not None
-    assert len(samples.backward_total_ns) == steps
-    assert min(samples.backward_total_ns.tolist()) > 0
+    """One step per optimizer step, its parts adding up, each layer timed both ways."""
+    loop = prof.loop
+    assert loop is not None and len(loop.steps) == steps
+    for step in loop.steps:
+        assert step.forwards == forwards_per_step and step.backwards == forwards_per_step
+        parts = (step.data_wait_ns, step.forward_ns, step.backward_ns, step.optimizer_ns)
+        assert sum(parts) + step.rest_ns == step.wall_ns
+        assert step.forward_ns > 0 and step.backward_ns > 0 and step.optimizer_ns > 0
+    (row,) = [r for r in loop.layers if r.path == layer]
+    assert len(row.forward_total_ns) == steps and min(row.forward_total_ns) > 0
+    assert row.backward_total_ns is not None and min(row.backward_total_ns) > 0

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from layerprof.capture.hooks.recorder import Recorder
+    from layerprof.capture.recording.recorder import Recorder
     from layerprof.profile import Profile
 
 
@@ -28,7 +28,7 @@ class TrainingSession:
 
     def start(self, model: Any) -> None:
         """Hooks on ``model`` (the framework's unwrapped module), recording from now on."""
-        from layerprof.capture.hooks.recorder import Recorder
+        from layerprof.capture.recording.recorder import Recorder
 
         self.finish(write=False)  # a second train() call starts a new recording
         self.recorder = Recorder(model, backward=True, **self.options)
