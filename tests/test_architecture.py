@@ -47,6 +47,7 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("layerprof.outputs", 9),
     ("layerprof.cli", 10),  # the package: a command module, options, emission
     ("layerprof.__main__", 10),
+    ("layerprof.integrations", 10),  # framework callbacks on the Recorder
     ("layerprof", 10),  # the package's __init__: the public API
 )
 

@@ -1,0 +1,105 @@
+"""The Hugging Face and Lightning callbacks record the real training loop, step by step.
+
+Tiny models from configs, built in the test (nothing downloaded); skipped where the
+framework is not installed (extras ``layerprof[hf]``, ``layerprof[lightning]``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import layerprof
+
+
+def _dataset(n: int) -> list[dict[str, torch.Tensor]]:
+    g = torch.Generator().manual_seed(0)
+    return [
+        {
+            "input_ids": torch.randint(0, 64, (8,), generator=g),
+            "attention_mask": torch.ones(8, dtype=torch.long),
+            "labels": torch.tensor(i % 2),
+        }
+        for i in range(n)
+    ]
+
+
+def test_hf_trainer_callback_writes_a_profile_of_each_step(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    from layerprof.integrations.hf import LayerprofCallback
+
+    config = transformers.BertConfig(
+        vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=16,
+    )  # fmt: skip
+    model = transformers.BertForSequenceClassification(config)
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path), max_steps=3, per_device_train_batch_size=4,
+        gradient_accumulation_steps=2, report_to=[], save_strategy="no",
+        logging_strategy="no", use_cpu=True, disable_tqdm=True,
+    )  # fmt: skip
+    callback = LayerprofCallback()
+    trainer = transformers.Trainer(
+        model=model, args=args, train_dataset=_dataset(24), callbacks=[callback]
+    )
+    trainer.train()
+    written = tmp_path / "layerprof-profile.json"
+    assert written.exists()
+    prof = layerprof.Profile.load(written)
+    assert callback.profile is not None
+    check_training_profile(prof, steps=3, forwards_per_step=2, layer="bert.encoder.layer.0")
+    assert not model._forward_hooks and not model._forward_pre_hooks  # hooks off after training
+
+
+def test_lightning_callback_writes_a_profile_of_each_step(tmp_path: Path) -> None:
+    lightning = pytest.importorskip("lightning")
+    from torch import nn
+
+    from layerprof.integrations.lightning import LayerprofCallback
+
+    class Module(lightning.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 2))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.body(x)
+
+        def training_step(self, batch: list[torch.Tensor], _: int) -> torch.Tensor:
+            x, y = batch
+            return nn.functional.cross_entropy(self(x), y)
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    data = torch.utils.data.TensorDataset(torch.randn(64, 16), torch.randint(0, 2, (64,)))
+    loader = torch.utils.data.DataLoader(data, batch_size=8)
+    out = tmp_path / "fit.json"
+    callback = LayerprofCallback(out)
+    trainer = lightning.Trainer(
+        max_steps=3, accumulate_grad_batches=2, accelerator="cpu", logger=False, callbacks=[callback],
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        default_root_dir=str(tmp_path),
+    )  # fmt: skip
+    module = Module()
+    trainer.fit(module, loader)
+    prof = layerprof.Profile.load(out)
+    check_training_profile(prof, steps=3, forwards_per_step=2, layer="body.0")
+
+
+def check_training_profile(
+    prof: layerprof.Profile, *, steps: int, forwards_per_step: int, layer: str
+) -> None:
+    """One step per optimizer step, its parts adding up, each layer timed both ways."""
+    loop = prof.loop
+    assert loop is not None and len(loop.steps) == steps
+    for step in loop.steps:
+        assert step.forwards == forwards_per_step and step.backwards == forwards_per_step
+        parts = (step.data_wait_ns, step.forward_ns, step.backward_ns, step.optimizer_ns)
+        assert sum(parts) + step.rest_ns == step.wall_ns
+        assert step.forward_ns > 0 and step.backward_ns > 0 and step.optimizer_ns > 0
+    (row,) = [r for r in loop.layers if r.path == layer]
+    assert len(row.forward_total_ns) == steps and min(row.forward_total_ns) > 0
+    assert row.backward_total_ns is not None and min(row.backward_total_ns) > 0
