@@ -103,3 +103,25 @@ def check_training_profile(
     (row,) = [r for r in loop.layers if r.path == layer]
     assert len(row.forward_total_ns) == steps and min(row.forward_total_ns) > 0
     assert row.backward_total_ns is not None and min(row.backward_total_ns) > 0
+
+
+def test_a_failed_write_warns_and_keeps_the_profile(tmp_path: Path) -> None:
+    """Training has run; a profile that cannot be written must not fail it."""
+    from torch import nn
+
+    from layerprof.integrations.session import TrainingSession
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    session = TrainingSession(tmp_path)  # a directory: the write fails
+    session.start(model)
+    for _ in range(2):
+        model(torch.randn(2, 4)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        session.step()
+    with pytest.warns(RuntimeWarning, match=str(tmp_path)):
+        session.finish()
+    assert session.profile is not None and session.profile.loop is not None
+    assert len(session.profile.loop.steps) == 2
+    assert not model._forward_pre_hooks and session.recorder is None

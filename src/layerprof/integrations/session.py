@@ -1,14 +1,14 @@
 """One recorded training run for a framework callback: start, a mark per optimizer step, finish.
 
 The callbacks differ only in which framework event calls which of these. The
-profile is written when training ends (a failed write names the file and
-leaves training's own result alone), and kept on ``profile`` for the caller.
+profile is written when training ends (a failed write is a warning naming the
+file, and leaves training's own result alone), and kept on ``profile`` for the caller.
 """
 
 from __future__ import annotations
 
 import os
-import sys
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,4 +53,4 @@ class TrainingSession:
         try:
             self.profile.write(path)
         except Exception as exc:  # the training ran; a failed write must not fail it
-            print(f"layerprof: could not write {path}: {exc}", file=sys.stderr)
+            warnings.warn(f"layerprof: could not write {path}: {exc}", RuntimeWarning, stacklevel=2)
