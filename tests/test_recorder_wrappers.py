@@ -18,7 +18,7 @@ from layerprof import Recorder
 from layerprof.capture.clocks import FakeClock
 from layerprof.capture.compilewatch import CompileWatch
 from layerprof.capture.modules import ForwardWrapper
-from layerprof.capture.recording.recorder import ShapeCapture
+from layerprof.capture.recording.shapestore import ShapeCapture
 from tests import zoo_models as zoo
 
 _ENTRY_POINTS = ("forward", "_compiled_call_impl")

@@ -21,7 +21,8 @@ from layerprof.capture.calls import guarded
 from layerprof.capture.clocks import synchronizer
 from layerprof.capture.fastpath import check_passes, watch_clean_path
 from layerprof.capture.modules import hookable_modules
-from layerprof.capture.recording.recorder import ShapeCapture, layer_infos
+from layerprof.capture.recording.layerinfo import layer_infos
+from layerprof.capture.recording.shapestore import ShapeCapture
 from layerprof.notes import Note
 
 if TYPE_CHECKING:

@@ -109,7 +109,7 @@ class CompiledRun:
 
     # ---- set-up -------------------------------------------------------------------
     def __enter__(self) -> CompiledRun:
-        from layerprof.capture.recording.recorder import layer_infos
+        from layerprof.capture.recording.layerinfo import layer_infos
 
         check_compile_support()
         # Dynamo logs every graph break as ~20 WARNING lines on stderr; the compiled
@@ -362,7 +362,7 @@ def eager_facts(
     """Calls, shapes and output bytes of one eager forward, then FLOPs from another."""
     from layerprof.capture.failures import locate_failure, model_error
     from layerprof.capture.flops.counter import count_flops
-    from layerprof.capture.recording.recorder import ShapeCapture
+    from layerprof.capture.recording.shapestore import ShapeCapture
 
     def forward() -> Any:
         return model(*args, **kwargs)

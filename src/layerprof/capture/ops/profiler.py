@@ -419,7 +419,7 @@ def profile_from_capture(
     """
     from dataclasses import replace
 
-    from layerprof.capture.recording.recorder import default_meta, layer_infos
+    from layerprof.capture.recording.layerinfo import default_meta, layer_infos
 
     traced = raw.profile()
     iterations = len(traced.steps.complete) if traced.steps is not None else 0

@@ -45,9 +45,9 @@ from layerprof.capture.clocks import Clock, CudaEventClock, HostClock, synchroni
 from layerprof.capture.modules import (
     ForwardWrapper,
     HookHandles,
-    visible_modules,
     wrappable_modules,
 )
+from layerprof.capture.recording.layerinfo import default_meta, layer_infos
 from layerprof.capture.recording.layertimes import (
     EXIT,
     RAISED,
@@ -61,10 +61,11 @@ from layerprof.capture.recording.layertimes import (
 )
 from layerprof.capture.recording.loop import PhaseMarks, StepMarks, StepSchedule, loop_samples
 from layerprof.capture.recording.nodes import NodeHooksUnavailable, NodeMarks
-from layerprof.capture.shapes import describe_inputs, inputs_tree, shape_tree, tensor_bytes
+from layerprof.capture.recording.shapestore import ShapeStore, shape_wrapper
+from layerprof.capture.shapes import describe_inputs, inputs_tree
 from layerprof.errors import UsageError
 from layerprof.notes import Note
-from layerprof.records import LayerCall, LayerInfo, Meta, Overhead
+from layerprof.records import LayerCall, Meta, Overhead
 from layerprof.sections import InputSignature
 from layerprof.stats import median
 
@@ -75,129 +76,6 @@ if TYPE_CHECKING:
 
 #: Log entries (two per event) kept before they are compacted into a CallTable.
 COMPACT_AT = 1 << 17
-
-
-def layer_infos(
-    model: torch.nn.Module,
-    shapes: dict[str, tuple[Any, Any]] | None = None,
-    *,
-    flops: dict[str, int] | None = None,
-    output_bytes: dict[str, int] | None = None,
-    peak_bytes: dict[str, int] | None = None,
-) -> tuple[LayerInfo, ...]:
-    """Static description of every visible module: path, type, parent, parameters,
-    shapes, and FLOPs / activation / peak bytes where they were measured."""
-    infos: list[LayerInfo] = []
-    shapes = shapes or {}
-    output_bytes = output_bytes or {}
-    for path, module in visible_modules(model):
-        parent = None if path == "" else (path.rsplit(".", 1)[0] if "." in path else "")
-        ins, outs = shapes.get(path, (None, None))
-        infos.append(
-            LayerInfo(
-                path=path,
-                type=type(module).__name__,
-                parent=parent,
-                # parameters() de-duplicates, so a tied weight counts once per subtree.
-                params=sum(p.numel() for p in module.parameters()),
-                params_own=sum(p.numel() for p in module.parameters(recurse=False)),
-                input_shapes=ins,
-                output_shapes=outs,
-                # layers the counter never saw did no counted FLOPs: 0, not unknown
-                flops=flops.get(path, 0) if flops is not None else None,
-                output_bytes=output_bytes.get(path),
-                peak_bytes=peak_bytes.get(path, 0) if peak_bytes is not None else None,
-            )
-        )
-    return tuple(infos)
-
-
-@dataclass
-class ShapeStore:
-    """Input/output shapes and output bytes of each layer's first call."""
-
-    shapes: dict[str, tuple[Any, Any]] = field(default_factory=dict)
-    output_bytes: dict[str, int] = field(default_factory=dict)
-    _claimed: set[str] = field(default_factory=set)
-
-    def claim(self, path: str) -> bool:
-        """True for the first call of ``path`` (the one whose shapes are kept)."""
-        if path in self._claimed:
-            return False
-        self._claimed.add(path)
-        return True
-
-    def keep(self, path: str, ins: Any, output: Any) -> None:
-        self.shapes[path] = (ins, shape_tree(output))
-        self.output_bytes[path] = tensor_bytes(output)
-
-
-def shape_wrapper(
-    path: str,
-    store: ShapeStore,
-    inner: Callable[..., Any],
-    skip: Callable[[int], None] | None = None,
-    mark: Callable[[], int] = time.perf_counter_ns,
-) -> Callable[..., Any]:
-    """A wrapper recording the shapes of ``path``'s first call around ``inner``.
-
-    With ``skip``, the time spent on the shapes is logged as pseudo-calls
-    (``skip(start)``), so a Recorder takes it out of the enclosing layer.
-    """
-
-    def shaped(*args: Any, **kwargs: Any) -> Any:
-        if not store.claim(path):
-            return inner(*args, **kwargs)
-        t0 = mark()
-        ins = inputs_tree(args, kwargs)
-        if skip is not None:
-            skip(t0)
-        out = inner(*args, **kwargs)
-        t0 = mark()
-        store.keep(path, ins, out)
-        if skip is not None:
-            skip(t0)
-        return out
-
-    return shaped
-
-
-class ShapeCapture:
-    """Records input/output shapes of each module's first call, for one pass.
-
-    Wrappers like the Recorder's (scripted and compiled modules as leaves);
-    all removed on exit.
-    """
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        self.model = model
-        self._store = ShapeStore()
-        self._wrappers = HookHandles()
-
-    @property
-    def shapes(self) -> dict[str, tuple[Any, Any]]:
-        return self._store.shapes
-
-    @property
-    def output_bytes(self) -> dict[str, int]:
-        return self._store.output_bytes
-
-    def attach(self) -> ShapeCapture:
-        with self._wrappers.registering() as wrappers:
-            for path, module in wrappable_modules(self.model):
-                wrappers.add(
-                    ForwardWrapper(module, functools.partial(shape_wrapper, path, self._store))
-                )
-        return self
-
-    def detach(self) -> None:
-        self._wrappers.remove()
-
-    def __enter__(self) -> ShapeCapture:
-        return self.attach()
-
-    def __exit__(self, *exc: object) -> None:
-        self.detach()
 
 
 @dataclass
@@ -735,24 +613,6 @@ def _zero_ns() -> int:
 
 def _nothing() -> None:
     return None
-
-
-def default_meta(model: torch.nn.Module, iterations: int, inputs: tuple[str, ...] = ()) -> Meta:
-    import torch
-
-    from layerprof.capture.device import device_of
-    from layerprof.profile import now_iso
-
-    return Meta(
-        model=type(model).__name__,
-        device=device_of(model),
-        torch=torch.__version__,
-        inputs=inputs,
-        iters=iterations,
-        mode="train" if model.training else "eval",
-        source="recorder",
-        created=now_iso(),
-    )
 
 
 def calibrate(device: str = "cpu", *, children: int = 50, repeats: int = 120) -> Correction:
