@@ -527,3 +527,44 @@ def test_cuda_counts_and_phase_peaks() -> None:
     # the forward's rise holds at least what it saved (allocator blocks round up)
     assert peaks["forward"].rise_bytes >= nbytes(64, 4096)
     assert peaks["optimizer"].rise_bytes >= 0
+
+
+# ---- in the user's training loop ---------------------------------------------------------
+
+
+def test_the_training_loop_recorder_counts_each_layers_memory_when_asked() -> None:
+    """Recorder(backward=True, memory=True): the same counts as one measured step, the
+    Adam state of the optimizer that stepped, and a note that the times paid for it."""
+    import layerprof
+    from layerprof.errors import UsageError
+
+    torch.manual_seed(0)
+    model = mlp()
+    opt = torch.optim.Adam(model.parameters())
+    rec = layerprof.Recorder(model, backward=True, memory=True)
+    with rec:
+        for _ in range(3):
+            model(torch.randn(5, 8)).sum().backward()
+            opt.step()
+            opt.zero_grad(set_to_none=False)
+            rec.step()
+    prof = rec.profile()
+    section = prof.activation_memory
+    assert section is not None
+    own = {r.path: r.activations_self for r in section.rows}
+    assert own == {"": 0, "0": nbytes(5, 8), "1": nbytes(5, 16), "2": nbytes(5, 16),
+                   "3": nbytes(5, 32), "4": nbytes(5, 32)}  # fmt: skip
+    first = (8 * 16 + 16) * F32
+    rows = {r.path: r for r in section.rows}
+    assert rows["0"].params_self == first and rows["0"].optimizer_self == 2 * first + 2 * F32
+    check_tree(section)
+    assert [n.kind for n in prof.notes] == ["activation-memory-cost"]
+    assert not model._forward_pre_hooks and not model[0]._forward_hooks  # all hooks off
+    assert layerprof.Profile.from_dict(prof.to_dict()).activation_memory == section
+    # without memory=True the loop's times are undisturbed and nothing is counted
+    with layerprof.Recorder(model, backward=True) as plain:
+        model(torch.randn(5, 8)).sum().backward()
+        plain.step()
+    assert plain.profile().activation_memory is None
+    with pytest.raises(UsageError, match="needs backward=True"):
+        layerprof.Recorder(model, memory=True)

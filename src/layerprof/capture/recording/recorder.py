@@ -72,7 +72,9 @@ from layerprof.stats import median
 if TYPE_CHECKING:
     import torch
 
+    from layerprof.capture.memory.activations import ActivationCapture
     from layerprof.profile import Profile
+    from layerprof.sections.memory import ActivationMemory
 
 #: Log entries (two per event) kept before they are compacted into a CallTable.
 COMPACT_AT = 1 << 17
@@ -102,6 +104,10 @@ class Recorder:
     step), each forward's graph is hooked right after the forward, and each
     step is split into data wait, forward, backward, optimizer and rest
     (layerprof.capture.recording.loop); ``schedule`` picks the steps that count.
+    ``memory=True`` also counts each layer's activation, parameter, gradient and
+    optimizer-state bytes in every step (layerprof.capture.memory.activations; the
+    last active step's are kept); its hooks cost time in the timed steps, so it is
+    off by default and the profile says so when on.
     A DDP/FSDP wrapper is unwrapped: the layers are the user's model's.
     """
 
@@ -111,6 +117,7 @@ class Recorder:
         *,
         backward: bool = False,
         schedule: StepSchedule | None = None,
+        memory: bool = False,
         clock: Clock | None = None,
         device_clock: Clock | None = None,
         backward_clock: Clock | None = None,
@@ -125,6 +132,13 @@ class Recorder:
         # a training loop (backward=True): rec.step() per step, see capture.hooks.loop
         self.backward = backward
         self.schedule = schedule or StepSchedule()
+        if memory and not backward:
+            raise UsageError("Recorder(memory=True) needs backward=True (a training loop)")
+        # activation memory per layer, counted in every step (its hooks cost time)
+        self.memory = memory
+        self._activations: ActivationCapture | None = None
+        self._optimizer: Any = None  # the last optimizer that stepped (its state's bytes)
+        self._memory: ActivationMemory | None = None
         self._backward_clock = backward_clock
         self._nodes: NodeMarks | None = None
         self._phases: PhaseMarks | None = None
@@ -185,7 +199,23 @@ class Recorder:
         self._wrappers.add(_Closing(phases.detach))
         self._nodes, self._phases = nodes, phases
         nodes.forward = self._forwards
+        if self.memory:
+            self._attach_memory()
         self._step_start = self.clock.mark()
+
+    def _attach_memory(self) -> None:
+        """Saved-tensor counting (layerprof.capture.memory.activations) for every step, and
+        a note of which optimizer stepped, for its state's bytes."""
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+        from layerprof.capture.memory.activations import ActivationCapture
+
+        def seen(optimizer: Any, args: Any, kwargs: Any) -> None:
+            self._optimizer = optimizer
+
+        self._wrappers.add(register_optimizer_step_pre_hook(seen))
+        self._activations = ActivationCapture(self.model).__enter__()
+        self._wrappers.add(_Closing(self._activations.__exit__))
 
     def _default_backward_clock(self) -> Clock:
         """CUDA events on CUDA (resolved once per step), else the forward's host clock."""
@@ -198,6 +228,7 @@ class Recorder:
         self._wrappers.remove()
         self._by_path.clear()
         self._nodes = self._phases = None
+        self._activations = None
 
     def __enter__(self) -> Recorder:
         return self.attach()
@@ -450,8 +481,10 @@ class Recorder:
             iterations=range(self._step_iteration, iterations),
             backward=nodes.take_forwards(),  # one resolve: one synchronize on CUDA
         )  # fmt: skip
+        counted = self._activations.step(self._optimizer) if self._activations else None
         if self.schedule.phase(self._step_index) == "active":
             self._steps.append(marks)
+            self._memory = counted or self._memory  # the last active step's
         self._step_index += 1
         self._step_iteration = iterations
         self._step_start = self.clock.mark()
@@ -571,6 +604,15 @@ class Recorder:
                     " times and no steps; call rec.step() once per training step",
                 ),
             )
+        if self._memory is not None:
+            notes += (
+                Note(
+                    "activation-memory-cost",
+                    "activation memory counted in every step (Recorder(memory=True)): its"
+                    " saved-tensor and forward hooks ran in the timed steps, so step and layer"
+                    " times include their cost; record without memory=True for times alone",
+                ),
+            )
         overhead = None
         if correction is not None:
             overhead = Overhead(
@@ -589,6 +631,7 @@ class Recorder:
             overhead=overhead,
             signatures=self.signatures(),
             loop=loop,
+            activation_memory=self._memory,
             notes=notes,
         )
 
