@@ -18,6 +18,7 @@ from layerprof import codec, sinks
 from layerprof.capture.sweep import SweepOptions, is_out_of_memory, run_sweep
 from layerprof.cli import main
 from layerprof.errors import ModelRunError, ProfileFormatError, UsageError
+from layerprof.notes import SAVED, Note
 from layerprof.sections.sweep import Sweep, SweepPoint
 from layerprof.stats import Summary
 from tests.golden_files import check_golden
@@ -90,17 +91,17 @@ def test_notes_say_where_shares_time_the_unfused_path_and_the_machine_was_busy(
     # layerprof's wrappers keep an eval TransformerEncoderLayer on its fused path...
     layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True).eval()
     fused = run_sweep(layer, ["2x4x16"], SweepOptions(batches=(1,), **FAST))
-    assert not [n for n in fused.notes if "unfused path" in n]
+    assert not [n for n in fused.notes if n.kind == "unfused-shares"]
     # ...but a model that leaves it when watched has its per-layer rows on the slow path
     quiet = run_sweep(UnfusedWhenWatched().eval(), ["2x4x16"], SweepOptions(batches=(1, 2), **FAST))
-    (unfused,) = [n for n in quiet.notes if "unfused path" in n]  # once, not per point
-    assert unfused.startswith("the layer shares of enc time the unfused path")
-    assert "did not take torch's fused fast path there" in unfused
+    (unfused,) = [n for n in quiet.notes if n.kind == "unfused-shares"]  # once, not per point
+    assert unfused.data["layers"] == ("enc",)
+    assert "did not take torch's fused fast path there" in unfused.text
     monkeypatch.setattr("layerprof.capture.runner.host_load", lambda: {"cpus": 2, "load_avg": 7.5})
     busy = run_sweep(Mlp(), ["2x16"], SweepOptions(batches=(1, 2), **FAST))
     (note,) = busy.notes
-    assert note.startswith("the machine was busy at 2 of 2 points (batch 1, float32; batch 2,")
-    assert "load average up to 7.5 on 2 CPUs" in note
+    assert note.kind == "busy-machine" and note.data == {"points": 2, "load": 7.5, "cpus": 2}
+    assert note.text.startswith("the machine was busy at 2 of 2 points (batch 1, float32; batch 2,")
     monkeypatch.setattr("layerprof.capture.runner.host_load", lambda: {"cpus": 2, "load_avg": 1.0})
     assert run_sweep(Mlp(), ["2x16"], SweepOptions(batches=(1,), **FAST)).notes == ()
 
@@ -127,8 +128,8 @@ def test_out_of_memory_stops_the_row_and_says_where() -> None:
     oom = sweep.points[2]
     assert "out of memory" in oom.reason.lower()
     assert sweep.points[3].reason == "batch 4, float32 ran out of memory"
-    assert any(n.startswith("batch 4, float32: out of memory") and "batches 8 not tried" in n
-               for n in sweep.notes)  # fmt: skip
+    assert any(n.kind == "out-of-memory" and n.data["point"] == "batch 4, float32"
+               and "batches 8 not tried" in n.text for n in sweep.notes)  # fmt: skip
 
 
 def test_other_failures_mark_the_point_and_go_on() -> None:
@@ -161,7 +162,9 @@ def test_batch_dim_for_sequence_first_inputs() -> None:
     assert [p.status for p in sweep.points] == ["ok", "ok"]
     first, second = sweep.points
     assert second.flops == pytest.approx(3 * first.flops, rel=0.01)  # the batch is dimension 1
-    assert any("'scale=3' has no dimension 1" in n for n in sweep.notes)
+    assert [n.data for n in sweep.notes if n.kind == "no-batch-dim"] == [
+        {"input": "scale=3", "batch_dim": 1}
+    ]
 
 
 def test_file_inputs_cannot_be_resized(tmp_path: Path) -> None:
@@ -216,7 +219,7 @@ def synthetic() -> Sweep:
     return Sweep(
         model="Mlp", device="cuda:0", inputs=("8x16",), batch_dim=0, points=points,
         torch="2.x", host="h", created="fixed", warmup=3, iters=20,
-        notes=("batch 64, float32, 2 threads: out of memory (CUDA out of memory); batches 128 not tried",),
+        notes=(Note(SAVED, "batch 64, float32, 2 threads: out of memory (CUDA out of memory); batches 128 not tried"),),
     )  # fmt: skip
 
 

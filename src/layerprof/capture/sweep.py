@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from layerprof.capture.device import prepare_model
 from layerprof.errors import DeviceError, InputSpecError, LayerprofError, UsageError
 from layerprof.load.inputs import InputSpec, build_inputs, parse_input_spec
+from layerprof.notes import Note
 from layerprof.sections.sweep import (
     DEFAULT_ITERS,
     DEFAULT_WARMUP,
@@ -104,8 +105,12 @@ def run_sweep(
     for dtype in options.dtypes or (own,):
         if options.program is not None and dtype != own:
             notes.append(
-                f"{dtype} skipped: a torch.export program runs in the dtype it was exported"
-                f" with ({own})"
+                Note(
+                    "dtype-skipped",
+                    f"{dtype} skipped: a torch.export program runs in the dtype it was"
+                    f" exported with ({own})",
+                    {"dtype": dtype, "own": own},
+                )
             )
             continue
         casted = _cast(model, options.device, dtype if dtype != own else None)
@@ -131,7 +136,7 @@ def run_sweep(
     )
 
 
-def _check_specs(specs: list[InputSpec], options: SweepOptions) -> list[str]:
+def _check_specs(specs: list[InputSpec], options: SweepOptions) -> list[Note]:
     if not specs:
         raise UsageError("sweep needs --input", hint="e.g. --input 8x3x224x224 --batch 1,8,32")
     if not options.batches:
@@ -143,7 +148,11 @@ def _check_specs(specs: list[InputSpec], options: SweepOptions) -> list[str]:
             hint="give that input as a shape spec (e.g. 8x3x224x224) or sweep without --batch",
         )
     return [
-        f"input {s.text!r} has no dimension {options.batch_dim}: the same in every point"
+        Note(
+            "no-batch-dim",
+            f"input {s.text!r} has no dimension {options.batch_dim}: the same in every point",
+            {"input": s.text, "batch_dim": options.batch_dim},
+        )
         for s in specs
         if s.shape is not None and len(s.shape) <= options.batch_dim
     ]
@@ -163,7 +172,7 @@ def _row(
     options: SweepOptions,
     progress: Progress | None,
     facts: list[_Facts],
-) -> tuple[list[SweepPoint], str | None]:
+) -> tuple[list[SweepPoint], Note | None]:
     """One (dtype, threads) row over the batches; the note where it stopped, if it did.
     What each point's run found that the numbers depend on goes to ``facts``."""
     out: list[SweepPoint] = []
@@ -190,7 +199,11 @@ def _row(
         return out, None
     larger = [p.batch for p in out if p.status == SKIPPED]
     rest = f"; batches {', '.join(map(str, larger))} not tried" if larger else ""
-    return out, f"{stopped.label}: out of memory ({stopped.reason}){rest}"
+    return out, Note(
+        "out-of-memory",
+        f"{stopped.label}: out of memory ({stopped.reason}){rest}",
+        {"point": stopped.label},
+    )
 
 
 @dataclass(frozen=True)
@@ -215,27 +228,35 @@ def _facts(point: SweepPoint, profile: Profile) -> _Facts:
     )
 
 
-def _fact_notes(facts: list[_Facts]) -> list[str]:
+def _fact_notes(facts: list[_Facts]) -> list[Note]:
     """One note per kind of fact over the whole grid (not one per point)."""
-    notes: list[str] = []
+    notes: list[Note] = []
     diverged = list(dict.fromkeys(p for f in facts for p in f.diverged))
     if diverged:
         names = ", ".join(diverged[:3]) + (
             f" and {len(diverged) - 3} more" if len(diverged) > 3 else ""
         )
         notes.append(
-            f"the layer shares of {names} time the unfused path: the per-layer pass did not"
-            " take torch's fused fast path there, while latency and throughput are the"
-            " fused path's (see `layerprof run` findings)"
+            Note(
+                "unfused-shares",
+                f"the layer shares of {names} time the unfused path: the per-layer pass did"
+                " not take torch's fused fast path there, while latency and throughput are"
+                " the fused path's (see `layerprof run` findings)",
+                {"layers": tuple(diverged)},
+            )
         )
     busy = [f for f in facts if f.load is not None and f.cpus is not None and f.load > f.cpus]
     if busy:
         worst = max(busy, key=lambda f: f.load or 0.0)
         labels = "; ".join(f.label for f in busy[:4]) + ("; ..." if len(busy) > 4 else "")
         notes.append(
-            f"the machine was busy at {len(busy)} of {len(facts)} points ({labels}): 1-minute"
-            f" load average up to {worst.load:.1f} on {worst.cpus} CPUs (this sweep included);"
-            " their latencies may be inflated by other processes"
+            Note(
+                "busy-machine",
+                f"the machine was busy at {len(busy)} of {len(facts)} points ({labels}):"
+                f" 1-minute load average up to {worst.load:.1f} on {worst.cpus} CPUs (this"
+                " sweep included); their latencies may be inflated by other processes",
+                {"points": len(busy), "load": worst.load, "cpus": worst.cpus},
+            )
         )
     return notes
 

@@ -20,6 +20,7 @@ from typing import Any
 from layerprof.codec.fields import Fields, read_summary, strings, summary_dict
 from layerprof.codec.schemas import SWEEP_SCHEMA
 from layerprof.errors import ProfileFormatError
+from layerprof.notes import SAVED, Note, texts
 from layerprof.sections.sweep import STATUSES, Sweep, SweepPoint
 
 
@@ -35,7 +36,7 @@ def sweep_to_dict(sweep: Sweep) -> dict[str, Any]:
         "created": sweep.created,
         "warmup": sweep.warmup,
         "iters": sweep.iters,
-        "notes": list(sweep.notes),
+        "notes": texts(sweep.notes),
         "points": [_point(p) for p in sweep.points],
     }
 
@@ -68,7 +69,7 @@ def read_sweep(data: Any, source: str) -> Sweep:
         created=f.text("created", ""),
         warmup=f.integer("warmup", 0),
         iters=f.integer("iters", 0),
-        notes=tuple(strings(f, "notes")),
+        notes=tuple(Note(SAVED, s) for s in strings(f, "notes")),
     )
 
 

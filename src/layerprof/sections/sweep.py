@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from layerprof.notes import Note
 from layerprof.stats import Summary
 
 OK = "ok"
@@ -81,7 +82,7 @@ class Sweep:
     created: str = ""
     warmup: int = 0
     iters: int = 0
-    notes: tuple[str, ...] = ()
+    notes: tuple[Note, ...] = ()
 
     @property
     def groups(self) -> dict[tuple[str, int | None], tuple[SweepPoint, ...]]:

@@ -26,7 +26,7 @@ def print_sweep(sweep: Sweep, console: Console, **_: object) -> None:
         for (dtype, threads), points in sweep.groups.items():
             _shares_table(points, dtype, threads, out, root=sweep.model)
         for note in sweep.notes:
-            out.print(Text.assemble(("note: ", "yellow"), note))
+            out.print(Text.assemble(("note: ", "yellow"), note.text))
         for p in sweep.points:
             if p.status == FAILED and p.reason:
                 out.print(Text.assemble((f"{p.status}: ", "yellow"), f"{p.label}: {p.reason}"))

@@ -194,7 +194,7 @@ def _shares(sweep: Sweep) -> list[Section]:
 
 
 def _notes(sweep: Sweep) -> Section | None:
-    lines: Sequence[str] = sweep.notes
+    lines: Sequence[str] = [n.text for n in sweep.notes]
     if not lines:
         return None
     body = heading("What the numbers depend on") + "".join(paragraph(n) for n in lines)
