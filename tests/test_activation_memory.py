@@ -13,6 +13,7 @@ from torch import nn
 
 from layerprof.capture.memory.activations import ActivationCapture, measure_step
 from layerprof.sections.memory import ActivationMemory
+from tests.fake_allocator import FakeAllocator
 
 F32 = 4
 
@@ -243,28 +244,6 @@ def test_gradient_accumulation_keeps_the_largest_forward() -> None:
         model(torch.randn(1, 4)).sum().backward()
         after = capture.step()  # the next step starts from zero
     assert after.forwards == 1 and after.total("").activations == nbytes(1, 4) + nbytes(1, 8)
-
-
-class FakeAllocator:
-    def __init__(self) -> None:
-        self.now = 0
-        self.top = 0
-
-    def alloc(self, n: int) -> None:
-        self.now += n
-        self.top = max(self.top, self.now)
-
-    def free(self, n: int) -> None:
-        self.now -= n
-
-    def allocated(self) -> int:
-        return self.now
-
-    def peak(self) -> int:
-        return self.top
-
-    def reset_peak(self) -> None:
-        self.top = self.now
 
 
 class Costly(torch.autograd.Function):

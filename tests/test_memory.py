@@ -10,28 +10,7 @@ from torch import nn
 
 from layerprof.capture.memory.allocator import peak_memory
 from layerprof.traceformat import LAYER_RANGE
-
-
-class FakeAllocator:
-    def __init__(self) -> None:
-        self.now = 0
-        self.top = 0
-
-    def alloc(self, n: int) -> None:
-        self.now += n
-        self.top = max(self.top, self.now)
-
-    def free(self, n: int) -> None:
-        self.now -= n
-
-    def allocated(self) -> int:
-        return self.now
-
-    def peak(self) -> int:
-        return self.top
-
-    def reset_peak(self) -> None:
-        self.top = self.now
+from tests.fake_allocator import FakeAllocator
 
 
 class Uses(nn.Module):
