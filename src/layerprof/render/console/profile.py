@@ -112,7 +112,10 @@ def header_lines(profile: Profile) -> list[Text | str]:
     lines: list[Text | str] = [
         Text.assemble(("layerprof ", "bold"), (m.model, "bold cyan"), f"  {m.source}"),
         Text(
-            f"device {m.device}  dtype {m.dtype}  torch {m.torch or '?'}"
+            # a trace knows no dtype and seldom its torch: say only what the source knows
+            f"device {m.device}"
+            + (f"  dtype {m.dtype}" if m.dtype else "")
+            + (f"  torch {m.torch}" if m.torch else "")
             + (f"  threads {m.threads}" if m.threads else "")
             + (f"  mode {m.mode}" if m.mode else "")  # a trace may not say
             + (" +grad" if m.grad else "")
