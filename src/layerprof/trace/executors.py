@@ -219,6 +219,10 @@ class ProcessExecutor:
             # workers now, not after the ranks they are running (minutes on a big trace).
             if pool is not None:
                 _end_workers(pool)
+                # Let the pool's own thread fail the pending futures before anything
+                # cancels them: cancelling one it is failing raises InvalidStateError in
+                # that thread (Python < 3.12), a traceback on the user's terminal.
+                pool.shutdown(wait=True, cancel_futures=False)
             raise
         finally:
             for future in pending:
