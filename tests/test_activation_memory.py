@@ -525,7 +525,7 @@ def test_the_training_loop_recorder_counts_each_layers_memory_when_asked() -> No
         for _ in range(3):
             model(torch.randn(5, 8)).sum().backward()
             opt.step()
-            opt.zero_grad(set_to_none=False)
+            opt.zero_grad()  # before rec.step(), as the README's loop: grads noted at opt.step()
             rec.step()
     prof = rec.profile()
     section = prof.activation_memory
@@ -536,6 +536,7 @@ def test_the_training_loop_recorder_counts_each_layers_memory_when_asked() -> No
     first = (8 * 16 + 16) * F32
     rows = {r.path: r for r in section.rows}
     assert rows["0"].params_self == first and rows["0"].optimizer_self == 2 * first + 2 * F32
+    assert rows["0"].grads_self == first
     check_tree(section)
     assert [n.kind for n in prof.notes] == ["activation-memory-cost"]
     assert not model._forward_pre_hooks and not model[0]._forward_hooks  # all hooks off

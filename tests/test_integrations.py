@@ -125,3 +125,58 @@ def test_a_failed_write_warns_and_keeps_the_profile(tmp_path: Path) -> None:
     assert session.profile is not None and session.profile.loop is not None
     assert len(session.profile.loop.steps) == 2
     assert not model._forward_pre_hooks and session.recorder is None
+
+
+def test_a_schedule_that_never_became_active_warns_and_training_still_ends(tmp_path: Path) -> None:
+    from torch import nn
+
+    from layerprof.capture.recording.loop import StepSchedule
+    from layerprof.integrations.session import TrainingSession
+
+    model = nn.Linear(4, 4)
+    session = TrainingSession(tmp_path / "p.json", schedule=StepSchedule(skip=1, warmup=2))
+    session.start(model)
+    for _ in range(2):
+        model(torch.randn(2, 4)).sum().backward()
+        session.step()
+    with pytest.warns(RuntimeWarning, match="no profile"):
+        session.finish()
+    assert session.profile is None and not (tmp_path / "p.json").exists()
+    assert "forward" not in model.__dict__  # the wrapper is gone
+
+
+def test_lightning_training_that_raises_leaves_no_hook_and_no_file(tmp_path: Path) -> None:
+    lightning = pytest.importorskip("lightning")
+    from torch import nn
+
+    from layerprof.integrations.lightning import LayerprofCallback
+
+    class Failing(lightning.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(16, 2))
+
+        def training_step(self, batch: list[torch.Tensor], index: int) -> torch.Tensor:
+            if index == 2:
+                raise RuntimeError("boom")
+            x, y = batch
+            return nn.functional.cross_entropy(self.net(x), y)
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    data = torch.utils.data.TensorDataset(torch.randn(64, 16), torch.randint(0, 2, (64,)))
+    out = tmp_path / "fit.json"
+    callback = LayerprofCallback(out, module="net")  # training_step calls self.net(x)
+    trainer = lightning.Trainer(
+        max_steps=5, accelerator="cpu", logger=False, callbacks=[callback],
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        default_root_dir=str(tmp_path),
+    )  # fmt: skip
+    module = Failing()
+    with pytest.raises(RuntimeError, match="boom"):
+        trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=8))
+    assert "forward" not in module.net[0].__dict__ and not module.net._forward_pre_hooks
+    assert callback.session.recorder is None and not out.exists()
+    assert callback.profile is not None and callback.profile.loop is not None
+    assert [s.forwards for s in callback.profile.loop.steps] == [1, 1]

@@ -16,7 +16,9 @@ from tests.html_subjects import cpu_run, hooks_profile, hostile_profile, slow_di
 def test_repr_html_is_the_report_in_a_sandboxed_frame(make) -> None:
     obj = make()
     shown = obj._repr_html_()
-    m = re.fullmatch(r'<iframe srcdoc="([^"]*)" sandbox="allow-scripts"[^>]*></iframe>', shown)
+    m = re.fullmatch(
+        r'<iframe srcdoc="([^"]*)" sandbox="allow-scripts allow-downloads"[^>]*></iframe>', shown
+    )
     assert m, shown[:200]
     page = html.unescape(m.group(1))
     assert page == obj.render("html")

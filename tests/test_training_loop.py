@@ -639,4 +639,31 @@ def test_backward_without_step_calls_says_so() -> None:
     with rec:
         model(torch.ones(1, 4)).sum().backward()
     prof = rec.profile()
-    assert prof.loop is None and [n.kind for n in prof.notes] == ["no-steps"]
+    assert prof.loop is None and [n.kind for n in prof.notes] == ["no-training-steps"]
+
+
+def test_a_loop_that_never_runs_the_recorded_models_forward_says_so() -> None:
+    """A LightningModule whose training_step calls ``self.net(x)``: the wrapper's own
+    forward never runs, so no step sees a forward; the profile says what to record."""
+
+    class Wrapper(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+
+    model = Wrapper()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with layerprof.Recorder(model, backward=True) as rec:
+        for _ in range(2):
+            model.net(torch.randn(2, 4)).sum().backward()
+            opt.step()
+            rec.step()
+    assert "no-model-forward" in [n.kind for n in rec.profile().notes]
+    with layerprof.Recorder(model.net, backward=True) as rec:
+        for _ in range(2):
+            model.net(torch.randn(2, 4)).sum().backward()
+            opt.step()
+            rec.step()
+    prof = rec.profile()
+    assert "no-model-forward" not in [n.kind for n in prof.notes]
+    assert prof.loop is not None and all(s.forwards == 1 for s in prof.loop.steps)

@@ -167,7 +167,7 @@ class Output:
 
         page = str(self.render("html"))
         return (
-            f'<iframe srcdoc="{html.escape(page, quote=True)}" sandbox="allow-scripts"'
+            f'<iframe srcdoc="{html.escape(page, quote=True)}" sandbox="allow-scripts allow-downloads"'
             ' style="width:100%;height:720px;border:0" title="layerprof report"></iframe>'
         )
 

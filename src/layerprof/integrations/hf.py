@@ -13,6 +13,7 @@ several forwards and backwards fall in one step. Install with
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from transformers import TrainerCallback
@@ -23,8 +24,13 @@ from layerprof.integrations.session import TrainingSession
 class LayerprofCallback(TrainerCallback):  # type: ignore[misc]  # untyped base
     """Records the model while ``Trainer.train()`` runs; the Profile is on ``.profile``."""
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, **recorder_options: Any):
-        self.session = TrainingSession(path, **recorder_options)
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        module: Callable[[Any], Any] | str | None = None,
+        **recorder_options: Any,
+    ):
+        self.session = TrainingSession(path, module, **recorder_options)
 
     @property
     def profile(self) -> Any:
@@ -44,3 +50,8 @@ class LayerprofCallback(TrainerCallback):  # type: ignore[misc]  # untyped base
             self.session.finish(default_dir=args.output_dir)
         else:  # every rank records; rank 0 writes (a file per rank would clash)
             self.session.finish(write=False)
+
+    def close(self) -> None:
+        """Remove the hooks without writing: the Trainer calls no callback when training
+        raises, so call this (or ``train()`` again) after a failed ``train()``."""
+        self.session.finish(write=False)

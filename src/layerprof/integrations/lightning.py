@@ -12,6 +12,7 @@ moved, so ``accumulate_grad_batches`` batches fall in one step. Install with
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from lightning.pytorch.callbacks import Callback
@@ -22,9 +23,14 @@ from layerprof.integrations.session import TrainingSession
 class LayerprofCallback(Callback):  # type: ignore[misc]  # untyped base
     """Records the LightningModule while it trains; the Profile is on ``.profile``."""
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, **recorder_options: Any):
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        module: Callable[[Any], Any] | str | None = None,
+        **recorder_options: Any,
+    ):
         super().__init__()
-        self.session = TrainingSession(path, **recorder_options)
+        self.session = TrainingSession(path, module, **recorder_options)
         self._steps = 0
 
     @property
@@ -39,6 +45,10 @@ class LayerprofCallback(Callback):  # type: ignore[misc]  # untyped base
         if trainer.global_step != self._steps:
             self._steps = trainer.global_step
             self.session.step()
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        """Training raised or was interrupted (Lightning catches Ctrl-C): hooks off, no file."""
+        self.session.finish(write=False)
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         write = trainer.is_global_zero  # every rank records; rank 0 writes

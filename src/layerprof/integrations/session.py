@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from layerprof.errors import LayerprofError, UsageError
 
 if TYPE_CHECKING:
     from layerprof.capture.recording.recorder import Recorder
@@ -20,8 +23,16 @@ if TYPE_CHECKING:
 class TrainingSession:
     """A ``Recorder(model, backward=True)`` around a framework's training loop."""
 
-    def __init__(self, path: str | os.PathLike[str] | None, **recorder_options: Any) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None,
+        module: Callable[[Any], Any] | str | None = None,
+        **recorder_options: Any,
+    ) -> None:
+        if "backward" in recorder_options:
+            raise UsageError("a training callback always records backward: leave out backward=")
         self.path = None if path is None else Path(path)
+        self.module = module
         self.options = recorder_options
         self.recorder: Recorder | None = None
         self.profile: Profile | None = None
@@ -31,7 +42,7 @@ class TrainingSession:
         from layerprof.capture.recording.recorder import Recorder
 
         self.finish(write=False)  # a second train() call starts a new recording
-        self.recorder = Recorder(model, backward=True, **self.options)
+        self.recorder = Recorder(self._recorded(model), backward=True, **self.options)
         self.recorder.__enter__()
 
     def step(self) -> None:
@@ -46,7 +57,12 @@ class TrainingSession:
         if rec is None:
             return
         rec.__exit__(None, None, None)
-        self.profile = rec.profile()
+        try:
+            self.profile = rec.profile()
+        except LayerprofError as exc:  # e.g. no step was active: training itself went well
+            warnings.warn(f"layerprof: no profile: {exc}", RuntimeWarning, stacklevel=2)
+            self.profile = None
+            return
         if not write:
             return
         path = self.path or Path(default_dir) / "layerprof-profile.json"
@@ -54,3 +70,18 @@ class TrainingSession:
             self.profile.write(path)
         except Exception as exc:  # the training ran; a failed write must not fail it
             warnings.warn(f"layerprof: could not write {path}: {exc}", RuntimeWarning, stacklevel=2)
+
+    def _recorded(self, model: Any) -> Any:
+        """The module to record: the framework's model, or the part ``module`` names (a
+        ``training_step`` that calls ``self.net(x)`` never runs the LightningModule's own
+        forward, and a step counts the recorded module's forwards)."""
+        if self.module is None:
+            return model
+        if callable(self.module):
+            return self.module(model)
+        found = model
+        for name in self.module.split("."):
+            found = getattr(found, name, None)
+            if found is None:
+                raise UsageError(f"module={self.module!r}: the model has no {name!r}")
+        return found

@@ -68,6 +68,7 @@ class ActivationCapture:
         self._forwards = 0
         self._phase: tuple[str, int] | None = None
         self._peaks: list[PhasePeak] = []
+        self._grads: dict[str, int] | None = None  # noted before an optimizer step
 
     # ---- open / close ------------------------------------------------------------------
     def __enter__(self) -> ActivationCapture:
@@ -102,13 +103,21 @@ class ActivationCapture:
         self._phase = (name, self.counter.allocated())
         self.counter.reset_peak()
 
+    def note_grads(self) -> None:
+        """Read the gradients' bytes now (an optimizer is about to step): a loop that calls
+        ``zero_grad()`` before the step ends would otherwise show none."""
+        if any(p.grad is not None for _, p in self._owners):
+            self._grads = _grad_bytes(self._owners)
+
     def step(self, optimizer: Any = None) -> ActivationMemory:
-        """This step's numbers (grads and ``optimizer`` state read now); the next step
-        starts from zero."""
+        """This step's numbers (``optimizer`` state read now; gradients as last noted by
+        ``note_grads``, else now); the next step starts from zero."""
         self._close_phase()
         self._end_forward()
-        grads, states = _grad_bytes(self._owners), _optimizer_bytes(self._owners, optimizer)
-        has_grads = any(p.grad is not None for _, p in self._owners)
+        noted, self._grads = self._grads, None
+        grads = noted if noted is not None else _grad_bytes(self._owners)
+        states = _optimizer_bytes(self._owners, optimizer)
+        has_grads = noted is not None or any(p.grad is not None for _, p in self._owners)
         rows = tuple(
             MemoryRow(
                 path=path,

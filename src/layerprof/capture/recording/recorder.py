@@ -212,6 +212,8 @@ class Recorder:
 
         def seen(optimizer: Any, args: Any, kwargs: Any) -> None:
             self._optimizer = optimizer
+            if self._activations is not None:  # before the loop's zero_grad() clears them
+                self._activations.note_grads()
 
         self._wrappers.add(register_optimizer_step_pre_hook(seen))
         self._activations = ActivationCapture(self.model).__enter__()
@@ -599,9 +601,19 @@ class Recorder:
         elif self.backward:
             notes = (
                 Note(
-                    "no-steps",
+                    "no-training-steps",
                     "Recorder(backward=True) but rec.step() was never called: no backward"
                     " times and no steps; call rec.step() once per training step",
+                ),
+            )
+        if loop is not None and loop.steps and not any(s.forwards for s in loop.steps):
+            notes += (
+                Note(
+                    "no-model-forward",
+                    f"no step ran the recorded model's own forward ({type(self.model).__name__}):"
+                    " steps and backward need it; if the loop calls a submodule directly"
+                    " (a training_step calling self.net(x)), record that submodule",
+                    {"model": type(self.model).__name__},
                 ),
             )
         if self._memory is not None:
