@@ -129,7 +129,7 @@ class Recorder:
         self.model = unwrap(model)  # DDP / FSDP wrappers: the user's model inside
         self.clock: Clock = clock or HostClock()
         self.device_clock = device_clock
-        # a training loop (backward=True): rec.step() per step, see capture.hooks.loop
+        # a training loop (backward=True): rec.step() per step, see capture.recording.loop
         self.backward = backward
         self.schedule = schedule or StepSchedule()
         if memory and not backward:
