@@ -118,6 +118,8 @@ class PhaseMarks:
         self._optimizer_at: list[int] = []  # a stack: an optimizer may wrap another
         self._hooks = HookHandles()
         self.on_backward_end: Callable[[], None] | None = None
+        # called with each optimizer as its step starts (the Recorder's memory mode)
+        self.on_optimizer: Callable[[Any], None] | None = None
 
     def attach(self) -> None:
         from torch.optim.optimizer import (
@@ -163,6 +165,8 @@ class PhaseMarks:
     # ---- optimizer (global step hooks) ------------------------------------------------
     def _optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._optimizer_at.append(self.mark())
+        if self.on_optimizer is not None:
+            self.on_optimizer(optimizer)
 
     def _optimizer_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self._optimizer_at:

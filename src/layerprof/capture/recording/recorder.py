@@ -200,22 +200,21 @@ class Recorder:
         self._nodes, self._phases = nodes, phases
         nodes.forward = self._forwards
         if self.memory:
-            self._attach_memory()
+            self._attach_memory(phases)
         self._step_start = self.clock.mark()
 
-    def _attach_memory(self) -> None:
+    def _attach_memory(self, phases: PhaseMarks) -> None:
         """Saved-tensor counting (layerprof.capture.memory.activations) for every step, and
-        a note of which optimizer stepped, for its state's bytes."""
-        from torch.optim.optimizer import register_optimizer_step_pre_hook
-
+        a note of which optimizer stepped (from the phase marks' optimizer hook), for its
+        state's bytes."""
         from layerprof.capture.memory.activations import ActivationCapture
 
-        def seen(optimizer: Any, args: Any, kwargs: Any) -> None:
+        def seen(optimizer: Any) -> None:
             self._optimizer = optimizer
             if self._activations is not None:  # before the loop's zero_grad() clears them
                 self._activations.note_grads()
 
-        self._wrappers.add(register_optimizer_step_pre_hook(seen))
+        phases.on_optimizer = seen
         self._activations = ActivationCapture(self.model).__enter__()
         self._wrappers.add(_Closing(self._activations.__exit__))
 
