@@ -69,7 +69,7 @@ def main() -> None:
     print(f"  kept per sample and quantity (total, self): {(k2 - k1) / cells / 2:5.1f} bytes")
     print(
         f"  at {n2} iterations: peak {p2 / 2**20:.1f} MiB, kept {k2 / 2**20:.1f} MiB"
-        " (target: <= 16 bytes per sample and quantity)"
+        " (target: peak <= 16 bytes per layer and iteration)"
     )
 
 

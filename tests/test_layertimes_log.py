@@ -15,6 +15,7 @@ from layerprof import Recorder
 from layerprof.capture.clocks import FakeClock
 from layerprof.capture.recording import recorder as recorder_module
 from layerprof.capture.recording.layertimes import EXIT, RAISED, SKIP, complete_prefix, parse_events
+from layerprof.errors import UsageError
 from tests import zoo_models as zoo
 
 
@@ -119,6 +120,109 @@ def test_compaction_changes_nothing(monkeypatch: pytest.MonkeyPatch, device: boo
         assert a[path].total_ns == b[path].total_ns and a[path].self_ns == b[path].self_ns
         assert a[path].device_total_ns == b[path].device_total_ns
     assert whole.calls() == chunked.calls()
+
+
+class _Varying(nn.Module):
+    """Each forward takes 1 ns more than the last, and a reused leaf runs 1 to 3 times:
+    every iteration's numbers differ, so a column summed in the wrong place shows."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__()
+        self.clock = clock
+        self.leaf = zoo.Work(clock, 3)
+        self.other = zoo.Work(clock, 5)
+        self.n = 0
+
+    def forward(self, x: Any) -> Any:
+        self.n += 1
+        self.clock.advance(self.n)
+        for _ in range(1 + self.n % 3):
+            x = self.leaf(x)
+        return self.other(x) if self.n % 2 else x
+
+
+def _streamed(
+    n: int, expect: int, device: bool, *, warm: int = 0, correct: bool | None = None
+) -> tuple[Any, Any]:
+    """(recorded whole, recorded with stream(expect)) of the same forwards."""
+    out = []
+    for stream in (False, True):
+        clock, dev = FakeClock(), FakeClock(tick_ns=3) if device else None
+        model = _Varying(clock)
+        with Recorder(model, clock=clock, device_clock=dev) as rec:
+            for _ in range(warm):
+                model(torch.zeros(1))
+            rec.reset()
+            if stream:
+                rec.stream(expect, correct=correct)
+            for _ in range(n):
+                model(torch.zeros(1))
+        out.append(rec)
+    return out[0], out[1]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 25), st.integers(0, 30), st.booleans(), st.sampled_from([8, 40, 1 << 17]))
+def test_streaming_sums_what_the_whole_record_sums(
+    n: int, expect: int, device: bool, compact_at: int
+) -> None:
+    """Summed chunk by chunk into matrices made for ``expect`` forwards (fewer grow them,
+    more are left unfilled): the same samples, calls and counts as the whole record."""
+    old = recorder_module.COMPACT_AT
+    recorder_module.COMPACT_AT = compact_at
+    try:
+        whole, streamed = _streamed(n, expect, device, warm=2)
+    finally:
+        recorder_module.COMPACT_AT = old
+    assert streamed._tables == []  # nothing kept per call
+    assert (streamed.iterations, streamed.call_count) == (whole.iterations, whole.call_count)
+    a, b = whole.profile().samples, streamed.profile().samples
+    assert a.keys() == b.keys()
+    for path in a:
+        x, y = a[path], b[path]
+        assert x.total_ns == y.total_ns and x.self_ns == y.self_ns
+        assert x.device_total_ns == y.device_total_ns and x.device_self_ns == y.device_self_ns
+        assert (x.calls, x.calls_vary) == (y.calls, y.calls_vary)
+        assert len(y.total_ns) == n
+
+
+def test_streaming_holds_one_matrix_per_quantity(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(recorder_module, "COMPACT_AT", 8)
+    _, rec = _streamed(50, 50, device=False)
+    sums = rec._stream.sums
+    assert rec._tables == [] and sums.filled == 50
+    assert sums.total.shape == sums.self_.shape == (len(rec._paths), 50)
+    assert sums.total.dtype == np.int64
+
+
+def test_streaming_refuses_what_it_cannot_give() -> None:
+    _, rec = _streamed(3, 3, device=False, correct=False)
+    with pytest.raises(UsageError, match="summed per layer"):
+        rec.calls()
+    with pytest.raises(UsageError, match="correct=False"):
+        rec.profile(correct=True)
+    assert rec.profile(correct=False).samples[""].total_ns.tolist() == [12, 11, 11]
+    with pytest.raises(UsageError, match="backward=True"):
+        Recorder(nn.Linear(1, 1), backward=True).stream(3)
+
+
+def test_streaming_goes_on_after_a_profile_and_a_reset() -> None:
+    """profile() hands the matrices' rows out read-only: recording on copies them (the
+    first profile's numbers stay), and reset() starts the sums again."""
+    clock = FakeClock()
+    model = _Varying(clock)
+    with Recorder(model, clock=clock) as rec:
+        rec.stream(2)
+        model(torch.zeros(1))
+        first = rec.profile().samples[""].total_ns.tolist()
+        model(torch.zeros(1))
+        model(torch.zeros(1))
+        second = rec.profile().samples[""].total_ns.tolist()
+        rec.reset()
+        model(torch.zeros(1))
+        third = rec.profile().samples[""].total_ns.tolist()
+    assert first == second[:1] and len(second) == 3
+    assert rec.profile().samples[""].total_ns.tolist() == third and len(third) == 1
 
 
 def test_device_marks_survive_a_failed_forward() -> None:

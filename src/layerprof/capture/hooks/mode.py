@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from layerprof.capture.calls import guarded, timed
 from layerprof.capture.clocks import CudaEventClock, HostClock
 from layerprof.capture.device import device_of
@@ -19,7 +21,7 @@ from layerprof.capture.prelude import prelude
 from layerprof.capture.recording.recorder import Recorder, calibrate
 from layerprof.notes import Note
 from layerprof.records import LayerSamples, Overhead
-from layerprof.stats import Series, median
+from layerprof.stats import Series
 
 if TYPE_CHECKING:
     import torch
@@ -39,8 +41,9 @@ class HooksMode(AsGiven):
     def layer_pass(self, run: Pass) -> Profile:
         facts = prelude(run)
         base = facts.onto(run.base)
-        latency = (base.latency_ns.tolist() if base.latency_ns is not None else None) or []
-        samples, overhead = _hooked(run, latency)
+        latency = base.latency_ns
+        clean_ns = latency.median if latency is not None and len(latency) else None
+        samples, overhead = _hooked(run, clean_ns)
         if run.opts.backward:
             samples, notes = _with_backward(samples, run)
             base = base.with_notes(*notes)
@@ -49,7 +52,7 @@ class HooksMode(AsGiven):
         return facts.checked(profile)
 
 
-def _hooked(run: Pass, latency: list[int]) -> tuple[dict[str, LayerSamples], Overhead]:
+def _hooked(run: Pass, clean_ns: float | None) -> tuple[dict[str, LayerSamples], Overhead]:
     """Calibration, then one untimed hooked forward and ``iters`` timed ones."""
     model, forward, device, opts = run.model, run.forward, run.device, run.opts
     calibration = calibrate(device)
@@ -61,21 +64,26 @@ def _hooked(run: Pass, latency: list[int]) -> tuple[dict[str, LayerSamples], Ove
         record_shapes=False,
         correction=calibration if opts.correct_overhead else None,
     )
-    inst_ns: list[int] = []
+    # one int64 per forward (a list of ints would cost 40 bytes each: run's memory bound)
+    inst_ns = np.zeros(opts.iters, dtype=np.int64)
+    done = 0
     with rec:
         guarded(forward, model, rec)
         rec.reset()
+        # summed per layer as recorded: 16 bytes per layer and iteration at the peak
+        rec.stream(opts.iters, correct=opts.correct_overhead)
         with run.watch.window("timed per-layer (hooked) forwards"):
             for _ in range(opts.iters):
-                inst_ns.append(timed(forward, run.sync, model, rec))
+                inst_ns[done] = timed(forward, run.sync, model, rec)
+                done += 1
                 run.progress.advance(1)
     overhead = Overhead(
         per_call_ns=calibration.per_call_ns,
         inside_ns=calibration.inside_ns,
         corrected=opts.correct_overhead,
         calls_per_forward=rec.call_count / max(rec.iterations, 1),
-        clean_ns=median(latency) if latency else None,
-        instrumented_ns=median(inst_ns) if inst_ns else None,
+        clean_ns=clean_ns,
+        instrumented_ns=Series(inst_ns[:done]).median if done else None,
     )
     return rec.profile(correct=opts.correct_overhead).samples, overhead
 

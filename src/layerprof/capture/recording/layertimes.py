@@ -307,15 +307,10 @@ def build_samples(
     tables = _tables_of(calls, paths)
     if iterations <= 0 or not any(len(t) for t in tables):
         return {}
-    n_paths = len(paths)
     device = all(t.device_start is not None for t in tables)
-    sums = _Sums(n_paths, iterations, device)
-    offset = 0
+    sums = SampleSums(len(paths), iterations, device)
     for table in tables:
-        width = iterations if table.iteration is not None else int((table.level == 1).sum())
-        if len(table):
-            sums.add(table, correction, offset, width)
-        offset += width
+        sums.add(table, correction, iterations if table.iteration is not None else None)
     return sums.samples(paths)
 
 
@@ -330,22 +325,61 @@ def _tables_of(
     return [CallTable.of_calls([c for c in items if isinstance(c, LayerCall)], paths)]
 
 
-class _Sums:
-    """Per-layer, per-iteration sums, filled one table (a run of iterations) at a time."""
+class SampleSums:
+    """Per-layer, per-iteration sums, filled one table (a run of whole iterations) at a time.
+
+    The int64 matrices are the samples' final storage (their rows become the
+    LayerSamples as they are), so a record reduced table by table as it grows
+    (``Recorder.stream``) never holds more than the result and one table:
+    8 bytes per layer, iteration and quantity. ``iterations`` is the room made
+    at first; more iterations than that grow the matrices (a copy).
+    """
 
     def __init__(self, n_paths: int, iterations: int, device: bool) -> None:
-        def matrix() -> np.ndarray:
-            return np.zeros((n_paths, iterations), dtype=np.int64)
-
-        self.iterations = iterations
-        self.total, self.self_ = matrix(), matrix()
-        self.device = (matrix(), matrix()) if device else None
+        self.n_paths = n_paths
+        self.filled = 0  # iterations summed so far (the next table's first column)
+        self.total, self.self_ = self._matrix(iterations), self._matrix(iterations)
+        self.device = (self._matrix(iterations), self._matrix(iterations)) if device else None
         self.calls = np.zeros(n_paths, dtype=np.int64)
         self.fewest = np.full(n_paths, np.iinfo(np.int64).max, dtype=np.int64)
         self.most = np.zeros(n_paths, dtype=np.int64)
 
-    def add(self, table: CallTable, correction: Correction | None, offset: int, width: int) -> None:
-        n_paths = len(self.calls)
+    def _matrix(self, iterations: int) -> I64:
+        return np.zeros((self.n_paths, max(iterations, 0)), dtype=np.int64)
+
+    @property
+    def call_count(self) -> int:
+        return int(self.calls.sum())
+
+    def _reserve(self, iterations: int) -> None:
+        room = self.total.shape[1]
+        if iterations <= room and self.total.flags.writeable:
+            return
+        room = max(iterations, 2 * room) if iterations > room else room
+
+        def grown(old: I64) -> I64:
+            new = self._matrix(room)
+            new[:, : self.filled] = old[:, : self.filled]
+            return new
+
+        self.total, self.self_ = grown(self.total), grown(self.self_)
+        if self.device is not None:
+            self.device = (grown(self.device[0]), grown(self.device[1]))
+
+    def add(
+        self, table: CallTable, correction: Correction | None, width: int | None = None
+    ) -> None:
+        """Sum one table of whole iterations into the next ``width`` columns (default: its
+        outermost calls; a table with explicit iteration numbers says how many)."""
+        if width is None:
+            width = int((table.level == 1).sum())
+        offset = self.filled
+        # grows the matrices, or copies them when samples() handed their rows out
+        self._reserve(offset + width)
+        self.filled += width
+        if len(table) == 0:
+            return
+        n_paths = self.n_paths
         parent = table.parents()
         total, self_t = _times(table, parent, correction)
         dev = device_times(table, parent)
@@ -369,16 +403,22 @@ class _Sums:
             self.device[0][:, cols] = np.rint(per_layer(outer, dev[0]))
             self.device[1][:, cols] = np.rint(per_layer(real, dev[1]))
 
-    def samples(self, paths: list[str]) -> dict[str, LayerSamples]:
-        arrays = [self.total, self.self_, *(self.device or ())]
-        for a in arrays:
+    def samples(self, paths: Sequence[str]) -> dict[str, LayerSamples]:
+        """Each layer with a call: its rows over the iterations summed so far (views, no
+        copy; the matrices become read-only)."""
+        n = self.filled
+        if n == 0:
+            return {}
+        cols = slice(0, n)
+        total, self_ = self.total[:, cols], self.self_[:, cols]
+        dev = (self.device[0][:, cols], self.device[1][:, cols]) if self.device else None
+        for a in (self.total, self.self_, *(self.device or ())):
             a.flags.writeable = False  # the rows become Series as they are (no copy)
-        dev = self.device
         return {
             paths[i]: LayerSamples(
-                total_ns=self.total[i],
-                self_ns=self.self_[i],
-                calls=float(self.calls[i]) / self.iterations,
+                total_ns=total[i],
+                self_ns=self_[i],
+                calls=float(self.calls[i]) / n,
                 calls_vary=bool(self.fewest[i] != self.most[i]),
                 device_total_ns=dev[0][i] if dev is not None else None,
                 device_self_ns=dev[1][i] if dev is not None else None,

@@ -54,6 +54,7 @@ from layerprof.capture.recording.layertimes import (
     SKIP,
     CallTable,
     Correction,
+    SampleSums,
     build_samples,
     complete_prefix,
     is_entry,
@@ -159,6 +160,7 @@ class Recorder:
         self._dev: list[int] = []  # resolved device times, one per log pair
         self._open = [0]  # open calls (device clock only: when to resolve)
         self._tables: list[CallTable] = []
+        self._stream: _Stream | None = None  # stream(): tables summed as they are made
         self._failed: str | None = None
         self._signatures: dict[str, _Signature] = {}
         self._root_depth = 0
@@ -444,7 +446,11 @@ class Recorder:
             if self.device_clock is not None:
                 dev = np.array(self._dev[:n], dtype=np.int64)
                 del self._dev[:n]
-            self._tables.append(parse_events(codes[:n], times, dev))
+            table = parse_events(codes[:n], times, dev)
+            if self._stream is not None:
+                self._stream.sums.add(table, self._stream.correction)
+            else:
+                self._tables.append(table)
         if n < len(codes) and not self._inside_forward():
             del log[:]  # a misaligned remainder (see complete_prefix): drop it
             del self._dev[:]
@@ -531,6 +537,8 @@ class Recorder:
         already recorded are kept, forward counts restart."""
         self._compact()
         self._tables.clear()
+        if self._stream is not None:
+            self._stream = self._stream.emptied()
         self._log.clear()
         self._dev.clear()
         self._zero = 0
@@ -538,19 +546,54 @@ class Recorder:
             sig.forwards = 0
 
     def calls(self) -> list[LayerCall]:
+        self._compact()
+        if self._stream is not None and self._stream.sums.filled:
+            raise UsageError(
+                "Recorder.calls(): the calls were summed per layer as they were recorded"
+                " (stream()); only profile() has them"
+            )
         return self._table().records(self._paths)
 
     @property
     def call_count(self) -> int:
         """Recorded layer calls so far (complete forwards)."""
         self._compact()
-        return sum(int((t.layer >= 0).sum()) for t in self._tables)
+        summed = self._stream.sums.call_count if self._stream is not None else 0
+        return summed + sum(int((t.layer >= 0).sum()) for t in self._tables)
 
     @property
     def iterations(self) -> int:
         """Recorded forwards (outermost calls), failed ones not counted."""
         self._compact()
-        return sum(int((t.level == 1).sum()) for t in self._tables)
+        summed = self._stream.sums.filled if self._stream is not None else 0
+        return summed + sum(int((t.level == 1).sum()) for t in self._tables)
+
+    def stream(self, iterations: int, *, correct: bool | None = None) -> None:
+        """Sum the calls per layer and iteration as they are recorded, into matrices made
+        for ``iterations`` forwards (more grow them): the record then holds 16 bytes per
+        layer and forward (total and self time; 32 with device times) and one chunk of
+        the log, instead of 24 bytes per call until ``profile()`` - for a run whose
+        length is known (``layerprof run``). ``correct`` is decided now, as
+        ``profile()`` would decide it; ``calls()`` is no longer available and
+        ``backward=True`` cannot stream (its steps map forwards afterwards).
+        """
+        if self.backward:
+            raise UsageError("Recorder.stream() cannot be used with backward=True")
+        self._compact()
+        correction = self._correction(correct)
+        sums = SampleSums(len(self._paths), iterations, self.device_clock is not None)
+        for table in self._tables:
+            sums.add(table, correction)
+        self._tables.clear()
+        self._stream = _Stream(sums, correction, correct)
+
+    def _correction(self, correct: bool | None) -> Correction | None:
+        """The correction to apply: ``self.correction`` (or a calibrated one) when
+        ``correct``, by default for the real host clock and not for a test clock."""
+        wanted = correct if correct is not None else type(self.clock) is HostClock
+        if not wanted:
+            return None
+        return self.correction if self.correction is not None else calibrate()
 
     @property
     def shapes(self) -> dict[str, tuple[Any, Any]]:
@@ -582,16 +625,22 @@ class Recorder:
         from layerprof.profile import Profile
 
         self._compact()
-        tables = self._tables
-        iterations = sum(int((t.level == 1).sum()) for t in tables)
-        n_calls = sum(int((t.layer >= 0).sum()) for t in tables)
-        correction = self.correction
-        wanted = correct if correct is not None else type(self.clock) is HostClock
-        if not wanted:
-            correction = None
-        elif correction is None:
-            correction = calibrate()
-        samples = build_samples(tables, iterations, correction, self._paths)
+        stream = self._stream
+        if stream is not None:
+            if correct is not None and stream.correct is not None and correct != stream.correct:
+                raise UsageError(
+                    f"Recorder.profile(correct={correct}): the record was summed with"
+                    f" correct={stream.correct} (stream())"
+                )
+            correction = stream.correction
+            iterations, n_calls = stream.sums.filled, stream.sums.call_count
+            samples = stream.sums.samples(self._paths)
+        else:
+            tables = self._tables
+            iterations = sum(int((t.level == 1).sum()) for t in tables)
+            n_calls = sum(int((t.layer >= 0).sum()) for t in tables)
+            correction = self._correction(correct)
+            samples = build_samples(tables, iterations, correction, self._paths)
         loop = None
         notes: tuple[Note, ...] = ()
         if self._step_index:
@@ -645,6 +694,21 @@ class Recorder:
             activation_memory=self._memory,
             notes=notes,
         )
+
+
+@dataclass(frozen=True)
+class _Stream:
+    """A Recorder's record summed as it is made (``Recorder.stream``)."""
+
+    sums: SampleSums
+    correction: Correction | None
+    correct: bool | None
+
+    def emptied(self) -> _Stream:
+        """The same, with nothing summed yet (room for as many iterations)."""
+        old = self.sums
+        sums = SampleSums(old.n_paths, old.total.shape[1], old.device is not None)
+        return replace(self, sums=sums)
 
 
 class _Closing:
