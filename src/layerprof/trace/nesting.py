@@ -85,63 +85,135 @@ def nest(host: HostSpans) -> Nesting:
 
 
 def _sweep(host: HostSpans, order: I64) -> tuple[dict[int, I64], I64, npt.NDArray[np.bool_]]:
-    """One pass in (thread, start, longest first) order with a stack per kind."""
+    """Parents of every kind, self times and detached spans of the tracked spans, as one
+    pass in (thread, start, longest first) order with a stack per kind would find them.
+
+    Only a kind's own spans push, clip or detach on its stack, so each kind is swept
+    alone: vectorized where its spans nest (``_nested_kind``, real traces), else by a
+    Python loop (``_sweep_kind``); the other spans then find their parent of that kind
+    with vectorized searches (``_open_at``). tests/test_trace_nesting.py holds the
+    one-pass sweep as the reference.
+    """
     n = len(host)
-    parents = {k: [-1] * n for k in _TRACKED}
-    detached = [False] * n
-    self_ns = host.dur.tolist()
-    starts = host.start.tolist()
-    durs = host.dur.tolist()
-    kinds = host.kind.tolist()
-    threads = host.thread.tolist()
-    # stack frame: [end, index, covered_until]
-    stacks: dict[int, list[list[int]]] = {k: [] for k in _TRACKED}
-    op_stack, mod_stack, ann_stack = stacks[OP], stacks[MODULE], stacks[ANNOTATION]
-    lay_stack = stacks[LAYER]
-    p_op, p_mod, p_ann, p_lay = parents[OP], parents[MODULE], parents[ANNOTATION], parents[LAYER]
+    parents = {k: np.full(n, -1, dtype=np.int64) for k in _TRACKED}
+    self_ns = host.dur.copy()
+    detached = np.zeros(n, dtype=bool)
+    ends = np.zeros(n, dtype=np.int64)  # each pushed span's end, clipped to its parent's
+    kinds = host.kind[order]
+    for kind in _TRACKED:
+        members = order[kinds == kind]
+        if len(members) == 0:
+            continue
+        start, dur, thread = host.start[members], host.dur[members], host.thread[members]
+        swept = _nested_kind(start, dur, thread) or _sweep_kind(
+            start.tolist(), dur.tolist(), thread.tolist()
+        )
+        parent, own, cut, clipped = swept
+        local = np.asarray(parent, dtype=np.int64)
+        parents[kind][members] = np.where(local >= 0, members[local], -1)
+        self_ns[members] = own
+        detached[members] = cut
+        ends[members] = clipped
+    position = np.arange(len(order), dtype=np.int64)
+    for kind in _TRACKED:
+        pushed = (kinds == kind) & ~detached[order]
+        if pushed.any():
+            others = kinds != kind
+            parents[kind][order[others]] = _open_at(
+                host, order, position[pushed], position[others], parents[kind], ends
+            )
+    return parents, self_ns, detached
+
+
+def _nested_kind(start: I64, dur: I64, thread: I64) -> tuple[I64, I64, bool, I64] | None:
+    """``_sweep_kind`` without a Python loop, for one kind's spans that nest (each ends
+    by its parent's end; None when one does not: the sweep then clips or detaches).
+
+    Nothing is clipped or detached then, so the stack holds every earlier span still
+    open, and a span's parent is the last one before it on its thread that ends after
+    it starts: found by skipping back over blocks of 2^l spans that all ended (a
+    table of block maxima of the ends). Siblings do not overlap, so a parent's self
+    time loses each child's whole duration.
+    """
+    m = len(start)
+    end = start + dur
+    first = np.searchsorted(thread, thread)  # where each one's thread begins (sorted)
+    maxima = [end]  # maxima[l][k]: the latest end among spans k - 2^l + 1 .. k
+    while (1 << len(maxima)) <= m:
+        prev, step = maxima[-1], 1 << (len(maxima) - 1)
+        block = prev.copy()
+        np.maximum(prev[step:], prev[:-step], out=block[step:])
+        maxima.append(block)
+    pos = np.arange(-1, m - 1, dtype=np.int64)  # the candidate: the span before
+    for level in range(len(maxima) - 1, -1, -1):
+        size = 1 << level
+        ended = (pos - size + 1 >= first) & (maxima[level][np.maximum(pos, 0)] <= start)
+        pos[ended] -= size
+    open_ = (pos >= first) & (end[np.maximum(pos, 0)] > start)
+    parent = np.where(open_, pos, -1)
+    child = np.flatnonzero(open_)
+    if (end[child] > end[parent[child]]).any():
+        return None
+    own = dur.copy()
+    np.subtract.at(own, parent[child], np.maximum(dur[child], 0))
+    return parent, own, False, end
+
+
+def _sweep_kind(
+    starts: list[int], durs: list[int], threads: list[int]
+) -> tuple[list[int], list[int], list[bool], list[int]]:
+    """One kind's spans in sweep order, with one stack: each one's parent (a local
+    index, -1: none), self time, whether it is detached, and its clipped end."""
+    m = len(starts)
+    parent = [-1] * m
+    own = list(durs)
+    cut = [False] * m
+    ends = [0] * m
+    stack: list[list[int]] = []  # frame: [end, index, covered_until]
     current = None
-    for i in order.tolist():
-        s = starts[i]
-        e = s + durs[i]
-        if threads[i] != current:
-            current = threads[i]
-            op_stack.clear()
-            mod_stack.clear()
-            ann_stack.clear()
-            lay_stack.clear()
-        while op_stack and op_stack[-1][0] <= s:
-            op_stack.pop()
-        while mod_stack and mod_stack[-1][0] <= s:
-            mod_stack.pop()
-        while ann_stack and ann_stack[-1][0] <= s:
-            ann_stack.pop()
-        while lay_stack and lay_stack[-1][0] <= s:
-            lay_stack.pop()
-        if op_stack:
-            p_op[i] = op_stack[-1][1]
-        if mod_stack:
-            p_mod[i] = mod_stack[-1][1]
-        if ann_stack:
-            p_ann[i] = ann_stack[-1][1]
-        if lay_stack:
-            p_lay[i] = lay_stack[-1][1]
-        kind = kinds[i]
-        stack = stacks[kind]
+    for j, (s, d, t) in enumerate(zip(starts, durs, threads, strict=True)):
+        e = s + d
+        if t != current:
+            current = t
+            stack.clear()
+        while stack and stack[-1][0] <= s:
+            stack.pop()
         if stack:
             frame = stack[-1]
-            if e > frame[0] + OVERRUN_SLACK_NS:  # an async range: its own track
-                detached[i] = True
-                parents[kind][i] = -1
+            top = frame[0]
+            if e > top + OVERRUN_SLACK_NS:  # an async range: its own track
+                cut[j] = True
                 continue
-            if e > frame[0]:
-                e = frame[0]
+            parent[j] = frame[1]
+            if e > top:
+                e = top
             lo = s if s > frame[2] else frame[2]
             if e > lo:
-                self_ns[frame[1]] -= e - lo
+                own[frame[1]] -= e - lo
                 frame[2] = e
-        stack.append([e, i, s])
-    arrays = {k: np.asarray(v, dtype=np.int64) for k, v in parents.items()}
-    return arrays, np.asarray(self_ns, dtype=np.int64), np.asarray(detached, dtype=bool)
+        ends[j] = e
+        stack.append([e, j, s])
+    return parent, own, cut, ends
+
+
+def _open_at(host: HostSpans, order: I64, pushed: I64, queries: I64, parent: I64, ends: I64) -> I64:
+    """Innermost pushed span open on the stack when each query span is swept (positions
+    in ``order``): the last one pushed before it on its thread, or the nearest of its
+    ancestors whose clipped end lies after the query's start (a kind's stack holds
+    exactly that chain, ends shrinking towards the top)."""
+    before = np.searchsorted(pushed, queries) - 1
+    cand = np.where(before >= 0, order[pushed[np.clip(before, 0, None)]], -1)
+    spans = order[queries]
+    thread, start = host.thread[spans], host.start[spans]
+    cand[(cand >= 0) & (host.thread[np.clip(cand, 0, None)] != thread)] = -1
+    active = np.flatnonzero(cand >= 0)
+    while len(active):
+        c = cand[active]
+        closed = ends[c] <= start[active]
+        active = active[closed]
+        cand[active] = parent[c[closed]]
+        active = active[cand[active] >= 0]
+    return cand
 
 
 def _runtime_is_not_self(host: HostSpans, parent_op: I64, leaves: I64, self_ns: I64) -> None:
