@@ -1,5 +1,6 @@
-"""Summary.of's plain-Python path for small integer samples gives numpy's numbers bit
-for bit (stats._small_summary vs stats._numpy_summary)."""
+"""Fast paths that must give numpy's numbers bit for bit: Summary.of's plain-Python
+path for small integer samples (stats._small_summary vs stats._numpy_summary), and
+the sorting trace.columns.unique."""
 
 from __future__ import annotations
 
@@ -73,3 +74,17 @@ def test_pairwise_sum_is_numpys(values: list[float]) -> None:
         _pairwise_sum(values).hex()
         == float(np.add.reduce(np.asarray(values, dtype=np.float64))).hex()
     )
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(
+    st.lists(st.integers(min_value=-(2**63), max_value=2**63 - 1), max_size=200),
+    st.sampled_from([np.int64, np.int8, np.uint8, np.bool_, np.float64]),
+)
+def test_trace_unique_is_np_unique(values: list[int], dtype: type) -> None:
+    """trace.columns.unique sorts where np.unique would hash: the same array."""
+    from layerprof.trace.columns import unique
+
+    array = np.asarray(values, dtype=np.int64).astype(dtype)
+    ours, theirs = unique(array), np.unique(array)
+    assert ours.dtype == theirs.dtype and ours.tolist() == theirs.tolist()

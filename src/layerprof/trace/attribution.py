@@ -33,6 +33,7 @@ from layerprof.profile import ancestors
 from layerprof.records import OpSamples, OpStat
 from layerprof.sections import Steps
 from layerprof.stats import Series
+from layerprof.trace.columns import unique
 from layerprof.trace.events import I64, LAYER, OP, EventTables, HostSpans
 from layerprof.trace.modules import step_index
 from layerprof.trace.nesting import Nesting
@@ -64,7 +65,7 @@ def attribute(tables: EventTables, nesting: Nesting) -> Attribution:
     host = tables.host
     n = len(host)
     layer_spans = np.flatnonzero(host.kind == LAYER)
-    paths = tuple(sorted({tables.names[int(i)] for i in np.unique(host.name[layer_spans])}))
+    paths = tuple(sorted({tables.names[int(i)] for i in unique(host.name[layer_spans])}))
     path_id = {p: k for k, p in enumerate(paths)}
     span_path = np.full(n, -1, dtype=np.int64)
     for i in layer_spans.tolist():
@@ -249,7 +250,7 @@ def layer_peaks(tables: EventTables, *, on_device: bool) -> dict[str, int]:
     chosen = device_kind[mem.device] == on_device
     peaks: dict[str, int] = {}
     spans = np.flatnonzero(host.kind == LAYER)
-    for thread in np.unique(mem.thread[chosen]).tolist():
+    for thread in unique(mem.thread[chosen]).tolist():
         on = np.flatnonzero(chosen & (mem.thread == thread))
         on = on[np.argsort(mem.ts[on], kind="stable")]
         ts = mem.ts[on]

@@ -19,6 +19,7 @@ import numpy as np
 
 from layerprof.sections import DeviceUse, KernelRow, KindRow, Launches, MemcpyRow, RuntimeRow
 from layerprof.stats import Summary
+from layerprof.trace.columns import unique
 from layerprof.trace.events import I64, KERNEL, MEMCPY, MEMSET, RUNTIME, SYNC, EventTables
 from layerprof.trace.links import Links
 
@@ -93,7 +94,7 @@ def device_use(
     has_rt = links.runtime >= 0
     launch_end[has_rt] = host.end[links.runtime[has_rt]]
     out = []
-    for d in np.unique(dev.device).tolist():
+    for d in unique(dev.device).tolist():
         on = np.flatnonzero(dev.device == d)
         seg_s, seg_e, first = union(dev.start[on], dev.end[on])
         busy_in = overlap(seg_s, seg_e, windows)
@@ -111,7 +112,7 @@ def device_use(
                 kernel_ns=int(durs[kinds == KERNEL].sum()),
                 memcpy_ns=int(durs[kinds == MEMCPY].sum()),
                 memset_ns=int(durs[kinds == MEMSET].sum()),
-                streams=len(np.unique(dev.stream[on])),
+                streams=len(unique(dev.stream[on])),
                 host_wait_ns=wait,
                 short_gap_ns=short,
                 other_idle_ns=other,
@@ -247,7 +248,7 @@ def launches(tables: EventTables, links: Links) -> Launches:
     sync = int(host.dur[host.kind == SYNC].sum()) + sum(
         r.total_ns for r in rows if "Synchronize" in r.name
     )
-    unique_calls = np.unique(rt)
+    unique_calls = unique(rt)
     return Launches(
         launches=len(unique_calls),
         call_ns=summary(host.dur[unique_calls]),

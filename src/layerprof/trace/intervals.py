@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from layerprof.trace.columns import unique
 from layerprof.trace.events import I64
 from layerprof.trace.gpu import union
 
@@ -87,7 +88,7 @@ def partition(
         return out
     w_s = np.asarray([lo for lo, _ in windows], dtype=np.int64)
     w_e = np.asarray([hi for _, hi in windows], dtype=np.int64)
-    bounds = np.unique(np.concatenate([w_s, w_e, *[s for s, _ in lanes], *[e for _, e in lanes]]))
+    bounds = unique(np.concatenate([w_s, w_e, *[s for s, _ in lanes], *[e for _, e in lanes]]))
     bounds = bounds[(bounds >= w_s.min()) & (bounds <= w_e.max())]
     left, size = bounds[:-1], np.diff(bounds)
     by_start = np.argsort(w_s, kind="stable")

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from layerprof.trace.columns import unique
 from layerprof.trace.events import ANNOTATION, I64, LAYER, MODULE, OP, RUNTIME, SYNC, HostSpans
 
 _TRACKED = (OP, MODULE, ANNOTATION, LAYER)
@@ -242,7 +243,7 @@ def _enclosing(host: HostSpans, swept: I64, parent: I64, kind: int, queries: I64
         return out
     m_thread, m_start = host.thread[members], host.start[members]
     q_thread, q_start = host.thread[queries], host.start[queries]
-    for t in np.unique(q_thread).tolist():
+    for t in unique(q_thread).tolist():
         lo, hi = np.searchsorted(m_thread, [t, t + 1])
         if lo == hi:
             continue
@@ -286,7 +287,7 @@ def enclosing_at(host: HostSpans, nesting: Nesting, kind: int, thread: I64, ts: 
         return out
     parent = nesting.parent_of_kind(kind).tolist()
     ends = host.end.tolist()
-    for t in np.unique(thread).tolist():
+    for t in unique(thread).tolist():
         on_thread = members[host.thread[members] == t]
         if len(on_thread) == 0:
             continue
