@@ -260,19 +260,55 @@ def _enclosing(host: HostSpans, swept: I64, parent: I64, kind: int, queries: I64
     return out
 
 
+#: Levels of nesting the vectorized walks take (one numpy pass each); deeper trees
+#: (a recursion thousands of calls deep) take the Python loop instead.
+MAX_LEVELS = 64
+
+
 def roll_up(values: I64, parent: I64, order: I64, members: I64) -> I64:
     """Inclusive sums: each member's value plus all its descendants' (same kind).
 
     ``members`` are the indices of the kind's spans; ``order`` puts parents
     first, so a reverse walk adds every child before its parent is read.
+    Vectorized: a level of the tree at a time, deepest first.
     """
-    total = values.copy()
     is_member = np.zeros(len(values), dtype=bool)
     is_member[members] = True
-    seq = order[is_member[order]].tolist()
+    seq = order[is_member[order]]
+    position = np.full(len(values), -1, dtype=np.int64)
+    position[seq] = np.arange(len(seq), dtype=np.int64)
+    par = parent[seq]
+    up = np.where(par >= 0, position[np.clip(par, 0, None)], -1)  # a member parent's place
+    depth = _depths(up)
+    if depth is None or (up >= np.arange(len(seq))).any():  # a parent after its child
+        return _roll_up_loop(values, parent, seq)
+    total = values.astype(np.int64)
+    for level in range(int(depth.max(initial=0)), -1, -1):
+        at = seq[(depth == level) & (par >= 0)]
+        np.add.at(total, parent[at], total[at])
+    return total
+
+
+def _depths(up: I64) -> I64 | None:
+    """How many steps up each node's chain of parents (``up``: a parent's index, -1:
+    none) climbs; None past ``MAX_LEVELS``."""
+    depth = np.zeros(len(up), dtype=np.int64)
+    cur = up.copy()
+    active = np.flatnonzero(cur >= 0)
+    for _ in range(MAX_LEVELS):
+        if len(active) == 0:
+            return depth
+        depth[active] += 1
+        cur[active] = up[cur[active]]
+        active = active[cur[active] >= 0]
+    return None if len(active) else depth
+
+
+def _roll_up_loop(values: I64, parent: I64, seq: I64) -> I64:
+    total = values.copy()
     par = parent.tolist()
     acc = total.tolist()
-    for i in reversed(seq):
+    for i in reversed(seq.tolist()):
         p = par[i]
         if p >= 0:
             acc[p] += acc[i]
