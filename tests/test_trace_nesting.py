@@ -234,3 +234,29 @@ def test_sweep_per_kind_equals_the_one_pass_sweep(host: Any) -> None:
     for field in ("order", "parent_op", "parent_module", "parent_annotation", "parent_layer",
                   "self_ns", "detached"):  # fmt: skip
         assert getattr(fast, field).tolist() == getattr(slow, field).tolist(), field
+
+
+def test_deeper_than_the_vectorized_rounds_takes_the_loop() -> None:
+    """A recursion MAX_ROUNDS + 50 ops deep, then a sibling of its root: the same
+    parents and self times as the one-pass sweep."""
+    from unittest import mock
+
+    import numpy as np
+
+    from layerprof.trace import nesting
+    from layerprof.trace.events import OP, HostSpans
+
+    depth = nesting.MAX_ROUNDS + 50
+    start = np.concatenate([np.arange(depth), [4 * depth]]).astype(np.int64) * 1000
+    dur = np.concatenate([4 * depth - 2 * np.arange(depth), [5]]).astype(np.int64) * 1000
+    n = len(start)
+    minus = np.full(n, -1, dtype=np.int64)
+    host = HostSpans(np.full(n, OP, dtype=np.int8), np.zeros(n, dtype=np.int64), start, dur,
+                     minus, minus, minus, minus)  # fmt: skip
+    assert nesting._nested_kind(start, dur, np.zeros(n, dtype=np.int64)) is None
+    fast = nesting.nest(host)
+    with mock.patch.object(nesting, "_sweep", _one_pass_sweep):
+        slow = nesting.nest(host)
+    assert fast.parent_op.tolist() == slow.parent_op.tolist()
+    assert fast.self_ns.tolist() == slow.self_ns.tolist()
+    assert fast.parent_op[-1] == -1 and fast.parent_op[depth - 1] == depth - 2

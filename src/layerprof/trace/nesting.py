@@ -26,6 +26,11 @@ from layerprof.trace.events import ANNOTATION, I64, LAYER, MODULE, OP, RUNTIME, 
 
 _TRACKED = (OP, MODULE, ANNOTATION, LAYER)
 OVERRUN_SLACK_NS = 1_000  # integer-µs traces round ts and dur apart: up to 1 µs
+#: Levels of nesting the vectorized walks take (one numpy pass each); deeper trees
+#: (a recursion thousands of calls deep) take the Python loop instead.
+MAX_LEVELS = 64
+#: Rounds of _nested_kind's candidate jumps before the sweep's loop takes over.
+MAX_ROUNDS = 256
 
 
 @dataclass(frozen=True)
@@ -132,32 +137,33 @@ def _nested_kind(start: I64, dur: I64, thread: I64) -> tuple[I64, I64, bool, I64
 
     Nothing is clipped or detached then, so the stack holds every earlier span still
     open, and a span's parent is the last one before it on its thread that ends after
-    it starts: found by skipping back over blocks of 2^l spans that all ended (a
-    table of block maxima of the ends). Siblings do not overlap, so a parent's self
-    time loses each child's whole duration.
+    it starts. Each span's candidate starts as the span before it; while it has ended,
+    the span takes over the candidate's own candidate (every span in between has
+    ended too), all spans at once: a run of ended siblings is crossed in
+    log2(its length) rounds, a closed subtree in one round per level. Siblings do
+    not overlap, so a parent's self time loses each child's whole duration.
     """
     m = len(start)
     end = start + dur
     first = np.searchsorted(thread, thread)  # where each one's thread begins (sorted)
-    maxima = [end]  # maxima[l][k]: the latest end among spans k - 2^l + 1 .. k
-    while (1 << len(maxima)) <= m:
-        prev, step = maxima[-1], 1 << (len(maxima) - 1)
-        block = prev.copy()
-        np.maximum(prev[step:], prev[:-step], out=block[step:])
-        maxima.append(block)
-    pos = np.arange(-1, m - 1, dtype=np.int64)  # the candidate: the span before
-    for level in range(len(maxima) - 1, -1, -1):
-        size = 1 << level
-        ended = (pos - size + 1 >= first) & (maxima[level][np.maximum(pos, 0)] <= start)
-        pos[ended] -= size
-    open_ = (pos >= first) & (end[np.maximum(pos, 0)] > start)
-    parent = np.where(open_, pos, -1)
-    child = np.flatnonzero(open_)
-    if (end[child] > end[parent[child]]).any():
+    cand = np.arange(-1, m - 1, dtype=np.int64)
+    cand[cand < first] = -1
+    active = np.flatnonzero(cand >= 0)
+    for _ in range(MAX_ROUNDS):
+        if len(active) == 0:
+            break
+        ended = end[cand[active]] <= start[active]
+        active = active[ended]
+        cand[active] = cand[cand[active]]
+        active = active[cand[active] >= 0]
+    else:
+        return None  # deeper than MAX_ROUNDS levels: the loop is quicker
+    child = np.flatnonzero(cand >= 0)
+    if (end[child] > end[cand[child]]).any():
         return None
     own = dur.copy()
-    np.subtract.at(own, parent[child], np.maximum(dur[child], 0))
-    return parent, own, False, end
+    np.subtract.at(own, cand[child], np.maximum(dur[child], 0))
+    return cand, own, False, end
 
 
 def _sweep_kind(
@@ -258,11 +264,6 @@ def _enclosing(host: HostSpans, swept: I64, parent: I64, kind: int, queries: I64
             cand[closed] = parent[cand[closed]]
         out[q] = cand
     return out
-
-
-#: Levels of nesting the vectorized walks take (one numpy pass each); deeper trees
-#: (a recursion thousands of calls deep) take the Python loop instead.
-MAX_LEVELS = 64
 
 
 def roll_up(values: I64, parent: I64, order: I64, members: I64) -> I64:
