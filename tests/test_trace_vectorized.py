@@ -1,6 +1,7 @@
 """The vectorized walks of the reducer give what the Python loops they replaced gave:
 inclusive sums up a tree (nesting.roll_up), the outermost backward node around each op
-(attribution._outermost), and the idle split of a device (gpu._classify_idle)."""
+(attribution._outermost), the idle split of a device (gpu._classify_idle) and the
+thinned queue series (intervals.thin)."""
 
 from __future__ import annotations
 
@@ -130,3 +131,33 @@ def test_classify_idle_is_the_segment_loop(
     assert _classify_idle(seg_s, seg_e, launched, merged) == (
         _classify_idle_loop(seg_s, seg_e, launched, merged)
     )
+
+
+def _thin_loop(times: Any, values: Any, most: int) -> tuple[tuple[int, int], ...]:
+    """intervals.thin as it was: each bucket's first peak found by a loop."""
+    last = np.append(times[1:] != times[:-1], True)
+    times, values = times[last], values[last]
+    if len(times) > most:
+        bucket = (times - times[0]) * most // max(int(times[-1] - times[0]), 1)
+        keep = np.zeros(len(times), dtype=bool)
+        starts = np.flatnonzero(np.append(True, bucket[1:] != bucket[:-1]))
+        peaks = np.maximum.reduceat(values, starts)
+        for b, (a, peak) in enumerate(zip(starts.tolist(), peaks.tolist(), strict=True)):
+            end = starts[b + 1] if b + 1 < len(starts) else len(times)
+            keep[a + int(np.argmax(values[a:end] == peak))] = True
+        keep[-1] = True
+        times, values = times[keep], values[keep]
+    return tuple(zip(times.tolist(), values.tolist(), strict=True))
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(
+    st.lists(st.tuples(st.integers(0, 5), st.integers(-3, 3)), min_size=1, max_size=120),
+    st.integers(1, 12),
+)
+def test_thin_keeps_each_buckets_first_peak(steps: list[tuple[int, int]], most: int) -> None:
+    from layerprof.trace.intervals import thin
+
+    times = np.cumsum([t for t, _ in steps]).astype(np.int64)
+    values = np.cumsum([v for _, v in steps]).astype(np.int64)
+    assert thin(times, values, most) == _thin_loop(times, values, most)

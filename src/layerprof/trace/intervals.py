@@ -116,9 +116,9 @@ def thin(times: I64, values: I64, most: int) -> tuple[tuple[int, int], ...]:
         keep = np.zeros(len(times), dtype=bool)
         starts = np.flatnonzero(np.append(True, bucket[1:] != bucket[:-1]))
         peaks = np.maximum.reduceat(values, starts)
-        for b, (a, peak) in enumerate(zip(starts.tolist(), peaks.tolist(), strict=True)):
-            end = starts[b + 1] if b + 1 < len(starts) else len(times)
-            keep[a + int(np.argmax(values[a:end] == peak))] = True
+        # each bucket's first point at its peak
+        at_peak = np.flatnonzero(values == np.repeat(peaks, np.diff(starts, append=len(times))))
+        keep[at_peak[np.searchsorted(at_peak, starts)]] = True
         keep[-1] = True
         times, values = times[keep], values[keep]
     return tuple(zip(times.tolist(), values.tolist(), strict=True))
