@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from layerprof.trace import analyze
 from layerprof.traceformat import STEP_PREFIX
@@ -117,3 +119,144 @@ def test_parent_any_is_the_innermost_of_every_kind() -> None:
     ]
     tables = tables_from_documents([{"traceEvents": events}])
     assert nest(tables.host).parent_any().tolist() == [-1, 0, 1, 2, 0, 0]
+
+
+def _one_pass_sweep(host: Any, order: Any) -> Any:
+    """The reference: one pass in sweep order with a stack per kind (what nesting._sweep
+    computed before it swept each kind alone)."""
+    import numpy as np
+
+    from layerprof.trace.nesting import _TRACKED, OVERRUN_SLACK_NS
+
+    n = len(host)
+    parents: dict[int, list[int]] = {k: [-1] * n for k in _TRACKED}
+    detached = [False] * n
+    self_ns = host.dur.tolist()
+    stacks: dict[int, list[list[int]]] = {k: [] for k in _TRACKED}
+    current = None
+    for i in order.tolist():
+        s = int(host.start[i])
+        e = s + int(host.dur[i])
+        if host.thread[i] != current:
+            current = host.thread[i]
+            for stack in stacks.values():
+                stack.clear()
+        for k, stack in stacks.items():
+            while stack and stack[-1][0] <= s:
+                stack.pop()
+            if stack:
+                parents[k][i] = stack[-1][1]
+        kind = int(host.kind[i])
+        stack = stacks[kind]
+        if stack:
+            frame = stack[-1]
+            if e > frame[0] + OVERRUN_SLACK_NS:
+                detached[i] = True
+                parents[kind][i] = -1
+                continue
+            e = min(e, frame[0])
+            lo = max(s, frame[2])
+            if e > lo:
+                self_ns[frame[1]] -= e - lo
+                frame[2] = e
+        stack.append([e, i, s])
+    arrays = {k: np.asarray(v, dtype=np.int64) for k, v in parents.items()}
+    return arrays, np.asarray(self_ns, dtype=np.int64), np.asarray(detached, dtype=bool)
+
+
+@st.composite
+def host_spans(draw: st.DrawFn) -> Any:
+    """Spans of every kind on a few threads, on a 500 ns grid: ties, empty spans, and
+    overruns of 0.5, 1 (both clipped) and 1.5 µs (detached)."""
+    import numpy as np
+
+    from layerprof.trace.events import ANNOTATION, LAYER, MODULE, OP, RUNTIME, SYNC, HostSpans
+
+    n = draw(st.integers(1, 60))
+    kinds = st.sampled_from([OP, OP, OP, ANNOTATION, MODULE, LAYER, RUNTIME, SYNC])
+    rows = draw(
+        st.lists(
+            st.tuples(kinds, st.integers(0, 2), st.integers(0, 40), st.integers(0, 24)),
+            min_size=n,
+            max_size=n,
+        )
+    )
+    kind, thread, start, dur = (np.asarray(c, dtype=np.int64) for c in zip(*rows, strict=True))
+    minus = np.full(n, -1, dtype=np.int64)
+    return HostSpans(
+        kind.astype(np.int8), thread, start * 500, dur * 500, minus, minus, minus, minus
+    )
+
+
+@st.composite
+def nested_spans(draw: st.DrawFn) -> Any:
+    """Spans that nest (brackets over time steps of 0 or 500 ns: ties and empty
+    spans), of random kinds, on a few threads; some then end 0.5 or 1.5 µs late."""
+    import numpy as np
+
+    from layerprof.trace.events import ANNOTATION, LAYER, MODULE, OP, RUNTIME, HostSpans
+
+    rows: list[list[int]] = []
+    for thread in range(draw(st.integers(1, 3))):
+        now, open_ = 0, []
+        for step in draw(st.lists(st.tuples(st.booleans(), st.integers(0, 1)), max_size=60)):
+            push, later = step
+            now += later * 500
+            if push or not open_:
+                kind = draw(st.sampled_from([OP, OP, ANNOTATION, MODULE, LAYER, RUNTIME]))
+                open_.append(len(rows))
+                rows.append([kind, thread, now, 0])
+            else:
+                row = rows[open_.pop()]
+                row[3] = now - row[2]
+        for i in open_:
+            rows[i][3] = now - rows[i][2]
+    for i in draw(st.lists(st.integers(0, max(len(rows) - 1, 0)), max_size=2)):
+        if rows:
+            rows[i][3] += draw(st.sampled_from([500, 1500]))
+    if not rows:
+        rows = [[OP, 0, 0, 0]]
+    kind, thread, start, dur = (np.asarray(c, dtype=np.int64) for c in zip(*rows, strict=True))
+    minus = np.full(len(rows), -1, dtype=np.int64)
+    return HostSpans(kind.astype(np.int8), thread, start, dur, minus, minus, minus, minus)
+
+
+@settings(max_examples=800, deadline=None, derandomize=True)
+@given(st.one_of(host_spans(), nested_spans()))
+def test_sweep_per_kind_equals_the_one_pass_sweep(host: Any) -> None:
+    from unittest import mock
+
+    from layerprof.trace import nesting
+
+    fast = nesting.nest(host)
+    with mock.patch.object(nesting, "_sweep", _one_pass_sweep):
+        slow = nesting.nest(host)
+    for field in ("order", "parent_op", "parent_module", "parent_annotation", "parent_layer",
+                  "self_ns", "detached"):  # fmt: skip
+        assert getattr(fast, field).tolist() == getattr(slow, field).tolist(), field
+
+
+def test_deeper_than_the_vectorized_rounds_takes_the_loop() -> None:
+    """A recursion MAX_ROUNDS + 50 ops deep, then a sibling of its root: the same
+    parents and self times as the one-pass sweep."""
+    from unittest import mock
+
+    import numpy as np
+
+    from layerprof.trace import nesting
+    from layerprof.trace.events import OP, HostSpans
+
+    depth = nesting.MAX_ROUNDS + 50
+    start = np.concatenate([np.arange(depth), [4 * depth]]).astype(np.int64) * 1000
+    dur = np.concatenate([4 * depth - 2 * np.arange(depth), [5]]).astype(np.int64) * 1000
+    n = len(start)
+    minus = np.full(n, -1, dtype=np.int64)
+    host = HostSpans(np.full(n, OP, dtype=np.int8), np.zeros(n, dtype=np.int64), start, dur,
+                     minus, minus, minus, minus)  # fmt: skip
+    assert nesting._nested_kind(start, dur, np.zeros(n, dtype=np.int64)) is None
+    fast = nesting.nest(host)
+    with mock.patch.object(nesting, "_sweep", _one_pass_sweep):
+        slow = nesting.nest(host)
+    assert fast.parent_op.tolist() == slow.parent_op.tolist()
+    assert fast.self_ns.tolist() == slow.self_ns.tolist()
+    assert fast.parent_op[-1] == -1 and fast.parent_op[depth - 1] == depth - 2

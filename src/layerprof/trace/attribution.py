@@ -33,9 +33,10 @@ from layerprof.profile import ancestors
 from layerprof.records import OpSamples, OpStat
 from layerprof.sections import Steps
 from layerprof.stats import Series
+from layerprof.trace.columns import unique
 from layerprof.trace.events import I64, LAYER, OP, EventTables, HostSpans
 from layerprof.trace.modules import step_index
-from layerprof.trace.nesting import Nesting
+from layerprof.trace.nesting import MAX_LEVELS, Nesting
 from layerprof.trace.opcolumns import op_columns
 from layerprof.trace.ops import OpTimes, merged_roots
 
@@ -64,7 +65,7 @@ def attribute(tables: EventTables, nesting: Nesting) -> Attribution:
     host = tables.host
     n = len(host)
     layer_spans = np.flatnonzero(host.kind == LAYER)
-    paths = tuple(sorted({tables.names[int(i)] for i in np.unique(host.name[layer_spans])}))
+    paths = tuple(sorted({tables.names[int(i)] for i in unique(host.name[layer_spans])}))
     path_id = {p: k for k, p in enumerate(paths)}
     span_path = np.full(n, -1, dtype=np.int64)
     for i in layer_spans.tolist():
@@ -95,11 +96,37 @@ def _backward_nodes(tables: EventTables, nesting: Nesting) -> I64:
         return node
     is_op = host.kind == OP
     is_node = is_op & np.isin(host.name, node_names)
-    parent = nesting.parent_op.tolist()
-    flags = is_node.tolist()
-    out = node.tolist()
-    for i in nesting.order[is_op[nesting.order]].tolist():  # parents before children
-        p = parent[i]
+    return _outermost(nesting.parent_op, nesting.order, is_op, is_node)
+
+
+def _outermost(parent: I64, order: I64, members: np.ndarray, marked: np.ndarray) -> I64:
+    """Per span: the outermost marked span on the chain of ``parent`` links up from it
+    (itself included) among ``members`` (masks; the parents of members are members,
+    ``order`` puts parents first), else -1.
+
+    Vectorized: every chain climbs a level at a time; the last marked span met is the
+    outermost. Past ``MAX_LEVELS`` levels the one-pass loop takes over.
+    """
+    out = np.full(len(parent), -1, dtype=np.int64)
+    at = np.flatnonzero(members)
+    out[at] = np.where(marked[at], at, -1)
+    above = parent[at]
+    for _ in range(MAX_LEVELS):
+        up = above >= 0
+        at, above = at[up], above[up]
+        if len(at) == 0:
+            return out
+        out[at] = np.where(marked[above], above, out[at])
+        above = parent[above]
+    return _outermost_loop(parent, order, members, marked)
+
+
+def _outermost_loop(parent: I64, order: I64, members: np.ndarray, marked: np.ndarray) -> I64:
+    par = parent.tolist()
+    flags = marked.tolist()
+    out = [-1] * len(flags)
+    for i in order[members[order]].tolist():  # parents before children
+        p = par[i]
         if p >= 0 and out[p] >= 0:
             out[i] = out[p]
         elif flags[i]:
@@ -249,7 +276,7 @@ def layer_peaks(tables: EventTables, *, on_device: bool) -> dict[str, int]:
     chosen = device_kind[mem.device] == on_device
     peaks: dict[str, int] = {}
     spans = np.flatnonzero(host.kind == LAYER)
-    for thread in np.unique(mem.thread[chosen]).tolist():
+    for thread in unique(mem.thread[chosen]).tolist():
         on = np.flatnonzero(chosen & (mem.thread == thread))
         on = on[np.argsort(mem.ts[on], kind="stable")]
         ts = mem.ts[on]

@@ -32,6 +32,7 @@ import re
 import numpy as np
 
 from layerprof.sections import Breakdown, Step, StepBreakdown, Steps
+from layerprof.trace.columns import unique
 from layerprof.trace.comm import comm_kernels, host_compute, host_executions
 from layerprof.trace.events import (
     ANNOTATION,
@@ -80,13 +81,13 @@ def breakdown(tables: EventTables, nesting: Nesting, steps: Steps) -> Breakdown 
     cpu = _spans(tables, nesting, np.isin(host.kind, (OP, MODULE, LAYER)))
     out: list[StepBreakdown] = []
     if not tables.has_device:
-        compute = host_compute(tables, nesting, np.unique(host.thread[gloo]))
+        compute = host_compute(tables, nesting, unique(host.thread[gloo]))
         lanes = [compute, host_comm, *_none(2), runtime, loader, _nothing()]
         out += _rows(rows, None, partition(lanes, windows, [b for _, b in HOST_ORDER]), HOST_ORDER)
         return Breakdown(tuple(out))
     dev = tables.device
     is_comm = comm_kernels(tables)
-    for d in np.unique(dev.device).tolist():
+    for d in unique(dev.device).tolist():
         on = dev.device == d
 
         def pick(mask: np.ndarray, on: np.ndarray = on) -> Lane:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from layerprof.sections import Collective, Communication, Steps
+from layerprof.trace.columns import unique
 from layerprof.trace.commargs import COMM_HOST, HOST_EXECUTION, CommArgs, world_size
 from layerprof.trace.events import (
     ANNOTATION,
@@ -63,7 +64,7 @@ def comm_kernels(tables: EventTables) -> np.ndarray:
     """Which device ops are communication kernels (by name, as the kernel table says)."""
     dev = tables.device
     verdict = np.zeros(len(tables.names), dtype=bool)
-    for i in np.unique(dev.name[dev.kind == KERNEL]).tolist():
+    for i in unique(dev.name[dev.kind == KERNEL]).tolist():
         verdict[i] = kernel_kind(tables.names[i], KERNEL) == "communication"
     out: np.ndarray = (dev.kind == KERNEL) & verdict[dev.name]
     return out
@@ -214,11 +215,11 @@ def _compute_lanes(
     dev = tables.device
     out: dict[int | None, Lane] = {}
     compute = (dev.kind == KERNEL) & ~is_comm
-    for d in np.unique(dev.device).tolist():
+    for d in unique(dev.device).tolist():
         on = compute & (dev.device == d)
         out[int(d)] = lane(dev.start[on], dev.end[on])
     if not tables.has_device:
-        out[None] = host_compute(tables, nesting, np.unique(comm_threads))
+        out[None] = host_compute(tables, nesting, unique(comm_threads))
     return out
 
 
@@ -256,7 +257,7 @@ def _collectives(
     under = np.zeros(len(execs), dtype=np.int64)
     prior_ns = np.zeros(len(execs), dtype=np.int64)
     devices = np.asarray([-2 if x.device is None else x.device for x in execs])
-    for d in np.unique(devices).tolist():
+    for d in unique(devices).tolist():
         on = np.flatnonzero(devices == d)
         ln = compute.get(None if d == -2 else d) or empty_lane()
         under[on] = covered(ln, starts[on], ends[on])

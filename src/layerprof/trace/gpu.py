@@ -19,6 +19,7 @@ import numpy as np
 
 from layerprof.sections import DeviceUse, KernelRow, KindRow, Launches, MemcpyRow, RuntimeRow
 from layerprof.stats import Summary
+from layerprof.trace.columns import unique
 from layerprof.trace.events import I64, KERNEL, MEMCPY, MEMSET, RUNTIME, SYNC, EventTables
 from layerprof.trace.links import Links
 
@@ -93,7 +94,7 @@ def device_use(
     has_rt = links.runtime >= 0
     launch_end[has_rt] = host.end[links.runtime[has_rt]]
     out = []
-    for d in np.unique(dev.device).tolist():
+    for d in unique(dev.device).tolist():
         on = np.flatnonzero(dev.device == d)
         seg_s, seg_e, first = union(dev.start[on], dev.end[on])
         busy_in = overlap(seg_s, seg_e, windows)
@@ -111,7 +112,7 @@ def device_use(
                 kernel_ns=int(durs[kinds == KERNEL].sum()),
                 memcpy_ns=int(durs[kinds == MEMCPY].sum()),
                 memset_ns=int(durs[kinds == MEMSET].sum()),
-                streams=len(np.unique(dev.stream[on])),
+                streams=len(unique(dev.stream[on])),
                 host_wait_ns=wait,
                 short_gap_ns=short,
                 other_idle_ns=other,
@@ -123,23 +124,27 @@ def device_use(
 def _classify_idle(
     seg_s: I64, seg_e: I64, launched: I64, windows: list[tuple[int, int]]
 ) -> tuple[int, int, int]:
-    """Split idle time inside the windows into host wait / short gap / other."""
+    """Split idle time inside the windows into host wait / short gap / other.
+
+    The gap before each busy segment (from the window's start or the previous
+    segment's end) is host wait when the segment's first op was launched after
+    that gap began, else a short gap up to ``SHORT_GAP_NS``, else other; the
+    time after the last segment is other. Segments are disjoint and sorted.
+    """
     wait = short = other = 0
     for lo, hi in windows:
         inside = np.flatnonzero((seg_e > lo) & (seg_s < hi))
-        prev_end = lo
-        for k in inside.tolist():
-            start = max(int(seg_s[k]), lo)
-            gap = start - prev_end
-            if gap > 0:
-                if launched[k] > prev_end:
-                    wait += gap
-                elif gap <= SHORT_GAP_NS:
-                    short += gap
-                else:
-                    other += gap
-            prev_end = max(prev_end, min(int(seg_e[k]), hi))
-        other += max(0, hi - prev_end)
+        if len(inside) == 0:
+            other += max(0, hi - lo)
+            continue
+        ends = np.minimum(seg_e[inside], hi)  # each one's end, and the next one's prev_end
+        prev_end = np.concatenate(([lo], ends[:-1]))
+        gap = np.maximum(seg_s[inside], lo) - prev_end
+        waited = launched[inside] > prev_end
+        wait += int(gap[(gap > 0) & waited].sum())
+        short += int(gap[(gap > 0) & ~waited & (gap <= SHORT_GAP_NS)].sum())
+        other += int(gap[(gap > SHORT_GAP_NS) & ~waited].sum())
+        other += max(0, hi - int(ends[-1]))
     return wait, short, other
 
 
@@ -247,7 +252,7 @@ def launches(tables: EventTables, links: Links) -> Launches:
     sync = int(host.dur[host.kind == SYNC].sum()) + sum(
         r.total_ns for r in rows if "Synchronize" in r.name
     )
-    unique_calls = np.unique(rt)
+    unique_calls = unique(rt)
     return Launches(
         launches=len(unique_calls),
         call_ns=summary(host.dur[unique_calls]),

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from layerprof.trace.columns import unique
 from layerprof.trace.events import I64
 from layerprof.trace.gpu import union
 
@@ -87,7 +88,7 @@ def partition(
         return out
     w_s = np.asarray([lo for lo, _ in windows], dtype=np.int64)
     w_e = np.asarray([hi for _, hi in windows], dtype=np.int64)
-    bounds = np.unique(np.concatenate([w_s, w_e, *[s for s, _ in lanes], *[e for _, e in lanes]]))
+    bounds = unique(np.concatenate([w_s, w_e, *[s for s, _ in lanes], *[e for _, e in lanes]]))
     bounds = bounds[(bounds >= w_s.min()) & (bounds <= w_e.max())]
     left, size = bounds[:-1], np.diff(bounds)
     by_start = np.argsort(w_s, kind="stable")
@@ -115,9 +116,9 @@ def thin(times: I64, values: I64, most: int) -> tuple[tuple[int, int], ...]:
         keep = np.zeros(len(times), dtype=bool)
         starts = np.flatnonzero(np.append(True, bucket[1:] != bucket[:-1]))
         peaks = np.maximum.reduceat(values, starts)
-        for b, (a, peak) in enumerate(zip(starts.tolist(), peaks.tolist(), strict=True)):
-            end = starts[b + 1] if b + 1 < len(starts) else len(times)
-            keep[a + int(np.argmax(values[a:end] == peak))] = True
+        # each bucket's first point at its peak
+        at_peak = np.flatnonzero(values == np.repeat(peaks, np.diff(starts, append=len(times))))
+        keep[at_peak[np.searchsorted(at_peak, starts)]] = True
         keep[-1] = True
         times, values = times[keep], values[keep]
     return tuple(zip(times.tolist(), values.tolist(), strict=True))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from layerprof.sections import AllocRow, DeviceMemory, MemorySummary
+from layerprof.trace.columns import unique
 from layerprof.trace.events import OP, EventTables
 from layerprof.trace.nesting import Nesting, enclosing_at
 
@@ -20,7 +21,7 @@ def memory_summary(tables: EventTables, nesting: Nesting) -> MemorySummary | Non
     if len(mem) == 0:
         return None
     devices = []
-    for d in np.unique(mem.device).tolist():
+    for d in unique(mem.device).tolist():
         on = np.flatnonzero(mem.device == d)
         on = on[np.argsort(mem.ts[on], kind="stable")]
         b = mem.bytes[on]

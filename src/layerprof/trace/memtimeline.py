@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from layerprof.sections import DeviceTimeline, MemoryTimeline, Steps
+from layerprof.trace.columns import unique
 from layerprof.trace.events import LAYER, MODULE, OP, EventTables
 from layerprof.trace.intervals import thin
 from layerprof.trace.nesting import Nesting, enclosing_at
@@ -24,7 +25,7 @@ def memory_timeline(tables: EventTables, nesting: Nesting, steps: Steps) -> Memo
     if len(mem) == 0:
         return None
     out = []
-    for d in np.unique(mem.device).tolist():
+    for d in unique(mem.device).tolist():
         on = np.flatnonzero(mem.device == d)
         on = on[np.argsort(mem.ts[on], kind="stable")]
         known = mem.allocated[on]

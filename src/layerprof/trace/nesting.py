@@ -21,10 +21,16 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from layerprof.trace.columns import unique
 from layerprof.trace.events import ANNOTATION, I64, LAYER, MODULE, OP, RUNTIME, SYNC, HostSpans
 
 _TRACKED = (OP, MODULE, ANNOTATION, LAYER)
 OVERRUN_SLACK_NS = 1_000  # integer-µs traces round ts and dur apart: up to 1 µs
+#: Levels of nesting the vectorized walks take (one numpy pass each); deeper trees
+#: (a recursion thousands of calls deep) take the Python loop instead.
+MAX_LEVELS = 64
+#: Rounds of _nested_kind's candidate jumps before the sweep's loop takes over.
+MAX_ROUNDS = 256
 
 
 @dataclass(frozen=True)
@@ -85,63 +91,136 @@ def nest(host: HostSpans) -> Nesting:
 
 
 def _sweep(host: HostSpans, order: I64) -> tuple[dict[int, I64], I64, npt.NDArray[np.bool_]]:
-    """One pass in (thread, start, longest first) order with a stack per kind."""
+    """Parents of every kind, self times and detached spans of the tracked spans, as one
+    pass in (thread, start, longest first) order with a stack per kind would find them.
+
+    Only a kind's own spans push, clip or detach on its stack, so each kind is swept
+    alone: vectorized where its spans nest (``_nested_kind``, real traces), else by a
+    Python loop (``_sweep_kind``); the other spans then find their parent of that kind
+    with vectorized searches (``_open_at``). tests/test_trace_nesting.py holds the
+    one-pass sweep as the reference.
+    """
     n = len(host)
-    parents = {k: [-1] * n for k in _TRACKED}
-    detached = [False] * n
-    self_ns = host.dur.tolist()
-    starts = host.start.tolist()
-    durs = host.dur.tolist()
-    kinds = host.kind.tolist()
-    threads = host.thread.tolist()
-    # stack frame: [end, index, covered_until]
-    stacks: dict[int, list[list[int]]] = {k: [] for k in _TRACKED}
-    op_stack, mod_stack, ann_stack = stacks[OP], stacks[MODULE], stacks[ANNOTATION]
-    lay_stack = stacks[LAYER]
-    p_op, p_mod, p_ann, p_lay = parents[OP], parents[MODULE], parents[ANNOTATION], parents[LAYER]
+    parents = {k: np.full(n, -1, dtype=np.int64) for k in _TRACKED}
+    self_ns = host.dur.copy()
+    detached = np.zeros(n, dtype=bool)
+    ends = np.zeros(n, dtype=np.int64)  # each pushed span's end, clipped to its parent's
+    kinds = host.kind[order]
+    for kind in _TRACKED:
+        members = order[kinds == kind]
+        if len(members) == 0:
+            continue
+        start, dur, thread = host.start[members], host.dur[members], host.thread[members]
+        swept = _nested_kind(start, dur, thread) or _sweep_kind(
+            start.tolist(), dur.tolist(), thread.tolist()
+        )
+        parent, own, cut, clipped = swept
+        local = np.asarray(parent, dtype=np.int64)
+        parents[kind][members] = np.where(local >= 0, members[local], -1)
+        self_ns[members] = own
+        detached[members] = cut
+        ends[members] = clipped
+    position = np.arange(len(order), dtype=np.int64)
+    for kind in _TRACKED:
+        pushed = (kinds == kind) & ~detached[order]
+        if pushed.any():
+            others = kinds != kind
+            parents[kind][order[others]] = _open_at(
+                host, order, position[pushed], position[others], parents[kind], ends
+            )
+    return parents, self_ns, detached
+
+
+def _nested_kind(start: I64, dur: I64, thread: I64) -> tuple[I64, I64, bool, I64] | None:
+    """``_sweep_kind`` without a Python loop, for one kind's spans that nest (each ends
+    by its parent's end; None when one does not: the sweep then clips or detaches).
+
+    Nothing is clipped or detached then, so the stack holds every earlier span still
+    open, and a span's parent is the last one before it on its thread that ends after
+    it starts. Each span's candidate starts as the span before it; while it has ended,
+    the span takes over the candidate's own candidate (every span in between has
+    ended too), all spans at once: a run of ended siblings is crossed in
+    log2(its length) rounds, a closed subtree in one round per level. Siblings do
+    not overlap, so a parent's self time loses each child's whole duration.
+    """
+    m = len(start)
+    end = start + dur
+    first = np.searchsorted(thread, thread)  # where each one's thread begins (sorted)
+    cand = np.arange(-1, m - 1, dtype=np.int64)
+    cand[cand < first] = -1
+    active = np.flatnonzero(cand >= 0)
+    for _ in range(MAX_ROUNDS):
+        if len(active) == 0:
+            break
+        ended = end[cand[active]] <= start[active]
+        active = active[ended]
+        cand[active] = cand[cand[active]]
+        active = active[cand[active] >= 0]
+    else:
+        return None  # deeper than MAX_ROUNDS levels: the loop is quicker
+    child = np.flatnonzero(cand >= 0)
+    if (end[child] > end[cand[child]]).any():
+        return None
+    own = dur.copy()
+    np.subtract.at(own, cand[child], np.maximum(dur[child], 0))
+    return cand, own, False, end
+
+
+def _sweep_kind(
+    starts: list[int], durs: list[int], threads: list[int]
+) -> tuple[list[int], list[int], list[bool], list[int]]:
+    """One kind's spans in sweep order, with one stack: each one's parent (a local
+    index, -1: none), self time, whether it is detached, and its clipped end."""
+    m = len(starts)
+    parent = [-1] * m
+    own = list(durs)
+    cut = [False] * m
+    ends = [0] * m
+    stack: list[list[int]] = []  # frame: [end, index, covered_until]
     current = None
-    for i in order.tolist():
-        s = starts[i]
-        e = s + durs[i]
-        if threads[i] != current:
-            current = threads[i]
-            op_stack.clear()
-            mod_stack.clear()
-            ann_stack.clear()
-            lay_stack.clear()
-        while op_stack and op_stack[-1][0] <= s:
-            op_stack.pop()
-        while mod_stack and mod_stack[-1][0] <= s:
-            mod_stack.pop()
-        while ann_stack and ann_stack[-1][0] <= s:
-            ann_stack.pop()
-        while lay_stack and lay_stack[-1][0] <= s:
-            lay_stack.pop()
-        if op_stack:
-            p_op[i] = op_stack[-1][1]
-        if mod_stack:
-            p_mod[i] = mod_stack[-1][1]
-        if ann_stack:
-            p_ann[i] = ann_stack[-1][1]
-        if lay_stack:
-            p_lay[i] = lay_stack[-1][1]
-        kind = kinds[i]
-        stack = stacks[kind]
+    for j, (s, d, t) in enumerate(zip(starts, durs, threads, strict=True)):
+        e = s + d
+        if t != current:
+            current = t
+            stack.clear()
+        while stack and stack[-1][0] <= s:
+            stack.pop()
         if stack:
             frame = stack[-1]
-            if e > frame[0] + OVERRUN_SLACK_NS:  # an async range: its own track
-                detached[i] = True
-                parents[kind][i] = -1
+            top = frame[0]
+            if e > top + OVERRUN_SLACK_NS:  # an async range: its own track
+                cut[j] = True
                 continue
-            if e > frame[0]:
-                e = frame[0]
+            parent[j] = frame[1]
+            if e > top:
+                e = top
             lo = s if s > frame[2] else frame[2]
             if e > lo:
-                self_ns[frame[1]] -= e - lo
+                own[frame[1]] -= e - lo
                 frame[2] = e
-        stack.append([e, i, s])
-    arrays = {k: np.asarray(v, dtype=np.int64) for k, v in parents.items()}
-    return arrays, np.asarray(self_ns, dtype=np.int64), np.asarray(detached, dtype=bool)
+        ends[j] = e
+        stack.append([e, j, s])
+    return parent, own, cut, ends
+
+
+def _open_at(host: HostSpans, order: I64, pushed: I64, queries: I64, parent: I64, ends: I64) -> I64:
+    """Innermost pushed span open on the stack when each query span is swept (positions
+    in ``order``): the last one pushed before it on its thread, or the nearest of its
+    ancestors whose clipped end lies after the query's start (a kind's stack holds
+    exactly that chain, ends shrinking towards the top)."""
+    before = np.searchsorted(pushed, queries) - 1
+    cand = np.where(before >= 0, order[pushed[np.clip(before, 0, None)]], -1)
+    spans = order[queries]
+    thread, start = host.thread[spans], host.start[spans]
+    cand[(cand >= 0) & (host.thread[np.clip(cand, 0, None)] != thread)] = -1
+    active = np.flatnonzero(cand >= 0)
+    while len(active):
+        c = cand[active]
+        closed = ends[c] <= start[active]
+        active = active[closed]
+        cand[active] = parent[c[closed]]
+        active = active[cand[active] >= 0]
+    return cand
 
 
 def _runtime_is_not_self(host: HostSpans, parent_op: I64, leaves: I64, self_ns: I64) -> None:
@@ -170,7 +249,7 @@ def _enclosing(host: HostSpans, swept: I64, parent: I64, kind: int, queries: I64
         return out
     m_thread, m_start = host.thread[members], host.start[members]
     q_thread, q_start = host.thread[queries], host.start[queries]
-    for t in np.unique(q_thread).tolist():
+    for t in unique(q_thread).tolist():
         lo, hi = np.searchsorted(m_thread, [t, t + 1])
         if lo == hi:
             continue
@@ -192,14 +271,45 @@ def roll_up(values: I64, parent: I64, order: I64, members: I64) -> I64:
 
     ``members`` are the indices of the kind's spans; ``order`` puts parents
     first, so a reverse walk adds every child before its parent is read.
+    Vectorized: a level of the tree at a time, deepest first.
     """
-    total = values.copy()
     is_member = np.zeros(len(values), dtype=bool)
     is_member[members] = True
-    seq = order[is_member[order]].tolist()
+    seq = order[is_member[order]]
+    position = np.full(len(values), -1, dtype=np.int64)
+    position[seq] = np.arange(len(seq), dtype=np.int64)
+    par = parent[seq]
+    up = np.where(par >= 0, position[np.clip(par, 0, None)], -1)  # a member parent's place
+    depth = _depths(up)
+    if depth is None or (up >= np.arange(len(seq))).any():  # a parent after its child
+        return _roll_up_loop(values, parent, seq)
+    total = values.astype(np.int64)
+    for level in range(int(depth.max(initial=0)), -1, -1):
+        at = seq[(depth == level) & (par >= 0)]
+        np.add.at(total, parent[at], total[at])
+    return total
+
+
+def _depths(up: I64) -> I64 | None:
+    """How many steps up each node's chain of parents (``up``: a parent's index, -1:
+    none) climbs; None past ``MAX_LEVELS``."""
+    depth = np.zeros(len(up), dtype=np.int64)
+    cur = up.copy()
+    active = np.flatnonzero(cur >= 0)
+    for _ in range(MAX_LEVELS):
+        if len(active) == 0:
+            return depth
+        depth[active] += 1
+        cur[active] = up[cur[active]]
+        active = active[cur[active] >= 0]
+    return None if len(active) else depth
+
+
+def _roll_up_loop(values: I64, parent: I64, seq: I64) -> I64:
+    total = values.copy()
     par = parent.tolist()
     acc = total.tolist()
-    for i in reversed(seq):
+    for i in reversed(seq.tolist()):
         p = par[i]
         if p >= 0:
             acc[p] += acc[i]
@@ -214,7 +324,7 @@ def enclosing_at(host: HostSpans, nesting: Nesting, kind: int, thread: I64, ts: 
         return out
     parent = nesting.parent_of_kind(kind).tolist()
     ends = host.end.tolist()
-    for t in np.unique(thread).tolist():
+    for t in unique(thread).tolist():
         on_thread = members[host.thread[members] == t]
         if len(on_thread) == 0:
             continue

@@ -35,6 +35,7 @@ import numpy.typing as npt
 
 from layerprof.notes import Note
 from layerprof.sections import Step, Steps
+from layerprof.trace.columns import unique
 from layerprof.trace.events import ANNOTATION, I64, LAYER, MODULE, OP, EventTables, HostSpans
 from layerprof.trace.gpu import union
 from layerprof.trace.nesting import Nesting
@@ -123,7 +124,7 @@ _TOP_KINDS = (OP, ANNOTATION, MODULE, LAYER)
 
 def _framework(tables: EventTables, name_ids: I64) -> npt.NDArray[np.bool_]:
     names = tables.names
-    verdict = {int(i): bool(FRAMEWORK_ANNOTATION.match(names[i])) for i in np.unique(name_ids)}
+    verdict = {int(i): bool(FRAMEWORK_ANNOTATION.match(names[i])) for i in unique(name_ids)}
     return np.asarray([verdict[int(i)] for i in name_ids], dtype=bool)
 
 
