@@ -15,19 +15,10 @@ import pytest
 
 from layerprof.cli import main
 from layerprof.codec import load as load_profile
-from layerprof.codec import to_dict
 from layerprof.errors import LayerprofError, ProfileFormatError, TraceError
-from layerprof.reading import (
-    Inflating,
-    default_limit,
-    format_size,
-    parse_size,
-    read_input,
-    read_input_progressive,
-)
+from layerprof.reading import default_limit, format_size, parse_size, read_input
 from layerprof.sources import load_comparable, read_json
 from layerprof.trace import analyze
-from layerprof.trace.reader import BATCH_BYTES, decode
 
 EVENT = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1, "dur": 2}
 
@@ -225,81 +216,3 @@ def test_cli_max_input_size(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert main(["analyze", str(path), "-q", "--max-input-size", "1M"]) == 0
     assert main(["analyze", str(path), "--max-input-size", "lots"]) == 2
     assert "is not a size" in capsys.readouterr().err
-
-
-def big_trace(events: int, lead: bytes = b"") -> bytes:
-    """A trace of ``events`` varied events (``lead``: raw JSON keys before the events)."""
-    evs = [
-        {**EVENT, "name": f"aten::op{i % 17}", "tid": 1 + i % 3, "ts": 10 * i, "dur": 1 + i % 5}
-        for i in range(events)
-    ]
-    body = orjson.dumps({"traceEvents": evs, "distributedInfo": {"rank": 0}})
-    return b"{" + lead + body[1:] if lead else body
-
-
-def analyzed(path: Path, **kw: object) -> dict[str, object]:
-    return to_dict(analyze(path, executor="serial", **kw))  # type: ignore[arg-type]
-
-
-def test_inflating_gives_the_bytes_read_input_gives(tmp_path: Path) -> None:
-    """One member (sized by its trailer), and two (the trailer names the last member
-    only: the rest arrives past the buffer and is appended at the end)."""
-    raw = big_trace(20_000)
-    for name, packed in (
-        ("one", gzip.compress(raw)),
-        ("two", gzip.compress(raw[:300_000]) + gzip.compress(raw[300_000:])),
-    ):
-        path = tmp_path / f"{name}.json.gz"
-        path.write_bytes(packed)
-        src = read_input_progressive(path, error=TraceError)
-        assert isinstance(src, Inflating)
-        assert src.ready(1000) >= 1000
-        assert src.result() == raw == read_input(path)
-
-
-def test_decoding_while_inflating_decodes_the_same(tmp_path: Path) -> None:
-    """Batches decoded from the inflated front as the back inflates: the same analysis
-    as from the whole buffer, also when the events key comes after the first MiB."""
-    for name, raw in (
-        ("plain", big_trace(40_000)),
-        ("late-key", big_trace(20_000, lead=b'"pad": "' + b"x" * (3 << 19) + b'", ')),
-    ):
-        path = tmp_path / f"{name}.json.gz"
-        path.write_bytes(gzip.compress(raw))
-        assert len(raw) > 4 * BATCH_BYTES
-        assert isinstance(read_input_progressive(path), Inflating)
-        whole = to_dict(analyze(path, data=bytearray(raw)))
-        assert analyzed(path) == whole
-
-
-def test_errors_found_while_inflating_are_one_line(tmp_path: Path) -> None:
-    raw = big_trace(20_000)
-    packed = bytearray(gzip.compress(raw))
-    packed[len(packed) // 2 : len(packed) // 2 + 64] = bytes(64)  # corrupt the middle
-    path = tmp_path / "corrupt.json.gz"
-    path.write_bytes(packed)
-    assert isinstance(read_input_progressive(path), Inflating)
-    with pytest.raises(TraceError) as exc:
-        analyze(path, executor="serial")
-    one_line(exc, str(path), "corrupt gzip")
-    # a last member the trailer sizes under the ceiling, after a first that expands past it
-    path = tmp_path / "past.json.gz"
-    path.write_bytes(gzip.compress(raw) + gzip.compress(b" " * 200_000))
-    with pytest.raises(TraceError) as exc:
-        analyze(path, executor="serial", max_input_size=len(raw))
-    one_line(exc, str(path), "expands past the input size limit")
-
-
-def test_a_failed_decode_stops_the_inflating_thread(tmp_path: Path) -> None:
-    path = tmp_path / "t.json.gz"
-    path.write_bytes(gzip.compress(big_trace(40_000)))
-    src = read_input_progressive(path)
-    assert isinstance(src, Inflating)
-
-    def fail(events: list[object], text: object) -> None:
-        raise RuntimeError("the consumer failed")
-
-    with pytest.raises(RuntimeError, match="consumer failed"):
-        decode(src, fail, str(path))
-    src._thread.join(timeout=10)
-    assert not src._thread.is_alive() and src._reader.handle.closed

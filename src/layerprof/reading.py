@@ -13,11 +13,7 @@ analyses, diffs) is read here, so one rule bounds them all:
   plausible; pipes, FIFOs and devices are read in chunks, with the same
   ceiling;
 * the first bytes must open gzip or a JSON value, so ``/dev/zero`` or
-  a binary file fails at once instead of after gigabytes;
-* a trace reader may ask for ``progressive=True``: a gzip file whose
-  trailer gives a plausible size is then inflated on a thread of its own
-  (zlib lets go of the GIL while it inflates) into that one buffer, and the
-  caller decodes the front while the back inflates (:class:`Inflating`).
+  a binary file fails at once instead of after gigabytes.
 """
 
 from __future__ import annotations
@@ -25,7 +21,6 @@ from __future__ import annotations
 import os
 import re
 import stat
-import threading
 import zlib
 from collections.abc import Iterator
 from io import BufferedReader
@@ -85,61 +80,24 @@ def read_input(
 
     ``limit``: the ceiling in bytes after decompression (None: :func:`default_limit`).
     """
-    data = _read_input(path, limit, error, progressive=False)
-    assert isinstance(data, bytearray)
-    return data
-
-
-def read_input_progressive(
-    path: str | os.PathLike[str],
-    *,
-    limit: int | None = None,
-    error: type[LayerprofError] = LayerprofError,
-) -> bytearray | Inflating:
-    """:func:`read_input`, except that a gzip file sized by its trailer comes back
-    still inflating (:class:`Inflating`), for a caller that decodes as it goes."""
-    return _read_input(path, limit, error, progressive=True)
-
-
-def _read_input(
-    path: str | os.PathLike[str],
-    limit: int | None,
-    error: type[LayerprofError],
-    *,
-    progressive: bool,
-) -> bytearray | Inflating:
     p = Path(path)
     ceiling = default_limit() if limit is None else limit
-    handed_over = False  # an Inflating's thread closes the file when it is done
     try:
-        handle = p.open("rb")
-        try:
+        with p.open("rb") as handle:
             info = os.fstat(handle.fileno())
             size = info.st_size if stat.S_ISREG(info.st_mode) else None
-            reader = _Reader(handle, str(p), ceiling, error, size)
-            out = reader.read_or_inflate() if progressive else reader.read()
-            handed_over = isinstance(out, Inflating)
-            return out
-        finally:
-            if not handed_over:
-                handle.close()
+            return _Reader(handle, str(p), ceiling, error, size).read()
     except FileNotFoundError as exc:
         raise error(f"{p}: no such file") from exc
     except IsADirectoryError as exc:
         raise error(f"{p}: is a directory") from exc
-    except (OSError, MemoryError) as exc:
-        raise _failure(exc, str(p), ceiling, error) from exc
-
-
-def _failure(
-    exc: OSError | MemoryError, path: str, ceiling: int, error: type[LayerprofError]
-) -> LayerprofError:
-    if isinstance(exc, MemoryError):
-        return error(
-            f"{path}: out of memory while reading it (limit {format_size(ceiling)})",
+    except OSError as exc:
+        raise error(f"{p}: cannot read ({exc.strerror or exc})") from exc
+    except MemoryError as exc:
+        raise error(
+            f"{p}: out of memory while reading it (limit {format_size(ceiling)})",
             hint="free memory, or read a smaller trace",
-        )
-    return error(f"{path}: cannot read ({exc.strerror or exc})")
+        ) from exc
 
 
 def read_stream(
@@ -178,23 +136,11 @@ class _Reader:
         self.size = size
         self.gzip = False
 
-    def read_or_inflate(self) -> bytearray | Inflating:
-        """:meth:`read`, except that a gzip file its trailer sizes comes back inflating."""
+    def read(self) -> bytearray:
         first = self.handle.read(HEAD)
         if first[:2] == GZIP_MAGIC:
-            hint = self._gzip_size_hint()
-            if hint > len(first):
-                self.gzip = True
-                return Inflating(self, first, hint)
-        return self._read(first)
-
-    def read(self) -> bytearray:
-        return self._read(self.handle.read(HEAD))
-
-    def _read(self, first: bytes) -> bytearray:
-        if first[:2] == GZIP_MAGIC:
             self.gzip = True
-            return self._gunzip(first, self._gzip_size_hint())
+            return self._gunzip(first)
         self._sniff(first)
         if self.size is not None and self.size > self.ceiling:
             raise self._too_large()
@@ -221,17 +167,9 @@ class _Reader:
         out[n:end] = piece  # overwrites preallocated room, or grows the buffer
         return end
 
-    def _gunzip(self, first: bytes, hint: int) -> bytearray:
-        out = bytearray(hint)
+    def _gunzip(self, first: bytes) -> bytearray:
+        out = bytearray(self._gzip_size_hint())
         n = 0
-        for piece in self.inflated(first):
-            n = self._append(out, n, piece)
-        del out[n:]
-        return out
-
-    def inflated(self, first: bytes) -> Iterator[bytes]:
-        """The gzip file's inflated bytes, at most CHUNK at a time (every member;
-        trailing junk after a member is ignored)."""
         inflater = zlib.decompressobj(wbits=31)
         sniffed = False
         try:
@@ -245,7 +183,7 @@ class _Reader:
                     if not sniffed and piece:
                         self._sniff(piece)
                         sniffed = True
-                    yield piece
+                    n = self._append(out, n, piece)
                     data = inflater.unused_data if inflater.eof else inflater.unconsumed_tail
                     if not data and len(piece) < CHUNK:
                         break
@@ -253,6 +191,8 @@ class _Reader:
             raise self.error(f"{self.path}: corrupt gzip ({exc})") from exc
         if not inflater.eof:
             raise self.error(f"{self.path}: truncated gzip (the file ends mid-stream)")
+        del out[n:]
+        return out
 
     def _gzip_size_hint(self) -> int:
         """The trailer's uncompressed size (mod 4 GiB) when plausible, else 0."""
@@ -282,90 +222,6 @@ class _Reader:
             f"{self.path}: {what} the input size limit of {format_size(self.ceiling)};"
             f" raise it with --max-input-size, e.g. --max-input-size {suggestion}G"
         )
-
-
-class Inflating:
-    """A gzip file inflating on a thread of its own into one buffer sized from its
-    trailer: ``ready(n)`` waits until the first ``n`` bytes (or all) are there, so a
-    reader decodes the front while the back inflates; ``result()`` is the whole,
-    as :func:`read_input` returns it.
-
-    The thread only writes past what ``ready`` returned, in place (the buffer
-    never moves, so the caller may hold views of the front); what the trailer
-    did not announce waits in a list until ``result()``. Its errors (corrupt,
-    truncated, past the ceiling, unreadable) are raised by ``ready`` and
-    ``result``. ``close()`` stops it early (the caller failed); it closes the
-    file itself.
-    """
-
-    def __init__(self, reader: _Reader, first: bytes, hint: int) -> None:
-        self.buffer = bytearray(hint)
-        self._reader = reader
-        self._filled = 0  # bytes of ``buffer`` written
-        self._overflow: list[bytes] = []
-        self._error: LayerprofError | None = None
-        self._done = False
-        self._stop = False
-        self._changed = threading.Condition()
-        self._thread = threading.Thread(
-            target=self._inflate, args=(first,), name="layerprof-gunzip", daemon=True
-        )
-        self._thread.start()
-
-    def _inflate(self, first: bytes) -> None:
-        reader, buffer = self._reader, self.buffer
-        filled, extra = 0, 0
-        try:
-            for piece in reader.inflated(first):
-                if self._stop:
-                    return
-                if filled + extra + len(piece) > reader.ceiling:
-                    raise reader._too_large()
-                end = filled + len(piece)
-                if extra or end > len(buffer):  # more than the trailer said
-                    self._overflow.append(piece)
-                    extra += len(piece)
-                    continue
-                buffer[filled:end] = piece  # same size: fine while the caller holds views
-                filled = end
-                with self._changed:
-                    self._filled = filled
-                    self._changed.notify_all()
-        except LayerprofError as exc:
-            self._error = exc
-        except (OSError, MemoryError) as exc:
-            self._error = _failure(exc, reader.path, reader.ceiling, reader.error)
-        finally:
-            reader.handle.close()
-            with self._changed:
-                self._done = True
-                self._changed.notify_all()
-
-    def ready(self, want: int) -> int:
-        """Wait until ``want`` bytes of ``buffer`` are inflated, or all of it; return how
-        many are (what the trailer announced, at most)."""
-        with self._changed:
-            self._changed.wait_for(lambda: self._filled >= want or self._done)
-        if self._error is not None:
-            raise self._error
-        return self._filled
-
-    def result(self) -> bytearray:
-        """The whole inflated file (the buffer, trimmed or grown to its real size); the
-        caller must hold no view of ``buffer`` past ``ready()``'s figure."""
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        out = self.buffer
-        del out[self._filled :]
-        if self._overflow:
-            out += b"".join(self._overflow)
-            self._overflow.clear()
-        return out
-
-    def close(self) -> None:
-        """Stop inflating (the caller gave up); the thread closes the file."""
-        self._stop = True
 
 
 def _prepend(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:

@@ -27,7 +27,7 @@ import orjson
 
 from layerprof.errors import TraceError
 from layerprof.notes import Note
-from layerprof.reading import Inflating, read_input_progressive
+from layerprof.reading import read_input
 from layerprof.trace.commargs import MAX_RANKS, rank_id
 from layerprof.trace.events import EventCollector, EventTables
 from layerprof.traceformat import EVENTS_KEY
@@ -37,7 +37,6 @@ from layerprof.traceformat import EVENTS_KEY
 # gain little memory; larger ones no speed (measured on HTA's 26 MB trace).
 BATCH_BYTES = 1 << 18
 _MAX_RETRIES = 16
-_HEAD_SEARCH = 1 << 20  # an inflating file's events key is looked for in its first MiB
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _RANK_IN_NAME = re.compile(r"rank[-_](\d+)", re.IGNORECASE)
@@ -77,42 +76,11 @@ _NON_SPACE = re.compile(rb"\S")
 Consumer = Callable[[list[Any], Any], None]
 
 
-def decode(data: bytearray | Inflating, consume: Consumer, source: str) -> dict[str, Any]:
-    """Feed ``traceEvents`` to ``consume`` in batches; return the other top-level keys.
-
-    ``data`` still inflating (a gzip file): the batches in the inflated front
-    are decoded while the thread inflates the back.
-    """
+def decode(data: bytearray, consume: Consumer, source: str) -> dict[str, Any]:
+    """Feed ``traceEvents`` to ``consume`` in batches; return the other top-level keys."""
+    if _NON_SPACE.search(data) is None:
+        raise TraceError(f"{source}: empty file")
     with gc_paused():
-        if not isinstance(data, Inflating):
-            return _rest(data, consume, source, None)
-        inflating = data
-        try:
-            found = _front(inflating, consume)
-            whole = inflating.result()
-        finally:
-            inflating.close()  # when _front failed: stop inflating
-        return _rest(whole, consume, source, found)
-
-
-def _front(src: Inflating, consume: Consumer) -> tuple[int, int, int] | None:
-    """Consume the batches of an inflating file as they arrive; (where the events key
-    starts, where it ends, where the unread events start), or None when the key is
-    not in its first MiB (then the whole file is decoded at once, as it is read)."""
-    buffer = src.buffer
-    match = _EVENTS_KEY.search(buffer, 0, src.ready(_HEAD_SEARCH))
-    if match is None:
-        return None
-    pos = _batches(buffer, match.end(), consume, src.ready)
-    return match.start(), match.end(), pos
-
-
-def _rest(
-    data: bytearray, consume: Consumer, source: str, found: tuple[int, int, int] | None
-) -> dict[str, Any]:
-    if found is None:
-        if _NON_SPACE.search(data) is None:
-            raise TraceError(f"{source}: empty file")
         match = _EVENTS_KEY.search(data)
         if match is None:
             doc = _loads(data, source)
@@ -121,39 +89,31 @@ def _rest(
                 return {}
             _require_trace(doc, source)
             return dict(doc)  # pragma: no cover - _require_trace raises
-        found = (match.start(), match.end(), match.end())
-    head, key_end, pos = found
-    pos = _batches(data, pos, consume)
-    # The rest of the events plus every other key, as one small document.
-    rest: bytes | bytearray = data
-    if pos > key_end:
-        rest = b"".join((data[:head], b'"traceEvents":[', memoryview(data)[pos:]))
-    doc = _loads(rest, source)
-    _require_trace(doc, source)
-    events = doc.pop(EVENTS_KEY)
-    consume(events, rest)
-    return dict(doc)
+        head, pos = match.start(), match.end()
+        pos = _batches(data, pos, consume)
+        # The rest of the events plus every other key, as one small document.
+        rest: bytes | bytearray = data
+        if pos > match.end():
+            rest = b"".join((data[:head], b'"traceEvents":[', memoryview(data)[pos:]))
+        doc = _loads(rest, source)
+        _require_trace(doc, source)
+        events = doc.pop(EVENTS_KEY)
+        consume(events, rest)
+        return dict(doc)
 
 
-def _batches(
-    data: bytearray, pos: int, consume: Consumer, ready: Callable[[int], int] | None = None
-) -> int:
+def _batches(data: bytearray, pos: int, consume: Consumer) -> int:
     """Consume whole batches from ``pos``; return where the unread events start.
 
     ``data[pos - 1]`` is the array's ``[`` or a separator byte, and so is the
     byte after a boundary's ``}``: writing ``[`` and ``]`` there turns the
     batch into a JSON array in place, parsed from a memoryview without a copy.
-    ``ready(n)``: ``data`` is still being filled; it waits until ``n`` bytes are
-    there and says how many are (a batch is cut only inside them).
     """
+    size = len(data)
     view = memoryview(data)
     try:
-        while True:
-            # two batches' worth: a boundary after the first is all but certain
-            size = len(data) if ready is None else ready(pos + 2 * BATCH_BYTES)
-            if pos + BATCH_BYTES >= size:
-                return pos
-            boundaries = _BOUNDARY.finditer(data, pos + BATCH_BYTES, size)
+        while pos + BATCH_BYTES < size:
+            boundaries = _BOUNDARY.finditer(data, pos + BATCH_BYTES)
             for _ in range(_MAX_RETRIES):
                 found = next(boundaries, None)
                 if found is None:
@@ -174,6 +134,7 @@ def _batches(
                 break
             else:
                 return pos
+        return pos
     finally:
         view.release()
 
@@ -224,7 +185,7 @@ def read_trace_file(
     *,
     keep_shapes: bool = False,
     max_input_size: int | None = None,
-    data: bytearray | Inflating | None = None,
+    data: bytearray | None = None,
     name: str | None = None,
 ) -> TraceFile:
     """Decode one ``.json`` / ``.json.gz`` trace into typed tables.
@@ -236,7 +197,7 @@ def read_trace_file(
     """
     p = Path(path)
     if data is None:
-        data = read_input_progressive(p, limit=max_input_size, error=TraceError)
+        data = read_input(p, limit=max_input_size, error=TraceError)
     source = name or str(p)
     collector = EventCollector(keep_shapes=keep_shapes)
     header = decode(data, collector.add_batch, source)

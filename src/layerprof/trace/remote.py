@@ -34,14 +34,7 @@ from typing import Any
 from urllib.parse import unquote, urljoin, urlsplit
 
 from layerprof.errors import TraceError, UsageError
-from layerprof.reading import (
-    CHUNK,
-    Inflating,
-    default_limit,
-    format_size,
-    read_input_progressive,
-    read_stream,
-)
+from layerprof.reading import CHUNK, default_limit, format_size, read_input, read_stream
 from layerprof.trace.reader import TRACE_SUFFIXES, trace_files, unreadable
 
 #: Seconds an http(s) server may take to accept a connection or to send the next bytes.
@@ -301,16 +294,15 @@ def _backend_package(scheme: str, exc: ImportError) -> str:
 
 def read_trace_bytes(
     source: TraceInput, *, limit: int | None, timeout: float | None = None
-) -> bytearray | Inflating:
-    """The JSON bytes of one rank's trace, within the input size ceiling (a local gzip
-    file still inflating: see ``layerprof.reading.Inflating``)."""
+) -> bytearray:
+    """The JSON bytes of one rank's trace, within the input size ceiling."""
     if not source.remote:
         # A listed name must be a regular file: a FIFO would block the read forever and
         # /dev/zero fill it; a file the user named (a pipe, <(zcat t.json.gz)) may be either.
         why = unreadable(source.location) if source.listed else None
         if why is not None:
             raise TraceError(f"{source.name}: {why}")
-        return read_input_progressive(source.location, limit=limit, error=TraceError)
+        return read_input(source.location, limit=limit, error=TraceError)
     fs, path = filesystem(source.location, timeout=timeout)
     # Given the size, the http backend does not ask the server for it a second time.
     http = _scheme(source.location) in _HTTP
