@@ -105,6 +105,15 @@ def recorder(model: nn.Module, **kw: Any) -> Callable[[], AbstractContextManager
     return lambda: Recorder(model, **kw)
 
 
+@contextmanager
+def run_pass(model: nn.Module, iters: int) -> Iterator[Recorder]:
+    """The Recorder as ``layerprof run``'s hooked pass uses it: no shapes, summed as it
+    records (its correction is decided at once; none here, as with --no-correct)."""
+    with Recorder(model, clock=HostClock(), record_shapes=False) as rec:
+        rec.stream(iters + 1, correct=False)
+        yield rec
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--layers", type=int, default=500)
@@ -121,7 +130,7 @@ def main() -> None:
 
     variants: dict[str, Callable[[], AbstractContextManager[Any]]] = {
         "Recorder() (default)": recorder(model),
-        "run pass (no shapes)": recorder(model, clock=HostClock(), record_shapes=False),
+        "run pass (no shapes)": lambda: run_pass(model, a.iters),
     }
     if a.compare:
         variants["module __call__ hooks"] = lambda: module_hooks(model)

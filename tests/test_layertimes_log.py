@@ -204,6 +204,8 @@ def test_streaming_refuses_what_it_cannot_give() -> None:
     assert rec.profile(correct=False).samples[""].total_ns.tolist() == [12, 11, 11]
     with pytest.raises(UsageError, match="backward=True"):
         Recorder(nn.Linear(1, 1), backward=True).stream(3)
+    with pytest.raises(UsageError, match="entered Recorder"):
+        Recorder(nn.Linear(1, 1)).stream(3)
 
 
 def test_streaming_goes_on_after_a_profile_and_a_reset() -> None:

@@ -103,3 +103,19 @@ def test_the_cli_shows_the_sweeps_own_defaults() -> None:
         sweep.DEFAULT_ITERS,
         sweep.DEFAULT_WARMUP,
     )
+
+
+def test_the_cli_offers_the_compile_choices_the_runner_knows() -> None:
+    """The parser writes the choices out (importing the options would load the capture
+    package for --help); they must stay the runner's."""
+    import argparse
+
+    from layerprof.capture.options import COMPILE_MODES, CUDA_GRAPH_MODES
+    from layerprof.cli.options import add_compile_options
+    from layerprof.sections.compiled import SPLIT_RULES
+
+    p = argparse.ArgumentParser()
+    add_compile_options(p)
+    choices = {a.dest: a.choices for a in p._actions if a.choices}
+    assert tuple(choices["compile_mode"]) == COMPILE_MODES + CUDA_GRAPH_MODES
+    assert set(choices["compile_split"]) == set(SPLIT_RULES)

@@ -579,6 +579,8 @@ class Recorder:
         """
         if self.backward:
             raise UsageError("Recorder.stream() cannot be used with backward=True")
+        if not self._wrappers:  # the layers are known once attached
+            raise UsageError("Recorder.stream() needs an entered Recorder (with rec: ...)")
         self._compact()
         correction = self._correction(correct)
         sums = SampleSums(len(self._paths), iterations, self.device_clock is not None)
