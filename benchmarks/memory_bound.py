@@ -56,7 +56,7 @@ def main() -> None:
     a = ap.parse_args()
     torch.set_num_threads(1)
     n1, n2 = a.iters
-    measure(a.layers, 10)  # lazy imports and one-time caches land here, not in the slope
+    measure(a.layers, n1)  # lazy imports and one-time caches land here, not in the slope
     p1, k1 = measure(a.layers, n1)
     p2, k2 = measure(a.layers, n2)
     cells = (a.layers + 1) * (n2 - n1)
