@@ -185,6 +185,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--uncompressed", action="store_true", help="measure a gunzipped copy of the trace"
     )
+    parser.add_argument(
+        "--no-memory",
+        action="store_true",
+        help="skip the peak-memory figures (tracemalloc is slow on a big trace: big_trace.py)",
+    )
     args = parser.parse_args(argv)
     path: Path = args.trace
     if not path.is_file():
@@ -220,8 +225,8 @@ def measure(path: Path, args: argparse.Namespace) -> int:
     report = analyze(path)
     source = report.ranks[0].source
     events = source.events if source is not None else "?"
-    read_peak = peak_memory(lambda: read_only(path))
-    peak = peak_memory(lambda: analyze(path))
+    read_peak = 0 if args.no_memory else peak_memory(lambda: read_only(path))
+    peak = 0 if args.no_memory else peak_memory(lambda: analyze(path))
 
     print(f"trace: {path.name}, {events} events, {json_size / 1e6:.1f} MB of JSON")
     print(
@@ -232,11 +237,12 @@ def measure(path: Path, args: argparse.Namespace) -> int:
         f"layerprof analyze: {analyze_t * 1e3:.0f} ms = {vs_decode:.2f}x"
         f" read+gunzip+loads, {vs_loads:.2f}x loads alone (median ratio; target <= 1.3x)"
     )
-    print(
-        f"peak memory (tracemalloc): reading {read_peak / 1e6:.1f} MB ="
-        f" {read_peak / json_size:.2f}x the decompressed JSON (target <= 1.3x);"
-        f" analyze {peak / 1e6:.1f} MB = {peak / json_size:.2f}x (target <= 2x)"
-    )
+    if not args.no_memory:
+        print(
+            f"peak memory (tracemalloc): reading {read_peak / 1e6:.1f} MB ="
+            f" {read_peak / json_size:.2f}x the decompressed JSON (target <= 1.3x);"
+            f" analyze {peak / 1e6:.1f} MB = {peak / json_size:.2f}x (target <= 2x)"
+        )
     if args.baseline is not None:
         before, after = baseline_ratios(path, args.baseline, args.repeat)
         print(

@@ -206,6 +206,17 @@ def test_streaming_refuses_what_it_cannot_give() -> None:
         Recorder(nn.Linear(1, 1), backward=True).stream(3)
     with pytest.raises(UsageError, match="entered Recorder"):
         Recorder(nn.Linear(1, 1)).stream(3)
+    with pytest.raises(UsageError, match="called already"):
+        rec.stream(3)
+
+
+def test_streaming_keeps_its_correction_decision() -> None:
+    """stream() decides at once, by default as profile() would (a test clock: no
+    correction); a profile() that asks for the other is refused, never ignored."""
+    _, rec = _streamed(3, 3, device=False)
+    with pytest.raises(UsageError, match="correct=False"):
+        rec.profile(correct=True)
+    assert rec.profile().overhead is None
 
 
 def test_streaming_goes_on_after_a_profile_and_a_reset() -> None:

@@ -579,20 +579,25 @@ class Recorder:
         """
         if self.backward:
             raise UsageError("Recorder.stream() cannot be used with backward=True")
+        if self._stream is not None:
+            raise UsageError("Recorder.stream() was called already (reset() empties the sums)")
         if not self._wrappers:  # the layers are known once attached
             raise UsageError("Recorder.stream() needs an entered Recorder (with rec: ...)")
         self._compact()
-        correction = self._correction(correct)
+        wanted = self._wants_correction(correct)
+        correction = self._correction(wanted)
         sums = SampleSums(len(self._paths), iterations, self.device_clock is not None)
         for table in self._tables:
             sums.add(table, correction)
         self._tables.clear()
-        self._stream = _Stream(sums, correction, correct)
+        self._stream = _Stream(sums, correction, wanted)
 
-    def _correction(self, correct: bool | None) -> Correction | None:
-        """The correction to apply: ``self.correction`` (or a calibrated one) when
-        ``correct``, by default for the real host clock and not for a test clock."""
-        wanted = correct if correct is not None else type(self.clock) is HostClock
+    def _wants_correction(self, correct: bool | None) -> bool:
+        """``correct``, by default true for the real host clock, false for a test clock."""
+        return correct if correct is not None else type(self.clock) is HostClock
+
+    def _correction(self, wanted: bool) -> Correction | None:
+        """The correction to apply when ``wanted``: ``self.correction``, or a calibrated one."""
         if not wanted:
             return None
         return self.correction if self.correction is not None else calibrate()
@@ -629,7 +634,7 @@ class Recorder:
         self._compact()
         stream = self._stream
         if stream is not None:
-            if correct is not None and stream.correct is not None and correct != stream.correct:
+            if correct is not None and correct != stream.correct:
                 raise UsageError(
                     f"Recorder.profile(correct={correct}): the record was summed with"
                     f" correct={stream.correct} (stream())"
@@ -641,7 +646,7 @@ class Recorder:
             tables = self._tables
             iterations = sum(int((t.level == 1).sum()) for t in tables)
             n_calls = sum(int((t.layer >= 0).sum()) for t in tables)
-            correction = self._correction(correct)
+            correction = self._correction(self._wants_correction(correct))
             samples = build_samples(tables, iterations, correction, self._paths)
         loop = None
         notes: tuple[Note, ...] = ()
@@ -704,7 +709,7 @@ class _Stream:
 
     sums: SampleSums
     correction: Correction | None
-    correct: bool | None
+    correct: bool  # whether ``correction`` was wanted (stream()'s decision)
 
     def emptied(self) -> _Stream:
         """The same, with nothing summed yet (room for as many iterations)."""
