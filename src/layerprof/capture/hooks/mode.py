@@ -66,16 +66,14 @@ def _hooked(run: Pass, clean_ns: float | None) -> tuple[dict[str, LayerSamples],
     )
     # one int64 per forward (a list of ints would cost 40 bytes each: run's memory bound)
     inst_ns = np.zeros(opts.iters, dtype=np.int64)
-    done = 0
     with rec:
         guarded(forward, model, rec)
         rec.reset()
         # summed per layer as recorded: 16 bytes per layer and iteration at the peak
         rec.stream(opts.iters, correct=opts.correct_overhead)
         with run.watch.window("timed per-layer (hooked) forwards"):
-            for _ in range(opts.iters):
-                inst_ns[done] = timed(forward, run.sync, model, rec)
-                done += 1
+            for i in range(opts.iters):
+                inst_ns[i] = timed(forward, run.sync, model, rec)
                 run.progress.advance(1)
     overhead = Overhead(
         per_call_ns=calibration.per_call_ns,
@@ -83,7 +81,7 @@ def _hooked(run: Pass, clean_ns: float | None) -> tuple[dict[str, LayerSamples],
         corrected=opts.correct_overhead,
         calls_per_forward=rec.call_count / max(rec.iterations, 1),
         clean_ns=clean_ns,
-        instrumented_ns=Series(inst_ns[:done]).median if done else None,
+        instrumented_ns=Series(inst_ns).median if opts.iters else None,
     )
     return rec.profile(correct=opts.correct_overhead).samples, overhead
 
