@@ -288,3 +288,37 @@ def test_a_real_scheduler_address_still_works(rank_dir: Path, tmp_path: Path) ->
     assert orjson.dumps({**codec.to_dict(run), "path": ""}) == orjson.dumps(
         {**codec.to_dict(same), "path": ""}
     )
+
+
+def test_a_signal_during_submit_acts_once_the_workers_are_listed() -> None:
+    """SIGTERM or Ctrl-C inside the held block (the pool's submits) is delivered after
+    it, to the handler that was there, once; nothing is lost or doubled."""
+    from layerprof.trace.executors import _signals_held
+
+    class Stop(Exception):
+        pass
+
+    seen: list[int] = []
+
+    def handler(signum: int, frame: object) -> None:
+        seen.append(signum)
+        raise Stop
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        reached_end = False
+        with pytest.raises(Stop), _signals_held():
+            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGTERM)
+            reached_end = True
+        assert reached_end and seen == [signal.SIGTERM]
+        assert signal.getsignal(signal.SIGTERM) is handler
+        interrupt = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            with pytest.raises(KeyboardInterrupt), _signals_held():
+                os.kill(os.getpid(), signal.SIGINT)
+            assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        finally:
+            signal.signal(signal.SIGINT, interrupt)
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -192,7 +192,8 @@ class ProcessExecutor:
                 pool = ProcessPoolExecutor(
                     workers, mp_context=context, initializer=_init_worker, initargs=(state,)
                 )
-                pending = {pool.submit(task, i, items[i]): i for i in todo}
+                with _signals_held():  # a submit may start a worker: see _signals_held
+                    pending = {pool.submit(task, i, items[i]): i for i in todo}
             except (OSError, EOFError) as exc:  # no process could start: a process limit
                 # (EAGAIN here, or in the forkserver, which then hangs up: EOFError)
                 why = "the forkserver could not fork" if isinstance(exc, EOFError) else _reason(exc)
@@ -469,6 +470,35 @@ def _ignore_sigint() -> Any:
     if threading.current_thread() is not threading.main_thread():
         return None
     return signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM wait until the block ends, then act as they would have.
+
+    A submit may start a worker; Ctrl-C or SIGTERM inside it, after the
+    forkserver forked the worker but before the pool listed it, left a worker
+    that nothing terminated: it outlived the pool's locks and printed a
+    traceback on the user's terminal as it started. After the block every
+    started worker is listed, so the interrupt's clean-up ends it.
+    (Only the main thread may change handlers; elsewhere nothing is held.)
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    wanted = (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.signal(s, lambda signum, frame: caught.append(signum)) for s in wanted}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for late in dict.fromkeys(caught):
+            signal.raise_signal(late)  # the restored handler acts on it now
 
 
 def _restore_sigint(previous: Any) -> None:
