@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the test models 
 
 
 def models() -> dict[str, tuple[nn.Module, tuple[Any, ...]]]:
-    from tests.flop_models import ResNetStage, gpt_block
+    from tests.support.flop_models import ResNetStage, gpt_block
 
     return {
         "demo cnn (8x3x32x32)": (build("cnn"), (torch.randn(8, 3, 32, 32),)),

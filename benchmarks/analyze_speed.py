@@ -21,8 +21,7 @@ Prints, from one run:
         [--baseline ../main/src]
 
 ``--trace`` defaults to HTA's 26 MB ``negative_queue_length_values_check``
-trace in ``../shared`` (next to the checkout, or next to its worktree
-folder); an epoch-float trace (``ns_resolution_trace``) times the exact
+trace, checked in under ``tests/data/hta``; an epoch-float trace (``ns_resolution_trace``) times the exact
 ns-digit path.
 """
 
@@ -48,10 +47,8 @@ import orjson
 from layerprof.trace import analyze
 
 ROOT = Path(__file__).resolve().parents[1]
-_HTA_TRACE = "shared/traces/hta/negative_queue_length_values_check/rank0.json.gz"
-DEFAULT_TRACE = next(
-    (p for p in (ROOT.parent / _HTA_TRACE, ROOT.parent.parent / _HTA_TRACE) if p.is_file()),
-    ROOT.parent / _HTA_TRACE,
+DEFAULT_TRACE = (
+    ROOT / "tests" / "data" / "hta" / "negative_queue_length_values_check" / "rank0.json.gz"
 )
 
 # Run inside HTA's interpreter: time load + the analyses layerprof's analyze also

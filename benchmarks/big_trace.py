@@ -11,7 +11,7 @@ ends so). Metadata events (``ph`` "M") are written once. Then time it:
         --baseline ../main/src
 
 ``--trace`` defaults to HTA's 26 MB ``negative_queue_length_values_check``
-trace in ``../shared`` (40 copies: about 1 GB of JSON, 4.4 M events).
+trace in ``tests/data/hta`` (40 copies: about 1 GB of JSON, 4.4 M events).
 """
 
 from __future__ import annotations

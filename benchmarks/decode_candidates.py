@@ -37,10 +37,8 @@ import numpy as np
 import orjson
 
 ROOT = Path(__file__).resolve().parents[1]
-_TRACE = "shared/traces/hta/negative_queue_length_values_check/rank0.json.gz"
-DEFAULT_TRACE = next(
-    (p for p in (ROOT.parent / _TRACE, ROOT.parent.parent / _TRACE) if p.is_file()),
-    ROOT.parent / _TRACE,
+DEFAULT_TRACE = (
+    ROOT / "tests" / "data" / "hta" / "negative_queue_length_values_check" / "rank0.json.gz"
 )
 EVENT_KEYS = ("ph", "cat", "name", "pid", "tid", "ts", "dur")
 ARG_KEYS = ("External id", "correlation", "Sequence number", "device", "stream", "bytes")

@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the test models 
 
 
 def models() -> dict[str, tuple[nn.Module, tuple[Any, ...]]]:
-    from tests.flop_models import MhaNet, ResNetStage, RnnNet, SdpaNet, gpt_block
+    from tests.support.flop_models import MhaNet, ResNetStage, RnnNet, SdpaNet, gpt_block
 
     return {
         "demo cnn (8x3x32x32)": (build("cnn"), (torch.randn(8, 3, 32, 32),)),
@@ -94,7 +94,7 @@ def _count_ratios(model: nn.Module, args: tuple[Any, ...], rounds: int) -> tuple
 
 
 def sweep_agreement(rounds: int, threads: int) -> None:
-    from tests.real_models import ResNetish
+    from tests.support.real_models import ResNetish
 
     model = ResNetish().eval()
     batches, iters = (1, 8, 32), 15

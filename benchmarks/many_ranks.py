@@ -35,9 +35,9 @@ from statistics import median
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # tests.rank_traces
+sys.path.insert(0, str(ROOT))  # tests.support.rank_traces
 
-from tests.rank_traces import cpu_trace, simulate_ranks  # noqa: E402
+from tests.support.rank_traces import cpu_trace, simulate_ranks  # noqa: E402
 
 from layerprof.trace import analyze  # noqa: E402
 from layerprof.trace.analysis import RankJob  # noqa: E402

@@ -13,7 +13,7 @@ from torch import nn
 
 from layerprof.capture.memory.activations import ActivationCapture, measure_step
 from layerprof.sections.memory import ActivationMemory
-from tests.fake_allocator import FakeAllocator
+from tests.support.fake_allocator import FakeAllocator
 
 F32 = 4
 

@@ -14,8 +14,8 @@ from torch import nn
 import layerprof
 from layerprof.cli import main
 from layerprof.errors import LayerprofError, UsageError
-from tests.cli_models import Net
-from tests.real_models import ResNetish
+from tests.support.cli_models import Net
+from tests.support.real_models import ResNetish
 
 
 @pytest.fixture(scope="module")

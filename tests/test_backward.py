@@ -22,8 +22,8 @@ from layerprof.capture.recording.nodes import _Call
 from layerprof.capture.step import default_loss
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.load.demo import SmallCNN, TinyTransformer
-from tests import zoo_models as zoo
-from tests.real_models import InPlaceAdd, ListEncoder, ResNetish, TinyGPT
+from tests.support import zoo_models as zoo
+from tests.support.real_models import InPlaceAdd, ListEncoder, ResNetish, TinyGPT
 
 Times = dict[str, tuple[tuple[int, ...], tuple[int, ...]]]
 
@@ -342,8 +342,8 @@ def test_cli_backward_on_a_resnet(tmp_path: Any, capsys: pytest.CaptureFixture[s
     root = Path(__file__).resolve().parents[1]
     out = tmp_path / "p.json"
     with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(root)  # --arch tests.real_models:... imports from the current directory
-        code = main(["run", "--arch", "tests.real_models:ResNetish", "--input", "2x3x16x16",
+        mp.chdir(root)  # --arch tests.support.real_models:... imports from the current directory
+        code = main(["run", "--arch", "tests.support.real_models:ResNetish", "--input", "2x3x16x16",
                      "--backward", "--warmup", "1", "--iters", "2", "--json", str(out)])  # fmt: skip
     _, err = capsys.readouterr()
     assert code == 0, err

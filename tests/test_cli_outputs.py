@@ -13,7 +13,7 @@ from layerprof.cli import build_parser, main
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["--warmup", "1", "--iters", "3"]
-NET_RUN = ["run", "--arch", "tests.cli_models:Net", "--input", "2x4", *FAST]
+NET_RUN = ["run", "--arch", "tests.support.cli_models:Net", "--input", "2x4", *FAST]
 
 
 @pytest.fixture(autouse=True)

@@ -17,7 +17,7 @@ from layerprof import codec
 from layerprof.analysis.diff import Diff, diff
 from layerprof.errors import ProfileFormatError
 from layerprof.profile import Profile, Run
-from tests.test_console import fake_profile
+from tests.support.profiles import fake_profile
 
 RELEASE = Path(__file__).parent / "data" / "release-0.1.0"
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,26 +32,11 @@ from layerprof.trace.compiled import (
     FORWARD_MARK,
     REGION_PREFIXES,
 )
-from tests.real_models import BasicBlock, TinyGPT
+from tests.support.real_models import BasicBlock, TinyGPT
 
 ROOT = Path(__file__).resolve().parents[1]
 ITERS = 6
-
-
-@pytest.fixture(scope="module", autouse=True)
-def inductor_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """Inductor's cache (FX graphs, C++ kernels) in a directory this module owns."""
-    import torch._inductor.config as inductor_config
-
-    path = tmp_path_factory.mktemp("inductor")
-    patch = pytest.MonkeyPatch()
-    patch.setenv("TORCHINDUCTOR_CACHE_DIR", str(path))
-    patch.setattr(inductor_config, "compile_threads", 1)
-    # torch's structured trace logs whole graphs at DEBUG; pytest's log capture would
-    # make every compile serialize them
-    patch.setattr(logging.getLogger("torch.__trace"), "propagate", False)
-    yield path
-    patch.undo()
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("inductor_dir")]
 
 
 def gpt(dim: int = 128) -> TinyGPT:
@@ -517,7 +501,7 @@ def test_cli_run_compile_writes_json_csv_and_trace(
     gpt_run: tuple[TinyGPT, Profile],
 ) -> None:  # fmt: skip
     monkeypatch.chdir(ROOT)
-    argv = ["run", "--arch", "tests.real_models:TinyGPT",
+    argv = ["run", "--arch", "tests.support.real_models:TinyGPT",
             "--arch-kwargs", '{"vocab": 256, "dim": 128, "heads": 4, "depth": 2}',
             "--input", "8x64:int64[0,256)", "--warmup", "1", "--iters", "3", "--threads", "1",
             "--compile", "--compile-split", "lca", "--json", str(tmp_path / "p.json"),

@@ -23,8 +23,8 @@ from layerprof.records import LayerInfo, Meta
 from layerprof.render.console.profile import print_profile
 from layerprof.sections.compiled import GraphBreak, Recompile
 from layerprof.trace.compiled import attribute_compiled
-from tests.golden_files import check_golden
-from tests.test_compiled_attribution import PATHS, TYPES, cpu_forward, record, tables
+from tests.support.compiled_events import PATHS, TYPES, cpu_forward, record, tables
+from tests.support.golden_files import check_golden
 
 
 def compiled_profile(scale: int = 1, **facts: Any) -> Profile:

@@ -27,7 +27,9 @@ from layerprof.capture.compiled.regions import HOOK_KEY
 from layerprof.profile import Profile
 from layerprof.sections.compiled import OUTSIDE_ROW, OVERHEAD_ROW, Recompile
 from layerprof.stats import Series
-from tests.test_compiled import ITERS, inductor_dir  # noqa: F401  (a module fixture)
+
+ITERS = 6
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("inductor_dir")]
 
 
 class ConvNet(nn.Module):

@@ -13,28 +13,11 @@ from layerprof import Recorder
 from layerprof.capture.clocks import FakeClock
 from layerprof.notes import Note
 from layerprof.profile import Profile
-from layerprof.records import Meta, Overhead
+from layerprof.records import Meta
 from layerprof.render.console.profile import print_profile
-from tests import zoo_models as zoo
-from tests.golden_files import check_golden
-
-
-def fake_profile():
-    clock = FakeClock(scale=10_000)
-    model = zoo.Containers(clock)
-    with Recorder(model, clock=clock) as rec:
-        for _ in range(3):
-            model(torch.zeros(2, 3))
-    meta = Meta(
-        model="Containers", torch="2.x", inputs=("2x3",), warmup=1, iters=3, created="fixed"
-    )
-    prof = rec.profile(meta=meta)
-    return replace(
-        prof,
-        latency_ns=(80_000, 82_000, 90_000),
-        first_ns=500_000,
-        overhead=Overhead(per_call_ns=1500, inside_ns=400, corrected=True, calls_per_forward=6),
-    )
+from tests.support import zoo_models as zoo
+from tests.support.golden_files import check_golden
+from tests.support.profiles import fake_profile
 
 
 def render(**options: object) -> str:

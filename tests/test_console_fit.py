@@ -43,7 +43,8 @@ from layerprof.render.console.profile import print_profile
 from layerprof.render.terminal import PIPE_WIDTH, make_console
 from layerprof.trace import analyze
 from layerprof.units import fmt_calls, fmt_delta_ms, fmt_ms, unit_for
-from tests.deep_models import bert_like, resnet50_like
+from tests.support.deep_models import bert_like
+from tests.support.html_subjects import saved
 
 WIDTHS = (80, 100, 120)
 
@@ -56,7 +57,8 @@ def measure(model: nn.Module, inputs: tuple[torch.Tensor, ...], **options: Any) 
 
 @pytest.fixture(scope="module")
 def profiles() -> dict[str, Profile]:
-    return {"bert": measure(*bert_like()), "resnet50": measure(*resnet50_like())}
+    """Saved runs of the two deep trees (scripts/make-test-profiles.py measures them)."""
+    return {"bert": saved("bert"), "resnet50": saved("resnet50")}
 
 
 def console(width: int, *, terminal: bool = True) -> Console:

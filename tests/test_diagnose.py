@@ -13,7 +13,7 @@ from layerprof.capture.clocks import FakeClock
 from layerprof.profile import Profile, Run
 from layerprof.records import LayerInfo, LayerSamples, Meta, Overhead
 from layerprof.sections import CrossRank, DeviceUse, KindRow, RankLine
-from tests import zoo_models as zoo
+from tests.support import zoo_models as zoo
 
 
 def fake(model_factory, **profile_fields):

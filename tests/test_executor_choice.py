@@ -9,7 +9,7 @@ import pytest
 from layerprof.trace import analysis, executors
 from layerprof.trace.executors import ProcessExecutor, SerialExecutor, default_executor
 from layerprof.trace.remote import TraceInput
-from tests.rank_traces import cpu_trace, simulate_ranks
+from tests.support.rank_traces import cpu_trace, simulate_ranks
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ import pytest
 
 from layerprof.errors import UsageError
 from layerprof.trace.executors import parse_executor
-from tests.rank_traces import cpu_trace, simulate_ranks
+from tests.support.rank_traces import cpu_trace, simulate_ranks
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
 
@@ -45,6 +45,24 @@ def rank_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+@pytest.fixture(scope="module")
+def long_rank_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """64 ranks of a 300-step trace: seconds of work for two Dask workers after they
+    start (the 30-step ranks were done before a signal sent 1 s after the start)."""
+    one = cpu_trace(tmp_path_factory.mktemp("one-long") / "trace.json", steps=300)
+    folder = tmp_path_factory.mktemp("ranks-long")
+    simulate_ranks(one, folder, RANKS)
+    return folder
+
+
+def default_signals() -> None:
+    """In the child before exec: SIGINT and SIGTERM as a terminal's job has them, whatever
+    this test process inherited (an ignored SIGINT survives exec, and Python then keeps
+    it ignored: the child would never hear the Ctrl-C these tests send)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def start(*args: str) -> subprocess.Popen[str]:
     """``layerprof ARGS`` in its own process group (as a terminal's foreground job)."""
     return subprocess.Popen(
@@ -54,6 +72,7 @@ def start(*args: str) -> subprocess.Popen[str]:
         text=True,
         env=ENV,
         start_new_session=True,
+        preexec_fn=default_signals,
     )
 
 
@@ -141,10 +160,13 @@ def test_sigterm_ends_the_process_pool_and_writes_nothing(rank_dir: Path, tmp_pa
 def test_a_signal_while_the_output_is_written_leaves_no_temp_file(
     rank_dir: Path, tmp_path: Path, signum: int, code: int, said: str
 ) -> None:
-    """The signal comes when half the JSON is in the temporary file."""
+    """The signal comes when half the JSON is in the temporary file. It is raised in the
+    writing thread: ``os.kill`` of the own process lets the kernel hand it to any thread
+    that does not block it (numpy's BLAS threads), and it was then seen, once in a loaded
+    run, to arrive after the write (exit 0)."""
     out = tmp_path / "run.json"
     script = f"""
-import os, sys
+import os, signal, sys
 from layerprof import files
 from layerprof.cli import main
 
@@ -160,14 +182,19 @@ class Halfway:
     def write(self, data):
         self.handle.write(data[: len(data) // 2])
         self.handle.flush()
-        os.kill(os.getpid(), {int(signum)})
+        signal.raise_signal({int(signum)})
         return self.handle.write(data[len(data) // 2 :])
 
 files.os.fdopen = lambda fd, mode: Halfway(opened(fd, mode))
 sys.exit(main(["analyze", {str(rank_dir / "trace.rank-0.json.gz")!r}, "-q", "--json", {str(out)!r}]))
 """
     done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=SECONDS, env=ENV
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=SECONDS,
+        env=ENV,
+        preexec_fn=default_signals,
     )
     assert (done.returncode, done.stderr) == (code, said + "\n")
     assert not out.exists() and temp_files(tmp_path) == []
@@ -180,13 +207,15 @@ sys.exit(main(["analyze", {str(rank_dir / "trace.rank-0.json.gz")!r}, "-q", "--j
     (signal.SIGINT, True, 130, "layerprof: interrupted"),  # a terminal's Ctrl-C: every process
     (signal.SIGTERM, False, 143, "layerprof: terminated"),  # kill PID: layerprof alone
 ])  # fmt: skip
+@pytest.mark.slow
 def test_dask_run_stopped_says_one_line_and_leaves_no_process(
-    rank_dir: Path, signum: int, group: bool, code: int, said: str
+    long_rank_dir: Path, signum: int, group: bool, code: int, said: str
 ) -> None:
     pytest.importorskip("distributed")
-    child = start("analyze", str(rank_dir), "-q", "--executor", "dask")
+    child = start("analyze", str(long_rank_dir), "-q", "--executor", "dask")
     seen = wait_for_workers(child, 2, dask=True)
-    time.sleep(1)  # ranks running on the workers
+    time.sleep(0.3)  # ranks running on the workers
+    assert child.poll() is None, "the run ended before the signal: give it more ranks"
     if group:
         os.killpg(child.pid, signum)
     else:

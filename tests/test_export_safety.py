@@ -161,7 +161,7 @@ def parameter_path(marker: Path) -> Callable[[dict[str, Any]], None]:
 
 
 FLAGS = {
-    "--arch": ["--arch", "tests.cli_models:Net"],
+    "--arch": ["--arch", "tests.support.cli_models:Net"],
     "--trust-pickle": ["--trust-pickle"],
     "--input": ["--input", "8x4", "--input", "20"],
 }

@@ -18,7 +18,7 @@ import layerprof
 from layerprof.capture.flops.counter import FlopCount, FlopCounter, count_backward, count_flops
 from layerprof.capture.step import backward_state, backward_step
 from layerprof.notes import Note
-from tests.flop_models import (
+from tests.support.flop_models import (
     Analytic,
     MhaNet,
     ResNetStage,

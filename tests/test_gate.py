@@ -5,8 +5,8 @@ run per side cannot tell a change from drift: it prints no p-value and gates
 only above the drift allowance. Several processes per side (``run --repeat``)
 or interleaved rounds (``diff --run``) carry the spread between runs, and the
 gate at 5 % rests on it. Exact statistics use synthetic profiles of real
-module trees (``tests.test_diff.synth``); real models are timed in-process
-round by round, and one test drives the command line end to end.
+module trees (``tests.support.diff_subjects.synth``); a module tree is recorded round by round on a
+fake clock, and one slow test drives the command line end to end.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import json
 import math
 import subprocess
 import sys
-import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -25,14 +24,15 @@ import torch
 from rich.console import Console
 from torch import nn
 
-import layerprof
+from layerprof import Recorder
 from layerprof.analysis.diff import ALPHA, DRIFT_ALLOWANCE_PCT, Diff, diff
+from layerprof.capture.clocks import FakeClock
 from layerprof.processes import gather, rest_ratios
 from layerprof.profile import Profile
 from layerprof.render.console.diff import print_diff
 from layerprof.render.markdown import diff_to_markdown
 from layerprof.stats import paired_t_test, t_quantile, t_two_sided_p, welch_t_test
-from tests.test_diff import Sleep, infos, mlp, synth, true_means
+from tests.support.diff_subjects import infos, mlp, synth, true_means
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -320,40 +320,58 @@ def test_t_tests_match_reference_values() -> None:
     assert w.p_value == pytest.approx(ref.pvalue, rel=1e-9)
 
 
-# ---- real models, timed round by round ----------------------------------------------------
+# ---- a module tree recorded round by round, on a fake clock ------------------------------
 
 
-def build(us: int) -> nn.Module:
-    """Layer ``2`` waits ``us`` µs: a slowdown of a known size that a loaded machine
-    cannot shrink (a sleep lasts at least as long as asked; see tests.test_diff.Sleep)."""
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(64, 64), nn.ReLU(), Sleep(us), nn.Linear(64, 64))
+class Takes(nn.Module):
+    """A leaf that takes ``ns`` on the fake clock, times the round's machine speed and a
+    per-call jitter of its own (log-normal, 5 %): exact inputs to the whole chain."""
+
+    def __init__(self, clock: FakeClock, ns: int, speed: float, rng: np.random.Generator) -> None:
+        super().__init__()
+        self.clock, self.ns, self.speed, self.rng = clock, ns, speed, rng
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.clock.advance(round(self.ns * self.speed * self.rng.lognormal(0.0, 0.05)))
+        return x
 
 
-def real_rounds(us_base: int, us_new: int, n_rounds: int = 8) -> Diff:
-    """Both models profiled by layerprof itself, alternating in rounds."""
-    x = torch.randn(16, 64)
+def recorded(middle_ns: int, speed: float, rng: np.random.Generator) -> Profile:
+    """9 forwards of a 3-layer tree recorded by the Recorder on a fake clock."""
+    clock = FakeClock()
+    model = nn.Sequential(*(Takes(clock, ns, speed, rng) for ns in (200_000, middle_ns, 300_000)))
+    with Recorder(model, clock=clock) as rec:
+        for _ in range(9):
+            model(torch.zeros(1))
+    return rec.profile()
+
+
+def clocked_rounds(base_ns: int, new_ns: int, n_rounds: int = 8, seed: int = 0) -> Diff:
+    """Both sides recorded in alternating rounds; each round the machine runs at its own
+    speed (up to +-30 %, shared by the round's two processes), as ``diff --run`` sees it."""
+    rng = np.random.default_rng(seed)
     base, new = [], []
-    for r in range(n_rounds):
-        order = ((build(us_base), base), (build(us_new), new))
-        for model, out in order if r % 2 == 0 else order[::-1]:
-            out.append(layerprof.profile(model, x, warmup=1, iters=9, peak="1T"))
+    for _round in range(n_rounds):
+        speed = 1 + 0.3 * rng.uniform(-1, 1)
+        base.append(recorded(base_ns, speed * (1 + 0.02 * rng.standard_normal()), rng))
+        new.append(recorded(new_ns, speed * (1 + 0.02 * rng.standard_normal()), rng))
     keys = list(range(n_rounds))
     return diff(
-        gather(base, rounds=keys, session="real", side="base"),
-        gather(new, rounds=keys, session="real", side="new"),
+        gather(base, rounds=keys, session="clock", side="base"),
+        gather(new, rounds=keys, session="clock", side="new"),
     )
 
 
-def test_real_identical_models_pass_and_a_slowed_layer_fails() -> None:
-    for _attempt in range(2):  # a stalled machine may hide the slowdown; measure again then
-        slowed = real_rounds(1_000, 3_000)
-        if slowed.gate(5.0, "layers").failed:
-            break
-    row = next(r for r in slowed.layers if r.path == "2")
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_recorded_identical_trees_pass_and_a_slowed_layer_fails(seed: int) -> None:
+    """The Recorder -> gather -> diff -> gate chain on exact times (a real-timed version
+    of this measures its power on a real machine: benchmarks/gate_false_alarms.py)."""
+    slowed = clocked_rounds(1_000_000, 1_300_000, seed=seed)
+    row = next(r for r in slowed.layers if r.path == "1")
     assert slowed.gate(5.0, "layers").failed, row.change
     assert row.change.basis == "rounds" and row.status == "slower"
-    same = real_rounds(1_000, 1_000)
+    assert row.change.delta_pct == pytest.approx(30, abs=3)
+    same = clocked_rounds(1_000_000, 1_000_000, seed=seed)
     assert same.evidence == "rounds"
     assert not same.gate(5.0).failed, same.gate(5.0).reasons
 
@@ -361,20 +379,21 @@ def test_real_identical_models_pass_and_a_slowed_layer_fails() -> None:
 # ---- the command line, end to end -----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_cli_interleaved_and_repeated_runs(tmp_path: Path) -> None:
     """diff --run spawns alternating 'layerprof run' processes; run --repeat keeps each
     process's medians. Few, tiny processes: this checks the plumbing, not the statistics."""
-    spec = "--arch tests.cli_models:Net --input 2x4 --warmup 1 --iters 5"
-    started = time.monotonic()
+    spec = "--arch tests.support.cli_models:Net --input 2x4 --warmup 1 --iters 5"
     out = subprocess.run(
         [sys.executable, "-m", "layerprof", "diff", "--run", spec, f"run {spec}",
          "--rounds", "2", "--fail-above", "5%", "-q", "--json", str(tmp_path / "d.json")],
         cwd=ROOT, capture_output=True, text=True, check=False,
     )  # fmt: skip
-    assert out.returncode == 0, out.stderr
+    # Real processes on a machine that may be loaded: the verdict is the statistics'
+    # (tested exactly above), so either one is accepted, as long as it is consistent.
     assert out.stdout == ""
     verdict = out.stderr.strip().splitlines()[-1]
-    assert verdict.startswith("layerprof: pass"), out.stderr
+    assert (out.returncode, verdict.split()[1]) in ((0, "pass:"), (1, "FAIL:")), out.stderr
     doc = json.loads((tmp_path / "d.json").read_text())
     assert doc["evidence"]["kind"] == "rounds" and doc["evidence"]["runs_base"] == 2
     assert doc["latency"]["basis"] == "rounds"
@@ -392,14 +411,14 @@ def test_cli_interleaved_and_repeated_runs(tmp_path: Path) -> None:
          str(tmp_path / "p.json"), "--fail-above", "5%", "-q"],
         cwd=ROOT, capture_output=True, text=True, check=False,
     )  # fmt: skip
+    # the same file on both sides: identical numbers pass whatever the load
     # both sides carry 2 processes (not interleaved): judged between runs, no caveat
     assert single.returncode == 0 and "pass" in single.stderr
     assert "one run per side" not in single.stderr
     bad = subprocess.run(
         [sys.executable, "-m", "layerprof", "diff", "--run", spec,
-         "--arch tests.cli_models:Nope --input 2x4", "--rounds", "2", "-q"],
+         "--arch tests.support.cli_models:Nope --input 2x4", "--rounds", "2", "-q"],
         cwd=ROOT, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert "the new run of round 1 failed" in bad.stderr
-    assert time.monotonic() - started > 0  # (timing is not asserted)

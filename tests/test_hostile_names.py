@@ -31,7 +31,7 @@ from layerprof.notes import Note
 from layerprof.render.stacks import folded_lines
 from layerprof.render.table import profile_to_csv
 from layerprof.render.terminal import CUT_MARK, MAX_SHOWN, escape_controls
-from tests.hostile_models import newline_names
+from tests.support.hostile_models import newline_names
 
 ROOT = Path(__file__).resolve().parents[1]
 FORGED = "layerprof: all ranks OK"
@@ -160,7 +160,7 @@ def test_run_prints_module_names_escaped(
 ) -> None:
     """The live run: tree, roofline, findings; CR and a bidi override too."""
     monkeypatch.chdir(ROOT)
-    code = main(["run", "--arch", "tests.hostile_models:newline_names", "--input", "2x4",
+    code = main(["run", "--arch", "tests.support.hostile_models:newline_names", "--input", "2x4",
                  "--warmup", "1", "--iters", "3"])  # fmt: skip
     out, err = capsys.readouterr()
     assert code == 0, err
@@ -213,7 +213,7 @@ def test_run_ops_trace_with_a_quote_in_a_module_path(
     """torch writes ``"name": "blocks.say "hi"",``: read tolerantly, written valid."""
     monkeypatch.chdir(ROOT)
     trace, board = tmp_path / "t.json", tmp_path / "tb"
-    code = main(["run", "--arch", "tests.hostile_models:quoted", "--input", "2x4", "--ops",
+    code = main(["run", "--arch", "tests.support.hostile_models:quoted", "--input", "2x4", "--ops",
                  "--warmup", "1", "--iters", "2", "--trace", str(trace), "--tensorboard",
                  str(board), "-q"])  # fmt: skip
     _, err = capsys.readouterr()
@@ -324,6 +324,8 @@ def test_a_message_the_model_raises_is_shown_escaped(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(ROOT)
-    code = main(["run", "--arch", "tests.hostile_models:exits_with_escape", "--input", "2x4"])
+    code = main(
+        ["run", "--arch", "tests.support.hostile_models:exits_with_escape", "--input", "2x4"]
+    )
     _, err = capsys.readouterr()
     assert code == 2 and "bye\\x1b[2J\\u202e" in err and "\x1b" not in err, err

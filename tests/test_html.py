@@ -25,7 +25,7 @@ from layerprof.render.html import sections as registry
 from layerprof.render.html.charts import BarSeries, bars
 from layerprof.render.html.profile_sections import phase_ops
 from layerprof.render.html.subject import Subject
-from tests.html_subjects import (
+from tests.support.html_subjects import (
     assert_times,
     chart_data,
     cpu_run,
@@ -39,7 +39,7 @@ from tests.html_subjects import (
     tables,
     trace_dir,
 )
-from tests.readback import assert_percent, assert_shows, read_shapes
+from tests.support.readback import assert_percent, assert_shows, read_shapes
 
 RELEASE = Path(__file__).parent / "data" / "release-0.1.0"
 

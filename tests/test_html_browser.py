@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from layerprof.render.html import write_html
-from tests.html_subjects import cpu_run, hooks_profile, hostile_profile, slow_diff
+from tests.support.html_subjects import cpu_run, hooks_profile, hostile_profile, slow_diff
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"

@@ -14,9 +14,8 @@ import pytest
 
 from layerprof import sinks
 from layerprof.render.html import render_html
-from tests.html_subjects import chart_data, section_ids
-from tests.test_roofline import flop_profile
-from tests.test_sweep import synthetic
+from tests.support.html_subjects import chart_data, section_ids
+from tests.support.profiles import flop_profile, synthetic
 
 JS_HARNESS = Path(__file__).parent / "data" / "html_script_harness.js"
 

@@ -28,8 +28,8 @@ from layerprof.errors import OutputError
 from layerprof.records import Meta, Overhead
 from layerprof.render.html import json_for_script, render_html, write_html
 from layerprof.render.terminal import escape_controls
-from tests import zoo_models as zoo
-from tests.html_subjects import (
+from tests.support import zoo_models as zoo
+from tests.support.html_subjects import (
     EVIL,
     HOSTILE_NAMES,
     chart_data,

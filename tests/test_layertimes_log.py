@@ -16,7 +16,7 @@ from layerprof.capture.clocks import FakeClock
 from layerprof.capture.recording import recorder as recorder_module
 from layerprof.capture.recording.layertimes import EXIT, RAISED, SKIP, complete_prefix, parse_events
 from layerprof.errors import UsageError
-from tests import zoo_models as zoo
+from tests.support import zoo_models as zoo
 
 
 @st.composite

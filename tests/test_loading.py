@@ -18,9 +18,9 @@ from layerprof.errors import ModelLoadError
 from layerprof.load.model import LoadedModel, load_model
 from layerprof.load.specs import import_callable
 from layerprof.load.weights import CHECKPOINT_KEYS
-from tests.loading_models import TinyNet, WideNet
+from tests.support.loading_models import TinyNet, WideNet
 
-ARCH = "tests.loading_models:TinyNet"
+ARCH = "tests.support.loading_models:TinyNet"
 
 
 @pytest.fixture
@@ -61,21 +61,23 @@ def test_arch_alone_builds_random_weights() -> None:
     assert isinstance(loaded, LoadedModel)
     assert isinstance(loaded.module, TinyNet)
     assert (loaded.kind, loaded.name) == ("eager", "TinyNet")
-    assert loaded.source == "tests.loading_models:TinyNet (random weights)"
+    assert loaded.source == "tests.support.loading_models:TinyNet (random weights)"
     assert loaded.program is None
 
 
 def test_arch_factory_gets_kwargs() -> None:
-    loaded = load_model(None, arch="tests.loading_models:make_net", arch_kwargs={"hidden": 5})
+    loaded = load_model(
+        None, arch="tests.support.loading_models:make_net", arch_kwargs={"hidden": 5}
+    )
     assert loaded.module.fc1.out_features == 5
 
 
 def test_arch_without_colon_splits_at_last_dot() -> None:
-    assert import_callable("tests.loading_models.TinyNet") is TinyNet
+    assert import_callable("tests.support.loading_models.TinyNet") is TinyNet
 
 
 def test_arch_dotted_attribute() -> None:
-    assert import_callable("tests.loading_models:TinyNet.forward") is TinyNet.forward
+    assert import_callable("tests.support.loading_models:TinyNet.forward") is TinyNet.forward
 
 
 def test_arch_module_not_importable() -> None:
@@ -107,31 +109,31 @@ def test_arch_module_raises_on_import(tmp_path: Path, isolated_path: None) -> No
 
 
 def test_arch_no_such_attribute() -> None:
-    err = load_error(None, arch="tests.loading_models:Nope")
+    err = load_error(None, arch="tests.support.loading_models:Nope")
     assert (
         str(err)
-        == "--arch tests.loading_models:Nope: module 'tests.loading_models' has no attribute 'Nope'"
+        == "--arch tests.support.loading_models:Nope: module 'tests.support.loading_models' has no attribute 'Nope'"
     )
     assert err.hint is not None and "TinyNet" in err.hint
 
 
 def test_arch_not_callable() -> None:
-    err = load_error(None, arch="tests.loading_models:NOT_CALLABLE")
+    err = load_error(None, arch="tests.support.loading_models:NOT_CALLABLE")
     assert "'NOT_CALLABLE' is a int, not a class or function" in str(err)
 
 
 def test_arch_returns_non_module() -> None:
-    err = load_error(None, arch="tests.loading_models:not_a_module")
+    err = load_error(None, arch="tests.support.loading_models:not_a_module")
     assert (
         str(err)
-        == "--arch tests.loading_models:not_a_module returned a dict, not a torch.nn.Module"
+        == "--arch tests.support.loading_models:not_a_module returned a dict, not a torch.nn.Module"
     )
 
 
 def test_arch_constructor_raises() -> None:
-    err = load_error(None, arch="tests.loading_models:Exploding")
+    err = load_error(None, arch="tests.support.loading_models:Exploding")
     assert str(err) == (
-        "--arch tests.loading_models:Exploding: calling it raised ValueError: "
+        "--arch tests.support.loading_models:Exploding: calling it raised ValueError: "
         "depth must be positive"
     )
     assert isinstance(err.__cause__, ValueError)
@@ -220,12 +222,12 @@ def test_compile_prefix_stripped(tmp_path: Path, net: TinyNet) -> None:
 
 
 def test_module_prefix_kept_when_model_has_it(tmp_path: Path) -> None:
-    from tests.loading_models import HasModuleChild
+    from tests.support.loading_models import HasModuleChild
 
     model = HasModuleChild()
     path = tmp_path / "child.pt"
     torch.save(model.state_dict(), path)
-    loaded = load_model(path, arch="tests.loading_models:HasModuleChild")
+    loaded = load_model(path, arch="tests.support.loading_models:HasModuleChild")
     assert same_weights(loaded.module, model)
     assert loaded.notes == ()
 
@@ -367,7 +369,7 @@ def test_pickled_module_refused_by_default(tmp_path: Path, net: TinyNet) -> None
     torch.save(net, path)
     err = load_error(path)
     assert str(err) == (
-        f"{path} was refused: it is not plain weights (it contains tests.loading_models.TinyNet),"
+        f"{path} was refused: it is not plain weights (it contains tests.support.loading_models.TinyNet),"
         " and loading it means unpickling, which runs code named by the file"
     )
     assert err.hint is not None and "--trust-pickle" in err.hint

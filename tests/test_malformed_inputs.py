@@ -15,7 +15,7 @@ from layerprof.errors import InputSpecError, ModelLoadError, UsageError
 from layerprof.load import limits
 from layerprof.load.inputs import build_inputs
 from layerprof.load.modulegraph import check_acyclic, find_cycle
-from tests.hostile_models import Looping, Tied
+from tests.support.hostile_models import Looping, Tied
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["--warmup", "1", "--iters", "2"]
@@ -49,10 +49,10 @@ def test_arch_factory_raising_base_exceptions(
 ) -> None:
     out = tmp_path / "p.json"
     line = one_line(
-        capsys, "run", "--arch", f"tests.hostile_models:{factory}", "--input", "2x4", *FAST,
+        capsys, "run", "--arch", f"tests.support.hostile_models:{factory}", "--input", "2x4", *FAST,
         "--json", str(out),
     )  # fmt: skip
-    assert f"--arch tests.hostile_models:{factory}: calling it {needle}" in line
+    assert f"--arch tests.support.hostile_models:{factory}: calling it {needle}" in line
     assert not out.exists()
 
 
@@ -64,7 +64,7 @@ def test_arch_module_exiting_on_import(capsys: pytest.CaptureFixture[str], tmp_p
 
 
 def test_model_exiting_in_forward(capsys: pytest.CaptureFixture[str]) -> None:
-    line = one_line(capsys, "run", "--arch", "tests.hostile_models:ExitsInForward",
+    line = one_line(capsys, "run", "--arch", "tests.support.hostile_models:ExitsInForward",
                     "--input", "2x4", *FAST)  # fmt: skip
     assert line == "layerprof: error: the model's code raised SystemExit: 0"
 
@@ -85,7 +85,7 @@ def test_ctrl_c_in_factory_is_still_an_interrupt(monkeypatch: pytest.MonkeyPatch
 
 @pytest.mark.parametrize("threads", ["100000", str(limits.max_threads() + 1)])
 def test_absurd_thread_count_refused(capsys: pytest.CaptureFixture[str], threads: str) -> None:
-    line = one_line(capsys, "run", "--arch", "tests.cli_models:Net", "--input", "2x4",
+    line = one_line(capsys, "run", "--arch", "tests.support.cli_models:Net", "--input", "2x4",
                     "--threads", threads)  # fmt: skip
     assert f"--threads: {threads} threads is more than 4 per CPU" in line
 
@@ -107,7 +107,7 @@ def test_thread_limit_is_what_torch_survives() -> None:
 
 @pytest.mark.parametrize("seed", [str(2**64), str(-(2**63) - 1), "1" * 40])
 def test_huge_seed_refused(capsys: pytest.CaptureFixture[str], seed: str) -> None:
-    line = one_line(capsys, "run", "--arch", "tests.cli_models:Net", "--input", "2x4",
+    line = one_line(capsys, "run", "--arch", "tests.support.cli_models:Net", "--input", "2x4",
                     "--seed", seed)  # fmt: skip
     assert f"--seed: seed {seed} is outside" in line
 
@@ -123,7 +123,7 @@ def test_input_that_cannot_fit_refused_before_allocating(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(machine, "available_memory", lambda: 8 * 2**30)
-    line = one_line(capsys, "run", "--arch", "tests.cli_models:Net", "--input",
+    line = one_line(capsys, "run", "--arch", "tests.support.cli_models:Net", "--input",
                     "100000x100000", *FAST)  # fmt: skip
     assert (
         "bad input spec '100000x100000': 10,000,000,000 elements of float32 need 74.5 GiB"
@@ -139,7 +139,7 @@ def test_inputs_add_up(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_absurd_input_refused_with_real_memory(capsys: pytest.CaptureFixture[str]) -> None:
-    line = one_line(capsys, "run", "--arch", "tests.cli_models:Net", "--input",
+    line = one_line(capsys, "run", "--arch", "tests.support.cli_models:Net", "--input",
                     "10000000x10000000x4", *FAST)  # fmt: skip
     assert "of memory available" in line
 
@@ -190,7 +190,7 @@ def _sparse(tmp_path: Path, *, broken: bool = False) -> Path:
 def test_sparse_input_supported(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     built = build_inputs([f"@{_sparse(tmp_path)}"])
     assert built.args[0].layout == torch.sparse_coo
-    code = main(["run", "--arch", "tests.cli_models:Net", "--input", f"@{_sparse(tmp_path)}",
+    code = main(["run", "--arch", "tests.support.cli_models:Net", "--input", f"@{_sparse(tmp_path)}",
                  *FAST, "--quiet"])  # fmt: skip
     assert code == 0, capsys.readouterr().err
 
@@ -199,13 +199,15 @@ def test_sparse_input_breaking_invariants_refused(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     path = _sparse(tmp_path, broken=True)
-    line = one_line(capsys, "run", "--arch", "tests.cli_models:Net", "--input", f"@{path}")
+    line = one_line(capsys, "run", "--arch", "tests.support.cli_models:Net", "--input", f"@{path}")
     assert f"{path} holds a sparse tensor that breaks its invariants" in line
 
 
 def test_module_tree_with_a_loop(capsys: pytest.CaptureFixture[str]) -> None:
     assert find_cycle(Looping()) == ("encoder.1.owner", "")
-    line = one_line(capsys, "run", "--arch", "tests.hostile_models:Looping", "--input", "2x4")
+    line = one_line(
+        capsys, "run", "--arch", "tests.support.hostile_models:Looping", "--input", "2x4"
+    )
     assert "the module tree has a loop: encoder.1.owner is the model itself (Looping)" in line
 
 

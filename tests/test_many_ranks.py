@@ -33,7 +33,7 @@ from layerprof.trace.executors import (
     parse_executor,
 )
 from layerprof.trace.remote import TraceInput, list_inputs
-from tests.rank_traces import KillAlways, KillOnce, cpu_trace, simulate_ranks
+from tests.support.rank_traces import KillAlways, KillOnce, cpu_trace, simulate_ranks
 
 RANKS = 8
 DASK_SECONDS = 300  # a LocalCluster of two workers starts in seconds; never wait forever
@@ -90,6 +90,7 @@ def test_processes_give_the_same_run_as_serial(rank_dir: Path, serial_doc: Any) 
     assert codec.to_dict(run, samples=True) == serial_doc
 
 
+@pytest.mark.slow
 def test_dask_local_cluster_gives_the_same_run(rank_dir: Path, serial_doc: Any) -> None:
     with bounded(DASK_SECONDS):
         run = analyze(rank_dir, executor=DaskExecutor(workers=2))
@@ -124,6 +125,7 @@ def test_partial_merges_the_others_and_names_the_dead_rank(rank_dir: Path) -> No
     assert codec.from_dict(doc).failed == run.failed
 
 
+@pytest.mark.slow
 def test_dask_worker_that_always_dies_names_its_rank(rank_dir: Path) -> None:
     import dask
     import distributed  # noqa: F401  (its config defaults first: set() drops new keys on exit)
@@ -141,6 +143,7 @@ def test_dask_worker_that_always_dies_names_its_rank(rank_dir: Path) -> None:
     assert "trace.rank-2.json.gz: the Dask workers running it died" in str(exc.value)
 
 
+@pytest.mark.slow
 def test_dask_worker_killed_mid_run_is_retried(
     rank_dir: Path, serial_doc: Any, tmp_path: Path
 ) -> None:

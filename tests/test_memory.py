@@ -10,7 +10,7 @@ from torch import nn
 
 from layerprof.capture.memory.allocator import peak_memory
 from layerprof.traceformat import LAYER_RANGE
-from tests.fake_allocator import FakeAllocator
+from tests.support.fake_allocator import FakeAllocator
 
 
 class Uses(nn.Module):

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tests.html_subjects import cpu_run, hooks_profile, hostile_profile, slow_diff, tables
+from tests.support.html_subjects import cpu_run, hooks_profile, hostile_profile, slow_diff, tables
 
 
 @pytest.mark.parametrize(

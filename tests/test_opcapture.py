@@ -23,7 +23,7 @@ from layerprof.render.console.ops import render_ops
 from layerprof.trace.kineto import tables_from_documents
 from layerprof.trace.reduce import reduce
 from layerprof.traceformat import STEP_PREFIX
-from tests import zoo_models as zoo
+from tests.support import zoo_models as zoo
 
 
 def capture(model: nn.Module, *args: Any, iters: int = 2, **kw: Any) -> Profile:

@@ -21,8 +21,8 @@ from layerprof.cli import main
 from layerprof.profile import Profile
 from layerprof.records import LayerInfo, LayerSamples, Meta, Overhead
 from layerprof.render.console.profile import header_lines
-from tests.real_models import MHA, ListEncoder
-from tests.timing_models import SlowFirst
+from tests.support.real_models import MHA, ListEncoder
+from tests.support.timing_models import SlowFirst
 
 
 def fused_ops(model: nn.Module, x: torch.Tensor) -> set[str]:
@@ -225,7 +225,7 @@ def test_contended_clean_pass_live(tmp_path: Path) -> None:
     assert [f for f in diagnose(prof) if "unreliable" in f.title]
     out = tmp_path / "p.json"
     code = main([
-        "run", "--arch", "tests.timing_models:SlowFirst", "--arch-kwargs",
+        "run", "--arch", "tests.support.timing_models:SlowFirst", "--arch-kwargs",
         json.dumps({"slow_calls": 1 + warmup + iters, "sleep_ms": sleep_ms}), "--input", "2x16",
         "--warmup", str(warmup), "--iters", str(iters), "--json", str(out), "--quiet",
     ])  # fmt: skip

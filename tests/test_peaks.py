@@ -238,7 +238,7 @@ def test_cli_peak_reaches_the_saved_profile(
 ) -> None:
     from layerprof.cli import main
 
-    monkeypatch.chdir(Path(__file__).parent)
+    monkeypatch.chdir(Path(__file__).parent / "support")
     out = tmp_path / "p.json"
     argv = ["run", "--arch", "cli_models:Net", "--input", "2x4", "--iters", "2", "--warmup", "0",
             "--peak", "1T,100G", "--json", str(out), "--quiet"]  # fmt: skip

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.test_trace_distributed import rank_doc
+from tests.support.kineto_docs import rank_doc
 
 CAP = 4 << 30
 SECONDS = 120

@@ -12,8 +12,8 @@ from layerprof.capture.recording.recorder import Recorder
 from layerprof.records import Meta
 from layerprof.render.console.ranks import print_layers_across_ranks
 from layerprof.trace.ranks import merge_profiles
-from tests import zoo_models as zoo
-from tests.golden_files import check_golden
+from tests.support import zoo_models as zoo
+from tests.support.golden_files import check_golden
 
 
 def profile(scale: int, rank: int):

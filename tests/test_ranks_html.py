@@ -10,7 +10,7 @@ from layerprof.render.html import render_html
 from layerprof.render.html.ranks import RANK_COLUMNS
 from layerprof.sections import LayerAcrossRanks
 from layerprof.units import fmt_share
-from tests.html_subjects import assert_times, cpu_run, one_rank_run, section_ids, tables
+from tests.support.html_subjects import assert_times, cpu_run, one_rank_run, section_ids, tables
 
 
 def test_two_ranks_layer_table() -> None:

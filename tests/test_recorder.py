@@ -14,7 +14,7 @@ from layerprof import Recorder
 from layerprof.capture.clocks import FakeClock
 from layerprof.capture.recording.layertimes import Correction, build_samples
 from layerprof.records import LayerCall, Meta
-from tests import zoo_models as zoo
+from tests.support import zoo_models as zoo
 
 
 def record(model: nn.Module, clock: FakeClock, *inputs: object, iters: int = 2, **kw: object):

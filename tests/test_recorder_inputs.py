@@ -14,7 +14,7 @@ from layerprof import Recorder
 from layerprof.capture.clocks import FakeClock
 from layerprof.profile import Profile
 from layerprof.render.console.profile import print_profile
-from tests import zoo_models as zoo
+from tests.support import zoo_models as zoo
 
 
 def record_batches(*sizes: int) -> tuple[Recorder, Profile]:

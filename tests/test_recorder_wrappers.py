@@ -19,7 +19,7 @@ from layerprof.capture.clocks import FakeClock
 from layerprof.capture.compilewatch import CompileWatch
 from layerprof.capture.modules import ForwardWrapper
 from layerprof.capture.recording.shapestore import ShapeCapture
-from tests import zoo_models as zoo
+from tests.support import zoo_models as zoo
 
 _ENTRY_POINTS = ("forward", "_compiled_call_impl")
 

@@ -18,8 +18,8 @@ from layerprof.cli import main
 from layerprof.errors import TraceError, UsageError
 from layerprof.trace import analyze
 from layerprof.trace.remote import list_inputs, redact, scrub, wildcard
-from tests.http_servers import endless, serving, silent, stalling
-from tests.rank_traces import cpu_trace, simulate_ranks
+from tests.support.http_servers import endless, serving, silent, stalling
+from tests.support.rank_traces import cpu_trace, simulate_ranks
 
 
 @pytest.fixture(scope="module")

@@ -12,48 +12,12 @@ from rich.console import Console
 from layerprof.analysis.diagnose import checks, diagnose
 from layerprof.analysis.roofline import coverage_findings, roofline, roofline_findings
 from layerprof.profile import Profile
-from layerprof.records import LayerInfo, LayerSamples, Meta
+from layerprof.records import LayerSamples
 from layerprof.render.console.flops import flops_cell, print_roofline
 from layerprof.render.console.profile import print_profile
-from layerprof.sections.flops import FlopSummary, LayerFlops, Peak, UncountedOp
-from tests.golden_files import check_golden
-
-MS = 1_000_000
-PEAK = Peak(100e9, 10e9, "given", "--peak")  # ridge 10 FLOP/B
-
-
-def _layer(path: str, type_: str, flops: int, detail: LayerFlops) -> LayerInfo:
-    parent = None if path == "" else ""
-    return LayerInfo(path, type_, parent, flops=flops, flop_detail=detail)
-
-
-def flop_profile(peak: Peak | None = PEAK) -> Profile:
-    """fc: 100 MFLOP in 10 ms moving 1 MB (intensity 100, compute-bound, 10% of peak);
-    act: 1 MFLOP elementwise in 1 ms moving 8 MB (intensity 0.125, memory-bound, 80% of
-    what that intensity allows); spectrum: half its op time uncounted; emb: a lookup."""
-    layers = (
-        _layer("", "Net", 101_000_000, LayerFlops(elementwise=1_000_000, bytes=10_000_000,
-                                                  counted_ns=12 * MS, uncounted_ns=2 * MS)),
-        _layer("emb", "Embedding", 0, LayerFlops(bytes=1_000_000, counted_ns=MS,
-                                                 label="lookup")),
-        _layer("fc", "Linear", 100_000_000, LayerFlops(bytes=1_000_000, counted_ns=10 * MS)),
-        _layer("act", "ReLU", 1_000_000, LayerFlops(elementwise=1_000_000, bytes=8_000_000,
-                                                    counted_ns=MS, label="elementwise")),
-        _layer("spectrum", "Spectrum", 0, LayerFlops(bytes=1_000_000, counted_ns=0,
-                                                     uncounted_ns=2 * MS,
-                                                     uncounted="aten._fft_r2c: no formula")),
-    )  # fmt: skip
-    times = {"emb": 1 * MS, "fc": 10 * MS, "act": 1 * MS, "spectrum": 2 * MS}
-    samples = {p: LayerSamples([t] * 3, [t] * 3, 1.0) for p, t in times.items()}
-    samples[""] = LayerSamples([14 * MS] * 3, [0] * 3, 1.0)
-    summary = FlopSummary(
-        forward=101_000_000, elementwise=1_000_000, counted_ns=12 * MS, uncounted_ns=2 * MS,
-        uncounted_ops=(UncountedOp("aten._fft_r2c", 2 * MS, 1, "no formula"),), peak=peak,
-    )  # fmt: skip
-    meta = Meta(model="Net", torch="2.x", inputs=("8x64",), iters=3, created="fixed")
-    return Profile(
-        meta=meta, layers=layers, samples=samples, latency_ns=[14 * MS] * 3, flops=summary
-    )
+from layerprof.sections.flops import Peak
+from tests.support.golden_files import check_golden
+from tests.support.profiles import MS, flop_profile
 
 
 def test_points_rates_intensity_and_bounds() -> None:

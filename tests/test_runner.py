@@ -12,7 +12,7 @@ from layerprof.capture.recording.recorder import calibrate
 from layerprof.capture.runner import profile_model
 from layerprof.errors import ModelRunError
 from layerprof.profile import Profile
-from tests import zoo_models as zoo
+from tests.support import zoo_models as zoo
 
 
 def small_mlp() -> nn.Module:
@@ -159,7 +159,7 @@ def test_cuda_device_times() -> None:
 )
 def test_malformed_profile_is_a_format_error(tmp_path, patch: dict) -> None:
     from layerprof.errors import ProfileFormatError
-    from tests.test_console import fake_profile
+    from tests.support.profiles import fake_profile
 
     data = {**fake_profile().to_dict(), **patch}
     with pytest.raises(

@@ -28,7 +28,7 @@ from layerprof.records import LayerInfo, LayerSamples, Meta, OpStat
 from layerprof.trace.events import EventTables
 from layerprof.trace.kineto import tables_from_documents
 from layerprof.traceformat import LAYER_RANGE
-from tests.real_models import ListEncoder, ResNetish, TinyGPT
+from tests.support.real_models import ListEncoder, ResNetish, TinyGPT
 
 Rows = tuple[tuple[LayerInfo, ...], dict[str, LayerSamples], tuple[OpStat, ...]]
 
@@ -436,7 +436,7 @@ def test_embedding_shared_by_encoder_and_decoder(how: str) -> None:
     """T5's shared embedding. Scripted, each path calls its own copy: every row stands.
     Traced, the decoder's graph gets the shared module as an argument: the rows that
     may be it go, with a note, the rest stand."""
-    from tests.real_models import EncoderDecoder
+    from tests.support.real_models import EncoderDecoder
 
     torch.manual_seed(0)
     model, ids = EncoderDecoder().eval(), torch.randint(0, 64, (2, 6))

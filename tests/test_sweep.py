@@ -18,10 +18,9 @@ from layerprof import codec, sinks
 from layerprof.capture.sweep import SweepOptions, is_out_of_memory, run_sweep
 from layerprof.cli import main
 from layerprof.errors import ModelRunError, ProfileFormatError, UsageError
-from layerprof.notes import SAVED, Note
-from layerprof.sections.sweep import Sweep, SweepPoint
-from layerprof.stats import Summary
-from tests.golden_files import check_golden
+from layerprof.sections.sweep import Sweep
+from tests.support.golden_files import check_golden
+from tests.support.profiles import synthetic
 
 FAST = {"warmup": 0, "iters": 2, "memory": False}
 
@@ -202,27 +201,6 @@ def test_is_out_of_memory(exc: BaseException, expected: bool) -> None:
 # ---- codec and console -------------------------------------------------------------------
 
 
-def synthetic() -> Sweep:
-    def lat(ms: float) -> Summary:
-        ns = ms * 1e6
-        return Summary(median=ns, mean=ns, p90=ns * 1.1, p99=ns * 1.2, min=ns, max=ns * 1.3,
-                       std=ns * 0.05, n=20)  # fmt: skip
-
-    points = (
-        SweepPoint(1, "float32", 2, latency=lat(1.0), samples_per_s=1000.0, peak_bytes=1 << 20,
-                   flops=10**9, shares=(("fc1", 0.6), ("fc2", 0.3))),
-        SweepPoint(8, "float32", 2, latency=lat(4.0), samples_per_s=2000.0, peak_bytes=8 << 20,
-                   flops=8 * 10**9, shares=(("fc1", 0.7), ("fc2", 0.25))),
-        SweepPoint(64, "float32", 2, status="out of memory", reason="CUDA out of memory"),
-        SweepPoint(128, "float32", 2, status="skipped", reason="batch 64, float32, 2 threads ran out of memory"),
-    )  # fmt: skip
-    return Sweep(
-        model="Mlp", device="cuda:0", inputs=("8x16",), batch_dim=0, points=points,
-        torch="2.x", host="h", created="fixed", warmup=3, iters=20,
-        notes=(Note(SAVED, "batch 64, float32, 2 threads: out of memory (CUDA out of memory); batches 128 not tried"),),
-    )  # fmt: skip
-
-
 def test_codec_round_trip() -> None:
     data = codec.to_dict(synthetic())
     assert data["schema"] == "layerprof.sweep/1"
@@ -285,7 +263,7 @@ def test_console_columns_only_for_dimensions_that_vary() -> None:
 def test_cli_sweep_writes_json_and_report_rereads_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.chdir(Path(__file__).parent)
+    monkeypatch.chdir(Path(__file__).parent / "support")
     out = tmp_path / "s.json"
     code = main([
         "sweep", "--arch", "cli_models:Net", "--input", "2x4", "--batch", "1,2",
@@ -322,7 +300,7 @@ def test_cli_sweep_bad_arguments(
 def test_cli_sweep_where_nothing_ran_fails(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.chdir(Path(__file__).parent)
+    monkeypatch.chdir(Path(__file__).parent / "support")
     code = main(["sweep", "--arch", "cli_models:Net", "--input", "2x8", "--batch", "1,2",
                  "--iters", "1", "--warmup", "0", "--no-memory"])  # fmt: skip
     assert code == 2

@@ -20,7 +20,7 @@ from layerprof.cli import main
 from layerprof.profile import Profile
 from layerprof.sources import load_ranks
 from layerprof.trace import analyze
-from tests.cli_models import Net
+from tests.support.cli_models import Net
 
 ROOT = Path(__file__).resolve().parents[1]
 USER_PATHS = ["", "fc1", "block2", "block2.0", "block2.1"]
@@ -88,13 +88,14 @@ def test_ddp_in_one_process_profiles_the_users_layers(tmp_path: Path) -> None:
 
 
 @needs_gloo
+@pytest.mark.slow
 def test_torchrun_two_ranks_ddp_training(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-        "-m", "layerprof", "run", "--arch", "tests.cli_models:Net", "--input", "8x4",
+        "-m", "layerprof", "run", "--arch", "tests.support.cli_models:Net", "--input", "8x4",
         "--ops", "--train", "--backward", "--ddp", "--warmup", "1", "--iters", "3",
         "--json", "p.json", "--trace", "t.json.gz", "-q",
     ]  # fmt: skip

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import subprocess
 import sys
 from pathlib import Path
@@ -18,21 +17,9 @@ from layerprof.sections import DeviceMemory
 from layerprof.trace import analyze
 from layerprof.trace import reader as reader_mod
 from layerprof.traceformat import STEP_PREFIX
+from tests.support.kineto_docs import span, write
 
 US = 1000  # ns per µs
-
-
-def span(cat: str, name: str, ts: float, dur: float, tid: Any = 1, **args: Any) -> dict[str, Any]:
-    return {
-        "ph": "X",
-        "cat": cat,
-        "name": name,
-        "pid": 1,
-        "tid": tid,
-        "ts": ts,
-        "dur": dur,
-        "args": args,
-    }
 
 
 def gpu(cat: str, name: str, ts: float, dur: float, corr: int, **args: Any) -> dict[str, Any]:
@@ -94,13 +81,6 @@ def two_steps() -> dict[str, Any]:
     )
     # Top-level keys after traceEvents, like newer Kineto files.
     return {"traceEvents": events, "distributedInfo": {"rank": 3}, "baseTimeNanoseconds": 1}
-
-
-def write(tmp_path: Path, doc: Any, name: str = "t.json") -> Path:
-    path = tmp_path / name
-    raw = orjson.dumps(doc)
-    path.write_bytes(gzip.compress(raw) if name.endswith(".gz") else raw)
-    return path
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tests.real_models import BasicBlock, GPTBlock
+from tests.support.real_models import BasicBlock, GPTBlock
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Models the CLI tests load with --arch tests.cli_models:NAME."""
+"""Models the CLI tests load with --arch tests.support.cli_models:NAME."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ import layerprof
 from layerprof.analysis.diff import Diff, diff
 from layerprof.profile import Profile, Run
 from layerprof.trace import analyze
-from tests.readback import assert_shows
+from tests.support.readback import assert_shows
 
 EVIL = "</script><script>alert(1)</script>"
 HOSTILE_NAMES = (EVIL, "<!--x", "say\"hi'", "bell\x07esc\x1b[31m", "gemm<float, 128>")
@@ -85,38 +85,68 @@ def _inputs() -> torch.Tensor:
     return torch.randn(8, 16)
 
 
-@functools.cache
-def hooks_profile() -> Profile:
+# The measured subjects are saved under tests/data/profiles (scripts/make-test-profiles.py
+# measures them again): rendering tests read what a real run wrote, in no time and the
+# same on every machine. The measure_* functions are what that script runs.
+PROFILES = Path(__file__).resolve().parents[1] / "data" / "profiles"
+
+
+def saved(name: str) -> Profile:
+    return Profile.load(PROFILES / f"{name}.json")
+
+
+def measure_hooks() -> Profile:
     torch.manual_seed(0)
     return layerprof.profile(Net(), _inputs(), warmup=2, iters=12)
 
 
-@functools.cache
-def ops_profile() -> Profile:
+def measure_ops() -> Profile:
     """Ops mode with backward: operators per layer, forward and backward."""
     torch.manual_seed(0)
     return layerprof.profile(Net(), _inputs(), warmup=1, iters=6, ops=True, backward=True)
 
 
-@functools.cache
-def hostile_profile() -> Profile:
+def measure_hostile() -> Profile:
     torch.manual_seed(0)
     x = torch.randn(64, HOSTILE_WIDTH)
     return layerprof.profile(Hostile(), x, warmup=1, iters=4, ops=True)
 
 
-def _sleepy(us: int) -> nn.Module:
+def measure_sleepy(us: int) -> Profile:
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(16, 16), nn.ReLU(), Sleep(us), nn.Linear(16, 16))
+    model = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), Sleep(us), nn.Linear(16, 16))
+    return layerprof.profile(model, torch.randn(4, 16), warmup=1, iters=10)
+
+
+def measure_deep(model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> Profile:
+    """The console-fit subjects: BERT's and ResNet-50's module trees at toy widths."""
+    from layerprof.capture.options import RunOptions
+    from layerprof.capture.runner import run_model
+
+    torch.manual_seed(0)
+    opts = RunOptions(warmup=0, iters=2, model_name=type(model).__name__)
+    return run_model(model, inputs, {}, opts)
+
+
+@functools.cache
+def hooks_profile() -> Profile:
+    return saved("hooks")
+
+
+@functools.cache
+def ops_profile() -> Profile:
+    return saved("ops")
+
+
+@functools.cache
+def hostile_profile() -> Profile:
+    return saved("hostile")
 
 
 @functools.cache
 def slow_diff() -> Diff:
     """Layer ``2`` sleeps 1 ms in base and 4 ms in new."""
-    x = torch.randn(4, 16)
-    base = layerprof.profile(_sleepy(1_000), x, warmup=1, iters=10)
-    new = layerprof.profile(_sleepy(4_000), x, warmup=1, iters=10)
-    return diff(base, new)
+    return diff(saved("sleep-1ms"), saved("sleep-4ms"))
 
 
 @functools.cache

@@ -1,4 +1,4 @@
-"""Small models for the loading tests, importable as ``tests.loading_models:<name>``.
+"""Small models for the loading tests, importable as ``tests.support.loading_models:<name>``.
 
 Each is named for the loading case it covers.
 """

@@ -1,4 +1,4 @@
-"""Models and factories that misbehave, for --arch tests.hostile_models:NAME."""
+"""Models and factories that misbehave, for --arch tests.support.hostile_models:NAME."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Models whose time depends on when they are called, to inject a disagreement between
 the clean and the per-layer pass (what CPU contention does to one of them).
 
-Importable with ``--arch tests.timing_models:SlowFirst`` from the repository root.
+Importable with ``--arch tests.support.timing_models:SlowFirst`` from the repository root.
 """
 
 from __future__ import annotations
