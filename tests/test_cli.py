@@ -12,18 +12,18 @@ import pytest
 import torch
 
 from layerprof.cli import main
-from tests.cli_models import Net
+from tests.support.cli_models import Net
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(autouse=True)
 def _cwd(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(ROOT)  # --arch tests.cli_models:... is imported from the current dir
+    monkeypatch.chdir(ROOT)  # --arch tests.support.cli_models:... is imported from the current dir
 
 
 FAST = ["--warmup", "1", "--iters", "3"]
-NET_RUN = ["run", "--arch", "tests.cli_models:Net", "--input", "2x4", *FAST]
+NET_RUN = ["run", "--arch", "tests.support.cli_models:Net", "--input", "2x4", *FAST]
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -71,7 +71,7 @@ def test_demo_writes_json_csv(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 def test_run_arch_only_with_kwargs(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_cli(
-        capsys, "run", "--arch", "tests.cli_models:Net", "--arch-kwargs", '{"width": 16}',
+        capsys, "run", "--arch", "tests.support.cli_models:Net", "--arch-kwargs", '{"width": 16}',
         "--input", "2x4", *FAST, "--top", "2",
     )  # fmt: skip
     assert code == 0, out
@@ -81,11 +81,11 @@ def test_run_arch_only_with_kwargs(capsys: pytest.CaptureFixture[str]) -> None:
 def test_run_state_dict_and_keyword_inputs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tests.cli_models import TwoInputs
+    from tests.support.cli_models import TwoInputs
 
     torch.save({"model_state_dict": TwoInputs().state_dict()}, tmp_path / "ckpt.pt")
     code, out, err = run_cli(
-        capsys, "run", str(tmp_path / "ckpt.pt"), "--arch", "tests.cli_models:TwoInputs",
+        capsys, "run", str(tmp_path / "ckpt.pt"), "--arch", "tests.support.cli_models:TwoInputs",
         "--input", "ids=4x16:int64[0,100)", "--input", "mask=4x16:bool", *FAST,
     )  # fmt: skip
     assert code == 0, err
@@ -98,7 +98,13 @@ def test_wrong_keys_listed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     del sd["fc1.bias"]
     torch.save(sd, tmp_path / "bad.pth")
     code, _, err = run_cli(
-        capsys, "run", str(tmp_path / "bad.pth"), "--arch", "tests.cli_models:Net", "--input", "2x4"
+        capsys,
+        "run",
+        str(tmp_path / "bad.pth"),
+        "--arch",
+        "tests.support.cli_models:Net",
+        "--input",
+        "2x4",
     )
     assert code == 2
     assert "fc1.bias" in err and "extra.weight" in err and "Traceback" not in err
@@ -110,7 +116,7 @@ def test_bad_input_shape_names_layer(tmp_path: Path, capsys: pytest.CaptureFixtu
         capsys,
         "run",
         "--arch",
-        "tests.cli_models:Net",
+        "tests.support.cli_models:Net",
         "--input",
         "2x5",
         *FAST,
@@ -126,14 +132,25 @@ def test_bad_input_shape_names_layer(tmp_path: Path, capsys: pytest.CaptureFixtu
     ("argv", "needles"),
     [
         (
-            ["run", "missing.pth", "--arch", "tests.cli_models:Net", "--input", "2x4"],
+            ["run", "missing.pth", "--arch", "tests.support.cli_models:Net", "--input", "2x4"],
             ["missing.pth"],
         ),
         (["run", "--arch", "nope.nothing:Net", "--input", "2x4"], ["nope.nothing"]),
-        (["run", "--arch", "tests.cli_models:not_a_module", "--input", "2x4"], ["not_a_module"]),
-        (["run", "--arch", "tests.cli_models:Net", "--input", "2xQ"], ["2xQ"]),
         (
-            ["run", "--arch", "tests.cli_models:Net", "--input", "2x4", "--arch-kwargs", "{bad"],
+            ["run", "--arch", "tests.support.cli_models:not_a_module", "--input", "2x4"],
+            ["not_a_module"],
+        ),
+        (["run", "--arch", "tests.support.cli_models:Net", "--input", "2xQ"], ["2xQ"]),
+        (
+            [
+                "run",
+                "--arch",
+                "tests.support.cli_models:Net",
+                "--input",
+                "2x4",
+                "--arch-kwargs",
+                "{bad",
+            ],
             ["--arch-kwargs"],
         ),
         (["report", "nothing-here.json"], ["nothing-here.json"]),
@@ -150,7 +167,14 @@ def test_bad_input_one_line(
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA error")
 def test_cuda_absent(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run_cli(
-        capsys, "run", "--arch", "tests.cli_models:Net", "--input", "2x4", "--device", "cuda"
+        capsys,
+        "run",
+        "--arch",
+        "tests.support.cli_models:Net",
+        "--input",
+        "2x4",
+        "--device",
+        "cuda",
     )
     assert code == 2
     assert_one_line_error(err, "--device cuda", "CUDA is not available")
@@ -160,7 +184,7 @@ def test_not_a_torch_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     f = tmp_path / "notes.pth"
     f.write_text("hello")
     code, _, err = run_cli(
-        capsys, "run", str(f), "--arch", "tests.cli_models:Net", "--input", "2x4"
+        capsys, "run", str(f), "--arch", "tests.support.cli_models:Net", "--input", "2x4"
     )
     assert code == 2
     assert_one_line_error(err, "notes.pth")
@@ -279,7 +303,7 @@ def test_analyze_diff_report_do_not_import_torch(tmp_path: Path) -> None:
         ]
     }  # fmt: skip
     (tmp_path / "t.json").write_text(json.dumps(trace))
-    from tests.test_console import fake_profile
+    from tests.support.profiles import fake_profile
 
     fake_profile().save(tmp_path / "p.json")
     code = (
@@ -371,7 +395,7 @@ def test_exported_program_runs_on_its_example_inputs(
 def test_a_closed_pipe_ends_quietly(tmp_path: Path, command: str) -> None:
     """`layerprof report p.json | head -1`: no made-up error, the exit of a tool
     stopped by SIGPIPE (rich turns the closed stdout into SystemExit(1))."""
-    from tests.test_console import fake_profile
+    from tests.support.profiles import fake_profile
 
     path = tmp_path / "p.json"
     fake_profile().save(path)
@@ -390,17 +414,20 @@ def test_a_closed_pipe_ends_quietly(tmp_path: Path, command: str) -> None:
 
 
 def test_a_bad_loss_spec_names_the_loss_flag(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main([*NET_RUN, "--backward", "--loss", "tests.cli_models:nope"])
+    code = main([*NET_RUN, "--backward", "--loss", "tests.support.cli_models:nope"])
     err = capsys.readouterr().err
     assert code == 2
-    assert "--loss tests.cli_models:nope: module 'tests.cli_models' has no attribute" in err
-    assert "--arch tests.cli_models:nope" not in err
+    assert (
+        "--loss tests.support.cli_models:nope: module 'tests.support.cli_models' has no attribute"
+        in err
+    )
+    assert "--arch tests.support.cli_models:nope" not in err
 
 
 def test_diff_quiet_prints_only_the_verdict(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tests.test_console import fake_profile
+    from tests.support.profiles import fake_profile
 
     path = tmp_path / "p.json"
     fake_profile().save(path)
@@ -432,17 +459,17 @@ def test_outputs_inside_a_run_string_are_refused(
 ) -> None:
     """An output option in BASE/NEW was written by no one (diff keeps the children's
     profiles), and the run still exited 0."""
-    spec = "--arch tests.cli_models:Net --input 2x4"
+    spec = "--arch tests.support.cli_models:Net --input 2x4"
     code, _, err = run_cli(capsys, "diff", "--run", f"{spec} {option} o", spec, "--rounds", "2")
     assert code == 2
-    assert_one_line_error(err, "diff --run BASE", option.split("=")[0], "every round")
+    assert_one_line_error(err, "diff --run BASE", option.split("=")[0], "decided by diff")
 
 
 def test_quiet_diff_says_nothing_but_the_verdict(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``diff DIR DIR -q`` printed 'comparing rank 0 of 2' twice before the verdict."""
-    from tests.rank_traces import cpu_trace, simulate_ranks
+    from tests.support.rank_traces import cpu_trace, simulate_ranks
 
     one = cpu_trace(tmp_path / "one.json", steps=3)
     simulate_ranks(one, tmp_path / "ranks", 2)

@@ -67,17 +67,20 @@ def check_outputs(
     *,
     suffixes: Sequence[str | None] = (None,),
     stdout_taken: str | None = None,
+    inputs: Sequence[str | None] = (),
 ) -> None:
     """Fail fast on output paths that cannot be written, before any measuring.
 
     ``suffixes`` go into the file names, one copy of each output per suffix
     (the demo's model names); ``stdout_taken`` names what else already prints
-    data on standard output (``diff --format json``).
+    data on standard output (``diff --format json``); ``inputs`` are the files
+    the command reads, which no output may be.
     """
     from layerprof.files import check_writable, ensure_parent
 
     outs = given(args)
     _check_stdout(outs, copies=len(suffixes), stdout_taken=stdout_taken)
+    _check_distinct(outs, suffixes, [i for i in inputs if i])
     for name, path in outs.items():
         if is_stdout(path):
             continue
@@ -86,6 +89,55 @@ def check_outputs(
             continue
         for suffix in suffixes:
             check_writable(with_suffix(path, suffix))
+
+
+def _check_distinct(
+    outs: dict[str, str], suffixes: Sequence[str | None], inputs: Sequence[str]
+) -> None:
+    """No output is one of the command's input files (``diff b.json n.json --json b.json``
+    would replace the baseline), also through a link, nor the file of another output
+    (``--json x --html x``: the second would replace the first)."""
+    seen: dict[tuple[object, ...], str] = {}
+    for name, path in outs.items():
+        if is_stdout(path) or name in DIRECTORY_OUTPUTS:
+            continue
+        flag = f"--{name.replace('_', '-')}"
+        for suffix in suffixes:
+            out = with_suffix(path, suffix)
+            for source in inputs:
+                if _same_file(out, Path(source)):
+                    raise UsageError(
+                        f"{flag} {out} is the input {source}: writing it would replace what is read",
+                        hint="write the output to another file",
+                    )
+            key = _identity(out)
+            if key in seen:
+                raise UsageError(
+                    f"{seen[key]} and {flag} would both write {out}",
+                    hint="give each output a file of its own",
+                )
+            seen[key] = flag
+
+
+def _identity(path: Path) -> tuple[object, ...]:
+    """The file a path names: its inode where it exists (links and hard links included),
+    else its resolved path."""
+    import os
+
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ("path", os.path.realpath(path))
+    return ("inode", st.st_dev, st.st_ino)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    import os
+
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet): compare where they lead
+        return os.path.realpath(a) == os.path.realpath(b)
 
 
 def _check_stdout(outs: dict[str, str], *, copies: int, stdout_taken: str | None) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -29,7 +30,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from layerprof import codec
-from layerprof.errors import LayerprofError
+from layerprof.errors import LayerprofError, UsageError
 from layerprof.notes import Note
 from layerprof.profile import Profile
 from layerprof.sections import Repeats, RunMedians
@@ -40,12 +41,47 @@ CHILD_OPTION = "--child-out"
 Say = Callable[[str], None]
 
 
-class ChildFailed(LayerprofError):
-    """A ``layerprof run`` child process failed (it printed its own error line)."""
+#: How a child starts: ``python -c`` with the current directory taken off ``sys.path``
+#: before anything is imported, so a ``layerprof.py``, ``torch.py`` or ``numpy.py``
+#: beside the user's files runs no code (``python -m`` would put the directory first;
+#: ``-P`` needs Python 3.11). ``--arch`` still imports from the current directory, as
+#: a plain ``run`` does: that is code the user named.
+CHILD_BOOT = (
+    "import sys\n"
+    "if sys.path and sys.path[0] in ('', '.'):\n"
+    "    del sys.path[0]\n"
+    "from layerprof.cli import entry\n"
+    "entry()\n"
+)
+#: A run command line longer than this is refused before any process starts (the
+#: system's limit for one argument is 128 KiB on Linux; no real command line is near).
+MAX_ARGV_CHARS = 65_536
 
-    def __init__(self, what: str, code: int) -> None:
-        super().__init__(f"{what} failed (exit {code}); its error is printed above")
+
+class ChildFailed(LayerprofError):
+    """A ``layerprof run`` child process failed, with what is known of why."""
+
+    def __init__(self, what: str, code: int, *, wrote: bool) -> None:
+        super().__init__(f"{what} {child_outcome(code, wrote=wrote)}")
         self.exit_code = code if code > 0 else 2
+
+
+def child_outcome(code: int, *, wrote: bool) -> str:
+    """What a child's exit code says: a signal by name, a clean exit that wrote nothing,
+    or a failure whose one-line error the child printed itself."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"was killed by {name} and wrote no profile"
+    if code == 0:
+        return "ended (exit 0) without writing its profile" if not wrote else "ended"
+    return f"failed (exit {code}); its error is printed above"
+
+
+class ChildTimedOut(LayerprofError):
+    """A child ran past its time limit (and was killed)."""
 
 
 def medians(profile: Profile, round_: int | None = None) -> RunMedians:
@@ -132,9 +168,15 @@ def repeat(argv: Sequence[str], n: int, *, say: Say | None = None) -> Profile:
 
 
 def interleave(
-    base_argv: Sequence[str], new_argv: Sequence[str], rounds: int, *, say: Say | None = None
+    base_argv: Sequence[str],
+    new_argv: Sequence[str],
+    rounds: int,
+    *,
+    say: Say | None = None,
+    timeout: float | None = None,
 ) -> tuple[Profile, Profile]:
-    """Base and new ``run`` command lines in ``rounds`` alternating rounds, paired by round."""
+    """Base and new ``run`` command lines in ``rounds`` alternating rounds, paired by round;
+    each process may take ``timeout`` seconds (None: no limit)."""
     session = uuid.uuid4().hex[:12]
     sides: dict[Side, list[Profile]] = {"base": [], "new": []}
     argvs: dict[Side, Sequence[str]] = {"base": base_argv, "new": new_argv}
@@ -146,7 +188,7 @@ def interleave(
             for side in order:
                 what = f"the {side} run of round {r + 1}"
                 path = Path(tmp) / f"{side}{r}.json"
-                sides[side].append(_child(argvs[side], path, what))
+                sides[side].append(_child(argvs[side], path, what, timeout))
     keys = list(range(rounds))
     return (
         gather(sides["base"], rounds=keys, session=session, side="base"),
@@ -154,16 +196,43 @@ def interleave(
     )
 
 
-def _child(argv: Sequence[str], out: Path, what: str) -> Profile:
-    """One ``python -m layerprof`` process writing its profile to ``out``."""
+def check_argv(argv: Sequence[str], what: str) -> None:
+    """Refuse a command line the system would refuse (``Argument list too long``)."""
+    size = sum(len(w) + 1 for w in argv)
+    if size > MAX_ARGV_CHARS:
+        raise UsageError(
+            f"{what} is {size} characters long; at most {MAX_ARGV_CHARS} can be passed on",
+            hint="shorten it",
+        )
+
+
+def child_command(argv: Sequence[str], out: Path) -> list[str]:
+    """The child's command line: this Python, the safe-path boot, then ``argv``."""
+    return [sys.executable, "-c", CHILD_BOOT, *argv, CHILD_OPTION, str(out)]
+
+
+def _child(argv: Sequence[str], out: Path, what: str, timeout: float | None = None) -> Profile:
+    """One ``layerprof run`` process writing its profile to ``out``."""
     src = str(Path(__file__).resolve().parents[1])  # this layerprof, in the child too
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
-    command = [sys.executable, "-m", "layerprof", *argv, CHILD_OPTION, str(out)]
-    done = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, check=False)
-    if done.returncode != 0 or not out.exists():
-        raise ChildFailed(what, done.returncode)
+    check_argv(argv, what)
+    try:
+        done = subprocess.run(
+            child_command(argv, out), env=env, stdout=subprocess.DEVNULL, check=False,
+            timeout=timeout,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise ChildTimedOut(
+            f"{what} ran past its time limit of {timeout:g} s and was stopped",
+            hint="raise it with --round-timeout SECONDS if the model is that slow",
+        ) from None
+    except OSError as exc:  # E2BIG past the check above, a missing interpreter, ...
+        raise UsageError(f"{what} could not start: {exc.strerror or exc}") from None
+    wrote = out.exists()
+    if done.returncode != 0 or not wrote:
+        raise ChildFailed(what, done.returncode, wrote=wrote)
     loaded = codec.load(out)
     if not isinstance(loaded, Profile):  # pragma: no cover - the child writes a profile
-        raise ChildFailed(what, 2)
+        raise ChildFailed(what, 2, wrote=True)
     return loaded

@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     from layerprof.trace import analyze
     from layerprof.trace.executors import parse_executor
 
-    outputs.check_outputs(args)
+    outputs.check_outputs(args, inputs=[args.trace])
     executor = parse_executor(args.executor) if args.executor else None
     bar = Progress(enabled=sys.stderr.isatty() and not args.quiet, total=0, description="ranks")
     try:

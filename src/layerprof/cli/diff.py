@@ -10,8 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 from layerprof import outputs, sources
 from layerprof.cli.emission import console, inert_document, say
-from layerprof.cli.options import COUNT, NON_NEGATIVE
+from layerprof.cli.options import COUNT, NON_NEGATIVE, seconds_arg
 from layerprof.errors import UsageError
+
+#: diff --run's default limit for one process (generous: a big model on a CPU takes minutes)
+ROUND_TIMEOUT_S = 1800.0
 
 if TYPE_CHECKING:
     from layerprof.profile import Profile
@@ -39,6 +42,11 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--rounds", type=COUNT, default=None, metavar="N",
         help="with --run: rounds of one base and one new process each (default 10)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--round-timeout", type=seconds_arg, default=ROUND_TIMEOUT_S, metavar="SECONDS",
+        help="with --run: the longest one process may take before it is stopped and the diff"
+        " fails naming its side and round (default %(default)g)",
     )  # fmt: skip
     parser.add_argument(
         "--threshold",
@@ -86,7 +94,8 @@ def run(args: argparse.Namespace) -> int:
     threshold = parse_percent(args.threshold)
     fail_above = parse_percent(args.fail_above) if args.fail_above else None
     printed = f"--format {args.format}" if args.format != "console" else None
-    outputs.check_outputs(args, stdout_taken=printed)
+    inputs = [] if args.run else [args.base, args.new]
+    outputs.check_outputs(args, stdout_taken=printed, inputs=inputs)
     if args.run:
         base, new = _interleaved(args)
     elif args.rounds is not None:
@@ -132,6 +141,7 @@ def _interleaved(args: argparse.Namespace) -> tuple[Profile, Profile]:
 
     argvs = []
     for name, text in (("BASE", args.base), ("NEW", args.new)):
+        processes.check_argv([text], f"diff --run {name}")
         try:
             words = shlex.split(text)
         except ValueError as exc:
@@ -142,27 +152,33 @@ def _interleaved(args: argparse.Namespace) -> tuple[Profile, Profile]:
             raise UsageError(
                 f"diff --run {name} is empty", hint="e.g. '--arch pkg.mod:Net --input 8x64'"
             )
-        _no_child_outputs(name, words)
+        _no_gate_options(name, words)
         argvs.append(["run", *words])
     rounds = 10 if args.rounds is None else args.rounds
     if rounds < 2:
         raise UsageError("--rounds must be at least 2 for a paired comparison")
     tell = None if args.quiet else (lambda line: say(f"layerprof: {line}"))
-    return processes.interleave(argvs[0], argvs[1], rounds, say=tell)
+    return processes.interleave(argvs[0], argvs[1], rounds, say=tell, timeout=args.round_timeout)
 
 
-#: run's file options: a --run child's profile goes to diff, never to a file of its own
-_CHILD_OUTPUTS = frozenset(
-    f"--{name}" for name in (*(o for o, _ in outputs.RENDERED_OUTPUTS), "tensorboard")
-)
+def _no_gate_options(name: str, words: list[str]) -> None:
+    """Parse a side's words with ``run``'s own parser (prefixes, ``--opt=value`` and all)
+    and refuse what the gate owns, by the parsed destination: output files (every round
+    would write, and overwrite, them; diff writes only its own), ``--repeat`` (the rounds
+    are the repeats) and the children's own ``--child-out``."""
+    from layerprof.cli import run as run_command
 
-
-def _no_child_outputs(name: str, words: list[str]) -> None:
-    """Refuse output options inside BASE/NEW: every round would write (and overwrite)
-    them, and diff writes only its own outputs, so they would be dropped unseen."""
-    given = sorted({w.split("=", 1)[0] for w in words} & _CHILD_OUTPUTS)
-    if given:
+    parsed, defaults, flags = run_command.parse_words(words, f"diff --run {name}")
+    owned = [
+        flag
+        for dest, flag in flags.items()
+        if (dest.startswith(outputs.PREFIX) or dest in ("repeat", "child_out"))
+        and getattr(parsed, dest, None) != getattr(defaults, dest, None)
+    ]
+    if owned:
+        what = ", ".join(owned)
         raise UsageError(
-            f"diff --run {name}: {', '.join(given)} would be written by every round's process",
-            hint="give diff's own outputs after the two strings (diff --run BASE NEW --json d.json)",
+            f"diff --run {name}: {what} is decided by diff, not by each round's process",
+            hint="give diff's own outputs after the two strings (diff --run BASE NEW --json"
+            " d.json); --rounds sets how many processes run",
         )

@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from layerprof.analysis.diff import Diff
     from layerprof.profile import Profile
 
-    outputs.check_outputs(args)
+    outputs.check_outputs(args, inputs=args.file)
     sources.local_files(args.file, "report")
     if len(args.file) > 1:
         saved: Any = sources.load_ranks(args.file, max_input_size=args.max_input_size)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 from layerprof import outputs
 from layerprof.cli.emission import emit, say
@@ -16,11 +17,13 @@ from layerprof.cli.loading import load
 from layerprof.cli.measure import compile_options, measure
 from layerprof.cli.options import (
     COUNT,
+    Parser,
     add_compile_options,
     add_measure_options,
     add_model_options,
     add_ops_options,
     add_output_options,
+    root_parser,
 )
 from layerprof.errors import UsageError
 
@@ -49,11 +52,42 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     add_output_options(parser)
 
 
+class _WordsParser(Parser):
+    """``run``'s parser for words that another command passes on (``diff --run``): its
+    errors, and ``-h``, are raised as one-line usage errors instead of exiting."""
+
+    context = "run"
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.context}: {message}")
+
+    def print_help(self, file: Any = None) -> None:
+        raise UsageError(f"{self.context}: -h/--help would print run's help instead of running")
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        raise UsageError(f"{self.context}: {(message or 'it would exit').strip()}")
+
+
+def parse_words(
+    words: Sequence[str], context: str
+) -> tuple[argparse.Namespace, argparse.Namespace, dict[str, str]]:
+    """``words`` (a run command line without ``run``) parsed as ``layerprof run`` parses
+    them, run's defaults, and each destination's first option string; errors name
+    ``context``."""
+    root, common = root_parser("")
+    sub = root.add_subparsers(dest="command", parser_class=_WordsParser)
+    add_parser(sub, common)
+    parser = sub.choices[NAME]
+    parser.context = context
+    flags = {a.dest: a.option_strings[0] for a in parser._actions if a.option_strings}
+    return parser.parse_args(list(words)), parser.parse_args([]), flags
+
+
 def run(args: argparse.Namespace) -> int:
     """Profile a model file or an --arch callable, in this process or in --repeat N."""
     if args.child_out:
         return _run_child(args)
-    outputs.check_outputs(args)
+    outputs.check_outputs(args, inputs=[args.model])
     compile_options(args)  # a bad combination fails before a long load
     if args.repeat > 1:
         return _run_repeated(args)

@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.input:
         raise UsageError("sweep needs --input", hint="e.g. --input 8x3x224x224 --batch 1,8,32")
-    outputs.check_outputs(args)
+    outputs.check_outputs(args, inputs=[args.model])
     loaded = load(args)
     device = resolve_device(args.device)
     model = loaded.module
