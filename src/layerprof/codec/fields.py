@@ -72,12 +72,41 @@ class Fields:
 
     def ns(self, key: str) -> int:
         """A required ``*_ms`` number as integer ns."""
-        value = ns_from_ms(self.number(key))
+        number = self.number(key)
+        try:
+            value = ns_from_ms(number)
+        except ValueError:
+            raise self._fail(key, f"{number!r} ms is not a usable time") from None
         assert value is not None
         return value
 
     def opt_ns(self, key: str) -> int | None:
         return None if self.data.get(key) is None else self.ns(key)
+
+    def duration(self, key: str) -> int:
+        """A required ``*_ms`` time that cannot be negative (a duration), as integer ns."""
+        value = self.ns(key)
+        if value < 0:
+            raise self._fail(key, f"expected a time >= 0, found {self.data[key]!r}")
+        return value
+
+    def opt_duration(self, key: str) -> int | None:
+        return None if self.data.get(key) is None else self.duration(key)
+
+    def count(self, key: str, default: int | None = None) -> int:
+        """An integer >= 0 (calls, forwards, an index)."""
+        value = self.integer(key, default)
+        if value < 0:
+            raise self._fail(key, f"expected a count >= 0, found {value}")
+        return value
+
+    def within(self, key: str, low: float, high: float) -> float:
+        """A number in ``[low, high]``: the domain of a ratio, so that no later
+        arithmetic on it (logarithms, ``expm1``) can overflow."""
+        value = self.number(key)
+        if not low <= value <= high:
+            raise self._fail(key, f"expected a number from {low:g} to {high:g}, found {value!r}")
+        return value
 
     def items(self, key: str, *, required: bool = False) -> list[Any]:
         value = self.data.get(key)

@@ -64,15 +64,19 @@ def read_loop(f: Fields | None) -> TrainingLoop | None:
 
 
 def _read_step(f: Fields) -> LoopStep:
-    parts = {f"{p}_ns": f.ns(f"{p}_ms") for p in STEP_PARTS}
+    parts = {f"{p}_ns": f.duration(f"{p}_ms") for p in STEP_PARTS}
     return LoopStep(
-        index=f.integer("index"),
-        start_ns=f.ns("start_ms"),
-        wall_ns=f.ns("wall_ms"),
-        forwards=f.integer("forwards", 0),
-        backwards=f.integer("backwards", 0),
+        index=f.count("index"),
+        start_ns=f.duration("start_ms"),
+        wall_ns=f.duration("wall_ms"),
+        forwards=f.count("forwards", 0),
+        backwards=f.count("backwards", 0),
         **parts,
     )
+
+
+#: The longest time a step list may hold (ms): about 146 years, within int64 ns.
+MAX_MS = 2.0**62 / NS_PER_MS
 
 
 def _read_layer(f: Fields) -> LayerSteps:
@@ -80,8 +84,11 @@ def _read_layer(f: Fields) -> LayerSteps:
         if not f.has(key):
             return None
         values = f.items(key)
-        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
-            raise ProfileFormatError(f"{f.where}.{key}: expected a list of numbers")
+        if not all(
+            isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= MAX_MS
+            for v in values
+        ):
+            raise ProfileFormatError(f"{f.where}.{key}: expected a list of times >= 0 (ms)")
         return tuple(round(v * NS_PER_MS) for v in values)
 
     return LayerSteps(

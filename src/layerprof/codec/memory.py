@@ -52,8 +52,10 @@ def encode_activation_memory(section: ActivationMemory | None) -> dict[str, Any]
 def read_activation_memory(f: Fields | None) -> ActivationMemory | None:
     if f is None:
         return None
+    rows = tuple(_read_row(r) for r in f.objects("layers", required=True))
+    _check_tree(rows, f"{f.where}.layers")
     return ActivationMemory(
-        rows=tuple(_read_row(r) for r in f.objects("layers", required=True)),
+        rows=rows,
         outside_bytes=_count(f, "outside_bytes", 0),
         forwards=_count(f, "forwards", 1),
         peaks=tuple(
@@ -65,6 +67,28 @@ def read_activation_memory(f: Fields | None) -> ActivationMemory | None:
             for p in f.objects("peaks")
         ),
     )
+
+
+def _check_tree(rows: tuple[MemoryRow, ...], where: str) -> None:
+    """Each path once, and every chain of parents ends (at the root or at a path the
+    section does not hold): the totals add children to parents, which a cycle never ends."""
+    parent: dict[str, str | None] = {}
+    for r in rows:
+        if r.path in parent:
+            raise ProfileFormatError(f"{where}: the path {r.path!r} is listed twice")
+        parent[r.path] = r.parent
+    ends: set[str] = set()  # paths whose chain is known to end
+    for start in parent:
+        chain: list[str] = []
+        seen: set[str] = set()
+        path: str | None = start
+        while path is not None and path in parent and path not in ends:
+            if path in seen:
+                raise ProfileFormatError(f"{where}: the parents of {path!r} form a cycle")
+            seen.add(path)
+            chain.append(path)
+            path = parent[path]
+        ends.update(chain)
 
 
 def _read_row(f: Fields) -> MemoryRow:

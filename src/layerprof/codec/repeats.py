@@ -54,17 +54,22 @@ def _read_run(f: Fields) -> RunMedians:
     device = f.obj("device_self_ms")
     ratio = f.obj("rest_ratio")
     return RunMedians(
-        latency_ns=f.opt_ns("latency_ms"),
+        latency_ns=f.opt_duration("latency_ms"),
         self_ns=_read_times(f.obj("self_ms")),
         device_self_ns=_read_times(device) if device is not None else None,
-        round=f.opt_integer("round"),
-        rest_ratio={str(k): ratio.number(str(k)) for k in ratio.data}
+        round=f.count("round") if f.has("round") else None,
+        rest_ratio={str(k): ratio.within(str(k), 0.0, MAX_REST_RATIO) for k in ratio.data}
         if ratio is not None
         else None,
     )
 
 
+#: A layer's self time over the rest of its forward: a layer a billion times the rest of
+#: it is no measurement (the diff takes logarithms of ratios of these, then ``expm1``).
+MAX_REST_RATIO = 1e9
+
+
 def _read_times(f: Fields | None) -> dict[str, int]:
     if f is None:
         return {}
-    return {str(path): f.ns(str(path)) for path in f.data}
+    return {str(path): f.duration(str(path)) for path in f.data}

@@ -240,15 +240,25 @@ def _tree_rows(
     *,
     top_level: bool = False,
 ) -> None:
-    nodes = _sorted(nodes, opts.sort)
-    for i, node in enumerate(nodes):
-        last = i == len(nodes) - 1
-        branch = "" if top_level else ("└─ " if last else "├─ ")
-        out.append((Label(prefix + branch, node.row.name), node.row))
+    """The tree's rows in display order (depth first, each level sorted), with their
+    guide lines. An explicit stack, not recursion: a saved profile or a trace may hold
+    a tree deeper than Python's recursion limit."""
+    # (siblings, index of the next one, their prefix, whether they are the top level)
+    stack: list[tuple[list[LayerNode], int, str, bool]] = [
+        (_sorted(nodes, opts.sort), 0, prefix, top_level)
+    ]
+    while stack:
+        siblings, i, pre, top = stack.pop()
+        if i >= len(siblings):
+            continue
+        stack.append((siblings, i + 1, pre, top))
+        node, last = siblings[i], i == len(siblings) - 1
+        branch = "" if top else ("└─ " if last else "├─ ")
+        out.append((Label(pre + branch, node.row.name), node.row))
         if opts.depth is not None and node.row.depth >= opts.depth:
             continue
-        child_prefix = prefix if top_level else prefix + ("   " if last else "│  ")
-        _tree_rows(node.children, opts, child_prefix, out)
+        child_prefix = pre if top else pre + ("   " if last else "│  ")
+        stack.append((_sorted(node.children, opts.sort), 0, child_prefix, False))
 
 
 # How the layer table gives way, first to last: shapes shorten, type and name
