@@ -150,3 +150,38 @@ def test_a_tree_deeper_than_the_recursion_limit_prints(
     out, err = capsys.readouterr()
     assert code == 0, err
     assert out.count("└─ m") >= 1099
+
+
+# ---- the Python API's boundary (issue 34, item 7) -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "said"),
+    [
+        ({"skip": -1}, "StepSchedule(skip=-1): skip must be a whole number >= 0"),
+        ({"active": 0}, "StepSchedule(active=0): active must be a whole number >= 1"),
+        ({"skip": "2"}, "StepSchedule(skip='2'): skip must be a whole number >= 0"),
+        ({"skip": None}, "StepSchedule(skip=None): skip must be"),
+        ({"skip": 1.5}, "StepSchedule(skip=1.5): skip must be"),
+        ({"warmup": True}, "StepSchedule(warmup=True): warmup must be"),
+    ],
+)
+def test_step_schedule_refuses_what_is_not_a_count(kwargs: dict[str, Any], said: str) -> None:
+    from layerprof import StepSchedule
+    from layerprof.errors import UsageError
+
+    with pytest.raises(UsageError) as exc:
+        StepSchedule(**kwargs)
+    assert str(exc.value).startswith(said)
+
+
+@pytest.mark.parametrize("model", ["x", None, 3])
+def test_recorder_refuses_what_is_not_a_module(model: Any) -> None:
+    from layerprof.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"^Recorder\(model\): expected a torch.nn.Module, found"):
+        layerprof.Recorder(model)
+    with pytest.raises(
+        UsageError, match=r"Recorder\(schedule=...\): expected a layerprof.StepSchedule"
+    ):
+        layerprof.Recorder(nn.Linear(2, 2), schedule={"skip": 1})  # type: ignore[arg-type]

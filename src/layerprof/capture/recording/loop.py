@@ -11,6 +11,7 @@ hooks mark every ``Optimizer.step``. ``rec.step()`` closes a step into a
 from __future__ import annotations
 
 import itertools
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -39,8 +40,12 @@ class StepSchedule:
     active: int | None = None
 
     def __post_init__(self) -> None:
-        if self.skip < 0 or self.warmup < 0 or (self.active is not None and self.active < 1):
-            raise ValueError(f"schedule needs skip, warmup >= 0 and active >= 1: {self}")
+        # checked here, at the boundary: a bad value would otherwise fail steps later, as a
+        # bare comparison error, or pass (1.5 and True compare like numbers)
+        _whole("skip", self.skip, 0)
+        _whole("warmup", self.warmup, 0)
+        if self.active is not None:
+            _whole("active", self.active, 1)
 
     def phase(self, step: int) -> Phase:
         if step < self.skip:
@@ -50,6 +55,14 @@ class StepSchedule:
         if self.active is None or step < self.skip + self.warmup + self.active:
             return "active"
         return "done"
+
+
+def _whole(name: str, value: object, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+        more = " (or None: every step after the warm-up)" if name == "active" else ""
+        raise UsageError(
+            f"StepSchedule({name}={value!r}): {name} must be a whole number >= {low}{more}"
+        )
 
 
 @dataclass

@@ -125,8 +125,19 @@ class Recorder:
         record_shapes: bool = True,
         correction: Correction | None = None,
     ) -> None:
+        import torch
+
         from layerprof.capture.distributed import unwrap
 
+        if not isinstance(model, torch.nn.Module):
+            raise UsageError(
+                f"Recorder(model): expected a torch.nn.Module, found {type(model).__name__}"
+            )
+        if schedule is not None and not isinstance(schedule, StepSchedule):
+            raise UsageError(
+                f"Recorder(schedule=...): expected a layerprof.StepSchedule, found"
+                f" {type(schedule).__name__}"
+            )
         self.model = unwrap(model)  # DDP / FSDP wrappers: the user's model inside
         self.clock: Clock = clock or HostClock()
         self.device_clock = device_clock
