@@ -177,3 +177,23 @@ def test_narrow_window_has_no_page_wide_horizontal_scroll(
         assert opened.errors == []
     finally:
         opened.page.close()
+
+
+def test_the_policy_stops_a_request_the_page_would_make(
+    browser: Any, pages: dict[str, Path]
+) -> None:
+    """Issue 34, item 8: code running in the page (as an escaping bug would let it) cannot
+    reach the network: the page's Content-Security-Policy refuses the fetch itself."""
+    opened = Opened(browser, pages["hostile"])
+    try:
+        outcome = opened.page.evaluate(
+            """() => new Promise(done => {
+                document.addEventListener('securitypolicyviolation',
+                    e => done('blocked ' + e.violatedDirective));
+                fetch('http://127.0.0.1:9/x').catch(() => setTimeout(() => done('failed'), 500));
+            })"""
+        )
+        assert outcome == "blocked connect-src"
+        assert opened.remote == []
+    finally:
+        opened.page.close()

@@ -4,6 +4,7 @@ written whole or not at all, and a page of known times matches its golden file."
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -258,3 +259,20 @@ def test_share_format() -> None:
         "0.0%",
         "-",
     )
+
+
+@pytest.mark.parametrize("make", [hooks_profile, cpu_run, slow_diff, hostile_profile])
+def test_the_page_forbids_every_network_request(make: Any) -> None:
+    """Defence in depth (issue 34, item 8): a Content-Security-Policy ahead of every script
+    forbids fetch, XHR, beacons, images and fonts from anywhere but the page itself, so a
+    future escaping bug could run code but not phone home. The notebook frame's page is
+    the same page."""
+    for page in (render_html(make()), html.unescape(make()._repr_html_())):
+        csp = re.search(r'<meta http-equiv="Content-Security-Policy" content="([^"]+)">', page)
+        assert csp is not None
+        assert csp.start() < page.lower().index("<script")
+        rules = dict(r.strip().split(" ", 1) for r in csp.group(1).split(";"))
+        assert rules["default-src"] == "'none'" and rules["connect-src"] == "'none'"
+        assert rules["form-action"] == "'none'" and rules["base-uri"] == "'none'"
+        assert "http" not in csp.group(1) and "*" not in csp.group(1)
+        assert "unsafe-eval" not in rules["script-src"]
