@@ -708,6 +708,13 @@ class _Judge:
             return None
         return self.base_runs.layer(path, clock), self.new_runs.layer(path, clock)
 
+    def total_runs(self, path: str, clock: str) -> tuple[dict[int, int], dict[int, int]] | None:
+        """Per-run totals of ``path`` (its subtree's self medians summed), so that the
+        total column rests on the same between-run evidence as the self column."""
+        if self.base_runs is None or self.new_runs is None:
+            return None
+        return self.base_runs.subtree(path, clock), self.new_runs.subtree(path, clock)
+
     def layer_ratios(
         self, path: str, clock: str
     ) -> tuple[dict[int, float], dict[int, float]] | None:
@@ -1022,6 +1029,7 @@ def _layers(
     )
     clock: Literal["host", "device"] = "device" if device else "host"
     what = f"layers ({clock} time)"
+    parents = {i.parent for i in (*b_info.values(), *n_info.values()) if i.parent is not None}
     rows: list[LayerDelta] = []
     for path, info in b_info.items():
         bs = base.samples.get(path)
@@ -1050,24 +1058,35 @@ def _layers(
         fused = _fused_container(base, new, path, b_self, n_self)
         if fused is not None:
             notes.append(fused)
+        change = (
+            _not_compared(b_self, n_self)
+            if fused is not None
+            else judge.compare(
+                b_self,
+                n_self,
+                what=what if ran else None,
+                runs=judge.layer_runs(path, clock),
+                ratios=judge.layer_ratios(path, clock),
+            )
+        )
         rows.append(
             LayerDelta(
                 path=path,
                 type=other.type,
                 base_type=info.type if other.type != info.type else None,
-                change=_not_compared(b_self, n_self)
-                if fused is not None
+                change=change,
+                # A leaf's total is its self time: one judgement for both columns. Other
+                # inclusive times are shown, never gated (no small-sample warning for them
+                # when the self time was judged between runs); between runs they are judged
+                # on the per-run totals, as the self time is (a rank test over one
+                # process's iterations beside a between-run self column contradicted it).
+                total=change
+                if fused is None and path not in parents
                 else judge.compare(
-                    b_self,
-                    n_self,
-                    what=what if ran else None,
-                    runs=judge.layer_runs(path, clock),
-                    ratios=judge.layer_ratios(path, clock),
-                ),
-                # the inclusive time is shown, never gated: no small-sample warning for it
-                # when the self time was judged between runs
-                total=judge.compare(
-                    b_total, n_total, what=what if ran and judge.base_runs is None else None
+                    b_total,
+                    n_total,
+                    what=what if ran and judge.base_runs is None else None,
+                    runs=judge.total_runs(path, clock),
                 ),
                 calls_base=calls_b,
                 calls_new=calls_n,

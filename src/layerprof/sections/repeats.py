@@ -66,6 +66,20 @@ class Repeats:
                 out[self.key(i)] = times[path]
         return out
 
+    def subtree(self, path: str, clock: str = "host") -> dict[int, int]:
+        """Per-run total of ``path`` by run key: its own and every descendant's median
+        self time summed (a profile's total per forward, by definition); runs that lack
+        ``path`` are left out."""
+        prefix = f"{path}." if path else ""
+        out: dict[int, int] = {}
+        for i, r in enumerate(self.runs):
+            times = r.device_self_ns if clock == "device" else r.self_ns
+            if times is not None and path in times:
+                out[self.key(i)] = sum(
+                    ns for p, ns in times.items() if p == path or p.startswith(prefix)
+                )
+        return out
+
     def layer_ratio(self, path: str) -> dict[int, float]:
         """Per-run ``rest_ratio`` of ``path`` by run key; runs without one are left out."""
         return {
