@@ -25,8 +25,12 @@ from layerprof.stats import Series
 Phase = Literal["skip", "warmup", "active", "done"]
 Span = tuple[int, int]
 
-#: Which part an instant counts for where phases overlap (first wins).
-PRIORITY: tuple[str, ...] = ("optimizer", "backward", "forward")
+#: Which part an instant counts for where phases overlap (first wins). The optimizer
+#: comes last: ``optimizer.step(closure)`` (Lightning's automatic optimization, LBFGS)
+#: runs the forward and backward inside its step, and only what is left of the step is
+#: the optimizer's own update. Backward before forward: a forward that runs inside a
+#: backward is activation checkpointing's recompute, part of the backward.
+PRIORITY: tuple[str, ...] = ("backward", "forward", "optimizer")
 
 
 @dataclass(frozen=True)

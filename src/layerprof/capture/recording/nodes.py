@@ -195,9 +195,13 @@ class NodeMarks:
         return self._owner(seq, self._firsts)
 
     def _owner(self, seq: int, firsts: list[int]) -> int:
-        """The innermost call whose sequence range holds ``seq`` (-1: none)."""
+        """The innermost call whose sequence range holds ``seq`` (-1: none). A call still
+        open (``end`` -1) holds every number from its first on: the root's forward hook
+        closes it only after its output's graph was hooked, so the nodes of the root's
+        own code (a loss computed inside ``forward``, a final op) were owned by no call,
+        and their backward fell outside the step's backward."""
         k = bisect.bisect_right(firsts, seq) - 1
-        while k >= 0 and not seq < self.calls[k].end:
+        while k >= 0 and not (seq < self.calls[k].end or self.calls[k].end < 0):
             k = self.calls[k].parent
         return k
 

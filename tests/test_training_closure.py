@@ -1,0 +1,116 @@
+"""The step anatomy of loops whose optimizer runs the model (issue 33, item 2), and the
+backward of work in the root's own forward code (item 6: a loss computed inside
+``forward``). Each phase sleeps a known time; sleeps last at least that long, so the
+lower bounds below hold on any machine, however loaded."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from torch import nn
+
+import layerprof
+
+FORWARD_S, BACKWARD_S, OPTIMIZER_S = 0.002, 0.003, 0.004
+MS = 1_000_000
+
+
+class SlowBackward(torch.autograd.Function):
+    """The identity, whose backward sleeps ``BACKWARD_S``."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        time.sleep(BACKWARD_S)
+        return grad
+
+
+class Net(nn.Module):
+    """A Linear, then (in the root's own code) a sleep and the slow-backward op, and,
+    with ``loss=True``, the loss itself, as GPT-2 does with ``labels=``."""
+
+    def __init__(self, loss: bool = False) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.loss = loss
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(FORWARD_S)
+        out: torch.Tensor = SlowBackward.apply(self.fc(x))
+        return out.square().mean() if self.loss else out
+
+
+class SlowSGD(torch.optim.SGD):
+    """Runs the closure (``calls`` times, as LBFGS may), then sleeps ``OPTIMIZER_S``."""
+
+    def __init__(self, params: Any, calls: int = 1) -> None:
+        super().__init__(params, lr=0.01)
+        self.calls = calls
+
+    def step(self, closure: Any = None) -> Any:  # type: ignore[override]
+        loss = None
+        for _ in range(self.calls if closure is not None else 0):
+            with torch.enable_grad():
+                loss = closure()
+        time.sleep(OPTIMIZER_S)
+        super().step()
+        return loss
+
+
+def steps(model: Net, opt: SlowSGD, *, closure: bool, n: int = 3) -> list[dict[str, int]]:
+    x = torch.randn(4, 8)
+
+    def run() -> torch.Tensor:
+        opt.zero_grad()
+        out = model(x)
+        loss = out if model.loss else out.sum()
+        loss.backward()
+        return loss
+
+    with layerprof.Recorder(model, backward=True) as rec:
+        for _ in range(n):
+            if closure:
+                opt.step(run)
+            else:
+                run()
+                opt.step()
+            rec.step()
+    loop = rec.profile().loop
+    assert loop is not None
+    out = []
+    for s in loop.steps:
+        parts = dict(s.parts())
+        assert sum(parts.values()) == s.wall_ns  # the parts add up, exactly
+        out.append(parts)
+    return out
+
+
+def test_a_closure_optimizer_step_splits_into_forward_backward_and_its_update() -> None:
+    """Lightning's automatic optimization: forward and backward inside opt.step(closure)
+    read 0 and the optimizer took the whole step."""
+    for parts in steps(Net(), SlowSGD(Net().parameters()), closure=True):
+        assert parts["forward"] >= FORWARD_S * 1e9, parts
+        assert parts["backward"] >= BACKWARD_S * 1e9, parts
+        assert parts["optimizer"] >= OPTIMIZER_S * 1e9, parts
+
+
+def test_a_closure_called_twice_counts_both_passes() -> None:
+    model = Net()
+    for parts in steps(model, SlowSGD(model.parameters(), calls=2), closure=True):
+        assert parts["forward"] >= 2 * FORWARD_S * 1e9, parts
+        assert parts["backward"] >= 2 * BACKWARD_S * 1e9, parts
+
+
+def test_the_backward_of_the_roots_own_code_is_backward_not_rest() -> None:
+    """The root's forward hook closes its call after its output's graph was hooked, so the
+    nodes its own code made (here the slow op and the loss) belonged to no call."""
+    for loss in (False, True):
+        model = Net(loss=loss)
+        for parts in steps(model, SlowSGD(model.parameters()), closure=False):
+            assert parts["backward"] >= BACKWARD_S * 1e9, (loss, parts)
+            assert parts["rest"] < BACKWARD_S * 1e9 or parts["rest"] < parts["backward"], parts
