@@ -114,3 +114,53 @@ def test_the_backward_of_the_roots_own_code_is_backward_not_rest() -> None:
         for parts in steps(model, SlowSGD(model.parameters()), closure=False):
             assert parts["backward"] >= BACKWARD_S * 1e9, (loss, parts)
             assert parts["rest"] < BACKWARD_S * 1e9 or parts["rest"] < parts["backward"], parts
+
+
+# ---- issue 33, item 6: smaller ones ------------------------------------------------------
+
+
+def test_a_second_thread_is_refused_in_one_line() -> None:
+    import threading
+
+    from layerprof.errors import UsageError
+
+    model = Net()
+    x = torch.randn(4, 8)
+    caught: list[BaseException] = []
+
+    def other() -> None:
+        try:
+            model(x)
+        except BaseException as exc:
+            caught.append(exc)
+
+    for backward in (False, True):
+        caught.clear()
+        with layerprof.Recorder(model, backward=backward) as rec:
+            model(x)
+            thread = threading.Thread(target=other, name="loader-7")
+            thread.start()
+            thread.join()
+            model(x)
+        assert len(caught) == 1 and isinstance(caught[0], UsageError), caught
+        assert "another thread (loader-7): use one Recorder per thread" in str(caught[0])
+        assert rec.profile().samples[""].total_ns.n == 2  # this thread's forwards, whole
+    model(x)  # and after the Recorder, any thread may run it again
+    thread = threading.Thread(target=other)
+    thread.start()
+    thread.join()
+    assert len(caught) == 1
+
+
+def test_a_loop_profile_page_has_no_empty_latency_card() -> None:
+    model = Net()
+    opt = SlowSGD(model.parameters())
+    x = torch.randn(4, 8)
+    with layerprof.Recorder(model, backward=True) as rec:
+        for _ in range(2):
+            model(x).sum().backward()
+            opt.step()
+            rec.step()
+    page = str(rec.profile().render("html"))
+    assert "Inference latency" not in page
+    assert 'id="overhead"' in page and "no clean pass without hooks ran" in page

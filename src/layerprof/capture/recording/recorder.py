@@ -34,6 +34,7 @@ out of the layers' times.
 from __future__ import annotations
 
 import functools
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -323,8 +324,18 @@ class Recorder:
         outside every measured interval."""
         timed = self._timed(pid, fwd)
         active = [True]
+        # One log, one stack of open calls, one step: a second thread's forward would
+        # interleave its marks with this one's (a TypeError with backward=True, silently
+        # wrong times without), so it is refused. Checked once per forward, not per layer.
+        owner = threading.get_ident()
 
         def root(*args: Any, **kwargs: Any) -> Any:
+            if threading.get_ident() != owner and active[0]:
+                raise UsageError(
+                    "a Recorder records the thread that attached it; this forward runs in"
+                    f" another thread ({threading.current_thread().name}): use one"
+                    " Recorder per thread"
+                )
             if self._root_depth or not active[0]:
                 return timed(*args, **kwargs)
             sig = self._signature(args, kwargs) if self.record_shapes else None

@@ -68,6 +68,14 @@ def latency_section(s: Subject) -> Section | None:
             " profiled time, not a clean pass."
         )
         return Section("latency", "Step time", body, intro + _rank_note(s), charts)
+    if not cards and chart is None:
+        # recorded in the user's own loop (a Recorder): no clean pass ran, so there is no
+        # latency to show, only what the hooks cost (an empty latency card said otherwise)
+        intro = (
+            "Recorded in your own loop: no clean pass without hooks ran, so there is no"
+            " inference latency here (the step view has the loop's own times)."
+        )
+        return Section("overhead", "Instrumentation overhead", body, intro + _rank_note(s))
     intro = (
         "Wall time of one whole forward in a clean pass (no hooks), after warm-up;"
         " the first (cold) call is reported separately."
