@@ -164,3 +164,64 @@ def test_a_loop_profile_page_has_no_empty_latency_card() -> None:
     page = str(rec.profile().render("html"))
     assert "Inference latency" not in page
     assert 'id="overhead"' in page and "no clean pass without hooks ran" in page
+
+
+# ---- issue 33, item 4: a long run holds its window, no more -----------------------------
+
+
+def test_nothing_is_kept_past_the_schedules_window() -> None:
+    from layerprof import StepSchedule
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(2, 4)
+    rec = layerprof.Recorder(model, backward=True, schedule=StepSchedule(warmup=1, active=2))
+    sizes = []
+    with rec:
+        for _ in range(40):
+            model(x).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            rec.step()
+            sizes.append(len(rec._log))
+    assert sizes[3:] == [sizes[2]] * 37  # past step 3 the log never grows again
+    loop = rec.profile().loop
+    assert loop is not None and [s.index for s in loop.steps] == [1, 2]
+    assert not any("forward" in m.__dict__ for m in model.modules())  # hooks off on exit
+    model(x)  # and the model runs as before
+
+
+def test_the_callbacks_default_schedule_is_bounded() -> None:
+    from layerprof import StepSchedule
+    from layerprof.integrations.session import TrainingSession, default_schedule
+
+    assert default_schedule() == StepSchedule(warmup=1, active=200)
+    assert TrainingSession(None).options["schedule"] == default_schedule()
+    every = StepSchedule()
+    assert TrainingSession(None, schedule=every).options["schedule"] is every
+
+
+def test_the_steps_table_of_a_long_run_stays_bounded() -> None:
+    """200k steps' rows made a 160 MB page; past 300 the table lists the first 100, the
+    last 100 and the 100 slowest between them, and its median is over every step."""
+    from dataclasses import replace
+
+    from layerprof.render.html.loop import MAX_ROWS
+    from layerprof.sections.loop import LoopStep, TrainingLoop
+    from tests.support.html_subjects import saved
+
+    n = 20_000
+    steps = tuple(
+        LoopStep(index=i, start_ns=i * 10_000, wall_ns=10_000 + (5_000 if i == 777 else 0),
+                 data_wait_ns=1_000, forward_ns=4_000, backward_ns=3_000, optimizer_ns=1_000,
+                 rest_ns=1_000 + (5_000 if i == 777 else 0), forwards=1, backwards=1)
+        for i in range(n)
+    )  # fmt: skip
+    profile = replace(saved("hooks"), loop=TrainingLoop(steps=steps, layers=()))
+    page = str(profile.render("html"))
+    table = page[page.index('id="lp-loop-steps"') :]
+    table = table[: table.index("</table>")]
+    assert table.count("<tr") == MAX_ROWS + 2  # the header, the rows, the medians
+    assert ">777<" in table and f">{n - 1}<" in table and ">0<" in table
+    assert "lists 300 of the 20000 steps" in page
+    assert len(page) < 3_000_000

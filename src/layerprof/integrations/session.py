@@ -20,6 +20,16 @@ if TYPE_CHECKING:
     from layerprof.profile import Profile
 
 
+def default_schedule() -> Any:
+    """A callback's steps unless ``schedule=`` says otherwise: the first step (cold:
+    allocator growth, kernel selection) dropped, the next 200 kept, nothing after, so a
+    run of 100k steps holds what 200 hold (torch.profiler users bound theirs the same
+    way, with wait/warmup/active). ``schedule=StepSchedule()`` records every step."""
+    from layerprof.capture.recording.loop import StepSchedule
+
+    return StepSchedule(warmup=1, active=200)
+
+
 class TrainingSession:
     """A ``Recorder(model, backward=True)`` around a framework's training loop."""
 
@@ -31,6 +41,8 @@ class TrainingSession:
     ) -> None:
         if "backward" in recorder_options:
             raise UsageError("a training callback always records backward: leave out backward=")
+        if recorder_options.get("schedule") is None:
+            recorder_options["schedule"] = default_schedule()
         self.path = None if path is None else Path(path)
         self.module = module
         self.options = recorder_options

@@ -516,7 +516,18 @@ class Recorder:
             self._memory = counted or self._memory  # the last active step's
         self._step_index += 1
         self._step_iteration = iterations
+        if self.schedule.phase(self._step_index) == "done":
+            self._stop_recording()
         self._step_start = self.clock.mark()
+
+    def _stop_recording(self) -> None:
+        """Past the schedule's active window nothing more is kept: every wrapper passes
+        through from now on (the hooks stay on until the Recorder exits, so nothing about
+        the model changes mid-run), and a run of 100k steps holds no more than its window."""
+        for wrapper in self._by_path.values():
+            disable = getattr(wrapper.wrapper, "disable", None)
+            if disable is not None:
+                disable()
 
     def _model_iterations(self) -> list[StepMarks]:
         """The active steps with ``iterations`` as indices into the recorded iterations:

@@ -20,8 +20,11 @@ from layerprof.render.html.subject import Subject
 from layerprof.sections.loop import STEP_PARTS, LoopStep
 from layerprof.units import NS_PER_MS, TimeUnit, fmt_share, human_time, unit_for
 
-#: Bars drawn; a longer loop shows its first steps (the table lists them all).
+#: Bars drawn; a longer loop shows its first steps.
 MAX_BARS = 60
+#: Table rows: past this, the first and last steps and the slowest between them (a page
+#: of 200k steps' rows was 160 MB, more than a browser opens); the medians are over all.
+MAX_ROWS = 300
 
 PARTS: dict[str, tuple[str, Colour]] = {
     "data_wait": ("Data wait", "bad"), "forward": ("Forward", "accent"),
@@ -50,8 +53,9 @@ def loop_section(s: Subject) -> Section | None:
          for p in STEP_PARTS],
         axis="ms", stack=True,
     )  # fmt: skip
+    listed = _listed(loop.steps)
     rows = [_Row(str(st.index), st, {p: float(ns) for p, ns in st.parts()} | {"wall": st.wall_ns})
-            for st in loop.steps]  # fmt: skip
+            for st in listed]  # fmt: skip
     medians = {p: loop.summary(p).median for p in (*STEP_PARTS, "wall")}
     rows.append(_Row("median", None, medians))
     unit = unit_for(max(st.wall_ns for st in loop.steps))
@@ -73,14 +77,33 @@ def loop_section(s: Subject) -> Section | None:
         time_col("Total", lambda r: r.values["wall"], unit),
     ]
     cut = f" The chart shows the first {MAX_BARS}." if len(loop.steps) > MAX_BARS else ""
+    if len(listed) < len(loop.steps):
+        third = MAX_ROWS // 3
+        cut += (
+            f" The table lists {len(listed)} of the {len(loop.steps)} steps: the first"
+            f" {third}, the last {third} and the {third} slowest between them; its median"
+            " row is over every step."
+        )
     intro = (
         "Each step's wall time (host), partitioned: data wait (end of the previous step to"
         " the model's first forward), forward, backward (from the gradient reaching the"
-        " model to the end of the backward pass), optimizer (Optimizer.step), and rest (the"
-        " loss, zero_grad, logging, your code). The parts add up to the step." + cut
+        " model to the end of the backward pass), optimizer (Optimizer.step's own update:"
+        " a closure's forward and backward count as such), and rest (a loss computed"
+        " outside the model, zero_grad, logging, your code). The parts add up to the"
+        " step." + cut
     )
     body = chart_slot("lp-loop") + table("lp-loop-steps", cols, rows)
     return Section("loop", "Training steps", body, intro, {"lp-loop": chart})
+
+
+def _listed(steps: tuple[LoopStep, ...]) -> list[LoopStep]:
+    """Every step, or past ``MAX_ROWS`` the first and last third of them and the slowest
+    third of the ones between, in step order."""
+    if len(steps) <= MAX_ROWS:
+        return list(steps)
+    third = MAX_ROWS // 3
+    middle = sorted(steps[third:-third], key=lambda st: -st.wall_ns)[:third]
+    return [*steps[:third], *sorted(middle, key=lambda st: st.index), *steps[-third:]]
 
 
 def _part(steps: tuple[LoopStep, ...], part: str) -> list[tuple[str, int]]:
