@@ -225,3 +225,44 @@ def test_the_steps_table_of_a_long_run_stays_bounded() -> None:
     assert ">777<" in table and f">{n - 1}<" in table and ">0<" in table
     assert "lists 300 of the 20000 steps" in page
     assert len(page) < 3_000_000
+
+
+# ---- issue 33, item 1: compiled training ------------------------------------------------
+
+
+def _compiled_steps(model: nn.Module, called: nn.Module) -> tuple[list[dict[str, int]], int]:
+    from torch._dynamo.utils import counters
+
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(8, 16)
+    called(x).sum().backward()  # compiled before the Recorder, as a user's loop would be
+    counters.clear()
+    with layerprof.Recorder(called, backward=True) as rec:
+        for _ in range(3):
+            called(x).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            rec.step()
+    breaks = sum(counters["graph_break"].values())
+    loop = rec.profile().loop
+    assert loop is not None
+    return [dict(s.parts()) for s in loop.steps], breaks
+
+
+def test_compiled_training_keeps_its_graph_and_times_its_backward() -> None:
+    """torch.compile(m): the backward read 0 in every step (its CompiledFunctionBackward
+    node was made by the root's own code, owned by no call). m.compile(): NodeMarks'
+    module hooks ran inside the compiled call, and reading the sequence number there
+    broke the graph once a step."""
+    torch._dynamo.reset()
+    for how in ("torch.compile", "m.compile"):
+        model = nn.Sequential(nn.Linear(16, 64), nn.GELU(), nn.Linear(64, 16))
+        if how == "m.compile":
+            model.compile(backend="eager")
+            called = model
+        else:
+            called = torch.compile(model, backend="eager")
+        steps, breaks = _compiled_steps(model, called)
+        assert breaks == 0, how
+        assert all(p["backward"] > 0 and p["forward"] > 0 for p in steps), (how, steps)
+        assert not any("forward" in m.__dict__ for m in model.modules())

@@ -177,9 +177,15 @@ def _wraps(wrapper: Any, inner: Any) -> Any:
     return functools.update_wrapper(wrapper, inner, updated=())
 
 
+def compiled_in_place(module: Any) -> bool:
+    """``module.compile()`` was called: its ``__call__`` runs a compiled ``_call_impl``,
+    inside which dynamo traces the module's own hooks."""
+    return getattr(module, "_compiled_call_impl", None) is not None
+
+
 def entry_point(module: Any) -> str:
     """The attribute a forward wrapper replaces (see ForwardWrapper)."""
-    if getattr(module, "_compiled_call_impl", None) is not None:
+    if compiled_in_place(module):
         return "_compiled_call_impl"
     return "forward"
 

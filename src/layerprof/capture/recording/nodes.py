@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from layerprof.capture.clocks import Clock
-from layerprof.capture.modules import HookHandles, hookable_modules
+from layerprof.capture.modules import HookHandles, compiled_in_place, hookable_modules
 from layerprof.records import LayerCall
 
 if TYPE_CHECKING:
@@ -87,6 +87,8 @@ class NodeMarks:
         self.on_backward = on_backward
         self._in_backward = False
         self.forward = 0  # the forward that calls made now belong to
+        # paths compiled in place (m.compile()): no module hooks, marked by enter/exit
+        self.outside: set[str] = set()
         self._generation = 0  # bumped by take(): hooks on older graphs fall silent
 
     def __enter__(self) -> NodeMarks:
@@ -94,6 +96,12 @@ class NodeMarks:
             return self._enter_process_wide()
         with self._hooks.registering() as hooks:
             for path, module in hookable_modules(self.model):
+                if compiled_in_place(module):
+                    # m.compile(): dynamo traces the module's hooks, and reading the
+                    # sequence number in one breaks its graph (3 breaks in 3 steps);
+                    # the Recorder's wrapper, outside the compiled call, marks it instead
+                    self.outside.add(path)
+                    continue
                 hooks.add(module.register_forward_pre_hook(functools.partial(self._enter, path)))
                 hooks.add(
                     module.register_forward_hook(
@@ -127,6 +135,14 @@ class NodeMarks:
 
     def __exit__(self, *exc: object) -> None:
         self._hooks.remove()
+
+    def enter(self, path: str) -> None:
+        """A call of ``path`` starts (for modules marked from outside their call)."""
+        self._enter(path, None, None)
+
+    def exit(self, path: str) -> None:
+        """The call of ``path`` ended (returned or raised)."""
+        self._exit(path, None, None, None)
 
     def _enter(self, path: str, module: Any, args: Any) -> None:
         parent = self._stack[-1] if self._stack else -1

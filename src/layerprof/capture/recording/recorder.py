@@ -46,6 +46,7 @@ from layerprof.capture.clocks import Clock, CudaEventClock, HostClock, synchroni
 from layerprof.capture.modules import (
     ForwardWrapper,
     HookHandles,
+    compiled_in_place,
     wrappable_modules,
 )
 from layerprof.capture.recording.layerinfo import default_meta, layer_infos
@@ -187,6 +188,8 @@ class Recorder:
                 if pid == len(self._paths):
                     self._paths.append(path)
                 make = self._timed_root if module is self.model else self._timed
+                if self.backward and compiled_in_place(module):
+                    make = functools.partial(self._marked_outside, path, make)
                 wrapper = ForwardWrapper(module, functools.partial(make, pid))
                 wrappers.add(wrapper)
                 self._by_path[path] = wrapper
@@ -318,6 +321,27 @@ class Recorder:
 
         timed.disable = disable  # type: ignore[attr-defined]
         return timed
+
+    def _marked_outside(
+        self, path: str, make: Callable[..., Any], pid: int, fwd: Callable[..., Any]
+    ) -> Callable[..., Any]:
+        """The timing wrapper of a module compiled in place (``m.compile()``), which also
+        opens and closes its call for the graph-node marks: from outside the compiled
+        call, where dynamo does not trace (NodeMarks puts no hooks on such a module)."""
+        timed = make(pid, fwd)
+
+        def marked(*args: Any, **kwargs: Any) -> Any:
+            nodes = self._nodes
+            if nodes is None or path not in nodes.outside:
+                return timed(*args, **kwargs)
+            nodes.enter(path)
+            try:
+                return timed(*args, **kwargs)
+            finally:
+                nodes.exit(path)
+
+        marked.disable = timed.disable  # type: ignore[attr-defined]
+        return marked
 
     def _timed_root(self, pid: int, fwd: Callable[..., Any]) -> Callable[..., Any]:
         """The root's wrapper: input signatures and shapes around the root's timed call,
