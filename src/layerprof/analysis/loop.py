@@ -34,7 +34,33 @@ def loop_findings(profile: Profile) -> list[Finding]:
     loop = profile.loop
     if loop is None or not loop.steps:
         return []
-    return _data_bound(loop) + _slow_backward(loop)
+    return _data_bound(loop) + _slow_backward(loop) + _recomputed(loop)
+
+
+def _recomputed(loop: TrainingLoop) -> list[Finding]:
+    """What activation checkpointing costs: its recomputes' share of the backward."""
+    if not loop.recompute:
+        return []
+    n = len(loop.steps)
+    per_step = [sum(r.per_step_ns[k] for r in loop.recompute) for k in range(n)]
+    backward = sum(loop.part("backward")) or 1
+    top = sorted(loop.recompute, key=lambda r: -sum(r.per_step_ns))[:_TOP]
+    names = ", ".join(f"{r.path} {human_time(Summary.of(r.per_step_ns).median)}" for r in top) + (
+        " ..." if len(loop.recompute) > _TOP else ""
+    )
+    return [
+        Finding(
+            "info",
+            "activation checkpointing recomputes forwards inside the backward",
+            f"{len(loop.recompute)} module{'s' if len(loop.recompute) != 1 else ''}"
+            f" ran again in the backward: {human_time(Summary.of(per_step).median)} per step,"
+            f" {fmt_share(sum(per_step) / backward)} of the backward ({names}). That time is"
+            " backward in the step; per layer it is in the backward of the node that needed"
+            " the recomputed tensors, so layers inside checkpointed modules get no"
+            " backward-vs-forward finding",
+            "the price of the memory saved: checkpoint fewer blocks where memory allows",
+        )
+    ]
 
 
 def _data_bound(loop: TrainingLoop) -> list[Finding]:
@@ -77,6 +103,8 @@ def _slow_backward(loop: TrainingLoop) -> list[Finding]:
         ratios, backward = _ratios(layer)
         if len(ratios) == 0 or backward < MIN_BACKWARD_NS:
             continue
+        if loop.recomputed_under(layer.path) is not None:
+            continue  # its backward holds its block's recompute: see _recomputed
         if step_backward and backward < MIN_BACKWARD_SHARE * step_backward:
             continue
         summary = Summary.of(ratios)

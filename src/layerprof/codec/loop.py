@@ -11,7 +11,7 @@ from typing import Any
 
 from layerprof.codec.fields import Fields, summary_dict
 from layerprof.errors import ProfileFormatError
-from layerprof.sections.loop import STEP_PARTS, LayerSteps, LoopStep, TrainingLoop
+from layerprof.sections.loop import STEP_PARTS, LayerSteps, LoopStep, Recompute, TrainingLoop
 from layerprof.units import NS_PER_MS
 
 
@@ -27,7 +27,12 @@ def encode_loop(loop: TrainingLoop | None) -> dict[str, Any] | None:
         "summary_ms": summaries,
         "steps": [_step(s) for s in loop.steps],
         "layers": [_layer(x) for x in loop.layers],
-    }
+    } | ({"recompute": [_recompute(r) for r in loop.recompute]} if loop.recompute else {})
+
+
+def _recompute(r: Recompute) -> dict[str, Any]:
+    return {"path": r.path, "per_step_ms": [ns / NS_PER_MS for ns in r.per_step_ns],
+            "calls": r.calls}  # fmt: skip
 
 
 def _step(s: LoopStep) -> dict[str, Any]:
@@ -60,6 +65,20 @@ def read_loop(f: Fields | None) -> TrainingLoop | None:
         skip=schedule.integer("skip", 0) if schedule else 0,
         warmup=schedule.integer("warmup", 0) if schedule else 0,
         active=schedule.opt_integer("active") if schedule else None,
+        recompute=tuple(_read_recompute(r) for r in f.objects("recompute")),
+    )
+
+
+def _read_recompute(f: Fields) -> Recompute:
+    values = f.items("per_step_ms", required=True)
+    if not all(
+        isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= MAX_MS for v in values
+    ):
+        raise ProfileFormatError(f"{f.where}.per_step_ms: expected a list of times >= 0 (ms)")
+    return Recompute(
+        path=f.text("path"),
+        per_step_ns=tuple(round(v * NS_PER_MS) for v in values),
+        calls=f.count("calls", 0),
     )
 
 

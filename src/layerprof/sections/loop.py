@@ -82,15 +82,38 @@ class LayerSteps:
 
 
 @dataclass(frozen=True)
+class Recompute:
+    """A module that activation checkpointing ran again inside the backward
+    (``torch.utils.checkpoint``, reentrant or not; Hugging Face's
+    ``gradient_checkpointing_enable()``): the time of those recomputed forwards in
+    each active step (part of the step's backward, not a forward of the model) and
+    how many ran over the active steps."""
+
+    path: str
+    per_step_ns: tuple[int, ...]
+    calls: int
+
+
+@dataclass(frozen=True)
 class TrainingLoop:
     """The steps a Recorder counted (``schedule``: skipped, warm-up and active steps
-    as torch.profiler's wait/warmup/active; only active steps are here)."""
+    as torch.profiler's wait/warmup/active; only active steps are here); ``recompute``
+    the modules activation checkpointing recomputed in them."""
 
     steps: tuple[LoopStep, ...]
     layers: tuple[LayerSteps, ...] = ()
     skip: int = 0
     warmup: int = 0
     active: int | None = None
+    recompute: tuple[Recompute, ...] = ()
+
+    def recomputed_under(self, path: str) -> str | None:
+        """The recomputed module that ``path`` is (or lies inside), or None: such a
+        layer's backward holds its block's recompute wherever the recompute started."""
+        for r in self.recompute:
+            if path == r.path or path.startswith(f"{r.path}.") or r.path == "":
+                return r.path
+        return None
 
     def part(self, name: str) -> tuple[int, ...]:
         """One part (or ``wall``) of every step."""

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import itertools
 import numbers
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from layerprof.capture.modules import HookHandles
 from layerprof.errors import UsageError
 from layerprof.records import LayerCall, LayerSamples
-from layerprof.sections.loop import STEP_PARTS, LayerSteps, LoopStep, TrainingLoop
+from layerprof.sections.loop import STEP_PARTS, LayerSteps, LoopStep, Recompute, TrainingLoop
 from layerprof.stats import Series
 
 Phase = Literal["skip", "warmup", "active", "done"]
@@ -193,13 +193,21 @@ class PhaseMarks:
 
 
 def loop_samples(
-    samples: dict[str, LayerSamples], steps: Sequence[StepMarks], schedule: StepSchedule
+    samples: dict[str, LayerSamples],
+    steps: Sequence[StepMarks],
+    schedule: StepSchedule,
+    *,
+    calls: Mapping[str, float] | None = None,
+    recompute: tuple[Recompute, ...] = (),
 ) -> tuple[dict[str, LayerSamples], TrainingLoop]:
     """The active steps' share of a Recorder's samples, with backward, and the loop section.
 
     ``samples`` hold one value per recorded forward; only the forwards of
     active steps are kept. Backward samples hold one value per forward that got
-    a backward (a ``no_grad`` evaluation forward has none).
+    a backward (a ``no_grad`` evaluation forward has none). ``calls``: each
+    layer's calls per kept forward (the samples' own count is over every
+    recorded iteration, activation checkpointing's recomputes included);
+    ``recompute``: what checkpointing recomputed in the active steps.
     """
     import numpy as np
 
@@ -212,10 +220,12 @@ def loop_samples(
         )
     kept = np.array([i for s in steps for i in s.iterations], dtype=np.int64)
     forward = {p: _subset(s, kept) for p, s in samples.items()} if len(kept) else {}
-    calls, per_step = _backward_calls(steps)
-    if calls:
+    if calls is not None:
+        forward = {p: replace(s, calls=calls.get(p, s.calls)) for p, s in forward.items()}
+    backward, per_step = _backward_calls(steps)
+    if backward:
         n = sum(len(g) for g in per_step)
-        times = build_samples(calls, n)
+        times = build_samples(backward, n)
         zeros = np.zeros(n, dtype=np.int64)
         for path, sample in forward.items():
             b = times.get(path)
@@ -229,7 +239,56 @@ def loop_samples(
     layers = tuple(_layer_steps(p, x, groups, per_step) for p, x in forward.items())
     origin = steps[0].start
     rows = tuple(_step_row(s, origin) for s in steps)
-    return forward, TrainingLoop(rows, layers, schedule.skip, schedule.warmup, schedule.active)
+    loop = TrainingLoop(rows, layers, schedule.skip, schedule.warmup, schedule.active, recompute)
+    return forward, loop
+
+
+def recomputes(
+    tables: Sequence[Any], steps: Sequence[StepMarks], paths: Sequence[str], root: int | None
+) -> tuple[tuple[Recompute, ...], dict[str, float]]:
+    """Activation checkpointing's recomputes, and each layer's calls per kept forward.
+
+    A recompute is an outermost call of a module other than the root that started
+    inside an active step's backward: ``torch.utils.checkpoint`` runs the
+    checkpointed module's forward again there (reentrant or not), outside the
+    model's own forward. ``tables`` are the Recorder's call tables in order (each
+    outermost call one iteration); ``steps`` the active steps with their model
+    forwards as iteration indices.
+    """
+    import numpy as np
+
+    kept = np.array(sorted(i for st in steps for i in st.iterations), dtype=np.int64)
+    counts = np.zeros(len(paths), dtype=np.int64)
+    times: dict[int, list[int]] = {}
+    n_calls: dict[int, int] = {}
+    offset = 0
+    for t in tables:
+        real = t.layer >= 0
+        outer = (t.level == 1) & real
+        mask = real & np.isin(offset + t.iterations(), kept)
+        counts += np.bincount(t.layer[mask], minlength=len(paths))[: len(paths)]
+        for i in np.flatnonzero(outer & (t.layer != (-1 if root is None else root))).tolist():
+            start = int(t.start[i])
+            k = _step_in_backward(steps, start)
+            if k is not None:
+                pid = int(t.layer[i])
+                times.setdefault(pid, [0] * len(steps))[k] += int(t.end[i]) - start
+                n_calls[pid] = n_calls.get(pid, 0) + 1
+        offset += int(outer.sum())
+    calls = (
+        {paths[i]: int(c) / len(kept) for i, c in enumerate(counts.tolist())} if len(kept) else {}
+    )
+    found = tuple(
+        Recompute(paths[pid], tuple(ns), n_calls[pid]) for pid, ns in sorted(times.items())
+    )
+    return found, calls
+
+
+def _step_in_backward(steps: Sequence[StepMarks], at: int) -> int | None:
+    for k, st in enumerate(steps):
+        if st.start <= at <= st.end and any(a <= at <= b for a, b in st.backwards):
+            return k
+    return None
 
 
 def _subset(s: LayerSamples, kept: Any) -> LayerSamples:

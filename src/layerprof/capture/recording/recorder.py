@@ -34,6 +34,7 @@ out of the layers' times.
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -62,7 +63,13 @@ from layerprof.capture.recording.layertimes import (
     is_entry,
     parse_events,
 )
-from layerprof.capture.recording.loop import PhaseMarks, StepMarks, StepSchedule, loop_samples
+from layerprof.capture.recording.loop import (
+    PhaseMarks,
+    StepMarks,
+    StepSchedule,
+    loop_samples,
+    recomputes,
+)
 from layerprof.capture.recording.nodes import NodeHooksUnavailable, NodeMarks
 from layerprof.capture.recording.shapestore import ShapeStore, shape_wrapper
 from layerprof.capture.shapes import describe_inputs, inputs_tree
@@ -458,6 +465,8 @@ class Recorder:
         depth = np.cumsum(np.where(is_entry(codes), 1, -1))
         if depth[-1] > 0:
             return  # an inner call: its caller may catch the error
+        if _checkpoint_stop(sys.exc_info()[1]):
+            return  # a recompute that checkpointing ended on purpose: kept, as a call
         self._failed = self._origin(codes, depth)
         zeros = np.flatnonzero(depth[:-1] == 0)
         start = self._zero + 2 * (int(zeros[-1]) + 1 if len(zeros) else 0)
@@ -708,7 +717,11 @@ class Recorder:
         loop = None
         notes: tuple[Note, ...] = ()
         if self._step_index:
-            samples, loop = loop_samples(samples, self._model_iterations(), self.schedule)
+            steps = self._model_iterations()
+            found, calls = recomputes(self._tables, steps, self._paths, self._index.get(""))
+            samples, loop = loop_samples(
+                samples, steps, self.schedule, calls=calls, recompute=found
+            )
             iterations = sum(len(s.iterations) for s in self._steps)
         elif self.backward:
             notes = (
@@ -783,6 +796,13 @@ class _Closing:
 
     def remove(self) -> None:
         self._close()
+
+
+def _checkpoint_stop(exc: BaseException | None) -> bool:
+    """``torch.utils.checkpoint``'s non-reentrant recompute stops the recomputed forward
+    by raising once it has every tensor the backward needs ("early stop"): control flow,
+    not a failure of the module."""
+    return exc is not None and type(exc).__name__ == "_StopRecomputationError"
 
 
 def _ignore(value: Any) -> None:

@@ -9,6 +9,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from layerprof.render.loop_text import recompute_line
 from layerprof.sections.loop import STEP_PARTS
 from layerprof.units import unit_for
 
@@ -55,6 +56,8 @@ def print_loop(console: Console, profile: Profile) -> None:
         table.add_row(Text("share", style="dim"), *_shares(loop), "")
     console.print(table)
     console.print(Text(_caption(loop), style="dim"))
+    if loop.recompute:
+        console.print(Text(recompute_line(loop), style="dim"))
 
 
 def _shown(steps: tuple[LoopStep, ...]) -> list[LoopStep | None]:
@@ -78,6 +81,8 @@ def _caption(loop: TrainingLoop) -> str:
         skipped.append(f"{loop.warmup} warm-up")
     extra = f" (after {' and '.join(skipped)})" if skipped else ""
     return (
-        f"{kept}{extra}; data wait: end of the previous step to the first forward; rest: the"
-        " loss and its backward, zero_grad, logging, your code (docs/definitions.md)"
+        f"{kept}{extra}; data wait: end of the previous step to the first forward; rest: a"
+        " loss computed outside the model and its backward, zero_grad, logging, your code;"
+        " a closure's forward and backward count as such inside the optimizer step"
+        " (docs/definitions.md)"
     )

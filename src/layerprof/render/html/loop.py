@@ -17,6 +17,7 @@ from layerprof.render.html.page import (
     time_col,
 )
 from layerprof.render.html.subject import Subject
+from layerprof.render.loop_text import recompute_line
 from layerprof.sections.loop import STEP_PARTS, LoopStep
 from layerprof.units import NS_PER_MS, TimeUnit, fmt_share, human_time, unit_for
 
@@ -92,6 +93,8 @@ def loop_section(s: Subject) -> Section | None:
         " outside the model, zero_grad, logging, your code). The parts add up to the"
         " step." + cut
     )
+    if loop.recompute:
+        cut += " " + recompute_line(loop).capitalize() + "."
     body = chart_slot("lp-loop") + table("lp-loop-steps", cols, rows)
     return Section("loop", "Training steps", body, intro, {"lp-loop": chart})
 

@@ -1,0 +1,126 @@
+"""Activation checkpointing in the user's loop (issue 33, item 3): a recompute is not a
+new forward. Calls stay whole, each checkpointed module's recompute is measured per
+step as part of the backward, and no backward-vs-forward finding is made on layers
+whose backward holds their block's recompute."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+import layerprof
+from layerprof.analysis.diagnose import diagnose
+from layerprof.profile import Profile
+
+SLEEP_S = 0.001
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(32, 128)
+        self.act = nn.GELU()
+        self.drop = nn.Dropout(0.1)
+        self.fc2 = nn.Linear(128, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(SLEEP_S)  # a forward of known, recomputed cost
+        out: torch.Tensor = x + self.drop(self.fc2(self.act(self.fc1(x))))
+        return out
+
+
+class Net(nn.Module):
+    def __init__(self, reentrant: bool) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(Block() for _ in range(3))
+        self.head = nn.Linear(32, 2)
+        self.reentrant = reentrant
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = checkpoint(block, x, use_reentrant=self.reentrant)
+        out: torch.Tensor = self.head(x)
+        return out
+
+
+def train(model: nn.Module, steps: int = 3) -> Profile:
+    torch.manual_seed(0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(16, 32, requires_grad=True)  # reentrant checkpointing needs one
+    with layerprof.Recorder(model, backward=True) as rec:
+        for _ in range(steps):
+            model(x).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            rec.step()
+    return rec.profile()
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_recomputes_are_backward_not_forwards(reentrant: bool) -> None:
+    profile = train(Net(reentrant))
+    rows = {r.path: r for r in profile.rows()}
+    # Calls read 0.5 (reentrant: each recompute was a new iteration) before
+    for path in ("", "blocks.0", "blocks.1.fc1", "head"):
+        assert rows[path].calls == 1.0, (path, rows[path].calls)
+    loop = profile.loop
+    assert loop is not None
+    assert [r.path for r in loop.recompute] == ["blocks.0", "blocks.1", "blocks.2"]
+    for r in loop.recompute:
+        assert r.calls == 3 and len(r.per_step_ns) == 3
+        assert min(r.per_step_ns) >= SLEEP_S * 1e9  # the recomputed forward's sleep
+    for step in loop.steps:
+        assert step.forwards == 1 and step.backwards == 1
+        recomputed = sum(r.per_step_ns[step.index - loop.steps[0].index] for r in loop.recompute)
+        assert step.backward_ns >= recomputed  # inside the step's backward
+    assert loop.recomputed_under("blocks.1.drop") == "blocks.1"
+    assert loop.recomputed_under("head") is None
+
+
+def test_no_backward_finding_inside_a_checkpointed_block_and_one_on_the_cost() -> None:
+    profile = train(Net(reentrant=False))
+    findings = diagnose(profile)
+    slow = [f for f in findings if f.title == "backward far above twice the forward"]
+    assert not any((f.layer or "").startswith("blocks.") for f in slow), slow
+    cost = [f for f in findings if f.title.startswith("activation checkpointing recomputes")]
+    assert len(cost) == 1 and "3 modules ran again" in cost[0].detail
+
+
+def test_recompute_survives_the_file_and_prints() -> None:
+    profile = train(Net(reentrant=False), steps=2)
+    again = Profile.from_dict(profile.to_dict())
+    assert again.loop is not None and profile.loop is not None
+    assert again.loop.recompute == profile.loop.recompute
+    text = again.render("console")
+    assert "recomputed in the backward (activation checkpointing" in str(text)
+    assert "blocks.2" in str(again.render("html"))
+
+
+def test_hugging_face_gradient_checkpointing() -> None:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=32)
+    model = transformers.GPT2LMHeadModel(config)
+    model.gradient_checkpointing_enable()
+    model.train()
+    ids = torch.randint(0, 64, (2, 16))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with layerprof.Recorder(model, backward=True) as rec:
+        for _ in range(2):
+            model(ids, labels=ids).loss.backward()
+            opt.step()
+            opt.zero_grad()
+            rec.step()
+    profile = rec.profile()
+    rows = {r.path: r for r in profile.rows()}
+    assert rows["transformer.h.0"].calls == 1.0 and rows[""].calls == 1.0
+    assert profile.loop is not None
+    # transformers checkpoints the block class's forward (not the module call), so the
+    # recompute shows as the blocks' children, each called again once per step
+    recomputed = {r.path: r.calls for r in profile.loop.recompute}
+    assert {p.rsplit(".", 1)[0] for p in recomputed} == {"transformer.h.0", "transformer.h.1"}
+    assert set(recomputed.values()) == {2}
+    assert all(s.backward_ns > 0 for s in profile.loop.steps)  # the loss is in forward
