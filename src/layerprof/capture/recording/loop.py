@@ -10,6 +10,7 @@ hooks mark every ``Optimizer.step``. ``rec.step()`` closes a step into a
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import numbers
 from collections.abc import Callable, Mapping, Sequence
@@ -89,8 +90,10 @@ class StepMarks:
 def partition(step: StepMarks) -> dict[str, int]:
     """The step's wall time split into ``STEP_PARTS`` (ns; they add up to end - start).
 
-    Data wait is the time no phase covers before the step's first forward (all of
-    it is rest when the step ran no forward); overlaps count once (``PRIORITY``).
+    Data wait is time no phase covers that ends where a forward starts: the loader
+    before the step's first forward, and before each later micro-batch's forward
+    under gradient accumulation (uncovered time before a backward or an optimizer
+    step, or after the last phase, is rest); overlaps count once (``PRIORITY``).
     """
     lo, hi = step.start, step.end
     spans: dict[str, list[Span]] = {
@@ -102,19 +105,24 @@ def partition(step: StepMarks) -> dict[str, int]:
     for kind in PRIORITY:
         for a, b in spans[kind]:
             cuts.update(min(max(t, lo), hi) for t in (a, b))
-    first_forward = min((max(a, lo) for a, _ in step.forwards), default=None)
+    # where each phase starts, in time order: what follows an uncovered stretch
+    starts = sorted((min(max(a, lo), hi), kind) for kind in PRIORITY for a, _ in spans[kind])
+    at = [t for t, _ in starts]
     out = dict.fromkeys(STEP_PARTS, 0)
     points = sorted(cuts)
     for a, b in itertools.pairwise(points):
-        out[_cover(a, b, spans, first_forward)] += b - a
+        out[_cover(a, b, spans, starts, at)] += b - a
     return out
 
 
-def _cover(a: int, b: int, spans: dict[str, list[Span]], first_forward: int | None) -> str:
+def _cover(
+    a: int, b: int, spans: dict[str, list[Span]], starts: list[tuple[int, str]], at: list[int]
+) -> str:
     for kind in PRIORITY:
         if any(s <= a and b <= e for s, e in spans[kind]):
             return kind
-    return "data_wait" if first_forward is not None and b <= first_forward else "rest"
+    k = bisect.bisect_left(at, b)
+    return "data_wait" if k < len(starts) and starts[k][1] == "forward" else "rest"
 
 
 class PhaseMarks:

@@ -81,7 +81,7 @@ def _caption(loop: TrainingLoop) -> str:
         skipped.append(f"{loop.warmup} warm-up")
     extra = f" (after {' and '.join(skipped)})" if skipped else ""
     return (
-        f"{kept}{extra}; data wait: end of the previous step to the first forward; rest: a"
+        f"{kept}{extra}; data wait: uncovered time before each forward (the loader); rest: a"
         " loss computed outside the model and its backward, zero_grad, logging, your code;"
         " a closure's forward and backward count as such inside the optimizer step"
         " (docs/definitions.md)"

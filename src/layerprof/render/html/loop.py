@@ -86,8 +86,8 @@ def loop_section(s: Subject) -> Section | None:
             " row is over every step."
         )
     intro = (
-        "Each step's wall time (host), partitioned: data wait (end of the previous step to"
-        " the model's first forward), forward, backward (from the gradient reaching the"
+        "Each step's wall time (host), partitioned: data wait (uncovered time before each"
+        " forward of the model: the loader), forward, backward (from the gradient reaching the"
         " model to the end of the backward pass), optimizer (Optimizer.step's own update:"
         " a closure's forward and backward count as such), and rest (a loss computed"
         " outside the model, zero_grad, logging, your code). The parts add up to the"
