@@ -307,3 +307,38 @@ def test_gradient_accumulation_loader_time_is_data_wait() -> None:
     for st in loop.steps:
         assert st.forwards == 2
         assert st.data_wait_ns >= 2 * loader_s * 1e9, dict(st.parts())
+
+
+def test_every_optimizer_that_stepped_counts_its_state() -> None:
+    """A GAN's two optimizers: the state bytes came from whichever stepped last, so the
+    generator's layers read 0."""
+    torch.manual_seed(0)
+    model = nn.ModuleDict({"g": nn.Linear(8, 8), "d": nn.Linear(8, 1)})
+    opt_g = torch.optim.Adam(model["g"].parameters())
+    opt_d = torch.optim.Adam(model["d"].parameters())
+
+    class Both(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.parts = model
+
+        def forward(self, z: torch.Tensor) -> torch.Tensor:
+            out: torch.Tensor = self.parts["d"](self.parts["g"](z))
+            return out
+
+    both = Both()
+    with layerprof.Recorder(both, backward=True, memory=True) as rec:
+        for _ in range(2):
+            both(torch.randn(4, 8)).mean().backward()
+            opt_g.step()
+            opt_d.step()  # the discriminator steps last
+            opt_g.zero_grad()
+            opt_d.zero_grad()
+            rec.step()
+    section = rec.profile().activation_memory
+    assert section is not None
+    rows = {r.path: r for r in section.rows}
+    f32 = 4
+    for path, params in (("parts.g", 8 * 8 + 8), ("parts.d", 8 + 1)):
+        # Adam: two moments per parameter and a step counter per tensor
+        assert rows[path].optimizer_self == 2 * params * f32 + 2 * f32, path

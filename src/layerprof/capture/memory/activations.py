@@ -110,8 +110,9 @@ class ActivationCapture:
             self._grads = _grad_bytes(self._owners)
 
     def step(self, optimizer: Any = None) -> ActivationMemory:
-        """This step's numbers (``optimizer`` state read now; gradients as last noted by
-        ``note_grads``, else now); the next step starts from zero."""
+        """This step's numbers (``optimizer`` state read now: one optimizer, or a list of
+        every optimizer that stepped, as a GAN's generator and discriminator; gradients as
+        last noted by ``note_grads``, else now); the next step starts from zero."""
         self._close_phase()
         self._end_forward()
         noted, self._grads = self._grads, None
@@ -277,17 +278,21 @@ def _grad_bytes(owners: list[tuple[str, Any]]) -> dict[str, int]:
 
 
 def _optimizer_bytes(owners: list[tuple[str, Any]], optimizer: Any) -> dict[str, int]:
-    """Bytes of the optimizer's state tensors (moments, step counters) per owning layer."""
+    """Bytes of the optimizers' state tensors (moments, step counters) per owning layer;
+    ``optimizer`` is one optimizer or a list of them (each parameter's state is read from
+    every one that holds it)."""
     out: dict[str, int] = {}
     if optimizer is None:
         return out
-    state = getattr(optimizer, "state", {})
+    optimizers = optimizer if isinstance(optimizer, list | tuple) else [optimizer]
     counted: set[int] = set()
-    for path, param in owners:
-        for value in dict(state.get(param, {})).values():
-            if hasattr(value, "untyped_storage") and id(value) not in counted:
-                counted.add(id(value))
-                out[path] = out.get(path, 0) + _nbytes(value)
+    for opt in optimizers:
+        state = getattr(opt, "state", {})
+        for path, param in owners:
+            for value in dict(state.get(param, {})).values():
+                if hasattr(value, "untyped_storage") and id(value) not in counted:
+                    counted.add(id(value))
+                    out[path] = out.get(path, 0) + _nbytes(value)
     return out
 
 

@@ -158,7 +158,7 @@ class Recorder:
         # activation memory per layer, counted in every step (its hooks cost time)
         self.memory = memory
         self._activations: ActivationCapture | None = None
-        self._optimizer: Any = None  # the last optimizer that stepped (its state's bytes)
+        self._optimizers: list[Any] = []  # every optimizer that stepped (its state's bytes)
         self._memory: ActivationMemory | None = None
         self._backward_clock = backward_clock
         self._nodes: NodeMarks | None = None
@@ -234,7 +234,8 @@ class Recorder:
         from layerprof.capture.memory.activations import ActivationCapture
 
         def seen(optimizer: Any) -> None:
-            self._optimizer = optimizer
+            if not any(o is optimizer for o in self._optimizers):
+                self._optimizers.append(optimizer)
             if self._activations is not None:  # before the loop's zero_grad() clears them
                 self._activations.note_grads()
 
@@ -543,7 +544,9 @@ class Recorder:
             iterations=range(self._step_iteration, iterations),
             backward=nodes.take_forwards(),  # one resolve: one synchronize on CUDA
         )  # fmt: skip
-        counted = self._activations.step(self._optimizer) if self._activations else None
+        counted = (
+            self._activations.step(list(self._optimizers) or None) if self._activations else None
+        )
         if self.schedule.phase(self._step_index) == "active":
             self._steps.append(marks)
             self._memory = counted or self._memory  # the last active step's
