@@ -342,3 +342,48 @@ def test_every_optimizer_that_stepped_counts_its_state() -> None:
     for path, params in (("parts.g", 8 * 8 + 8), ("parts.d", 8 + 1)):
         # Adam: two moments per parameter and a step counter per tensor
         assert rows[path].optimizer_self == 2 * params * f32 + 2 * f32, path
+
+
+# ---- issue 33, item 5: a table that does not add up says so --------------------------------
+
+
+class _Costs(nn.Module):
+    """Takes ``costs[i]`` ns on the fake clock in its i-th forward."""
+
+    def __init__(self, clock: Any, costs: list[int]) -> None:
+        super().__init__()
+        self.clock, self.costs = clock, list(costs)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.clock.advance(self.costs.pop(0))
+        return x
+
+
+def test_a_layer_table_that_does_not_add_up_to_the_forwards_says_so() -> None:
+    """Two layers busy in overlapping 60 % of 50 forwards: each one's median is 1 ms, so
+    the table's total reads 2 ms, while 80 % of the forwards took 1 ms."""
+    from layerprof.analysis.diagnose import diagnose
+    from layerprof.capture.clocks import FakeClock
+
+    clock = FakeClock()
+    n, ms = 50, 1_000_000
+    model = nn.Sequential(
+        _Costs(clock, [ms if i < 30 else 0 for i in range(n)]),
+        _Costs(clock, [ms if i >= 20 else 0 for i in range(n)]),
+    )
+    with layerprof.Recorder(model, clock=clock) as rec:
+        for _ in range(n):
+            model(torch.zeros(1))
+    profile = rec.profile()
+    root = next(r for r in profile.rows() if r.path == "")
+    assert root.total_ns == 2 * ms and root.total is not None and root.total.median == ms
+    found = [f for f in diagnose(profile) if "does not add up" in f.title]
+    assert len(found) == 1 and found[0].severity == "high"
+    assert "2.000 ms per forward" in found[0].detail and "1.000 ms at the median" in found[0].detail
+    # steady forwards: nothing to say
+    clock = FakeClock()
+    steady = nn.Sequential(_Costs(clock, [ms] * n), _Costs(clock, [ms] * n))
+    with layerprof.Recorder(steady, clock=clock) as rec:
+        for _ in range(n):
+            steady(torch.zeros(1))
+    assert not [f for f in diagnose(rec.profile()) if "does not add up" in f.title]

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from layerprof.analysis.compiled import compiled_findings, is_bucket
 from layerprof.analysis.distributed import distributed_findings, straggler_findings
 from layerprof.analysis.finding import ORDER, Finding, Severity
-from layerprof.analysis.loop import BACKWARD_RATIO, DATA_SHARE, loop_findings
+from layerprof.analysis.loop import BACKWARD_RATIO, DATA_SHARE, loop_findings, table_agreement
 from layerprof.analysis.memory import has_activation_memory, memory_findings
 from layerprof.analysis.passes import (
     agreement_findings,
@@ -562,6 +562,12 @@ RULES: tuple[Rule, ...] = (
     Rule("latency noise", _has_latency, _noisy),
     Rule("hook overhead", _has_overhead, _overhead),
     Rule("clean vs per-layer pass agreement", _has_root_samples, agreement_findings),
+    # a Recorder's profile has no clean pass: its own forwards are the reference
+    Rule(
+        "layer table vs the measured forwards (no clean pass)",
+        lambda p: p.meta.source == "recorder" and "" in p.samples,
+        table_agreement,
+    ),
     Rule("fused fast paths and code paths", lambda p: p.passes is not None, code_path_findings),
     Rule("GPU idle, copies and communication", _has_devices, _devices),
     Rule(

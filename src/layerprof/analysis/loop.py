@@ -37,6 +37,44 @@ def loop_findings(profile: Profile) -> list[Finding]:
     return _data_bound(loop) + _slow_backward(loop) + _recomputed(loop)
 
 
+#: How far the tree's total may stray from the measured forwards' median, beyond the
+#: interval of that median, before the table is called unreliable.
+TABLE_GAP = 0.10
+
+
+def table_agreement(profile: Profile) -> list[Finding]:
+    """The layer table's total for the whole model (the median self times summed down
+    the tree, so that it adds up) against the median of the forwards as measured. They
+    agree when each forward takes about as long as the others; on a busy machine the
+    per-forward times spread so widely that medians of the parts no longer add up to
+    the median of the whole (BERT's layer.0 read 7.5 ms where its forwards took 15)."""
+    root = next((r for r in profile.rows() if r.path == "" and r.calls), None)
+    if root is None or root.total is None or root.total.n < 3 or root.total.median <= 0:
+        return []
+    measured = root.total
+    lo, hi = interval(measured)
+    tree = root.total_ns
+    if lo * (1 - TABLE_GAP) <= tree <= hi * (1 + TABLE_GAP):
+        return []
+    spread = (measured.p90 - measured.min) / measured.median if measured.median else 0.0
+    return [
+        Finding(
+            "high",
+            "the numbers are unreliable: the layer table does not add up to the measured forwards",
+            f"the table's total for the model is {human_time(tree)} per forward (each layer's"
+            f" median self time, summed down the tree), but the forwards took"
+            f" {human_time(measured.median)} at the median (95 % interval {human_time(lo)} -"
+            f" {human_time(hi)}; the fastest {human_time(measured.min)}, p90"
+            f" {human_time(measured.p90)}: a spread of {fmt_share(spread)}). The forwards"
+            " varied too much for medians of the parts to add up to the median of the"
+            " whole: something else used the CPU, or the model's work varies between"
+            " forwards. Each layer's own measured total is in the JSON"
+            " (series.total_ms) and the report's hover",
+            "record on a quiet machine (fewer threads than cores), or more steps",
+        )
+    ]
+
+
 def _recomputed(loop: TrainingLoop) -> list[Finding]:
     """What activation checkpointing costs: its recomputes' share of the backward."""
     if not loop.recompute:
