@@ -387,3 +387,24 @@ def test_a_layer_table_that_does_not_add_up_to_the_forwards_says_so() -> None:
         for _ in range(n):
             steady(torch.zeros(1))
     assert not [f for f in diagnose(rec.profile()) if "does not add up" in f.title]
+
+
+def test_a_module_replaced_mid_loop_is_named() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with layerprof.Recorder(model, backward=True) as rec:
+        for i in range(3):
+            if i == 1:
+                model[2] = nn.Linear(4, 2)  # e.g. a new head swapped in
+            model(torch.randn(2, 4)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            rec.step()
+        inside = rec.profile()
+    for profile in (inside, rec.profile()):  # while open, and after it closed
+        notes = [n for n in profile.notes if n.kind == "modules-replaced"]
+        assert len(notes) == 1 and notes[0].data == {"paths": ["2"]}
+    notes = [n for n in profile.notes if n.kind == "modules-replaced"]
+    assert len(notes) == 1 and notes[0].data == {"paths": ["2"]}
+    assert "(2)" in notes[0].text and "their parent's" in notes[0].text
+    assert "forward" not in model[2].__dict__

@@ -141,6 +141,11 @@ class ForwardWrapper:
         object.__setattr__(module, self._name, wrapper)
         self.wrapper = wrapper
 
+    @property
+    def module(self) -> Any:
+        """The module this wrapper sits on."""
+        return self._module
+
     def overlay(self, fn: Callable[..., Any]) -> None:
         """Put ``fn`` (which calls ``self.wrapper``) in front of our wrapper until
         ``clear_overlay``; nothing when another wrapper sits on top of ours."""

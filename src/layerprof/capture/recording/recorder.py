@@ -172,6 +172,7 @@ class Recorder:
         self.correction = correction
         self._wrappers = HookHandles()
         self._by_path: dict[str, ForwardWrapper] = {}
+        self._replaced: list[str] = []  # paths replaced on the model while it was wrapped
         self._paths: list[str] = []  # layer index -> path (the log holds indices)
         self._index: dict[str, int] = {}
         self._log: list[int] = []  # (code, time) pairs since the last compaction
@@ -243,6 +244,34 @@ class Recorder:
         self._activations = ActivationCapture(self.model).__enter__()
         self._wrappers.add(_Closing(self._activations.__exit__))
 
+    def _replaced_paths(self) -> list[str]:
+        wrapped = {path: w.module for path, w in self._by_path.items()}
+        if not wrapped:
+            return []
+        now = dict(wrappable_modules(self.model))
+        return sorted(p for p, m in now.items() if wrapped.get(p) is not m)
+
+    def _replaced_note(self) -> tuple[Note, ...]:
+        """Modules set on the model after the Recorder opened (``model.fc = nn.Linear(...)``
+        mid-loop) carry none of its wrappers: their forward and backward time is their
+        parent's. Said, by path, rather than dropped silently."""
+        changed = self._replaced_paths() if self._by_path else self._replaced
+        if not changed:
+            return ()
+        shown = ", ".join(changed[:5]) + (
+            f" and {len(changed) - 5} more" if len(changed) > 5 else ""
+        )
+        return (
+            Note(
+                "modules-replaced",
+                f"modules were replaced or added while recording ({shown}): the Recorder"
+                " wraps the modules it found when it opened, so their time (forward and"
+                " backward) is counted in their parent's; open the Recorder after changing"
+                " the model",
+                {"paths": changed},
+            ),
+        )
+
     def _default_backward_clock(self) -> Clock:
         """CUDA events on CUDA (resolved once per step), else the forward's host clock."""
         from layerprof.capture.device import device_of
@@ -251,6 +280,7 @@ class Recorder:
         return CudaEventClock(device) if device.startswith("cuda") else self.clock
 
     def detach(self) -> None:
+        self._replaced = self._replaced_paths()  # while the wrappers still say what they wrap
         self._wrappers.remove()
         self._by_path.clear()
         self._nodes = self._phases = None
@@ -744,6 +774,7 @@ class Recorder:
                     {"model": type(self.model).__name__},
                 ),
             )
+        notes += self._replaced_note()
         if self._memory is not None:
             notes += (
                 Note(
