@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
 import torch
 from torch import nn
 
@@ -408,3 +409,28 @@ def test_a_module_replaced_mid_loop_is_named() -> None:
     assert len(notes) == 1 and notes[0].data == {"paths": ["2"]}
     assert "(2)" in notes[0].text and "their parent's" in notes[0].text
     assert "forward" not in model[2].__dict__
+
+
+def test_a_calibration_that_reads_zero_is_said_not_printed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """'0.0 µs per hooked call' was printed in 2 of 7 runs on a busy machine."""
+    from layerprof.capture.recording import recorder as recorder_module
+    from layerprof.capture.recording.layertimes import Correction
+
+    tries: list[int] = []
+
+    def zero() -> Correction:
+        tries.append(1)
+        return Correction(per_call_ns=0.0, inside_ns=0.0)
+
+    monkeypatch.setattr(recorder_module, "calibrate", zero)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    with layerprof.Recorder(model) as rec:
+        for _ in range(3):
+            model(torch.randn(2, 4))
+    profile = rec.profile()
+    assert len(tries) == 2  # measured again once
+    assert profile.overhead is None
+    assert [n.kind for n in profile.notes] == ["overhead-unmeasured"]
+    assert "0.0 µs per" not in str(profile.render("console"))

@@ -696,10 +696,14 @@ class Recorder:
         return correct if correct is not None else type(self.clock) is HostClock
 
     def _correction(self, wanted: bool) -> Correction | None:
-        """The correction to apply when ``wanted``: ``self.correction``, or a calibrated one."""
+        """The correction to apply when ``wanted``: ``self.correction``, or a calibrated one
+        (measured again once when a busy machine's noise swallowed the hooks' cost)."""
         if not wanted:
             return None
-        return self.correction if self.correction is not None else calibrate()
+        if self.correction is not None:
+            return self.correction
+        found = calibrate()
+        return found if found.per_call_ns > 0 else calibrate()
 
     @property
     def shapes(self) -> dict[str, tuple[Any, Any]]:
@@ -785,6 +789,17 @@ class Recorder:
                 ),
             )
         overhead = None
+        if correction is not None and correction.per_call_ns <= 0 and self.correction is None:
+            # "0.0 µs per hooked call" is no measurement: a recorded call costs something
+            notes += (
+                Note(
+                    "overhead-unmeasured",
+                    "the hooks' cost per call could not be measured: the calibration read 0"
+                    " against the noise of a busy machine (twice), so layer times are not"
+                    " corrected for it",
+                ),
+            )
+            correction = None
         if correction is not None:
             overhead = Overhead(
                 per_call_ns=correction.per_call_ns,
