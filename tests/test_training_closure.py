@@ -245,8 +245,12 @@ def _compiled_steps(model: nn.Module, called: nn.Module) -> tuple[list[dict[str,
             opt.zero_grad()
             rec.step()
     breaks = sum(counters["graph_break"].values())
-    loop = rec.profile().loop
+    profile = rec.profile()
+    loop = profile.loop
     assert loop is not None
+    # one row for the compiled model, and a note that says why and where to look
+    assert [n.kind for n in profile.notes] == ["compiled-leaves"]
+    assert "--compile" in profile.notes[0].text
     return [dict(s.parts()) for s in loop.steps], breaks
 
 

@@ -68,7 +68,7 @@ def visible_modules(
     for path, module in user_modules(model):  # DDP/FSDP wrappers left out of the paths
         if any(_inside(path, o) for o in opaque):
             continue
-        if (path and _is_script(module)) or (compiled_leaves and _is_compiled(module)):
+        if (path and _is_script(module)) or (compiled_leaves and is_compiled(module)):
             opaque.append(path)
         out.append((path, module))
     return out
@@ -98,10 +98,11 @@ def wrappable_modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module
 
 def is_opaque(module: Any) -> bool:
     """Whether a module is timed as one leaf (scripted or compiled)."""
-    return _is_script(module) or _is_compiled(module)
+    return _is_script(module) or is_compiled(module)
 
 
-def _is_compiled(module: Any) -> bool:
+def is_compiled(module: Any) -> bool:
+    """``torch.compile(module)`` or ``module.compile()``."""
     if type(module).__name__ == "OptimizedModule" and hasattr(module, "_orig_mod"):
         return True
     return getattr(module, "_compiled_call_impl", None) is not None  # module.compile()

@@ -48,6 +48,7 @@ from layerprof.capture.modules import (
     ForwardWrapper,
     HookHandles,
     compiled_in_place,
+    is_compiled,
     wrappable_modules,
 )
 from layerprof.capture.recording.layerinfo import default_meta, layer_infos
@@ -243,6 +244,24 @@ class Recorder:
         phases.on_optimizer = seen
         self._activations = ActivationCapture(self.model).__enter__()
         self._wrappers.add(_Closing(self._activations.__exit__))
+
+    def _compiled_note(self) -> tuple[Note, ...]:
+        """Compiled modules are one row each: hooks cannot time what runs inside a
+        compiled region (they would break its graph), so say where their layers went."""
+        compiled = [p for p, m in wrappable_modules(self.model) if is_compiled(m)]
+        if not compiled:
+            return ()
+        shown = ", ".join(p or "(the model)" for p in compiled[:5])
+        return (
+            Note(
+                "compiled-leaves",
+                f"compiled modules are timed whole, forward and backward ({shown}): the"
+                " layers inside a compiled region run as fused kernels no hook can time;"
+                " `layerprof run --compile` (or profile(..., compile=True)) attributes the"
+                " compiled kernels to them",
+                {"paths": compiled},
+            ),
+        )
 
     def _replaced_paths(self) -> list[str]:
         wrapped = {path: w.module for path, w in self._by_path.items()}
@@ -778,7 +797,7 @@ class Recorder:
                     {"model": type(self.model).__name__},
                 ),
             )
-        notes += self._replaced_note()
+        notes += self._replaced_note() + self._compiled_note()
         if self._memory is not None:
             notes += (
                 Note(
