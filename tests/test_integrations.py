@@ -87,7 +87,9 @@ def test_lightning_callback_writes_a_profile_of_each_step(tmp_path: Path) -> Non
     module = Module()
     trainer.fit(module, loader)
     prof = layerprof.Profile.load(out)
-    check_training_profile(prof, steps=2, forwards_per_step=2, layer="body.0")  # 3 less the cold one
+    check_training_profile(
+        prof, steps=2, forwards_per_step=2, layer="body.0"
+    )  # 3 less the cold one
 
 
 def check_training_profile(

@@ -123,8 +123,15 @@ def profile(
     loss: Callable[[Any], Any] | None = None,
     peak: str | None = None,
     compile: bool | CompileOptions = False,
+    generate: int | None = None,
 ) -> Profile:
     """Profile ``model(*args, **kwargs)``: clean latency pass + per-layer pass.
+
+    ``generate=N`` profiles ``model.generate(*args, **kwargs)`` of exactly N greedy
+    new tokens instead (a Hugging Face causal LM; the prompt is the first input):
+    time to first token, inter-token latency, prefill and decode tokens/s, each
+    layer's time in prefill and in decode, the KV cache (``Profile.generation``);
+    ``warmup`` and ``iters`` count whole generates.
 
     ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:1"``) and ``dtype`` (a floating
     dtype: ``torch.bfloat16`` or ``"bfloat16"``) run the model and its inputs
@@ -146,6 +153,10 @@ def profile(
     from layerprof.capture.runner import profile_model
 
     model, args, kwargs, dev, dtype_name = placed(model, args, kwargs or {}, device, dtype)
+    if generate is not None:
+        from layerprof.capture.generate import profile_generate
+
+        return profile_generate(model, args, kwargs, generate, warmup=warmup, iters=iters)
     options = run_options(
         warmup=warmup,
         iters=iters,

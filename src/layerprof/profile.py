@@ -68,6 +68,7 @@ from layerprof.sections import (
 )
 from layerprof.sections.compiled import CompiledSection
 from layerprof.sections.flops import FlopSummary, LayerFlops
+from layerprof.sections.generation import Generation
 from layerprof.sections.loop import TrainingLoop
 from layerprof.sections.memory import ActivationMemory
 from layerprof.stats import Series, SeriesLike, Summary, as_series
@@ -301,6 +302,7 @@ class Profile(sinks.Output):
     repeats: Repeats | None = None  # run --repeat / diff --run: one set of medians per process
     activation_memory: ActivationMemory | None = None  # --backward: saved bytes per layer
     loop: TrainingLoop | None = None  # a training loop's steps (Recorder with backward=True)
+    generation: Generation | None = None  # generate(): prefill and decode apart
     events: RecordedTrace | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -28,3 +28,12 @@ class TwoInputs(nn.Module):
 
 def not_a_module() -> int:
     return 3
+
+
+def tiny_gpt2() -> torch.nn.Module:
+    """A 2-layer GPT-2 from a config (no weights downloaded): run --generate's subject."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=64)
+    return transformers.GPT2LMHeadModel(config).eval()

@@ -59,6 +59,19 @@ def measure(
         dtype=args.dtype, ops=ops, backward=args.backward, loss=loss, kind=kind,
         compile=compile_options(args), meta_extra={"kind": kind}, peak=args.peak,
     )  # fmt: skip
+    generate = getattr(args, "generate", None)
+    if generate is not None:
+        from layerprof.capture.generate import profile_generate
+
+        for flag, given in (("--ops", ops is not None), ("--backward", args.backward),
+                            ("--compile", args.compile), ("--ddp", getattr(args, "ddp", False))):  # fmt: skip
+            if given:
+                raise UsageError(f"--generate does not go with {flag} yet")
+        profile = profile_generate(
+            model, tuple(inputs.args), dict(inputs.kwargs), generate,
+            warmup=args.warmup, iters=args.iters,
+        )  # fmt: skip
+        return profile.with_notes(*notes) if notes else profile
     with ddp_wrapped(model, device, enabled=getattr(args, "ddp", False)) as model:
         profile = run_model(
             model, tuple(inputs.args), dict(inputs.kwargs), options, program=program

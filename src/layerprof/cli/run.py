@@ -45,6 +45,12 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help="profile in N separate processes and keep each one's medians in the profile, so"
         " that diff judges changes on the run-to-run spread (default 1; see docs/diff.md)",
     )  # fmt: skip
+    parser.add_argument(
+        "--generate", type=COUNT, default=None, metavar="N",
+        help="profile model.generate() of exactly N greedy new tokens (a Hugging Face causal"
+        " LM; the prompt is the first --input): time to first token, inter-token latency,"
+        " prefill and decode per layer, the KV cache; --warmup/--iters count generates",
+    )  # fmt: skip
     # --repeat's and diff --run's child processes write their profile there
     parser.add_argument("--child-out", metavar="PATH", help=argparse.SUPPRESS)
     add_ops_options(parser)

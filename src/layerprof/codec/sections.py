@@ -20,6 +20,7 @@ from layerprof.codec.fields import (
     summary_us,
 )
 from layerprof.codec.flops import encode_flops, read_flops
+from layerprof.codec.generation import encode_generation, read_generation
 from layerprof.codec.inputs import encode_signatures, read_signatures
 from layerprof.codec.loop import encode_loop, read_loop
 from layerprof.codec.memory import encode_activation_memory, read_activation_memory
@@ -62,6 +63,7 @@ def encode_sections(p: Profile, top: int | None) -> dict[str, Any]:
         "repeats": encode_repeats(p.repeats),
         "activation_memory": encode_activation_memory(p.activation_memory),
         "loop": encode_loop(p.loop),
+        "generation": encode_generation(p.generation),
         **encode_compiled(p.compiled),
         **encode_distributed(p),
     }
@@ -195,6 +197,7 @@ def read_sections(f: Fields) -> dict[str, Any]:
     out["repeats"] = read_repeats(f.obj("repeats"))
     out["activation_memory"] = read_activation_memory(f.obj("activation_memory"))
     out["loop"] = read_loop(f.obj("loop"))
+    out["generation"] = read_generation(f.obj("generation"))
     out.update(read_compiled(f))
     out.update(read_distributed(f))
     return out

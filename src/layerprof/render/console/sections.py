@@ -25,6 +25,7 @@ from layerprof.render.console.distributed import (
     print_queues,
 )
 from layerprof.render.console.findings import print_findings
+from layerprof.render.console.generation import print_generation
 from layerprof.render.console.loop import print_loop
 from layerprof.render.console.memory import print_activation_memory
 from layerprof.render.console.ops import OpSort, render_ops
@@ -138,6 +139,7 @@ PROFILE_SECTIONS: tuple[Section[Profile], ...] = (
     ),
     Section("layers", ("Profile.layers", "Profile.flops"), _layers),
     Section("training loop", ("Profile.loop",), lambda p, out, o: print_loop(out, p)),
+    Section("generation", ("Profile.generation",), lambda p, out, o: print_generation(out, p)),
     Section("compiled", ("Profile.compiled",), lambda p, out, o: print_compiled(out, p)),
     Section(
         "activation memory",

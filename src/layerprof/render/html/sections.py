@@ -28,6 +28,7 @@ from layerprof.render.html.diff_sections import (
 )
 from layerprof.render.html.distributed import distributed_section
 from layerprof.render.html.findings import findings_section, notes_section
+from layerprof.render.html.generation import generation_section
 from layerprof.render.html.loop import loop_section
 from layerprof.render.html.memory import activation_memory_section
 from layerprof.render.html.page import Section
@@ -88,6 +89,7 @@ SECTIONS: tuple[Registered, ...] = (
     Registered(hierarchy_section, ("Profile.layers",)),
     Registered(layers_section, ("Profile.layers", "Profile.flops")),
     Registered(loop_section, ("Profile.loop",)),
+    Registered(generation_section, ("Profile.generation",)),
     Registered(compiled_section, ("Profile.compiled",)),
     Registered(top_section, ("Profile.ops",)),
     Registered(layer_ops_section, ("Profile.ops",)),

@@ -1,0 +1,210 @@
+"""``profile(model, inputs, generate=N)``: a language model's ``generate()`` of N new
+tokens, prefill and decode apart (see :mod:`layerprof.sections.generation`).
+
+Two passes, as for a forward. The clean pass runs warm-up generates, then the timed
+ones with nothing on the model but a logits processor that reads the clock when
+each token's logits are ready: time to first token, the gaps between tokens, the
+whole call. The per-layer pass runs a few generates under a Recorder, with one
+forward pre-hook on the model that tags each of its forwards with its phase
+(``prefill``: the forward that takes the prompt; ``decode``: one new token against
+the cache) and its context position; each layer's per-forward times are then
+split by phase.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from layerprof.errors import UsageError
+from layerprof.notes import Note
+from layerprof.profile import Profile
+from layerprof.sections.generation import Generation, KvCache, Phase, PhaseLayer
+from layerprof.stats import Series, Summary
+
+PREFILL, DECODE = "prefill", "decode"
+#: Generates the per-layer pass runs (each one gives one prefill and N - 1 decode steps).
+LAYER_GENERATES = 3
+
+
+def profile_generate(
+    model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], new_tokens: int, *,
+    warmup: int, iters: int,
+) -> Profile:  # fmt: skip
+    """``model.generate(*args, **kwargs)`` of exactly ``new_tokens`` greedy tokens."""
+    import torch
+
+    if not callable(getattr(model, "generate", None)):
+        raise UsageError(
+            f"generate={new_tokens}: {type(model).__name__} has no generate() method (a"
+            " Hugging Face causal LM has one); for a decode loop of your own, record it with"
+            " layerprof.Recorder"
+        )
+    if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 1:
+        raise UsageError(f"generate={new_tokens!r}: the number of new tokens must be >= 1")
+    prompt = _prompt(args, kwargs)
+    batch, prompt_tokens = int(prompt.shape[0]), int(prompt.shape[-1])  # a 2-d tensor
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            for _ in range(warmup):
+                _generate(model, args, kwargs, new_tokens, None)
+            ttft, itl, whole = [], [], []
+            out = None
+            for _ in range(max(iters, 1)):
+                stamps: list[int] = []
+                t0 = time.perf_counter_ns()
+                out = _generate(model, args, kwargs, new_tokens, stamps)
+                t1 = time.perf_counter_ns()
+                if len(stamps) != new_tokens:
+                    raise UsageError(
+                        f"generate={new_tokens}: the model made {len(stamps)} tokens (its"
+                        " generate() stopped early or ignored min_new_tokens)"
+                    )
+                ttft.append(stamps[0] - t0)
+                itl += [b - a for a, b in itertools.pairwise(stamps)]
+                whole.append(t1 - t0)
+            recorded, phases = _layer_pass(model, args, kwargs, new_tokens, batch, prompt_tokens)
+    finally:
+        model.train(was_training)
+    generation = Generation(
+        new_tokens=new_tokens,
+        prompt_tokens=prompt_tokens,
+        batch=batch,
+        generates=len(whole),
+        ttft_ns=Series(ttft),
+        itl_ns=Series(itl) if itl else None,
+        generate_ns=Series(whole),
+        phases=phases,
+        kv_cache=_kv_cache(out),
+    )
+    note = Note(
+        "generation-phases",
+        f"the layer table is over every forward of {LAYER_GENERATES} generates (prefill and"
+        " decode together); the generation section has each phase apart",
+    )
+    meta = replace(
+        recorded.meta, source="layerprof.generate", warmup=warmup, iters=len(whole),
+        inputs=(f"input_ids: {batch}x{prompt_tokens}", f"generate {new_tokens} new tokens"),
+    )  # fmt: skip
+    return replace(recorded, meta=meta, generation=generation, notes=(*recorded.notes, note))
+
+
+def _prompt(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:  # a 2-d token tensor
+    import torch
+
+    ids = args[0] if args else kwargs.get("input_ids")
+    if not isinstance(ids, torch.Tensor) or ids.ndim != 2:
+        raise UsageError(
+            "generate: the prompt is the first input (or input_ids=), a batch x tokens tensor"
+            f" of token ids; found {type(ids).__name__}"
+        )
+    return ids
+
+
+def _generate(
+    model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], n: int, stamps: list[int] | None
+) -> Any:
+    """Greedy, exactly ``n`` new tokens; ``stamps`` gets the clock at each token's logits."""
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    class Stamp(LogitsProcessor):  # type: ignore[misc]  # untyped base
+        def __call__(self, input_ids: Any, scores: Any) -> Any:
+            if stamps is not None:
+                stamps.append(time.perf_counter_ns())
+            return scores
+
+    options: dict[str, Any] = {
+        "max_new_tokens": n, "min_new_tokens": n, "do_sample": False,
+        "logits_processor": LogitsProcessorList([Stamp()]), "return_dict_in_generate": True,
+    }  # fmt: skip
+    config = getattr(model, "generation_config", None)
+    if config is not None and getattr(config, "pad_token_id", None) is None:
+        options["pad_token_id"] = getattr(config, "eos_token_id", None) or 0
+    return model.generate(*args, **{**kwargs, **options})
+
+
+def _layer_pass(
+    model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], n: int, batch: int, prompt: int
+) -> tuple[Profile, tuple[Phase, ...]]:
+    """A few generates under the Recorder, each forward tagged (phase, context position)."""
+    from layerprof.capture.recording.recorder import Recorder
+
+    tags: list[tuple[str, int]] = []
+    seen = [0]  # tokens the current generate's forwards have taken so far
+
+    def tag(module: Any, f_args: Any, f_kwargs: Any) -> None:
+        ids: Any = f_kwargs.get("input_ids") if f_kwargs else None
+        if ids is None and f_args:
+            ids = f_args[0]
+        shape = getattr(ids, "shape", None)
+        length = int(shape[-1]) if shape else 1
+        tags.append((PREFILL if seen[0] == 0 else DECODE, seen[0] + length))
+        seen[0] += length
+
+    handle = model.register_forward_pre_hook(tag, with_kwargs=True)
+    try:
+        with Recorder(model) as rec:
+            for _ in range(LAYER_GENERATES):
+                seen[0] = 0
+                _generate(model, args, kwargs, n, None)
+    finally:
+        handle.remove()
+    profile = rec.profile()
+    return profile, _phases(profile, tags, batch, prompt)
+
+
+def _phases(
+    profile: Profile, tags: list[tuple[str, int]], batch: int, prompt: int
+) -> tuple[Phase, ...]:
+    """Each layer's times split by the phase of each forward (its per-forward samples
+    are in forward order, one per forward of the model)."""
+    out = []
+    names = np.array([t[0] for t in tags])
+    positions = np.array([t[1] for t in tags], dtype=np.float64)
+    for name, tokens in ((PREFILL, prompt * batch), (DECODE, batch)):
+        picked = np.flatnonzero(names == name)
+        if len(picked) == 0:
+            continue
+        layers = []
+        for path, s in profile.samples.items():
+            total, self_ = s.total_ns.values, s.self_ns.values
+            if total is None or self_ is None or len(total) != len(tags):
+                continue  # a layer not called once per forward: no per-forward split
+            own = self_[picked].astype(np.float64)
+            growth = None
+            if name == DECODE and len(picked) >= 3 and np.ptp(positions[picked]) > 0:
+                growth = float(np.polyfit(positions[picked], own, 1)[0]) * 1000
+            layers.append(
+                PhaseLayer(
+                    path=path,
+                    total_ns=float(np.median(total[picked])),
+                    self_ns=float(np.median(own)),
+                    self_summary=Summary.of(own.tolist()),
+                    growth_ns_per_1k=growth,
+                )
+            )
+        out.append(Phase(name, len(picked), tokens, tuple(layers)))
+    return tuple(out)
+
+
+def _kv_cache(out: Any) -> KvCache | None:
+    """Bytes of the key/value cache a generate returned (a transformers Cache with
+    per-layer ``keys``/``values``), or None when it has none that can be read."""
+    cache = getattr(out, "past_key_values", None)
+    layers = getattr(cache, "layers", None)
+    if cache is None or layers is None:
+        return None
+    sizes = []
+    for layer in layers:
+        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+        if keys is None or values is None or not hasattr(keys, "nbytes"):
+            return None
+        sizes.append(int(keys.nbytes) + int(values.nbytes))
+    positions = int(cache.get_seq_length()) if hasattr(cache, "get_seq_length") else 0
+    return KvCache(layers=tuple(sizes), positions=positions)

@@ -1,0 +1,44 @@
+"""The generation card of a ``generate()`` profile: time to first token, inter-token
+latency, the prefill and decode rates and the KV cache, then each of the heaviest
+layers' time per forward in prefill and in decode."""
+
+from __future__ import annotations
+
+from layerprof.render.generation_text import phase_rows, summary_lines
+from layerprof.render.html.page import Col, Section, esc, table, text_col, time_col
+from layerprof.render.html.subject import Subject
+from layerprof.sections.generation import PhaseLayer
+from layerprof.units import unit_for
+
+_Row = tuple[str, PhaseLayer | None, PhaseLayer | None]
+
+
+def generation_section(s: Subject) -> Section | None:
+    g = s.profile.generation if s.profile is not None else None
+    if g is None:
+        return None
+    body = "".join(f"<p>{esc(line)}</p>" for line in summary_lines(g))
+    rows = phase_rows(g)
+    if rows:
+        largest = max(max(x.total_ns for x in (a, b) if x is not None) for _, a, b in rows)
+        unit = unit_for(largest)
+        cols: list[Col[_Row]] = [
+            text_col("Layer", lambda r: r[0] or "(model)", css="path"),
+            time_col("Prefill total", lambda r: r[1].total_ns if r[1] else None, unit),
+            time_col("Prefill self", lambda r: r[1].self_ns if r[1] else None, unit),
+            time_col("Decode total", lambda r: r[2].total_ns if r[2] else None, unit),
+            time_col("Decode self", lambda r: r[2].self_ns if r[2] else None, unit),
+            time_col(
+                "Decode growth per 1k positions",
+                lambda r: r[2].growth_ns_per_1k if r[2] else None,
+                unit,
+            ),
+        ]
+        body += table("lp-generation", cols, rows)
+    intro = (
+        "A language model's generate(), prefill and decode apart: time to first token from"
+        " the call to the first token's logits, inter-token latency between tokens' logits"
+        " (a clean pass with no hooks); each layer per forward of each phase (the per-layer"
+        " pass), the heaviest in decode."
+    )
+    return Section("generation", "Generation", body, intro)

@@ -1,0 +1,104 @@
+"""A language model's ``generate()``: prefill and decode apart (see docs/definitions.md,
+"Generation").
+
+Measured in two passes, as a forward is: a clean pass (no hooks; one logits
+processor that reads the clock when each token's logits are ready) gives the time
+to first token, the inter-token latencies and the whole generate; the per-layer
+pass (the Recorder) times every forward, each tagged with its phase: ``prefill``
+(the forward that takes the prompt) or ``decode`` (one new token against the
+cache). Times are integer ns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from layerprof.stats import Series, Summary
+
+
+@dataclass(frozen=True)
+class PhaseLayer:
+    """One layer in one phase: its total and self time per forward of that phase
+    (medians over those forwards; ``self_summary`` has the median's interval), and
+    for decode how its self time grows with the context (ns per 1,000 positions, a
+    least-squares slope over the decode steps; None with fewer than 3 steps)."""
+
+    path: str
+    total_ns: float
+    self_ns: float
+    self_summary: Summary | None = None
+    growth_ns_per_1k: float | None = None
+
+
+@dataclass(frozen=True)
+class Phase:
+    """The forwards of one phase in the per-layer pass: how many, how many tokens
+    each one processed (prompt length x batch for prefill, the batch for decode),
+    and each layer's times in it."""
+
+    name: str
+    forwards: int
+    tokens_per_forward: int
+    layers: tuple[PhaseLayer, ...]
+
+    def layer(self, path: str) -> PhaseLayer | None:
+        return next((x for x in self.layers if x.path == path), None)
+
+
+@dataclass(frozen=True)
+class KvCache:
+    """The key/value cache after one generate: bytes per cache layer, in total, and per
+    position (each new token adds ``bytes_per_token``)."""
+
+    layers: tuple[int, ...]
+    positions: int
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.layers)
+
+    @property
+    def bytes_per_token(self) -> float:
+        return self.total_bytes / self.positions if self.positions else 0.0
+
+
+@dataclass(frozen=True)
+class Generation:
+    """``generate()`` of ``new_tokens`` tokens (greedy, exactly that many) after a prompt
+    of ``prompt_tokens`` for each of ``batch`` sequences, timed ``generates`` times.
+
+    ``ttft_ns``: from the ``generate`` call to the first token's logits, one per
+    generate; ``itl_ns``: between consecutive tokens' logits, every gap of every
+    timed generate; ``generate_ns``: the whole call.
+    """
+
+    new_tokens: int
+    prompt_tokens: int
+    batch: int
+    generates: int
+    ttft_ns: Series
+    itl_ns: Series | None  # None when one new token was asked for (no gap between tokens)
+    generate_ns: Series
+    phases: tuple[Phase, ...] = ()
+    kv_cache: KvCache | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("ttft_ns", "itl_ns", "generate_ns"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, Series):
+                object.__setattr__(self, name, Series(value))
+
+    @property
+    def prefill_tokens_per_s(self) -> float | None:
+        """Prompt tokens processed per second up to the first token (llama-bench's pp)."""
+        t = self.ttft_ns.median
+        return self.prompt_tokens * self.batch / (t / 1e9) if t else None
+
+    @property
+    def decode_tokens_per_s(self) -> float | None:
+        """New tokens per second once decoding (llama-bench's tg): batch / median ITL."""
+        t = self.itl_ns.median if self.itl_ns is not None else 0
+        return self.batch / (t / 1e9) if t else None
+
+    def phase(self, name: str) -> Phase | None:
+        return next((p for p in self.phases if p.name == name), None)

@@ -1,0 +1,140 @@
+"""profile(model, prompt, generate=N) (issue 35, first part): prefill and decode apart, on
+tiny Hugging Face causal LMs built from configs, with a layer of known cost per phase."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+from torch import nn
+
+import layerprof
+from layerprof import codec
+from layerprof.capture.generate import LAYER_GENERATES
+from layerprof.errors import UsageError
+
+transformers = pytest.importorskip("transformers")
+
+PREFILL_S, DECODE_S = 0.004, 0.002
+
+
+def gpt2(layers: int = 2, dim: int = 64, heads: int = 2) -> nn.Module:
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(
+        n_layer=layers, n_embd=dim, n_head=heads, vocab_size=128, n_positions=128
+    )
+    return transformers.GPT2LMHeadModel(config).eval()
+
+
+class KnownCost(nn.Module):
+    """Sleeps a known time per forward: PREFILL_S on the prompt, DECODE_S on one token."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(PREFILL_S if x.shape[1] > 1 else DECODE_S)
+        out: torch.Tensor = self.inner(x)
+        return out
+
+
+@pytest.fixture(scope="module")
+def profiled() -> layerprof.Profile:
+    model = gpt2()
+    model.transformer.h[0].mlp = KnownCost(model.transformer.h[0].mlp)
+    prompt = torch.randint(0, 128, (2, 16))
+    return layerprof.profile(model, prompt, generate=6, warmup=1, iters=3)
+
+
+def test_the_clean_pass_times_first_token_and_gaps(profiled: layerprof.Profile) -> None:
+    g = profiled.generation
+    assert g is not None
+    assert (g.new_tokens, g.prompt_tokens, g.batch, g.generates) == (6, 16, 2, 3)
+    assert g.ttft_ns.n == 3 and g.itl_ns is not None and g.itl_ns.n == 3 * 5
+    assert g.ttft_ns.summary.min >= PREFILL_S * 1e9  # the prefill forward holds the known sleep
+    assert g.itl_ns.summary.min >= DECODE_S * 1e9
+    assert g.generate_ns.summary.min >= g.ttft_ns.summary.min + 5 * DECODE_S * 1e9
+    assert g.prefill_tokens_per_s == pytest.approx(32 / (g.ttft_ns.median / 1e9))
+    assert g.decode_tokens_per_s == pytest.approx(2 / (g.itl_ns.median / 1e9))
+
+
+def test_each_layer_per_phase_holds_its_known_cost(profiled: layerprof.Profile) -> None:
+    g = profiled.generation
+    assert g is not None
+    prefill, decode = g.phase("prefill"), g.phase("decode")
+    assert prefill is not None and decode is not None
+    assert (prefill.forwards, decode.forwards) == (LAYER_GENERATES, LAYER_GENERATES * 5)
+    assert (prefill.tokens_per_forward, decode.tokens_per_forward) == (32, 2)
+    for phase, known in ((prefill, PREFILL_S), (decode, DECODE_S)):
+        row = phase.layer("transformer.h.0.mlp")
+        assert row is not None
+        # a sleep lasts at least as long as asked; the bound above leaves room for a load
+        assert known * 1e9 <= row.self_ns <= known * 1e9 * 1.5 + 300_000, (phase.name, row)
+        assert row.total_ns >= row.self_ns
+    other = decode.layer("transformer.h.1.mlp")
+    assert other is not None and other.self_ns < DECODE_S * 1e9 / 2
+    assert decode.layer("transformer.h.0.attn") is not None
+    grows = decode.layer("transformer.h.0.attn")
+    assert grows is not None and grows.growth_ns_per_1k is not None
+
+
+def test_the_kv_cache_is_the_analytic_count(profiled: layerprof.Profile) -> None:
+    g = profiled.generation
+    assert g is not None and g.kv_cache is not None
+    positions = 16 + 6 - 1  # the last token's keys and values are not stored
+    assert g.kv_cache.positions == positions
+    # 2 (keys, values) x kv heads x head dim x positions x batch x 4 bytes, per layer
+    per_layer = 2 * 2 * 32 * positions * 2 * 4
+    assert g.kv_cache.layers == (per_layer, per_layer)
+    assert g.kv_cache.bytes_per_token == pytest.approx(2 * per_layer / positions)
+
+
+def test_the_section_survives_the_file_and_renders(profiled: layerprof.Profile) -> None:
+    data = json.loads(json.dumps(codec.to_dict(profiled)))
+    again = codec.from_dict(data)
+    assert isinstance(again, layerprof.Profile) and again.generation is not None
+    assert (
+        codec.to_dict(codec.from_dict(codec.to_dict(again)))["generation"]
+        == codec.to_dict(again)["generation"]
+    )
+    assert again.generation.ttft_ns == profiled.generation.ttft_ns  # type: ignore[union-attr]
+    text = str(again.render("console"))
+    assert "time to first token" in text and "inter-token latency" in text
+    assert "transformer.h.0.mlp" in text and "KV cache" in text
+    page = str(again.render("html"))
+    assert 'id="generation"' in page and "Decode self" in page
+    assert data["generation"]["prefill_tokens_per_s"] > 0
+
+
+def test_bad_requests_are_one_line() -> None:
+    with pytest.raises(UsageError, match="has no generate"):
+        layerprof.profile(nn.Linear(4, 4), torch.randn(2, 4), generate=4)
+    with pytest.raises(UsageError, match="must be >= 1"):
+        layerprof.profile(gpt2(1, 32, 2), torch.randint(0, 128, (1, 4)), generate=0)
+    with pytest.raises(UsageError, match="batch x tokens tensor"):
+        layerprof.profile(gpt2(1, 32, 2), torch.randn(4), generate=2)
+
+
+def test_run_generate_from_the_command_line(
+    tmp_path: object, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pathlib import Path
+
+    from layerprof.cli import main
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    out = Path(str(tmp_path)) / "g.json"
+    code = main(["run", "--arch", "tests.support.cli_models:tiny_gpt2", "--input",
+                 "1x8:int64[0,64)", "--generate", "4", "--warmup", "0", "--iters", "2",
+                 "--json", str(out)])  # fmt: skip
+    text, err = capsys.readouterr()
+    assert code == 0, err
+    assert "time to first token" in text and "decode" in text
+    doc = json.loads(out.read_text())
+    assert doc["generation"]["new_tokens"] == 4 and doc["generation"]["generates"] == 2
+    code = main(["run", "--arch", "tests.support.cli_models:tiny_gpt2", "--input",
+                 "1x8:int64[0,64)", "--generate", "4", "--ops"])  # fmt: skip
+    assert code == 2 and "--generate does not go with --ops yet" in capsys.readouterr().err
