@@ -12,7 +12,6 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +22,9 @@ from hypothesis import strategies as st
 from torch import nn
 
 import layerprof
-from layerprof import Recorder
-from layerprof.capture.clocks import FakeClock
 from layerprof.errors import OutputError
-from layerprof.records import Meta, Overhead
 from layerprof.render.html import json_for_script, render_html, write_html
 from layerprof.render.terminal import escape_controls
-from tests.support import zoo_models as zoo
 from tests.support.html_subjects import (
     EVIL,
     HOSTILE_NAMES,
@@ -40,6 +35,7 @@ from tests.support.html_subjects import (
     slow_diff,
     tables,
 )
+from tests.support.profiles import fake_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSETS = ROOT / "src" / "layerprof" / "render" / "assets"
@@ -219,24 +215,6 @@ def test_write_html_failure_leaves_old_file_and_no_partial(
 
 
 # ---------------------------------------------------------------- golden
-
-
-def fake_profile() -> layerprof.Profile:
-    """The Recorder on a model that advances a fake clock: exact, known times."""
-    clock = FakeClock(scale=10_000)
-    model = zoo.Containers(clock)
-    with Recorder(model, clock=clock) as rec:
-        for _ in range(3):
-            model(torch.zeros(2, 3))
-    meta = Meta(
-        model="Containers", torch="2.x", inputs=("2x3",), warmup=1, iters=3, created="fixed"
-    )
-    return replace(
-        rec.profile(meta=meta),
-        latency_ns=(80_000, 82_000, 90_000),
-        first_ns=500_000,
-        overhead=Overhead(per_call_ns=1500, inside_ns=400, corrected=True, calls_per_forward=6),
-    )
 
 
 def test_page_of_known_times_matches_golden() -> None:

@@ -12,7 +12,6 @@ import functools
 import json
 import re
 import tempfile
-import time
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
@@ -25,6 +24,7 @@ import layerprof
 from layerprof.analysis.diff import Diff, diff
 from layerprof.profile import Profile, Run
 from layerprof.trace import analyze
+from tests.support.diff_subjects import Sleep
 from tests.support.readback import assert_shows
 
 EVIL = "</script><script>alert(1)</script>"
@@ -46,19 +46,6 @@ class Net(nn.Module):
         for block in self.blocks:
             x = block(x)
         return self.head(x)
-
-
-class Sleep(nn.Module):
-    """Waits ``us`` microseconds: a layer made slower on purpose (sleeping, not spinning,
-    so the scheduler does not slow the next layer down too)."""
-
-    def __init__(self, us: int) -> None:
-        super().__init__()
-        self.us = us
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        time.sleep(self.us / 1e6)
-        return x
 
 
 class Hostile(nn.Module):

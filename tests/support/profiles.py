@@ -17,7 +17,8 @@ from layerprof.stats import Summary
 from tests.support import zoo_models as zoo
 
 
-def fake_profile():
+def fake_profile() -> Profile:
+    """The Recorder on a model that advances a fake clock: exact, known times."""
     clock = FakeClock(scale=10_000)
     model = zoo.Containers(clock)
     with Recorder(model, clock=clock) as rec:
