@@ -100,6 +100,7 @@ def test_device_and_dtype_errors_are_clear() -> None:
     assert prof.meta.device == "cpu"
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_device_cuda_moves_a_copy() -> None:
     model = Net()
