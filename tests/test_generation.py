@@ -138,3 +138,65 @@ def test_run_generate_from_the_command_line(
     code = main(["run", "--arch", "tests.support.cli_models:tiny_gpt2", "--input",
                  "1x8:int64[0,64)", "--generate", "4", "--ops"])  # fmt: skip
     assert code == 2 and "--generate does not go with --ops yet" in capsys.readouterr().err
+
+
+# ---- the Recorder around the user's own generate() or decode loop ----------------------
+
+
+def test_a_recorder_around_generate_splits_prefill_and_decode() -> None:
+    model = gpt2()
+    model.transformer.h[0].mlp = KnownCost(model.transformer.h[0].mlp)
+    prompt = torch.randint(0, 128, (1, 12))
+    with torch.inference_mode(), layerprof.Recorder(model) as rec:
+        for _ in range(2):
+            model.generate(prompt, max_new_tokens=5, min_new_tokens=5, do_sample=False,
+                           pad_token_id=0)  # fmt: skip
+    g = rec.profile().generation
+    assert g is not None and g.ttft_ns is None and g.itl_ns is None  # no clean pass here
+    assert (g.generates, g.prompt_tokens, g.batch, g.new_tokens) == (2, 12, 1, 10)
+    prefill, decode = g.phase("prefill"), g.phase("decode")
+    assert prefill is not None and decode is not None
+    assert (prefill.forwards, decode.forwards) == (2, 8)
+    row_p, row_d = prefill.layer("transformer.h.0.mlp"), decode.layer("transformer.h.0.mlp")
+    assert row_p is not None and row_d is not None
+    assert row_p.self_ns >= PREFILL_S * 1e9 and DECODE_S * 1e9 <= row_d.self_ns < PREFILL_S * 1e9
+    assert "recorded in your own loop" in str(rec.profile().render("console"))
+
+
+class ToyLM(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(64, 16)
+        self.head = nn.Linear(16, 64)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.head(self.embed(ids))
+        return out
+
+
+def test_a_hand_written_decode_loop_with_a_named_phase() -> None:
+    model = ToyLM().eval()
+    ids = torch.randint(0, 64, (2, 8))
+    rec = layerprof.Recorder(model)
+    with torch.no_grad(), rec:
+        logits = model(ids)  # prefill
+        for step in range(6):
+            nxt = logits[:, -1:].argmax(-1)
+            if step % 2 == 0:
+                with rec.phase("draft"):  # a speculative draft, named by the user
+                    model(nxt)
+            logits = model(nxt)  # decode
+    g = rec.profile().generation
+    assert g is not None
+    assert [(p.name, p.forwards) for p in g.phases] == [("prefill", 1), ("draft", 3), ("decode", 6)]
+    assert g.phase("draft").tokens_per_forward == 2  # type: ignore[union-attr]
+    with pytest.raises(UsageError, match="non-empty name"):
+        rec.phase("")
+
+
+def test_a_classifier_over_token_ids_gets_no_generation_section() -> None:
+    model = ToyLM().eval()
+    with torch.no_grad(), layerprof.Recorder(model) as rec:
+        for _ in range(3):
+            model(torch.randint(0, 64, (2, 8)))
+    assert rec.profile().generation is None

@@ -18,15 +18,13 @@ import time
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
-
+from layerprof.capture.recording.phases import DECODE, PREFILL, phase_views
 from layerprof.errors import UsageError
 from layerprof.notes import Note
 from layerprof.profile import Profile
-from layerprof.sections.generation import Generation, KvCache, Phase, PhaseLayer
-from layerprof.stats import Series, Summary
+from layerprof.sections.generation import Generation, KvCache, Phase
+from layerprof.stats import Series
 
-PREFILL, DECODE = "prefill", "decode"
 #: Generates the per-layer pass runs (each one gives one prefill and N - 1 decode steps).
 LAYER_GENERATES = 3
 
@@ -164,33 +162,10 @@ def _phases(
 ) -> tuple[Phase, ...]:
     """Each layer's times split by the phase of each forward (its per-forward samples
     are in forward order, one per forward of the model)."""
-    out = []
-    names = np.array([t[0] for t in tags])
-    positions = np.array([t[1] for t in tags], dtype=np.float64)
-    for name, tokens in ((PREFILL, prompt * batch), (DECODE, batch)):
-        picked = np.flatnonzero(names == name)
-        if len(picked) == 0:
-            continue
-        layers = []
-        for path, s in profile.samples.items():
-            total, self_ = s.total_ns.values, s.self_ns.values
-            if total is None or self_ is None or len(total) != len(tags):
-                continue  # a layer not called once per forward: no per-forward split
-            own = self_[picked].astype(np.float64)
-            growth = None
-            if name == DECODE and len(picked) >= 3 and np.ptp(positions[picked]) > 0:
-                growth = float(np.polyfit(positions[picked], own, 1)[0]) * 1000
-            layers.append(
-                PhaseLayer(
-                    path=path,
-                    total_ns=float(np.median(total[picked])),
-                    self_ns=float(np.median(own)),
-                    self_summary=Summary.of(own.tolist()),
-                    growth_ns_per_1k=growth,
-                )
-            )
-        out.append(Phase(name, len(picked), tokens, tuple(layers)))
-    return tuple(out)
+    names = [t[0] for t in tags]
+    positions = [float(t[1]) for t in tags]
+    tokens = {PREFILL: prompt * batch, DECODE: batch}
+    return phase_views(profile.samples, names, positions, tokens)
 
 
 def _kv_cache(out: Any) -> KvCache | None:

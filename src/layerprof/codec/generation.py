@@ -25,9 +25,9 @@ def encode_generation(g: Generation | None) -> dict[str, Any] | None:
         "prompt_tokens": g.prompt_tokens,
         "batch": g.batch,
         "generates": g.generates,
-        "ttft_ms": _series(g.ttft_ns),
+        "ttft_ms": _series(g.ttft_ns) if g.ttft_ns is not None else None,
         "itl_ms": _series(g.itl_ns) if g.itl_ns is not None else None,
-        "generate_ms": _series(g.generate_ns),
+        "generate_ms": _series(g.generate_ns) if g.generate_ns is not None else None,
         "prefill_tokens_per_s": g.prefill_tokens_per_s,
         "decode_tokens_per_s": g.decode_tokens_per_s,
         "phases": [_phase(p) for p in g.phases],
@@ -72,16 +72,16 @@ def _phase(p: Phase) -> dict[str, Any]:
 def read_generation(f: Fields | None) -> Generation | None:
     if f is None:
         return None
-    itl = f.obj("itl_ms")
+    itl, ttft, whole = f.obj("itl_ms"), f.obj("ttft_ms"), f.obj("generate_ms")
     cache = f.obj("kv_cache")
     return Generation(
         new_tokens=f.count("new_tokens"),
         prompt_tokens=f.count("prompt_tokens"),
         batch=f.count("batch"),
         generates=f.count("generates"),
-        ttft_ns=_read_series(_required(f, "ttft_ms")),
+        ttft_ns=_read_series(ttft) if ttft is not None else None,
         itl_ns=_read_series(itl) if itl is not None else None,
-        generate_ns=_read_series(_required(f, "generate_ms")),
+        generate_ns=_read_series(whole) if whole is not None else None,
         phases=tuple(_read_phase(p) for p in f.objects("phases")),
         kv_cache=None if cache is None else _read_cache(cache),
     )

@@ -15,13 +15,20 @@ PHASE_ROWS = 12
 
 def summary_lines(g: Generation) -> list[str]:
     """Time to first token, inter-token latency, the two rates and the KV cache."""
-    t = g.ttft_ns.summary
-    lines = [
-        f"generate {g.new_tokens} new tokens after a {g.prompt_tokens}-token prompt, batch"
-        f" {g.batch} ({g.generates} timed generates, greedy)",
-        f"time to first token {human_time(t.median)} (median; p90 {human_time(t.p90)},"
-        f" min {human_time(t.min)})",
-    ]
+    if g.ttft_ns is None:
+        lines = [
+            f"recorded in your own loop: {g.generates} prefill forwards (prompt"
+            f" {g.prompt_tokens} tokens, batch {g.batch}) and their decode steps; no clean"
+            " pass, so no time to first token or inter-token latency"
+        ]
+    else:
+        t = g.ttft_ns.summary
+        lines = [
+            f"generate {g.new_tokens} new tokens after a {g.prompt_tokens}-token prompt, batch"
+            f" {g.batch} ({g.generates} timed generates, greedy)",
+            f"time to first token {human_time(t.median)} (median; p90 {human_time(t.p90)},"
+            f" min {human_time(t.min)})",
+        ]
     if g.itl_ns is not None:
         i = g.itl_ns.summary
         lines.append(

@@ -69,16 +69,18 @@ class Generation:
 
     ``ttft_ns``: from the ``generate`` call to the first token's logits, one per
     generate; ``itl_ns``: between consecutive tokens' logits, every gap of every
-    timed generate; ``generate_ns``: the whole call.
+    timed generate; ``generate_ns``: the whole call. A Recorder around the user's own
+    generate or decode loop has no clean pass: those are None there, and the counts
+    come from the forwards it saw (``generates``: prefill forwards).
     """
 
     new_tokens: int
     prompt_tokens: int
     batch: int
     generates: int
-    ttft_ns: Series
-    itl_ns: Series | None  # None when one new token was asked for (no gap between tokens)
-    generate_ns: Series
+    ttft_ns: Series | None  # None: recorded in the user's own loop (no clean pass)
+    itl_ns: Series | None  # None then too, or when one new token was asked for
+    generate_ns: Series | None
     phases: tuple[Phase, ...] = ()
     kv_cache: KvCache | None = None
 
@@ -91,7 +93,7 @@ class Generation:
     @property
     def prefill_tokens_per_s(self) -> float | None:
         """Prompt tokens processed per second up to the first token (llama-bench's pp)."""
-        t = self.ttft_ns.median
+        t = self.ttft_ns.median if self.ttft_ns is not None else 0
         return self.prompt_tokens * self.batch / (t / 1e9) if t else None
 
     @property

@@ -72,12 +72,14 @@ from layerprof.capture.recording.loop import (
     recomputes,
 )
 from layerprof.capture.recording.nodes import NodeHooksUnavailable, NodeMarks
+from layerprof.capture.recording.phases import phase_views
 from layerprof.capture.recording.shapestore import ShapeStore, shape_wrapper
 from layerprof.capture.shapes import describe_inputs, inputs_tree
 from layerprof.errors import UsageError
 from layerprof.notes import Note
 from layerprof.records import LayerCall, Meta, Overhead
 from layerprof.sections import InputSignature
+from layerprof.sections.generation import Generation
 from layerprof.stats import median
 
 if TYPE_CHECKING:
@@ -174,6 +176,9 @@ class Recorder:
         self._wrappers = HookHandles()
         self._by_path: dict[str, ForwardWrapper] = {}
         self._replaced: list[str] = []  # paths replaced on the model while it was wrapped
+        # per forward of the model: (phase, tokens, batch); rec.phase() names the phase
+        self._phase: str | None = None
+        self._tags: list[tuple[str | None, int, int]] = []
         self._paths: list[str] = []  # layer index -> path (the log holds indices)
         self._index: dict[str, int] = {}
         self._log: list[int] = []  # (code, time) pairs since the last compaction
@@ -419,6 +424,7 @@ class Recorder:
                 )
             if self._root_depth or not active[0]:
                 return timed(*args, **kwargs)
+            self._tags.append(self._tag(args, kwargs))
             sig = self._signature(args, kwargs) if self.record_shapes else None
             shaping = sig is not None and not sig.store.shapes
             if shaping:
@@ -453,6 +459,68 @@ class Recorder:
 
         root.disable = disable  # type: ignore[attr-defined]
         return root
+
+    def _tag(self, args: Any, kwargs: Any) -> tuple[str | None, int, int]:
+        """The phase of one forward of the model: the one ``phase()`` set, else, for a
+        batch x tokens tensor of token ids (``input_ids``), prefill when it holds more
+        than one token and decode for one; no phase for anything else."""
+        ids = kwargs.get("input_ids") if kwargs else None
+        if ids is None and args:
+            ids = args[0]
+        shape = getattr(ids, "shape", None)
+        dtype = getattr(ids, "dtype", None)
+        is_ids = (
+            shape is not None and len(shape) == 2 and not getattr(dtype, "is_floating_point", True)
+        )
+        tokens, batch = (int(shape[1]), int(shape[0])) if is_ids and shape else (0, 0)
+        if self._phase is not None:
+            return self._phase, tokens, batch
+        if not is_ids:
+            return None, 0, 0
+        return ("prefill" if tokens > 1 else "decode"), tokens, batch
+
+    def phase(self, name: str | None) -> _PhaseScope:
+        """Name the phase of the model's forwards from now on (``"draft"`` for a
+        speculative decoder's drafts, ``"vision"`` for an encoder); None goes back to
+        telling prefill and decode apart by the input's length. Also a context manager
+        (``with rec.phase("draft"): ...``) that puts back the phase before it."""
+        if name is not None and (not isinstance(name, str) or not name):
+            raise UsageError(f"Recorder.phase({name!r}): a phase is a non-empty name or None")
+        previous, self._phase = self._phase, name
+        return _PhaseScope(self, previous)
+
+    def _generation(self, samples: dict[str, Any]) -> Generation | None:
+        """Prefill and decode (and named phases) apart, when the forwards had them: a
+        decode forward after a prefill, or a phase named with ``phase()``."""
+        named = {t[0] for t in self._tags if t[0] not in (None, "prefill", "decode")}
+        if not self._tags or not (named or any(t[0] == "decode" for t in self._tags)):
+            return None
+        root = self._index.get("")
+        outer = [t.layer[t.level == 1] for t in self._tables]
+        firsts = np.concatenate(outer) if outer else np.zeros(0, dtype=np.int64)
+        of_model = np.flatnonzero(firsts == root) if root is not None else firsts[:0]
+        if len(of_model) != len(self._tags):
+            return None  # forwards the log does not hold whole (a raised one): no split
+        names: list[str | None] = [None] * len(firsts)
+        positions: list[float | None] = [None] * len(firsts)
+        seen = 0
+        for i, (name, length, _) in zip(of_model.tolist(), self._tags, strict=True):
+            seen = length if name == "prefill" else seen + length
+            names[i] = name
+            positions[i] = float(seen) if name in ("prefill", "decode") else None
+        prefill = [t for t in self._tags if t[0] == "prefill"]
+        decode = [t for t in self._tags if t[0] == "decode"]
+        prompt = int(median([t[1] for t in prefill])) if prefill else 0
+        batch = int(median([t[2] for t in (prefill or decode)])) if (prefill or decode) else 0
+        tokens = {"prefill": prompt * batch, "decode": batch}
+        for name in named:
+            rows = [t for t in self._tags if t[0] == name]
+            tokens[name] = int(median([t[1] * t[2] for t in rows]))
+        return Generation(
+            new_tokens=len(prefill) + len(decode), prompt_tokens=prompt, batch=batch,
+            generates=len(prefill), ttft_ns=None, itl_ns=None, generate_ns=None,
+            phases=phase_views(samples, names, positions, tokens),
+        )  # fmt: skip
 
     def _forward_done(self, phases: PhaseMarks, nodes: NodeMarks, out: Any) -> None:
         """Hook this forward's graph nodes (for its backward) and close its span."""
@@ -659,6 +727,7 @@ class Recorder:
             self._stream = self._stream.emptied()
         self._log.clear()
         self._dev.clear()
+        self._tags.clear()
         self._zero = 0
         for sig in self._signatures.values():
             sig.forwards = 0
@@ -827,6 +896,7 @@ class Recorder:
                 calls_per_forward=n_calls / max(iterations, 1),
             )
         main = self._main_signature()
+        generation = self._generation(samples) if stream is None and not self._step_index else None
         return Profile(
             meta=meta or default_meta(self.model, iterations, main.inputs if main else ()),
             layers=layer_infos(
@@ -837,6 +907,7 @@ class Recorder:
             signatures=self.signatures(),
             loop=loop,
             activation_memory=self._memory,
+            generation=generation,
             notes=notes,
         )
 
@@ -864,6 +935,19 @@ class _Closing:
 
     def remove(self) -> None:
         self._close()
+
+
+class _PhaseScope:
+    """What ``Recorder.phase()`` returns: ``with`` puts the previous phase back."""
+
+    def __init__(self, rec: Recorder, previous: str | None) -> None:
+        self._rec, self._previous = rec, previous
+
+    def __enter__(self) -> _PhaseScope:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._rec._phase = self._previous
 
 
 def _checkpoint_stop(exc: BaseException | None) -> bool:
