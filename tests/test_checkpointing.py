@@ -124,3 +124,42 @@ def test_hugging_face_gradient_checkpointing() -> None:
     assert {p.rsplit(".", 1)[0] for p in recomputed} == {"transformer.h.0", "transformer.h.1"}
     assert set(recomputed.values()) == {2}
     assert all(s.backward_ns > 0 for s in profile.loop.steps)  # the loss is in forward
+
+
+class Plain(Net):
+    """The same blocks without checkpointing."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        out: torch.Tensor = self.head(x)
+        return out
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_memory_shows_what_is_held_not_the_recompute(reentrant: bool) -> None:
+    """Activation memory counted the recompute's transient tensors as held: the same
+    total with and without checkpointing. What checkpointing holds from forward to
+    backward is each block's input (saved by the checkpoint, in its caller)."""
+
+    def held(model: nn.Module) -> tuple[int, int]:
+        torch.manual_seed(0)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        x = torch.randn(16, 32, requires_grad=True)
+        with layerprof.Recorder(model, backward=True, memory=True) as rec:
+            for _ in range(2):
+                model(x).sum().backward()
+                opt.step()
+                opt.zero_grad()
+                rec.step()
+        section = rec.profile().activation_memory
+        assert section is not None
+        totals = {t.path: t.activations for t in section.totals()}
+        return totals[""], totals["blocks.0"]
+
+    plain_total, plain_block = held(Plain(reentrant))
+    total, block = held(Net(reentrant))
+    assert plain_block > 0 and block == 0
+    block_input = 16 * 32 * 4
+    assert total == 4 * block_input  # three checkpointed inputs and the head's input
+    assert total < plain_total / 4

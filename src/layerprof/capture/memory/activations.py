@@ -149,7 +149,8 @@ class ActivationCapture:
                 self._forwards += 1
                 self._params = _storage_keys(self.model)  # .to() may have moved them
             self._stack.append(path)
-            self._inputs[path] = self._inputs.get(path, 0) + _input_bytes(args, kwargs)
+            if not _in_backward():  # a recompute's inputs are not held either
+                self._inputs[path] = self._inputs.get(path, 0) + _input_bytes(args, kwargs)
 
         return hook
 
@@ -167,6 +168,10 @@ class ActivationCapture:
         # reference back to the tensor's grad_fn, so a saved output makes no cycle that
         # would free its memory only at the next garbage collection.
         saved = tensor.detach()
+        if _in_backward():
+            # activation checkpointing's recompute: its tensors live only while the
+            # backward that needs them runs; they were not held from forward to backward
+            return saved
         key, nbytes = _storage_of(tensor)
         if key in self._params:
             return saved
@@ -195,6 +200,16 @@ class ActivationCapture:
         name, start = self._phase
         self._peaks.append(PhasePeak(name, start, max(self.counter.peak(), start)))
         self._phase = None
+
+
+def _in_backward() -> bool:
+    """Whether an autograd backward pass is running in this thread (a checkpointed
+    module recomputing its forward). torch's graph-task id is -1 outside one; a torch
+    without it is taken as never in backward (counted as before)."""
+    import torch
+
+    current = getattr(torch._C, "_current_graph_task_id", None)
+    return current is not None and current() != -1
 
 
 def _unpack(saved: Any) -> Any:
