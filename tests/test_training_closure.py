@@ -438,3 +438,33 @@ def test_a_calibration_that_reads_zero_is_said_not_printed(
     assert profile.overhead is None
     assert [n.kind for n in profile.notes] == ["overhead-unmeasured"]
     assert "0.0 µs per" not in str(profile.render("console"))
+
+
+def test_a_recorded_step_holds_its_backward_calls_as_tables() -> None:
+    """Each step's backward calls were LayerCall objects held to the end of the run: 355
+    bytes a module a step here (30 Linears, 200 steps; tracemalloc, the same on every
+    run); as tables 203 (50 Linears over 600 steps: 267 -> 105)."""
+    import gc
+    import tracemalloc
+
+    model = nn.Sequential(*[nn.Linear(8, 8) for _ in range(30)])
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(2, 8)
+    with layerprof.Recorder(model, backward=True) as rec:
+        for i in range(260):
+            if i == 60:
+                gc.collect()
+                tracemalloc.start()
+                base = tracemalloc.get_traced_memory()[0]
+            model(x).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            rec.step()
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - base
+        tracemalloc.stop()
+    per = held / 200 / 31
+    assert per < 260, per
+    loop = rec.profile().loop
+    assert loop is not None and len(loop.steps) == 260
+    assert all(x.backward_total_ns for x in loop.layers if x.path)

@@ -15,13 +15,16 @@ import itertools
 import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from layerprof.capture.modules import HookHandles
 from layerprof.errors import UsageError
-from layerprof.records import LayerCall, LayerSamples
+from layerprof.records import LayerSamples
 from layerprof.sections.loop import STEP_PARTS, LayerSteps, LoopStep, Recompute, TrainingLoop
 from layerprof.stats import Series
+
+if TYPE_CHECKING:
+    from layerprof.capture.recording.layertimes import CallTable
 
 Phase = Literal["skip", "warmup", "active", "done"]
 Span = tuple[int, int]
@@ -84,7 +87,9 @@ class StepMarks:
     backwards: list[Span] = field(default_factory=list)
     optimizer: list[Span] = field(default_factory=list)
     iterations: Sequence[int] = range(0)
-    backward: dict[int, list[LayerCall]] = field(default_factory=dict)
+    # per forward that got a backward: its backward calls, as a table (24 bytes a call;
+    # LayerCall records held for every step of a long run took ~264 bytes a module)
+    backward: dict[int, CallTable] = field(default_factory=dict)
 
 
 def partition(step: StepMarks) -> dict[str, int]:
@@ -207,6 +212,7 @@ def loop_samples(
     *,
     calls: Mapping[str, float] | None = None,
     recompute: tuple[Recompute, ...] = (),
+    backward_paths: Sequence[str] = (),
 ) -> tuple[dict[str, LayerSamples], TrainingLoop]:
     """The active steps' share of a Recorder's samples, with backward, and the loop section.
 
@@ -215,7 +221,8 @@ def loop_samples(
     a backward (a ``no_grad`` evaluation forward has none). ``calls``: each
     layer's calls per kept forward (the samples' own count is over every
     recorded iteration, activation checkpointing's recomputes included);
-    ``recompute``: what checkpointing recomputed in the active steps.
+    ``recompute``: what checkpointing recomputed in the active steps;
+    ``backward_paths`` names the layer indices of the steps' backward tables.
     """
     import numpy as np
 
@@ -231,9 +238,9 @@ def loop_samples(
     if calls is not None:
         forward = {p: replace(s, calls=calls.get(p, s.calls)) for p, s in forward.items()}
     backward, per_step = _backward_calls(steps)
-    if backward:
+    if backward is not None:
         n = sum(len(g) for g in per_step)
-        times = build_samples(backward, n)
+        times = build_samples(backward, n, None, list(backward_paths))
         zeros = np.zeros(n, dtype=np.int64)
         for path, sample in forward.items():
             b = times.get(path)
@@ -309,23 +316,29 @@ def _subset(s: LayerSamples, kept: Any) -> LayerSamples:
     )  # fmt: skip
 
 
-def _backward_calls(steps: Sequence[StepMarks]) -> tuple[list[LayerCall], list[range]]:
-    """Every active step's backward calls, numbered by backward (one per forward that
-    got one), and each step's range of those numbers."""
-    calls: list[LayerCall] = []
+def _backward_calls(steps: Sequence[StepMarks]) -> tuple[CallTable | None, list[range]]:
+    """Every active step's backward calls in one table, numbered by backward (one per
+    forward that got one), and each step's range of those numbers."""
+    import numpy as np
+
+    from layerprof.capture.recording.layertimes import CallTable
+
+    tables: list[CallTable] = []
+    numbers: list[Any] = []
     per_step: list[range] = []
     n = 0
     for st in steps:
         first = n
         for forward in sorted(st.backward):
-            base = len(calls)
-            calls += [
-                replace(c, iteration=n, parent=c.parent + base if c.parent >= 0 else -1)
-                for c in st.backward[forward]
-            ]
+            table = st.backward[forward]
+            tables.append(table)
+            numbers.append(np.full(len(table), n, dtype=np.int64))
             n += 1
         per_step.append(range(first, n))
-    return calls, per_step
+    if not tables or not any(len(t) for t in tables):
+        return None, per_step
+    whole = CallTable.concat(tables)
+    return replace(whole, iteration=np.concatenate(numbers)), per_step
 
 
 def _layer_steps(

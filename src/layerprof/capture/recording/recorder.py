@@ -178,6 +178,7 @@ class Recorder:
         self._replaced: list[str] = []  # paths replaced on the model while it was wrapped
         # per forward of the model: (phase, tokens, batch); rec.phase() names the phase
         self._phase: str | None = None
+        self._backward_paths: list[str] = []  # names the layer indices of backward tables
         self._tags: list[tuple[str | None, int, int]] = []
         self._paths: list[str] = []  # layer index -> path (the log holds indices)
         self._index: dict[str, int] = {}
@@ -659,7 +660,7 @@ class Recorder:
             index=self._step_index, start=self._step_start, end=end, forwards=forwards,
             backwards=backwards, optimizer=optimizer,
             iterations=range(self._step_iteration, iterations),
-            backward=nodes.take_forwards(),  # one resolve: one synchronize on CUDA
+            backward=self._backward_tables(nodes),  # one resolve: one synchronize on CUDA
         )  # fmt: skip
         counted = (
             self._activations.step(list(self._optimizers) or None) if self._activations else None
@@ -672,6 +673,13 @@ class Recorder:
         if self.schedule.phase(self._step_index) == "done":
             self._stop_recording()
         self._step_start = self.clock.mark()
+
+    def _backward_tables(self, nodes: NodeMarks) -> dict[int, CallTable]:
+        """This step's backward calls per forward, as tables (kept for active steps only)."""
+        taken = nodes.take_forwards()
+        if self.schedule.phase(self._step_index) != "active":
+            return {}
+        return {f: CallTable.of_calls(calls, self._backward_paths) for f, calls in taken.items()}
 
     def _stop_recording(self) -> None:
         """Past the schedule's active window nothing more is kept: every wrapper passes
@@ -845,8 +853,9 @@ class Recorder:
             steps = self._model_iterations()
             found, calls = recomputes(self._tables, steps, self._paths, self._index.get(""))
             samples, loop = loop_samples(
-                samples, steps, self.schedule, calls=calls, recompute=found
-            )
+                samples, steps, self.schedule, calls=calls, recompute=found,
+                backward_paths=self._backward_paths,
+            )  # fmt: skip
             iterations = sum(len(s.iterations) for s in self._steps)
         elif self.backward:
             notes = (
