@@ -14,6 +14,8 @@ from layerprof.stats import Series, Summary
 from layerprof.units import NS_PER_MS, NS_PER_US, ns_from_ms
 
 T = TypeVar("T")
+#: The longest time in ms a list of durations may hold: within int64 ns.
+_MAX_MS = 2.0**62 / NS_PER_MS
 
 
 class Fields:
@@ -99,6 +101,17 @@ class Fields:
         if value < 0:
             raise self._fail(key, f"expected a count >= 0, found {value}")
         return value
+
+    def durations(self, key: str, *, required: bool = False) -> tuple[int, ...]:
+        """A list of ``*_ms`` times that cannot be negative, as integer ns (each within
+        int64 ns: at most about 146 years)."""
+        values = self.items(key, required=required)
+        if not all(
+            isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= _MAX_MS
+            for v in values
+        ):
+            raise self._fail(key, "expected a list of times >= 0 (ms)")
+        return tuple(round(v * NS_PER_MS) for v in values)
 
     def within(self, key: str, low: float, high: float) -> float:
         """A number in ``[low, high]``: the domain of a ratio, so that no later

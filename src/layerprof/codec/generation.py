@@ -7,14 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from layerprof.codec.fields import Fields, read_summary, summary_dict
+from layerprof.codec.fields import Fields, read_summary, required, summary_dict
 from layerprof.errors import ProfileFormatError
 from layerprof.sections.generation import Generation, KvCache, Phase, PhaseLayer
 from layerprof.stats import Series
 from layerprof.units import NS_PER_MS
-
-#: The longest time a sample may hold (ms): within int64 ns.
-_MAX_MS = 2.0**62 / NS_PER_MS
 
 
 def encode_generation(g: Generation | None) -> dict[str, Any] | None:
@@ -87,23 +84,13 @@ def read_generation(f: Fields | None) -> Generation | None:
     )
 
 
-def _required(f: Fields, key: str) -> Fields:
-    value = f.obj(key)
-    if value is None:
-        raise ProfileFormatError(f"{f.where}.{key}: missing")
-    return value
-
-
 def _read_series(f: Fields) -> Series:
     if f.has("samples"):
-        values = f.items("samples")
-        if not values or not all(
-            isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= _MAX_MS
-            for v in values
-        ):
+        values = f.durations("samples", required=True)
+        if not values:
             raise ProfileFormatError(f"{f.where}.samples: expected a list of times >= 0 (ms)")
-        return Series([v * NS_PER_MS for v in values])
-    return Series(summary=read_summary(_required(f, "summary")))
+        return Series(values)
+    return Series(summary=read_summary(required(f, "summary")))
 
 
 def _read_phase(f: Fields) -> Phase:

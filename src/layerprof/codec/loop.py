@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from layerprof.codec.fields import Fields, summary_dict
-from layerprof.errors import ProfileFormatError
 from layerprof.sections.loop import STEP_PARTS, LayerSteps, LoopStep, Recompute, TrainingLoop
 from layerprof.units import NS_PER_MS
 
@@ -70,14 +69,9 @@ def read_loop(f: Fields | None) -> TrainingLoop | None:
 
 
 def _read_recompute(f: Fields) -> Recompute:
-    values = f.items("per_step_ms", required=True)
-    if not all(
-        isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= MAX_MS for v in values
-    ):
-        raise ProfileFormatError(f"{f.where}.per_step_ms: expected a list of times >= 0 (ms)")
     return Recompute(
         path=f.text("path"),
-        per_step_ns=tuple(round(v * NS_PER_MS) for v in values),
+        per_step_ns=f.durations("per_step_ms", required=True),
         calls=f.count("calls", 0),
     )
 
@@ -94,21 +88,9 @@ def _read_step(f: Fields) -> LoopStep:
     )
 
 
-#: The longest time a step list may hold (ms): about 146 years, within int64 ns.
-MAX_MS = 2.0**62 / NS_PER_MS
-
-
 def _read_layer(f: Fields) -> LayerSteps:
     def ns_list(key: str) -> tuple[int, ...] | None:
-        if not f.has(key):
-            return None
-        values = f.items(key)
-        if not all(
-            isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= MAX_MS
-            for v in values
-        ):
-            raise ProfileFormatError(f"{f.where}.{key}: expected a list of times >= 0 (ms)")
-        return tuple(round(v * NS_PER_MS) for v in values)
+        return f.durations(key) if f.has(key) else None
 
     return LayerSteps(
         path=f.text("path"),

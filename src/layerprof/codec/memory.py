@@ -56,13 +56,13 @@ def read_activation_memory(f: Fields | None) -> ActivationMemory | None:
     _check_tree(rows, f"{f.where}.layers")
     return ActivationMemory(
         rows=rows,
-        outside_bytes=_count(f, "outside_bytes", 0),
-        forwards=_count(f, "forwards", 1),
+        outside_bytes=f.count("outside_bytes", 0),
+        forwards=f.count("forwards", 1),
         peaks=tuple(
             PhasePeak(
                 phase=p.text("phase"),
-                start_bytes=_count(p, "start_bytes", 0),
-                peak_bytes=_count(p, "peak_bytes", 0),
+                start_bytes=p.count("start_bytes", 0),
+                peak_bytes=p.count("peak_bytes", 0),
             )
             for p in f.objects("peaks")
         ),
@@ -102,16 +102,9 @@ def _read_row(f: Fields) -> MemoryRow:
     return MemoryRow(
         path=f.text("path"),
         parent=f.opt_text("parent"),
-        activations_self=_count(f, "activations_self_bytes", 0),
-        params_self=_count(f, "params_self_bytes", 0),
+        activations_self=f.count("activations_self_bytes", 0),
+        params_self=f.count("params_self_bytes", 0),
         grads_self=grads,
         optimizer_self=optimizer,
         input_bytes=inputs,
     )
-
-
-def _count(f: Fields, key: str, default: int) -> int:
-    value = f.integer(key, default)
-    if value < 0:
-        raise ProfileFormatError(f"{f.where}.{key}: expected a count >= 0, found {value}")
-    return value
