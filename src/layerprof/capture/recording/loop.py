@@ -276,6 +276,7 @@ def recomputes(
     counts = np.zeros(len(paths), dtype=np.int64)
     times: dict[int, list[int]] = {}
     n_calls: dict[int, int] = {}
+    starts = [st.start for st in steps]
     offset = 0
     for t in tables:
         real = t.layer >= 0
@@ -284,7 +285,7 @@ def recomputes(
         counts += np.bincount(t.layer[mask], minlength=len(paths))[: len(paths)]
         for i in np.flatnonzero(outer & (t.layer != (-1 if root is None else root))).tolist():
             start = int(t.start[i])
-            k = _step_in_backward(steps, start)
+            k = _step_in_backward(steps, starts, start)
             if k is not None:
                 pid = int(t.layer[i])
                 times.setdefault(pid, [0] * len(steps))[k] += int(t.end[i]) - start
@@ -299,11 +300,13 @@ def recomputes(
     return found, calls
 
 
-def _step_in_backward(steps: Sequence[StepMarks], at: int) -> int | None:
-    for k, st in enumerate(steps):
-        if st.start <= at <= st.end and any(a <= at <= b for a, b in st.backwards):
-            return k
-    return None
+def _step_in_backward(steps: Sequence[StepMarks], starts: list[int], at: int) -> int | None:
+    """The step (in time order; ``starts`` are theirs) whose backward ``at`` is in."""
+    k = bisect.bisect_right(starts, at) - 1
+    if k < 0:
+        return None
+    st = steps[k]
+    return k if at <= st.end and any(a <= at <= b for a, b in st.backwards) else None
 
 
 def _subset(s: LayerSamples, kept: Any) -> LayerSamples:

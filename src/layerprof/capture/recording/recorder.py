@@ -496,14 +496,11 @@ class Recorder:
         named = {t[0] for t in self._tags if t[0] not in (None, "prefill", "decode")}
         if not self._tags or not (named or any(t[0] == "decode" for t in self._tags)):
             return None
-        root = self._index.get("")
-        outer = [t.layer[t.level == 1] for t in self._tables]
-        firsts = np.concatenate(outer) if outer else np.zeros(0, dtype=np.int64)
-        of_model = np.flatnonzero(firsts == root) if root is not None else firsts[:0]
+        of_model, iterations = self._model_forwards()
         if len(of_model) != len(self._tags):
             return None  # forwards the log does not hold whole (a raised one): no split
-        names: list[str | None] = [None] * len(firsts)
-        positions: list[float | None] = [None] * len(firsts)
+        names: list[str | None] = [None] * iterations
+        positions: list[float | None] = [None] * iterations
         seen = 0
         for i, (name, length, _) in zip(of_model.tolist(), self._tags, strict=True):
             seen = length if name == "prefill" else seen + length
@@ -695,15 +692,21 @@ class Recorder:
         the k-th forward of the model is the k-th outermost call of the root (an outermost
         call of another module, made outside the model, is in no step)."""
         self._compact()
-        root = self._index.get("")
-        outer = [t.layer[t.level == 1] for t in self._tables]
-        firsts = np.concatenate(outer) if outer else np.zeros(0, dtype=np.int64)
-        of_model = np.flatnonzero(firsts == root) if root is not None else firsts[:0]
+        of_model, _ = self._model_forwards()
         out = []
         for st in self._steps:
             picked = [int(of_model[i]) for i in st.iterations if i < len(of_model)]
             out.append(replace(st, iterations=picked))
         return out
+
+    def _model_forwards(self) -> tuple[Any, int]:
+        """Which recorded iterations are forwards of the model (outermost calls of the
+        root), as indices in order, and how many iterations were recorded."""
+        root = self._index.get("")
+        outer = [t.layer[t.level == 1] for t in self._tables]
+        firsts = np.concatenate(outer) if outer else np.zeros(0, dtype=np.int64)
+        of_model = np.flatnonzero(firsts == root) if root is not None else firsts[:0]
+        return of_model, len(firsts)
 
     @property
     def steps_done(self) -> int:
