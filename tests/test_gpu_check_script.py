@@ -29,15 +29,22 @@ def checks_module() -> ModuleType:
     return module
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="the dry run is for machines without CUDA")
-def test_the_dry_run_skips_every_gpu_step_and_writes_the_report(tmp_path: Path) -> None:
+def run_script(tmp_path: Path, timeout: float = 300, **extra: str) -> Path:
+    """gpu-check.sh with its report in ``tmp_path/report``; it must exit 0."""
     out = tmp_path / "report"
-    env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "WHEELS": str(tmp_path)}
+    env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "WHEELS": str(tmp_path),
+           **extra}  # fmt: skip
     done = subprocess.run(
         ["bash", str(ROOT / "scripts" / "gpu-check.sh")],
-        env=env, capture_output=True, text=True, timeout=300, check=False,
+        env=env, capture_output=True, text=True, timeout=timeout, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
+    return out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the dry run is for machines without CUDA")
+def test_the_dry_run_skips_every_gpu_step_and_writes_the_report(tmp_path: Path) -> None:
+    out = run_script(tmp_path)
     doc = json.loads((out / "gpu-report.json").read_text())
     assert doc["schema"] == "layerprof.gpu-check/1" and doc["failed"] == []
     assert len(doc["checks"]) == 9
@@ -55,14 +62,7 @@ def gc_budgets() -> dict[str, float]:
 
 
 def test_the_pytest_step_can_be_left_out(tmp_path: Path) -> None:
-    out = tmp_path / "report"
-    env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "WHEELS": str(tmp_path),
-           "GPU_CHECK_SKIP_PYTEST": "1", "GPU_CHECK_ONLY": "environment,memory"}  # fmt: skip
-    done = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "gpu-check.sh")],
-        env=env, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
+    out = run_script(tmp_path, 120, GPU_CHECK_SKIP_PYTEST="1", GPU_CHECK_ONLY="environment,memory")
     doc = json.loads((out / "gpu-report.json").read_text())
     assert [c["name"] for c in doc["checks"]] == ["environment", "memory per layer"]
     assert "GPU_CHECK_SKIP_PYTEST" in doc["pytest"]["summary"]
