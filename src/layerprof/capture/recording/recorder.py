@@ -179,7 +179,9 @@ class Recorder:
         # per forward of the model: (phase, tokens, batch); rec.phase() names the phase
         self._phase: str | None = None
         self._backward_paths: list[str] = []  # names the layer indices of backward tables
-        self._tags: list[tuple[str | None, int, int]] = []
+        # only forwards that have a phase are kept (a model of no token ids costs nothing)
+        self._tags: dict[int, tuple[str, int, int]] = {}  # forward of the model -> its tag
+        self._root_forwards = 0
         self._paths: list[str] = []  # layer index -> path (the log holds indices)
         self._index: dict[str, int] = {}
         self._log: list[int] = []  # (code, time) pairs since the last compaction
@@ -425,7 +427,10 @@ class Recorder:
                 )
             if self._root_depth or not active[0]:
                 return timed(*args, **kwargs)
-            self._tags.append(self._tag(args, kwargs))
+            tag = self._tag(args, kwargs)
+            if tag is not None:
+                self._tags[self._root_forwards] = tag
+            self._root_forwards += 1
             sig = self._signature(args, kwargs) if self.record_shapes else None
             shaping = sig is not None and not sig.store.shapes
             if shaping:
@@ -461,7 +466,7 @@ class Recorder:
         root.disable = disable  # type: ignore[attr-defined]
         return root
 
-    def _tag(self, args: Any, kwargs: Any) -> tuple[str | None, int, int]:
+    def _tag(self, args: Any, kwargs: Any) -> tuple[str, int, int] | None:
         """The phase of one forward of the model: the one ``phase()`` set, else, for a
         batch x tokens tensor of token ids (``input_ids``), prefill when it holds more
         than one token and decode for one; no phase for anything else."""
@@ -477,7 +482,7 @@ class Recorder:
         if self._phase is not None:
             return self._phase, tokens, batch
         if not is_ids:
-            return None, 0, 0
+            return None
         return ("prefill" if tokens > 1 else "decode"), tokens, batch
 
     def phase(self, name: str | None) -> _PhaseScope:
@@ -493,26 +498,30 @@ class Recorder:
     def _generation(self, samples: dict[str, Any]) -> Generation | None:
         """Prefill and decode (and named phases) apart, when the forwards had them: a
         decode forward after a prefill, or a phase named with ``phase()``."""
-        named = {t[0] for t in self._tags if t[0] not in (None, "prefill", "decode")}
-        if not self._tags or not (named or any(t[0] == "decode" for t in self._tags)):
+        tags = list(self._tags.values())
+        named = {t[0] for t in tags if t[0] not in ("prefill", "decode")}
+        if not (named or any(t[0] == "decode" for t in tags)):
             return None
         of_model, iterations = self._model_forwards()
-        if len(of_model) != len(self._tags):
+        if len(of_model) != self._root_forwards:
             return None  # forwards the log does not hold whole (a raised one): no split
         names: list[str | None] = [None] * iterations
         positions: list[float | None] = [None] * iterations
         seen = 0
-        for i, (name, length, _) in zip(of_model.tolist(), self._tags, strict=True):
+        for k, i in enumerate(of_model.tolist()):
+            if (tag := self._tags.get(k)) is None:
+                continue
+            name, length, _ = tag
             seen = length if name == "prefill" else seen + length
             names[i] = name
             positions[i] = float(seen) if name in ("prefill", "decode") else None
-        prefill = [t for t in self._tags if t[0] == "prefill"]
-        decode = [t for t in self._tags if t[0] == "decode"]
+        prefill = [t for t in tags if t[0] == "prefill"]
+        decode = [t for t in tags if t[0] == "decode"]
         prompt = int(median([t[1] for t in prefill])) if prefill else 0
         batch = int(median([t[2] for t in (prefill or decode)])) if (prefill or decode) else 0
         tokens = {"prefill": prompt * batch, "decode": batch}
         for name in named:
-            rows = [t for t in self._tags if t[0] == name]
+            rows = [t for t in tags if t[0] == name]
             tokens[name] = int(median([t[1] * t[2] for t in rows]))
         return Generation(
             new_tokens=len(prefill) + len(decode), prompt_tokens=prompt, batch=batch,
@@ -739,6 +748,7 @@ class Recorder:
         self._log.clear()
         self._dev.clear()
         self._tags.clear()
+        self._root_forwards = 0
         self._zero = 0
         for sig in self._signatures.values():
             sig.forwards = 0
