@@ -163,3 +163,16 @@ def test_memory_shows_what_is_held_not_the_recompute(reentrant: bool) -> None:
     block_input = 16 * 32 * 4
     assert total == 4 * block_input  # three checkpointed inputs and the head's input
     assert total < plain_total / 4
+
+
+def test_the_report_keeps_the_case_of_recomputed_paths() -> None:
+    from dataclasses import replace
+
+    from layerprof.sections.loop import LoopStep, Recompute, TrainingLoop
+    from tests.support.html_subjects import saved
+
+    step = LoopStep(index=0, start_ns=0, wall_ns=10_000, data_wait_ns=0, forward_ns=4_000,
+                    backward_ns=6_000, optimizer_ns=0, rest_ns=0, forwards=1, backwards=1)  # fmt: skip
+    loop = TrainingLoop(steps=(step,), recompute=(Recompute("encoder.Block_A", (2_000,), 1),))
+    page = str(replace(saved("hooks"), loop=loop).render("html"))
+    assert "Recomputed in the backward" in page and "encoder.Block_A" in page

@@ -105,7 +105,7 @@ def is_compiled(module: Any) -> bool:
     """``torch.compile(module)`` or ``module.compile()``."""
     if type(module).__name__ == "OptimizedModule" and hasattr(module, "_orig_mod"):
         return True
-    return getattr(module, "_compiled_call_impl", None) is not None  # module.compile()
+    return compiled_in_place(module)
 
 
 class ForwardWrapper:

@@ -94,7 +94,8 @@ def loop_section(s: Subject) -> Section | None:
         " step." + cut
     )
     if loop.recompute:
-        cut += " " + recompute_line(loop).capitalize() + "."
+        line = recompute_line(loop)  # (str.capitalize would lower the layer paths)
+        cut += f" {line[:1].upper()}{line[1:]}."
     body = chart_slot("lp-loop") + table("lp-loop-steps", cols, rows)
     return Section("loop", "Training steps", body, intro, {"lp-loop": chart})
 
