@@ -85,6 +85,9 @@ def loop_section(s: Subject) -> Section | None:
             f" {third}, the last {third} and the {third} slowest between them; its median"
             " row is over every step."
         )
+    if loop.recompute:
+        line = recompute_line(loop)  # (str.capitalize would lower the layer paths)
+        cut += f" {line[:1].upper()}{line[1:]}."
     intro = (
         "Each step's wall time (host), partitioned: data wait (uncovered time before each"
         " forward of the model: the loader), forward, backward (from the gradient reaching the"
@@ -93,9 +96,6 @@ def loop_section(s: Subject) -> Section | None:
         " outside the model, zero_grad, logging, your code). The parts add up to the"
         " step." + cut
     )
-    if loop.recompute:
-        line = recompute_line(loop)  # (str.capitalize would lower the layer paths)
-        cut += f" {line[:1].upper()}{line[1:]}."
     body = chart_slot("lp-loop") + table("lp-loop-steps", cols, rows)
     return Section("loop", "Training steps", body, intro, {"lp-loop": chart})
 
