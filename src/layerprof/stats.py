@@ -366,6 +366,56 @@ SeriesLike = Union["Series", Sequence[int], Sequence[float], Any]
 """What fields holding a Series accept: a Series, or samples (a sequence or numpy array)."""
 
 
+class IntValues(Sequence[int]):
+    """Whole numbers held as one read-only int64 numpy array, seen as a tuple of ints.
+
+    For per-step values a long run holds for every layer (a tuple keeps an int
+    object and a pointer, ~36 bytes, per value; this keeps 8, and a view of a
+    recorder's matrix keeps none of its own). Equal to a tuple or list of the
+    same ints; ``numpy.asarray`` gives the array without a copy.
+    """
+
+    __slots__ = ("_array",)
+
+    def __init__(self, array: Any) -> None:
+        import numpy as np
+
+        values = np.asarray(array, dtype=np.int64)
+        if values.ndim != 1:
+            raise ValueError("IntValues holds a 1-d array")
+        if values.flags.writeable:  # a read-only row is kept as it is (no copy)
+            values = values.copy()
+            values.flags.writeable = False
+        self._array = values
+
+    def __len__(self) -> int:
+        return len(self._array)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return IntValues(self._array[index])
+        return int(self._array[index])
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._array.tolist())
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        return self._array if dtype is None else self._array.astype(dtype)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, IntValues):
+            other = other._array.tolist()
+        if isinstance(other, (tuple, list)):
+            return len(other) == len(self._array) and self._array.tolist() == list(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._array.tolist()))
+
+    def __repr__(self) -> str:
+        return repr(tuple(self._array.tolist()))
+
+
 def as_series(values: SeriesLike | None) -> Series | None:
     """A Series from samples (or None / an existing Series, unchanged); empty -> None."""
     if values is None or isinstance(values, Series):

@@ -29,6 +29,7 @@ Step-sized statistics come from :mod:`layerprof.stats` on demand.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -64,13 +65,15 @@ class LoopStep:
 @dataclass(frozen=True)
 class LayerSteps:
     """One layer's time in each active step (one value per step, summed over the
-    step's forwards; backward None where no step ran a backward)."""
+    step's forwards; backward None where no step ran a backward). A Recorder's
+    values are ``IntValues`` (int64 arrays that compare as tuples: a long run's
+    per-step values cost 8 bytes each, or nothing when they are its samples)."""
 
     path: str
-    forward_total_ns: tuple[int, ...]
-    forward_self_ns: tuple[int, ...]
-    backward_total_ns: tuple[int, ...] | None = None
-    backward_self_ns: tuple[int, ...] | None = None
+    forward_total_ns: Sequence[int]
+    forward_self_ns: Sequence[int]
+    backward_total_ns: Sequence[int] | None = None
+    backward_self_ns: Sequence[int] | None = None
 
     def summary(self, quantity: str) -> Summary | None:
         """Median, spread and the median's 95 % interval over the steps of one quantity
@@ -78,7 +81,7 @@ class LayerSteps:
         from layerprof.stats import Summary
 
         values = getattr(self, f"{quantity}_ns")
-        return Summary.of(values) if values else None
+        return Summary.of(values) if values is not None and len(values) else None
 
 
 @dataclass(frozen=True)

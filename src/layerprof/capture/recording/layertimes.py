@@ -351,6 +351,25 @@ class SampleSums:
     def call_count(self) -> int:
         return int(self.calls.sum())
 
+    def widen(self, n_paths: int) -> None:
+        """Room for ``n_paths`` layers (rows of zeros for the new ones)."""
+        if n_paths <= self.n_paths:
+            return
+        extra = n_paths - self.n_paths
+
+        def grown(old: I64) -> I64:
+            return np.vstack([old, np.zeros((extra, old.shape[1]), dtype=np.int64)])
+
+        self.total, self.self_ = grown(self.total), grown(self.self_)
+        if self.device is not None:
+            self.device = (grown(self.device[0]), grown(self.device[1]))
+        self.calls = np.concatenate([self.calls, np.zeros(extra, dtype=np.int64)])
+        self.fewest = np.concatenate(
+            [self.fewest, np.full(extra, np.iinfo(np.int64).max, dtype=np.int64)]
+        )
+        self.most = np.concatenate([self.most, np.zeros(extra, dtype=np.int64)])
+        self.n_paths = n_paths
+
     def _reserve(self, iterations: int) -> None:
         room = self.total.shape[1]
         if iterations <= room and self.total.flags.writeable:

@@ -13,15 +13,13 @@ from __future__ import annotations
 import bisect
 import itertools
 import numbers
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from layerprof.capture.modules import HookHandles
 from layerprof.errors import UsageError
-from layerprof.records import LayerSamples
-from layerprof.sections.loop import STEP_PARTS, LayerSteps, LoopStep, Recompute, TrainingLoop
-from layerprof.stats import Series
+from layerprof.sections.loop import STEP_PARTS, LoopStep
 
 if TYPE_CHECKING:
     from layerprof.capture.recording.layertimes import CallTable
@@ -75,10 +73,9 @@ def _whole(name: str, value: object, low: int) -> None:
 
 @dataclass
 class StepMarks:
-    """One step's raw host marks and what it ran; ``iterations`` are the step's forwards
-    of the model (while recording: their numbers; for ``loop_samples``: their indices
-    among the recorded iterations), ``backward`` the layers' backward calls per
-    forward that got a backward."""
+    """One step's raw host marks and what it ran; ``iterations`` are the numbers of the
+    step's forwards of the model, ``backward`` the layers' backward calls per forward
+    that got a backward (reduced with the forwards' calls by ``LoopRecord``)."""
 
     index: int
     start: int
@@ -205,164 +202,8 @@ class PhaseMarks:
                 self.optimizer.append((start, self.mark()))
 
 
-def loop_samples(
-    samples: dict[str, LayerSamples],
-    steps: Sequence[StepMarks],
-    schedule: StepSchedule,
-    *,
-    calls: Mapping[str, float] | None = None,
-    recompute: tuple[Recompute, ...] = (),
-    backward_paths: Sequence[str] = (),
-) -> tuple[dict[str, LayerSamples], TrainingLoop]:
-    """The active steps' share of a Recorder's samples, with backward, and the loop section.
-
-    ``samples`` hold one value per recorded forward; only the forwards of
-    active steps are kept. Backward samples hold one value per forward that got
-    a backward (a ``no_grad`` evaluation forward has none). ``calls``: each
-    layer's calls per kept forward (the samples' own count is over every
-    recorded iteration, activation checkpointing's recomputes included);
-    ``recompute``: what checkpointing recomputed in the active steps;
-    ``backward_paths`` names the layer indices of the steps' backward tables.
-    """
-    import numpy as np
-
-    from layerprof.capture.recording.layertimes import build_samples
-
-    if not steps:
-        raise UsageError(
-            f"no step was active: the schedule skips {schedule.skip} and warms up over"
-            f" {schedule.warmup} steps; call rec.step() once per step, after them too"
-        )
-    kept = np.array([i for s in steps for i in s.iterations], dtype=np.int64)
-    forward = {p: _subset(s, kept) for p, s in samples.items()} if len(kept) else {}
-    if calls is not None:
-        forward = {p: replace(s, calls=calls.get(p, s.calls)) for p, s in forward.items()}
-    backward, per_step = _backward_calls(steps)
-    if backward is not None:
-        n = sum(len(g) for g in per_step)
-        times = build_samples(backward, n, None, list(backward_paths))
-        zeros = np.zeros(n, dtype=np.int64)
-        for path, sample in forward.items():
-            b = times.get(path)
-            total, self_ = (b.total_ns, b.self_ns) if b else (Series(zeros), Series(zeros))
-            forward[path] = replace(sample, backward_total_ns=total, backward_self_ns=self_)
-    groups: list[range] = []
-    at = 0
-    for st in steps:
-        groups.append(range(at, at + len(st.iterations)))
-        at += len(st.iterations)
-    layers = tuple(_layer_steps(p, x, groups, per_step) for p, x in forward.items())
-    origin = steps[0].start
-    rows = tuple(_step_row(s, origin) for s in steps)
-    loop = TrainingLoop(rows, layers, schedule.skip, schedule.warmup, schedule.active, recompute)
-    return forward, loop
-
-
-def recomputes(
-    tables: Sequence[Any], steps: Sequence[StepMarks], paths: Sequence[str], root: int | None
-) -> tuple[tuple[Recompute, ...], dict[str, float]]:
-    """Activation checkpointing's recomputes, and each layer's calls per kept forward.
-
-    A recompute is an outermost call of a module other than the root that started
-    inside an active step's backward: ``torch.utils.checkpoint`` runs the
-    checkpointed module's forward again there (reentrant or not), outside the
-    model's own forward. ``tables`` are the Recorder's call tables in order (each
-    outermost call one iteration); ``steps`` the active steps with their model
-    forwards as iteration indices.
-    """
-    import numpy as np
-
-    kept = np.array(sorted(i for st in steps for i in st.iterations), dtype=np.int64)
-    counts = np.zeros(len(paths), dtype=np.int64)
-    times: dict[int, list[int]] = {}
-    n_calls: dict[int, int] = {}
-    starts = [st.start for st in steps]
-    offset = 0
-    for t in tables:
-        real = t.layer >= 0
-        outer = (t.level == 1) & real
-        mask = real & np.isin(offset + t.iterations(), kept)
-        counts += np.bincount(t.layer[mask], minlength=len(paths))[: len(paths)]
-        for i in np.flatnonzero(outer & (t.layer != (-1 if root is None else root))).tolist():
-            start = int(t.start[i])
-            k = _step_in_backward(steps, starts, start)
-            if k is not None:
-                pid = int(t.layer[i])
-                times.setdefault(pid, [0] * len(steps))[k] += int(t.end[i]) - start
-                n_calls[pid] = n_calls.get(pid, 0) + 1
-        offset += int(outer.sum())
-    calls = (
-        {paths[i]: int(c) / len(kept) for i, c in enumerate(counts.tolist())} if len(kept) else {}
-    )
-    found = tuple(
-        Recompute(paths[pid], tuple(ns), n_calls[pid]) for pid, ns in sorted(times.items())
-    )
-    return found, calls
-
-
-def _step_in_backward(steps: Sequence[StepMarks], starts: list[int], at: int) -> int | None:
-    """The step (in time order; ``starts`` are theirs) whose backward ``at`` is in."""
-    k = bisect.bisect_right(starts, at) - 1
-    if k < 0:
-        return None
-    st = steps[k]
-    return k if at <= st.end and any(a <= at <= b for a, b in st.backwards) else None
-
-
-def _subset(s: LayerSamples, kept: Any) -> LayerSamples:
-    def pick(series: Series | None) -> Any:
-        return None if series is None else series.values[kept]
-
-    return replace(
-        s, total_ns=pick(s.total_ns), self_ns=pick(s.self_ns),
-        device_total_ns=pick(s.device_total_ns), device_self_ns=pick(s.device_self_ns),
-    )  # fmt: skip
-
-
-def _backward_calls(steps: Sequence[StepMarks]) -> tuple[CallTable | None, list[range]]:
-    """Every active step's backward calls in one table, numbered by backward (one per
-    forward that got one), and each step's range of those numbers."""
-    import numpy as np
-
-    from layerprof.capture.recording.layertimes import CallTable
-
-    tables: list[CallTable] = []
-    numbers: list[Any] = []
-    per_step: list[range] = []
-    n = 0
-    for st in steps:
-        first = n
-        for forward in sorted(st.backward):
-            table = st.backward[forward]
-            tables.append(table)
-            numbers.append(np.full(len(table), n, dtype=np.int64))
-            n += 1
-        per_step.append(range(first, n))
-    if not tables or not any(len(t) for t in tables):
-        return None, per_step
-    whole = CallTable.concat(tables)
-    return replace(whole, iteration=np.concatenate(numbers)), per_step
-
-
-def _layer_steps(
-    path: str, s: LayerSamples, forwards: list[range], backwards: list[range]
-) -> LayerSteps:
-    def per_step(series: Series | None, groups: list[range]) -> tuple[int, ...] | None:
-        if series is None:
-            return None
-        values = series.values
-        return tuple(int(values[g.start : g.stop].sum()) for g in groups)
-
-    return LayerSteps(
-        path=path,
-        forward_total_ns=per_step(s.total_ns, forwards) or (),
-        forward_self_ns=per_step(s.self_ns, forwards) or (),
-        backward_total_ns=per_step(s.backward_total_ns, backwards),
-        backward_self_ns=per_step(s.backward_self_ns, backwards),
-    )
-
-
-def _step_row(st: StepMarks, origin: int) -> LoopStep:
+def step_row(st: StepMarks, origin: int) -> LoopStep:
+    """The step's row: its start after ``origin`` (the first active step's), wall and parts."""
     parts = partition(st)
     return LoopStep(
         index=st.index,

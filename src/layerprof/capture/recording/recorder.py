@@ -64,13 +64,8 @@ from layerprof.capture.recording.layertimes import (
     is_entry,
     parse_events,
 )
-from layerprof.capture.recording.loop import (
-    PhaseMarks,
-    StepMarks,
-    StepSchedule,
-    loop_samples,
-    recomputes,
-)
+from layerprof.capture.recording.loop import PhaseMarks, StepMarks, StepSchedule
+from layerprof.capture.recording.looprecord import Chunk, LoopRecord
 from layerprof.capture.recording.nodes import NodeHooksUnavailable, NodeMarks
 from layerprof.capture.recording.phases import phase_views
 from layerprof.capture.recording.shapestore import ShapeStore, shape_wrapper
@@ -91,6 +86,9 @@ if TYPE_CHECKING:
 
 #: Log entries (two per event) kept before they are compacted into a CallTable.
 COMPACT_AT = 1 << 17
+#: Calls (forward and backward) of ended active steps kept before they are reduced to
+#: per-layer sums (``LoopRecord``): a few hundred steps of a 50-layer model.
+LOOP_CHUNK = 1 << 15
 
 
 @dataclass
@@ -109,14 +107,20 @@ class Recorder:
     ``device_clock`` (CUDA events) the device marks are resolved after one
     synchronize at the end of each outermost call, never per layer.
     ``correction`` is the calibrated wrapper cost to remove (the runner's);
-    without one, ``profile()`` calibrates when it corrects.
+    without one, ``profile()`` calibrates when it corrects. ``correct`` says
+    whether to remove it (None: yes on the real host clock, no on a test clock;
+    ``profile(correct=...)`` may still decide, except after a long loop's
+    first sums, see below).
 
     ``backward=True`` is for a training loop: call ``step()`` once per step.
     Each layer's backward is timed by graph-node marks
     (layerprof.capture.recording.nodes; on CUDA with CUDA events, resolved once per
     step), each forward's graph is hooked right after the forward, and each
     step is split into data wait, forward, backward, optimizer and rest
-    (layerprof.capture.recording.loop); ``schedule`` picks the steps that count.
+    (layerprof.capture.recording.loop); ``schedule`` picks the steps that count:
+    skipped and warm-up steps keep nothing, and the active ones are summed per
+    layer every few hundred steps (layerprof.capture.recording.looprecord), so
+    a long run holds 8 bytes per layer, step and quantity, not its calls.
     ``memory=True`` also counts each layer's activation, parameter, gradient and
     optimizer-state bytes in every step (layerprof.capture.memory.activations; the
     last active step's are kept); its hooks cost time in the timed steps, so it is
@@ -136,6 +140,7 @@ class Recorder:
         backward_clock: Clock | None = None,
         record_shapes: bool = True,
         correction: Correction | None = None,
+        correct: bool | None = None,
     ) -> None:
         import torch
 
@@ -170,9 +175,17 @@ class Recorder:
         self._step_index = 0
         self._step_start = 0
         self._step_iteration = 0
-        self._steps: list[StepMarks] = []
+        # ended active steps not reduced yet, and what they were reduced into so far
+        self._ended: list[StepMarks] = []
+        self._ended_calls = 0  # their backward calls
+        self._loop: LoopRecord | None = None
+        self._loop_correct = False  # whether the loop's sums were corrected
+        self._chunk_forward = 0  # the number of the first model forward in the log's tables
         self.record_shapes = record_shapes
         self.correction = correction
+        # whether profile() removes the wrappers' cost (None: on the real clock); a long
+        # training loop is summed as it runs, so it is decided before its first sum
+        self.correct = correct
         self._wrappers = HookHandles()
         self._by_path: dict[str, ForwardWrapper] = {}
         self._replaced: list[str] = []  # paths replaced on the model while it was wrapped
@@ -427,7 +440,7 @@ class Recorder:
                 )
             if self._root_depth or not active[0]:
                 return timed(*args, **kwargs)
-            tag = self._tag(args, kwargs)
+            tag = None if self.backward else self._tag(args, kwargs)  # a loop has no phases
             if tag is not None:
                 self._tags[self._root_forwards] = tag
             self._root_forwards += 1
@@ -672,13 +685,57 @@ class Recorder:
             self._activations.step(list(self._optimizers) or None) if self._activations else None
         )
         if self.schedule.phase(self._step_index) == "active":
-            self._steps.append(marks)
+            self._ended.append(marks)
+            self._ended_calls += sum(len(t) for t in marks.backward.values())
             self._memory = counted or self._memory  # the last active step's
+        else:
+            self._drop_calls()  # a skipped or warm-up step keeps nothing
         self._step_index += 1
         self._step_iteration = iterations
+        if self._ended and self._ended_size() >= LOOP_CHUNK:
+            self._reduce_loop()
         if self.schedule.phase(self._step_index) == "done":
             self._stop_recording()
         self._step_start = self.clock.mark()
+
+    def _ended_size(self) -> int:
+        """Calls held for the ended steps: the log's, its tables' and their backwards'."""
+        return len(self._log) // 2 + sum(len(t) for t in self._tables) + self._ended_calls
+
+    def _drop_calls(self) -> None:
+        """Forget the forward calls recorded since the last step (outside the schedule's
+        active window); the next chunk starts at the next forward."""
+        if self._inside_forward() or self._ended:
+            return
+        self._log.clear()
+        self._dev.clear()
+        self._tables.clear()
+        self._zero = 0
+        self._chunk_forward = self._forwards
+
+    def _reduce_loop(self, correct: bool | None = None) -> LoopRecord:
+        """Reduce the ended steps to per-layer sums (``LoopRecord``); the first time
+        decides the correction, as ``profile(correct=...)`` would."""
+        self._compact()
+        loop = self._loop
+        if loop is None:
+            self._loop_correct = self._wants_correction(correct)
+            loop = self._loop = LoopRecord(
+                len(self._paths), self.device_clock is not None,
+                self._correction(self._loop_correct),
+            )  # fmt: skip
+        loop.forward.widen(len(self._paths))
+        if not self._ended:
+            return loop
+        chunk = Chunk(
+            self._tables, self._ended, self._chunk_forward, self._step_iteration,
+            self._backward_paths,
+        )  # fmt: skip
+        rest = loop.add(chunk, self._index.get(""))
+        self._tables = [rest] if rest is not None else []
+        self._ended, self._ended_calls = [], 0
+        self._chunk_forward = self._step_iteration
+        return loop
 
     def _backward_tables(self, nodes: NodeMarks) -> dict[int, CallTable]:
         """This step's backward calls per forward, as tables (kept for active steps only)."""
@@ -695,18 +752,6 @@ class Recorder:
             disable = getattr(wrapper.wrapper, "disable", None)
             if disable is not None:
                 disable()
-
-    def _model_iterations(self) -> list[StepMarks]:
-        """The active steps with ``iterations`` as indices into the recorded iterations:
-        the k-th forward of the model is the k-th outermost call of the root (an outermost
-        call of another module, made outside the model, is in no step)."""
-        self._compact()
-        of_model, _ = self._model_forwards()
-        out = []
-        for st in self._steps:
-            picked = [int(of_model[i]) for i in st.iterations if i < len(of_model)]
-            out.append(replace(st, iterations=picked))
-        return out
 
     def _model_forwards(self) -> tuple[Any, int]:
         """Which recorded iterations are forwards of the model (outermost calls of the
@@ -748,6 +793,8 @@ class Recorder:
         self._log.clear()
         self._dev.clear()
         self._tags.clear()
+        self._loop, self._ended, self._ended_calls = None, [], 0
+        self._chunk_forward = self._forwards
         self._root_forwards = 0
         self._zero = 0
         for sig in self._signatures.values():
@@ -760,6 +807,11 @@ class Recorder:
                 "Recorder.calls(): the calls were summed per layer as they were recorded"
                 " (stream()); only profile() has them"
             )
+        if self._loop is not None and self._loop.steps:
+            raise UsageError(
+                "Recorder.calls(): the training steps' calls were summed per layer as they"
+                " ended (a long loop is reduced as it runs); only profile() has them"
+            )
         return self._table().records(self._paths)
 
     @property
@@ -767,6 +819,7 @@ class Recorder:
         """Recorded layer calls so far (complete forwards)."""
         self._compact()
         summed = self._stream.sums.call_count if self._stream is not None else 0
+        summed += self._loop.forward.call_count if self._loop is not None else 0
         return summed + sum(int((t.layer >= 0).sum()) for t in self._tables)
 
     @property
@@ -774,6 +827,7 @@ class Recorder:
         """Recorded forwards (outermost calls), failed ones not counted."""
         self._compact()
         summed = self._stream.sums.filled if self._stream is not None else 0
+        summed += self._loop.forward.filled if self._loop is not None else 0
         return summed + sum(int((t.level == 1).sum()) for t in self._tables)
 
     def stream(self, iterations: int, *, correct: bool | None = None) -> None:
@@ -802,6 +856,8 @@ class Recorder:
 
     def _wants_correction(self, correct: bool | None) -> bool:
         """``correct``, by default true for the real host clock, false for a test clock."""
+        if correct is None:
+            correct = self.correct
         return correct if correct is not None else type(self.clock) is HostClock
 
     def _correction(self, wanted: bool) -> Correction | None:
@@ -845,6 +901,8 @@ class Recorder:
 
         self._compact()
         stream = self._stream
+        loop = None
+        notes: tuple[Note, ...] = ()
         if stream is not None:
             if correct is not None and correct != stream.correct:
                 raise UsageError(
@@ -854,23 +912,24 @@ class Recorder:
             correction = stream.correction
             iterations, n_calls = stream.sums.filled, stream.sums.call_count
             samples = stream.sums.samples(self._paths)
+        elif self._step_index:
+            if self._loop is not None and correct is not None and correct != self._loop_correct:
+                raise UsageError(
+                    f"Recorder.profile(correct={correct}): the steps so far were summed with"
+                    f" correct={self._loop_correct} (a long loop is summed as it runs);"
+                    f" decide it when opening: Recorder(..., correct={correct})"
+                )
+            record = self._reduce_loop(correct)
+            correction = record.correction
+            iterations, n_calls = record.forward.filled, record.forward.call_count
+            samples, loop = record.result(self._paths, self._backward_paths, self.schedule)
         else:
             tables = self._tables
             iterations = sum(int((t.level == 1).sum()) for t in tables)
             n_calls = sum(int((t.layer >= 0).sum()) for t in tables)
             correction = self._correction(self._wants_correction(correct))
             samples = build_samples(tables, iterations, correction, self._paths)
-        loop = None
-        notes: tuple[Note, ...] = ()
-        if self._step_index:
-            steps = self._model_iterations()
-            found, calls = recomputes(self._tables, steps, self._paths, self._index.get(""))
-            samples, loop = loop_samples(
-                samples, steps, self.schedule, calls=calls, recompute=found,
-                backward_paths=self._backward_paths,
-            )  # fmt: skip
-            iterations = sum(len(s.iterations) for s in self._steps)
-        elif self.backward:
+        if self.backward and not self._step_index:
             notes = (
                 Note(
                     "no-training-steps",

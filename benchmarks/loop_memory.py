@@ -1,0 +1,87 @@
+"""Memory a training-loop Recorder keeps per module and step (issue: a long run stays bounded).
+
+Runs ``Recorder(backward=True)`` over a training loop of ``--layers`` Linear
+layers for two step counts under ``tracemalloc`` (Python objects and numpy
+arrays alike) and prints, per module and recorded step (the slope between the
+two runs, so fixed costs drop out):
+
+* ``while recording``: what the Recorder holds just before ``profile()``;
+* ``peak``: the most held at once, ``profile()`` included;
+* ``kept``: what the finished Profile holds;
+* ``outside the window``: the same slope for steps the schedule skips and
+  warms up over (the target is nothing).
+
+    python benchmarks/loop_memory.py [--layers 50] [--steps 400 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import tracemalloc
+
+import torch
+from torch import nn
+
+import layerprof
+from layerprof import Recorder, StepSchedule
+
+
+def measure(layers: int, steps: int, *, skip: int = 0) -> tuple[int, int, int]:
+    """(held before profile(), peak, kept by the Profile) in bytes above the start."""
+    torch.manual_seed(0)
+    model = nn.Sequential(*(nn.Linear(4, 4) for _ in range(layers)))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(2, 4)
+    gc.collect()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    with Recorder(
+        model, backward=True, schedule=StepSchedule(skip=skip), correct=False
+    ) as rec:
+        for _ in range(steps + skip):
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+            rec.step()
+    gc.collect()
+    held = tracemalloc.get_traced_memory()[0]
+    prof = rec.profile()
+    del rec
+    gc.collect()
+    kept, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert prof.loop is not None and len(prof.loop.steps) == steps
+    return held - base, peak - base, kept - base
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--layers", type=int, default=50)
+    ap.add_argument("--steps", type=int, nargs=2, default=(400, 2000))
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    n1, n2 = a.steps
+    modules = a.layers + 1
+    measure(a.layers, n1)  # lazy imports and one-time caches land here, not in the slope
+    h1, p1, k1 = measure(a.layers, n1)
+    h2, p2, k2 = measure(a.layers, n2)
+    cells = modules * (n2 - n1)
+    print(
+        f"loop_memory: {modules} modules, {n1} vs {n2} recorded steps,"
+        " Recorder(backward=True), one forward and backward per step"
+    )
+    print(f"  held while recording: {(h2 - h1) / cells:7.1f} bytes per module per step")
+    print(f"  peak (profile() too): {(p2 - p1) / cells:7.1f} bytes per module per step")
+    print(f"  kept by the Profile:  {(k2 - k1) / cells:7.1f} bytes per module per step")
+    s1 = measure(a.layers, 10, skip=n1)[0]
+    s2 = measure(a.layers, 10, skip=n2)[0]
+    print(
+        f"  steps outside the window (skipped): {(s2 - s1) / cells:7.1f} bytes per module"
+        " per step"
+    )
+    print("  (target: <= 16 bytes per module per recorded step at the peak; 0 outside)")
+
+
+if __name__ == "__main__":
+    main()
