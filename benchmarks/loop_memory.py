@@ -23,7 +23,6 @@ import tracemalloc
 import torch
 from torch import nn
 
-import layerprof
 from layerprof import Recorder, StepSchedule
 
 
@@ -36,9 +35,7 @@ def measure(layers: int, steps: int, *, skip: int = 0) -> tuple[int, int, int]:
     gc.collect()
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
-    with Recorder(
-        model, backward=True, schedule=StepSchedule(skip=skip), correct=False
-    ) as rec:
+    with Recorder(model, backward=True, schedule=StepSchedule(skip=skip), correct=False) as rec:
         for _ in range(steps + skip):
             opt.zero_grad()
             model(x).sum().backward()
@@ -77,8 +74,7 @@ def main() -> None:
     s1 = measure(a.layers, 10, skip=n1)[0]
     s2 = measure(a.layers, 10, skip=n2)[0]
     print(
-        f"  steps outside the window (skipped): {(s2 - s1) / cells:7.1f} bytes per module"
-        " per step"
+        f"  steps outside the window (skipped): {(s2 - s1) / cells:7.1f} bytes per module per step"
     )
     print("  (target: <= 16 bytes per module per recorded step at the peak; 0 outside)")
 

@@ -109,6 +109,70 @@ def test_the_section_survives_the_file_and_renders(profiled: layerprof.Profile) 
     assert data["generation"]["prefill_tokens_per_s"] > 0
 
 
+# ---- other families: GQA, a static cache, an encoder-decoder ---------------------------
+
+
+def llama(kv_heads: int) -> nn.Module:
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=kv_heads, vocab_size=128, max_position_embeddings=128,
+    )  # fmt: skip
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+@pytest.mark.parametrize(("kv_heads", "cache"), [(2, None), (1, "static"), (4, "dynamic")])
+def test_llama_kv_cache_is_the_analytic_count(kv_heads: int, cache: str | None) -> None:
+    """GQA (2 of 4 heads), MQA (1) and full attention; a static cache is sized to the
+    generate's length, so it holds the same bytes at the end."""
+    prompt = torch.randint(0, 128, (2, 12))
+    kwargs = {"cache_implementation": cache} if cache else {}
+    prof = layerprof.profile(llama(kv_heads), prompt, kwargs=kwargs, generate=5, warmup=0, iters=1)
+    g = prof.generation
+    assert g is not None and g.kv_cache is not None
+    positions = 12 + 5 - 1
+    head_dim = 64 // 4
+    # 2 (keys, values) x kv heads x head dim x positions x batch x 4 bytes, per layer
+    per_layer = 2 * kv_heads * head_dim * positions * 2 * 4
+    assert g.kv_cache.positions == positions and g.kv_cache.cross_bytes == 0
+    assert g.kv_cache.layers == (per_layer, per_layer)
+    assert [(p.name, p.forwards) for p in g.phases] == [
+        ("prefill", LAYER_GENERATES), ("decode", LAYER_GENERATES * 4),
+    ]  # fmt: skip
+    decode = g.phase("decode")
+    assert decode is not None and decode.layer("model.layers.1.self_attn") is not None
+
+
+def test_t5_encodes_once_then_decodes_from_one_start_token() -> None:
+    """generate() runs T5's encoder apart, before the decoder's first forward: its layers
+    are the encode phase (the prompt's tokens); the prefill is the decoder start token."""
+    torch.manual_seed(0)
+    config = transformers.T5Config(
+        d_model=32, d_ff=64, num_layers=2, num_heads=2, d_kv=16, vocab_size=128,
+        decoder_start_token_id=0,
+    )  # fmt: skip
+    model = transformers.T5ForConditionalGeneration(config).eval()
+    prompt = torch.randint(0, 128, (2, 12))
+    prof = layerprof.profile(model, prompt, generate=5, warmup=0, iters=1)
+    g = prof.generation
+    assert g is not None
+    shapes = [(p.name, p.forwards, p.tokens_per_forward) for p in g.phases]
+    n = LAYER_GENERATES
+    assert shapes == [("encode", n, 24), ("prefill", n, 2), ("decode", 4 * n, 2)]
+    encode, decode = g.phase("encode"), g.phase("decode")
+    assert encode is not None and decode is not None
+    assert encode.layer("encoder.block.0") is not None and encode.layer("decoder") is None
+    assert decode.layer("decoder.block.0") is not None and decode.layer("encoder") is None
+    assert g.kv_cache is not None
+    # self-attention: 2 x heads x d_kv x (decoder tokens - 1) x batch x 4 bytes per layer;
+    # cross-attention: the same over the 12 encoded positions, for the 2 decoder layers
+    assert g.kv_cache.layers == (2 * 2 * 16 * 5 * 2 * 4,) * 2
+    assert g.kv_cache.cross_bytes == 2 * (2 * 2 * 16 * 12 * 2 * 4)
+    back = codec.from_dict(json.loads(json.dumps(codec.to_dict(prof))))
+    assert back.generation is not None and back.generation.kv_cache == g.kv_cache
+    assert "cross-attention" in str(prof.render("console"))
+
+
 def test_bad_requests_are_one_line() -> None:
     with pytest.raises(UsageError, match="has no generate"):
         layerprof.profile(nn.Linear(4, 4), torch.randn(2, 4), generate=4)
@@ -200,3 +264,64 @@ def test_a_classifier_over_token_ids_gets_no_generation_section() -> None:
         for _ in range(3):
             model(torch.randint(0, 64, (2, 8)))
     assert rec.profile().generation is None
+
+
+# ---- findings ----------------------------------------------------------------------------
+
+
+def _with_generation(
+    decode: list[tuple[str, float, list[int]]], ttft_ms: float, whole_ms: float
+) -> layerprof.Profile:
+    """A profile whose generation section holds the given decode rows (path, total ns,
+    per-step self ns) over 8 new tokens, and the clean pass's first-token and whole
+    times."""
+    from dataclasses import replace
+
+    from layerprof.sections.generation import Generation, Phase, PhaseLayer
+    from layerprof.stats import Summary
+
+    model = ToyLM().eval()
+    with torch.no_grad(), layerprof.Recorder(model) as rec:
+        model(torch.randint(0, 64, (1, 4)))
+    rows = tuple(
+        PhaseLayer(path, total, float(sorted(own)[len(own) // 2]), Summary.of(own))
+        for path, total, own in decode
+    )
+    g = Generation(
+        new_tokens=8, prompt_tokens=4, batch=1, generates=3,
+        ttft_ns=[ttft_ms * 1e6] * 3, itl_ns=[(whole_ms - ttft_ms) / 7 * 1e6] * 21,
+        generate_ns=[whole_ms * 1e6] * 3, phases=(Phase("decode", 21, 1, rows),),
+    )  # fmt: skip
+    return replace(rec.profile(), generation=g)
+
+
+def _titles(prof: layerprof.Profile) -> dict[str, str]:
+    from layerprof.analysis.diagnose import diagnose
+
+    return {f.title: f.detail for f in diagnose(prof)}
+
+
+def test_findings_name_the_phase_and_the_output_projection() -> None:
+    steady = [1000] * 21
+    prof = _with_generation(
+        [("", 3000.0, steady), ("lm_head", 1500.0, [1500] * 21), ("embed", 500.0, [500] * 21)],
+        ttft_ms=1.0, whole_ms=9.0,
+    )  # fmt: skip
+    found = _titles(prof)
+    assert "7 decode steps take 88.9% of the generate" in found["decode takes most of the generate"]
+    assert (
+        "lm_head is 50.0% of a decode step"
+        in found["the output projection takes over a third of each decode step"]
+    )
+    prefill_heavy = _titles(_with_generation([("", 3000.0, steady)], ttft_ms=8.0, whole_ms=9.0))
+    assert "the prompt's prefill takes most of the generate" in prefill_heavy
+
+
+def test_a_decode_layer_is_named_only_where_its_spread_allows() -> None:
+    # attn at 40% of the step at the median, but half its steps far lower: the 95 %
+    # interval's low end is under 25 %, so nothing is claimed
+    wide = [1200] * 11 + [100] * 10
+    unsure = _titles(_with_generation([("", 3000.0, [1] * 21), ("h.0.attn", 1.0, wide)], 1, 9))
+    assert "one layer dominates each decode step" not in unsure
+    sure = _titles(_with_generation([("", 3000.0, [1] * 21), ("h.0.attn", 1.0, [1200] * 21)], 1, 9))
+    assert "h.0.attn is 40.0%" in sure["one layer dominates each decode step"]

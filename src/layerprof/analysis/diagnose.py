@@ -14,6 +14,12 @@ from typing import TYPE_CHECKING
 from layerprof.analysis.compiled import compiled_findings, is_bucket
 from layerprof.analysis.distributed import distributed_findings, straggler_findings
 from layerprof.analysis.finding import ORDER, Finding, Severity
+from layerprof.analysis.generation import (
+    DECODE_LAYER_SHARE,
+    LM_HEAD_SHARE,
+    generation_findings,
+    has_generation,
+)
 from layerprof.analysis.loop import BACKWARD_RATIO, DATA_SHARE, loop_findings, table_agreement
 from layerprof.analysis.memory import has_activation_memory, memory_findings
 from layerprof.analysis.passes import (
@@ -585,6 +591,13 @@ RULES: tuple[Rule, ...] = (
         f" > {BACKWARD_RATIO:.0f}x its forward, at the low end of the 95% CI)",
         lambda p: p.loop is not None,
         loop_findings,
+    ),
+    Rule(
+        f"generation (the phase that takes the time; a layer >= {100 * DECODE_LAYER_SHARE:.0f}%"
+        f" of a decode step, the output projection >= {100 * LM_HEAD_SHARE:.0f}%, at the low"
+        " end of the 95% CI)",
+        has_generation,
+        generation_findings,
     ),
     Rule("setup (dtype)", live, _setup),
     Rule(

@@ -18,7 +18,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from layerprof.capture.recording.phases import DECODE, PREFILL, phase_views
+from layerprof.capture.recording.phases import DECODE, ENCODE, PREFILL, phase_views
 from layerprof.errors import UsageError
 from layerprof.notes import Note
 from layerprof.profile import Profile
@@ -154,24 +154,54 @@ def _layer_pass(
     finally:
         handle.remove()
     profile = rec.profile()
-    return profile, _phases(profile, tags, batch, prompt)
+    of_model, iterations = rec.model_forwards()
+    encoder_decoder = bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False))
+    return profile, _phases(
+        profile, tags, of_model.tolist(), iterations, batch, prompt, encoder_decoder
+    )
 
 
 def _phases(
-    profile: Profile, tags: list[tuple[str, int]], batch: int, prompt: int
-) -> tuple[Phase, ...]:
-    """Each layer's times split by the phase of each forward (its per-forward samples
-    are in forward order, one per forward of the model)."""
-    names = [t[0] for t in tags]
-    positions = [float(t[1]) for t in tags]
+    profile: Profile, tags: list[tuple[str, int]], of_model: list[int], iterations: int,
+    batch: int, prompt: int, encoder_decoder: bool,
+) -> tuple[Phase, ...]:  # fmt: skip
+    """Each layer's times split by the phase of each iteration: the model's forwards
+    (``of_model``, in order) by their tags; an outermost call of a submodule (the
+    encoder of an encoder-decoder, run by ``generate()`` before the first forward) is
+    ``encode``. An encoder-decoder's prefill is its decoder's first forward (one start
+    token per sequence); the prompt's tokens are the encoder's."""
+    names: list[str | None] = [ENCODE] * iterations
+    positions: list[float | None] = [None] * iterations
+    for i, (name, position) in zip(of_model, tags, strict=False):
+        names[i], positions[i] = name, float(position)
     tokens = {PREFILL: prompt * batch, DECODE: batch}
+    if encoder_decoder:
+        tokens = {ENCODE: prompt * batch, PREFILL: batch, DECODE: batch}
     return phase_views(profile.samples, names, positions, tokens)
 
 
 def _kv_cache(out: Any) -> KvCache | None:
     """Bytes of the key/value cache a generate returned (a transformers Cache with
-    per-layer ``keys``/``values``), or None when it has none that can be read."""
-    cache = getattr(out, "past_key_values", None)
+    per-layer ``keys``/``values``: dynamic or static; an encoder-decoder cache's
+    self-attention part, with its cross-attention part apart), or None when it has
+    none that can be read."""
+    # ``cache`` since transformers 5 (``past_key_values`` warns there), before it the other
+    keys = out.keys() if hasattr(out, "keys") else ()
+    cache: Any = out["cache"] if "cache" in keys else getattr(out, "past_key_values", None)
+    cross = 0
+    if hasattr(cache, "self_attention_cache"):  # encoder-decoder (T5, BART, Whisper)
+        cross_sizes = _layer_bytes(getattr(cache, "cross_attention_cache", None))
+        cross = sum(cross_sizes) if cross_sizes else 0
+        cache = cache.self_attention_cache
+    sizes = _layer_bytes(cache)
+    if sizes is None:
+        return None
+    positions = int(cache.get_seq_length()) if hasattr(cache, "get_seq_length") else 0
+    return KvCache(layers=tuple(sizes), positions=positions, cross_bytes=cross)
+
+
+def _layer_bytes(cache: Any) -> list[int] | None:
+    """Keys plus values bytes of each layer of a transformers Cache, or None."""
     layers = getattr(cache, "layers", None)
     if cache is None or layers is None:
         return None
@@ -181,5 +211,4 @@ def _kv_cache(out: Any) -> KvCache | None:
         if keys is None or values is None or not hasattr(keys, "nbytes"):
             return None
         sizes.append(int(keys.nbytes) + int(values.nbytes))
-    positions = int(cache.get_seq_length()) if hasattr(cache, "get_seq_length") else 0
-    return KvCache(layers=tuple(sizes), positions=positions)
+    return sizes

@@ -36,6 +36,8 @@ def encode_generation(g: Generation | None) -> dict[str, Any] | None:
             "total_bytes": g.kv_cache.total_bytes,
             "bytes_per_token": g.kv_cache.bytes_per_token,
         }
+        if g.kv_cache.cross_bytes:
+            out["kv_cache"]["cross_attention_bytes"] = g.kv_cache.cross_bytes
     return out
 
 
@@ -118,4 +120,7 @@ def _read_cache(f: Fields) -> KvCache:
     layers = f.items("layers_bytes")
     if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**62 for v in layers):
         raise ProfileFormatError(f"{f.where}.layers_bytes: expected a list of byte counts >= 0")
-    return KvCache(layers=tuple(layers), positions=f.count("positions"))
+    cross = f.opt_integer("cross_attention_bytes")
+    if cross is not None and not 0 <= cross < 2**62:
+        raise ProfileFormatError(f"{f.where}.cross_attention_bytes: expected a byte count >= 0")
+    return KvCache(layers=tuple(layers), positions=f.count("positions"), cross_bytes=cross or 0)

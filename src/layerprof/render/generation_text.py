@@ -47,6 +47,12 @@ def summary_lines(g: Generation) -> list[str]:
         lines.append(
             f"KV cache {human_bytes(c.total_bytes)} after {c.positions} positions over"
             f" {len(c.layers)} layers: {human_bytes(c.bytes_per_token)} per position"
+            + (
+                f" (and {human_bytes(c.cross_bytes)} of cross-attention keys and values of"
+                " the encoded prompt)"
+                if c.cross_bytes
+                else ""
+            )
         )
     return lines
 

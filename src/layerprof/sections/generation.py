@@ -47,19 +47,22 @@ class Phase:
 
 @dataclass(frozen=True)
 class KvCache:
-    """The key/value cache after one generate: bytes per cache layer, in total, and per
-    position (each new token adds ``bytes_per_token``)."""
+    """The key/value cache after one generate: bytes per cache layer (its self-attention
+    keys and values: each new token adds ``bytes_per_token``), and for an
+    encoder-decoder model the cross-attention's keys and values of the encoded prompt
+    (``cross_bytes``, the same size whatever the number of new tokens)."""
 
     layers: tuple[int, ...]
     positions: int
+    cross_bytes: int = 0
 
     @property
     def total_bytes(self) -> int:
-        return sum(self.layers)
+        return sum(self.layers) + self.cross_bytes
 
     @property
     def bytes_per_token(self) -> float:
-        return self.total_bytes / self.positions if self.positions else 0.0
+        return sum(self.layers) / self.positions if self.positions else 0.0
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ from layerprof.sections.generation import Phase, PhaseLayer
 from layerprof.stats import Summary
 
 PREFILL, DECODE = "prefill", "decode"
+#: An encoder-decoder's encoder, which ``generate()`` runs once before the first forward.
+ENCODE = "encode"
 
 
 def phase_views(
@@ -36,6 +38,8 @@ def phase_views(
             total, self_ = s.total_ns.values, s.self_ns.values
             if total is None or self_ is None or len(total) != len(names):
                 continue  # a layer not called once per forward: no per-forward split
+            if not total[picked].any() and not self_[picked].any():
+                continue  # not run in this phase (an encoder's layers while decoding)
             own = self_[picked].astype(np.float64)
             at = where[picked]
             growth = None

@@ -753,6 +753,14 @@ class Recorder:
             if disable is not None:
                 disable()
 
+    def model_forwards(self) -> tuple[Any, int]:
+        """Which recorded iterations are forwards of the model (the root's outermost
+        calls; the others are outermost calls of a submodule, such as an
+        encoder-decoder's encoder that ``generate()`` runs apart), as indices in order,
+        and how many iterations were recorded."""
+        self._compact()
+        return self._model_forwards()
+
     def _model_forwards(self) -> tuple[Any, int]:
         """Which recorded iterations are forwards of the model (outermost calls of the
         root), as indices in order, and how many iterations were recorded."""
