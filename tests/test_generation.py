@@ -325,3 +325,73 @@ def test_a_decode_layer_is_named_only_where_its_spread_allows() -> None:
     assert "one layer dominates each decode step" not in unsure
     sure = _titles(_with_generation([("", 3000.0, [1] * 21), ("h.0.attn", 1.0, [1200] * 21)], 1, 9))
     assert "h.0.attn is 40.0%" in sure["one layer dominates each decode step"]
+
+
+# ---- diff: prefill and decode apart -------------------------------------------------------
+
+
+def _generated(ttft_ms: float, itl_ms: float, head_ms: float) -> layerprof.Profile:
+    """A profile whose generation section has clean-pass samples with a small known
+    jitter, and a decode phase whose lm_head takes ``head_ms`` per step."""
+    from dataclasses import replace
+
+    from layerprof.sections.generation import Generation, Phase, PhaseLayer
+    from layerprof.stats import Summary
+
+    jitter = [(i % 5) * 10_000 for i in range(21)]  # 0-40 µs
+    model = ToyLM().eval()
+    with torch.no_grad(), layerprof.Recorder(model) as rec:
+        model(torch.randint(0, 64, (1, 4)))
+    head = [round(head_ms * 1e6) + j for j in jitter]
+    g = Generation(
+        new_tokens=8, prompt_tokens=4, batch=1, generates=9,
+        ttft_ns=[ttft_ms * 1e6 + j for j in jitter[:9]],
+        itl_ns=[itl_ms * 1e6 + j for j in jitter],
+        generate_ns=[(ttft_ms + 7 * itl_ms) * 1e6 + j for j in jitter[:9]],
+        phases=(
+            Phase("decode", 21, 1, (PhaseLayer("lm_head", head_ms * 1e6, head_ms * 1e6,
+                                               Summary.of(head)),)),
+        ),
+    )  # fmt: skip
+    return replace(rec.profile(), generation=g)
+
+
+def test_diff_compares_prefill_and_decode_apart(tmp_path: object) -> None:
+    """Decode 60 % slower while prefill is 40 % faster: not "no change", but mixed, and
+    the gate fails on the decode's inter-token latency and its lm_head (a single-run
+    comparison gates above the 50 % drift allowance)."""
+    from pathlib import Path
+
+    from layerprof.analysis.diff import diff
+
+    base = _generated(ttft_ms=10.0, itl_ms=2.0, head_ms=1.0)
+    new = _generated(ttft_ms=6.0, itl_ms=3.2, head_ms=1.6)
+    d = diff(base, new)
+    rows = {r.label: r.change.status for r in d.changed_phases()}
+    assert rows == {
+        "prefill: time to first token": "faster",
+        "decode: inter-token latency": "slower",
+        "decode: lm_head": "slower",
+    }
+    assert d.verdict == "mixed"
+    gate = d.gate(5.0)
+    assert gate.failed
+    assert any(r.startswith("decode: inter-token latency") for r in gate.reasons)
+    assert any(r.startswith("decode: lm_head self time") for r in gate.reasons)
+    assert not d.gate(5.0, "ops").failed
+    text = str(d.render("console"))
+    assert "Generation (prefill and decode apart)" in text and "inter-token latency" in text
+    assert "| `decode: lm_head` |" in d.to_markdown()
+    assert 'id="diff-phases"' in str(d.render("html"))
+    out = Path(str(tmp_path)) / "d.json"
+    d.save(out)
+    again = codec.load(out)
+    assert again.phases == d.phases  # type: ignore[union-attr]
+    one_sided = diff(base, replace_generation(new))
+    assert any("no generation section" in w for w in one_sided.warnings)
+
+
+def replace_generation(p: layerprof.Profile) -> layerprof.Profile:
+    from dataclasses import replace
+
+    return replace(p, generation=None)

@@ -254,6 +254,25 @@ class StepDelta(_Judged):
 
 
 @dataclass(frozen=True)
+class PhaseDelta(_Judged):
+    """One phase of a ``generate()``: its own time (``path`` None: the time to first
+    token for prefill, the inter-token latency for decode, from the clean pass's
+    samples) or one layer's self time per forward of that phase (judged on the saved
+    medians' spread and interval: phases keep no per-forward samples)."""
+
+    phase: str
+    path: str | None
+    change: Change
+
+    @property
+    def label(self) -> str:
+        if self.path is None:
+            what = "time to first token" if self.phase == "prefill" else "inter-token latency"
+            return f"{self.phase}: {what}"
+        return f"{self.phase}: {self.path or '(model)'}"
+
+
+@dataclass(frozen=True)
 class KernelDelta(_Judged):
     """One GPU kernel by name: its time per step (threshold-judged: no per-step samples)."""
 
@@ -325,6 +344,7 @@ class Diff(sinks.Output):
     layers: tuple[LayerDelta, ...] = ()
     ops: tuple[OpDelta, ...] = ()
     kernels: tuple[KernelDelta, ...] = ()
+    phases: tuple[PhaseDelta, ...] = ()  # prefill and decode apart (both sides generated)
     warnings: tuple[str, ...] = ()
     comparable: bool = True
     reason: str | None = None
@@ -368,6 +388,15 @@ class Diff(sinks.Output):
         rows = [r for r in self.kernels if r.status not in ("added", "removed")]
         return _top(rows, top)
 
+    def changed_phases(self, top: int | None = None) -> list[PhaseDelta]:
+        """Each phase's own time first (time to first token, inter-token latency), then
+        its layers, largest absolute change first."""
+        own = [r for r in self.phases if r.path is None]
+        rows = [
+            r for r in self.phases if r.path is not None and r.status not in ("added", "removed")
+        ]
+        return own + _top(rows, top)
+
     def added_layers(self) -> list[LayerDelta]:
         return [r for r in self.layers if r.status == "added"]
 
@@ -386,6 +415,7 @@ class Diff(sinks.Output):
         if not self.comparable:
             return "not comparable"
         changes = [r.change for r in self.layers] + [r.change for r in self.ops]
+        changes += [r.change for r in self.phases]
         if self.latency is not None:
             changes.append(self.latency)
         # Rows judged on threshold alone (ops without per-iteration samples, single
@@ -494,6 +524,11 @@ class Diff(sinks.Output):
             lat = self.latency
             if metric in ("latency", "any") and lat is not None and _over(lat, fail_above_pct):
                 reasons.append("latency " + _describe(lat, fail_above_pct))
+            for row in self.changed_phases():
+                wanted = "latency" if row.path is None else "layers"
+                if metric in (wanted, "any") and _over(row.change, fail_above_pct):
+                    what = row.label if row.path is None else f"{row.label} self time"
+                    reasons.append(f"{what} " + _describe(row.change, fail_above_pct))
             if metric in ("layers", "any"):
                 for layer in self.changed_layers():
                     if _over(layer.change, fail_above_pct):
@@ -570,6 +605,12 @@ def diff(base: Profile, new: Profile, *, threshold_pct: float = 5.0) -> Diff:
 
     layers, layer_clock = _layers(base, new, judge)
     ops, op_metric, op_key = _ops(base, new, judge)
+    phases = _phases(base, new, judge)
+    if (base.generation is None) != (new.generation is None):
+        side = "base" if base.generation is None else "new"
+        warnings.append(
+            f"the {side} profile has no generation section: prefill and decode are not compared"
+        )
     for what, b_has, n_has in (
         ("layer", bool(base.layers), bool(new.layers)),
         ("operator", bool(base.ops), bool(new.ops)),
@@ -589,6 +630,7 @@ def diff(base: Profile, new: Profile, *, threshold_pct: float = 5.0) -> Diff:
         layers=layers,
         ops=ops,
         kernels=_kernels(base, new, judge),
+        phases=phases,
         warnings=(*warnings, *judge.warnings()),
         comparable=comparable,
         reason=reason,
@@ -1212,6 +1254,40 @@ def _op_series(o: OpStat, device: bool) -> Series | None:
     if o.samples is None:
         return None
     return o.samples.device_ns if device else o.samples.self_ns
+
+
+def _phases(base: Profile, new: Profile, judge: _Judge) -> tuple[PhaseDelta, ...]:
+    """Prefill and decode apart: a change that slows decode and speeds prefill is not
+    "no change". The clean pass's time to first token and inter-token latency (their
+    samples), then each layer of each phase both sides ran (medians and intervals)."""
+    b, n = base.generation, new.generation
+    if b is None or n is None:
+        return ()
+    out: list[PhaseDelta] = []
+    for phase, what, bs, ns in (
+        ("prefill", "time to first token", b.ttft_ns, n.ttft_ns),
+        ("decode", "inter-token latency", b.itl_ns, n.itl_ns),
+    ):
+        if bs is not None and ns is not None:
+            out.append(PhaseDelta(phase, None, judge.compare(bs, ns, what=what)))
+    for bp in b.phases:
+        np_ = n.phase(bp.name)
+        if np_ is None:
+            continue
+        for row in bp.layers:
+            other = np_.layer(row.path)
+            base_s, new_s = _phase_series(row), _phase_series(other)
+            out.append(PhaseDelta(bp.name, row.path, judge.compare(base_s, new_s)))
+    return tuple(out)
+
+
+def _phase_series(row: Any) -> Series | None:
+    """A phase layer's self time as a Series of its summary (no per-forward samples)."""
+    if row is None:
+        return None
+    if row.self_summary is not None:
+        return Series(summary=row.self_summary)
+    return Series([row.self_ns])
 
 
 def _kernels(base: Profile, new: Profile, judge: _Judge) -> tuple[KernelDelta, ...]:

@@ -63,7 +63,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "--fail-metric",
         choices=("any", "latency", "layers", "ops"),
         default="any",
-        help="what the gate looks at (default any: latency, layers, and noise-tested ops)",
+        help="what the gate looks at (default any: latency, layers, a generate's prefill and"
+        " decode, and noise-tested ops)",
     )
     parser.add_argument(
         "--format",

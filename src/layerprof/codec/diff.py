@@ -17,6 +17,7 @@ from layerprof.analysis.diff import (
     KernelDelta,
     LayerDelta,
     OpDelta,
+    PhaseDelta,
     StepDelta,
 )
 from layerprof.codec.fields import Fields, required, strings
@@ -67,6 +68,7 @@ def diff_to_dict(
         "warnings": list(d.warnings),
         "latency": change(d.latency) if d.latency else None,
         "steps": [{"index": s.index, **change(s.change)} for s in d.steps],
+        "phases": [{"phase": r.phase, "path": r.path, **change(r.change)} for r in d.phases],
         "layers": [_layer_delta(r) for r in layers],
         "ops": [_op_delta(r) for r in ops],
         "kernels": [{"name": r.name, **change(r.change)} for r in kernels],
@@ -182,6 +184,10 @@ def read_diff(data: Any, source: str) -> Diff:
         latency=read_change(lat) if lat is not None else None,
         steps=tuple(
             StepDelta(index=s.integer("index"), change=read_change(s)) for s in f.objects("steps")
+        ),
+        phases=tuple(
+            PhaseDelta(phase=r.text("phase"), path=r.opt_text("path"), change=read_change(r))
+            for r in f.objects("phases")
         ),
         layers=tuple(
             LayerDelta(

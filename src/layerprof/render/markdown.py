@@ -10,6 +10,7 @@ from layerprof.analysis.diff import (
     GateResult,
     LayerDelta,
     OpDelta,
+    PhaseDelta,
     StepDelta,
     fmt_pct,
     judgement,
@@ -47,6 +48,7 @@ def diff_to_markdown(diff: Diff, *, top: int = 20, gate: GateResult | None = Non
     if diff.latency is not None:
         out += [_latency(diff.latency), ""]
     out += _steps(diff.steps)
+    out += _section("Generation (prefill and decode apart)", diff.changed_phases(), top)
     out += _section(f"Layers (self time, {diff.layer_clock})", diff.changed_layers(), top)
     out += _one_sided("layers", diff.added_layers(), diff.removed_layers())
     ops_title = "Operators (device time)" if diff.op_metric == "device" else "Operators (self time)"
@@ -82,7 +84,7 @@ def _latency(c: Change) -> str:
     )
 
 
-def _section(title: str, rows: Sequence[LayerDelta | OpDelta], top: int) -> list[str]:
+def _section(title: str, rows: Sequence[LayerDelta | OpDelta | PhaseDelta], top: int) -> list[str]:
     if not rows:
         return []
     head, rest = list(rows[: max(top, 0)]), list(rows[max(top, 0) :])
@@ -101,9 +103,10 @@ def _section(title: str, rows: Sequence[LayerDelta | OpDelta], top: int) -> list
     return out
 
 
-def _table(rows: Sequence[LayerDelta | OpDelta]) -> list[str]:
+def _table(rows: Sequence[LayerDelta | OpDelta | PhaseDelta]) -> list[str]:
     layers = isinstance(rows[0], LayerDelta)
-    header = ["", "Layer" if layers else "Operator"]
+    name = "Phase" if isinstance(rows[0], PhaseDelta) else "Operator"
+    header = ["", "Layer" if layers else name]
     header += ["Type"] if layers else []
     header += ["Base ms", "New ms", "Δ ms", "Δ %"]
     header += ["Total Δ %"] if layers else []

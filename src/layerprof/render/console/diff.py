@@ -14,6 +14,7 @@ from layerprof.analysis.diff import (
     GateResult,
     LayerDelta,
     OpDelta,
+    PhaseDelta,
     StepDelta,
     fmt_pct,
     judgement,
@@ -67,6 +68,9 @@ def _print_diff(diff: Diff, console: Console, top: int, gate: GateResult | None)
     if diff.steps:
         steps = sorted(diff.steps, key=lambda s: -abs(s.change.delta_ns))[:top]
         _print_table(console, "Steps", steps, len(diff.steps))
+    if diff.phases:
+        phases = diff.changed_phases()
+        _print_table(console, "Generation (prefill and decode apart)", phases[:top], len(phases))
     changed_layers = diff.changed_layers()
     if changed_layers:
         title = f"Layers (self time, {diff.layer_clock})"
@@ -115,7 +119,10 @@ _DIFF_STEPS: tuple[Step, ...] = (
 
 
 def _print_table(
-    console: Console, title: str, rows: Sequence[LayerDelta | OpDelta | StepDelta], total: int
+    console: Console,
+    title: str,
+    rows: Sequence[LayerDelta | OpDelta | StepDelta | PhaseDelta],
+    total: int,
 ) -> None:
     layers = bool(rows) and isinstance(rows[0], LayerDelta)
     caption = f"{len(rows)} of {total}, largest change first" if len(rows) < total else None

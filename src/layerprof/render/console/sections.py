@@ -220,8 +220,8 @@ DIFF_SECTIONS: tuple[Section[Diff], ...] = (
     Section(
         "diff",
         # the gate is the one the caller passes: `report` passes a saved diff's own
-        ("Diff.base_meta", "Diff.new_meta", "Diff.latency", "Diff.steps", "Diff.layers",
-         "Diff.ops", "Diff.gate_result"),
+        ("Diff.base_meta", "Diff.new_meta", "Diff.latency", "Diff.steps", "Diff.phases",
+         "Diff.layers", "Diff.ops", "Diff.gate_result"),
         lambda d, out, o: print_diff(d, out, top=o.top or 20, gate=o.gate),
     ),
 )  # fmt: skip

@@ -12,6 +12,7 @@ from layerprof.analysis.diff import (
     KernelDelta,
     LayerDelta,
     OpDelta,
+    PhaseDelta,
     StepDelta,
     fmt_pct,
     judgement,
@@ -174,6 +175,25 @@ def diff_steps_section(s: Subject) -> Section | None:
     ]
     intro = "Trace steps compared by index (one sample per side: judged by the threshold)."
     return Section("diff-steps", "Steps", table("lp-diff-steps", cols, d.steps), intro)
+
+
+def diff_phases_section(s: Subject) -> Section | None:
+    d = s.diff
+    if d is None or not d.phases:
+        return None
+    rows = d.changed_phases()
+    cols: list[Col[PhaseDelta]] = [
+        text_col("Phase", lambda r: r.phase),
+        text_col("Time", lambda r: r.label.split(": ", 1)[1], css="path"),
+        *change_columns(rows),
+    ]
+    intro = (
+        "A generate's prefill and decode compared apart: the clean pass's time to first"
+        " token and inter-token latency (their samples), then each layer's self time per"
+        " forward of each phase (judged on the saved medians' spread and interval)."
+    )
+    body = table("lp-diff-phases", cols, rows, filter_label="Filter layers")
+    return Section("diff-phases", "Generation changes", body, intro)
 
 
 def diff_layers_section(s: Subject) -> Section | None:

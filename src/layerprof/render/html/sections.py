@@ -23,6 +23,7 @@ from layerprof.render.html.diff_sections import (
     diff_kernels_section,
     diff_layers_section,
     diff_ops_section,
+    diff_phases_section,
     diff_section,
     diff_steps_section,
 )
@@ -81,6 +82,7 @@ SECTIONS: tuple[Registered, ...] = (
     # a diff
     Registered(diff_section, ("Diff.latency", "Diff.gate_result")),
     Registered(diff_steps_section, ("Diff.steps",)),
+    Registered(diff_phases_section, ("Diff.phases",)),
     Registered(diff_layers_section, ("Diff.layers",)),
     Registered(diff_ops_section, ("Diff.ops",)),
     Registered(diff_kernels_section, ("Diff.kernels",)),
