@@ -1,4 +1,5 @@
-"""Compare two profiles: latency, steps, layers and operators, with noise taken into account.
+"""Compare two profiles: latency, steps, layers, operators and a generate's phases,
+with noise taken into account.
 
 ``diff(base, new)`` aligns the two sides and returns a :class:`Diff` of rows,
 each saying how much a time moved and whether the move is real:
