@@ -18,11 +18,18 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from layerprof.capture.recording.phases import DECODE, ENCODE, PREFILL, phase_views
 from layerprof.errors import UsageError
 from layerprof.notes import Note
 from layerprof.profile import Profile
-from layerprof.sections.generation import Generation, KvCache, Phase
+from layerprof.sections.generation import (
+    DECODE,
+    ENCODE,
+    PREFILL,
+    Generation,
+    KvCache,
+    Phase,
+    phase_views,
+)
 from layerprof.stats import Series
 
 #: Generates the per-layer pass runs (each one gives one prefill and N - 1 decode steps).

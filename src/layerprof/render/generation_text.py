@@ -15,7 +15,13 @@ PHASE_ROWS = 12
 
 def summary_lines(g: Generation) -> list[str]:
     """Time to first token, inter-token latency, the two rates and the KV cache."""
-    if g.ttft_ns is None:
+    if g.ttft_ns is None and g.itl_ns is not None:  # read from a trace's forwards
+        lines = [
+            f"from the trace's forwards: {g.generates} prefill forwards (prompt"
+            f" {g.prompt_tokens} tokens, batch {g.batch}) and their decode steps; the trace"
+            " does not see the generate call begin, so no time to first token"
+        ]
+    elif g.ttft_ns is None:
         lines = [
             f"recorded in your own loop: {g.generates} prefill forwards (prompt"
             f" {g.prompt_tokens} tokens, batch {g.batch}) and their decode steps; no clean"

@@ -118,6 +118,9 @@ PLATFORMS: dict[str, str] = {
     "hpu_op": "hpu",
 }
 MODULE_PREFIX = "nn.Module: "
+#: The operator that takes a language model's token ids: its input shapes are kept even
+#: when shapes are not (a batch x tokens second input tells a prefill from a decode step).
+TOKEN_OP = "aten::embedding"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # Below this many epoch-scale times, a batch whose doubles all look whole may
 # still have had decimals in the text (each rounds to whole with odds 1/4).
@@ -332,6 +335,7 @@ class _Rows:
         self.device_categories: dict[str, int] = {}
         self.runtime_categories: set[str] = set()
         self.events = 0
+        self.token_shapes: dict[int, int] = {}  # host row -> shape id (TOKEN_OP only)
 
 
 class _Columns:
@@ -346,7 +350,7 @@ class _Columns:
         self.epoch_times = 0
         self.bad_durations = 0
         self.malformed = 0
-        self.host = self._host(rows.h, keep_shapes) if rows.h[2] else None
+        self.host = self._host(rows.h, keep_shapes, rows.token_shapes) if rows.h[2] else None
         self.device = self._device(rows.d) if rows.d[3] else None
         self.memory = self._memory(rows.m) if rows.m[1] else None
         self.annotations = self._annotations(rows.a) if rows.a[2] else None
@@ -356,8 +360,15 @@ class _Columns:
             starts = self._ts(w_ts)
             self.window_ends = (starts + self._dur(w_dur))[starts != INVALID]
 
-    def _host(self, h: tuple[list[Any], ...], keep_shapes: bool) -> tuple[Any, ...]:
-        kind, thread, ts, dur, name, ref, shape, seq, hierarchy = h
+    def _host(
+        self, h: tuple[list[Any], ...], keep_shapes: bool, token_shapes: dict[int, int]
+    ) -> tuple[Any, ...]:
+        kind, thread, ts, dur, name, ref, shapes, seq, hierarchy = h
+        shape = np.asarray(shapes, dtype=np.int64)
+        if not keep_shapes:
+            shape = np.full(len(ts), -1, dtype=np.int64)
+            if token_shapes:
+                shape[list(token_shapes)] = list(token_shapes.values())
         return (
             np.asarray(kind, dtype=np.int8),
             np.asarray(thread, dtype=np.int64),
@@ -365,9 +376,7 @@ class _Columns:
             self._dur(dur),
             np.asarray(name, dtype=np.int64),
             self._ids(ref),
-            np.asarray(shape, dtype=np.int64)
-            if keep_shapes
-            else np.full(len(ts), -1, dtype=np.int64),
+            shape,
             self._ids(seq),
             np.asarray(hierarchy, dtype=np.int64)
             if hierarchy
@@ -494,6 +503,7 @@ class EventCollector:
         last_thread = -1
         shape_id = self.shapes.add
         keep_shapes = self.keep_shapes
+        token_shapes = rows.token_shapes
         keep_hierarchy = self.keep_hierarchy
         comm_host = COMM_HOST.match
         n = 0
@@ -553,6 +563,10 @@ class EventCollector:
                     if keep_shapes:
                         dims = args.get("Input Dims") if kind == OP else None
                         h_shape.append(-1 if dims is None else shape_id(_shape_text(dims)))
+                    elif name == TOKEN_OP and kind == OP:
+                        dims = args.get("Input Dims")
+                        if dims is not None:
+                            token_shapes[len(h_name) - 1] = shape_id(_shape_text(dims))
                     if keep_hierarchy:
                         tag = args.get("Module Hierarchy") if kind == OP else None
                         h_hierarchy.append(name_id(str(tag)) if tag else -1)

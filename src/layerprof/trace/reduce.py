@@ -43,6 +43,7 @@ from layerprof.trace.attribution import (
 from layerprof.trace.breakdown import breakdown
 from layerprof.trace.comm import communication
 from layerprof.trace.events import ANNOTATION, LAYER, MODULE, EventTables
+from layerprof.trace.generation import trace_generation
 from layerprof.trace.gpu import device_use, kernel_table, kind_table, launches, memcpy_table
 from layerprof.trace.links import Links, link
 from layerprof.trace.memory import memory_summary
@@ -126,6 +127,7 @@ def reduce(
         communication=communication(tables, nesting, links, steps, header),
         queues=queues(tables, links) if has_device else None,
         memory_timeline=memory_timeline(tables, nesting, steps),
+        generation=trace_generation(tables, steps, samples) if samples else None,
     )
     return profile.with_notes(*_notes(tables, steps, profile))
 

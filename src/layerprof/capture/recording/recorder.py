@@ -67,14 +67,13 @@ from layerprof.capture.recording.layertimes import (
 from layerprof.capture.recording.loop import PhaseMarks, StepMarks, StepSchedule
 from layerprof.capture.recording.looprecord import Chunk, LoopRecord
 from layerprof.capture.recording.nodes import NodeHooksUnavailable, NodeMarks
-from layerprof.capture.recording.phases import phase_views
 from layerprof.capture.recording.shapestore import ShapeStore, shape_wrapper
 from layerprof.capture.shapes import describe_inputs, inputs_tree
 from layerprof.errors import UsageError
 from layerprof.notes import Note
 from layerprof.records import LayerCall, Meta, Overhead
 from layerprof.sections import InputSignature
-from layerprof.sections.generation import Generation
+from layerprof.sections.generation import Generation, phase_views
 from layerprof.stats import median
 
 if TYPE_CHECKING:

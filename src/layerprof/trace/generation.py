@@ -1,0 +1,112 @@
+"""A trace of a ``generate()``: its forwards split into prefill and decode.
+
+Where each step of the trace is one forward of the model (no ``prof.step()``:
+the outermost module spans; or the user's ``record_function`` marks), each
+step's phase is, in order of precedence:
+
+1. its name, when it says ``prefill`` or ``decode`` (``record_function("decode")``);
+2. the token ids its first ``aten::embedding`` took (their shape is read even
+   without ``record_shapes`` grouping; the trace needs ``record_shapes=True``):
+   more than one token per sequence is a prefill, one is a decode step.
+
+The steps' per-layer samples are then split as the Recorder's are
+(``phase_views``). There is no time to first token (the trace does not see
+the ``generate`` call begin); the inter-token latency is the time from one
+forward's end to the next decode forward's end.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from layerprof.sections import Steps
+from layerprof.sections.generation import DECODE, PREFILL, Generation, phase_views
+from layerprof.stats import Series, median
+from layerprof.trace.events import OP, TOKEN_OP, EventTables
+
+_NAMED = re.compile(r"\b(prefill|decode)\b", re.IGNORECASE)
+_DIMS = re.compile(r"\[(\d+), (\d+)\]")
+
+
+def trace_generation(
+    tables: EventTables, steps: Steps, samples: Mapping[str, Any]
+) -> Generation | None:
+    """The generation section of a trace whose steps are a generate's forwards, or None
+    (steps that are not forwards, or no step is a decode step)."""
+    done = steps.complete
+    if len(done) < 2:
+        return None
+    ops = _TokenOps(tables, steps.thread)
+    tagged = [_phase(ops, s.name, s.start_ns, s.end_ns) for s in done]
+    if not any(t is not None and t[0] == DECODE for t in tagged):
+        return None
+    names: list[str | None] = [t[0] if t else None for t in tagged]
+    positions: list[float | None] = []
+    seen = 0
+    for t in tagged:
+        if t is None:
+            positions.append(None)
+            continue
+        name, tokens, _ = t
+        seen = tokens if name == PREFILL else seen + max(tokens, 1)
+        positions.append(float(seen) if tokens else None)
+    prefill = [t for t in tagged if t is not None and t[0] == PREFILL]
+    decode = [t for t in tagged if t is not None and t[0] == DECODE]
+    prompt = int(median([t[1] for t in prefill])) if prefill else 0
+    batch = int(median([t[2] for t in (prefill or decode)]))
+    itl = [
+        done[i].end_ns - done[i - 1].end_ns
+        for i in range(1, len(done))
+        if names[i] == DECODE and names[i - 1] in (PREFILL, DECODE)
+    ]
+    return Generation(
+        new_tokens=len(prefill) + len(decode), prompt_tokens=prompt, batch=batch,
+        generates=len(prefill), ttft_ns=None, itl_ns=Series(itl) if itl else None,
+        generate_ns=None,
+        phases=phase_views(samples, names, positions, {PREFILL: prompt * batch, DECODE: batch}),
+    )  # fmt: skip
+
+
+def _phase(ops: _TokenOps, name: str, start: int, end: int) -> tuple[str, int, int] | None:
+    """(phase, tokens per sequence, batch) of one step; tokens and batch 0 when unknown."""
+    named = _NAMED.search(name)
+    shape = ops.first(start, end)
+    tokens, batch = shape if shape is not None else (0, 0)
+    if named:
+        return named.group(1).lower(), tokens, batch
+    if shape is None:
+        return None
+    return (PREFILL if tokens > 1 else DECODE), tokens, batch
+
+
+class _TokenOps:
+    """The token-embedding ops of the steps' thread that kept their input shapes, in
+    time order."""
+
+    def __init__(self, tables: EventTables, thread: int | None) -> None:
+        host = tables.host
+        self.shapes = tables.shapes
+        token = tables.names.index(TOKEN_OP) if TOKEN_OP in tables.names else -1
+        mask = (host.name == token) & (host.kind == OP) & (host.shape >= 0)
+        if thread is not None:
+            mask &= host.thread == thread
+        idx = np.flatnonzero(mask)
+        order = np.argsort(host.start[idx], kind="stable")
+        self.start = host.start[idx][order]
+        self.shape = host.shape[idx][order]
+
+    def first(self, start: int, end: int) -> tuple[int, int] | None:
+        """(tokens, batch) of the first such op in [start, end]: its second input, a
+        batch x tokens tensor of ids."""
+        k = int(np.searchsorted(self.start, start))
+        if k >= len(self.start) or self.start[k] > end:
+            return None
+        dims = _DIMS.findall(self.shapes[int(self.shape[k])])
+        if len(dims) < 2:
+            return None
+        batch, tokens = (int(d) for d in dims[1])
+        return tokens, batch
