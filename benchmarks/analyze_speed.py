@@ -10,6 +10,11 @@ Prints, from one run:
 * peak traced memory (tracemalloc) of reading the file alone and of the
   whole ``analyze``, vs the decompressed JSON size (targets: <= 1.3x and
   <= 2x);
+* whole processes, as a user runs them, timed from outside and taking turns:
+  ``layerprof analyze TRACE`` (the CLI: start-up, imports, the report on
+  stdout) against the floor process (``python -c`` of read + gunzip +
+  ``orjson.loads``; target <= 1.3x) and, where HTA runs, against HTA's whole
+  process (its imports and the calls below; target: ours >= 6x faster);
 * HolisticTraceAnalysis ``TraceAnalysis`` load + temporal breakdown + comm/comp
   overlap + kernel breakdown run in ``--hta-python`` (its own environment) or
   in this interpreter when importable, against layerprof's ``analyze``: each
@@ -142,6 +147,53 @@ def _timed_snippet(interpreter: str, snippet: str, arg: str, env: dict[str, str]
     return float(done.stdout.strip().splitlines()[-1])
 
 
+FLOOR_SNIPPET = """
+import gzip, sys
+import orjson
+raw = open(sys.argv[1], "rb").read()
+orjson.loads(gzip.decompress(raw) if raw[:2] == b"\\x1f\\x8b" else raw)
+"""
+
+
+def _process_seconds(command: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, check=False, env=env)
+    took = time.perf_counter() - start
+    if done.returncode != 0:
+        tail = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["?"]
+        raise RuntimeError(tail[0])
+    return took
+
+
+def whole_processes(path: Path, repeat: int, python: str | None) -> dict[str, list[float]]:
+    """Seconds of each whole process per round, the sides taking turns (the order
+    rotates): the floor, ``layerprof analyze`` and, where HTA runs, HTA's."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    sides: dict[str, Callable[[], float]] = {
+        "floor": lambda: _process_seconds([sys.executable, "-c", FLOOR_SNIPPET, str(path)], env),
+        "layerprof": lambda: _process_seconds(
+            [sys.executable, "-m", "layerprof", "analyze", str(path)], env
+        ),
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        shutil.copy(path, Path(tmp) / path.name)  # HTA reads a directory of traces
+        if python is not None or importlib.util.find_spec("hta") is not None:
+            interpreter = python or sys.executable
+            sides["hta"] = lambda: _process_seconds(
+                [interpreter, "-c", HTA_SNIPPET, tmp], dict(os.environ)
+            )
+        names = list(sides)
+        out: dict[str, list[float]] = {name: [] for name in names}
+        try:
+            for i in range(repeat):
+                for name in names[i % len(names) :] + names[: i % len(names)]:
+                    out[name].append(sides[name]())
+        except RuntimeError as exc:
+            print(f"a process failed: {exc}")
+            out.pop("hta", None)
+    return out
+
+
 def hta_rounds(path: Path, repeat: int, python: str | None) -> list[tuple[float, float]] | None:
     """(HTA seconds, layerprof seconds) per round, each in a fresh interpreter, taking
     turns (who goes first alternates); None when HTA cannot run."""
@@ -246,6 +298,21 @@ def measure(path: Path, args: argparse.Namespace) -> int:
             f"analyze / read+gunzip+loads, fresh interpreters, interleaved: {before:.2f}x"
             f" ({args.baseline}) -> {after:.2f}x (this tree); medians of {args.repeat} rounds"
         )
+    whole = whole_processes(path, max(3, args.repeat), args.hta_python)
+    ours = whole["layerprof"]
+    print(
+        f"whole processes: layerprof analyze {median(ours) * 1e3:.0f} ms ="
+        f" {median(o / f for o, f in zip(ours, whole['floor'], strict=True)):.2f}x the floor"
+        f" process ({median(whole['floor']) * 1e3:.0f} ms; median ratio of {len(ours)}"
+        " interleaved rounds; target <= 1.3x)"
+        + (
+            f"; HTA's process {median(whole['hta']) * 1e3:.0f} ms, layerprof"
+            f" {median(h / o for h, o in zip(whole['hta'], ours, strict=True)):.1f}x faster"
+            " (target >= 6x)"
+            if "hta" in whole
+            else ""
+        )
+    )
     hta = hta_rounds(path, max(3, args.repeat), args.hta_python)
     if hta is None:
         print("HTA not available")

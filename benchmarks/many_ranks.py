@@ -41,9 +41,11 @@ from tests.support.rank_traces import cpu_trace, simulate_ranks  # noqa: E402
 
 from layerprof.trace import analyze  # noqa: E402
 from layerprof.trace.analysis import RankJob  # noqa: E402
-from layerprof.trace.executors import DaskExecutor, ProcessExecutor, cores  # noqa: E402
+from layerprof.trace.executors import DaskExecutor  # noqa: E402
+from layerprof.trace.processpool import ProcessExecutor  # noqa: E402
 from layerprof.trace.ranks import merge  # noqa: E402
 from layerprof.trace.remote import TraceInput  # noqa: E402
+from layerprof.trace.tasks import cores  # noqa: E402
 
 SHARED = [
     ROOT.parent / "shared" / "traces" / "hta",

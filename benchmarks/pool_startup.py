@@ -23,7 +23,8 @@ from statistics import median
 import orjson
 
 from layerprof.trace import analyze
-from layerprof.trace.executors import POOL_START_SECONDS, cores
+from layerprof.trace.executors import POOL_START_SECONDS
+from layerprof.trace.tasks import cores
 
 
 def tiny_trace(rank: int) -> bytes:

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from layerprof.trace import analysis, executors
-from layerprof.trace.executors import ProcessExecutor, SerialExecutor, default_executor
+from layerprof.trace.executors import SerialExecutor, default_executor
+from layerprof.trace.processpool import ProcessExecutor
 from layerprof.trace.remote import TraceInput
 from tests.support.rank_traces import cpu_trace, simulate_ranks
 

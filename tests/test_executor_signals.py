@@ -322,7 +322,7 @@ def test_a_real_scheduler_address_still_works(rank_dir: Path, tmp_path: Path) ->
 def test_a_signal_during_submit_acts_once_the_workers_are_listed() -> None:
     """SIGTERM or Ctrl-C inside the held block (the pool's submits) is delivered after
     it, to the handler that was there, once; nothing is lost or doubled."""
-    from layerprof.trace.executors import _signals_held
+    from layerprof.trace.tasks import signals_held
 
     class Stop(Exception):
         pass
@@ -336,7 +336,7 @@ def test_a_signal_during_submit_acts_once_the_workers_are_listed() -> None:
     previous = signal.signal(signal.SIGTERM, handler)
     try:
         reached_end = False
-        with pytest.raises(Stop), _signals_held():
+        with pytest.raises(Stop), signals_held():
             os.kill(os.getpid(), signal.SIGTERM)
             os.kill(os.getpid(), signal.SIGTERM)
             reached_end = True
@@ -344,7 +344,7 @@ def test_a_signal_during_submit_acts_once_the_workers_are_listed() -> None:
         assert signal.getsignal(signal.SIGTERM) is handler
         interrupt = signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
-            with pytest.raises(KeyboardInterrupt), _signals_held():
+            with pytest.raises(KeyboardInterrupt), signals_held():
                 os.kill(os.getpid(), signal.SIGINT)
             assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
         finally:

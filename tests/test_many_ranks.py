@@ -26,13 +26,13 @@ from layerprof.trace import analyze
 from layerprof.trace.analysis import RankJob
 from layerprof.trace.executors import (
     DaskExecutor,
-    Failed,
-    ProcessExecutor,
     SerialExecutor,
     default_executor,
     parse_executor,
 )
+from layerprof.trace.processpool import ProcessExecutor
 from layerprof.trace.remote import TraceInput, list_inputs
+from layerprof.trace.tasks import Failed
 from tests.support.rank_traces import KillAlways, KillOnce, cpu_trace, simulate_ranks
 
 RANKS = 8

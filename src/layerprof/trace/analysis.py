@@ -17,11 +17,12 @@ from dataclasses import dataclass, replace
 from layerprof.errors import TraceError
 from layerprof.notes import Note
 from layerprof.profile import Profile, Run
-from layerprof.trace.executors import Executor, Failed, SerialExecutor, default_executor
+from layerprof.trace.executors import SerialExecutor, default_executor
 from layerprof.trace.ranks import merge, with_rank
 from layerprof.trace.reader import NotATraceError, TraceFile, rank_rules, read_trace_file
 from layerprof.trace.reduce import reduce
 from layerprof.trace.remote import TraceInput, list_inputs, read_trace_bytes, shown
+from layerprof.trace.tasks import Executor, Failed
 
 #: progress(done, total): called on the client each time a rank's result comes in
 ProgressFn = Callable[[int, int], None]

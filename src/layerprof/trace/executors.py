@@ -28,74 +28,18 @@ themselves: local paths must be visible to them, URLs always are).
 
 from __future__ import annotations
 
-import contextlib
-import io
-import multiprocessing
 import os
 import re
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
-from multiprocessing import forkserver, popen_forkserver, reduction, spawn, util
-from multiprocessing.context import ForkServerContext, ForkServerProcess, set_spawning_popen
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, TypeVar
 
-from layerprof.errors import LayerprofError, UsageError
-from layerprof.notes import Note
+from layerprof.errors import UsageError
+from layerprof.trace.tasks import Call, Executor, Failed, cores, reason_of
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 EXECUTORS = ("serial", "processes", "dask")
-_STARTED, _FINISHED = 1, 2
-
-
-@dataclass(frozen=True)
-class Failed:
-    """An item that produced no result, and why (one line); ``error`` is the
-    LayerprofError it raised (with its hint), when it raised one."""
-
-    reason: str
-    error: LayerprofError | None = None
-
-
-class Executor(Protocol):
-    """Runs ``fn`` on every item; yields ``(index, result or Failed)`` as items finish."""
-
-    name: str
-
-    def run(
-        self, fn: Callable[[T], R], items: Sequence[T], labels: Sequence[str]
-    ) -> Iterator[tuple[int, R | Failed]]: ...
-
-
-def cores() -> int:
-    """CPU cores this process may use (its affinity mask where the OS has one)."""
-    try:
-        return max(len(os.sched_getaffinity(0)), 1)
-    except (AttributeError, OSError):
-        return max(os.cpu_count() or 1, 1)
-
-
-def _reason(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-@dataclass(frozen=True)
-class _Call(Generic[T, R]):
-    """``fn(item)`` with its exception turned into a Failed (pickled to the worker)."""
-
-    fn: Callable[[T], R]
-
-    def __call__(self, item: T) -> R | Failed:
-        try:
-            return self.fn(item)
-        except LayerprofError as exc:  # one line that names the file already
-            return Failed(str(exc), exc)
-        except Exception as exc:  # a worker reports, never crashes: the others go on
-            return Failed(_reason(exc))
 
 
 class SerialExecutor:
@@ -106,201 +50,9 @@ class SerialExecutor:
     def run(
         self, fn: Callable[[T], R], items: Sequence[T], labels: Sequence[str]
     ) -> Iterator[tuple[int, R | Failed]]:
-        call = _Call(fn)
+        call = Call(fn)
         for i, item in enumerate(items):
             yield i, call(item)
-
-
-# ---- processes -------------------------------------------------------------------------
-
-_STATE: Any = None  # in a worker: the shared array of item states of its pool
-
-
-def _init_worker(state: Any) -> None:
-    global _STATE
-    _STATE = state
-
-
-@dataclass(frozen=True)
-class _Tracked(Generic[T, R]):
-    """``fn(item)`` that marks the item started and finished in shared memory, which a
-    SIGKILL cannot undo: after a worker dies, the items marked started but not
-    finished are the ones it (or another dying worker) was running."""
-
-    fn: Callable[[T], R]
-
-    def __call__(self, index: int, item: T) -> R | Failed:
-        _STATE[index] = _STARTED
-        out = _Call(self.fn)(item)
-        _STATE[index] = _FINISHED
-        return out
-
-
-class ProcessExecutor:
-    """A local pool of worker processes, one per core (or ``workers``)."""
-
-    name = "processes"
-
-    def __init__(self, workers: int | None = None) -> None:
-        self.workers = workers
-        self.notes: list[Note] = []  # what the user should know about how the ranks ran
-
-    def run(
-        self, fn: Callable[[T], R], items: Sequence[T], labels: Sequence[str]
-    ) -> Iterator[tuple[int, R | Failed]]:
-        self.notes = []  # this run's only: an executor may be reused
-        deaths = [0] * len(items)
-        todo = list(range(len(items)))
-        while todo:
-            broken: list[int] = []
-            yield from self._round(fn, items, todo, deaths, broken, self.workers)
-            todo = [i for i in broken if not deaths[i]]  # cut off with the others: again
-            for i in (i for i in broken if deaths[i]):
-                # Running when a worker died: run it alone, so a death is its own.
-                alone: list[int] = []
-                yield from self._round(fn, items, [i], deaths, alone, 1)
-                if alone:
-                    yield (
-                        i,
-                        Failed(
-                            "its worker process died while analyzing it, also when run alone"
-                            f" ({_death_causes()})"
-                        ),
-                    )
-
-    def _round(
-        self,
-        fn: Callable[[T], R],
-        items: Sequence[T],
-        todo: list[int],
-        deaths: list[int],
-        broken: list[int],
-        workers: int | None,
-    ) -> Iterator[tuple[int, R | Failed]]:
-        """One pool over ``todo``; items cut off by a dying worker go to ``broken``
-        (and count a death when they were running)."""
-        context = _context()
-        state = context.RawArray("b", len(items))
-        workers = max(1, min(workers or cores(), len(todo)))
-        task = _Tracked(fn)
-        pool: ProcessPoolExecutor | None = None
-        pending: dict[Future[Any], int] = {}
-        try:
-            try:
-                # Both may start a process: the pool's locks the resource tracker,
-                # the first submit the forkserver and the workers.
-                pool = ProcessPoolExecutor(
-                    workers, mp_context=context, initializer=_init_worker, initargs=(state,)
-                )
-                with _signals_held():  # a submit may start a worker: see _signals_held
-                    pending = {pool.submit(task, i, items[i]): i for i in todo}
-            except (OSError, EOFError) as exc:  # no process could start: a process limit
-                # (EAGAIN here, or in the forkserver, which then hangs up: EOFError)
-                why = "the forkserver could not fork" if isinstance(exc, EOFError) else _reason(exc)
-                text = f"worker processes could not start ({why}): the ranks ran here"
-                note = Note("no-worker-processes", text, {"why": why})
-                if note not in self.notes:  # one per cause, however many rounds hit it
-                    self.notes.append(note)
-                call = _Call(fn)
-                for i in todo:
-                    yield i, call(items[i])
-                return
-            while pending:
-                done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for future in done:
-                    i = pending.pop(future)
-                    try:
-                        yield i, future.result()
-                    except BrokenProcessPool:
-                        broken.append(i)
-                        if state[i] == _STARTED:  # it was running when a worker died
-                            deaths[i] += 1
-        except BaseException:
-            # Interrupted (Ctrl-C, SIGTERM, the caller closing this generator): end the
-            # workers now, not after the ranks they are running (minutes on a big trace).
-            if pool is not None:
-                _end_workers(pool)
-                # Let the pool's own thread fail the pending futures before anything
-                # cancels them: cancelling one it is failing raises InvalidStateError in
-                # that thread (Python < 3.12), a traceback on the user's terminal.
-                pool.shutdown(wait=True, cancel_futures=False)
-            raise
-        finally:
-            for future in pending:
-                future.cancel()
-            if pool is not None:
-                pool.shutdown(wait=True, cancel_futures=True)
-        if broken and not any(state[i] == _STARTED for i in broken):
-            # A worker died between marking an item finished and sending it back:
-            # no suspect, so every cut-off item takes the blame once (bounded retries).
-            for i in broken:
-                deaths[i] += 1
-
-
-def _end_workers(pool: ProcessPoolExecutor) -> None:
-    """Terminate the pool's worker processes (SIGTERM; they hold no state worth saving)."""
-    end = getattr(pool, "terminate_workers", None)  # Python 3.14
-    if end is not None:
-        end()
-        return
-    for process in list((getattr(pool, "_processes", None) or {}).values()):
-        with contextlib.suppress(OSError, ValueError):  # already gone, or already closed
-            process.terminate()
-
-
-def _context() -> Any:
-    if "forkserver" in multiprocessing.get_all_start_methods():
-        return _MainlessContext()
-    return multiprocessing.get_context("spawn")
-
-
-class _MainlessPopen(popen_forkserver.Popen):
-    """A forkserver child that is not told the parent's ``__main__``.
-
-    The stdlib hands every spawned or forkserver child the path of the parent's
-    main script, and the child runs it again as ``__mp_main__`` so that functions
-    defined there unpickle. For a user's script that calls ``analyze()`` without a
-    ``__main__`` guard, that re-ran the script (profiling their model again, and
-    writing their output files) in every worker. The work sent to our workers
-    lives in importable modules (``layerprof.trace.analysis.RankJob``), so the
-    child needs no ``__main__`` at all. This is ``popen_forkserver.Popen._launch``
-    (unchanged from 3.10 to 3.13) with the main module left out.
-    """
-
-    def _launch(self, process_obj: Any) -> None:
-        prep = spawn.get_preparation_data(process_obj._name)
-        prep.pop("init_main_from_path", None)
-        prep.pop("init_main_from_name", None)
-        buf = io.BytesIO()
-        set_spawning_popen(self)
-        try:
-            reduction.dump(prep, buf)
-            reduction.dump(process_obj, buf)
-        finally:
-            set_spawning_popen(None)
-        self.sentinel, w = forkserver.connect_to_new_process(self._fds)  # type: ignore[attr-defined]
-        # A duplicate of the data pipe's write end: the child's sentinel of its parent.
-        parent_w = os.dup(w)
-        close = util.close_fds  # type: ignore[attr-defined]
-        self.finalizer = util.Finalize(self, close, (parent_w, self.sentinel))
-        with open(w, "wb", closefd=True) as f:
-            f.write(buf.getbuffer())
-        self.pid = forkserver.read_signed(self.sentinel)
-
-
-class _MainlessProcess(ForkServerProcess):
-    @staticmethod
-    def _Popen(process_obj: Any) -> Any:
-        return _MainlessPopen(process_obj)
-
-
-class _MainlessContext(ForkServerContext):
-    """The forkserver start method, with workers that never import ``__main__``."""
-
-    Process = _MainlessProcess
-
-
-# ---- dask --------------------------------------------------------------------------------
 
 
 class DaskExecutor:
@@ -325,7 +77,7 @@ class DaskExecutor:
                     _handshake(distributed, self.address)
                 client = distributed.Client(cluster or self.address, set_as_default=False)
             except OSError as exc:  # unreachable address, refused, timed out, not Dask
-                why = str(exc) if isinstance(exc, NoScheduler) else _reason(exc)
+                why = str(exc) if isinstance(exc, NoScheduler) else reason_of(exc)
                 raise UsageError(
                     f"cannot reach the Dask scheduler at {self.address or 'its local cluster'}:"
                     f" {why}",
@@ -371,7 +123,7 @@ class DaskExecutor:
         items: Sequence[T],
         labels: Sequence[str],
     ) -> Iterator[tuple[int, R | Failed]]:
-        call = _Call(fn)
+        call = Call(fn)
         token = os.urandom(4).hex()
         futures = {
             client.submit(call, item, key=_key(i, labels[i], token), pure=False): i
@@ -438,7 +190,7 @@ def _handshake(distributed: Any, address: str) -> None:
         ) from exc
     if isinstance(exc, OSError):
         raise exc
-    raise NoScheduler(f"it did not answer as a Dask scheduler ({_reason(exc)})") from exc
+    raise NoScheduler(f"it did not answer as a Dask scheduler ({reason_of(exc)})") from exc
 
 
 def _refused_at_once(address: str, seconds: float) -> None:
@@ -472,35 +224,6 @@ def _ignore_sigint() -> Any:
     return signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-@contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
-    """SIGINT and SIGTERM wait until the block ends, then act as they would have.
-
-    A submit may start a worker; Ctrl-C or SIGTERM inside it, after the
-    forkserver forked the worker but before the pool listed it, left a worker
-    that nothing terminated: it outlived the pool's locks and printed a
-    traceback on the user's terminal as it started. After the block every
-    started worker is listed, so the interrupt's clean-up ends it.
-    (Only the main thread may change handlers; elsewhere nothing is held.)
-    """
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught: list[int] = []
-    wanted = (signal.SIGINT, signal.SIGTERM)
-    previous = {s: signal.signal(s, lambda signum, frame: caught.append(signum)) for s in wanted}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        for late in dict.fromkeys(caught):
-            signal.raise_signal(late)  # the restored handler acts on it now
-
-
 def _restore_sigint(previous: Any) -> None:
     import signal
 
@@ -513,32 +236,13 @@ def _key(index: int, label: str, token: str) -> str:
     return f"layerprof-{index}-{re.sub(r'[^A-Za-z0-9_.-]+', '_', label)[-80:]}-{token}"
 
 
-def _death_causes() -> str:
-    """Why a worker process may die, the likeliest first: where only ``spawn`` exists
-    (no forkserver), a fresh worker imports the script again, and an unguarded
-    analyze() call fails in it; forkserver workers never import it (_MainlessPopen)."""
-    import sys
-
-    causes = "killed, out of memory, or a crash in native code"
-    if "forkserver" in multiprocessing.get_all_start_methods():
-        return causes
-    main = sys.modules.get("__main__")
-    cli = getattr(getattr(main, "entry", None), "__module__", None) == "layerprof.cli"
-    if getattr(main, "__file__", None) and getattr(main, "__spec__", None) is None and not cli:
-        causes = (
-            "in a script: call analyze() under `if __name__ == '__main__':`, since worker"
-            f" processes import the script, or pass executor='serial'; else {causes}"
-        )
-    return causes
-
-
 def _dask_reason(exc: BaseException) -> str:
     if type(exc).__name__ == "KilledWorker":
         return (
             "the Dask workers running it died, and the scheduler gave up on it"
             " (killed, out of memory, or a crash in native code)"
         )
-    return _reason(exc)
+    return reason_of(exc)
 
 
 def _import_dask() -> Any:
@@ -561,6 +265,8 @@ def parse_executor(spec: str) -> Executor:
     if name == "serial" and not arg:
         return SerialExecutor()
     if name == "processes":
+        from layerprof.trace.processpool import ProcessExecutor
+
         return ProcessExecutor(_workers(arg, spec) if arg else None)
     if name == "dask":
         return DaskExecutor(_dask_address(arg, spec) if arg else None)  # named as given
@@ -613,6 +319,8 @@ def default_executor(n_items: int, seconds: Sequence[float] | None = None) -> Ex
     """
     if n_items < 2 or cores() < 2:
         return SerialExecutor()
+    from layerprof.trace.processpool import ProcessExecutor
+
     if seconds is None:
         return ProcessExecutor()
     serial = sum(seconds)

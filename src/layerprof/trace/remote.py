@@ -22,7 +22,6 @@ connect or to send the next bytes.
 
 from __future__ import annotations
 
-import asyncio
 import fnmatch
 import glob
 import html
@@ -352,6 +351,8 @@ def _remote_error(exc: BaseException, url: str, what: str, timeout: float | None
 
 
 def _timed_out(exc: BaseException) -> bool:
+    import asyncio  # only here: 12 ms of every start (3.10's TimeoutError is its own)
+
     return isinstance(_cause(exc), (TimeoutError, asyncio.TimeoutError))
 
 
