@@ -95,6 +95,23 @@ def test_the_registry_fills_on_first_use(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
 
 
+def test_saving_and_loading_import_the_codec_alone(tmp_path: Path) -> None:
+    """Profile.save()/load() reach the codec, not the renderers (rich, the HTML report)."""
+    saved = Path(__file__).parent / "data" / "profiles" / "hooks.json"
+    code = (
+        "import sys\n"
+        "from layerprof.profile import Profile\n"
+        f"p = Profile.load({str(saved)!r})\n"
+        f"p.save({str(tmp_path / 'again.json')!r})\n"
+        f"assert Profile.load({str(tmp_path / 'again.json')!r}).layers == p.layers\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] == 'rich'"
+        " or m.startswith('layerprof.render'))\n"
+        "assert not heavy, heavy\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
 def test_the_cli_shows_the_sweeps_own_defaults() -> None:
     from layerprof.cli import sweep as command
     from layerprof.sections import sweep

@@ -8,7 +8,9 @@ offer ``save``/``load``/``print``/``render``/``write`` as conveniences that
 call the functions below, so the pivot never imports a renderer or the codec:
 the package registers them on first use (``layerprof/__init__`` hands
 :func:`on_first_use` an import of ``layerprof.render``, whose modules call
-:func:`register`, and the codec calls :func:`set_codec`).
+:func:`register`, and :func:`on_first_codec_use` an import of
+``layerprof.codec``, which calls :func:`set_codec`): saving and loading a
+profile import the codec alone, never rich or the HTML report.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ class Codec(Protocol):
     def load(self, path: str | os.PathLike[str]) -> Any: ...
 
     def layer_records(self, profile: Any) -> list[dict[str, Any]]: ...
+
+    def dumps(self, obj: Any, **options: Any) -> bytes: ...
 
 
 _RENDERERS: dict[str, Renderer] = {}
@@ -114,7 +118,11 @@ def show(obj: Any, **options: Any) -> None:
 
 
 def codec() -> Codec:
-    _ensure_registered()
+    if not _CODEC:
+        for registrar in _CODEC_REGISTRARS:
+            registrar()
+    if not _CODEC:  # pragma: no cover - a package import-order bug
+        raise UsageError("layerprof's codec is not registered yet (import layerprof)")
     return _CODEC[0]
 
 
@@ -131,7 +139,15 @@ def load(path: str | os.PathLike[str]) -> Any:
 
 
 def save(obj: Any, path: str | os.PathLike[str], *, samples: bool = False) -> Path:
-    return write(obj, path, "json", samples=samples)
+    """The JSON document of ``obj``, written whole or not at all (gzipped for ``.gz``)."""
+    import gzip
+
+    from layerprof.files import write_atomic
+
+    data = codec().dumps(obj, samples=samples)
+    if str(path).endswith(".gz"):
+        data = gzip.compress(data, mtime=0)
+    return write_atomic(path, data)
 
 
 def layer_records(profile: Any) -> list[dict[str, Any]]:
@@ -196,6 +212,13 @@ class Output:
 
 
 _REGISTRARS: list[Callable[[], None]] = []
+_CODEC_REGISTRARS: list[Callable[[], None]] = []
+
+
+def on_first_codec_use(registrar: Callable[[], None]) -> None:
+    """``registrar()`` registers the codec the first time it is needed (an import of
+    ``layerprof.codec`` alone: saving and loading need no renderer)."""
+    _CODEC_REGISTRARS[:] = [registrar]
 
 
 def on_first_use(registrar: Callable[[], None]) -> None:
@@ -208,8 +231,8 @@ def on_first_use(registrar: Callable[[], None]) -> None:
 def _ensure_registered() -> None:
     """Every renderer and the codec, registered on first use (any ``import layerprof.x``
     runs the package's ``__init__``, which hands over the registrar, first)."""
-    if not _CODEC or not _RENDERERS:
+    if not _RENDERERS:
         for registrar in _REGISTRARS:
             registrar()
-    if not _CODEC or not _RENDERERS:  # pragma: no cover - a package import-order bug
+    if not _RENDERERS:  # pragma: no cover - a package import-order bug
         raise UsageError("layerprof's renderers are not registered yet (import layerprof)")

@@ -84,6 +84,15 @@ def to_dict(
     raise TypeError(f"cannot encode a {type(obj).__name__}")
 
 
+def dumps(obj: Any, *, samples: bool = False, **options: Any) -> bytes:
+    """The JSON document of ``obj`` as the bytes layerprof writes (indented, one final
+    newline): ``save()``, ``--json`` and the ``json`` renderer all write these."""
+    import orjson
+
+    data = to_dict(obj, samples=samples, **options)
+    return orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n"
+
+
 def from_dict(data: Any, *, source: str = "<dict>") -> Profile | Run | Diff | Sweep:
     """Whatever layerprof document ``data`` is; ProfileFormatError for anything else."""
     if not isinstance(data, Mapping) or "schema" not in data:
@@ -153,6 +162,7 @@ class _Codec:
     from_dict = staticmethod(from_dict)
     load = staticmethod(load)
     layer_records = staticmethod(layer_records)
+    dumps = staticmethod(dumps)
 
 
 def _register() -> None:

@@ -59,8 +59,7 @@ class JsonRenderer:
     extensions: tuple[str, ...] = (".json",)
 
     def render(self, obj: Any, *, samples: bool = False, **options: Any) -> bytes:
-        data = codec.to_dict(obj, samples=samples, **options)
-        return orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n"
+        return codec.dumps(obj, samples=samples, **options)
 
 
 class CsvRenderer:

@@ -85,7 +85,7 @@ def analyze(
     (default: ``layerprof.reading.default_limit()``, on each worker);
     ``data``: the bytes of the single file ``path`` when already read (a pipe
     can be read once). ``executor``: ``"serial"``, ``"processes[=N]"``,
-    ``"dask[=ADDRESS]"`` or an :class:`~layerprof.trace.executors.Executor`
+    ``"dask[=ADDRESS]"`` or an :class:`~layerprof.trace.tasks.Executor`
     (default: ``processes`` for files big enough to repay a pool's start-up, else
     ``serial``; see :func:`~layerprof.trace.executors.default_executor`). ``progress(done, total)``
     is called as ranks finish. Raises :class:`layerprof.errors.TraceError`
