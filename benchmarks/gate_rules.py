@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from layerprof.analysis.diff import diff  # noqa: E402
-from layerprof.processes import gather  # noqa: E402
+from layerprof.cli.processes import gather  # noqa: E402
 from layerprof.profile import Profile  # noqa: E402
 
 SLOWED = "encoder.0.ffn.up"

@@ -43,8 +43,6 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("layerprof.analysis", 6),
     ("layerprof.codec", 7),
     ("layerprof.render", 8),
-    ("layerprof.sources", 9),
-    ("layerprof.outputs", 9),
     ("layerprof.cli", 10),  # the package: a command module, options, emission
     ("layerprof.__main__", 10),
     ("layerprof.integrations", 10),  # framework callbacks on the Recorder
@@ -226,7 +224,7 @@ def test_only_the_entry_point_imports_the_cli() -> None:
 
 def test_the_library_never_prints() -> None:
     """Only the CLI writes to the terminal (and the console renderer, which is asked to)."""
-    allowed = {"layerprof.outputs", "layerprof.capture.progress"}
+    allowed = {"layerprof.cli.outputs", "layerprof.capture.progress"}
     for name, path in MODULES.items():
         if name in allowed or name.startswith(("layerprof.cli", "layerprof.render")):
             continue

@@ -335,7 +335,7 @@ def test_bad_output_path_fails_before_measuring(
 
 
 def test_output_names_with_suffixes() -> None:
-    from layerprof.outputs import with_suffix
+    from layerprof.cli.outputs import with_suffix
 
     assert with_suffix("out/report.html", "cnn") == Path("out/report.cnn.html")
     assert with_suffix("t.json.gz", "cnn") == Path("t.cnn.json.gz")

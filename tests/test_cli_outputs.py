@@ -197,7 +197,7 @@ def test_analyze_missing_input_creates_nothing(
 
 
 def test_output_checks_see_only_outputs() -> None:
-    from layerprof.outputs import given
+    from layerprof.cli.outputs import given
 
     parser = build_parser()
     args = parser.parse_args(["analyze", "some/dir", "--json", "a.json"])

@@ -307,7 +307,7 @@ def paired_rounds(
     model: nn.Module, factors: Mapping[str, float] | None = None, n_rounds: int = 6
 ) -> tuple[Profile, Profile]:
     """Base and new as interleaved rounds of separate runs (``diff --run``), no drift."""
-    from layerprof.processes import gather
+    from layerprof.cli.processes import gather
 
     base = [synth(model, seed=10 + 2 * r) for r in range(n_rounds)]
     new = [synth(model, seed=11 + 2 * r, factors=factors) for r in range(n_rounds)]

@@ -27,7 +27,7 @@ from torch import nn
 from layerprof import Recorder
 from layerprof.analysis.diff import ALPHA, DRIFT_ALLOWANCE_PCT, Diff, diff
 from layerprof.capture.clocks import FakeClock
-from layerprof.processes import gather, rest_ratios
+from layerprof.cli.processes import gather, rest_ratios
 from layerprof.profile import Profile
 from layerprof.render.console.diff import print_diff
 from layerprof.render.markdown import diff_to_markdown

@@ -14,10 +14,10 @@ import orjson
 import pytest
 
 from layerprof.cli import main
+from layerprof.cli.sources import load_comparable, read_json
 from layerprof.codec import load as load_profile
 from layerprof.errors import LayerprofError, ProfileFormatError, TraceError
 from layerprof.reading import default_limit, format_size, parse_size, read_input
-from layerprof.sources import load_comparable, read_json
 from layerprof.trace import analyze
 
 EVENT = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1, "dur": 2}

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from layerprof import processes
-from layerprof.cli import main
+from layerprof.cli import main, processes
 from layerprof.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]

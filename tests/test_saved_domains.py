@@ -15,7 +15,7 @@ from torch import nn
 
 import layerprof
 from layerprof.cli import main
-from layerprof.processes import gather
+from layerprof.cli.processes import gather
 from tests.support.diff_subjects import mlp, synth
 from tests.support.html_subjects import PROFILES
 

@@ -32,10 +32,10 @@ ARGPARSE_LEVEL = {
     "layerprof.errors",
     "layerprof.files",
     "layerprof.machine",
-    "layerprof.outputs",
+    "layerprof.cli.outputs",
     "layerprof.reading",
     "layerprof.sinks",
-    "layerprof.sources",
+    "layerprof.cli.sources",
     "layerprof.version",
 }
 HEAVY = ("numpy", "torch", "rich", "orjson", "pandas", "fsspec", "dask")

@@ -17,8 +17,8 @@ from torch import nn
 import layerprof
 from layerprof.capture.distributed import unwrap, user_modules, wrapper_note
 from layerprof.cli import main
+from layerprof.cli.sources import load_ranks
 from layerprof.profile import Profile
-from layerprof.sources import load_ranks
 from layerprof.trace import analyze
 from tests.support.cli_models import Net
 

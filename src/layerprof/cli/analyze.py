@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from layerprof import outputs
+from layerprof.cli import outputs
 from layerprof.cli.emission import console
 from layerprof.cli.options import COUNT, seconds_arg
 

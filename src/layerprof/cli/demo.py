@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from layerprof import outputs
+from layerprof.cli import outputs
 from layerprof.cli.emission import emit
 from layerprof.cli.measure import measure
 from layerprof.cli.options import (

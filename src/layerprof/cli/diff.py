@@ -8,7 +8,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from layerprof import outputs, sources
+from layerprof.cli import outputs, sources
 from layerprof.cli.emission import console, inert_document, say
 from layerprof.cli.options import COUNT, NON_NEGATIVE, seconds_arg
 from layerprof.errors import UsageError
@@ -138,7 +138,7 @@ def _interleaved(args: argparse.Namespace) -> tuple[Profile, Profile]:
     """diff --run: BASE and NEW are run argument strings, profiled in alternating rounds."""
     import shlex
 
-    from layerprof import processes
+    from layerprof.cli import processes
 
     argvs = []
     for name, text in (("BASE", args.base), ("NEW", args.new)):

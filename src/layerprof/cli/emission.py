@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from layerprof import outputs
+from layerprof.cli import outputs
 from layerprof.errors import Terminated
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from layerprof import outputs
+from layerprof.cli import outputs
 from layerprof.errors import UsageError
 
 if TYPE_CHECKING:

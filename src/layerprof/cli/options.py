@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, NoReturn
 
-from layerprof import outputs
+from layerprof.cli import outputs
 from layerprof.cli.emission import EXIT_ERROR
 from layerprof.errors import UsageError
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from layerprof import outputs, sources
+from layerprof.cli import outputs, sources
 from layerprof.cli.emission import console, emit
 from layerprof.cli.options import add_output_options
 from layerprof.errors import UsageError

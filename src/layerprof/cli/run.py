@@ -1,6 +1,6 @@
 """``layerprof run``: profile one model file or ``--arch`` callable, layer by layer.
 
-With ``--repeat N`` the profile comes from N fresh processes (``layerprof.processes``),
+With ``--repeat N`` the profile comes from N fresh processes (``layerprof.cli.processes``),
 each a ``run --child-out`` of this same command; ``diff --run`` starts such children too.
 """
 
@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from layerprof import outputs
+from layerprof.cli import outputs
 from layerprof.cli.emission import emit, say
 from layerprof.cli.loading import load
 from layerprof.cli.measure import compile_options, measure
@@ -124,7 +124,7 @@ def _run_child(args: argparse.Namespace) -> int:
 
 
 def _run_repeated(args: argparse.Namespace) -> int:
-    from layerprof import processes
+    from layerprof.cli import processes
 
     for flag in ("trace", "tensorboard"):
         if outputs.target(args, flag):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from layerprof import outputs
+from layerprof.cli import outputs
 from layerprof.cli.emission import console
 from layerprof.cli.loading import load
 from layerprof.cli.options import (
