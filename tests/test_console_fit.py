@@ -22,7 +22,8 @@ from rich.console import Console
 from rich.table import Table
 from torch import nn
 
-from layerprof.analysis.diff import diff, fmt_pct
+from layerprof.analysis.diff import diff
+from layerprof.analysis.difftext import fmt_pct
 from layerprof.capture.options import RunOptions
 from layerprof.capture.runner import run_model
 from layerprof.profile import LayerRow, Profile

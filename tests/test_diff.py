@@ -22,20 +22,14 @@ from hypothesis import strategies as st
 from rich.console import Console
 from torch import nn
 
-from layerprof.analysis.diff import (
-    ALPHA,
-    Diff,
-    diff,
-    min_p_value,
-    parse_percent,
-    rank_test,
-)
+from layerprof.analysis.diff import Diff, diff, parse_percent
+from layerprof.analysis.diffjudge import ALPHA
 from layerprof.errors import UsageError
 from layerprof.profile import Profile
 from layerprof.records import LayerSamples, Meta, OpStat
 from layerprof.render.console.diff import print_diff
 from layerprof.render.markdown import diff_to_markdown
-from layerprof.stats import _u_cdf
+from layerprof.stats import _u_cdf, min_p_value, rank_test
 from tests.support.diff_subjects import Sleep, infos, mlp, synth, true_means
 
 # ---- building profiles -------------------------------------------------------------

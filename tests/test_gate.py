@@ -25,7 +25,8 @@ from rich.console import Console
 from torch import nn
 
 from layerprof import Recorder
-from layerprof.analysis.diff import ALPHA, DRIFT_ALLOWANCE_PCT, Diff, diff
+from layerprof.analysis.diff import Diff, diff
+from layerprof.analysis.diffjudge import ALPHA, DRIFT_ALLOWANCE_PCT
 from layerprof.capture.clocks import FakeClock
 from layerprof.cli.processes import gather, rest_ratios
 from layerprof.profile import Profile

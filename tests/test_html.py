@@ -16,7 +16,9 @@ import pytest
 
 from layerprof import codec, sinks
 from layerprof.analysis.diagnose import diagnose, diagnose_run
-from layerprof.analysis.diff import Change, diff, judgement
+from layerprof.analysis.diff import diff
+from layerprof.analysis.diffjudge import Change
+from layerprof.analysis.difftext import judgement
 from layerprof.cli import main
 from layerprof.errors import UsageError
 from layerprof.profile import Profile, Run

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from layerprof.analysis.diff import side_label
+from layerprof.analysis.difftext import side_label
 from layerprof.cli import main
 from layerprof.records import Meta
 from layerprof.trace import analyze

@@ -177,3 +177,9 @@ def fmt_gb_s(gb_per_s: float | None) -> str:
     """A bandwidth in GB/s (10^9 bytes per second, i.e. bytes per ns) with two decimals,
     '-' for none (no byte count, or a zero duration)."""
     return "-" if gb_per_s is None else f"{gb_per_s:,.2f}"
+
+
+def fmt_num(x: float) -> str:
+    """A number as short as it reads (``5.0`` -> ``5``, ``0.5`` -> ``0.5``): percentages
+    and thresholds in sentences."""
+    return f"{x:g}"

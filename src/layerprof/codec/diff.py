@@ -6,12 +6,7 @@ from dataclasses import asdict
 from typing import Any
 
 from layerprof.analysis.diff import (
-    BASES,
-    DRIFT_ALLOWANCE_PCT,
-    EVIDENCES,
     METRICS,
-    STATUSES,
-    Change,
     Diff,
     GateResult,
     KernelDelta,
@@ -20,6 +15,7 @@ from layerprof.analysis.diff import (
     PhaseDelta,
     StepDelta,
 )
+from layerprof.analysis.diffjudge import BASES, DRIFT_ALLOWANCE_PCT, EVIDENCES, STATUSES, Change
 from layerprof.codec.fields import Fields, required, strings
 from layerprof.codec.profile import read_meta
 from layerprof.codec.schemas import DIFF_SCHEMA

@@ -4,18 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from layerprof.analysis.diff import (
-    Change,
-    Diff,
-    GateResult,
-    LayerDelta,
-    OpDelta,
-    PhaseDelta,
-    StepDelta,
-    fmt_pct,
-    judgement,
-    side_label,
-)
+from layerprof.analysis.diff import Diff, GateResult, LayerDelta, OpDelta, PhaseDelta, StepDelta
+from layerprof.analysis.diffjudge import Change
+from layerprof.analysis.difftext import fmt_pct, judgement, side_label
 from layerprof.render.terminal import escape_controls
 from layerprof.units import fmt_delta_ms, fmt_ms
 

@@ -6,17 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, TypeVar
 
-from layerprof.analysis.diff import (
-    Change,
-    Diff,
-    KernelDelta,
-    LayerDelta,
-    OpDelta,
-    PhaseDelta,
-    StepDelta,
-    fmt_pct,
-    judgement,
-)
+from layerprof.analysis.diff import Diff, KernelDelta, LayerDelta, OpDelta, PhaseDelta, StepDelta
+from layerprof.analysis.diffjudge import Change
+from layerprof.analysis.difftext import fmt_pct, judgement
 from layerprof.render.html.charts import BarSeries, bars, in_ms
 from layerprof.render.html.page import (
     TOP_N,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from layerprof.analysis.diff import side_label
+from layerprof.analysis.difftext import side_label
 from layerprof.records import Meta
 from layerprof.render.html.page import esc
 from layerprof.render.html.subject import Subject
