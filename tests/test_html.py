@@ -25,7 +25,7 @@ from layerprof.profile import Profile, Run
 from layerprof.render.html import Section, render_html
 from layerprof.render.html import sections as registry
 from layerprof.render.html.charts import BarSeries, bars
-from layerprof.render.html.profile_sections import phase_ops
+from layerprof.render.html.profile import phase_ops
 from layerprof.render.html.subject import Subject
 from tests.support.html_subjects import (
     assert_times,

@@ -112,3 +112,22 @@ def test_a_section_missing_from_one_renderer_is_caught() -> None:
         for name in sorted(shown[renderer]):
             fewer = {**shown, renderer: shown[renderer] - {name}}
             assert gaps(fewer, ABSENT), f"{name} taken from {renderer} went unnoticed"
+
+
+#: Typed Profile fields the profile body writes itself, around the registered sections.
+BODY_FIELDS = frozenset(
+    f"Profile.{x}" for x in ("meta", "latency_ns", "overhead", "layers", "ops", "notes")
+)
+
+
+def test_the_codec_writes_and_reads_every_typed_section() -> None:
+    """The codec's registry (``codec/sections.py``) covers every typed Profile field the
+    body does not write itself: a new section saved by no one fails here."""
+    from layerprof.codec import sections as codec
+
+    covered = {name for entry in codec.SECTIONS for name in entry.fields}
+    typed = {name for name in typed_sections() if name.startswith("Profile.")}
+    assert sorted(typed - covered - BODY_FIELDS) == []
+    assert sorted(covered - typed) == []  # no stale entry
+    assert not covered & BODY_FIELDS
+

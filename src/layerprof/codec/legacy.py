@@ -8,7 +8,7 @@ from typing import Any
 
 from layerprof.codec.fields import Fields, read_row, saved_notes, strings
 from layerprof.codec.run import run_of
-from layerprof.codec.sections import read_device, read_launches, read_memory
+from layerprof.codec.trace import read_device, read_launches, read_memory
 from layerprof.notes import Note
 from layerprof.profile import Profile, Run
 from layerprof.records import LayerInfo, LayerSamples, Meta, OpStat

@@ -35,7 +35,7 @@ from layerprof.render.html.page import (
     top_caption,
 )
 from layerprof.render.html.subject import Subject, rank_name
-from layerprof.render.html.trace_sections import columns, per_rank
+from layerprof.render.html.trace import columns, per_rank
 from layerprof.sections import (
     BREAKDOWN_PARTS,
     Breakdown,

@@ -10,7 +10,7 @@ fields of a Profile, Run or Diff it shows (``"Profile.steps"``): the console lis
 its sections the same way (``render/console/sections.py``), and
 tests/test_renderers.py checks that every typed field is shown by both, or says why not. Tables of
 every rank's rows (with a Rank column when there are several) come from
-``trace_sections.per_rank`` and ``trace_sections.columns``.
+``trace.per_rank`` and ``trace.columns``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from layerprof.render.html.compiled import compiled_section
-from layerprof.render.html.diff_sections import (
+from layerprof.render.html.diff import (
     diff_kernels_section,
     diff_layers_section,
     diff_ops_section,
@@ -29,11 +29,12 @@ from layerprof.render.html.diff_sections import (
 )
 from layerprof.render.html.distributed import distributed_section
 from layerprof.render.html.findings import findings_section, notes_section
+from layerprof.render.html.flops import roofline_section
 from layerprof.render.html.generation import generation_section
 from layerprof.render.html.loop import loop_section
 from layerprof.render.html.memory import activation_memory_section
 from layerprof.render.html.page import Section
-from layerprof.render.html.profile_sections import (
+from layerprof.render.html.profile import (
     hierarchy_section,
     latency_section,
     layer_ops_section,
@@ -41,9 +42,8 @@ from layerprof.render.html.profile_sections import (
     top_section,
 )
 from layerprof.render.html.ranks import layer_ranks_section
-from layerprof.render.html.roofline import roofline_section
 from layerprof.render.html.subject import Subject
-from layerprof.render.html.trace_sections import (
+from layerprof.render.html.trace import (
     annotations_section,
     cross_rank_section,
     devices_section,

@@ -31,7 +31,7 @@ from layerprof.render.html.page import (
     time_col,
     top_caption,
 )
-from layerprof.render.html.profile_sections import op_columns, phase_ops
+from layerprof.render.html.profile import op_columns, phase_ops
 from layerprof.render.html.subject import Subject, rank_name
 from layerprof.sections import (
     AllocRow,
