@@ -428,11 +428,13 @@ class SampleSums:
         n = self.filled
         if n == 0:
             return {}
+        for a in (self.total, self.self_, *(self.device or ())):
+            # the rows become Series as they are (no copy): read-only before the views
+            # are taken, which keep the flag they were made with
+            a.flags.writeable = False
         cols = slice(0, n)
         total, self_ = self.total[:, cols], self.self_[:, cols]
         dev = (self.device[0][:, cols], self.device[1][:, cols]) if self.device else None
-        for a in (self.total, self.self_, *(self.device or ())):
-            a.flags.writeable = False  # the rows become Series as they are (no copy)
         return {
             paths[i]: LayerSamples(
                 total_ns=total[i],
