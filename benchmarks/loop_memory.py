@@ -26,8 +26,12 @@ from torch import nn
 from layerprof import Recorder, StepSchedule
 
 
-def measure(layers: int, steps: int, *, skip: int = 0) -> tuple[int, int, int]:
-    """(held before profile(), peak, kept by the Profile) in bytes above the start."""
+def measure(
+    layers: int, steps: int, *, skip: int = 0, counted: bool = False
+) -> tuple[int, int, int]:
+    """(held before profile(), peak, kept by the Profile) in bytes above the start;
+    ``counted``: the schedule says how many steps are active (the callbacks' default
+    does), else it records every step (``StepSchedule()``)."""
     torch.manual_seed(0)
     model = nn.Sequential(*(nn.Linear(4, 4) for _ in range(layers)))
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
@@ -35,7 +39,8 @@ def measure(layers: int, steps: int, *, skip: int = 0) -> tuple[int, int, int]:
     gc.collect()
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
-    with Recorder(model, backward=True, schedule=StepSchedule(skip=skip), correct=False) as rec:
+    schedule = StepSchedule(skip=skip, active=steps if counted else None)
+    with Recorder(model, backward=True, schedule=schedule, correct=False) as rec:
         for _ in range(steps + skip):
             opt.zero_grad()
             model(x).sum().backward()
@@ -61,16 +66,19 @@ def main() -> None:
     n1, n2 = a.steps
     modules = a.layers + 1
     measure(a.layers, n1)  # lazy imports and one-time caches land here, not in the slope
-    h1, p1, k1 = measure(a.layers, n1)
-    h2, p2, k2 = measure(a.layers, n2)
     cells = modules * (n2 - n1)
     print(
         f"loop_memory: {modules} modules, {n1} vs {n2} recorded steps,"
         " Recorder(backward=True), one forward and backward per step"
     )
-    print(f"  held while recording: {(h2 - h1) / cells:7.1f} bytes per module per step")
-    print(f"  peak (profile() too): {(p2 - p1) / cells:7.1f} bytes per module per step")
-    print(f"  kept by the Profile:  {(k2 - k1) / cells:7.1f} bytes per module per step")
+    for counted, what in ((False, "StepSchedule() (every step)"),
+                          (True, "StepSchedule(active=N) (a known count)")):  # fmt: skip
+        h1, p1, k1 = measure(a.layers, n1, counted=counted)
+        h2, p2, k2 = measure(a.layers, n2, counted=counted)
+        print(f"  {what}:")
+        print(f"    held while recording: {(h2 - h1) / cells:7.1f} bytes per module per step")
+        print(f"    peak (profile() too): {(p2 - p1) / cells:7.1f} bytes per module per step")
+        print(f"    kept by the Profile:  {(k2 - k1) / cells:7.1f} bytes per module per step")
     s1 = measure(a.layers, 10, skip=n1)[0]
     s2 = measure(a.layers, 10, skip=n2)[0]
     print(

@@ -374,7 +374,8 @@ class SampleSums:
         room = self.total.shape[1]
         if iterations <= room and self.total.flags.writeable:
             return
-        room = max(iterations, 2 * room) if iterations > room else room
+        # by half again: the unused room stays with the samples (their rows are views)
+        room = max(iterations, room + room // 2) if iterations > room else room
 
         def grown(old: I64) -> I64:
             new = self._matrix(room)

@@ -55,9 +55,14 @@ class LoopRecord:
     what checkpointing recomputed; ``correction`` is applied to forward host times as
     they are summed (decided before the first chunk)."""
 
-    def __init__(self, n_paths: int, device: bool, correction: Correction | None) -> None:
+    def __init__(
+        self, n_paths: int, device: bool, correction: Correction | None, room: int | None = None
+    ) -> None:
         self.correction = correction
-        self.forward = SampleSums(n_paths, 256, device)
+        # room for the schedule's active steps (one forward and backward each) when it has
+        # a count: no growth, whose copy holds old and new columns at once
+        self.room = room or 256
+        self.forward = SampleSums(n_paths, self.room, device)
         self.backward: SampleSums | None = None
         self.rows: list[LoopStep] = []
         self.forwards: list[int] = []  # per step: how many forward columns it has
@@ -151,7 +156,7 @@ class LoopRecord:
         if not n:
             return
         if self.backward is None:  # earlier steps' backwards (none with calls): zeros
-            self.backward = SampleSums(n_paths, 256, False)
+            self.backward = SampleSums(n_paths, self.room, False)
             self.backward.add(CallTable.empty(), None, sum(self.backwards) - n)
         self.backward.widen(n_paths)
         whole = CallTable.concat(tables) if tables else CallTable.empty()

@@ -721,7 +721,7 @@ class Recorder:
             self._loop_correct = self._wants_correction(correct)
             loop = self._loop = LoopRecord(
                 len(self._paths), self.device_clock is not None,
-                self._correction(self._loop_correct),
+                self._correction(self._loop_correct), self.schedule.active,
             )  # fmt: skip
         loop.forward.widen(len(self._paths))
         if not self._ended:
