@@ -348,3 +348,65 @@ def test_cli_sweep_of_an_exported_program(tmp_path: Path) -> None:
     assert other["status"] == "failed"
     assert "exported for other input shapes" in other["reason"]
     assert any("bfloat16 skipped: a torch.export program" in n for n in saved["notes"])
+
+
+# ---- a sweep of generate() ------------------------------------------------------------------
+
+
+def test_cli_sweep_of_generate_over_prompts_and_batches(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("transformers")
+    monkeypatch.chdir(Path(__file__).parent / "support")
+    out, page = tmp_path / "g.json", tmp_path / "g.html"
+    code = main([
+        "sweep", "--arch", "cli_models:tiny_gpt2", "--input", "1x8:int64[0,64)",
+        "--generate", "3", "--prompt", "4,6", "--batch", "1,2", "--iters", "2", "--warmup", "0",
+        "--no-memory", "--json", str(out), "--html", str(page),
+    ])  # fmt: skip
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    assert "sweep 4/4: prompt 6, batch 2, float32" in printed.err
+    assert "generate 3 new tokens: first token, inter-token latency, rates" in printed.out
+    saved = json.loads(out.read_text())
+    assert saved["generate"] == 3
+    assert [(p["prompt"], p["batch"]) for p in saved["points"]] == [(4, 1), (4, 2), (6, 1), (6, 2)]
+    for p in saved["points"]:
+        assert p["status"] == "ok" and p["ttft_ms"]["median"] > 0 and p["itl_ms"]["n"] == 2 * 2
+        assert p["decode_tokens_per_s"] > 0 and p["prefill_tokens_per_s"] > 0
+    again = codec.load(out)
+    assert isinstance(again, Sweep) and again.points[3].prompt == 6
+    assert again.points[3].itl is not None and again.points[3].itl.n == 4
+    assert 'id="sweep-generation"' in page.read_text()
+    assert main(["sweep", "--arch", "cli_models:tiny_gpt2", "--input", "1x8:int64[0,64)",
+                 "--prompt", "4"]) == 2  # fmt: skip
+    assert "--prompt needs --generate N" in capsys.readouterr().err
+
+
+def test_decode_scaling_names_where_batching_stops_paying() -> None:
+    from layerprof.sections.sweep import SweepPoint, decode_scaling
+
+    def at(batch: int, tps: float) -> SweepPoint:
+        return SweepPoint(batch, "float32", None, decode_tokens_per_s=tps)
+
+    # 1 -> 2 nearly doubles, 2 -> 4 gains 1.3x (>= 1.2), 4 -> 8 gains 1.05x: stops at 4
+    measured, pays = decode_scaling((at(4, 260), at(1, 100), at(2, 200), at(8, 273)))
+    assert [p.batch for p in measured] == [1, 2, 4, 8] and pays == 4
+    # a skipped doubling (1 -> 4) needs 1.2 ** 2 = 1.44x
+    assert decode_scaling((at(1, 100), at(4, 140)))[1] == 1
+    assert decode_scaling((at(1, 100), at(4, 150)))[1] == 4
+    assert decode_scaling((at(1, 100),))[1] is None
+
+
+@pytest.mark.parametrize(
+    "patch,where",
+    [
+        ({"generate": 0}, "sweep.generate"),
+        ({"points": [{"dtype": "float32", "prompt": -3}]}, "points[0].prompt"),
+        ({"points": [{"dtype": "float32", "decode_tokens_per_s": -1}]}, "decode_tokens_per_s"),
+    ],
+)
+def test_malformed_generation_fields_are_named(patch: dict[str, Any], where: str) -> None:
+    data = {"schema": "layerprof.sweep/1", "model": "m", "inputs": [], "points": []} | patch
+    with pytest.raises(ProfileFormatError, match=where.replace(".", r"\.").replace("[", r"\[")):
+        codec.from_dict(data)

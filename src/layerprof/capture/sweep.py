@@ -10,6 +10,12 @@ The batch dimension is dimension ``batch_dim`` (default 0) of every shape
 spec; a spec with fewer dimensions is left as it is (a note says so).
 ``@file`` inputs cannot be resized: with ``--batch`` they are refused.
 
+``generate`` (``sweep --generate N``) times ``model.generate()`` of N new tokens
+at each point instead of one forward (``layerprof.capture.generate``): the time
+to first token, the inter-token latency and the prefill and decode tokens/s per
+point; ``prompts`` adds a dimension, the prompt length, which replaces the last
+dimension of every input of two or more dimensions (batch x tokens).
+
 Order: dtype, then threads, then batch ascending. A point that runs out of
 memory ends its (dtype, threads) row: the larger batches are marked skipped,
 and the sweep goes on with the next row. Other failures mark the point failed
@@ -76,12 +82,18 @@ class SweepOptions:
     # the torch.export program behind ``model`` (kind "export"): run_model times its
     # layers from the program's graph; it runs only in the dtype it was exported with
     program: Any = None
+    generate: int | None = None  # new tokens per generate(); None: one forward per pass
+    prompts: tuple[int, ...] = ()  # prompt lengths (with generate)
 
     def __post_init__(self) -> None:
         if self.batch_dim < 0:
             raise UsageError(f"--batch-dim must be 0 or more (got {self.batch_dim})")
         if any(b < 1 for b in self.batches):
             raise UsageError("--batch sizes must be at least 1")
+        if any(p < 1 for p in self.prompts):
+            raise UsageError("--prompt lengths must be at least 1")
+        if self.prompts and self.generate is None:
+            raise UsageError("--prompt needs --generate N (a sweep of generate())")
 
 
 def run_sweep(
@@ -115,10 +127,11 @@ def run_sweep(
             continue
         casted = _cast(model, options.device, dtype if dtype != own else None)
         for threads in options.threads or (None,):
-            row, stop = _row(casted, parsed, dtype, threads, options, progress, facts)
-            points += row
-            if stop:
-                notes.append(stop)
+            for prompt in sorted(options.prompts) or (None,):
+                row, stop = _row(casted, parsed, dtype, threads, prompt, options, progress, facts)
+                points += row
+                if stop:
+                    notes.append(stop)
         del casted
     notes += _fact_notes(facts)
     return Sweep(
@@ -133,6 +146,7 @@ def run_sweep(
         warmup=options.warmup,
         iters=options.iters,
         notes=tuple(notes),
+        generate=options.generate,
     )
 
 
@@ -169,17 +183,18 @@ def _row(
     specs: list[InputSpec],
     dtype: str,
     threads: int | None,
+    prompt: int | None,
     options: SweepOptions,
     progress: Progress | None,
     facts: list[_Facts],
 ) -> tuple[list[SweepPoint], Note | None]:
-    """One (dtype, threads) row over the batches; the note where it stopped, if it did.
+    """One (dtype, threads, prompt) row over the batches; the note where it stopped.
     What each point's run found that the numbers depend on goes to ``facts``."""
     out: list[SweepPoint] = []
     stopped: SweepPoint | None = None
     batches: list[int | None] = [*sorted(options.batches)] or [None]
     for batch in batches:
-        point = SweepPoint(batch, dtype, threads)
+        point = SweepPoint(batch, dtype, threads, prompt=prompt)
         if stopped is not None:
             out.append(
                 dataclasses.replace(
@@ -267,7 +282,7 @@ def _point(
     from layerprof.capture.options import RunOptions
     from layerprof.capture.runner import run_model
 
-    sized = [_resized(s, point.batch, options.batch_dim) for s in specs]
+    sized = [_prompted(_resized(s, point.batch, options.batch_dim), point.prompt) for s in specs]
     try:
         inputs = build_inputs(
             sized, device=options.device, float_dtype=point.dtype, seed=options.seed
@@ -278,9 +293,12 @@ def _point(
             model_name=options.model_name, input_descriptions=tuple(inputs.descriptions),
             dtype=point.dtype, layers=options.layers, kind=options.kind,
         )  # fmt: skip
-        profile = run_model(
-            model, tuple(inputs.args), dict(inputs.kwargs), run, program=options.program
-        )
+        if options.generate is not None:
+            profile = _generated(model, inputs, run, options.generate)
+        else:
+            profile = run_model(
+                model, tuple(inputs.args), dict(inputs.kwargs), run, program=options.program
+            )
         peak = _peak_memory(model, inputs.args, inputs.kwargs, options) if options.memory else None
     except (KeyboardInterrupt, UsageError, DeviceError):
         raise
@@ -297,6 +315,33 @@ def _point(
         return dataclasses.replace(point, status=status, reason=reason), None
     measured = _measured(point, profile, peak, _batch_of(sized, point.batch, options.batch_dim))
     return measured, _facts(point, profile)
+
+
+def _generated(model: Any, inputs: Any, run: Any, new_tokens: int) -> Profile:
+    """``profile(model, inputs, generate=N)`` at one point, in its thread count."""
+    import torch
+
+    from layerprof.capture.generate import profile_generate
+
+    before = torch.get_num_threads()
+    if run.threads is not None:
+        torch.set_num_threads(run.threads)
+    try:
+        return profile_generate(
+            model, tuple(inputs.args), dict(inputs.kwargs), new_tokens,
+            warmup=run.warmup, iters=run.iters,
+        )  # fmt: skip
+    finally:
+        torch.set_num_threads(before)
+
+
+def _prompted(spec: InputSpec, prompt: int | None) -> InputSpec:
+    """The spec with its last dimension (the tokens of a batch x tokens input) set to
+    ``prompt``; inputs of fewer than two dimensions stay as they are."""
+    if prompt is None or spec.shape is None or len(spec.shape) < 2:
+        return spec
+    resized = dataclasses.replace(spec, shape=(*spec.shape[:-1], prompt))
+    return dataclasses.replace(resized, text=resized.canonical)
 
 
 def _resized(spec: InputSpec, batch: int | None, dim: int) -> InputSpec:
@@ -336,6 +381,16 @@ def _measured(
         if latency is not None and batch and latency.median > 0
         else None
     )
+    g = profile.generation
+    if g is not None:  # a generate: its whole call is the latency, its rates the throughput
+        return dataclasses.replace(
+            point, status=OK, latency=g.generate_ns.summary if g.generate_ns else None,
+            peak_bytes=peak, shares=tuple(shares),
+            ttft=g.ttft_ns.summary if g.ttft_ns else None,
+            itl=g.itl_ns.summary if g.itl_ns else None,
+            prefill_tokens_per_s=g.prefill_tokens_per_s,
+            decode_tokens_per_s=g.decode_tokens_per_s,
+        )  # fmt: skip
     return dataclasses.replace(
         point,
         status=OK,

@@ -8,6 +8,7 @@ Each point's label goes to standard error as it starts, unless ``--quiet``.
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any
 
 from layerprof.cli import outputs
@@ -43,7 +44,10 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         " share of the forward per point. The batch replaces dimension --batch-dim (default 0)"
         " of every --input shape spec; inputs with fewer dimensions stay as they are. A point"
         " that runs out of memory ends its row: larger batches of the same dtype and threads"
-        " are skipped, and the report says where.",
+        " are skipped, and the report says where. With --generate N each point times"
+        " model.generate() of N new tokens (a Hugging Face causal LM; --input is the prompt,"
+        " a batch x tokens tensor of ids): time to first token, inter-token latency and"
+        " prefill and decode tokens/s per point, over --prompt lengths and --batch sizes.",
     )
     add_model_options(parser, example_inputs=False)
     grid = parser.add_argument_group("grid")
@@ -58,6 +62,15 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     grid.add_argument(
         "--threads", type=list_of(threads_arg, "thread counts"), default=(), metavar="N[,N...]",
         help="torch.set_num_threads per point, e.g. 1,2 (default: torch's own)",
+    )  # fmt: skip
+    grid.add_argument(
+        "--generate", type=COUNT, default=None, metavar="N",
+        help="time model.generate() of N new tokens per point (greedy), not one forward",
+    )  # fmt: skip
+    grid.add_argument(
+        "--prompt", type=list_of(COUNT, "prompt lengths"), default=(), metavar="L[,L...]",
+        help="with --generate: prompt lengths, each replacing the last dimension of every"
+        " --input of two or more dimensions (batch x tokens)",
     )  # fmt: skip
     grid.add_argument(
         "--batch-dim", type=NON_NEGATIVE, default=0, metavar="D",
@@ -111,7 +124,8 @@ def run(args: argparse.Namespace) -> int:
         batch_dim=args.batch_dim, device=device, warmup=args.warmup, iters=args.iters,
         seed=args.seed, eval=not args.train, inference_mode=not args.no_inference_mode,
         layers=not args.no_layers, memory=not args.no_memory, model_name=loaded.name,
-        kind=loaded.kind, program=loaded.program,
+        kind=loaded.kind, program=loaded.program, generate=args.generate,
+        prompts=tuple(args.prompt),
     )  # fmt: skip
     points = _count(options)
     done = [0]
@@ -141,4 +155,5 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _count(options: Any) -> int:
-    return max(len(options.batches), 1) * max(len(options.dtypes), 1) * max(len(options.threads), 1)
+    sizes = (options.batches, options.dtypes, options.threads, options.prompts)
+    return math.prod(max(len(s), 1) for s in sizes)

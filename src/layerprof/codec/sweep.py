@@ -38,7 +38,7 @@ def sweep_to_dict(sweep: Sweep) -> dict[str, Any]:
         "iters": sweep.iters,
         "notes": texts(sweep.notes),
         "points": [_point(p) for p in sweep.points],
-    }
+    } | ({"generate": sweep.generate} if sweep.generate is not None else {})
 
 
 def _point(p: SweepPoint) -> dict[str, Any]:
@@ -53,6 +53,17 @@ def _point(p: SweepPoint) -> dict[str, Any]:
         "peak_bytes": p.peak_bytes,
         "flops": p.flops,
         "shares": [[path, share] for path, share in p.shares],
+    } | (_generation(p) if p.prompt is not None or p.ttft is not None else {})
+
+
+def _generation(p: SweepPoint) -> dict[str, Any]:
+    """A generate's point: its prompt length, first-token and inter-token times, rates."""
+    return {
+        "prompt": p.prompt,
+        "ttft_ms": summary_dict(p.ttft) if p.ttft is not None else None,
+        "itl_ms": summary_dict(p.itl) if p.itl is not None else None,
+        "prefill_tokens_per_s": p.prefill_tokens_per_s,
+        "decode_tokens_per_s": p.decode_tokens_per_s,
     }
 
 
@@ -70,6 +81,7 @@ def read_sweep(data: Any, source: str) -> Sweep:
         warmup=f.integer("warmup", 0),
         iters=f.integer("iters", 0),
         notes=tuple(Note(SAVED, s) for s in strings(f, "notes")),
+        generate=_positive(f, "generate"),
     )
 
 
@@ -77,7 +89,7 @@ def _read_point(f: Fields) -> SweepPoint:
     status = f.text("status", "ok")
     if status not in STATUSES:
         raise ProfileFormatError(f"{f.where}.status: expected one of {', '.join(STATUSES)}")
-    latency = f.obj("latency_ms")
+    latency, ttft, itl = f.obj("latency_ms"), f.obj("ttft_ms"), f.obj("itl_ms")
     return SweepPoint(
         batch=f.opt_integer("batch"),
         dtype=f.text("dtype"),
@@ -89,7 +101,26 @@ def _read_point(f: Fields) -> SweepPoint:
         peak_bytes=f.opt_integer("peak_bytes"),
         flops=f.opt_integer("flops"),
         shares=tuple(_share(item, f.where) for item in f.items("shares")),
+        prompt=_positive(f, "prompt"),
+        ttft=read_summary(ttft) if ttft is not None else None,
+        itl=read_summary(itl) if itl is not None else None,
+        prefill_tokens_per_s=_rate(f, "prefill_tokens_per_s"),
+        decode_tokens_per_s=_rate(f, "decode_tokens_per_s"),
     )
+
+
+def _positive(f: Fields, key: str) -> int | None:
+    value = f.opt_integer(key)
+    if value is not None and value < 1:
+        raise ProfileFormatError(f"{f.where}.{key}: expected a whole number >= 1, found {value}")
+    return value
+
+
+def _rate(f: Fields, key: str) -> float | None:
+    value = f.opt_number(key)
+    if value is not None and not 0 <= value < 1e300:
+        raise ProfileFormatError(f"{f.where}.{key}: expected tokens per second >= 0")
+    return value
 
 
 def _share(item: Any, where: str) -> tuple[str, float]:

@@ -7,6 +7,8 @@ nanoseconds; memory in bytes.
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass
 
 from layerprof.notes import Note
@@ -46,15 +48,31 @@ class SweepPoint:
     peak_bytes: int | None = None
     flops: int | None = None
     shares: tuple[tuple[str, float], ...] = ()
+    # a sweep of generate(): the prompt length (None: the inputs as given), the time to
+    # first token and inter-token latency (clean pass), and the two rates
+    prompt: int | None = None
+    ttft: Summary | None = None
+    itl: Summary | None = None
+    prefill_tokens_per_s: float | None = None
+    decode_tokens_per_s: float | None = None
 
     @property
     def label(self) -> str:
-        """``batch 8, bfloat16, 2 threads`` (the parts that are set)."""
-        parts = [f"batch {self.batch}"] if self.batch is not None else []
+        """``prompt 128, batch 8, bfloat16, 2 threads`` (the parts that are set)."""
+        parts = [f"prompt {self.prompt}"] if self.prompt is not None else []
+        parts += [f"batch {self.batch}"] if self.batch is not None else []
         parts.append(self.dtype)
         if self.threads is not None:
             parts.append(f"{self.threads} thread{'s' if self.threads != 1 else ''}")
         return ", ".join(parts)
+
+    @property
+    def in_group(self) -> str:
+        """The point's place among its dtype's and thread count's: ``prompt 8, batch 1``
+        (``share`` when neither is varied)."""
+        parts = [f"prompt {self.prompt}"] if self.prompt is not None else []
+        parts += [f"batch {self.batch}"] if self.batch is not None else []
+        return ", ".join(parts) or "share"
 
     @property
     def flops_per_s(self) -> float | None:
@@ -83,6 +101,13 @@ class Sweep:
     warmup: int = 0
     iters: int = 0
     notes: tuple[Note, ...] = ()
+    generate: int | None = None  # new tokens per generate (a sweep of generate())
+
+    @property
+    def timed(self) -> str:
+        """What each point times, for headers: ``3 timed forwards`` or ``3 timed generates``."""
+        unit = "generates" if self.generate is not None else "forwards"
+        return f"warm-up {self.warmup}, {self.iters} timed {unit}"
 
     @property
     def groups(self) -> dict[tuple[str, int | None], tuple[SweepPoint, ...]]:
@@ -102,3 +127,27 @@ def top_layers(points: tuple[SweepPoint, ...], n: int) -> tuple[list[SweepPoint]
         for path, share in p.shares:
             top[path] = max(top.get(path, 0.0), share)
     return measured, sorted(top, key=lambda k: -top[k])[:n]
+
+
+#: Batching "pays" while doubling the batch raises decode tokens/s by at least this factor.
+BATCH_PAYS = 1.2
+
+
+def decode_scaling(points: tuple[SweepPoint, ...]) -> tuple[list[SweepPoint], int | None]:
+    """The points of one (dtype, threads, prompt) row that measured decode tokens/s, in
+    batch order, and the largest batch up to which each step up still raised decode
+    tokens/s by ``BATCH_PAYS`` per doubling (None: fewer than two such points)."""
+    measured = sorted(
+        (p for p in points if p.decode_tokens_per_s and p.batch is not None),
+        key=lambda p: p.batch or 0,
+    )
+    if len(measured) < 2:
+        return measured, None
+    pays = measured[0].batch
+    for a, b in itertools.pairwise(measured):
+        assert a.batch and b.batch and a.decode_tokens_per_s and b.decode_tokens_per_s
+        need = BATCH_PAYS ** math.log2(b.batch / a.batch)  # per doubling of the batch
+        if b.decode_tokens_per_s / a.decode_tokens_per_s < need:
+            break
+        pays = b.batch
+    return measured, pays

@@ -10,8 +10,16 @@ from rich.text import Text
 
 from layerprof.render.console.columns import Cell, Col, Hide, Row, Shrink, Step, print_table
 from layerprof.render.terminal import escaping
-from layerprof.sections.sweep import FAILED, OK, Sweep, SweepPoint, top_layers
-from layerprof.units import human_bytes, human_si, unit_for
+from layerprof.sections.sweep import (
+    BATCH_PAYS,
+    FAILED,
+    OK,
+    Sweep,
+    SweepPoint,
+    decode_scaling,
+    top_layers,
+)
+from layerprof.units import human_bytes, human_si, human_time, unit_for
 
 SHARE_LAYERS = 6
 _NAME_STEPS: tuple[Step, ...] = (Shrink(("name",), 24), Shrink(("name",), 12))
@@ -23,6 +31,8 @@ def print_sweep(sweep: Sweep, console: Console, **_: object) -> None:
     with escaping(console) as out:
         out.print(_header(sweep))
         _points_table(sweep, out)
+        if sweep.generate is not None:
+            _generation_table(sweep, out)
         for (dtype, threads), points in sweep.groups.items():
             _shares_table(points, dtype, threads, out, root=sweep.model)
         for note in sweep.notes:
@@ -37,8 +47,7 @@ def _header(sweep: Sweep) -> Text:
         ("layerprof sweep ", "bold"),
         (sweep.model, "bold cyan"),
         f"  device {sweep.device}  torch {sweep.torch or '?'}  inputs {'; '.join(sweep.inputs)}"
-        f" (batch dimension {sweep.batch_dim})  warm-up {sweep.warmup},"
-        f" {sweep.iters} timed forwards per point",
+        f" (batch dimension {sweep.batch_dim})  {sweep.timed} per point",
     )
 
 
@@ -55,6 +64,8 @@ def _points_table(sweep: Sweep, console: Console) -> None:
     threads = {p.threads for p in points}
     show_dtype, show_threads = len(dtypes) > 1, len(threads) > 1
     columns: list[Col] = []
+    if any(p.prompt is not None for p in points):
+        columns.append(Col("Prompt", number=True))
     if any(p.batch is not None for p in points):
         columns.append(Col("Batch", number=True))
     if show_dtype:
@@ -69,6 +80,8 @@ def _points_table(sweep: Sweep, console: Console) -> None:
     rows = []
     for p in points:
         cells: list[Cell] = []
+        if any(q.prompt is not None for q in points):
+            cells.append(str(p.prompt) if p.prompt is not None else "-")
         if any(q.batch is not None for q in points):
             cells.append(str(p.batch) if p.batch is not None else "-")
         if show_dtype:
@@ -89,10 +102,58 @@ def _points_table(sweep: Sweep, console: Console) -> None:
     fixed = [d for d in dtypes if not show_dtype] + [
         _threads_text(t) for t in threads if not show_threads and t is not None
     ]
-    title = "latency (clean pass), throughput and peak memory" + (
+    what = f"generate {sweep.generate} tokens" if sweep.generate is not None else "latency"
+    title = f"{what} (clean pass), throughput and peak memory" + (
         f" ({', '.join(fixed)})" if fixed else ""
     )
     print_table(console, lambda: _frame(title), columns, rows, steps=_POINT_STEPS)
+
+
+def _generation_table(sweep: Sweep, console: Console) -> None:
+    """Time to first token, inter-token latency and the two rates per point; then, per
+    row of batches, how decode tokens/s grows with the batch."""
+    columns = [Col("Point", key="name"), Col("TTFT p50", number=True),
+               Col("ITL p50", number=True), Col("ITL p90", number=True),
+               Col("prefill tok/s", number=True), Col("decode tok/s", number=True)]  # fmt: skip
+    rows = []
+    for p in sweep.points:
+        if p.status != OK:
+            continue
+        rows.append(
+            Row(
+                (
+                    p.label,
+                    human_time(p.ttft.median) if p.ttft else "-",
+                    human_time(p.itl.median) if p.itl else "-",
+                    human_time(p.itl.p90) if p.itl else "-",
+                    f"{p.prefill_tokens_per_s:,.0f}" if p.prefill_tokens_per_s else "-",
+                    f"{p.decode_tokens_per_s:,.0f}" if p.decode_tokens_per_s else "-",
+                )
+            )
+        )
+    title = f"generate {sweep.generate} new tokens: first token, inter-token latency, rates"
+    print_table(console, lambda: _frame(title), columns, rows, steps=_NAME_STEPS)
+    rows_by: dict[tuple[str, int | None, int | None], list[SweepPoint]] = {}
+    for p in sweep.points:
+        rows_by.setdefault((p.dtype, p.threads, p.prompt), []).append(p)
+    for points in rows_by.values():
+        measured, pays = decode_scaling(tuple(points))
+        if pays is None:
+            continue
+        steps = ", ".join(f"batch {p.batch}: {p.decode_tokens_per_s:,.0f}" for p in measured)
+        first = points[0]
+        where = ", ".join(
+            [f"prompt {first.prompt}"] * (first.prompt is not None)
+            + [first.dtype]
+            + ([_threads_text(first.threads)] if first.threads is not None else [])
+        )
+        console.print(
+            Text.assemble(
+                ("decode tokens/s by batch", "bold"),
+                f" ({where}): {steps}; batching pays up to batch {pays} (each doubling"
+                f" at least {BATCH_PAYS:g}x the tokens/s)",
+            )
+        )
 
 
 def _threads_text(threads: int) -> str:
@@ -110,7 +171,7 @@ def _shares_table(
     measured, layers = top_layers(points, SHARE_LAYERS)
     if not measured:
         return
-    heads = [f"batch {p.batch}" if p.batch is not None else "share" for p in measured]
+    heads = [p.in_group for p in measured]
     columns = [Col("Layer (self time)", key="name", cap=40)]
     columns += [Col(h, number=True) for h in heads]
     if len(measured) > 1:

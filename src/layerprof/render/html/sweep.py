@@ -28,7 +28,14 @@ from layerprof.render.html.page import (
     text_col,
     time_col,
 )
-from layerprof.sections.sweep import OK, Sweep, SweepPoint, top_layers
+from layerprof.sections.sweep import (
+    BATCH_PAYS,
+    OK,
+    Sweep,
+    SweepPoint,
+    decode_scaling,
+    top_layers,
+)
 from layerprof.units import NS_PER_MS, human_bytes, human_si, unit_for
 
 SHARE_LAYERS = 8
@@ -56,7 +63,8 @@ class Lines(Chart):
 
 
 def render_sweep_html(sweep: Sweep, *, title: str | None = None) -> str:
-    sections = [s for s in (_charts(sweep), _points(sweep), *_shares(sweep), _notes(sweep)) if s]
+    parts = (_charts(sweep), _points(sweep), _generation(sweep), *_shares(sweep), _notes(sweep))
+    sections = [s for s in parts if s]
     heading_text = title or f"{sweep.model} sweep — layerprof"
     return document(sections, heading=heading_text, header=_header(sweep, heading_text))
 
@@ -65,7 +73,7 @@ def _header(sweep: Sweep, text: str) -> str:
     facts = [
         ("model", sweep.model), ("device", sweep.device), ("torch", sweep.torch),
         ("inputs", "; ".join(sweep.inputs)), ("batch dimension", str(sweep.batch_dim)),
-        ("per point", f"warm-up {sweep.warmup}, {sweep.iters} timed forwards"),
+        ("per point", sweep.timed),
         ("date", sweep.created),
     ]  # fmt: skip
     chips = "".join(
@@ -152,6 +160,8 @@ def _points(sweep: Sweep) -> Section:
         )
 
     cols: list[Col[SweepPoint]] = []
+    if any(p.prompt is not None for p in points):
+        cols.append(Col("Prompt", lambda p: str(p.prompt or "-"), lambda p: p.prompt))
     if any(p.batch is not None for p in points):
         cols.append(Col("Batch", lambda p: str(p.batch) if p.batch else "-", lambda p: p.batch))
     cols.append(text_col("Dtype", lambda p: p.dtype))
@@ -171,6 +181,45 @@ def _points(sweep: Sweep) -> Section:
     return Section("sweep-points", "Every point", table("sweep-table", cols, points))
 
 
+def _generation(sweep: Sweep) -> Section | None:
+    """A sweep of generate(): first token, inter-token latency and the rates per point,
+    and where batching stops raising decode tokens/s."""
+    if sweep.generate is None:
+        return None
+    points = [p for p in sweep.points if p.status == OK]
+    unit = unit_for(max((p.itl.p90 for p in points if p.itl is not None), default=0.0))
+    cols: list[Col[SweepPoint]] = [
+        text_col("Point", lambda p: p.label),
+        time_col("TTFT p50", lambda p: p.ttft.median if p.ttft else None, unit),
+        time_col("ITL p50", lambda p: p.itl.median if p.itl else None, unit),
+        time_col("ITL p90", lambda p: p.itl.p90 if p.itl else None, unit),
+        Col("prefill tok/s", lambda p: _num(p.prefill_tokens_per_s),
+            lambda p: p.prefill_tokens_per_s),
+        Col("decode tok/s", lambda p: _num(p.decode_tokens_per_s),
+            lambda p: p.decode_tokens_per_s),
+    ]  # fmt: skip
+    body = table("sweep-generation", cols, points)
+    rows: dict[tuple[str, int | None, int | None], list[SweepPoint]] = {}
+    for p in sweep.points:
+        rows.setdefault((p.dtype, p.threads, p.prompt), []).append(p)
+    for (dtype, threads, prompt), group in rows.items():
+        _, pays = decode_scaling(tuple(group))
+        if pays is not None:
+            where = (f"prompt {prompt}, " if prompt is not None else "") + _group_name(
+                dtype, threads
+            )
+            body += paragraph(
+                f"{where}: batching raises decode tokens/s by at least {BATCH_PAYS:g}x per"
+                f" doubling up to batch {pays}",
+                "caption",
+            )
+    intro = (
+        f"Each point times generate() of {sweep.generate} new tokens: the time to first"
+        " token (TTFT), the inter-token latency (ITL) and prefill and decode tokens/s."
+    )
+    return Section("sweep-generation", "Generation", body, intro)
+
+
 def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:,.1f}"
 
@@ -184,7 +233,7 @@ def _shares(sweep: Sweep) -> list[Section]:
         cols: list[Col[str]] = [text_col("Layer (self time)", lambda path: path or sweep.model)]
         for p in measured:
             shares = dict(p.shares)
-            name = f"batch {p.batch}" if p.batch is not None else "share"
+            name = p.in_group
             cols.append(share_col(name, lambda path, s=shares: s.get(path, 0.0)))  # type: ignore[misc]
         anchor = f"sweep-shares-{len(out)}"
         name = _group_name(dtype, threads)
