@@ -31,8 +31,8 @@ from typing import Any
 import torch
 
 import layerprof
-from layerprof.capture.ops.profiler import capture_ops
 from layerprof.capture.options import OpOptions
+from layerprof.capture.profiling.profiler import capture_ops
 from layerprof.load.demo import build
 from layerprof.stats import median
 

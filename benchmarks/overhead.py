@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from layerprof import Recorder
-from layerprof.capture.clocks import HostClock
+from layerprof.capture.platform.clocks import HostClock
 
 
 def median_forward_ns(fn: Callable[[], Any], iters: int) -> tuple[float, float]:

@@ -8,7 +8,6 @@ import pytest
 import torch
 from torch import nn
 
-from layerprof.capture.clocks import FakeClock
 from layerprof.capture.hooks import backward as bwd
 from layerprof.capture.hooks.backward import (
     BackwardProfile,
@@ -17,6 +16,7 @@ from layerprof.capture.hooks.backward import (
     nest_intervals,
     profile_backward,
 )
+from layerprof.capture.platform.clocks import FakeClock
 from layerprof.capture.recording.layertimes import build_samples
 from layerprof.capture.recording.nodes import _Call
 from layerprof.capture.step import default_loss

@@ -10,7 +10,7 @@ from rich.console import Console
 from torch import nn
 
 from layerprof import Recorder
-from layerprof.capture.clocks import FakeClock
+from layerprof.capture.platform.clocks import FakeClock
 from layerprof.notes import Note
 from layerprof.profile import Profile
 from layerprof.records import Meta

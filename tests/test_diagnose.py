@@ -9,7 +9,7 @@ import torch
 import layerprof
 from layerprof import Recorder
 from layerprof.analysis.diagnose import MIN_FINDING_NS, checks, diagnose, diagnose_run
-from layerprof.capture.clocks import FakeClock
+from layerprof.capture.platform.clocks import FakeClock
 from layerprof.profile import Profile, Run
 from layerprof.records import LayerInfo, LayerSamples, Meta, Overhead
 from layerprof.sections import CrossRank, DeviceUse, KindRow, RankLine

@@ -12,8 +12,8 @@ import pytest
 import torch
 from torch import nn
 
-from layerprof.capture.ops.profiler import RawTrace, capture_ops, profile_from_capture
 from layerprof.capture.options import OpOptions
+from layerprof.capture.profiling.profiler import RawTrace, capture_ops, profile_from_capture
 from layerprof.load.demo import TinyTransformer
 from layerprof.profile import Profile
 from layerprof.render.chrome import write_chrome_trace, write_tensorboard_dir

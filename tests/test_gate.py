@@ -27,7 +27,7 @@ from torch import nn
 from layerprof import Recorder
 from layerprof.analysis.diff import Diff, diff
 from layerprof.analysis.diffjudge import ALPHA, DRIFT_ALLOWANCE_PCT
-from layerprof.capture.clocks import FakeClock
+from layerprof.capture.platform.clocks import FakeClock
 from layerprof.cli.processes import gather, rest_ratios
 from layerprof.profile import Profile
 from layerprof.render.console.diff import print_diff

@@ -23,8 +23,8 @@ import pytest
 import torch
 from torch import nn
 
-from layerprof.capture.ops.profiler import exported_trace
 from layerprof.capture.options import OpOptions, RunOptions
+from layerprof.capture.profiling.profiler import exported_trace
 from layerprof.capture.runner import run_model
 from layerprof.cli import main
 from layerprof.notes import Note

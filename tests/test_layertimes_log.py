@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from layerprof import Recorder
-from layerprof.capture.clocks import FakeClock
+from layerprof.capture.platform.clocks import FakeClock
 from layerprof.capture.recording import recorder as recorder_module
 from layerprof.capture.recording.layertimes import EXIT, RAISED, SKIP, complete_prefix, parse_events
 from layerprof.errors import UsageError

@@ -13,7 +13,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 import layerprof
-from layerprof.capture.clocks import FakeClock
+from layerprof.capture.platform.clocks import FakeClock
 from layerprof.capture.recording import recorder as recorder_module
 from layerprof.capture.recording.loop import StepSchedule
 from layerprof.errors import UsageError

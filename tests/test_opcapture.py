@@ -12,9 +12,9 @@ import torch
 from rich.console import Console
 from torch import nn
 
-from layerprof.capture.ops import profiler as opcapture
-from layerprof.capture.ops.profiler import UNATTRIBUTED, capture_ops, profile_from_capture
 from layerprof.capture.options import OpOptions
+from layerprof.capture.profiling import profiler as opcapture
+from layerprof.capture.profiling.profiler import UNATTRIBUTED, capture_ops, profile_from_capture
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.load.demo import SmallCNN, TinyTransformer
 from layerprof.profile import Profile

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from layerprof.capture.ops.cost import OpsCorrection, calibrate_ops, corrected_samples
+from layerprof.capture.profiling.cost import OpsCorrection, calibrate_ops, corrected_samples
 from layerprof.records import LayerInfo, LayerSamples, OpSamples, OpStat
 from layerprof.stats import Series
 
@@ -115,7 +115,7 @@ def test_a_layer_corrected_to_zero_is_named_not_trusted(monkeypatch: pytest.Monk
     from layerprof.analysis.diagnose import diagnose
 
     stalled = OpsCorrection(per_op_ns=1e6, range_inside_ns=0, range_leak_ns=0)
-    monkeypatch.setattr("layerprof.capture.ops.cost.calibrate_ops", lambda *a, **k: stalled)
+    monkeypatch.setattr("layerprof.capture.profiling.cost.calibrate_ops", lambda *a, **k: stalled)
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
     x = torch.randn(2, 8)
     prof = layerprof.profile(model, x, warmup=0, iters=3, ops=True)

@@ -7,7 +7,7 @@ import io
 import torch
 from rich.console import Console
 
-from layerprof.capture.clocks import FakeClock
+from layerprof.capture.platform.clocks import FakeClock
 from layerprof.capture.recording.recorder import Recorder
 from layerprof.records import Meta
 from layerprof.render.console.ranks import print_layers_across_ranks

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from layerprof import Recorder
-from layerprof.capture.clocks import FakeClock
+from layerprof.capture.platform.clocks import FakeClock
 from layerprof.capture.recording.layertimes import Correction, build_samples
 from layerprof.records import LayerCall, Meta
 from tests.support import zoo_models as zoo

@@ -11,7 +11,7 @@ from rich.console import Console
 from torch import nn
 
 from layerprof import Recorder
-from layerprof.capture.clocks import FakeClock
+from layerprof.capture.platform.clocks import FakeClock
 from layerprof.profile import Profile
 from layerprof.render.console.profile import print_profile
 from tests.support import zoo_models as zoo

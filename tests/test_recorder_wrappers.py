@@ -15,9 +15,9 @@ from torch import nn
 
 import layerprof
 from layerprof import Recorder
-from layerprof.capture.clocks import FakeClock
 from layerprof.capture.compilewatch import CompileWatch
 from layerprof.capture.modules import ForwardWrapper
+from layerprof.capture.platform.clocks import FakeClock
 from layerprof.capture.recording.shapestore import ShapeCapture
 from tests.support import zoo_models as zoo
 

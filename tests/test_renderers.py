@@ -130,4 +130,3 @@ def test_the_codec_writes_and_reads_every_typed_section() -> None:
     assert sorted(typed - covered - BODY_FIELDS) == []
     assert sorted(covered - typed) == []  # no stale entry
     assert not covered & BODY_FIELDS
-

@@ -477,10 +477,10 @@ def test_torchscript_rows_lose_the_calibrated_recording_cost(
     mode and kept in the profile for the pass-agreement check: a calibration that
     over-estimates it (1 s per operator) clamps the self time of every layer that runs
     operators to 0."""
-    from layerprof.capture.ops.cost import OpsCorrection
+    from layerprof.capture.profiling.cost import OpsCorrection
 
     stalled = OpsCorrection(per_op_ns=1e9, range_inside_ns=5e5, range_leak_ns=5e5)
-    monkeypatch.setattr("layerprof.capture.ops.cost.calibrate_ops", lambda *a, **k: stalled)
+    monkeypatch.setattr("layerprof.capture.profiling.cost.calibrate_ops", lambda *a, **k: stalled)
     prof = _run_traced_list_encoder(tmp_path)
     o = prof.overhead
     assert o is not None and o.method == "ops" and o.corrected

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 import layerprof
-from layerprof.capture.distributed import unwrap, user_modules, wrapper_note
+from layerprof.capture.platform.distributed import unwrap, user_modules, wrapper_note
 from layerprof.cli import main
 from layerprof.cli.sources import load_ranks
 from layerprof.profile import Profile

@@ -368,7 +368,7 @@ def test_a_layer_table_that_does_not_add_up_to_the_forwards_says_so() -> None:
     """Two layers busy in overlapping 60 % of 50 forwards: each one's median is 1 ms, so
     the table's total reads 2 ms, while 80 % of the forwards took 1 ms."""
     from layerprof.analysis.diagnose import diagnose
-    from layerprof.capture.clocks import FakeClock
+    from layerprof.capture.platform.clocks import FakeClock
 
     clock = FakeClock()
     n, ms = 50, 1_000_000

@@ -16,7 +16,7 @@ import torch.optim.optimizer as optim_module
 from torch import nn
 
 import layerprof
-from layerprof.capture.clocks import FakeClock
+from layerprof.capture.platform.clocks import FakeClock
 from layerprof.capture.recording.loop import StepMarks, StepSchedule, partition
 from layerprof.errors import UsageError
 from layerprof.profile import Profile

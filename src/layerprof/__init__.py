@@ -142,7 +142,7 @@ def profile(
     dtype: ``torch.bfloat16`` or ``"bfloat16"``) run the model and its inputs
     there, as ``layerprof run --device/--dtype`` do; your model is left as it is
     (a moved or cast copy is profiled). ``ops=True`` (or an
-    :class:`layerprof.capture.ops.profiler.OpOptions`) records the operators of every layer
+    :class:`layerprof.capture.profiling.profiler.OpOptions`) records the operators of every layer
     with torch.profiler (``Profile.ops``); ``backward=True`` adds each layer's
     backward time, with ``loss(output)`` as the loss (default: the sum of the
     floating outputs). ``compile=True`` (or a
@@ -153,8 +153,8 @@ def profile(
     :class:`layerprof.capture.options.RunOptions` for the other options and
     docs/python-api.md for the units of what comes back.
     """
-    from layerprof.capture.device import placed
     from layerprof.capture.options import run_options
+    from layerprof.capture.platform.device import placed
     from layerprof.capture.runner import profile_model
 
     model, args, kwargs, dev, dtype_name = placed(model, args, kwargs or {}, device, dtype)

@@ -7,7 +7,7 @@ from dataclasses import replace
 import torch
 
 from layerprof import Recorder
-from layerprof.capture.clocks import FakeClock
+from layerprof.capture.platform.clocks import FakeClock
 from layerprof.notes import SAVED, Note
 from layerprof.profile import Profile
 from layerprof.records import LayerInfo, LayerSamples, Meta, Overhead

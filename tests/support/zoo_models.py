@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from layerprof.capture.clocks import FakeClock
+from layerprof.capture.platform.clocks import FakeClock
 
 
 class Work(nn.Module):

@@ -61,7 +61,7 @@ def visible_modules(
     insides of compiled modules: ``--compile`` compiles regions itself and attributes
     their kernels to the modules inside (layerprof.capture.compiled.run).
     """
-    from layerprof.capture.distributed import user_modules
+    from layerprof.capture.platform.distributed import user_modules
 
     out: list[tuple[str, torch.nn.Module]] = []
     opaque: list[str] = []

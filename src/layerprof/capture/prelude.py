@@ -18,9 +18,9 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from layerprof.capture.calls import guarded
-from layerprof.capture.clocks import synchronizer
 from layerprof.capture.fastpath import check_passes, watch_clean_path
 from layerprof.capture.modules import hookable_modules
+from layerprof.capture.platform.clocks import synchronizer
 from layerprof.capture.recording.layerinfo import layer_infos
 from layerprof.capture.recording.shapestore import ShapeCapture
 from layerprof.notes import Note

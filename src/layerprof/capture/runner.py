@@ -14,7 +14,7 @@ Order of one run (see docs/definitions.md):
 5. hooks mode: calibration — the hooks' own per-call cost, measured on a model
    of empty layers with the same hooks — then one untimed hooked forward and
    ``iters`` hooked forwards (plus the backward pass with ``backward``);
-   ops mode instead: ``iters`` forwards under torch.profiler (layerprof.capture.ops.profiler);
+   ops mode instead: ``iters`` forwards under torch.profiler (layerprof.capture.profiling.profiler);
    TorchScript / torch.export: the profiler's module hierarchy (layerprof.capture.scripted.profiler);
    ``compile``: the model runs compiled from the cold call on (which pays the
    compile), and its kernels are attributed to layers (layerprof.capture.compiled.run).
@@ -34,14 +34,14 @@ import numpy as np
 import numpy.typing as npt
 
 from layerprof.capture.calls import grad_ctx, guarded, timed
-from layerprof.capture.clocks import synchronizer
 from layerprof.capture.compilewatch import CompileWatch
-from layerprof.capture.device import device_of
-from layerprof.capture.distributed import unwrap
-from layerprof.capture.hostload import host_load
 from layerprof.capture.layerpass import Pass
 from layerprof.capture.modes import choose
 from layerprof.capture.options import RunOptions
+from layerprof.capture.platform.clocks import synchronizer
+from layerprof.capture.platform.device import device_of
+from layerprof.capture.platform.distributed import unwrap
+from layerprof.capture.platform.hostload import host_load
 from layerprof.capture.progress import Progress
 from layerprof.load.modulegraph import check_acyclic
 from layerprof.notes import Note
@@ -106,7 +106,7 @@ def run_model(
 
 
 def _wrapper_notes(model: Any) -> list[Note]:
-    from layerprof.capture.distributed import wrapper_note
+    from layerprof.capture.platform.distributed import wrapper_note
 
     note = wrapper_note(model)
     return [note] if note else []
@@ -187,7 +187,7 @@ def _meta(
 
 
 def _rank_meta() -> dict[str, Any]:
-    from layerprof.capture.distributed import rank_info
+    from layerprof.capture.platform.distributed import rank_info
 
     info = rank_info()
     return {} if info is None else {"rank": info.rank, "world_size": info.world_size}

@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from layerprof.capture.device import prepare_model
+from layerprof.capture.platform.device import prepare_model
 from layerprof.errors import DeviceError, InputSpecError, LayerprofError, UsageError
 from layerprof.load.inputs import InputSpec, build_inputs, parse_input_spec
 from layerprof.notes import Note
@@ -435,8 +435,8 @@ def _cpu_peak(model: Any, args: Any, kwargs: Any, options: SweepOptions) -> int 
     """The CPU allocator has no peak counter: torch.profiler's memory events have it."""
     import torch
 
-    from layerprof.capture.ops.profiler import capture_ops
     from layerprof.capture.options import OpOptions
+    from layerprof.capture.profiling.profiler import capture_ops
 
     grad = torch.inference_mode if options.inference_mode else torch.no_grad
     raw = capture_ops(

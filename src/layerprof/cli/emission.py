@@ -28,7 +28,7 @@ EXIT_CLOSED_PIPE = 141  # 128 + SIGPIPE: stdout was closed by its reader
 def emit(profile: Profile, args: argparse.Namespace, *, suffix: str | None = None) -> None:
     """Write the requested files (each whole or not at all), then print the report."""
     from layerprof import sinks
-    from layerprof.capture.distributed import rank_info
+    from layerprof.capture.platform.distributed import rank_info
 
     # Files first: a measurement that took minutes is saved before anything else can fail.
     outputs.write_profile_outputs(profile, args, suffix=suffix)

@@ -33,9 +33,9 @@ def measure(
     """Profile ``model`` on the inputs of ``input_specs`` (or a .pt2 program's own) as the
     measurement options of ``args`` say; the options are built as ``layerprof.profile()``
     builds them."""
-    from layerprof.capture.device import prepare_model, resolve_device
-    from layerprof.capture.distributed import ddp_wrapped
     from layerprof.capture.options import run_options
+    from layerprof.capture.platform.device import prepare_model, resolve_device
+    from layerprof.capture.platform.distributed import ddp_wrapped
     from layerprof.capture.runner import run_model
     from layerprof.load.inputs import build_inputs, example_inputs
     from layerprof.load.modulegraph import check_acyclic

@@ -218,7 +218,7 @@ def with_suffix(path: str, suffix: str | None, *, rank: bool = True) -> Path:
 
 
 def rank_suffix() -> str | None:
-    from layerprof.capture.distributed import rank_info
+    from layerprof.capture.platform.distributed import rank_info
 
     info = rank_info()
     return info.suffix if info else None

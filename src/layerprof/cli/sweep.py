@@ -107,7 +107,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Load the model as ``run`` does, run the grid, write the files, print the table."""
     from layerprof import sinks
-    from layerprof.capture.device import resolve_device
+    from layerprof.capture.platform.device import resolve_device
     from layerprof.capture.sweep import SweepOptions, run_sweep
     from layerprof.load.modulegraph import check_acyclic
     from layerprof.sections.sweep import OK

@@ -1,6 +1,6 @@
 """A profiler's in-memory results -> the same EventTables a trace file gives.
 
-Ops mode (``layerprof.capture.ops.profiler``) records with torch.profiler; its results
+Ops mode (``layerprof.capture.profiling.profiler``) records with torch.profiler; its results
 (``prof.profiler.kineto_results``, one per profiler cycle) hold every event
 with integer-ns times. Building the tables from them directly (about 1 ms per
 thousand events) skips the Chrome export and its JSON decode (about 10x

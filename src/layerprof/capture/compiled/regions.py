@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from layerprof.capture.modules import hookable_modules
-from layerprof.capture.ops.profiler import range_api
+from layerprof.capture.profiling.profiler import range_api
 from layerprof.traceformat import LAYER_RANGE
 
 if TYPE_CHECKING:

@@ -46,8 +46,8 @@ from layerprof.capture.compiled.samples import (
 )
 from layerprof.capture.compilewatch import CompileWatch
 from layerprof.capture.modules import HookHandles, hookable_modules
-from layerprof.capture.ops.profiler import RawTrace, profiler_kwargs, trace_loader
 from layerprof.capture.options import CompileOptions, OpOptions
+from layerprof.capture.profiling.profiler import RawTrace, profiler_kwargs, trace_loader
 from layerprof.capture.quiet import kineto_quiet
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.notes import Note
@@ -219,7 +219,7 @@ class CompiledRun:
     ) -> RawTrace:
         import torch
 
-        from layerprof.capture.clocks import synchronizer
+        from layerprof.capture.platform.clocks import synchronizer
 
         sync = synchronizer(device)
         step = self._step(sync, backward, loss)
@@ -351,7 +351,7 @@ def _dynamo_state() -> tuple[dict[str, int], set[int]]:
 
 
 def _cycle(results: Any) -> Any:
-    from layerprof.capture.ops.profiler import TraceCycle
+    from layerprof.capture.profiling.profiler import TraceCycle
 
     return TraceCycle(trace_loader(results))
 

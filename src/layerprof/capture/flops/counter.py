@@ -25,11 +25,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from layerprof.capture.clocks import Clock, CudaEventClock, HostClock
 from layerprof.capture.flops.formulas import Rule, rules
 from layerprof.capture.flops.peaks import device_peak
 from layerprof.capture.modules import visible_modules
 from layerprof.capture.options import GivenPeak
+from layerprof.capture.platform.clocks import Clock, CudaEventClock, HostClock
 from layerprof.capture.recording.nodes import NodeMarks
 from layerprof.records import LayerInfo
 from layerprof.sections.flops import FlopSummary, LayerFlops, UncountedOp

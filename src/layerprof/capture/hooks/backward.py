@@ -28,8 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from layerprof.capture.clocks import Clock, HostClock, synchronizer
-from layerprof.capture.device import device_of
+from layerprof.capture.platform.clocks import Clock, HostClock, synchronizer
+from layerprof.capture.platform.device import device_of
 from layerprof.capture.recording import nodes
 from layerprof.capture.recording.layertimes import build_samples
 from layerprof.capture.recording.nodes import NodeHooksUnavailable, NodeMarks, nest_intervals
@@ -135,8 +135,8 @@ def _ops_backward(
     why: str,
 ) -> BackwardProfile:
     """The fallback: autograd nodes from torch.profiler, attributed by sequence number."""
-    from layerprof.capture.ops.profiler import capture_ops
     from layerprof.capture.options import OpOptions
+    from layerprof.capture.profiling.profiler import capture_ops
 
     cap = capture_ops(
         model, args, kwargs, iters=iters, device=device_of(model), options=OpOptions(),

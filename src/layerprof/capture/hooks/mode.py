@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from layerprof.capture.calls import guarded, timed
-from layerprof.capture.clocks import CudaEventClock, HostClock
-from layerprof.capture.device import device_of
 from layerprof.capture.layerpass import AsGiven
+from layerprof.capture.platform.clocks import CudaEventClock, HostClock
+from layerprof.capture.platform.device import device_of
 from layerprof.capture.prelude import prelude
 from layerprof.capture.recording.recorder import Recorder, calibrate
 from layerprof.notes import Note

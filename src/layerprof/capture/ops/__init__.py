@@ -1,5 +1,3 @@
-"""Ops mode: a torch.profiler run whose operators are attributed to module paths.
-
-``profiler`` records the run; ``cost`` measures what the recording costs each layer and
-removes it.
+"""Ops mode: a torch.profiler run whose operators are attributed to module paths
+(``mode``), on the toolkit of ``layerprof.capture.profiling``.
 """

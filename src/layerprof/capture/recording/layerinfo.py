@@ -50,7 +50,7 @@ def layer_infos(
 def default_meta(model: torch.nn.Module, iterations: int, inputs: tuple[str, ...] = ()) -> Meta:
     import torch
 
-    from layerprof.capture.device import device_of
+    from layerprof.capture.platform.device import device_of
     from layerprof.profile import now_iso
 
     return Meta(

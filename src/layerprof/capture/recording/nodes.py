@@ -31,8 +31,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from layerprof.capture.clocks import Clock
 from layerprof.capture.modules import HookHandles, compiled_in_place, hookable_modules
+from layerprof.capture.platform.clocks import Clock
 from layerprof.records import LayerCall
 
 if TYPE_CHECKING:

@@ -43,7 +43,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from layerprof.capture.clocks import Clock, CudaEventClock, HostClock, synchronizer
 from layerprof.capture.modules import (
     ForwardWrapper,
     HookHandles,
@@ -51,6 +50,7 @@ from layerprof.capture.modules import (
     is_compiled,
     wrappable_modules,
 )
+from layerprof.capture.platform.clocks import Clock, CudaEventClock, HostClock, synchronizer
 from layerprof.capture.recording.layerinfo import default_meta, layer_infos
 from layerprof.capture.recording.layertimes import (
     EXIT,
@@ -143,7 +143,7 @@ class Recorder:
     ) -> None:
         import torch
 
-        from layerprof.capture.distributed import unwrap
+        from layerprof.capture.platform.distributed import unwrap
 
         if not isinstance(model, torch.nn.Module):
             raise UsageError(
@@ -313,7 +313,7 @@ class Recorder:
 
     def _default_backward_clock(self) -> Clock:
         """CUDA events on CUDA (resolved once per step), else the forward's host clock."""
-        from layerprof.capture.device import device_of
+        from layerprof.capture.platform.device import device_of
 
         device = device_of(self.model)
         return CudaEventClock(device) if device.startswith("cuda") else self.clock

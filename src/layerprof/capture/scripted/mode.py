@@ -13,7 +13,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from layerprof.capture.layerpass import AsGiven
-from layerprof.capture.ops.mode import ops_cost, ops_overhead, with_trace
+from layerprof.capture.profiling.cost import ops_cost, ops_overhead
+from layerprof.capture.profiling.traced import with_trace
 from layerprof.notes import Note
 from layerprof.units import human_time
 
@@ -47,7 +48,7 @@ class ScriptedMode(AsGiven):
 
 
 def _scripted(run: Pass) -> Profile:
-    """Rows off the profiled trace, its recording cost removed (layerprof.capture.ops.cost)."""
+    """Rows off the profiled trace, its recording cost removed (layerprof.capture.profiling.cost)."""
     from layerprof.capture.options import OpOptions
     from layerprof.capture.scripted.profiler import export_capture, script_capture
 
@@ -86,7 +87,7 @@ def _scripted(run: Pass) -> Profile:
     )
     out = replace(out, overhead=ops_overhead(out, traced.ops, cost, opts.correct_overhead))
     if opts.correct_overhead:
-        from layerprof.capture.ops.cost import corrected_samples
+        from layerprof.capture.profiling.cost import corrected_samples
 
         out = replace(out, samples=corrected_samples(out.samples, traced.ops, layers, cost))
     return out

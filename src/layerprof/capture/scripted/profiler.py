@@ -46,9 +46,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from layerprof.capture.device import device_of
-from layerprof.capture.ops.profiler import RawTrace, capture_ops, range_api, trace_loader
 from layerprof.capture.options import OpOptions
+from layerprof.capture.platform.device import device_of
+from layerprof.capture.profiling.profiler import RawTrace, capture_ops, range_api, trace_loader
 from layerprof.capture.quiet import kineto_quiet
 from layerprof.errors import ModelRunError
 from layerprof.notes import Note
@@ -203,7 +203,7 @@ def _profiled_trace(
     import torch
 
     from layerprof.capture.failures import model_error
-    from layerprof.capture.ops.profiler import profiler_kwargs
+    from layerprof.capture.profiling.profiler import profiler_kwargs
 
     kw = profiler_kwargs(options, device_of(module), iters)
     # The Module Hierarchy of TorchScript ops exists only with with_modules (no other

@@ -27,7 +27,7 @@ def resolve_device(spec: str) -> str:
             hint="use --device cpu, or install a CUDA build of torch on a machine with a GPU",
         )
     if index is None:
-        from layerprof.capture.distributed import rank_info
+        from layerprof.capture.platform.distributed import rank_info
 
         info = rank_info()  # under torchrun, "cuda" is this rank's own GPU
         index = info.local_rank if info is not None else torch.cuda.current_device()

@@ -283,7 +283,7 @@ def _step_fn(
     loss: Callable[[Any], Any] | None,
     device: str,
 ) -> Callable[[], Any]:
-    from layerprof.capture.clocks import synchronizer
+    from layerprof.capture.platform.clocks import synchronizer
 
     sync = synchronizer(device)
     if not backward:

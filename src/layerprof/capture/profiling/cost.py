@@ -37,12 +37,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from layerprof.notes import Note
-from layerprof.records import LayerInfo, LayerSamples, OpStat
+from layerprof.records import LayerInfo, LayerSamples, OpStat, Overhead
 from layerprof.stats import median
 from layerprof.units import human_time
 
 if TYPE_CHECKING:
     import torch
+
+    from layerprof.capture.options import RunOptions
+    from layerprof.profile import Profile
 
 #: About how many operator calls the calibration's operator layer makes.
 CALIBRATION_OPS = 40
@@ -186,8 +189,8 @@ def _round_figures(
     capture: Callable[..., Any] | None,
 ) -> tuple[float, float, float]:
     """(per-op, range inside, range leak) ns of one profiled run against ``bare``."""
-    from layerprof.capture.ops.profiler import capture_ops
     from layerprof.capture.options import OpOptions
+    from layerprof.capture.profiling.profiler import capture_ops
 
     raw = (capture or capture_ops)(
         model, (x,), None, iters=iters, device=device, options=OpOptions()
@@ -264,3 +267,30 @@ def _bare_times(model: Any, shell: Any, x: Any, iters: int) -> dict[str, float]:
         root.append(now() - t0)
     e = median(empty)
     return {"empty": e, "busy": median(busy), "root_self": median(root) - (_CHILDREN + 1) * e}
+
+
+def ops_cost(device: str, opts: RunOptions) -> OpsCorrection:
+    """Ops mode's recording cost per operator and layer range (``calibrate_ops``)."""
+    return calibrate_ops(device)
+
+
+def ops_overhead(
+    traced: Profile, ops: tuple[OpStat, ...], cost: OpsCorrection, corrected: bool
+) -> Overhead:
+    """Ops mode's calibrated cost per forward, and the passes' medians: the per-layer
+    pass's forward is the root's range, before any correction."""
+    roots = [i.path for i in traced.layers if i.parent is None]
+    root = traced.samples.get(roots[0]) if len(roots) == 1 else None
+    iterations = max((s.total_ns.n for s in traced.samples.values()), default=0)
+    calls = sum(s.calls for s in traced.samples.values())
+    return Overhead(
+        per_call_ns=cost.range_inside_ns + cost.range_leak_ns,
+        inside_ns=cost.range_inside_ns,
+        corrected=corrected,
+        calls_per_forward=calls,
+        clean_ns=traced.latency_ns.median if traced.latency_ns is not None else None,
+        instrumented_ns=root.total_ns.median if root is not None and root.calls else None,
+        method="ops",
+        per_op_ns=cost.per_op_ns,
+        ops_per_forward=forward_ops(ops, iterations),
+    )

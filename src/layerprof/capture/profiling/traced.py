@@ -1,0 +1,47 @@
+"""A run's Profile with the rows of a torch.profiler trace of its per-layer pass: the
+ops, scripted and compiled modes read their rows off the same kind of trace."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from layerprof.notes import Note
+from layerprof.records import LayerInfo
+
+if TYPE_CHECKING:
+    from layerprof.capture.profiling.profiler import RawTrace
+    from layerprof.profile import Profile
+
+
+def with_trace(
+    base: Profile,
+    traced: Profile,
+    raw: RawTrace,
+    *,
+    ops: bool,
+    layers: tuple[LayerInfo, ...],
+    notes: Sequence[Note],
+) -> Profile:
+    """The run's Profile with the per-layer rows, operators and device sections of its trace.
+
+    The trace's own notes (written for ``analyze`` readers) are left out: the
+    run's notes say how its rows were measured.
+    """
+    known = {i.path for i in layers}
+    samples = {p: s for p, s in traced.samples.items() if p in known}
+    return replace(
+        base,
+        layers=layers,
+        samples=samples,
+        ops=traced.ops if ops else (),
+        devices=traced.devices,
+        kernels=traced.kernels,
+        kinds=traced.kinds,
+        memcpy=traced.memcpy,
+        launches=traced.launches,
+        communication=traced.communication,  # collectives (DDP's all-reduces): stragglers
+        notes=(*base.notes, *notes),
+        events=raw,
+    )
