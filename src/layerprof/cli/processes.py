@@ -213,7 +213,9 @@ def child_command(argv: Sequence[str], out: Path) -> list[str]:
 
 def _child(argv: Sequence[str], out: Path, what: str, timeout: float | None = None) -> Profile:
     """One ``layerprof run`` process writing its profile to ``out``."""
-    src = str(Path(__file__).resolve().parents[1])  # this layerprof, in the child too
+    # this layerprof, in the child too: the folder above the package (src/), never the
+    # package's own folder, whose profile.py would stand in for the standard library's
+    src = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
     check_argv(argv, what)
