@@ -78,7 +78,7 @@ if TYPE_CHECKING:
     import pandas
 
 
-class RecordedTrace(Protocol):
+class _RecordedTrace(Protocol):
     """The raw trace behind an ops-mode Profile (its Chrome-trace events), for exports."""
 
     @property
@@ -238,7 +238,7 @@ def tree_of(rows: Sequence[LayerRow]) -> list[LayerNode]:
     return roots
 
 
-def depth_of(path: str) -> int:
+def _depth_of(path: str) -> int:
     return 0 if path == "" else path.count(".") + 1
 
 
@@ -303,7 +303,7 @@ class Profile(sinks.Output):
     activation_memory: ActivationMemory | None = None  # --backward: saved bytes per layer
     loop: TrainingLoop | None = None  # a training loop's steps (Recorder with backward=True)
     generation: Generation | None = None  # generate(): prefill and decode apart
-    events: RecordedTrace | None = field(default=None, compare=False, repr=False)
+    events: _RecordedTrace | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         latency: SeriesLike | None = self.latency_ns
@@ -354,7 +354,7 @@ class Profile(sinks.Output):
                     path=info.path,
                     type=info.type,
                     parent=info.parent,
-                    depth=depth_of(info.path),
+                    depth=_depth_of(info.path),
                     calls=s.calls if s else 0.0,
                     total_ns=0.0,  # set bottom-up by _subtree_totals
                     self_ns=(mid(s.self_ns) or 0.0) if s else 0.0,

@@ -31,10 +31,10 @@ from layerprof.errors import LayerprofError
 from layerprof.machine import available_memory
 
 CHUNK = 1 << 18  # bytes appended at a time (inflated output, pipe reads)
-HEAD = 1 << 16  # read first, to sniff gzip / JSON before sizing the buffer
-GZIP_READ = 1 << 18  # compressed bytes per read: small, so each inflate step stays small
-MAX_DEFAULT = 16 << 30
-GZIP_MAGIC = b"\x1f\x8b"
+_HEAD = 1 << 16  # read first, to sniff gzip / JSON before sizing the buffer
+_GZIP_READ = 1 << 18  # compressed bytes per read: small, so each inflate step stays small
+_MAX_DEFAULT = 16 << 30
+_GZIP_MAGIC = b"\x1f\x8b"
 # A gzip trailer's size field is trusted for preallocation only up to this
 # ratio (JSON traces compress 10-30x): a lying trailer cannot make us
 # allocate more than this many times the file.
@@ -67,7 +67,7 @@ def format_size(n: int) -> str:
 def default_limit() -> int:
     """16 GiB, or half the memory available now when that is less."""
     room = available_memory()
-    return MAX_DEFAULT if not room else max(min(MAX_DEFAULT, room // 2), CHUNK)
+    return _MAX_DEFAULT if not room else max(min(_MAX_DEFAULT, room // 2), CHUNK)
 
 
 def read_input(
@@ -137,8 +137,8 @@ class _Reader:
         self.gzip = False
 
     def read(self) -> bytearray:
-        first = self.handle.read(HEAD)
-        if first[:2] == GZIP_MAGIC:
+        first = self.handle.read(_HEAD)
+        if first[:2] == _GZIP_MAGIC:
             self.gzip = True
             return self._gunzip(first)
         self._sniff(first)
@@ -173,10 +173,10 @@ class _Reader:
         inflater = zlib.decompressobj(wbits=31)
         sniffed = False
         try:
-            for data in _prepend(first, self._chunks(GZIP_READ)):
+            for data in _prepend(first, self._chunks(_GZIP_READ)):
                 while True:
                     if inflater.eof:  # another gzip member follows, or trailing junk
-                        if data[:2] != GZIP_MAGIC:
+                        if data[:2] != _GZIP_MAGIC:
                             break
                         inflater = zlib.decompressobj(wbits=31)
                     piece = inflater.decompress(data, CHUNK)

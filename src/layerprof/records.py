@@ -16,7 +16,7 @@ from layerprof.sections.flops import LayerFlops
 from layerprof.stats import Series, SeriesLike, as_series
 
 Shape = tuple[int, ...]
-ShapeTree = Any  # nested lists of shapes / None for non-tensors, as the hooks saw them
+_ShapeTree = Any  # nested lists of shapes / None for non-tensors, as the hooks saw them
 
 
 @dataclass(frozen=True)
@@ -66,8 +66,8 @@ class LayerInfo:
     parent: str | None
     params: int = 0
     params_own: int = 0
-    input_shapes: ShapeTree = None
-    output_shapes: ShapeTree = None
+    input_shapes: _ShapeTree = None
+    output_shapes: _ShapeTree = None
     flops: int | None = None  # inclusive, per forward (layerprof.capture.flops.counter)
     flop_detail: LayerFlops | None = None
     output_bytes: int | None = None  # tensors returned by the first call

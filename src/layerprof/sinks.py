@@ -35,7 +35,7 @@ class Renderer(Protocol):
     def render(self, obj: Any, **options: Any) -> str | bytes: ...
 
 
-class Codec(Protocol):
+class _Codec(Protocol):
     """The JSON codec (``layerprof.codec``), registered under this interface."""
 
     def to_dict(self, obj: Any, **options: Any) -> dict[str, Any]: ...
@@ -50,7 +50,7 @@ class Codec(Protocol):
 
 
 _RENDERERS: dict[str, Renderer] = {}
-_CODEC: list[Codec] = []
+_CODEC: list[_Codec] = []
 
 
 def register(renderer: Renderer) -> Renderer:
@@ -59,7 +59,7 @@ def register(renderer: Renderer) -> Renderer:
     return renderer
 
 
-def set_codec(codec: Codec) -> None:
+def set_codec(codec: _Codec) -> None:
     _CODEC[:] = [codec]
 
 
@@ -76,7 +76,7 @@ def renderer(name: str) -> Renderer:
     return found
 
 
-def renderer_for(path: str | os.PathLike[str]) -> Renderer:
+def _renderer_for(path: str | os.PathLike[str]) -> Renderer:
     """The renderer whose extension ends the file name (the longest match wins)."""
     _ensure_registered()
     name = Path(path).name.lower()
@@ -102,7 +102,7 @@ def write(obj: Any, path: str | os.PathLike[str], fmt: str | None = None, **opti
     """Render ``obj`` (in ``fmt``, else by the file's extension) and write it whole or not at all."""
     from layerprof.files import write_atomic
 
-    chosen = renderer(fmt) if fmt is not None else renderer_for(path)
+    chosen = renderer(fmt) if fmt is not None else _renderer_for(path)
     if str(path).endswith(".gz"):
         options.setdefault("gzip", True)
     return write_atomic(path, chosen.render(obj, **options))
@@ -117,7 +117,7 @@ def show(obj: Any, **options: Any) -> None:
     printer(obj, **options)
 
 
-def codec() -> Codec:
+def codec() -> _Codec:
     if not _CODEC:
         for registrar in _CODEC_REGISTRARS:
             registrar()

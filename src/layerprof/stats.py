@@ -441,7 +441,7 @@ def trimmed_mean(values: Sequence[float], cut: float = 0.2) -> float:
     return math.fsum(middle) / len(middle)
 
 
-EXACT_MAX_PAIRS = 2_500
+_EXACT_MAX_PAIRS = 2_500
 """Exact rank-test distribution up to this many sample pairs (n * m)."""
 
 
@@ -450,7 +450,7 @@ def rank_test(a: Sequence[float], b: Sequence[float]) -> tuple[float, int]:
 
     ``direction`` is +1 when ``b`` tends to be larger than ``a``, -1 when
     smaller, 0 when neither. Exact distribution without ties and up to
-    ``EXACT_MAX_PAIRS`` pairs; tie-corrected normal approximation (with
+    ``_EXACT_MAX_PAIRS`` pairs; tie-corrected normal approximation (with
     continuity correction) otherwise.
     """
     n, m = len(a), len(b)
@@ -472,7 +472,7 @@ def rank_test(a: Sequence[float], b: Sequence[float]) -> tuple[float, int]:
     u_b = rank_b - m * (m + 1) / 2  # pairs where b > a, ties counted half
     mean = n * m / 2
     direction = (u_b > mean) - (u_b < mean)
-    if tie_term == 0 and n * m <= EXACT_MAX_PAIRS:
+    if tie_term == 0 and n * m <= _EXACT_MAX_PAIRS:
         cdf = _u_cdf(n, m)
         u = round(u_b)
         lower = cdf[u]

@@ -47,7 +47,7 @@ def ns_from_ms(value: Any) -> int | None:
     return round(number)
 
 
-def ns_from_us(value: Any) -> int | None:
+def _ns_from_us(value: Any) -> int | None:
     """Microseconds -> integer nanoseconds, with the checks of :func:`ns_from_ms`."""
     if value is None:
         return None

@@ -17,16 +17,16 @@ from layerprof.units import human_time
 if TYPE_CHECKING:
     from layerprof.profile import LayerRow, Profile
 
-OVERHEAD_SHARE = 0.25  # wrapper time beyond this share of the forward is worth a look
-OUTSIDE_SHARE = 0.10
-UNATTRIBUTED_SHARE = 0.30
-ESTIMATED_SHARE = 0.20
+_OVERHEAD_SHARE = 0.25  # wrapper time beyond this share of the forward is worth a look
+_OUTSIDE_SHARE = 0.10
+_UNATTRIBUTED_SHARE = 0.30
+_ESTIMATED_SHARE = 0.20
 #: A profiled compiled forward beyond this multiple of the clean latency (beyond both
 #: medians' confidence intervals) is told: the layer rows come from slower forwards.
-PROFILED_BOUND = 1.25
+_PROFILED_BOUND = 1.25
 #: Layer kernels taking more than this multiple of the whole clean forward: they ran
 #: slower while profiled (the clean forward runs the same kernels and more).
-KERNEL_BOUND = 1.05
+_KERNEL_BOUND = 1.05
 
 
 def is_bucket(row: LayerRow) -> bool:
@@ -41,7 +41,7 @@ def compiled_findings(profile: Profile) -> list[Finding]:
     out: list[Finding] = _compile_time(profile, c.compile_ns)
     out += _pass_agreement(profile)
     forward = cov.forward_ns
-    if cov.overhead_ns > OVERHEAD_SHARE * forward:
+    if cov.overhead_ns > _OVERHEAD_SHARE * forward:
         out.append(
             Finding(
                 "warning",
@@ -53,7 +53,7 @@ def compiled_findings(profile: Profile) -> list[Finding]:
                 " mode reduce-overhead (CUDA graphs) removes most of it",
             )
         )
-    if c.breaks and cov.outside_ns > OUTSIDE_SHARE * forward:
+    if c.breaks and cov.outside_ns > _OUTSIDE_SHARE * forward:
         top = max(c.breaks, key=lambda b: b.count)
         out.append(
             Finding(
@@ -66,7 +66,7 @@ def compiled_findings(profile: Profile) -> list[Finding]:
             )
         )
     out += _recompiles(profile, c.recompiles)
-    if cov.region_ns > 0 and 1 - cov.attributed_share > UNATTRIBUTED_SHARE:
+    if cov.region_ns > 0 and 1 - cov.attributed_share > _UNATTRIBUTED_SHARE:
         out.append(
             Finding(
                 "info",
@@ -75,7 +75,7 @@ def compiled_findings(profile: Profile) -> list[Finding]:
                 " wrapper overhead or unmatched kernel events (the notes say which).",
             )
         )
-    if cov.attributed_ns > 0 and cov.shared_ns > ESTIMATED_SHARE * cov.attributed_ns:
+    if cov.attributed_ns > 0 and cov.shared_ns > _ESTIMATED_SHARE * cov.attributed_ns:
         out.append(
             Finding(
                 "info",
@@ -159,7 +159,7 @@ def _pass_agreement(profile: Profile) -> list[Finding]:
     two things on their own evidence: the kernels credited to layers cannot
     take longer than the whole clean forward, which runs the same kernels and
     more (else the rows are unreliable); and a profiled forward well beyond
-    the clean one (``PROFILED_BOUND``) is named with where its extra time is.
+    the clean one (``_PROFILED_BOUND``) is named with where its extra time is.
     """
     from layerprof.analysis.passes import contention_cause, interval, layer_pass_forward, pass_gap
 
@@ -180,7 +180,7 @@ def _pass_agreement(profile: Profile) -> list[Finding]:
         f" compiled overhead {human_time(cov.overhead_ns)} and outside the compiled regions"
         f" {human_time(cov.outside_ns)} (means)"
     )
-    if kernels > KERNEL_BOUND * clean_hi:
+    if kernels > _KERNEL_BOUND * clean_hi:
         return [
             Finding(
                 "high",
@@ -191,7 +191,7 @@ def _pass_agreement(profile: Profile) -> list[Finding]:
                 "run again on a quiet machine; until then read the layers' shares, not their times",
             )
         ]
-    if layer_lo > PROFILED_BOUND * clean_hi:
+    if layer_lo > _PROFILED_BOUND * clean_hi:
         return [
             Finding(
                 "warning",

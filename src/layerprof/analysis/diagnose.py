@@ -67,17 +67,17 @@ PARENT_SELF_SHARE = 0.15  # functional work inside a container's forward
 # 30 µs model "the bottleneck" at 6 µs is hook residue and noise, not a lead.
 MIN_FINDING_NS = 50_000
 SMALL_LAYER_NS = 20_000  # layers below this total are dominated by per-call overhead
-SMALL_LAYERS_SHARE = 0.30
-COLD_RATIO = 5.0
-NOISY_P90_RATIO = 1.3
-OVERHEAD_RATIO = 1.5
+_SMALL_LAYERS_SHARE = 0.30
+_COLD_RATIO = 5.0
+_NOISY_P90_RATIO = 1.3
+_OVERHEAD_RATIO = 1.5
 # the calibrated cost must account for at least half the instrumented pass's excess
 # over the clean pass's noise interval, or the excess is named noise
-EXPLAINED_SHARE_INV = 2.0
-GPU_UTIL_LOW = 0.5
-MEMCPY_SHARE = 0.10
-COMM_SHARE = 0.30
-RANK_SPREAD = 0.10
+_EXPLAINED_SHARE_INV = 2.0
+_GPU_UTIL_LOW = 0.5
+_MEMCPY_SHARE = 0.10
+_COMM_SHARE = 0.30
+_RANK_SPREAD = 0.10
 _TOP_OPS = 3  # operators named in an ops-mode finding
 
 _HINTS = {
@@ -288,7 +288,7 @@ def _small_layers(profile: Profile) -> list[Finding]:
     parents = {r.parent for r in rows}
     small = [r for r in rows if r.path not in parents and r.total_ns < SMALL_LAYER_NS]
     small_ns = sum(r.total_ns for r in small)
-    if len(small) < 20 or small_ns / root_total < SMALL_LAYERS_SHARE:
+    if len(small) < 20 or small_ns / root_total < _SMALL_LAYERS_SHARE:
         return []
     return [
         Finding(
@@ -335,7 +335,7 @@ def _cold(profile: Profile) -> list[Finding]:
     if lat is None or profile.first_ns is None:
         return []
     _, hi = interval(lat)  # slower than the steady state's whole interval, not its median
-    if profile.first_ns <= COLD_RATIO * hi:
+    if profile.first_ns <= _COLD_RATIO * hi:
         return []
     return [
         Finding(
@@ -350,7 +350,7 @@ def _cold(profile: Profile) -> list[Finding]:
 
 def _noisy(profile: Profile) -> list[Finding]:
     lat = profile.latency
-    if lat is None or lat.n < 5 or lat.p90 <= NOISY_P90_RATIO * lat.median:
+    if lat is None or lat.n < 5 or lat.p90 <= _NOISY_P90_RATIO * lat.median:
         return []
     return [
         Finding(
@@ -375,14 +375,14 @@ def _overhead(profile: Profile) -> list[Finding]:
     if o is None or not o.clean_ns or not o.instrumented_ns:
         return []
     clean_lo, clean_hi = interval(lat) if lat is not None else (o.clean_ns, o.clean_ns)
-    if o.instrumented_ns <= OVERHEAD_RATIO * max(clean_hi, o.clean_ns):
+    if o.instrumented_ns <= _OVERHEAD_RATIO * max(clean_hi, o.clean_ns):
         return []
     gap = pass_gap(profile)
     if gap is not None and gap[0] == "layers slower":
         return []  # not the hooks' cost: the pass-agreement or code-path finding says what
     ratio = o.instrumented_ns / o.clean_ns
     beyond_noise = o.instrumented_ns - max(clean_hi, o.clean_ns)
-    if beyond_noise > EXPLAINED_SHARE_INV * o.per_forward_ns:
+    if beyond_noise > _EXPLAINED_SHARE_INV * o.per_forward_ns:
         return [_overhead_noise(profile, o, ratio, clean_lo, clean_hi)]
     what = "module call" if o.method == "hooks" else "layer range and recorded operator"
     return [
@@ -459,7 +459,7 @@ def _devices(profile: Profile) -> list[Finding]:
     """GPU idle time, copies and communication, from a trace's (or ops mode's) sections."""
     out: list[Finding] = []
     for dev in profile.devices:
-        if dev.window_ns and dev.utilization < GPU_UTIL_LOW:
+        if dev.window_ns and dev.utilization < _GPU_UTIL_LOW:
             out.append(
                 Finding(
                     "high",
@@ -472,7 +472,7 @@ def _devices(profile: Profile) -> list[Finding]:
                 )
             )
         copy = dev.memcpy_ns + dev.memset_ns
-        if dev.busy_ns > 0 and copy / dev.busy_ns > MEMCPY_SHARE:
+        if dev.busy_ns > 0 and copy / dev.busy_ns > _MEMCPY_SHARE:
             out.append(
                 Finding(
                     "warning",
@@ -486,7 +486,7 @@ def _devices(profile: Profile) -> list[Finding]:
     kinds = {k.kind: k.total_ns for k in profile.kinds}
     total = sum(kinds.values())
     comm = kinds.get("communication", 0)
-    if total > 0 and comm / total > COMM_SHARE:
+    if total > 0 and comm / total > _COMM_SHARE:
         out.append(
             Finding(
                 "warning",
@@ -525,7 +525,7 @@ def _cross_rank(cross: CrossRank | None) -> list[Finding]:
     if len(medians) < 2:
         return []
     lo, hi = min(medians), max(medians)
-    if hi <= lo * (1 + RANK_SPREAD):
+    if hi <= lo * (1 + _RANK_SPREAD):
         return []
     return [
         Finding(

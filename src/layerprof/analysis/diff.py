@@ -75,9 +75,9 @@ from layerprof.stats import (
 )
 from layerprof.units import fmt_ms, fmt_num
 
-Metric = Literal["latency", "layers", "ops", "any"]
+_Metric = Literal["latency", "layers", "ops", "any"]
 Verdict = Literal["slower", "faster", "mixed", "same", "not comparable"]
-METRICS: tuple[Metric, ...] = get_args(Metric)
+METRICS: tuple[_Metric, ...] = get_args(_Metric)
 
 
 # ---- value objects ----------------------------------------------------------
@@ -181,7 +181,7 @@ class GateResult:
     failed: bool
     reasons: tuple[str, ...]
     fail_above_pct: float = 0.0
-    metric: Metric = "any"
+    metric: _Metric = "any"
     evidence: Evidence = "rounds"
 
     @property
@@ -390,7 +390,7 @@ class Diff(sinks.Output):
         )
 
     # ---- the gate ---------------------------------------------------------
-    def gate(self, fail_above_pct: float, metric: Metric = "any") -> GateResult:
+    def gate(self, fail_above_pct: float, metric: _Metric = "any") -> GateResult:
         """Fail on a regression beyond noise larger than ``fail_above_pct`` in ``metric``.
 
         A non-comparable diff fails with its reason: a gate that compares two

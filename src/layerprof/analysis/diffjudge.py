@@ -96,10 +96,10 @@ def between_floor(floor_ns: int) -> int:
     return max(FLOOR_MIN_NS, round(floor_ns * BETWEEN_FLOOR_FACTOR))
 
 
-NOISE_K = 1.0
+_NOISE_K = 1.0
 """The change must exceed NOISE_K robust standard deviations of (new iteration - base iteration)."""
 
-MAD_TO_SIGMA = 1.4826
+_MAD_TO_SIGMA = 1.4826
 """MAD times this estimates the standard deviation of a normal distribution."""
 
 DRIFT_ALLOWANCE_PCT = 50.0
@@ -109,16 +109,16 @@ model's separate processes differed by up to 40 % on this project's machine
 
 Status = Literal["slower", "faster", "same", "added", "removed"]
 
-Basis = Literal["rounds", "repeats", "rank-test", "separation", "summary", "threshold"]
+_Basis = Literal["rounds", "repeats", "rank-test", "separation", "summary", "threshold"]
 
 Evidence = Literal["rounds", "repeats", "single-run"]
 
-BETWEEN_RUNS: tuple[Basis, ...] = ("rounds", "repeats")
+_BETWEEN_RUNS: tuple[_Basis, ...] = ("rounds", "repeats")
 """Bases whose verdict rests on the run-to-run spread (several processes per side)."""
 
 STATUSES: tuple[Status, ...] = get_args(Status)
 
-BASES: tuple[Basis, ...] = get_args(Basis)
+BASES: tuple[_Basis, ...] = get_args(_Basis)
 
 EVIDENCES: tuple[Evidence, ...] = get_args(Evidence)
 
@@ -145,7 +145,7 @@ class Change:
     beyond_noise: bool
     significant: bool
     status: Status
-    basis: Basis
+    basis: _Basis
     p_value: float | None = None
     noise_ns: int | None = None
     ci_ns: int | None = None
@@ -158,7 +158,7 @@ class Change:
     @property
     def between_runs(self) -> bool:
         """Judged on the run-to-run spread (several processes per side)."""
-        return self.basis in BETWEEN_RUNS
+        return self.basis in _BETWEEN_RUNS
 
 
 def evidence_of(base: Repeats | None, new: Repeats | None) -> Evidence:
@@ -168,7 +168,7 @@ def evidence_of(base: Repeats | None, new: Repeats | None) -> Evidence:
     return "rounds" if base.pairs_with(new) else "repeats"
 
 
-RATIO_MAX = 1.0
+_RATIO_MAX = 1.0
 """Layers judged against the rest of their forward must take at most half of it
 (a self-to-rest ratio of 1) in the base runs; larger ones keep their medians."""
 
@@ -253,7 +253,7 @@ class Judge:
         base = self.base_runs.layer_ratio(path)
         # a layer taking most of the forward is compared against a small, noisy rest:
         # its medians are the steadier measure then (chosen on the base side alone)
-        if not base or median(list(base.values())) > RATIO_MAX:
+        if not base or median(list(base.values())) > _RATIO_MAX:
             return None
         new = self.new_runs.layer_ratio(path)
         if self.leak is None:
@@ -302,7 +302,7 @@ class Judge:
             beyond = outside and abs(delta) > self.floor_ns
             return self._judged(b, n, beyond, pct, "summary", noise_ns=noise_ns, ci_ns=ci_ns)
         floor_p = min_p_value(base.n, new.n)
-        basis: Basis = "rank-test" if floor_p < ALPHA else "separation"
+        basis: _Basis = "rank-test" if floor_p < ALPHA else "separation"
         if basis == "separation" and what is not None and what not in self.fallbacks:
             self.fallbacks[what] = (base.n, new.n)
         p_value, direction = rank_test(base.values, new.values)
@@ -354,7 +354,7 @@ class Judge:
         if self.paired:
             test = paired_t_test([n - b for b, n in zip(bx, nx, strict=True)])
             spread = test.se * math.sqrt(len(bx))
-            basis: Basis = "rounds"
+            basis: _Basis = "rounds"
         else:
             test = welch_t_test(bx, nx)
             spread = math.hypot(_sd(bx), _sd(nx))
@@ -401,7 +401,7 @@ class Judge:
         n: int,
         beyond: bool,
         pct: float | None,
-        basis: Basis,
+        basis: _Basis,
         *,
         p_value: float | None = None,
         noise_ns: int | None = None,
@@ -465,7 +465,7 @@ def _sd(values: list[float]) -> float:
 
 def _noise(base: Summary, new: Summary) -> int:
     """NOISE_K robust standard deviations of (a new iteration - a base iteration)."""
-    return round(NOISE_K * MAD_TO_SIGMA * math.hypot(base.mad or 0.0, new.mad or 0.0))
+    return round(_NOISE_K * _MAD_TO_SIGMA * math.hypot(base.mad or 0.0, new.mad or 0.0))
 
 
 def _ci(base: Summary, new: Summary) -> int | None:
@@ -482,7 +482,7 @@ def _change(
     *,
     beyond: bool,
     significant: bool,
-    basis: Basis,
+    basis: _Basis,
     p_value: float | None = None,
     noise_ns: int | None = None,
     ci_ns: int | None = None,

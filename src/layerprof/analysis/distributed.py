@@ -15,12 +15,12 @@ if TYPE_CHECKING:
     from layerprof.profile import Profile, Run
     from layerprof.sections import Breakdown, RankLateness, Stragglers
 
-EXPOSED_SHARE = 0.10  # exposed communication, of the steps' wall time
-DATALOADER_SHARE = 0.10
-SHORT_KERNEL_SHARE = 0.50  # device ops shorter than their launch call
-MIN_SHORT_KERNELS = 100
-STRAGGLER_LATE_NS = 100_000  # a straggler's median lateness worth a finding
-STRAGGLER_HIGH = 0.10  # its lateness per step, of the median step: high severity
+_EXPOSED_SHARE = 0.10  # exposed communication, of the steps' wall time
+_DATALOADER_SHARE = 0.10
+_SHORT_KERNEL_SHARE = 0.50  # device ops shorter than their launch call
+_MIN_SHORT_KERNELS = 100
+_STRAGGLER_LATE_NS = 100_000  # a straggler's median lateness worth a finding
+_STRAGGLER_HIGH = 0.10  # its lateness per step, of the median step: high severity
 
 
 def distributed_findings(profile: Profile) -> list[Finding]:
@@ -30,9 +30,9 @@ def distributed_findings(profile: Profile) -> list[Finding]:
         out += _exposed(profile, profile.breakdown)
         out += _dataloader(profile.breakdown)
     q = profile.queues
-    if q is not None and q.kernels >= MIN_SHORT_KERNELS:
+    if q is not None and q.kernels >= _MIN_SHORT_KERNELS:
         share = q.short_kernels / q.kernels
-        if share >= SHORT_KERNEL_SHARE:
+        if share >= _SHORT_KERNEL_SHARE:
             out.append(
                 Finding(
                     "warning",
@@ -52,7 +52,7 @@ def _exposed(profile: Profile, b: Breakdown) -> list[Finding]:
     for device in sorted({s.device for s in b.steps}, key=lambda d: -1 if d is None else d):
         t = b.totals(device)
         comm = t["communication"] + t["overlap"]
-        if t["wall"] <= 0 or t["communication"] / t["wall"] < EXPOSED_SHARE:
+        if t["wall"] <= 0 or t["communication"] / t["wall"] < _EXPOSED_SHARE:
             continue
         where = "the host" if device is None else f"device {device}"
         c = profile.communication
@@ -78,7 +78,7 @@ def _exposed(profile: Profile, b: Breakdown) -> list[Finding]:
 def _dataloader(b: Breakdown) -> list[Finding]:
     wall = sum(s.wall_ns for s in b.steps)
     loading = sum(s.dataloader_ns for s in b.steps)
-    if wall <= 0 or loading / wall < DATALOADER_SHARE:
+    if wall <= 0 or loading / wall < _DATALOADER_SHARE:
         return []
     return [
         Finding(
@@ -97,7 +97,7 @@ def straggler_findings(run: Run) -> list[Finding]:
     if s is None or s.straggler is None:
         return []
     line = next((r for r in s.ranks if r.rank == s.straggler), None)
-    if line is None or line.median_late_ns is None or line.median_late_ns < STRAGGLER_LATE_NS:
+    if line is None or line.median_late_ns is None or line.median_late_ns < _STRAGGLER_LATE_NS:
         return []
     rank = next((p for p in run.ranks if p.rank == line.rank), None)
     steps = len(rank.steps.complete) if rank is not None and rank.steps is not None else 0
@@ -113,7 +113,7 @@ def _straggler(s: Stragglers, line: RankLateness, steps: int) -> Finding:
     if s.step_spread_ns is not None:
         spread = f" Median step times differ by {human_time(s.step_spread_ns)} across ranks."
     per_step = line.late_ns / steps
-    high = line.median_step_ns is not None and per_step > STRAGGLER_HIGH * line.median_step_ns
+    high = line.median_step_ns is not None and per_step > _STRAGGLER_HIGH * line.median_step_ns
     return Finding(
         "high" if high else "warning",
         f"rank {line.rank} is a straggler: last at {line.last} of {s.matched} collectives",

@@ -22,7 +22,7 @@ DECODE_LAYER_SHARE = 0.25
 #: The output projection (vocabulary logits) at or above this share of a decode step.
 LM_HEAD_SHARE = 1 / 3
 #: A phase at or above this share of the whole generate is named.
-PHASE_SHARE = 0.5
+_PHASE_SHARE = 0.5
 _HEAD_NAMES = ("lm_head", "output", "embed_out", "head")
 
 
@@ -49,7 +49,7 @@ def _phase_share(g: Generation) -> list[Finding]:
     if whole <= 0:
         return []
     prefill = min(first / whole, 1.0)
-    if 1 - prefill >= PHASE_SHARE:
+    if 1 - prefill >= _PHASE_SHARE:
         return [
             Finding(
                 "info",

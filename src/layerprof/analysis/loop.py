@@ -21,12 +21,12 @@ if TYPE_CHECKING:
     from layerprof.sections.loop import LayerSteps, TrainingLoop
 
 DATA_SHARE = 0.10  # the loader's share of a step worth a finding
-DATA_SHARE_HIGH = 0.30
+_DATA_SHARE_HIGH = 0.30
 # A layer's backward usually costs about twice its forward (one matmul for the
 # input's gradient, one for the weights'); far above that is worth a look.
 BACKWARD_RATIO = 3.0
-MIN_BACKWARD_NS = 50_000  # per step: below this a layer's backward is not a lead
-MIN_BACKWARD_SHARE = 0.05  # of the step's backward
+_MIN_BACKWARD_NS = 50_000  # per step: below this a layer's backward is not a lead
+_MIN_BACKWARD_SHARE = 0.05  # of the step's backward
 _TOP = 3
 
 
@@ -39,7 +39,7 @@ def loop_findings(profile: Profile) -> list[Finding]:
 
 #: How far the tree's total may stray from the measured forwards' median, beyond the
 #: interval of that median, before the table is called unreliable.
-TABLE_GAP = 0.10
+_TABLE_GAP = 0.10
 
 
 def table_agreement(profile: Profile) -> list[Finding]:
@@ -54,7 +54,7 @@ def table_agreement(profile: Profile) -> list[Finding]:
     measured = root.total
     lo, hi = interval(measured)
     tree = root.total_ns
-    if lo * (1 - TABLE_GAP) <= tree <= hi * (1 + TABLE_GAP):
+    if lo * (1 - _TABLE_GAP) <= tree <= hi * (1 + _TABLE_GAP):
         return []
     spread = (measured.p90 - measured.min) / measured.median if measured.median else 0.0
     return [
@@ -123,7 +123,7 @@ def _data_bound(loop: TrainingLoop) -> list[Finding]:
         ]
     return [
         Finding(
-            "high" if lo >= DATA_SHARE_HIGH else "warning",
+            "high" if lo >= _DATA_SHARE_HIGH else "warning",
             "data-bound steps: the model waits on the data loader",
             f"the loader holds {fmt_share(summary.median)} of each step ({human_time(wait)}"
             f" of {human_time(loop.summary('wall').median)}; {spread})",
@@ -139,11 +139,11 @@ def _slow_backward(loop: TrainingLoop) -> list[Finding]:
     unsure: list[str] = []
     for layer in loop.layers:
         ratios, backward = _ratios(layer)
-        if len(ratios) == 0 or backward < MIN_BACKWARD_NS:
+        if len(ratios) == 0 or backward < _MIN_BACKWARD_NS:
             continue
         if loop.recomputed_under(layer.path) is not None:
             continue  # its backward holds its block's recompute: see _recomputed
-        if step_backward and backward < MIN_BACKWARD_SHARE * step_backward:
+        if step_backward and backward < _MIN_BACKWARD_SHARE * step_backward:
             continue
         summary = Summary.of(ratios)
         if summary.median <= BACKWARD_RATIO:

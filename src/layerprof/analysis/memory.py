@@ -5,7 +5,7 @@ Reads ``Profile.activation_memory`` (layerprof.sections.memory). Checkpointing a
 (``torch.utils.checkpoint``) keeps only its input during the forward and recomputes the
 rest in backward, so the estimate is the layer's saved bytes (its total) minus its
 input's. The candidate is the called layer, below the root, with the most saved bytes,
-among those holding less than ``WHOLE_MODEL_SHARE`` of the model's: a wrapper around the
+among those holding less than ``_WHOLE_MODEL_SHARE`` of the model's: a wrapper around the
 whole model would "save" everything by recomputing the whole forward, which is no lead.
 """
 
@@ -21,11 +21,11 @@ if TYPE_CHECKING:
     from layerprof.sections.memory import ActivationMemory, MemoryTotals
 
 #: A layer holding at least this share of the model's saved bytes is (nearly) the model.
-WHOLE_MODEL_SHARE = 0.9
+_WHOLE_MODEL_SHARE = 0.9
 #: Checkpointing must save at least this share of the step's saved bytes ...
-MIN_SAVING_SHARE = 0.10
+_MIN_SAVING_SHARE = 0.10
 #: ... and at least this many bytes to be worth a finding.
-MIN_SAVING_BYTES = 1 << 20
+_MIN_SAVING_BYTES = 1 << 20
 
 
 def has_activation_memory(profile: Profile) -> bool:
@@ -41,7 +41,7 @@ def memory_findings(profile: Profile) -> list[Finding]:
         return []
     layer, saving = pick
     whole = section.saved_bytes
-    if saving < MIN_SAVING_BYTES or saving < MIN_SAVING_SHARE * whole:
+    if saving < _MIN_SAVING_BYTES or saving < _MIN_SAVING_SHARE * whole:
         return []
     row = next(r for r in section.rows if r.path == layer.path)
     kept = row.input_bytes or 0
@@ -81,7 +81,7 @@ def checkpoint_candidate(section: ActivationMemory) -> tuple[MemoryTotals, int] 
     for t in totals:
         if t.parent is None or t.path not in called or t.activations <= 0:
             continue
-        if whole and t.activations >= WHOLE_MODEL_SHARE * whole:
+        if whole and t.activations >= _WHOLE_MODEL_SHARE * whole:
             continue
         saving = max(t.activations - (called[t.path] or 0), 0)
         if best is None or t.activations > best[0].activations:

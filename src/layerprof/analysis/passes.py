@@ -2,13 +2,13 @@
 
 * **Agreement** (``pass_gap``): the per-layer pass's forward (the root's measured
   total) against the clean latency, both as 95 % confidence intervals of the
-  median. A per-layer pass *faster* than the clean one beyond ``PASS_BOUND``
+  median. A per-layer pass *faster* than the clean one beyond ``_PASS_BOUND``
   cannot come from the code (it does more work): something else used the CPU
   while the clean pass ran. Slower beyond the bound and beyond the
   instrumentation's calibrated cost (``Overhead.per_forward_ns``: the hooks'
   per-call cost, or in ops mode the profiler's per-operator and per-range
   cost): contention during the per-layer pass, or another code path. Medians
-  ``GROSS_BOUND`` apart disagree even where a pass's interval is wide enough to
+  ``_GROSS_BOUND`` apart disagree even where a pass's interval is wide enough to
   hold the other (a bimodal pass: some forwards stalled).
 * **Code paths** (``Profile.passes``, from ``layerprof.capture.fastpath``): layers
   that ran torch's fused fast path, whether the per-layer pass did too, and
@@ -30,13 +30,13 @@ if TYPE_CHECKING:
     from layerprof.sections import FusedLayer
     from layerprof.stats import Summary
 
-PASS_BOUND = 1.5  # passes whose forwards differ by more than this (beyond their CIs) disagree
+_PASS_BOUND = 1.5  # passes whose forwards differ by more than this (beyond their CIs) disagree
 #: Medians this far apart disagree even inside a confidence interval: a bimodal clean
 #: pass (8 of 20 forwards stalled) spans 68 µs-20 ms, and a 275x gap hid in it.
-GROSS_BOUND = 4.0
+_GROSS_BOUND = 4.0
 _LIST = 4  # names listed in a finding before "and N more"
 
-Gap = Literal["clean slower", "layers slower"]
+_Gap = Literal["clean slower", "layers slower"]
 
 
 def live(profile: Profile) -> bool:
@@ -47,8 +47,8 @@ def live(profile: Profile) -> bool:
 # ---- agreement -------------------------------------------------------------------------
 
 
-def pass_gap(profile: Profile) -> tuple[Gap, float] | None:
-    """How the passes disagree beyond noise and ``PASS_BOUND``, and the ratio
+def pass_gap(profile: Profile) -> tuple[_Gap, float] | None:
+    """How the passes disagree beyond noise and ``_PASS_BOUND``, and the ratio
     per-layer / clean of their medians; None when they agree or cannot be compared."""
     lat = profile.latency
     layer = layer_pass_forward(profile)
@@ -60,10 +60,13 @@ def pass_gap(profile: Profile) -> tuple[Gap, float] | None:
     # a corrected pass had the calibrated cost taken out already; else allow for it
     hooks = o.per_forward_ns if o is not None and not o.corrected else 0.0
     ratio = layer.median / lat.median
-    if (layer_hi + hooks) * PASS_BOUND < clean_lo or (layer_hi + hooks) * GROSS_BOUND < lat.median:
+    if (layer_hi + hooks) * _PASS_BOUND < clean_lo or (
+        layer_hi + hooks
+    ) * _GROSS_BOUND < lat.median:
         return "clean slower", ratio
     if o is not None and (
-        layer_lo > (clean_hi + hooks) * PASS_BOUND or layer_lo > (lat.median + hooks) * GROSS_BOUND
+        layer_lo > (clean_hi + hooks) * _PASS_BOUND
+        or layer_lo > (lat.median + hooks) * _GROSS_BOUND
     ):
         return "layers slower", ratio
     return None

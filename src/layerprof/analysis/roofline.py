@@ -27,13 +27,13 @@ if TYPE_CHECKING:
 
 # below this a time gives no rate (an estimated sliver of a fused kernel in a compiled
 # run can be 1 ns, which would read as thousands of % of peak)
-MIN_TIME_NS = 1_000
-HEAVY_SHARE = 0.10  # a leaf with this share of the forward gets a finding when slow
+_MIN_TIME_NS = 1_000
+_HEAVY_SHARE = 0.10  # a leaf with this share of the forward gets a finding when slow
 LOW_PEAK = 0.30  # below this share of the attainable rate a heavy layer is worth a look
-WARN_SHARE = 0.25  # ... and a warning, not info, from this share of the forward
+_WARN_SHARE = 0.25  # ... and a warning, not info, from this share of the forward
 RELIABLE_COVERAGE = 0.90  # of a layer's op time in counted ops
-MAX_FINDINGS = 3
-ABOVE_PEAK = 1.1  # a layer this far above a measured peak says the peak was measured low
+_MAX_FINDINGS = 3
+_ABOVE_PEAK = 1.1  # a layer this far above a measured peak says the peak was measured low
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ class Roofline:
         if self.peak is None or self.peak.source not in ("measured", "cached"):
             return ()
         return tuple(
-            p for p in self.points if p.peak_share is not None and p.peak_share > ABOVE_PEAK
+            p for p in self.points if p.peak_share is not None and p.peak_share > _ABOVE_PEAK
         )
 
 
@@ -103,7 +103,7 @@ def roofline(profile: Profile) -> Roofline | None:
         _point(r, whole, peak)
         for r in rows
         if r.calls and r.path not in ran and r.flop_detail is not None
-        and _time(r) >= MIN_TIME_NS and (r.flops or r.flop_detail.bytes)
+        and _time(r) >= _MIN_TIME_NS and (r.flops or r.flop_detail.bytes)
     ]  # fmt: skip
     points.sort(key=lambda p: -p.time_ns)
     return Roofline(peak, tuple(points), device)
@@ -169,10 +169,10 @@ def roofline_findings(profile: Profile) -> list[Finding]:
         return out
     slow = [
         p for p in line.points
-        if p.share >= HEAVY_SHARE and p.flops > 0 and p.attainable_share is not None
+        if p.share >= _HEAVY_SHARE and p.flops > 0 and p.attainable_share is not None
         and p.attainable_share < LOW_PEAK
     ]  # fmt: skip
-    out += [_slow_layer(p, line, profile.meta.device) for p in slow[:MAX_FINDINGS]]
+    out += [_slow_layer(p, line, profile.meta.device) for p in slow[:_MAX_FINDINGS]]
     if line.above_peak:
         out.append(_peak_measured_low(line))
     return out
@@ -196,7 +196,7 @@ def _peak_measured_low(line: Roofline) -> Finding:
 def _slow_layer(p: RooflinePoint, line: Roofline, device: str) -> Finding:
     peak = line.peak
     assert peak is not None and p.peak_share is not None
-    severity: Severity = "warning" if p.share >= WARN_SHARE else "info"
+    severity: Severity = "warning" if p.share >= _WARN_SHARE else "info"
     where = f"{_pct(p.peak_share)} of peak"
     intensity = intensity_text(p.intensity)
     if p.bound == "memory":

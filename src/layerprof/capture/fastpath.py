@@ -38,16 +38,18 @@ if TYPE_CHECKING:
 #: Fused fast-path kernels of torch.nn modules (aten overload packet names), each
 #: replacing its module's submodules. (TransformerEncoder's padded path only turns
 #: its input into a nested tensor; its layers' kernels are the ones noted.)
-FUSED_OPS = frozenset(
+_FUSED_OPS = frozenset(
     {"aten::_native_multi_head_attention", "aten::_transformer_encoder_layer_fwd"}
 )
 #: Module types whose forward has a fast path (matched by class name along the MRO,
 #: so subclasses count too).
-FAST_PATH_TYPES = frozenset({"MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder"})
+_FAST_PATH_TYPES = frozenset(
+    {"MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder"}
+)
 
 
 @dataclass
-class CleanPath:
+class _CleanPath:
     """What one watched clean forward did: modules called (path -> calls) and fused
     ops run inside each innermost module (path -> op -> calls); ``error`` says why
     the watch failed (the check is then skipped, never the run)."""
@@ -57,29 +59,29 @@ class CleanPath:
     error: str | None = None
 
 
-def has_fast_path(model: torch.nn.Module) -> bool:
+def _has_fast_path(model: torch.nn.Module) -> bool:
     """Whether a module type with a known fast path is in the model (and no opaque one)."""
     found = False
     for _, module in visible_modules(model):
         if is_compiled(module) or _is_script(module):
             return False  # dynamo would trace the probe's hooks and dispatch mode
         names = {cls.__name__ for cls in type(module).__mro__}
-        found = found or bool(names & FAST_PATH_TYPES)
+        found = found or bool(names & _FAST_PATH_TYPES)
     return found
 
 
-def watch_clean_path(model: torch.nn.Module, forward: Callable[[], Any]) -> CleanPath | None:
+def watch_clean_path(model: torch.nn.Module, forward: Callable[[], Any]) -> _CleanPath | None:
     """One forward under the watch (None when the model has no fast-path module)."""
-    if not has_fast_path(model):
+    if not _has_fast_path(model):
         return None
-    seen = CleanPath()
+    seen = _CleanPath()
     paths = {id(m): p for p, m in hookable_modules(model)}
     stack: list[str] = []
     try:
         with _module_hooks(paths, stack, seen.called), _FusedOps(stack, seen.fused):
             forward()
     except Exception as exc:  # the model ran clean before: this is the watch's failure
-        return CleanPath(error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}")
+        return _CleanPath(error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}")
     return seen
 
 
@@ -124,7 +126,7 @@ class _FusedOps:
 
         def note(func: Any) -> None:
             name = _op_name(func)
-            if name in FUSED_OPS and stack:
+            if name in _FUSED_OPS and stack:
                 ops = fused.setdefault(stack[-1], {})
                 ops[name] = ops.get(name, 0) + 1
 
@@ -153,7 +155,7 @@ def _op_name(func: Any) -> str:
     return f"{namespace}::{name}"
 
 
-def check_passes(profile: Profile, clean: CleanPath | None) -> Profile:
+def check_passes(profile: Profile, clean: _CleanPath | None) -> Profile:
     """The profile with its ``passes`` section: the clean path against the per-layer rows."""
     if clean is None:
         return profile
@@ -163,7 +165,7 @@ def check_passes(profile: Profile, clean: CleanPath | None) -> Profile:
     return replace(profile, passes=compare(clean, profile))
 
 
-def compare(clean: CleanPath, profile: Profile) -> PassCheck:
+def compare(clean: _CleanPath, profile: Profile) -> PassCheck:
     """Fused layers (did the per-layer pass fuse them too?) and modules called in one pass only."""
     layered = {p: s.calls for p, s in profile.samples.items() if s.calls > 0}
     types = {i.path: i.type for i in profile.layers}

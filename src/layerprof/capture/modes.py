@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from layerprof.capture.options import RunOptions
 
 
-class ModeKind(Protocol):
+class _ModeKind(Protocol):
     """A mode's class: whether it measures a run, and its instance for one run."""
 
     @staticmethod
@@ -28,7 +28,7 @@ class ModeKind(Protocol):
 
 
 # --compile and the scripted kinds first: each refuses --ops in RunOptions; hooks last.
-MODES: tuple[ModeKind, ...] = (CompiledMode, ScriptedMode, OpsMode, HooksMode)
+MODES: tuple[_ModeKind, ...] = (CompiledMode, ScriptedMode, OpsMode, HooksMode)
 
 
 def choose(

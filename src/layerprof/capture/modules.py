@@ -132,7 +132,7 @@ class ForwardWrapper:
 
     def __init__(self, module: Any, make: Callable[[Any], Any]) -> None:
         self._module = module
-        self._name = entry_point(module)
+        self._name = _entry_point(module)
         self._previous = module.__dict__.get(self._name, self.MISSING)
         self._overlay: Any = None
         inner = getattr(module, self._name)
@@ -189,7 +189,7 @@ def compiled_in_place(module: Any) -> bool:
     return getattr(module, "_compiled_call_impl", None) is not None
 
 
-def entry_point(module: Any) -> str:
+def _entry_point(module: Any) -> str:
     """The attribute a forward wrapper replaces (see ForwardWrapper)."""
     if compiled_in_place(module):
         return "_compiled_call_impl"

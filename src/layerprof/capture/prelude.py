@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class Prelude:
+class _Prelude:
     """Shapes, FLOPs and peaks of one eager model, and the clean pass's code path."""
 
     clean_path: Any
@@ -75,7 +75,7 @@ class Prelude:
         return check_passes(profile, self.clean_path)
 
 
-def prelude(run: Pass) -> Prelude:
+def prelude(run: Pass) -> _Prelude:
     """The forwards before the timed per-layer pass (module docstring)."""
     model, forward = run.model, run.forward
     clean_path = watch_clean_path(model, forward)  # before any hook changes the path
@@ -86,7 +86,7 @@ def prelude(run: Pass) -> Prelude:
     memory, memory_note = _activation_memory(run)
     counted = [n for n in (flop_note, memory_note) if n]
     notes = (*_opaque_notes(model), *counted)
-    return Prelude(clean_path, shapes, flops, peaks, notes, memory)
+    return _Prelude(clean_path, shapes, flops, peaks, notes, memory)
 
 
 def memory_counter(device: str) -> MemoryCounter | None:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-MAX_ITEMS = 16
+_MAX_ITEMS = 16
 
 
 def shape_tree(value: Any, depth: int = 0) -> Any:
     """Tensor -> list of ints; tuple/list -> list; dict -> dict; other -> its type name.
 
-    Long containers are cut at ``MAX_ITEMS`` with a trailing ``"..."`` marker so a
+    Long containers are cut at ``_MAX_ITEMS`` with a trailing ``"..."`` marker so a
     model returning thousands of tensors does not bloat the profile.
     """
     if getattr(value, "is_nested", False) is True:
@@ -21,10 +21,10 @@ def shape_tree(value: Any, depth: int = 0) -> Any:
     if depth > 4:
         return "..."
     if isinstance(value, (list, tuple)):
-        items = [shape_tree(v, depth + 1) for v in value[:MAX_ITEMS]]
-        return [*items, "..."] if len(value) > MAX_ITEMS else items
+        items = [shape_tree(v, depth + 1) for v in value[:_MAX_ITEMS]]
+        return [*items, "..."] if len(value) > _MAX_ITEMS else items
     if isinstance(value, dict):
-        keys = list(value)[:MAX_ITEMS]
+        keys = list(value)[:_MAX_ITEMS]
         return {str(k): shape_tree(value[k], depth + 1) for k in keys}
     if value is None:
         return None

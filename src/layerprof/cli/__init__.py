@@ -28,7 +28,7 @@ from layerprof.cli.emission import (
 from layerprof.cli.options import root_parser
 from layerprof.errors import LayerprofError, Terminated
 
-DESCRIPTION = """\
+_DESCRIPTION = """\
 Where the time and memory of a PyTorch model go, layer by layer.
 
   layerprof demo                                   profile the built-in models
@@ -40,7 +40,7 @@ Where the time and memory of a PyTorch model go, layer by layer.
 """
 
 
-class Command(Protocol):
+class _Command(Protocol):
     """A command module: its name, its parser, and its body (returning the exit code)."""
 
     NAME: str
@@ -51,13 +51,13 @@ class Command(Protocol):
 
 
 #: The commands, in the order ``--help`` lists them.
-COMMANDS: tuple[Command, ...] = (demo, run, sweep, analyze, diff, report)
-_BY_NAME: dict[str, Command] = {command.NAME: command for command in COMMANDS}
+COMMANDS: tuple[_Command, ...] = (demo, run, sweep, analyze, diff, report)
+_BY_NAME: dict[str, _Command] = {command.NAME: command for command in COMMANDS}
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole parser: the top level, then each command's own."""
-    parser, common = root_parser(DESCRIPTION)
+    parser, common = root_parser(_DESCRIPTION)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for command in COMMANDS:
         command.add_parser(sub, common)

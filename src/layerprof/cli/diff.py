@@ -14,7 +14,7 @@ from layerprof.cli.options import COUNT, NON_NEGATIVE, seconds_arg
 from layerprof.errors import UsageError
 
 #: diff --run's default limit for one process (generous: a big model on a CPU takes minutes)
-ROUND_TIMEOUT_S = 1800.0
+_ROUND_TIMEOUT_S = 1800.0
 
 if TYPE_CHECKING:
     from layerprof.profile import Profile
@@ -44,7 +44,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help="with --run: rounds of one base and one new process each (default 10)",
     )  # fmt: skip
     parser.add_argument(
-        "--round-timeout", type=seconds_arg, default=ROUND_TIMEOUT_S, metavar="SECONDS",
+        "--round-timeout", type=seconds_arg, default=_ROUND_TIMEOUT_S, metavar="SECONDS",
         help="with --run: the longest one process may take before it is stopped and the diff"
         " fails naming its side and round (default %(default)g)",
     )  # fmt: skip

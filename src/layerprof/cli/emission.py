@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143  # 128 + SIGTERM
-EXIT_CLOSED_PIPE = 141  # 128 + SIGPIPE: stdout was closed by its reader
+_EXIT_CLOSED_PIPE = 141  # 128 + SIGPIPE: stdout was closed by its reader
 
 
 def emit(profile: Profile, args: argparse.Namespace, *, suffix: str | None = None) -> None:
@@ -85,7 +85,7 @@ def closed_pipe() -> int:
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError):
         pass
-    return EXIT_CLOSED_PIPE
+    return _EXIT_CLOSED_PIPE
 
 
 def escape(text: str, *, keep_newlines: bool = False) -> str:

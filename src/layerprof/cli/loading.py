@@ -30,18 +30,18 @@ def load(args: argparse.Namespace) -> Any:
         if not isinstance(kwargs, dict):
             raise UsageError("--arch-kwargs must be a JSON object, e.g. '{\"depth\": 18}'")
     # fail before a long load unless the file is an export archive carrying example inputs
-    if not args.input and not is_export_archive(args.model):
-        raise no_input()
+    if not args.input and not _is_export_archive(args.model):
+        raise _no_input()
     loaded = load_model(
         args.model, arch=args.arch, arch_kwargs=kwargs, strict=not args.non_strict,
         trust_pickle=args.trust_pickle, map_location="cpu",
     )  # fmt: skip
     if not args.input and loaded.kind != "export":
-        raise no_input()
+        raise _no_input()
     return loaded
 
 
-def is_export_archive(model: str | None) -> bool:
+def _is_export_archive(model: str | None) -> bool:
     """Told by the file's content, never its name (a .pt2 renamed .pth is one)."""
     from layerprof.load.formats import torch_file_format
 
@@ -53,7 +53,7 @@ def is_export_archive(model: str | None) -> bool:
         return True  # let the loader report the unreadable file
 
 
-def no_input() -> UsageError:
+def _no_input() -> UsageError:
     return UsageError(
         "no --input given", hint="e.g. --input 1x3x224x224 (repeat for more arguments)"
     )

@@ -41,7 +41,7 @@ def measure(
     from layerprof.load.modulegraph import check_acyclic
 
     check_acyclic(model)  # before .to(): it recurses forever on a looping tree
-    ops = op_options(args)
+    ops = _op_options(args)
     loss = _loss(args)
     device = resolve_device(args.device)
     model = prepare_model(model, device, args.dtype)
@@ -97,7 +97,7 @@ def compile_options(args: argparse.Namespace) -> CompileOptions | None:
     )
 
 
-def op_options(args: argparse.Namespace) -> OpOptions | None:
+def _op_options(args: argparse.Namespace) -> OpOptions | None:
     """--ops and the torch.profiler options; the options without --ops are a usage error."""
     from layerprof.capture.options import OpOptions
 

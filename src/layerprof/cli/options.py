@@ -34,7 +34,7 @@ def _int_at_least(low: int) -> Any:
 
 COUNT = _int_at_least(1)
 NON_NEGATIVE = _int_at_least(0)
-MAX_INPUT_HELP = (
+_MAX_INPUT_HELP = (
     "most bytes a JSON or trace input may hold or expand to, e.g. 64G"
     " (default: 16G or half the free memory, whichever is smaller)"
 )
@@ -53,7 +53,7 @@ def seconds_arg(text: str) -> float:
     return value
 
 
-def size_arg(text: str) -> int:
+def _size_arg(text: str) -> int:
     """An argparse type: a byte size such as 512M or 64G."""
     from layerprof.reading import parse_size
 
@@ -86,7 +86,7 @@ def seed_arg(text: str) -> int:
     return value
 
 
-def peak_arg(text: str) -> Any:
+def _peak_arg(text: str) -> Any:
     """An argparse type: ``--peak FLOPS[,BYTES]`` per second (``2.5T``, ``312e12,2T``)."""
     from layerprof.capture.options import parse_peak
 
@@ -166,7 +166,7 @@ def add_measure_options(p: argparse.ArgumentParser, *, warmup: int, iters: int) 
         "--seed", type=seed_arg, default=0, help="seed for random inputs (default 0; 64 bits)"
     )
     m.add_argument(
-        "--peak", type=peak_arg, metavar="FLOPS[,BYTES]",
+        "--peak", type=_peak_arg, metavar="FLOPS[,BYTES]",
         help="the device's peak FLOP/s (and bytes/s) for %% of peak and the roofline, e.g."
         " 2.5T,50G (default: measured once per machine on CPU, known GPUs by name)",
     )  # fmt: skip
@@ -345,7 +345,7 @@ def root_parser(description: str) -> tuple[argparse.ArgumentParser, argparse.Arg
     )
     parser.add_argument("--version", action="version", version=f"layerprof {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
-    parser.add_argument("--max-input-size", type=size_arg, metavar="SIZE", help=MAX_INPUT_HELP)
+    parser.add_argument("--max-input-size", type=_size_arg, metavar="SIZE", help=_MAX_INPUT_HELP)
     # --debug is accepted after the subcommand too; SUPPRESS keeps the main value.
     common = Parser(add_help=False)
     common.add_argument(
@@ -353,9 +353,9 @@ def root_parser(description: str) -> tuple[argparse.ArgumentParser, argparse.Arg
     )
     common.add_argument(
         "--max-input-size",
-        type=size_arg,
+        type=_size_arg,
         default=argparse.SUPPRESS,
         metavar="SIZE",
-        help=MAX_INPUT_HELP,
+        help=_MAX_INPUT_HELP,
     )
     return parser, common

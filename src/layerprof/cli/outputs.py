@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 PREFIX = "out_"
 #: Outputs that name a directory, not a file.
-DIRECTORY_OUTPUTS = frozenset({"tensorboard"})
+_DIRECTORY_OUTPUTS = frozenset({"tensorboard"})
 STDOUT_HELP = (
     "FILE may be - for standard output (one output at most); the console report then goes"
     " to standard error"
@@ -38,7 +38,7 @@ def add_output(
 ) -> None:
     """Declare an output option ``--name`` (stored as ``args.out_name``)."""
     name = flag.removeprefix("--").replace("-", "_")
-    metavar = "DIR" if name in DIRECTORY_OUTPUTS else "FILE"
+    metavar = "DIR" if name in _DIRECTORY_OUTPUTS else "FILE"
     group.add_argument(flag, dest=PREFIX + name, metavar=metavar, help=help, **kw)
 
 
@@ -84,7 +84,7 @@ def check_outputs(
     for name, path in outs.items():
         if is_stdout(path):
             continue
-        if name in DIRECTORY_OUTPUTS:
+        if name in _DIRECTORY_OUTPUTS:
             ensure_parent(path, is_dir=True)
             continue
         for suffix in suffixes:
@@ -99,7 +99,7 @@ def _check_distinct(
     (``--json x --html x``: the second would replace the first)."""
     seen: dict[tuple[object, ...], str] = {}
     for name, path in outs.items():
-        if is_stdout(path) or name in DIRECTORY_OUTPUTS:
+        if is_stdout(path) or name in _DIRECTORY_OUTPUTS:
             continue
         flag = f"--{name.replace('_', '-')}"
         for suffix in suffixes:
@@ -145,7 +145,7 @@ def _check_stdout(outs: dict[str, str], *, copies: int, stdout_taken: str | None
     if not flags:
         return
     for flag in flags:
-        if flag.removeprefix("--") in DIRECTORY_OUTPUTS:
+        if flag.removeprefix("--") in _DIRECTORY_OUTPUTS:
             raise UsageError(f"{flag} takes a directory; - (standard output) cannot be one")
     taken = [*flags, *([stdout_taken] if stdout_taken else [])]
     if len(taken) > 1:
@@ -158,7 +158,7 @@ def _check_stdout(outs: dict[str, str], *, copies: int, stdout_taken: str | None
             f"{flags[0]} -: {copies} models would write one after another to standard output",
             hint="pick one with --model, or give a file name (the model name goes into it)",
         )
-    if rank_suffix() is not None:
+    if _rank_suffix() is not None:
         raise UsageError(
             f"{flags[0]} -: every torchrun rank would write to the same standard output",
             hint="give a file name; each rank writes its own (p.rank-1.json)",
@@ -166,7 +166,7 @@ def _check_stdout(outs: dict[str, str], *, copies: int, stdout_taken: str | None
 
 
 #: File options and the renderer each one writes (see layerprof.sinks).
-RENDERED_OUTPUTS = (
+_RENDERED_OUTPUTS = (
     ("json", "json"),
     ("csv", "csv"),
     ("html", "html"),
@@ -183,7 +183,7 @@ def write_profile_outputs(
     from layerprof import sinks
 
     written: list[Path] = []
-    for option, fmt in RENDERED_OUTPUTS:
+    for option, fmt in _RENDERED_OUTPUTS:
         path = target(args, option)
         if path:
             options = {"samples": getattr(args, "samples", False)} if fmt == "json" else {}
@@ -195,13 +195,13 @@ def write_profile_outputs(
         # all ranks share the directory, as with tensorboard_trace_handler;
         # the rank goes into the worker name, where analyze finds it
         out_dir = with_suffix(tensorboard, suffix, rank=False)
-        rank = rank_suffix()
+        rank = _rank_suffix()
         worker = f"{socket.gethostname()}_{rank}" if rank else None
         written.append(write_tensorboard_dir(out_dir, profile, worker=worker))
     report_written(written, args)
 
 
-KNOWN_EXTENSIONS = (".speedscope.json", ".pt.trace.json", ".json.gz", ".json", ".csv", ".html")
+_KNOWN_EXTENSIONS = (".speedscope.json", ".pt.trace.json", ".json.gz", ".json", ".csv", ".html")
 
 
 def with_suffix(path: str, suffix: str | None, *, rank: bool = True) -> Path:
@@ -209,15 +209,15 @@ def with_suffix(path: str, suffix: str | None, *, rank: bool = True) -> Path:
     ``report.html`` -> ``report.cnn.html``, ``t.json.gz`` -> ``t.rank-1.json.gz``.
     Standard output (``-``) stays ``-``."""
     p = Path(path)
-    parts = [x for x in (suffix, rank_suffix() if rank else None) if x]
+    parts = [x for x in (suffix, _rank_suffix() if rank else None) if x]
     if not parts or is_stdout(path):
         return p
-    ext = next((e for e in KNOWN_EXTENSIONS if p.name.endswith(e)), p.suffix)
+    ext = next((e for e in _KNOWN_EXTENSIONS if p.name.endswith(e)), p.suffix)
     stem = p.name[: len(p.name) - len(ext)] if ext else p.name
     return p.with_name(".".join([stem, *parts]) + ext)
 
 
-def rank_suffix() -> str | None:
+def _rank_suffix() -> str | None:
     from layerprof.capture.platform.distributed import rank_info
 
     info = rank_info()

@@ -37,8 +37,8 @@ from layerprof.sections import Repeats, RunMedians
 from layerprof.sections.repeats import Side
 from layerprof.stats import trimmed_mean
 
-CHILD_OPTION = "--child-out"
-Say = Callable[[str], None]
+_CHILD_OPTION = "--child-out"
+_Say = Callable[[str], None]
 
 
 #: How a child starts: ``python -c`` with the current directory taken off ``sys.path``
@@ -156,7 +156,7 @@ def gather(
     )
 
 
-def repeat(argv: Sequence[str], n: int, *, say: Say | None = None) -> Profile:
+def repeat(argv: Sequence[str], n: int, *, say: _Say | None = None) -> Profile:
     """``layerprof <argv>`` (a ``run`` command line) in ``n`` processes, gathered."""
     with tempfile.TemporaryDirectory(prefix="layerprof-repeat-") as tmp:
         profiles = []
@@ -172,7 +172,7 @@ def interleave(
     new_argv: Sequence[str],
     rounds: int,
     *,
-    say: Say | None = None,
+    say: _Say | None = None,
     timeout: float | None = None,
 ) -> tuple[Profile, Profile]:
     """Base and new ``run`` command lines in ``rounds`` alternating rounds, paired by round;
@@ -208,7 +208,7 @@ def check_argv(argv: Sequence[str], what: str) -> None:
 
 def child_command(argv: Sequence[str], out: Path) -> list[str]:
     """The child's command line: this Python, the safe-path boot, then ``argv``."""
-    return [sys.executable, "-c", CHILD_BOOT, *argv, CHILD_OPTION, str(out)]
+    return [sys.executable, "-c", CHILD_BOOT, *argv, _CHILD_OPTION, str(out)]
 
 
 def _child(argv: Sequence[str], out: Path, what: str, timeout: float | None = None) -> Profile:

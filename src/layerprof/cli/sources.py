@@ -14,8 +14,8 @@ if TYPE_CHECKING:
     from layerprof.profile import Profile, Run
 
 
-SCHEMA_KEY = re.compile(rb'"schema"\s*:')
-SNIFF_BYTES = 4096  # layerprof's files open with "schema": look no further
+_SCHEMA_KEY = re.compile(rb'"schema"\s*:')
+_SNIFF_BYTES = 4096  # layerprof's files open with "schema": look no further
 
 
 def load_comparable(
@@ -41,7 +41,7 @@ def load_comparable(
     if p.is_dir():
         return _one_rank(analyze(p, max_input_size=max_input_size), p, rank)
     data = read_input(p, limit=max_input_size, error=ProfileFormatError)
-    if not SCHEMA_KEY.search(data, 0, SNIFF_BYTES):
+    if not _SCHEMA_KEY.search(data, 0, _SNIFF_BYTES):
         return _one_rank(analyze(p, data=data), p, rank)
     loaded = from_dict(_loads(data, p), source=str(p))
     del data

@@ -40,8 +40,8 @@ def diff_to_dict(
     return {
         "schema": DIFF_SCHEMA,
         "verdict": d.headline(),
-        "base": {"model": d.base_meta.model, "meta": meta_dict(d.base_meta)},
-        "new": {"model": d.new_meta.model, "meta": meta_dict(d.new_meta)},
+        "base": {"model": d.base_meta.model, "meta": _meta_dict(d.base_meta)},
+        "new": {"model": d.new_meta.model, "meta": _meta_dict(d.new_meta)},
         "evidence": {
             "kind": d.evidence,
             "runs_base": d.runs_base,
@@ -79,7 +79,7 @@ def diff_to_dict(
     }
 
 
-def meta_dict(meta: Meta) -> dict[str, Any]:
+def _meta_dict(meta: Meta) -> dict[str, Any]:
     d = asdict(meta)
     d["inputs"] = list(meta.inputs)
     return d
@@ -125,7 +125,7 @@ def _op_delta(r: OpDelta) -> dict[str, Any]:
     }
 
 
-def read_change(f: Fields) -> Change:
+def _read_change(f: Fields) -> Change:
     status, basis = f.text("status"), f.text("basis")
     if status not in STATUSES or basis not in BASES:
         raise ProfileFormatError(f"{f.where}: unknown status {status!r} or basis {basis!r}")
@@ -177,12 +177,12 @@ def read_diff(data: Any, source: str) -> Diff:
         runs_new=evidence.integer("runs_new", 1) if evidence is not None else 1,
         base_meta=read_meta(base_meta),
         new_meta=read_meta(new_meta),
-        latency=read_change(lat) if lat is not None else None,
+        latency=_read_change(lat) if lat is not None else None,
         steps=tuple(
-            StepDelta(index=s.integer("index"), change=read_change(s)) for s in f.objects("steps")
+            StepDelta(index=s.integer("index"), change=_read_change(s)) for s in f.objects("steps")
         ),
         phases=tuple(
-            PhaseDelta(phase=r.text("phase"), path=r.opt_text("path"), change=read_change(r))
+            PhaseDelta(phase=r.text("phase"), path=r.opt_text("path"), change=_read_change(r))
             for r in f.objects("phases")
         ),
         layers=tuple(
@@ -193,8 +193,8 @@ def read_diff(data: Any, source: str) -> Diff:
                 calls_base=d.opt_number("calls_base"),
                 calls_new=d.opt_number("calls_new"),
                 note=d.opt_text("note"),
-                change=read_change(d),
-                total=read_change(required(d, "total")),
+                change=_read_change(d),
+                total=_read_change(required(d, "total")),
             )
             for d in f.objects("layers", required=True)
         ),
@@ -204,12 +204,12 @@ def read_diff(data: Any, source: str) -> Diff:
                 input_shapes=d.opt_text("input_shapes"),
                 calls_base=d.opt_number("calls_base"),
                 calls_new=d.opt_number("calls_new"),
-                change=read_change(d),
+                change=_read_change(d),
             )
             for d in f.objects("ops", required=True)
         ),
         kernels=tuple(
-            KernelDelta(name=d.text("name"), change=read_change(d)) for d in f.objects("kernels")
+            KernelDelta(name=d.text("name"), change=_read_change(d)) for d in f.objects("kernels")
         ),
         warnings=tuple(strings(f, "warnings")),
         comparable=f.flag("comparable", True),

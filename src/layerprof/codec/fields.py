@@ -141,7 +141,7 @@ class Fields:
 
     def shapes(self, key: str) -> Any:
         value = self.data.get(key)
-        if not json_tree(value):
+        if not _json_tree(value):
             raise self._fail(key, "expected nested lists of shapes")
         return value
 
@@ -154,16 +154,16 @@ def kind(value: Any) -> str:
     return f"{type(value).__name__} {str(value)[:40]!r}"
 
 
-def json_tree(value: Any, depth: int = 0) -> bool:
+def _json_tree(value: Any, depth: int = 0) -> bool:
     """Shapes as the hooks record them: ints, strings, None, lists and dicts of them."""
     if depth > 32:
         return False
     if value is None or (isinstance(value, (int, str)) and not isinstance(value, bool)):
         return True
     if isinstance(value, list):
-        return all(json_tree(v, depth + 1) for v in value)
+        return all(_json_tree(v, depth + 1) for v in value)
     if isinstance(value, dict):
-        return all(isinstance(k, str) and json_tree(v, depth + 1) for k, v in value.items())
+        return all(isinstance(k, str) and _json_tree(v, depth + 1) for k, v in value.items())
     return False
 
 

@@ -86,7 +86,7 @@ def _overhead(o: Overhead | None) -> dict[str, Any] | None:
     }
 
 
-def layer_record(row: Any) -> dict[str, Any]:
+def _layer_record(row: Any) -> dict[str, Any]:
     """One derived layer row as a flat record (JSON layers, DataFrame rows)."""
     d: dict[str, Any] = {
         "path": row.path,
@@ -115,7 +115,7 @@ def layer_record(row: Any) -> dict[str, Any]:
 
 
 def layer_records(profile: Profile) -> list[dict[str, Any]]:
-    return [layer_record(r) for r in profile.rows()]
+    return [_layer_record(r) for r in profile.rows()]
 
 
 def _layers(p: Profile, samples: bool) -> list[dict[str, Any]]:
@@ -146,7 +146,7 @@ def _layers(p: Profile, samples: bool) -> list[dict[str, Any]]:
 
 
 def _layer(p: Profile, row: Any, samples: bool) -> dict[str, Any]:
-    d = layer_record(row)
+    d = _layer_record(row)
     s = p.samples.get(row.path)
     if s is not None:
         d["series"] = _series_dict(s, _LAYER_SERIES)

@@ -58,7 +58,7 @@ def _read_run(f: Fields) -> RunMedians:
         self_ns=_read_times(f.obj("self_ms")),
         device_self_ns=_read_times(device) if device is not None else None,
         round=f.count("round") if f.has("round") else None,
-        rest_ratio={str(k): ratio.within(str(k), 0.0, MAX_REST_RATIO) for k in ratio.data}
+        rest_ratio={str(k): ratio.within(str(k), 0.0, _MAX_REST_RATIO) for k in ratio.data}
         if ratio is not None
         else None,
     )
@@ -66,7 +66,7 @@ def _read_run(f: Fields) -> RunMedians:
 
 #: A layer's self time over the rest of its forward: a layer a billion times the rest of
 #: it is no measurement (the diff takes logarithms of ratios of these, then ``expm1``).
-MAX_REST_RATIO = 1e9
+_MAX_REST_RATIO = 1e9
 
 
 def _read_times(f: Fields | None) -> dict[str, int]:

@@ -76,7 +76,7 @@ def run_of(f: Fields, ranks: tuple[Profile, ...], source: str, *, notes: tuple[N
         path=f.text("path", source),
         ranks=ranks,
         rank_source=f.text("rank_source", "file order"),
-        cross=read_cross(f.obj("cross_rank")),
+        cross=_read_cross(f.obj("cross_rank")),
         skipped=tuple(strings(f, "skipped")),
         failed=tuple(strings(f, "failed")),
         notes=notes,
@@ -85,7 +85,7 @@ def run_of(f: Fields, ranks: tuple[Profile, ...], source: str, *, notes: tuple[N
     )
 
 
-def read_cross(f: Fields | None) -> CrossRank | None:
+def _read_cross(f: Fields | None) -> CrossRank | None:
     if f is None:
         return None
     steps = []

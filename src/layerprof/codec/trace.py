@@ -141,7 +141,7 @@ def _memory(m: MemorySummary | None, top: int | None) -> dict[str, Any] | None:
     }
 
 
-def read_source(f: Fields) -> TraceSource:
+def _read_source(f: Fields) -> TraceSource:
     producer = f.data.get("layerprof")
     run = f.data.get("run")
     return TraceSource(
@@ -157,7 +157,7 @@ def read_source(f: Fields) -> TraceSource:
     )
 
 
-def read_steps(f: Fields) -> Steps:
+def _read_steps(f: Fields) -> Steps:
     steps = tuple(
         Step(
             name=s.text("name"),
@@ -230,10 +230,10 @@ def read_trace(f: Fields) -> dict[str, Any]:
     out: dict[str, Any] = {}
     src = f.obj("source")
     if src is not None:
-        out["source"] = read_source(src)
+        out["source"] = _read_source(src)
     steps = f.obj("steps")
     if steps is not None:
-        out["steps"] = read_steps(steps)
+        out["steps"] = _read_steps(steps)
     out["devices"] = tuple(read_device(d) for d in f.objects("devices"))
     out["kernels"] = tuple(read_row(KernelRow, k) for k in f.objects("kernels"))
     out["kinds"] = tuple(read_row(KindRow, k) for k in f.objects("kernel_kinds"))

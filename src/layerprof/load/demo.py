@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 
-class ConvBlock(nn.Module):
+class _ConvBlock(nn.Module):
     def __init__(self, c_in: int, c_out: int) -> None:
         super().__init__()
         self.conv = nn.Conv2d(c_in, c_out, 3, padding=1, bias=False)
@@ -27,7 +27,7 @@ class SmallCNN(nn.Module):
     def __init__(self, num_classes: int = 10, width: int = 16) -> None:
         super().__init__()
         self.features = nn.Sequential(
-            ConvBlock(3, width), ConvBlock(width, 2 * width), ConvBlock(2 * width, 4 * width)
+            _ConvBlock(3, width), _ConvBlock(width, 2 * width), _ConvBlock(2 * width, 4 * width)
         )
         self.head = nn.Sequential(
             nn.Flatten(), nn.Linear(4 * width * 4 * 4, 64), nn.ReLU(), nn.Linear(64, num_classes)
@@ -55,7 +55,7 @@ class SelfAttention(nn.Module):
         return self.proj(y.transpose(1, 2).reshape(b, t, d))
 
 
-class EncoderLayer(nn.Module):
+class _EncoderLayer(nn.Module):
     def __init__(self, dim: int, heads: int) -> None:
         super().__init__()
         self.norm1 = nn.LayerNorm(dim)
@@ -74,7 +74,7 @@ class TinyTransformer(nn.Module):
     def __init__(self, vocab: int = 1000, dim: int = 64, heads: int = 4, depth: int = 2) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
-        self.layers = nn.ModuleList(EncoderLayer(dim, heads) for _ in range(depth))
+        self.layers = nn.ModuleList(_EncoderLayer(dim, heads) for _ in range(depth))
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, 2)
 

@@ -13,7 +13,7 @@ from typing import Literal
 
 from layerprof.errors import ModelLoadError
 
-FileFormat = Literal["torchscript", "export", "torch", "pickle", "damaged-zip", "other"]
+_FileFormat = Literal["torchscript", "export", "torch", "pickle", "damaged-zip", "other"]
 
 
 def checked_file(path: str | os.PathLike[str]) -> Path:
@@ -25,7 +25,7 @@ def checked_file(path: str | os.PathLike[str]) -> Path:
     return file
 
 
-def torch_file_format(file: Path) -> FileFormat:
+def torch_file_format(file: Path) -> _FileFormat:
     """Tell torch file kinds apart by their layout, before any unpickling.
 
     ``"torch"`` is a ``torch.save`` zip, ``"pickle"`` a legacy (pre-1.6)
@@ -49,7 +49,7 @@ def torch_file_format(file: Path) -> FileFormat:
     return "pickle" if head[:1] == b"\x80" else "other"
 
 
-def sniff_archive(file: Path) -> FileFormat:
+def sniff_archive(file: Path) -> _FileFormat:
     try:
         kind = torch_file_format(file)
     except OSError as exc:

@@ -354,7 +354,7 @@ _ITEMSIZE = {
 }  # fmt: skip
 
 
-def build_bytes(spec: InputSpec) -> tuple[int, int]:
+def _build_bytes(spec: InputSpec) -> tuple[int, int]:
     """Bytes ``(peak, kept)`` building the tensor of ``spec`` takes: it is drawn in a
     wider dtype first (float32 normals, float64 uniforms scaled in two steps, int64
     integers, float32 for bools), then cast to the one it keeps."""
@@ -383,7 +383,7 @@ def _check_memory(specs: Sequence[InputSpec], device: str) -> None:
     for spec in specs:
         if spec.shape is None:
             continue
-        peak, size = build_bytes(spec)
+        peak, size = _build_bytes(spec)
         if kept + peak > room:
             numel = math.prod(spec.shape)
             before = f" after {human_bytes(kept)} of earlier inputs" if kept else ""

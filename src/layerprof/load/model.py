@@ -40,7 +40,7 @@ from layerprof.notes import Note
 
 __all__ = ["LoadedModel", "load_model"]
 
-ModelKind = Literal["eager", "torchscript", "export"]
+_ModelKind = Literal["eager", "torchscript", "export"]
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class LoadedModel:
     """
 
     module: Any
-    kind: ModelKind
+    kind: _ModelKind
     name: str
     source: str
     notes: tuple[Note, ...] = ()
@@ -349,7 +349,7 @@ def _whole_module(obj: Any) -> tuple[Any, str] | None:
     return None
 
 
-def _module_kind(module: Any) -> ModelKind:
+def _module_kind(module: Any) -> _ModelKind:
     import torch
 
     return "torchscript" if isinstance(module, torch.jit.ScriptModule) else "eager"

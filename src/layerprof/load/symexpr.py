@@ -45,11 +45,11 @@ MAX_DEPTH = 200
 #: Largest exponent or shift, and largest product of the exponents nested in one path.
 MAX_EXPONENT = 64
 #: Integer constants are below this in size (torch's sizes and bounds are int64).
-MAX_INTEGER = 2**64
+_MAX_INTEGER = 2**64
 
 #: Called names an expression may use: sympy classes ``srepr`` prints, and the
 #: functions ``torch._export.serde.serialize`` puts in ``sympify``'s namespace.
-EXPR_CALLS = frozenset(
+_EXPR_CALLS = frozenset(
     {
         "Symbol", "Dummy", "Integer", "Rational", "Float", "Add", "Mul", "Pow", "Max", "Min",
         "Abs", "Mod", "floor", "ceiling", "Eq", "Ne", "Lt", "Le", "Gt", "Ge", "Equality",
@@ -65,13 +65,13 @@ EXPR_CALLS = frozenset(
     }
 )  # fmt: skip
 #: Bare names an expression may use besides symbols.
-EXPR_CONSTANTS = frozenset({"oo", "zoo", "nan", "true", "false", "int_oo"})
+_EXPR_CONSTANTS = frozenset({"oo", "zoo", "nan", "true", "false", "int_oo"})
 #: Functions guard code may call by bare name (Python builtins and torch's SYMPY_INTERP).
-GUARD_CALLS = frozenset(
+_GUARD_CALLS = frozenset(
     {"abs", "max", "min", "int", "float", "round", "bool", "IsNonOverlappingAndDenseIndicator",
      "cast_symbool_to_symint_guardless"}
 )  # fmt: skip
-GUARD_MODULE_ATTRS = {
+_GUARD_MODULE_ATTRS = {
     "math": frozenset(
         {"floor", "ceil", "trunc", "sqrt", "inf", "nan", "isnan", "isinf", "isfinite", "cos",
          "cosh", "acos", "sin", "sinh", "asin", "tan", "tanh", "atan", "log", "log2", "log10",
@@ -83,7 +83,7 @@ GUARD_MODULE_ATTRS = {
     ),
 }  # fmt: skip
 #: Tensor methods a guard source may call (``L['x'].size()[0]``).
-GUARD_METHODS = frozenset({"size", "stride", "storage_offset", "dim", "numel"})
+_GUARD_METHODS = frozenset({"size", "stride", "storage_offset", "dim", "numel"})
 
 # Symbols torch names by kind: s0, u3, zf1, zuf0, ps2, r0_1, indirect0, ...
 _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
@@ -188,7 +188,7 @@ def _allowed_op(op: ast.AST, allowed: tuple[type[ast.AST], ...]) -> None:
 def _check_number(node: ast.Constant) -> None:
     if not isinstance(node.value, (bool, int, float)):
         raise UnsafeExpression(f"constant {node.value!r} is not allowed here")
-    if isinstance(node.value, int) and abs(node.value) >= MAX_INTEGER:
+    if isinstance(node.value, int) and abs(node.value) >= _MAX_INTEGER:
         raise UnsafeExpression(f"integer {_short(node.value)} is not below 2**64")
 
 
@@ -286,7 +286,7 @@ def _expr_children(node: ast.expr) -> Sequence[ast.expr]:
     if operands is not None:
         return operands
     if isinstance(node, ast.Name):
-        known = node.id in EXPR_CALLS or node.id in EXPR_CONSTANTS
+        known = node.id in _EXPR_CALLS or node.id in _EXPR_CONSTANTS
         if not known and not _BARE_SYMBOL.fullmatch(node.id):
             raise UnsafeExpression(f"name {node.id!r} is not a symbol")
         return ()
@@ -297,7 +297,7 @@ def _expr_children(node: ast.expr) -> Sequence[ast.expr]:
 
 def _expr_call_args(node: ast.Call) -> Sequence[ast.expr]:
     func = node.func
-    if not isinstance(func, ast.Name) or func.id not in EXPR_CALLS:
+    if not isinstance(func, ast.Name) or func.id not in _EXPR_CALLS:
         raise UnsafeExpression(f"call of {ast.unparse(func)!r} is not allowed")
     for kw in node.keywords:
         if kw.arg is None or kw.arg.startswith("_"):
@@ -344,11 +344,11 @@ def _guard_call_args(node: ast.Call) -> Sequence[ast.expr]:
     if node.keywords:
         raise UnsafeExpression("keyword arguments are not allowed")
     func = node.func
-    if isinstance(func, ast.Name) and func.id in GUARD_CALLS:
+    if isinstance(func, ast.Name) and func.id in _GUARD_CALLS:
         return node.args
     if isinstance(func, ast.Attribute) and _is_module_attr(func):
         return node.args
-    if isinstance(func, ast.Attribute) and func.attr in GUARD_METHODS:
+    if isinstance(func, ast.Attribute) and func.attr in _GUARD_METHODS:
         if node.args:
             raise UnsafeExpression(f".{func.attr}() takes no arguments here")
         _check_source(func.value)
@@ -359,9 +359,9 @@ def _guard_call_args(node: ast.Call) -> Sequence[ast.expr]:
 def _is_module_attr(node: ast.Attribute) -> bool:
     """``math.floor``-style names: True when allowed, an error when not, False for others."""
     base = node.value
-    if not (isinstance(base, ast.Name) and base.id in GUARD_MODULE_ATTRS):
+    if not (isinstance(base, ast.Name) and base.id in _GUARD_MODULE_ATTRS):
         return False
-    if node.attr not in GUARD_MODULE_ATTRS[base.id]:
+    if node.attr not in _GUARD_MODULE_ATTRS[base.id]:
         raise UnsafeExpression(f"{base.id}.{node.attr} is not allowed")
     return True
 
@@ -382,7 +382,7 @@ def _check_source(node: ast.expr) -> None:
                 raise UnsafeExpression(f"attribute {node.attr!r} is not allowed")
             node = node.value
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            if node.func.attr not in GUARD_METHODS or node.args or node.keywords:
+            if node.func.attr not in _GUARD_METHODS or node.args or node.keywords:
                 raise UnsafeExpression(f"call of {ast.unparse(node.func)!r} is not allowed")
             node = node.func.value
         else:

@@ -49,7 +49,7 @@ from layerprof.traceformat import (
 if TYPE_CHECKING:
     from layerprof.profile import Profile
 
-MARKER_KEY = "layerprof"
+_MARKER_KEY = "layerprof"
 
 
 def write_chrome_trace(path: str | os.PathLike[str], profile: Profile) -> Path:
@@ -59,7 +59,7 @@ def write_chrome_trace(path: str | os.PathLike[str], profile: Profile) -> Path:
 
 def trace_bytes(profile: Profile, *, gzip_it: bool = False) -> bytes:
     """The trace of an ops-mode profile (its recorded events plus layer lanes) as JSON bytes."""
-    data = orjson.dumps(trace_document(profile))
+    data = orjson.dumps(_trace_document(profile))
     return gzip.compress(data, mtime=0) if gzip_it else data
 
 
@@ -76,19 +76,19 @@ def write_tensorboard_dir(
     return write_chrome_trace(Path(directory) / name, profile)
 
 
-def trace_document(profile: Profile) -> dict[str, Any]:
+def _trace_document(profile: Profile) -> dict[str, Any]:
     """The whole Chrome-trace JSON object: Kineto metadata, kept events, layer lanes."""
     recorded = profile.events
     if recorded is None:
         raise UsageError(
             "a Chrome/Perfetto trace needs the recorded operators", hint="profile with --ops"
         )
-    kept, layers = split_layer_events(recorded.trace_events)
+    kept, layers = _split_layer_events(recorded.trace_events)
     names = _layer_names(profile)
     doc = dict(recorded.trace_metadata())
-    doc[MARKER_KEY] = marker(profile)
-    steps = [] if has_steps(kept) else step_spans(kept, layers)
-    doc[EVENTS_KEY] = kept + steps + layer_lanes(layers, names, _free_pid(kept))
+    doc[_MARKER_KEY] = marker(profile)
+    steps = [] if _has_steps(kept) else _step_spans(kept, layers)
+    doc[EVENTS_KEY] = kept + steps + _layer_lanes(layers, names, _free_pid(kept))
     return doc
 
 
@@ -115,13 +115,13 @@ def marker(profile: Profile | None) -> dict[str, Any]:
     return out
 
 
-def has_steps(events: Sequence[dict[str, Any]]) -> bool:
+def _has_steps(events: Sequence[dict[str, Any]]) -> bool:
     return any(
         ev.get("ph") == "X" and str(ev.get("name", "")).startswith(STEP_PREFIX) for ev in events
     )
 
 
-def step_spans(
+def _step_spans(
     kept: Sequence[dict[str, Any]], layers: Sequence[dict[str, Any]]
 ) -> list[dict[str, Any]]:
     """One ``ProfilerStep#N`` span per iteration (outermost layer range) on the model's thread.
@@ -172,7 +172,7 @@ def step_spans(
     return out
 
 
-def split_layer_events(
+def _split_layer_events(
     events: Sequence[dict[str, Any]],
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(other events, our ``layer:`` spans)."""
@@ -187,7 +187,7 @@ def split_layer_events(
     return kept, layers
 
 
-def layer_lanes(
+def _layer_lanes(
     spans: Sequence[dict[str, Any]], names: dict[str, str], pid: int
 ) -> list[dict[str, Any]]:
     """Layer spans on process ``pid`` ("layers"), one lane per source thread, plus M events."""

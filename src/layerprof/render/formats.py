@@ -52,7 +52,7 @@ class ConsoleRenderer:
         return console.export_text()
 
 
-class JsonRenderer:
+class _JsonRenderer:
     """The layerprof JSON documents (``layerprof.profile/2``, ``trace/2``, ``diff/1``)."""
 
     name = "json"
@@ -62,7 +62,7 @@ class JsonRenderer:
         return codec.dumps(obj, samples=samples, **options)
 
 
-class CsvRenderer:
+class _CsvRenderer:
     """One line per layer (a Profile)."""
 
     name = "csv"
@@ -97,7 +97,7 @@ class HtmlRenderer:
         return render_html(obj, title=title, gate=gate)
 
 
-class MarkdownRenderer:
+class _MarkdownRenderer:
     """A diff as Markdown, for a pull-request comment."""
 
     name = "md"
@@ -111,7 +111,7 @@ class MarkdownRenderer:
         return diff_to_markdown(obj, top=top, gate=gate)
 
 
-class FoldedRenderer:
+class _FoldedRenderer:
     """Layer self times as folded stacks (flamegraph.pl)."""
 
     name = "folded"
@@ -125,7 +125,7 @@ class FoldedRenderer:
         return "".join(line + "\n" for line in folded_lines(obj))
 
 
-class SpeedscopeRenderer:
+class _SpeedscopeRenderer:
     """The layer tree as a speedscope profile."""
 
     name = "speedscope"
@@ -139,7 +139,7 @@ class SpeedscopeRenderer:
         return orjson.dumps(speedscope_document(obj))
 
 
-class ChromeRenderer:
+class _ChromeRenderer:
     """The recorded Kineto trace with layer lanes (Chrome/Perfetto), from an ops-mode Profile."""
 
     name = "trace"
@@ -156,15 +156,15 @@ class ChromeRenderer:
         return data
 
 
-RENDERERS: tuple[sinks.Renderer, ...] = (
+_RENDERERS: tuple[sinks.Renderer, ...] = (
     ConsoleRenderer(),
-    JsonRenderer(),
-    CsvRenderer(),
+    _JsonRenderer(),
+    _CsvRenderer(),
     HtmlRenderer(),
-    MarkdownRenderer(),
-    FoldedRenderer(),
-    SpeedscopeRenderer(),
-    ChromeRenderer(),
+    _MarkdownRenderer(),
+    _FoldedRenderer(),
+    _SpeedscopeRenderer(),
+    _ChromeRenderer(),
 )
-for _renderer in RENDERERS:
+for _renderer in _RENDERERS:
     sinks.register(_renderer)

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from layerprof.sections.generation import Generation, Phase, PhaseLayer
 
 #: At most this many layers in the phase table: the heaviest in decode.
-PHASE_ROWS = 12
+_PHASE_ROWS = 12
 
 
 def summary_lines(g: Generation) -> list[str]:
@@ -69,7 +69,7 @@ def phase_rows(g: Generation) -> list[tuple[str, PhaseLayer | None, PhaseLayer |
     ranked: Phase | None = decode or prefill
     if ranked is None:
         return []
-    heavy = sorted(ranked.layers, key=lambda x: -x.self_ns)[:PHASE_ROWS]
+    heavy = sorted(ranked.layers, key=lambda x: -x.self_ns)[:_PHASE_ROWS]
     keep = {x.path for x in heavy}
     order = [x.path for x in ranked.layers if x.path in keep]
     return [

@@ -11,7 +11,7 @@ from layerprof.units import NS_PER_MS, format_shapes
 if TYPE_CHECKING:
     from layerprof.profile import Profile
 
-CSV_COLUMNS = (
+_CSV_COLUMNS = (
     "path", "type", "parent", "depth", "calls", "total_ms", "self_ms", "share",
     "total_p90_ms", "total_std_ms", "device_total_ms", "device_self_ms",
     "backward_total_ms", "backward_self_ms", "params", "params_own",
@@ -39,7 +39,7 @@ def profile_to_csv(profile: Profile) -> str:
     that starts like a formula (``=``, ``+``, ``-``, ``@``, tab, CR)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
+    writer.writerow(_CSV_COLUMNS)
     for r in profile.rows():
         writer.writerow(
             [

@@ -8,7 +8,7 @@ markup. Two layers keep them out:
 * every renderer builds user text as ``Text`` (never a markup string), and tables
   escape their cells before layout (``escape_controls``), so columns stay aligned;
 * the console itself escapes whatever control character is still left in the
-  rendered segments, before rich adds its own style codes (``EscapeControls``).
+  rendered segments, before rich adds its own style codes (``_EscapeControls``).
   ``make_console()`` installs it for good; ``escaping(console)`` adds it for the
   length of one report to a console a library user passed in.
 
@@ -160,7 +160,7 @@ def _without_trailing_spaces(segments: Iterable[Segment]) -> Iterator[Segment]:
     yield from blank
 
 
-class EscapeControls(RenderHook):
+class _EscapeControls(RenderHook):
     """A render hook: no control character from content reaches the terminal."""
 
     def process_renderables(self, renderables: list[ConsoleRenderable]) -> list[ConsoleRenderable]:
@@ -187,7 +187,7 @@ class SafeConsole(Console):
     def __init__(self, **kwargs: Any) -> None:
         options: dict[str, Any] = {"markup": False, "emoji": False, "highlight": False}
         super().__init__(**{**options, **kwargs})
-        self.push_render_hook(EscapeControls())
+        self.push_render_hook(_EscapeControls())
 
 
 def output_width(*, stderr: bool = False) -> int:
@@ -211,7 +211,7 @@ def escaping(console: Console) -> Iterator[Console]:
     if isinstance(console, SafeConsole):
         yield console
         return
-    console.push_render_hook(EscapeControls())
+    console.push_render_hook(_EscapeControls())
     try:
         yield console
     finally:

@@ -25,7 +25,7 @@ from layerprof.trace.remote import TraceInput, list_inputs, read_trace_bytes, sh
 from layerprof.trace.tasks import Executor, Failed
 
 #: progress(done, total): called on the client each time a rank's result comes in
-ProgressFn = Callable[[int, int], None]
+_ProgressFn = Callable[[int, int], None]
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def analyze(
     max_input_size: int | None = None,
     data: bytearray | None = None,
     executor: Executor | str | None = None,
-    progress: ProgressFn | None = None,
+    progress: _ProgressFn | None = None,
     partial: bool = False,
     timeout: float | None = None,
 ) -> Run:

@@ -45,7 +45,7 @@ BACKWARD_NODE = "autograd::engine::evaluate_function: "
 
 
 @dataclass(frozen=True)
-class Attribution:
+class _Attribution:
     """Per host span (HostSpans indexing): its layer path id, phase and backward node.
 
     ``layer`` indexes ``paths`` (-1: unattributed); ``node`` is the outermost
@@ -61,7 +61,7 @@ class Attribution:
         return self.paths[k] if k >= 0 else UNATTRIBUTED
 
 
-def attribute(tables: EventTables, nesting: Nesting) -> Attribution:
+def attribute(tables: EventTables, nesting: Nesting) -> _Attribution:
     host = tables.host
     n = len(host)
     layer_spans = np.flatnonzero(host.kind == LAYER)
@@ -81,7 +81,7 @@ def attribute(tables: EventTables, nesting: Nesting) -> Attribution:
     if len(node_ops):
         seqs = host.seq[node[node_ops]]
         layer[node_ops] = [forward_layer.get(int(s), -1) for s in seqs.tolist()]
-    return Attribution(paths=paths, layer=layer, node=node)
+    return _Attribution(paths=paths, layer=layer, node=node)
 
 
 def _backward_nodes(tables: EventTables, nesting: Nesting) -> I64:
@@ -175,7 +175,7 @@ def layer_ops(
     tables: EventTables,
     nesting: Nesting,
     times: OpTimes,
-    attribution: Attribution,
+    attribution: _Attribution,
     steps: Steps,
     *,
     by_shape: bool = False,
@@ -243,7 +243,7 @@ def layer_ops(
 
 def backward_times(
     tables: EventTables,
-    attribution: Attribution,
+    attribution: _Attribution,
     steps: Steps,
     paths: list[str],
 ) -> dict[str, tuple[Series, Series]]:

@@ -49,16 +49,16 @@ from layerprof.trace.events import (
 from layerprof.trace.intervals import Lane, lane, merge, partition
 from layerprof.trace.nesting import Nesting
 
-DATALOADER = re.compile(r"DataLoader|data_?load", re.IGNORECASE)
+_DATALOADER = re.compile(r"DataLoader|data_?load", re.IGNORECASE)
 
 # lane bits
 _K, _C, _M, _S, _R, _D, _P = (1 << i for i in range(7))
 #: (part, lanes that must all be on), first match wins; what matches none is idle.
-DEVICE_ORDER = (
+_DEVICE_ORDER = (
     ("overlap", _K | _C), ("compute", _K), ("communication", _C), ("memcpy", _M),
     ("memset", _S), ("runtime", _R), ("dataloader", _D), ("cpu", _P),
 )  # fmt: skip
-HOST_ORDER = (
+_HOST_ORDER = (
     ("dataloader", _D), ("overlap", _K | _C), ("compute", _K), ("communication", _C),
     ("runtime", _R), ("cpu", _P),
 )  # fmt: skip
@@ -74,7 +74,7 @@ def breakdown(tables: EventTables, nesting: Nesting, steps: Steps) -> Breakdown 
     gloo = host_executions(tables, nesting)
     host_comm = lane(host.start[gloo], host.end[gloo])
     runtime = _spans(tables, nesting, np.isin(host.kind, (RUNTIME, SYNC)))
-    loader_ids = [i for i, n in enumerate(tables.names) if DATALOADER.search(n)]
+    loader_ids = [i for i, n in enumerate(tables.names) if _DATALOADER.search(n)]
     loader = _spans(
         tables, nesting, np.isin(host.kind, (OP, ANNOTATION)) & np.isin(host.name, loader_ids)
     )
@@ -83,7 +83,9 @@ def breakdown(tables: EventTables, nesting: Nesting, steps: Steps) -> Breakdown 
     if not tables.has_device:
         compute = host_compute(tables, nesting, unique(host.thread[gloo]))
         lanes = [compute, host_comm, *_none(2), runtime, loader, _nothing()]
-        out += _rows(rows, None, partition(lanes, windows, [b for _, b in HOST_ORDER]), HOST_ORDER)
+        out += _rows(
+            rows, None, partition(lanes, windows, [b for _, b in _HOST_ORDER]), _HOST_ORDER
+        )
         return Breakdown(tuple(out))
     dev = tables.device
     is_comm = comm_kernels(tables)
@@ -102,8 +104,8 @@ def breakdown(tables: EventTables, nesting: Nesting, steps: Steps) -> Breakdown 
             loader,
             cpu,
         ]
-        table = partition(lanes, windows, [b for _, b in DEVICE_ORDER])
-        out += _rows(rows, int(d), table, DEVICE_ORDER)
+        table = partition(lanes, windows, [b for _, b in _DEVICE_ORDER])
+        out += _rows(rows, int(d), table, _DEVICE_ORDER)
     return Breakdown(tuple(out))
 
 

@@ -67,7 +67,7 @@ class CommArgs:
     def bytes(self) -> int | None:
         """Message size: the larger of input and output (nccl-tests' convention:
         all-gather counts its output, reduce-scatter its input)."""
-        size = dtype_bytes(self.dtype)
+        size = _dtype_bytes(self.dtype)
         counts = [n for n in (self.in_nelems, self.out_nelems) if n is not None]
         if size is None or not counts:
             return None
@@ -83,7 +83,7 @@ class CommArgs:
         )
 
 
-def dtype_bytes(dtype: str | None) -> int | None:
+def _dtype_bytes(dtype: str | None) -> int | None:
     if dtype is None:
         return None
     return _DTYPE_BYTES.get(dtype.strip().lower())
@@ -107,7 +107,7 @@ def comm_args(args: dict[str, Any]) -> CommArgs | None:
         dims, types = args.get("Input Dims"), args.get("Input type")
         n = _elements(dims[0]) if isinstance(dims, list) and dims else None
         kind = types[0] if isinstance(types, list) and types else None
-        if n is not None and isinstance(kind, str) and dtype_bytes(kind) is not None:
+        if n is not None and isinstance(kind, str) and _dtype_bytes(kind) is not None:
             out = CommArgs(**{**out.__dict__, "in_nelems": n, "dtype": kind})
     return None if out == CommArgs() else out
 

@@ -107,7 +107,7 @@ def _apportion(ns: int, shares: Mapping[str, float]) -> dict[str, int]:
     return out
 
 
-def join_path(prefix: str, rel: str) -> str:
+def _join_path(prefix: str, rel: str) -> str:
     if not prefix:
         return rel
     return f"{prefix}.{rel}" if rel else prefix
@@ -117,7 +117,7 @@ def join_path(prefix: str, rel: str) -> str:
 
 
 @dataclass
-class KernelTotal:
+class _KernelTotal:
     """One kernel event name over the whole capture."""
 
     name: str
@@ -131,7 +131,7 @@ class KernelTotal:
 
 
 @dataclass
-class GraphUse:
+class _GraphUse:
     record: GraphRecord
     calls: int = 0
     host_ns: int = 0
@@ -167,8 +167,8 @@ class CompiledAttribution:
     """Everything the section and the layer rows are built from."""
 
     windows: dict[str, list[PhaseWindow]]  # phase -> one window per iteration
-    kernels: dict[tuple[str, str], KernelTotal]
-    graphs: dict[int, GraphUse]  # id(record) -> use
+    kernels: dict[tuple[str, str], _KernelTotal]
+    graphs: dict[int, _GraphUse]  # id(record) -> use
     exact: dict[tuple[str, str], int]  # (phase, path) -> ns
     estimated: dict[tuple[str, str], int]
     unmatched: dict[str, list[int]]  # event name -> [calls, host ns]
@@ -196,7 +196,7 @@ class ModelPaths:
     def resolve(self, prefix: str, node: NodeInfo) -> str | None:
         if node.path is None:
             return None
-        path = join_path(prefix, node.path)
+        path = _join_path(prefix, node.path)
         found = self.types.get(path)
         if found is None or (node.type is not None and node.path and found != node.type):
             return None
@@ -348,7 +348,7 @@ class _Walk:
             self._unmatched(events, window)
             return
         prefix = self._prefix(c, record, phase, fwd_prefixes)
-        use = self.result.graphs.setdefault(id(record), GraphUse(record))
+        use = self.result.graphs.setdefault(id(record), _GraphUse(record))
         use.calls += 1
         matches = align(names, record.site_events())
         unmatched = []
@@ -397,7 +397,7 @@ class _Walk:
         prefix: str,
         phase: str,
         window: PhaseWindow,
-        use: GraphUse,
+        use: _GraphUse,
     ) -> None:
         site = record.sites[site_index]
         host_ns = int(self.host.dur[k])
@@ -444,7 +444,7 @@ class _Walk:
             window.device_overhead_ns -= device_ns  # it was counted as region launches
         name = self.names[k]
         total = self.result.kernels.setdefault(
-            (phase, name), KernelTotal(name=name, extern=site.extern, phase=phase)
+            (phase, name), _KernelTotal(name=name, extern=site.extern, phase=phase)
         )
         total.calls += 1
         total.host_ns += host_ns

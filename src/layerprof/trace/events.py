@@ -99,20 +99,20 @@ DEVICE_CATEGORIES: dict[str, int] = {
     GPU_MEMSET: MEMSET,
     "Memset": MEMSET,
 }
-GPU_ANNOTATION = "gpu_user_annotation"
-MTIA_DEVICE = "mtia_ccp_events"
+_GPU_ANNOTATION = "gpu_user_annotation"
+_MTIA_DEVICE = "mtia_ccp_events"
 # Device-side categories that carry no busy time (markers, counters, ranges).
-DEVICE_MARKERS = frozenset(
-    {GPU_ANNOTATION, "cuda_event", "cuda_profiler_range", "mtia_insight", "mtia_counters",
+_DEVICE_MARKERS = frozenset(
+    {_GPU_ANNOTATION, "cuda_event", "cuda_profiler_range", "mtia_insight", "mtia_counters",
      "xpu_scope_profiler"}
 )  # fmt: skip
 # Which accelerator a runtime (or device) category belongs to.
-PLATFORMS: dict[str, str] = {
+_PLATFORMS: dict[str, str] = {
     CUDA_RUNTIME: "cuda",
     CUDA_DRIVER: "cuda",
     "Runtime": "cuda",
     "mtia_runtime": "mtia",
-    MTIA_DEVICE: "mtia",
+    _MTIA_DEVICE: "mtia",
     "xpu_runtime": "xpu",
     "xpu_driver": "xpu",
     "hpu_op": "hpu",
@@ -240,7 +240,7 @@ class MemoryEvents:
 
 
 @dataclass(frozen=True)
-class DeviceAnnotations(_Spans):
+class _DeviceAnnotations(_Spans):
     """``gpu_user_annotation`` spans: annotations on a device's timeline (no busy time)."""
 
     device: I64
@@ -268,7 +268,7 @@ class EventTables:
     skipped: int  # events whose ts is missing or unusable
     # LAYER spans' display names where they differ from the path (the root: its class).
     layer_labels: dict[str, str] = field(default_factory=dict)
-    device_annotations: DeviceAnnotations | None = None
+    device_annotations: _DeviceAnnotations | None = None
     # Device-side events per category, those without busy time included.
     device_categories: dict[str, int] = field(default_factory=dict)
     runtime_categories: frozenset[str] = frozenset()
@@ -294,8 +294,8 @@ class EventTables:
         if not self.device_categories:
             return "cpu"
         for category in (*sorted(self.runtime_categories), *sorted(self.device_categories)):
-            if category in PLATFORMS:
-                return PLATFORMS[category]
+            if category in _PLATFORMS:
+                return _PLATFORMS[category]
         return None
 
     def extent(self) -> tuple[int, int]:
@@ -645,12 +645,12 @@ class EventCollector:
         args = e.get("args")
         if type(args) is not dict:
             args = {}
-        if cat in DEVICE_MARKERS:
+        if cat in _DEVICE_MARKERS:
             rows.device_categories[cat] = rows.device_categories.get(cat, 0) + 1
-            if cat == GPU_ANNOTATION:
+            if cat == _GPU_ANNOTATION:
                 self._device_annotation(e, args, rows)
             return None
-        if cat == MTIA_DEVICE:
+        if cat == _MTIA_DEVICE:
             name = e.get("name")
             return MEMCPY if type(name) is str and "dma" in name.lower() else KERNEL
         if cat.startswith("gpu_"):  # ROCm and other gpu_* device ops
@@ -753,7 +753,7 @@ class EventCollector:
             dropped_ts0=dropped_ts0,
             skipped=skipped,
             layer_labels=dict(self.layer_labels),
-            device_annotations=DeviceAnnotations(
+            device_annotations=_DeviceAnnotations(
                 device=notes[0],
                 stream=notes[1],
                 start=notes[2] - origin,

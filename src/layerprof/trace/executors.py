@@ -39,7 +39,7 @@ from layerprof.trace.tasks import Call, Executor, Failed, cores, reason_of
 T = TypeVar("T")
 R = TypeVar("R")
 
-EXECUTORS = ("serial", "processes", "dask")
+_EXECUTORS = ("serial", "processes", "dask")
 
 
 class SerialExecutor:
@@ -77,7 +77,7 @@ class DaskExecutor:
                     _handshake(distributed, self.address)
                 client = distributed.Client(cluster or self.address, set_as_default=False)
             except OSError as exc:  # unreachable address, refused, timed out, not Dask
-                why = str(exc) if isinstance(exc, NoScheduler) else reason_of(exc)
+                why = str(exc) if isinstance(exc, _NoScheduler) else reason_of(exc)
                 raise UsageError(
                     f"cannot reach the Dask scheduler at {self.address or 'its local cluster'}:"
                     f" {why}",
@@ -144,7 +144,7 @@ class DaskExecutor:
                 future.cancel()
 
 
-class NoScheduler(OSError):
+class _NoScheduler(OSError):
     """Something answered at a scheduler's address, but not as a Dask scheduler."""
 
 
@@ -184,13 +184,13 @@ def _handshake(distributed: Any, address: str) -> None:
     if exc is None:
         return
     if isinstance(exc, TimeoutError) and not str(exc):
-        raise NoScheduler(
+        raise _NoScheduler(
             f"it accepted the connection but gave no Dask handshake within {seconds:g} s"
             " (not a Dask scheduler?)"
         ) from exc
     if isinstance(exc, OSError):
         raise exc
-    raise NoScheduler(f"it did not answer as a Dask scheduler ({reason_of(exc)})") from exc
+    raise _NoScheduler(f"it did not answer as a Dask scheduler ({reason_of(exc)})") from exc
 
 
 def _refused_at_once(address: str, seconds: float) -> None:

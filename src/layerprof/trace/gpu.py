@@ -74,7 +74,7 @@ def overlap(seg_s: I64, seg_e: I64, windows: list[tuple[int, int]]) -> int:
     return total
 
 
-def merge_windows(windows: list[tuple[int, int]]) -> list[tuple[int, int]]:
+def _merge_windows(windows: list[tuple[int, int]]) -> list[tuple[int, int]]:
     out: list[tuple[int, int]] = []
     for lo, hi in sorted(windows):
         if out and lo <= out[-1][1]:
@@ -88,7 +88,7 @@ def device_use(
     tables: EventTables, links: Links, windows: list[tuple[int, int]]
 ) -> tuple[DeviceUse, ...]:
     dev, host = tables.device, tables.host
-    windows = merge_windows(windows)
+    windows = _merge_windows(windows)
     window_ns = sum(hi - lo for lo, hi in windows)
     launch_end = np.full(len(dev), -1, dtype=np.int64)
     has_rt = links.runtime >= 0

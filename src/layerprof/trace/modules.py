@@ -301,7 +301,7 @@ def structural(rows: tuple[TreeRow, ...]) -> tuple[TreeRow, ...]:
     )
 
 
-def layerprof_marker(header: dict[str, Any]) -> dict[str, Any] | None:
+def _layerprof_marker(header: dict[str, Any]) -> dict[str, Any] | None:
     """The ``"layerprof"`` object a layerprof-exported trace carries at its top level."""
     info = header.get("layerprof")
     return info if isinstance(info, dict) else None
@@ -309,7 +309,7 @@ def layerprof_marker(header: dict[str, Any]) -> dict[str, Any] | None:
 
 def module_types(header: dict[str, Any]) -> dict[str, str]:
     """Module path -> class name of every module of the run (module order), if written."""
-    info = layerprof_marker(header) or {}
+    info = _layerprof_marker(header) or {}
     types = info.get(MODULE_TYPES_KEY)
     if not isinstance(types, dict):
         return {}

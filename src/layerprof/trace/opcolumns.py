@@ -21,12 +21,12 @@ from layerprof.trace.events import I64, OP, EventTables
 from layerprof.trace.nesting import Nesting, enclosing_at, roll_up
 
 #: OpStat field -> (values per host span, inclusive?)
-OpColumns = dict[str, tuple[I64, bool]]
+_OpColumns = dict[str, tuple[I64, bool]]
 
 
-def op_columns(tables: EventTables, nesting: Nesting) -> OpColumns:
+def op_columns(tables: EventTables, nesting: Nesting) -> _OpColumns:
     """The columns this trace has data for (none without memory events or FLOPs)."""
-    out: OpColumns = {}
+    out: _OpColumns = {}
     host = tables.host
     flops = host.flops
     if flops is not None and flops.any():

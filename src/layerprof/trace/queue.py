@@ -10,7 +10,7 @@
   above it and ``full_launch_ns`` the launch calls made then (host time spent
   blocked). ``sync_ns``: ``cuda_sync`` spans and ``*Synchronize`` calls.
 * **Launch-delay outliers**: delay (op start - launch call end) above the
-  median + 6 scaled MADs and above ``MIN_OUTLIER_NS``.
+  median + 6 scaled MADs and above ``_MIN_OUTLIER_NS``.
 * **Kernels shorter than their launch**: the device finishes the op faster
   than the host issues it; many of them mean the run is launch-bound.
 """
@@ -25,9 +25,9 @@ from layerprof.trace.intervals import thin
 from layerprof.trace.links import Links
 
 QUEUE_LIMIT = 1024  # pending launches per stream before a launch call blocks (CUDA's default)
-MIN_OUTLIER_NS = 50_000
-MAD_FACTOR = 6.0
-MAX_OUTLIERS = 10
+_MIN_OUTLIER_NS = 50_000
+_MAD_FACTOR = 6.0
+_MAX_OUTLIERS = 10
 MAX_POINTS = 2000  # per stream series, thinned keeping each bucket's maximum
 
 
@@ -52,7 +52,7 @@ def queues(tables: EventTables, links: Links) -> Queues | None:
     delay = dev.start[linked] - host.end[rt]
     threshold = _threshold(delay)
     over = np.flatnonzero(delay > threshold)
-    worst = over[np.argsort(-delay[over], kind="stable")][:MAX_OUTLIERS]
+    worst = over[np.argsort(-delay[over], kind="stable")][:_MAX_OUTLIERS]
     outliers = tuple(
         LaunchOutlier(
             name=tables.names[int(dev.name[linked[k]])],
@@ -118,7 +118,7 @@ def _stream(
 def _threshold(delay: I64) -> int:
     """Median + MAD_FACTOR scaled MADs, at least MIN_OUTLIER_NS above zero."""
     if len(delay) == 0:
-        return MIN_OUTLIER_NS
+        return _MIN_OUTLIER_NS
     median = float(np.median(delay))
     mad = 1.4826 * float(np.median(np.abs(delay - median)))
-    return int(max(median + MAD_FACTOR * mad, MIN_OUTLIER_NS))
+    return int(max(median + _MAD_FACTOR * mad, _MIN_OUTLIER_NS))

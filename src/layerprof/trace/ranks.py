@@ -27,7 +27,7 @@ from layerprof.stats import median
 from layerprof.trace.stragglers import stragglers
 from layerprof.traceformat import GPU_STEP_SOURCE, STEP_SOURCE
 
-NAMED_STEPS = (STEP_SOURCE, GPU_STEP_SOURCE)  # ProfilerStep#N names one step on every rank
+_NAMED_STEPS = (STEP_SOURCE, GPU_STEP_SOURCE)  # ProfilerStep#N names one step on every rank
 
 
 def merge(
@@ -54,7 +54,7 @@ def merge(
         skipped=tuple(skipped),
         failed=tuple(failed),
         notes=tuple(notes),
-        layer_ranks=layers_across(ordered) if len(ordered) > 1 else (),
+        layer_ranks=_layers_across(ordered) if len(ordered) > 1 else (),
         stragglers=stragglers(ordered),
     )
 
@@ -82,7 +82,7 @@ def with_rank(profile: Profile, rank: int, notes: Sequence[Note] = ()) -> Profil
     return stamped.with_notes(*notes) if notes else stamped
 
 
-def layers_across(profiles: Sequence[Profile]) -> tuple[LayerAcrossRanks, ...]:
+def _layers_across(profiles: Sequence[Profile]) -> tuple[LayerAcrossRanks, ...]:
     """Each layer's total per forward on every rank that called it, in module order
     (the lowest rank's order first, then layers only later ranks have)."""
     by_path: dict[str, list[tuple[int, float]]] = {}
@@ -124,7 +124,7 @@ def cross_rank(
         seen: dict[str, int] = {}
         for s in done:
             k = seen[s.name] = seen.get(s.name, 0) + 1
-            key = s.name if st is not None and st.source in NAMED_STEPS else f"{s.name} #{k}"
+            key = s.name if st is not None and st.source in _NAMED_STEPS else f"{s.name} #{k}"
             by_name.setdefault(key, []).append((rank, s.dur_ns))
         totals = {k.kind: k.total_ns for k in kd}
         lines.append(

@@ -60,7 +60,7 @@ class TraceFile:
 
 
 @contextmanager
-def gc_paused() -> Iterator[None]:
+def _gc_paused() -> Iterator[None]:
     """Decoding allocates millions of containers; the cyclic GC only slows it."""
     was_enabled = gc.isenabled()
     gc.disable()
@@ -73,14 +73,14 @@ def gc_paused() -> Iterator[None]:
 
 _NON_SPACE = re.compile(rb"\S")
 #: consume(events, text): a batch of decoded events and the JSON text they came from.
-Consumer = Callable[[list[Any], Any], None]
+_Consumer = Callable[[list[Any], Any], None]
 
 
-def decode(data: bytearray, consume: Consumer, source: str) -> dict[str, Any]:
+def decode(data: bytearray, consume: _Consumer, source: str) -> dict[str, Any]:
     """Feed ``traceEvents`` to ``consume`` in batches; return the other top-level keys."""
     if _NON_SPACE.search(data) is None:
         raise TraceError(f"{source}: empty file")
-    with gc_paused():
+    with _gc_paused():
         match = _EVENTS_KEY.search(data)
         if match is None:
             doc = _loads(data, source)
@@ -102,7 +102,7 @@ def decode(data: bytearray, consume: Consumer, source: str) -> dict[str, Any]:
         return dict(doc)
 
 
-def _batches(data: bytearray, pos: int, consume: Consumer) -> int:
+def _batches(data: bytearray, pos: int, consume: _Consumer) -> int:
     """Consume whole batches from ``pos``; return where the unread events start.
 
     ``data[pos - 1]`` is the array's ``[`` or a separator byte, and so is the
@@ -260,7 +260,7 @@ class Ranks:
     notes: tuple[Note, ...] = ()
 
 
-def assign_ranks(files: list[TraceFile]) -> Ranks:
+def _assign_ranks(files: list[TraceFile]) -> Ranks:
     """Rank of each decoded file and how it was found (see :func:`rank_rules`)."""
     return rank_rules([str(f.path) for f in files], [f.distributed_rank for f in files])
 

@@ -62,7 +62,7 @@ from layerprof.trace.queue import queues
 from layerprof.trace.steps import find_steps
 from layerprof.traceformat import LAYER_CATEGORY, STEP_SOURCE
 
-MODULE_SOURCE = "nn.Module"
+_MODULE_SOURCE = "nn.Module"
 
 
 def reduce(
@@ -151,7 +151,7 @@ def _modules(
     rows = tree(tables, nesting, links, steps, MODULE)
     mapping = module_paths(header)  # layerprof's own traces name the real paths
     rows = renamed(rows, mapping) if mapping else structural(rows)
-    return rows, MODULE_SOURCE if rows else None
+    return rows, _MODULE_SOURCE if rows else None
 
 
 def _layers(
@@ -410,7 +410,7 @@ def _layer_source(module_source: str | None) -> Note:
     if module_source == LAYER_CATEGORY:
         text = "layers: from layerprof's layer spans (the modules' qualified paths)"
         return Note("layer-source", text, {"source": module_source})
-    if module_source == MODULE_SOURCE:
+    if module_source == _MODULE_SOURCE:
         text = (
             "layers: from nn.Module spans, named by class and place among same-class"
             " siblings (Class[i]), not by the trace's instance counters"

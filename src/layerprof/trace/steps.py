@@ -43,7 +43,7 @@ from layerprof.traceformat import GPU_STEP_SOURCE, LAYER_CATEGORY, STEP_PREFIX, 
 
 STEP_NAME = re.compile("^" + re.escape(STEP_PREFIX) + r"(\d+)$")
 _CUT_OFF_SLACK_NS = 1_000
-MIN_COVERAGE = 0.5
+_MIN_COVERAGE = 0.5
 #: Annotations torch and common frameworks write by themselves: never steps.
 FRAMEWORK_ANNOTATION = re.compile(
     r"^(?:Optimizer\.|##.*##$|enumerate\(DataLoader\)|(?:Distributed)?DataParallel\."
@@ -83,7 +83,7 @@ def _fallback(tables: EventTables, nesting: Nesting, main: int) -> Steps:
     outer = _outermost(annotations[own], nesting.parent_annotation)
     if len(outer):
         share = _covered(host, outer) / busy if busy else 0.0
-        if share >= MIN_COVERAGE:
+        if share >= _MIN_COVERAGE:
             return Steps(_as_steps(tables, outer), "record_function", main, (_cover(share),))
         names = _names(tables, outer)
         notes.append(

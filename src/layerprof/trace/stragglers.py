@@ -36,10 +36,10 @@ from layerprof.sections import (
 )
 
 WORST_MATCHES = 20
-Key = tuple[object, ...]
+_Key = tuple[object, ...]
 
 
-def collective_key(c: Collective) -> Key:
+def _collective_key(c: Collective) -> _Key:
     if c.seq is not None:
         return ("seq", c.group, c.seq)
     return (c.group, c.kind, c.step, c.index)
@@ -53,10 +53,10 @@ def stragglers(profiles: Sequence[Profile]) -> Stragglers | None:
     if len(profiles) < 2 or not present:
         return None
     notes = _rank_notes(profiles, comms)
-    by_key: dict[Key, dict[int, Collective]] = {}
+    by_key: dict[_Key, dict[int, Collective]] = {}
     for rank, comm in sorted(present.items()):
         for c in comm.collectives:
-            by_key.setdefault(collective_key(c), {}).setdefault(rank, c)
+            by_key.setdefault(_collective_key(c), {}).setdefault(rank, c)
     shared = {k: v for k, v in by_key.items() if len(v) > 1}
     offsets = _clock_offsets(present, shared)
     pairs = [(k, _match(v, present, offsets)) for k, v in shared.items()]
@@ -131,7 +131,7 @@ def _rank_notes(profiles: Sequence[Profile], comms: dict[int, Communication | No
 
 
 def _clock_offsets(
-    present: dict[int, Communication], shared: dict[Key, dict[int, Collective]]
+    present: dict[int, Communication], shared: dict[_Key, dict[int, Collective]]
 ) -> dict[int, int]:
     """Each rank's clock minus the reference rank's, from matched end times."""
     ref = min(present)
@@ -178,11 +178,11 @@ def _match(
 def _lateness(
     profiles: Sequence[Profile],
     present: dict[int, Communication],
-    by_key: dict[Key, dict[int, Collective]],
-    pairs: list[tuple[Key, CollectiveMatch]],
+    by_key: dict[_Key, dict[int, Collective]],
+    pairs: list[tuple[_Key, CollectiveMatch]],
     offsets: dict[int, int],
 ) -> list[RankLateness]:
-    last: dict[int, list[tuple[Key, CollectiveMatch]]] = {}
+    last: dict[int, list[tuple[_Key, CollectiveMatch]]] = {}
     for key, m in pairs:
         last.setdefault(m.last_rank, []).append((key, m))
     out = []
@@ -190,7 +190,7 @@ def _lateness(
         rank = p.rank or 0
         comm = present.get(rank)
         mine = comm.collectives if comm is not None else ()
-        unmatched = sum(1 for c in mine if len(by_key[collective_key(c)]) < 2)
+        unmatched = sum(1 for c in mine if len(by_key[_collective_key(c)]) < 2)
         late = last.get(rank, [])
         own = [by_key[key][rank] for key, _ in late]
         tops = Counter(c.prior_top for c in own if c.prior_top)

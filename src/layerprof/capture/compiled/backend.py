@@ -175,7 +175,7 @@ def build_record(
     for kernel, names in sites:
         event, extern = event_name(kernel)
         known = [n for n in dict.fromkeys(names) if n in graph_nodes]
-        own = [n for n in known if op_name(graph_nodes[n]) == event] if extern else []
+        own = [n for n in known if _op_name(graph_nodes[n]) == event] if extern else []
         listed.append((kernel, event, extern, known, own))
     # Extern ops first: their own node is theirs, wherever a fused kernel lists it too
     # (an epilogue lists the matmul or convolution whose output it reads).
@@ -192,7 +192,7 @@ def build_record(
             credited.update(chosen)
             operands = [
                 n for n in known
-                if n in externs and n not in chosen and is_compute_op(op_name(graph_nodes[n]))
+                if n in externs and n not in chosen and is_compute_op(_op_name(graph_nodes[n]))
             ]  # fmt: skip
         for name in (*chosen, *operands):
             if name not in infos:
@@ -234,8 +234,8 @@ def node_info(node: Any, *, backward: bool = False) -> NodeInfo:
         name=node.name,
         path=path,
         type=type_name,
-        op=op_name(node),
-        cost=node_cost(node),
+        op=_op_name(node),
+        cost=_node_cost(node),
         inferred=inferred,
         stackless=found is None and not inferred,
         operand_cost=float(sum(_elements(a.meta.get("val")) for a in node.all_input_nodes)),
@@ -304,7 +304,7 @@ def module_path(fqn: str) -> str | None:
     return rest if _PATH.match(rest) else None
 
 
-def op_name(node: Any) -> str:
+def _op_name(node: Any) -> str:
     """``aten::addmm`` for an aten node; the target's name otherwise."""
     schema = getattr(node.target, "_schema", None)
     if schema is not None:
@@ -312,7 +312,7 @@ def op_name(node: Any) -> str:
     return getattr(node.target, "__name__", str(node.target))
 
 
-def node_cost(node: Any) -> float:
+def _node_cost(node: Any) -> float:
     """FLOPs of a matmul/conv/attention node, elements of the output otherwise; views 0."""
     if node.op != "call_function" or node.target is operator.getitem:
         return 0.0

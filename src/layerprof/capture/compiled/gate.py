@@ -16,10 +16,10 @@ from collections.abc import Callable
 from layerprof.errors import UsageError
 
 #: The oldest torch the compiled view was verified on.
-MIN_TORCH = (2, 13)
+_MIN_TORCH = (2, 13)
 
 
-def torch_version() -> tuple[int, int]:
+def _torch_version() -> tuple[int, int]:
     import torch
 
     parts = torch.__version__.split("+")[0].split(".")
@@ -122,8 +122,8 @@ def check_compile_support() -> None:
     """Raise a one-line UsageError unless this torch can give the compiled per-layer view."""
     import torch
 
-    wanted = ".".join(map(str, MIN_TORCH))
-    if torch_version() < MIN_TORCH:
+    wanted = ".".join(map(str, _MIN_TORCH))
+    if _torch_version() < _MIN_TORCH:
         raise UsageError(
             f"--compile needs torch >= {wanted} (found {torch.__version__}): it reads inductor"
             " internals that older versions lack",

@@ -66,7 +66,7 @@ __all__ = ["CompiledRun"]
 
 
 @dataclass(frozen=True)
-class EagerFacts:
+class _EagerFacts:
     """One eager forward's per-layer facts: calls, shapes, output bytes, FLOPs."""
 
     calls: dict[str, float]
@@ -99,7 +99,7 @@ class CompiledRun:
         self.regions: tuple[str, ...] = ("",)
         self._unwrapped: Unwrapped | None = None
         self.backend: RecordingBackend | None = None
-        self.eager: EagerFacts | None = None
+        self.eager: _EagerFacts | None = None
         self.watch = CompileWatch()  # compiles inside the profiled steps
         self._breaks: dict[str, int] = {}
         self._metrics: set[int] = set()
@@ -120,7 +120,7 @@ class CompiledRun:
         self._unwrapped = undo = unwrap(self.given)
         self.model, self.regions = undo.model, undo.regions()
         try:
-            self.eager = eager_facts(self.model, self.args, self.kwargs)
+            self.eager = _eager_facts(self.model, self.args, self.kwargs)
             # The module tree as the eager model has it: once the regions compile,
             # their roots carry a compiled call and count as opaque leaves.
             self._types = {
@@ -171,7 +171,7 @@ class CompiledRun:
         except (KeyboardInterrupt, ModelRunError):
             raise
         except Exception as exc:
-            raise compile_error(self.model, exc) from exc
+            raise _compile_error(self.model, exc) from exc
 
     # ---- the per-layer pass -------------------------------------------------------
     def layer_pass(
@@ -292,9 +292,9 @@ class CompiledRun:
         except (KeyboardInterrupt, ModelRunError, UsageError):
             raise
         except Exception as exc:
-            raise compile_error(self.model, exc) from exc
+            raise _compile_error(self.model, exc) from exc
 
-    def _facts(self, eager: EagerFacts) -> RunFacts:
+    def _facts(self, eager: _EagerFacts) -> RunFacts:
         import torch
 
         breaks, recompiles, frames, compile_ns = self._compile_events()
@@ -356,9 +356,9 @@ def _cycle(results: Any) -> Any:
     return TraceCycle(trace_loader(results))
 
 
-def eager_facts(
+def _eager_facts(
     model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> EagerFacts:
+) -> _EagerFacts:
     """Calls, shapes and output bytes of one eager forward, then FLOPs from another."""
     from layerprof.capture.failures import locate_failure, model_error
     from layerprof.capture.flops.counter import count_flops
@@ -395,7 +395,7 @@ def eager_facts(
             None,
             Note("flops-not-counted", f"FLOPs not counted: {error}", {"error": error}),
         )
-    return EagerFacts(
+    return _EagerFacts(
         calls=counts,
         shapes=shapes.shapes,
         output_bytes=shapes.output_bytes,
@@ -404,7 +404,7 @@ def eager_facts(
     )
 
 
-def compile_error(model: Any, exc: BaseException) -> ModelRunError:
+def _compile_error(model: Any, exc: BaseException) -> ModelRunError:
     """The compiler's reason in one line (the innermost cause of Dynamo's wrappers)."""
     inner: BaseException = exc
     seen = {id(inner)}

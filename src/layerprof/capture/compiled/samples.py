@@ -36,7 +36,7 @@ from layerprof.units import NS_PER_MS
 _TOP_UNMATCHED = 5
 #: Beyond this share of backward kernel time on nodes with no module stack, the
 #: backward paths are guesses: no backward rows are shown.
-BACKWARD_STACKLESS_SHARE = 0.5
+_BACKWARD_STACKLESS_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -217,7 +217,7 @@ def backward_problem(att: CompiledAttribution) -> str | None:
             " for the backward graphs)"
         )
     stackless = att.stackless_ns.get("backward", 0)
-    if stackless > BACKWARD_STACKLESS_SHARE * kernel_ns:
+    if stackless > _BACKWARD_STACKLESS_SHARE * kernel_ns:
         return (
             f"{100 * stackless / kernel_ns:.0f}% of the backward kernel time ran nodes with no"
             " forward module stack (fwd_nn_module_stack) on this torch"

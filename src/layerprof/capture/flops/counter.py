@@ -37,8 +37,8 @@ from layerprof.sections.flops import FlopSummary, LayerFlops, UncountedOp
 if TYPE_CHECKING:
     import torch
 
-TOP_UNCOUNTED = 10
-NO_FORMULA = "no formula"
+_TOP_UNCOUNTED = 10
+_NO_FORMULA = "no formula"
 
 
 class _Tally:
@@ -295,7 +295,7 @@ def _summary(whole: dict[bool, _Tally], has_backward: bool, unattributed: int) -
             by_op[name] = UncountedOp(name=name, time_ns=ns, calls=calls, reason=reason)
         else:
             by_op[name] = replace(seen, time_ns=seen.time_ns + ns, calls=seen.calls + calls)
-    top = sorted(by_op.values(), key=lambda op: -op.time_ns)[:TOP_UNCOUNTED]
+    top = sorted(by_op.values(), key=lambda op: -op.time_ns)[:_TOP_UNCOUNTED]
     return FlopSummary(
         forward=fwd.tensor + fwd.elementwise,
         elementwise=fwd.elementwise,
@@ -455,7 +455,7 @@ def _count(
     if info.view:
         return 0, 0, None
     if rule is None:
-        return 0, 0, NO_FORMULA
+        return 0, 0, _NO_FORMULA
     if rule.zero is not None:
         return 0, 0, None
     problem = _input_problem(args, kwargs)

@@ -34,16 +34,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-Formula = Callable[..., Any]
+_Formula = Callable[..., Any]
 
 # Per-element factor of the fused kernels' gate arithmetic, per hidden unit and
 # token (what torch's own cell code does when it is not fused): LSTM: sum of the
 # two gate products (4H), three sigmoids, two tanh, three products and one sum;
 # GRU: two sums and two sigmoids for r and z, the reset product, a sum and a
 # tanh for n, then h' = n + z * (h - n); RNN: a sum and the nonlinearity.
-RNN_GATES = {4: 13, 3: 10, 1: 2}
-SOFTMAX = 5
-ATTENTION_SCORE = 1 + SOFTMAX  # scaling + softmax, per score
+_RNN_GATES = {4: 13, 3: 10, 1: 2}
+_SOFTMAX = 5
+_ATTENTION_SCORE = 1 + _SOFTMAX  # scaling + softmax, per score
 
 
 @dataclass(frozen=True)
@@ -55,8 +55,8 @@ class Rule:
     themselves and ``out_val``.
     """
 
-    tensor: Formula | None = None
-    elementwise: Formula | None = None
+    tensor: _Formula | None = None
+    elementwise: _Formula | None = None
     zero: str | None = None  # why it does no FLOPs: "data movement", "lookup", ...
     raw: bool = False
 
@@ -83,7 +83,7 @@ def _weights(params: Sequence[Any]) -> list[Sequence[int]]:
 # ---- attention ------------------------------------------------------------------------
 
 
-def attention_flops(q: Sequence[int], v: Sequence[int], causal: bool) -> int:
+def _attention_flops(q: Sequence[int], v: Sequence[int], causal: bool) -> int:
     """QK^T and PV of ``q (..., L, E)`` against ``k/v (..., S, E|Ev)``; heads are q's
     leading dimensions (grouped-query attention shares k/v heads)."""
     *lead, lq, e = q
@@ -92,7 +92,7 @@ def attention_flops(q: Sequence[int], v: Sequence[int], causal: bool) -> int:
     return full // 2 if causal else full
 
 
-def attention_scores(q: Sequence[int], v: Sequence[int], causal: bool) -> int:
+def _attention_scores(q: Sequence[int], v: Sequence[int], causal: bool) -> int:
     *lead, lq, _ = q
     full = math.prod(lead) * lq * v[-2]
     return full // 2 if causal else full
@@ -100,35 +100,35 @@ def attention_scores(q: Sequence[int], v: Sequence[int], causal: bool) -> int:
 
 def _sdpa(q: Any, k: Any, v: Any, mask: Any = None, dropout: float = 0.0,
           is_causal: bool = False, *_: Any, out_shape: Any = None, **__: Any) -> int:  # fmt: skip
-    return attention_flops(q, v, bool(is_causal))
+    return _attention_flops(q, v, bool(is_causal))
 
 
 def _sdpa_ew(q: Any, k: Any, v: Any, mask: Any = None, dropout: float = 0.0,
              is_causal: bool = False, *_: Any, out_shape: Any = None, **__: Any) -> int:  # fmt: skip
-    return ATTENTION_SCORE * attention_scores(q, v, bool(is_causal))
+    return _ATTENTION_SCORE * _attention_scores(q, v, bool(is_causal))
 
 
 def _flash(q: Any, k: Any, v: Any, dropout: float = 0.0, is_causal: bool = False,
            *_: Any, out_shape: Any = None, **__: Any) -> int:  # fmt: skip
     """_scaled_dot_product_flash_attention(_for_cpu)(q, k, v, dropout_p, is_causal, ...)."""
-    return attention_flops(q, v, bool(is_causal))
+    return _attention_flops(q, v, bool(is_causal))
 
 
 def _flash_ew(q: Any, k: Any, v: Any, dropout: float = 0.0, is_causal: bool = False,
               *_: Any, out_shape: Any = None, **__: Any) -> int:  # fmt: skip
-    return ATTENTION_SCORE * attention_scores(q, v, bool(is_causal))
+    return _ATTENTION_SCORE * _attention_scores(q, v, bool(is_causal))
 
 
 def _with_bias(q: Any, k: Any, v: Any, bias: Any = None, *rest: Any, out_shape: Any = None,
                **kwargs: Any) -> int:  # fmt: skip
     """_efficient / _cudnn (q, k, v, attn_bias, compute_log_sumexp, dropout_p, is_causal)."""
     causal = rest[2] if len(rest) > 2 else kwargs.get("is_causal", False)
-    return attention_flops(q, v, bool(causal))
+    return _attention_flops(q, v, bool(causal))
 
 
 def _overrideable(q: Any, k: Any, v: Any, bias: Any = None, dropout: float = 0.0,
                   is_causal: bool = False, *_: Any, out_shape: Any = None, **__: Any) -> int:  # fmt: skip
-    return attention_flops(q, v, bool(is_causal))
+    return _attention_flops(q, v, bool(is_causal))
 
 
 def _backward(flops: int) -> int:
@@ -138,37 +138,37 @@ def _backward(flops: int) -> int:
 
 def _flash_cpu_bwd(grad: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, dropout: float = 0.0,
                    is_causal: bool = False, *_: Any, out_shape: Any = None, **__: Any) -> int:  # fmt: skip
-    return _backward(attention_flops(q, v, bool(is_causal)))
+    return _backward(_attention_flops(q, v, bool(is_causal)))
 
 
 def _flash_cpu_bwd_ew(grad: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, dropout: float = 0.0,
                       is_causal: bool = False, *_: Any, out_shape: Any = None, **__: Any) -> int:  # fmt: skip
-    return 2 * ATTENTION_SCORE * attention_scores(q, v, bool(is_causal))
+    return 2 * _ATTENTION_SCORE * _attention_scores(q, v, bool(is_causal))
 
 
 def _flash_bwd(grad: Any, q: Any, k: Any, v: Any, *rest: Any, out_shape: Any = None,
                **kwargs: Any) -> int:  # fmt: skip
     """(grad, q, k, v, out, lse, cum_q, cum_k, max_q, max_k, dropout_p, is_causal, ...)."""
     causal = rest[7] if len(rest) > 7 else kwargs.get("is_causal", False)
-    return _backward(attention_flops(q, v, bool(causal)))
+    return _backward(_attention_flops(q, v, bool(causal)))
 
 
 def _efficient_bwd(grad: Any, q: Any, k: Any, v: Any, *rest: Any, out_shape: Any = None,
                    **kwargs: Any) -> int:  # fmt: skip
     """(grad, q, k, v, bias, out, lse, seed, offset, dropout_p, grad_input_mask, is_causal)."""
     causal = rest[7] if len(rest) > 7 else kwargs.get("is_causal", False)
-    return _backward(attention_flops(q, v, bool(causal)))
+    return _backward(_attention_flops(q, v, bool(causal)))
 
 
 def _cudnn_bwd(grad: Any, q: Any, k: Any, v: Any, *rest: Any, out_shape: Any = None,
                **kwargs: Any) -> int:  # fmt: skip
     """(grad, q, k, v, out, lse, seed, offset, bias, cum_q, cum_k, max_q, max_k, dropout_p, is_causal)."""
     causal = rest[10] if len(rest) > 10 else kwargs.get("is_causal", False)
-    return _backward(attention_flops(q, v, bool(causal)))
+    return _backward(_attention_flops(q, v, bool(causal)))
 
 
 def _varlen(causal_at: int, causal_values: tuple[Any, ...], q_at: int, cum_at: int,
-            times: int = 1) -> Formula:  # fmt: skip
+            times: int = 1) -> _Formula:  # fmt: skip
     """The flash / memory-efficient kernels' own ops (``_flash_attention_forward``...):
     tensors in (batch, length, heads, dim) layout, or packed sequences with cumulative
     lengths (varlen). Counted from the lengths, halved when the mask argument says causal.
@@ -199,12 +199,12 @@ def _mha(q: Any, k: Any, v: Any, embed_dim: int, num_head: int, *_: Any,
     """_native_multi_head_attention: q/k/v projections, attention, output projection."""
     b, lq, lk, e = math.prod(q[:-2]), q[-2], k[-2], embed_dim
     projections = 2 * b * e * e * (lq + 2 * lk) + 2 * b * lq * e * e
-    return int(projections + attention_flops((b, lq, e), (b, lk, e), False))
+    return int(projections + _attention_flops((b, lq, e), (b, lk, e), False))
 
 
 def _mha_ew(q: Any, k: Any, v: Any, embed_dim: int, num_head: int, *_: Any,
             out_shape: Any = None, **__: Any) -> int:  # fmt: skip
-    return int(ATTENTION_SCORE * math.prod(q[:-2]) * num_head * q[-2] * k[-2])
+    return int(_ATTENTION_SCORE * math.prod(q[:-2]) * num_head * q[-2] * k[-2])
 
 
 def _encoder_layer(src: Any, embed_dim: int, num_heads: int, *rest: Any,
@@ -221,7 +221,7 @@ def _encoder_layer_ew(src: Any, embed_dim: int, num_heads: int, *rest: Any,
     """Scores, two layer norms (5 per element), the activation and two residual sums."""
     b, length, e = math.prod(src[:-2]), src[-2], embed_dim
     ffn = rest[11][0]
-    scores = ATTENTION_SCORE * b * num_heads * length * length
+    scores = _ATTENTION_SCORE * b * num_heads * length * length
     return int(scores + 2 * 5 * b * length * e + b * length * ffn + 2 * b * length * e)
 
 
@@ -236,7 +236,7 @@ def _matmul_like(a: Any, b: Any, *_: Any, out_shape: Any = None, **__: Any) -> i
     return int(2 * a[-1] * numel(_first(out_shape)))
 
 
-def _conv(transposed: bool) -> Formula:
+def _conv(transposed: bool) -> _Formula:
     def formula(x: Any, w: Any, *_: Any, out_shape: Any = None, **__: Any) -> int:
         from torch.utils.flop_counter import conv_flop_count
 
@@ -248,7 +248,7 @@ def _conv(transposed: bool) -> Formula:
     return formula
 
 
-_COMPOSITE: dict[str, Formula] = {
+_COMPOSITE: dict[str, _Formula] = {
     "linear": _matmul_like,
     "matmul": _matmul_like,
     **dict.fromkeys(("conv1d", "conv2d", "conv3d"), _conv(False)),
@@ -279,11 +279,11 @@ def _rnn(*args: Any, out_shape: Any = None, **_: Any) -> int:
     return 2 * _rnn_tokens(shape) * sum(numel(w) for w in _weights(params))
 
 
-def _rnn_ew(gates: int) -> Formula:
+def _rnn_ew(gates: int) -> _Formula:
     def formula(*args: Any, out_shape: Any = None, **_: Any) -> int:
         shape, params, groups = _rnn_params(args)
         hidden = _weights(params)[1][0] // gates  # w_hh: (gates * H, H or proj)
-        return _rnn_tokens(shape) * groups * RNN_GATES[gates] * hidden
+        return _rnn_tokens(shape) * groups * _RNN_GATES[gates] * hidden
 
     return formula
 
@@ -292,25 +292,25 @@ def _cell(x: Any, hx: Any, w_ih: Any, w_hh: Any, *_: Any, out_shape: Any = None,
     return 2 * _rnn_tokens(x) * (numel(w_ih) + numel(w_hh))
 
 
-def _cell_ew(gates: int) -> Formula:
+def _cell_ew(gates: int) -> _Formula:
     def formula(x: Any, hx: Any, w_ih: Any, w_hh: Any, *_: Any, out_shape: Any = None,
                 **__: Any) -> int:  # fmt: skip
-        return int(_rnn_tokens(x) * RNN_GATES[gates] * (w_hh[0] // gates))
+        return int(_rnn_tokens(x) * _RNN_GATES[gates] * (w_hh[0] // gates))
 
     return formula
 
 
-def _fused_cell_ew(gates: int) -> Formula:
+def _fused_cell_ew(gates: int) -> _Formula:
     """_thnn_fused_lstm/gru_cell(input_gates, hidden_gates, ...): the gate arithmetic only."""
 
     def formula(input_gates: Any, *_: Any, out_shape: Any = None, **__: Any) -> int:
-        return int(_rnn_tokens(input_gates) * RNN_GATES[gates] * (input_gates[-1] // gates))
+        return int(_rnn_tokens(input_gates) * _RNN_GATES[gates] * (input_gates[-1] // gates))
 
     return formula
 
 
 def _gates(rows: int, hidden: int) -> int:
-    return rows // hidden if hidden and rows // hidden in RNN_GATES else 4
+    return rows // hidden if hidden and rows // hidden in _RNN_GATES else 4
 
 
 def _onednn(x: Any, w0: Any, w1: Any, *rest: Any, out_shape: Any = None, **__: Any) -> int:
@@ -320,7 +320,7 @@ def _onednn(x: Any, w0: Any, w1: Any, *rest: Any, out_shape: Any = None, **__: A
 
 def _onednn_ew(x: Any, w0: Any, w1: Any, *rest: Any, out_shape: Any = None, **__: Any) -> int:
     hidden = int(rest[7])  # (b_ih, b_hh, hx, cx, reverse, batch_sizes, mode, hidden_size, ...)
-    return _rnn_tokens(x) * RNN_GATES[_gates(w1[0], hidden)] * hidden
+    return _rnn_tokens(x) * _RNN_GATES[_gates(w1[0], hidden)] * hidden
 
 
 def _onednn_bwd(x: Any, w1: Any, w2: Any, *rest: Any, out_shape: Any = None, **__: Any) -> int:
@@ -340,21 +340,21 @@ def _vendor_rnn_bwd(x: Any, weights: Any, *_: Any, out_shape: Any = None, **__: 
 # ---- elementwise ----------------------------------------------------------------------
 
 
-def per_output(factor: int) -> Formula:
+def _per_output(factor: int) -> _Formula:
     def formula(*_: Any, out_shape: Any = None, **__: Any) -> int:
         return factor * numel(_first(out_shape))
 
     return formula
 
 
-def per_input(factor: int) -> Formula:
+def _per_input(factor: int) -> _Formula:
     def formula(x: Any, *_: Any, out_shape: Any = None, **__: Any) -> int:
         return factor * numel(x)
 
     return formula
 
 
-def _affine(with_weight: int, without: int, weight_at: int) -> Formula:
+def _affine(with_weight: int, without: int, weight_at: int) -> _Formula:
     """Norms: ``with_weight`` per element when the weight argument is given."""
 
     def formula(x: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
@@ -364,7 +364,7 @@ def _affine(with_weight: int, without: int, weight_at: int) -> Formula:
     return formula
 
 
-def _batch_norm(training_at: int | None) -> Formula:
+def _batch_norm(training_at: int | None) -> _Formula:
     """Batch norm: 5 per element (4 without affine) in training, 2 (1) from running stats."""
 
     def formula(x: Any, weight: Any = None, *args: Any, out_shape: Any = None, **kw: Any) -> int:
@@ -423,7 +423,7 @@ _PER_INPUT = {
     "_adaptive_avg_pool2d_backward": 1, "_adaptive_avg_pool3d_backward": 1,
 }  # fmt: skip
 _PER_OUTPUT = {
-    "_softmax": SOFTMAX, "_log_softmax": SOFTMAX, "_safe_softmax": SOFTMAX,
+    "_softmax": _SOFTMAX, "_log_softmax": _SOFTMAX, "_safe_softmax": _SOFTMAX,
     "_softmax_backward_data": 4, "_log_softmax_backward_data": 4,
     "upsample_linear1d": 2, "upsample_bilinear2d": 4, "_upsample_bilinear2d_aa": 4,
     "upsample_trilinear3d": 8, "upsample_bicubic2d": 16, "_upsample_bicubic2d_aa": 16,
@@ -438,7 +438,7 @@ _POOLS = (
     "max_pool3d_with_indices", "avg_pool1d", "avg_pool2d", "avg_pool3d", "mkldnn_max_pool2d",
     "mkldnn_max_pool3d",
 )  # fmt: skip
-ZERO_OPS: dict[str, str] = {
+_ZERO_OPS: dict[str, str] = {
     **dict.fromkeys(("embedding", "embedding_renorm_", "_embedding_bag_forward_only"), "lookup"),
     **dict.fromkeys((
         "clone", "contiguous", "copy_", "_to_copy", "_copy_from", "_copy_from_and_resize",
@@ -480,16 +480,16 @@ def _packet(aten: Any, name: str) -> Any:
     return getattr(aten, name, None)
 
 
-def _elementwise_table(aten: Any) -> dict[Any, Formula]:
-    table: dict[str, Formula] = {}
+def _elementwise_table(aten: Any) -> dict[Any, _Formula]:
+    table: dict[str, _Formula] = {}
     for name in _ONE_PER_OUTPUT:
-        table[name] = per_output(1)
+        table[name] = _per_output(1)
     for name in _TWO_PER_OUTPUT:
-        table[name] = per_output(2)
+        table[name] = _per_output(2)
     for name, factor in _PER_INPUT.items():
-        table[name] = per_input(factor)
+        table[name] = _per_input(factor)
     for name, factor in _PER_OUTPUT.items():
-        table[name] = per_output(factor)
+        table[name] = _per_output(factor)
     for name in _POOLS:
         table[name] = _pool
     # native_layer_norm(input, normalized_shape, weight, bias, eps); group norm (input, weight, ...)
@@ -510,13 +510,13 @@ def _elementwise_table(aten: Any) -> dict[Any, Formula]:
     table["layer_norm"] = _affine(5, 4, 2)
     table["group_norm"] = _affine(5, 4, 2)
     table["batch_norm"] = _batch_norm(5)
-    table["softmax"] = per_output(SOFTMAX)
-    table["log_softmax"] = per_output(SOFTMAX)
+    table["softmax"] = _per_output(_SOFTMAX)
+    table["log_softmax"] = _per_output(_SOFTMAX)
     table["_embedding_bag"] = _embedding_bag
     table["embedding_bag"] = _embedding_bag
     table["_thnn_fused_lstm_cell"] = _fused_cell_ew(4)
     table["_thnn_fused_gru_cell"] = _fused_cell_ew(3)
-    out: dict[Any, Formula] = {}
+    out: dict[Any, _Formula] = {}
     for name, formula in table.items():
         for variant in (name, name + "_"):  # in-place twins (add_, relu_) count the same
             packet = _packet(aten, variant)
@@ -528,9 +528,9 @@ def _elementwise_table(aten: Any) -> dict[Any, Formula]:
 # ---- registration ---------------------------------------------------------------------
 
 
-def _tensor_formulas(aten: Any) -> dict[str, Formula]:
+def _tensor_formulas(aten: Any) -> dict[str, _Formula]:
     """Tensor formulas torch's registry lacks (registered with it)."""
-    formulas: dict[str, Formula] = {
+    formulas: dict[str, _Formula] = {
         "scaled_dot_product_attention": _sdpa,
         "_scaled_dot_product_flash_attention_for_cpu": _flash,
         "_scaled_dot_product_flash_attention_for_cpu_backward": _flash_cpu_bwd,
@@ -553,9 +553,9 @@ def _tensor_formulas(aten: Any) -> dict[str, Formula]:
     return formulas
 
 
-def _causal_overrides() -> dict[str, Formula]:
+def _causal_overrides() -> dict[str, _Formula]:
     """The SDPA kernels torch has formulas for, counted so that a causal mask halves the work."""
-    out: dict[str, Formula] = {
+    out: dict[str, _Formula] = {
         "_scaled_dot_product_flash_attention": _flash,
         "_scaled_dot_product_efficient_attention": _with_bias,
         "_scaled_dot_product_cudnn_attention": _with_bias,
@@ -575,7 +575,7 @@ def _causal_overrides() -> dict[str, Formula]:
     return out
 
 
-_ELEMENTWISE_FUSED: dict[str, Formula] = {
+_ELEMENTWISE_FUSED: dict[str, _Formula] = {
     "scaled_dot_product_attention": _sdpa_ew,
     "_scaled_dot_product_flash_attention_for_cpu": _flash_ew,
     "_scaled_dot_product_flash_attention_for_cpu_backward": _flash_cpu_bwd_ew,
@@ -601,14 +601,14 @@ def rules() -> dict[Any, Rule]:
     from torch.utils import flop_counter
 
     aten = torch.ops.aten
-    registry: dict[Any, Formula] = flop_counter.flop_registry
+    registry: dict[Any, _Formula] = flop_counter.flop_registry
     for name, formula in _tensor_formulas(aten).items():
         packet = _packet(aten, name)
         if packet is not None and packet not in registry:
             flop_counter.register_flop_formula(packet)(formula)
     # torch stores its shape formulas wrapped (shape_wrapper keeps the original as
     # __wrapped__); the counter maps tensors to shapes itself, without pytree
-    tensor: dict[Any, tuple[Formula, bool]] = {
+    tensor: dict[Any, tuple[_Formula, bool]] = {
         packet: (f.__wrapped__, False) if hasattr(f, "__wrapped__") else (f, True)
         for packet, f in registry.items()
     }
@@ -622,11 +622,11 @@ def rules() -> dict[Any, Rule]:
         if packet is not None:
             elementwise[packet] = formula
     out: dict[Any, Rule] = {}
-    for name, why in ZERO_OPS.items():
+    for name, why in _ZERO_OPS.items():
         packet = _packet(aten, name)
         if packet is not None:
             out[packet] = Rule(zero=why)
     for packet in {*tensor, *elementwise}:
-        found: tuple[Formula | None, bool] = tensor.get(packet, (None, False))
+        found: tuple[_Formula | None, bool] = tensor.get(packet, (None, False))
         out[packet] = Rule(tensor=found[0], elementwise=elementwise.get(packet), raw=found[1])
     return out

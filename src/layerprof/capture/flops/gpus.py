@@ -22,7 +22,7 @@ G = 1e9
 
 
 @dataclass(frozen=True)
-class GpuSpec:
+class _GpuSpec:
     """One GPU model: FP32 (CUDA cores), TF32, BF16 and FP16 tensor cores, bandwidth."""
 
     name: str
@@ -34,26 +34,26 @@ class GpuSpec:
 
 
 #: (pattern on the reported name, spec); the first match wins.
-GPUS: tuple[tuple[str, GpuSpec], ...] = (
-    (r"H200 NVL", GpuSpec("H200 NVL", 60 * T, 417.5 * T, 835.5 * T, 835.5 * T, 4.8 * T)),
-    (r"H200", GpuSpec("H200 SXM", 67 * T, 494.7 * T, 989.4 * T, 989.4 * T, 4.8 * T)),
-    (r"H100 NVL", GpuSpec("H100 NVL", 60 * T, 417.5 * T, 835.5 * T, 835.5 * T, 3.9 * T)),
-    (r"H100.*PCI", GpuSpec("H100 PCIe", 51.2 * T, 378 * T, 756 * T, 756 * T, 2.0 * T)),
-    (r"H100", GpuSpec("H100 SXM", 67 * T, 494.7 * T, 989.4 * T, 989.4 * T, 3.35 * T)),
+_GPUS: tuple[tuple[str, _GpuSpec], ...] = (
+    (r"H200 NVL", _GpuSpec("H200 NVL", 60 * T, 417.5 * T, 835.5 * T, 835.5 * T, 4.8 * T)),
+    (r"H200", _GpuSpec("H200 SXM", 67 * T, 494.7 * T, 989.4 * T, 989.4 * T, 4.8 * T)),
+    (r"H100 NVL", _GpuSpec("H100 NVL", 60 * T, 417.5 * T, 835.5 * T, 835.5 * T, 3.9 * T)),
+    (r"H100.*PCI", _GpuSpec("H100 PCIe", 51.2 * T, 378 * T, 756 * T, 756 * T, 2.0 * T)),
+    (r"H100", _GpuSpec("H100 SXM", 67 * T, 494.7 * T, 989.4 * T, 989.4 * T, 3.35 * T)),
     (r"A100.*PCI.*80|A100.*80.*PCI",
-     GpuSpec("A100 PCIe 80GB", 19.5 * T, 156 * T, 312 * T, 312 * T, 1.935 * T)),
-    (r"A100.*80", GpuSpec("A100 SXM 80GB", 19.5 * T, 156 * T, 312 * T, 312 * T, 2.039 * T)),
-    (r"A100", GpuSpec("A100 40GB", 19.5 * T, 156 * T, 312 * T, 312 * T, 1.555 * T)),
-    (r"L40S", GpuSpec("L40S", 91.6 * T, 183 * T, 362 * T, 362 * T, 864 * G)),
-    (r"L40\b", GpuSpec("L40", 90.5 * T, 90.5 * T, 181 * T, 181 * T, 864 * G)),
-    (r"\bL4\b", GpuSpec("L4", 30.3 * T, 60 * T, 121 * T, 121 * T, 300 * G)),
-    (r"\bA10\b", GpuSpec("A10", 31.2 * T, 62.5 * T, 125 * T, 125 * T, 600 * G)),
-    (r"V100.*PCI", GpuSpec("V100 PCIe", 14 * T, None, None, 112 * T, 900 * G)),
-    (r"V100", GpuSpec("V100 SXM2", 15.7 * T, None, None, 125 * T, 900 * G)),
-    (r"\bT4\b", GpuSpec("T4", 8.1 * T, None, None, 65 * T, 320 * G)),
-    (r"MI300X", GpuSpec("MI300X", 163.4 * T, 653.7 * T, 1307.4 * T, 1307.4 * T, 5.3 * T)),
-    (r"MI250X", GpuSpec("MI250X", 95.7 * T, None, 383 * T, 383 * T, 3.2768 * T)),
-    (r"MI250\b", GpuSpec("MI250", 90.5 * T, None, 362.1 * T, 362.1 * T, 3.2768 * T)),
+     _GpuSpec("A100 PCIe 80GB", 19.5 * T, 156 * T, 312 * T, 312 * T, 1.935 * T)),
+    (r"A100.*80", _GpuSpec("A100 SXM 80GB", 19.5 * T, 156 * T, 312 * T, 312 * T, 2.039 * T)),
+    (r"A100", _GpuSpec("A100 40GB", 19.5 * T, 156 * T, 312 * T, 312 * T, 1.555 * T)),
+    (r"L40S", _GpuSpec("L40S", 91.6 * T, 183 * T, 362 * T, 362 * T, 864 * G)),
+    (r"L40\b", _GpuSpec("L40", 90.5 * T, 90.5 * T, 181 * T, 181 * T, 864 * G)),
+    (r"\bL4\b", _GpuSpec("L4", 30.3 * T, 60 * T, 121 * T, 121 * T, 300 * G)),
+    (r"\bA10\b", _GpuSpec("A10", 31.2 * T, 62.5 * T, 125 * T, 125 * T, 600 * G)),
+    (r"V100.*PCI", _GpuSpec("V100 PCIe", 14 * T, None, None, 112 * T, 900 * G)),
+    (r"V100", _GpuSpec("V100 SXM2", 15.7 * T, None, None, 125 * T, 900 * G)),
+    (r"\bT4\b", _GpuSpec("T4", 8.1 * T, None, None, 65 * T, 320 * G)),
+    (r"MI300X", _GpuSpec("MI300X", 163.4 * T, 653.7 * T, 1307.4 * T, 1307.4 * T, 5.3 * T)),
+    (r"MI250X", _GpuSpec("MI250X", 95.7 * T, None, 383 * T, 383 * T, 3.2768 * T)),
+    (r"MI250\b", _GpuSpec("MI250", 90.5 * T, None, 362.1 * T, 362.1 * T, 3.2768 * T)),
 )  # fmt: skip
 
 
@@ -67,7 +67,7 @@ class DeviceQuery(Protocol):
         ...
 
 
-class TorchCuda:
+class _TorchCuda:
     """The device torch sees."""
 
     def name(self, device: str) -> str:
@@ -84,8 +84,8 @@ class TorchCuda:
         )
 
 
-def find_gpu(name: str) -> GpuSpec | None:
-    for pattern, spec in GPUS:
+def find_gpu(name: str) -> _GpuSpec | None:
+    for pattern, spec in _GPUS:
         if re.search(pattern, name, re.IGNORECASE):
             return spec
     return None
@@ -93,7 +93,7 @@ def find_gpu(name: str) -> GpuSpec | None:
 
 def gpu_peak(device: str, dtype: str, query: DeviceQuery | None = None) -> Peak:
     """The table's peak for ``device`` running ``dtype`` (rates None where unknown)."""
-    q = query or TorchCuda()
+    q = query or _TorchCuda()
     name = q.name(device)
     spec = find_gpu(name)
     if spec is None:
@@ -105,7 +105,7 @@ def gpu_peak(device: str, dtype: str, query: DeviceQuery | None = None) -> Peak:
     return Peak(rate, spec.bandwidth, "table", detail)
 
 
-def _rate(spec: GpuSpec, dtype: str, tf32: bool) -> tuple[float | None, str]:
+def _rate(spec: _GpuSpec, dtype: str, tf32: bool) -> tuple[float | None, str]:
     if dtype == "bfloat16":
         return spec.bf16, "BF16 tensor cores"
     if dtype == "float16":

@@ -33,13 +33,13 @@ from layerprof.capture.options import GivenPeak
 from layerprof.errors import LayerprofError
 from layerprof.sections.flops import Peak
 
-CACHE_SCHEMA = "layerprof.peaks/1"
-CACHE_FILE = "peaks.json"
+_CACHE_SCHEMA = "layerprof.peaks/1"
+_CACHE_FILE = "peaks.json"
 MAX_CACHE_BYTES = 1 << 20
-MATMUL_N = {"float32": 1024, "float64": 768}  # other dtypes: 512 (slow on many CPUs)
+_MATMUL_N = {"float32": 1024, "float64": 768}  # other dtypes: 512 (slow on many CPUs)
 COPY_BYTES = 32 << 20
-REPS = 10
-BUDGET_S = 0.5  # per measurement: stop repeating once it has taken this long
+_REPS = 10
+_BUDGET_S = 0.5  # per measurement: stop repeating once it has taken this long
 
 
 def device_peak(
@@ -76,8 +76,8 @@ def device_peak(
 
 
 def cached_cpu_peak(dtype: str, threads: int) -> Peak:
-    key = machine_key(dtype, threads)
-    path = cache_dir() / CACHE_FILE
+    key = _machine_key(dtype, threads)
+    path = cache_dir() / _CACHE_FILE
     entries = _read_cache(path)
     hit = entries.get(key)
     if hit is not None and not _measured_low(hit, entries, dtype, threads):
@@ -98,12 +98,12 @@ def cached_cpu_peak(dtype: str, threads: int) -> Peak:
 def _measured_low(hit: Peak, entries: dict[str, Peak], dtype: str, threads: int) -> bool:
     """A cached rate below what fewer threads reached on this machine was measured while
     the machine was busy (more threads never make a matmul slower): measure it again."""
-    fewer = (entries.get(machine_key(dtype, t)) for t in range(1, threads))
+    fewer = (entries.get(_machine_key(dtype, t)) for t in range(1, threads))
     best = max((p.flops_per_s or 0.0 for p in fewer if p is not None), default=0.0)
     return best > (hit.flops_per_s or 0.0)
 
 
-def machine_key(dtype: str, threads: int) -> str:
+def _machine_key(dtype: str, threads: int) -> str:
     import torch
 
     return f"cpu|{cpu_name()}|{socket.gethostname()}|torch {torch.__version__}|{dtype}|{threads}"
@@ -126,7 +126,7 @@ def measure_cpu_peak(dtype: str, threads: int) -> Peak:
     import torch
 
     dt = getattr(torch, dtype)
-    n = MATMUL_N.get(dtype, 512)
+    n = _MATMUL_N.get(dtype, 512)
     with torch.inference_mode():
         a = torch.randn(n, n).to(dt)
         b = torch.randn(n, n).to(dt)
@@ -145,13 +145,13 @@ def _best_rate(work: Callable[[], Any], amount: float) -> float:
     work()  # warm-up: first-call allocation and dispatch
     best = float("inf")
     spent = 0.0
-    for _ in range(REPS):
+    for _ in range(_REPS):
         t0 = time.perf_counter()
         work()
         dt = time.perf_counter() - t0
         best = min(best, dt)
         spent += dt
-        if spent > BUDGET_S:
+        if spent > _BUDGET_S:
             break
     return amount / max(best, 1e-9)
 
@@ -180,7 +180,7 @@ def _read_cache(path: Path) -> dict[str, Peak]:
         data = orjson.loads(path.read_bytes())
     except (OSError, orjson.JSONDecodeError):
         return {}
-    if not isinstance(data, dict) or data.get("schema") != CACHE_SCHEMA:
+    if not isinstance(data, dict) or data.get("schema") != _CACHE_SCHEMA:
         return {}
     entries = data.get("entries")
     out: dict[str, Peak] = {}
@@ -215,7 +215,7 @@ def _write_cache(path: Path, entries: dict[str, Peak]) -> None:
     from layerprof.files import write_atomic
 
     data = {
-        "schema": CACHE_SCHEMA,
+        "schema": _CACHE_SCHEMA,
         "entries": {
             key: {"flops_per_s": p.flops_per_s, "bytes_per_s": p.bytes_per_s, "detail": p.detail}
             for key, p in entries.items()

@@ -49,7 +49,7 @@ __all__ = [
     "profile_backward",
 ]
 
-BackwardTimes = dict[str, tuple[tuple[int, ...], tuple[int, ...]]]
+_BackwardTimes = dict[str, tuple[tuple[int, ...], tuple[int, ...]]]
 
 #: torch's sequence counter (layerprof.capture.recording.nodes); a name here so tests can
 #: make it unavailable
@@ -61,7 +61,7 @@ class BackwardProfile:
     """Per layer ``path -> (backward_total_ns, backward_self_ns)``, one value per
     iteration, and how they were measured (``method``: ``node-hooks`` or ``ops``)."""
 
-    times: BackwardTimes
+    times: _BackwardTimes
     method: str
     notes: tuple[Note, ...]
 
@@ -102,7 +102,7 @@ def _node_hook_times(
     iters: int,
     loss: LossFn | None,
     clock: Clock,
-) -> BackwardTimes:
+) -> _BackwardTimes:
     device = device_of(model)
     next_sequence_nr()  # NodeHooksUnavailable on a torch without graph-node hooks
     with backward_state(model), NodeMarks(model, clock) as marks:
@@ -121,7 +121,7 @@ def _node_hook_times(
             calls += [replace(c, parent=c.parent + base if c.parent >= 0 else -1) for c in done]
     samples = build_samples(calls, iters)
     zeros = (0,) * iters
-    times: BackwardTimes = {p: (tuple(s.total_ns), tuple(s.self_ns)) for p, s in samples.items()}
+    times: _BackwardTimes = {p: (tuple(s.total_ns), tuple(s.self_ns)) for p, s in samples.items()}
     # a layer that made no graph node (an Identity, no gradient reaching it): no backward work
     return times | {p: (zeros, zeros) for p in ran - set(times)}
 
@@ -142,7 +142,7 @@ def _ops_backward(
         model, args, kwargs, iters=iters, device=device_of(model), options=OpOptions(),
         backward=True, loss=loss,
     )  # fmt: skip
-    times: BackwardTimes = {
+    times: _BackwardTimes = {
         p: (tuple(s.backward_total_ns), tuple(s.backward_self_ns))
         for p, s in cap.profile().samples.items()
         if s.backward_total_ns is not None and s.backward_self_ns is not None

@@ -53,7 +53,7 @@ class _Frame:
 
 
 @dataclass
-class MemoryCapture:
+class _MemoryCapture:
     """Hooks that record each layer's peak memory above its entry level."""
 
     model: Any
@@ -62,7 +62,7 @@ class MemoryCapture:
     _stack: list[_Frame] = field(default_factory=list)
     _hooks: HookHandles = field(default_factory=HookHandles)
 
-    def __enter__(self) -> MemoryCapture:
+    def __enter__(self) -> _MemoryCapture:
         with self._hooks.registering() as hooks:
             for path, module in hookable_modules(self.model):
                 hooks.add(module.register_forward_pre_hook(self._pre(path)))
@@ -102,6 +102,6 @@ class MemoryCapture:
 
 def peak_memory(model: Any, forward: Callable[[], Any], counter: MemoryCounter) -> dict[str, int]:
     """Peak bytes above entry level per layer path, from one forward."""
-    with MemoryCapture(model, counter) as capture:
+    with _MemoryCapture(model, counter) as capture:
         forward()
     return capture.peak_bytes

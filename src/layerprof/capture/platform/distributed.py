@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     import torch
 
 #: wrapper class name -> the attribute that holds the module it wraps
-WRAPPERS = {
+_WRAPPERS = {
     "DistributedDataParallel": "module",
     "DataParallel": "module",
     "FullyShardedDataParallel": "_fsdp_wrapped_module",
@@ -45,7 +45,7 @@ WRAPPERS = {
 
 
 @dataclass(frozen=True)
-class RankInfo:
+class _RankInfo:
     rank: int
     local_rank: int
     world_size: int
@@ -55,7 +55,7 @@ class RankInfo:
         return f"rank-{self.rank}"
 
 
-def rank_info() -> RankInfo | None:
+def rank_info() -> _RankInfo | None:
     """This process's rank when launched with more than one process, else None."""
     try:
         world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -65,12 +65,12 @@ def rank_info() -> RankInfo | None:
         return None
     if world <= 1:
         return None
-    return RankInfo(rank=rank, local_rank=local, world_size=world)
+    return _RankInfo(rank=rank, local_rank=local, world_size=world)
 
 
-def wrapped_attr(module: Any) -> str | None:
+def _wrapped_attr(module: Any) -> str | None:
     """The attribute holding the module a DDP/FSDP/checkpoint wrapper wraps, else None."""
-    attr = WRAPPERS.get(type(module).__name__)
+    attr = _WRAPPERS.get(type(module).__name__)
     if attr is None or not hasattr(module, "_modules"):
         return None
     return attr if attr in module._modules else None
@@ -78,7 +78,7 @@ def wrapped_attr(module: Any) -> str | None:
 
 def unwrap(model: Any) -> Any:
     """The user's model inside any wrappers around the root."""
-    while (attr := wrapped_attr(model)) is not None:
+    while (attr := _wrapped_attr(model)) is not None:
         model = model._modules[attr]
     return model
 
@@ -91,7 +91,7 @@ def user_modules(model: torch.nn.Module) -> Iterator[tuple[str, torch.nn.Module]
     """
     held: set[str] = set()  # full paths of modules a wrapper holds
     for path, module in model.named_modules():
-        attr = wrapped_attr(module)
+        attr = _wrapped_attr(module)
         if attr is not None:
             held.add(f"{path}.{attr}" if path else attr)
             continue
@@ -113,7 +113,7 @@ def _user_path(path: str, held: set[str]) -> str:
 def wrapper_note(model: Any) -> Note | None:
     """What the layer rows of a wrapped model leave out, for the profile's notes."""
     names = []
-    while (attr := wrapped_attr(model)) is not None:
+    while (attr := _wrapped_attr(model)) is not None:
         names.append(type(model).__name__)
         model = model._modules[attr]
     if not names:
@@ -127,7 +127,7 @@ def wrapper_note(model: Any) -> Note | None:
     )
 
 
-def wrap_ddp(model: torch.nn.Module, device: str) -> torch.nn.Module:
+def _wrap_ddp(model: torch.nn.Module, device: str) -> torch.nn.Module:
     """``--ddp``: join torchrun's process group (gloo on CPU, NCCL on CUDA) and wrap the model."""
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
@@ -159,7 +159,7 @@ def ddp_wrapped(model: torch.nn.Module, device: str, *, enabled: bool) -> Iterat
     import torch.distributed as dist
 
     joined = not dist.is_initialized()
-    wrapped = wrap_ddp(model, device)
+    wrapped = _wrap_ddp(model, device)
     try:
         yield wrapped
     finally:

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from layerprof.profile import Profile
 
 #: About how many operator calls the calibration's operator layer makes.
-CALIBRATION_OPS = 40
+_CALIBRATION_OPS = 40
 _CHILDREN = 8
 
 
@@ -114,7 +114,7 @@ def corrected_samples(
     }
 
 
-def forward_ops(ops: tuple[OpStat, ...], n: int) -> float:
+def _forward_ops(ops: tuple[OpStat, ...], n: int) -> float:
     """Forward operators recorded per iteration, all layers (nested operators included)."""
     counts = _ops_per_layer(ops, n)
     return float(sum(np.sum(c) for c in counts.values()) / max(n, 1))
@@ -226,7 +226,7 @@ def _calibration_models() -> tuple[torch.nn.Module, torch.nn.Module]:
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             y = x.expand(2, 4)
-            for _ in range(CALIBRATION_OPS // 8):
+            for _ in range(_CALIBRATION_OPS // 8):
                 y = F.linear(y, self.weight)
                 y = F.layer_norm(y, (4,))
                 y = torch.softmax(F.gelu(y), -1).view(2, 4) + y
@@ -292,5 +292,5 @@ def ops_overhead(
         instrumented_ns=root.total_ns.median if root is not None and root.calls else None,
         method="ops",
         per_op_ns=cost.per_op_ns,
-        ops_per_forward=forward_ops(ops, iterations),
+        ops_per_forward=_forward_ops(ops, iterations),
     )

@@ -59,8 +59,8 @@ if TYPE_CHECKING:
     from layerprof.records import Meta
 
 __all__ = ["BACKWARD_NODE", "UNATTRIBUTED", "RawTrace", "capture_ops"]
-HOST_ACTIVITIES = frozenset({CPU_OP, USER_ANNOTATION, CUDA_RUNTIME, CUDA_DRIVER})
-DEVICE_ACTIVITIES = frozenset(
+_HOST_ACTIVITIES = frozenset({CPU_OP, USER_ANNOTATION, CUDA_RUNTIME, CUDA_DRIVER})
+_DEVICE_ACTIVITIES = frozenset(
     {KERNEL_CATEGORY, GPU_MEMCPY, GPU_MEMSET, "Kernel", "Memcpy", "Memset"}
 )
 
@@ -184,7 +184,7 @@ def capture_ops(
     # reading it after the loop would give the last cycle's results every time.
     kw["on_trace_ready"] = lambda p: cycles.append(p.profiler)
     step = _step_fn(model, args, kwargs, backward, loss, device)
-    marks = LayerMarks(model)
+    marks = _LayerMarks(model)
     with _grad_state(model, backward, grad_ctx_factory), marks, warnings.catch_warnings():
         # "Profiler clears events at the end of each cycle": we keep each cycle's results
         warnings.filterwarnings("ignore", message=".*Profiler clears events")
@@ -232,7 +232,7 @@ def profiler_kwargs(options: OpOptions, device: str, iters: int) -> dict[str, An
         activities.append(ProfilerActivity.CUDA)
     kw: dict[str, Any] = {"activities": activities, **{k: v for k, v in wanted.items() if v}}
     if options.schedule is not None:
-        kw["schedule"] = make_schedule(options.schedule, iters)
+        kw["schedule"] = _make_schedule(options.schedule, iters)
     return kw
 
 
@@ -243,7 +243,7 @@ def supported_profiler_args() -> set[str]:
     return set(inspect.signature(torch.profiler.profile.__init__).parameters)
 
 
-def make_schedule(spec: tuple[int, int, int, int], iters: int) -> Any:
+def _make_schedule(spec: tuple[int, int, int, int], iters: int) -> Any:
     import torch
 
     wait, warmup, active, repeat = spec
@@ -293,7 +293,7 @@ def _step_fn(
     return backward_step(model, args, kwargs, loss, sync)
 
 
-class LayerMarks:
+class _LayerMarks:
     """A profiler range ``layer:{path}`` around every module's forward.
 
     The ranges are opened by the same instance-level forward wrappers the
@@ -310,14 +310,14 @@ class LayerMarks:
         self._failed: str | None = None
         self._error: BaseException | None = None
 
-    def __enter__(self) -> LayerMarks:
+    def __enter__(self) -> _LayerMarks:
         with self._wrappers.registering() as wrappers:
             for path, module in wrappable_modules(self.model):
                 wrappers.add(ForwardWrapper(module, functools.partial(self._ranged, path)))
         return self
 
     def _ranged(self, path: str, inner: Callable[..., Any]) -> Callable[..., Any]:
-        span = range_context()
+        span = _range_context()
         name = LAYER_RANGE + path
 
         def ranged(*args: Any, **kwargs: Any) -> Any:
@@ -347,7 +347,7 @@ class LayerMarks:
             raise model_error(self.model, path, exc) from exc
 
 
-def range_context() -> Callable[[str], contextlib.AbstractContextManager[Any]]:
+def _range_context() -> Callable[[str], contextlib.AbstractContextManager[Any]]:
     """``with span(name):`` a profiler range: the fast C++ one when torch has it."""
     import torch
 

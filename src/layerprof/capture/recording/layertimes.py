@@ -36,7 +36,7 @@ import numpy.typing as npt
 from layerprof.records import LayerCall, LayerSamples
 
 I64 = npt.NDArray[np.int64]
-I32 = npt.NDArray[np.int32]
+_I32 = npt.NDArray[np.int32]
 F64 = npt.NDArray[np.float64]
 
 EXIT = -1  #: a call ended normally
@@ -67,10 +67,10 @@ class CallTable:
     ``level`` implies (records built by hand).
     """
 
-    layer: I32
+    layer: _I32
     start: I64
     end: I64
-    level: I32
+    level: _I32
     device_start: I64 | None = None
     device_end: I64 | None = None
     iteration: I64 | None = None
@@ -253,7 +253,7 @@ def _times(table: CallTable, parent: I64, correction: Correction | None) -> tupl
     return _roll_up(self_t, parent, table.level), self_t
 
 
-def _roll_up(own: F64, parent: I64, level: I32) -> F64:
+def _roll_up(own: F64, parent: I64, level: _I32) -> F64:
     """Inclusive sums: each call's own value plus its descendants', deepest level first."""
     total: F64 = own.copy()
     if len(level) == 0:

@@ -32,7 +32,7 @@ Span = tuple[int, int]
 #: runs the forward and backward inside its step, and only what is left of the step is
 #: the optimizer's own update. Backward before forward: a forward that runs inside a
 #: backward is activation checkpointing's recompute, part of the backward.
-PRIORITY: tuple[str, ...] = ("backward", "forward", "optimizer")
+_PRIORITY: tuple[str, ...] = ("backward", "forward", "optimizer")
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ def partition(step: StepMarks) -> dict[str, int]:
     Data wait is time no phase covers that ends where a forward starts: the loader
     before the step's first forward, and before each later micro-batch's forward
     under gradient accumulation (uncovered time before a backward or an optimizer
-    step, or after the last phase, is rest); overlaps count once (``PRIORITY``).
+    step, or after the last phase, is rest); overlaps count once (``_PRIORITY``).
     """
     lo, hi = step.start, step.end
     spans: dict[str, list[Span]] = {
@@ -104,11 +104,11 @@ def partition(step: StepMarks) -> dict[str, int]:
         "forward": step.forwards,
     }
     cuts = {lo, hi}
-    for kind in PRIORITY:
+    for kind in _PRIORITY:
         for a, b in spans[kind]:
             cuts.update(min(max(t, lo), hi) for t in (a, b))
     # where each phase starts, in time order: what follows an uncovered stretch
-    starts = sorted((min(max(a, lo), hi), kind) for kind in PRIORITY for a, _ in spans[kind])
+    starts = sorted((min(max(a, lo), hi), kind) for kind in _PRIORITY for a, _ in spans[kind])
     at = [t for t, _ in starts]
     out = dict.fromkeys(STEP_PARTS, 0)
     points = sorted(cuts)
@@ -120,7 +120,7 @@ def partition(step: StepMarks) -> dict[str, int]:
 def _cover(
     a: int, b: int, spans: dict[str, list[Span]], starts: list[tuple[int, str]], at: list[int]
 ) -> str:
-    for kind in PRIORITY:
+    for kind in _PRIORITY:
         if any(s <= a and b <= e for s, e in spans[kind]):
             return kind
     k = bisect.bisect_left(at, b)

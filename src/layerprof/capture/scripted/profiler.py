@@ -71,7 +71,7 @@ _SEGMENT = re.compile(r"^(?P<name>[^(]*)\((?P<type>[^)]*)\)::(?P<method>.*)$")
 
 
 @dataclass(frozen=True)
-class ScriptCallSite:
+class _ScriptCallSite:
     """A sub-module that a module's TorchScript code calls.
 
     ``name`` is the last attribute the code took to reach it (``blocks.0`` ->
@@ -87,19 +87,19 @@ class ScriptCallSite:
 
 
 @dataclass
-class CallGraph:
+class _CallGraph:
     """Who calls whom: ``prim::CallMethod`` nodes on ``prim::GetAttr`` chains in
     every submodule's graph (calls to its own methods followed)."""
 
     types: dict[str, str]  # path -> type name, in named_modules() order
-    sites: dict[str, dict[str, ScriptCallSite]]  # caller path -> callee path -> site
+    sites: dict[str, dict[str, _ScriptCallSite]]  # caller path -> callee path -> site
     flawed: dict[str, str]  # callee path -> why its rows cannot be trusted
     # layers no call site names, that code may still call (see call_graph)
     suspect: dict[str, str] = field(default_factory=dict)
     # caller -> types of the modules its code calls without naming them
     unnamed: dict[str, set[str]] = field(default_factory=dict)
 
-    def callees(self, caller: str) -> dict[str, ScriptCallSite]:
+    def callees(self, caller: str) -> dict[str, _ScriptCallSite]:
         return self.sites.get(caller, {})
 
     def resolve(self, segments: Sequence[tuple[str, str, str]]) -> tuple[list[str], bool]:
@@ -169,7 +169,7 @@ def script_capture(
     recorded = tables_from_documents([trace], keep_hierarchy=True)
     graph = call_graph(scripted_module)
     spans, unresolved = observed_spans(recorded, graph)
-    roots = root_calls(recorded)
+    roots = _root_calls(recorded)
     iterations = len(roots) or 1
     verdict = judge(graph, spans, unresolved, iterations)
     # Outer layers first where spans coincide (a wrapper whose only work is one
@@ -179,7 +179,7 @@ def script_capture(
         (s for s in spans if s.path in verdict.trusted),
         key=lambda s: (s.thread, s.start, -s.end, s.path.count(".")),
     )
-    kept += zero_time_spans(kept, roots, verdict.empty, graph)
+    kept += _zero_time_spans(kept, roots, verdict.empty, graph)
     _add_layer_ranges(trace, recorded, kept)
     # TorchScript's own "forward" method-call records are not operators
     ops_only = {
@@ -187,7 +187,7 @@ def script_capture(
         EVENTS_KEY: [e for e in trace[EVENTS_KEY] if e.get("name") != "forward"],
     }
     tables = tables_from_documents([ops_only], keep_shapes=(options or OpOptions()).record_shapes)
-    layers = tuple(i for i in script_layers(scripted_module) if not verdict.drops(i.path))
+    layers = tuple(i for i in _script_layers(scripted_module) if not verdict.drops(i.path))
     raw = RawTrace.of_document(trace, tables, device_of(scripted_module))
     return ScriptRows(layers, raw, verdict.notes(scripted_module))
 
@@ -230,7 +230,7 @@ def _profiled_trace(
     return trace_loader(prof.profiler.kineto_results)()
 
 
-def root_calls(tables: EventTables) -> list[LayerCall]:
+def _root_calls(tables: EventTables) -> list[LayerCall]:
     """The per-iteration root ranges (``layer:`` with no path), numbered in time order."""
     host = tables.host
     root = tables.names.index("") if "" in tables.names else -1
@@ -242,7 +242,7 @@ def root_calls(tables: EventTables) -> list[LayerCall]:
     ]
 
 
-def tagged_ops(tables: EventTables) -> list[tuple[int, str]]:
+def _tagged_ops(tables: EventTables) -> list[tuple[int, str]]:
     """(host index, Module Hierarchy) of every op that carries one, by thread, then
     start, longest first. TorchScript's own ``forward`` method-call records are no ops."""
     host, names = tables.host, tables.names
@@ -270,7 +270,9 @@ def hierarchy_segments(hierarchy: str) -> list[tuple[str, str, str]]:
     return out
 
 
-def observed_spans(tables: EventTables, graph: CallGraph) -> tuple[list[LayerCall], dict[str, str]]:
+def observed_spans(
+    tables: EventTables, graph: _CallGraph
+) -> tuple[list[LayerCall], dict[str, str]]:
     """One span per run of consecutive top-level ops under the same module, per
     iteration (a span never crosses an iteration's root range).
 
@@ -280,12 +282,12 @@ def observed_spans(tables: EventTables, graph: CallGraph) -> tuple[list[LayerCal
     host = tables.host
     starts, ends, threads = host.start.tolist(), host.end.tolist(), host.thread.tolist()
     by_thread: dict[int, list[tuple[int, str]]] = {}
-    for i, hier in tagged_ops(tables):
+    for i, hier in _tagged_ops(tables):
         by_thread.setdefault(threads[i], []).append((i, hier))
     resolved: dict[str, tuple[list[str], bool]] = {}
     unresolved: dict[str, str] = {}
     spans: list[LayerCall] = []
-    for root in root_calls(tables):
+    for root in _root_calls(tables):
         ops = by_thread.get(root.thread, [])
         lo = bisect.bisect_left(ops, root.start, key=lambda t: starts[t[0]])
         open_: list[list[Any]] = []  # [path, start, end]
@@ -376,7 +378,7 @@ class Verdict:
 
 
 def judge(
-    graph: CallGraph, spans: Sequence[LayerCall], unresolved: dict[str, str], iterations: int
+    graph: _CallGraph, spans: Sequence[LayerCall], unresolved: dict[str, str], iterations: int
 ) -> Verdict:
     """Walk the call graph from the root: a callee is trusted when its caller is and
     its observed calls per iteration fit the count its caller's code makes."""
@@ -425,7 +427,7 @@ _REPEATED = (
 )
 
 
-def _count_flaw(site: ScriptCallSite, counts: Sequence[int], calls: Sequence[int]) -> str | None:
+def _count_flaw(site: _ScriptCallSite, counts: Sequence[int], calls: Sequence[int]) -> str | None:
     """Why the observed calls per iteration cannot be trusted, or None."""
     if site.low != site.high and site.high > 1:
         return _REPEATED
@@ -435,11 +437,11 @@ def _count_flaw(site: ScriptCallSite, counts: Sequence[int], calls: Sequence[int
     return None
 
 
-def zero_time_spans(
+def _zero_time_spans(
     spans: Sequence[LayerCall],
     roots: Sequence[LayerCall],
     empty: dict[str, list[int]],
-    graph: CallGraph,
+    graph: _CallGraph,
 ) -> list[LayerCall]:
     """Calls of layers that ran no operator: zero-length spans at the start of their
     caller's first call of each iteration."""
@@ -459,11 +461,11 @@ def zero_time_spans(
     return added
 
 
-def call_graph(module: Any) -> CallGraph:
-    """The call sites of every submodule with TorchScript code (see ``CallGraph``)."""
+def call_graph(module: Any) -> _CallGraph:
+    """The call sites of every submodule with TorchScript code (see ``_CallGraph``)."""
     modules = dict(module.named_modules())
     types = {p: str(getattr(m, "original_name", type(m).__name__)) for p, m in modules.items()}
-    sites: dict[str, dict[str, ScriptCallSite]] = {}
+    sites: dict[str, dict[str, _ScriptCallSite]] = {}
     opaque: list[tuple[str, str]] = []  # (caller, type of the module it got)
     for path, sub in modules.items():
         if not _has_code(sub, "forward"):
@@ -473,7 +475,7 @@ def call_graph(module: Any) -> CallGraph:
                 opaque.append((path, chain[1]))
                 continue
             callee = f"{path}.{'.'.join(chain)}" if path else ".".join(chain)
-            sites.setdefault(path, {})[callee] = ScriptCallSite(callee, chain[-1], int(low), high)
+            sites.setdefault(path, {})[callee] = _ScriptCallSite(callee, chain[-1], int(low), high)
     called = {callee for callees in sites.values() for callee in callees}
     # torch.jit.trace hands a module shared by two parts of the model to the second
     # part's graph as an argument: the code calls a module no call site names, so
@@ -506,7 +508,7 @@ def call_graph(module: Any) -> CallGraph:
     unnamed: dict[str, set[str]] = {}
     for caller, type_name in opaque:
         unnamed.setdefault(caller, set()).add(type_name)
-    return CallGraph(types, sites, flawed, suspect, unnamed)
+    return _CallGraph(types, sites, flawed, suspect, unnamed)
 
 
 def _site_flaw(caller: str, callee: str, modules: dict[str, Any], called: set[str]) -> str | None:
@@ -638,7 +640,7 @@ def _add_layer_ranges(
     events[:0] = added
 
 
-def script_layers(module: Any) -> tuple[LayerInfo, ...]:
+def _script_layers(module: Any) -> tuple[LayerInfo, ...]:
     """LayerInfo per submodule of a ScriptModule (types from ``original_name``)."""
     infos = []
     for path, sub in module.named_modules():
@@ -674,10 +676,10 @@ def export_capture(
         gm, args, kwargs, iters=iters, device=device, options=options or OpOptions(),
         grad_ctx_factory=torch.no_grad,
     )  # fmt: skip
-    return export_layers(program, gm), cap
+    return _export_layers(program, gm), cap
 
 
-def module_stacks(graph: Any) -> dict[Any, list[tuple[str, str]]]:
+def _module_stacks(graph: Any) -> dict[Any, list[tuple[str, str]]]:
     """node -> [(path, type)] from ``nn_module_stack``, outermost first, root left out."""
     out: dict[Any, list[tuple[str, str]]] = {}
     for node in graph.nodes:
@@ -691,7 +693,7 @@ def instrumented_module(program: Any) -> torch.fx.GraphModule:
     """``program.module()`` with ``layer:{path}`` ranges opened/closed where the module stack changes."""
     gm: torch.fx.GraphModule = program.module()
     enter, leave = range_api()
-    stacks = module_stacks(gm.graph)
+    stacks = _module_stacks(gm.graph)
     open_: list[tuple[str, Any]] = []
     for node in list(gm.graph.nodes):
         if node.op == "output":
@@ -718,10 +720,10 @@ def _close(gm: Any, before: Any, open_: list[tuple[str, Any]], keep: int, leave:
             gm.graph.call_function(leave, (handle,))
 
 
-def export_layers(program: Any, gm: Any) -> tuple[LayerInfo, ...]:
+def _export_layers(program: Any, gm: Any) -> tuple[LayerInfo, ...]:
     """Layers with original paths: types from ``nn_module_stack``, parameters from the module."""
     types: dict[str, str] = {}
-    for stack in module_stacks(program.graph).values():
+    for stack in _module_stacks(program.graph).values():
         for path, type_name in stack:
             types.setdefault(path, type_name.rsplit(".", 1)[-1])
     root_type = type(gm).__name__

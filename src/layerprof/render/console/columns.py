@@ -28,8 +28,8 @@ from layerprof.render.terminal import escape_controls, escape_text, shown
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderResult
 
-ELLIPSIS = "…"
-MIN_NAME = 10  # a tree label keeps this much of its name before its guides give way
+_ELLIPSIS = "…"
+_MIN_NAME = 10  # a tree label keeps this much of its name before its guides give way
 _UNBOUNDED = 1_000_000
 
 
@@ -52,7 +52,7 @@ class Col:
 @dataclass(frozen=True)
 class Label:
     """A tree label: ``guides`` (``│  ├─ ``) then ``name``. Abbreviation shortens
-    the name first (keeping ``MIN_NAME`` cells of it), then the guides."""
+    the name first (keeping ``_MIN_NAME`` cells of it), then the guides."""
 
     guides: str
     name: str
@@ -86,7 +86,7 @@ Step = Shrink | Hide
 
 
 @dataclass(frozen=True)
-class FittedTable:
+class _FittedTable:
     table: Table
     width: int  # the columns the table needs
     room: int  # the columns the console has
@@ -104,12 +104,12 @@ def abbreviate(text: str, width: int, where: Literal["middle", "end"] = "middle"
     if cell_len(text) <= width:
         return text
     if width <= 1:
-        return ELLIPSIS[:width]
+        return _ELLIPSIS[:width]
     if where == "end":
-        return set_cell_size(text, width - 1) + ELLIPSIS
+        return set_cell_size(text, width - 1) + _ELLIPSIS
     head = (width - 1) // 2
     tail = width - 1 - head
-    return set_cell_size(text, head) + ELLIPSIS + set_cell_size(text[::-1], tail)[::-1]
+    return set_cell_size(text, head) + _ELLIPSIS + set_cell_size(text[::-1], tail)[::-1]
 
 
 def print_table(
@@ -120,18 +120,18 @@ def print_table(
     *,
     steps: Sequence[Step] = (),
     hint: str | None = None,
-) -> FittedTable:
+) -> _FittedTable:
     """Fit the table to ``console`` and print it, then a dim line naming what was
     hidden (``hint``: what else the user can do, e.g. ``--no-shapes``)."""
     fitted = fit_table(console, frame, columns, rows, steps)
     console.print(fitted, crop=fitted.width <= fitted.room)
-    note = fit_note(fitted, terminal=console.is_terminal, hint=hint)
+    note = _fit_note(fitted, terminal=console.is_terminal, hint=hint)
     if note:
         console.print(Text(note, style="dim"))
     return fitted
 
 
-def fit_note(fitted: FittedTable, *, terminal: bool, hint: str | None = None) -> str | None:
+def _fit_note(fitted: _FittedTable, *, terminal: bool, hint: str | None = None) -> str | None:
     """One line saying which columns were hidden, or that the table is wider than the room."""
     where = f"terminal {fitted.room} columns" if terminal else f"output {fitted.room} columns"
     hidden = ", ".join(fitted.hidden)
@@ -150,7 +150,7 @@ def fit_table(
     columns: Sequence[Col],
     rows: Sequence[Row],
     steps: Sequence[Step] = (),
-) -> FittedTable:
+) -> _FittedTable:
     """Choose the columns shown and their widths (numbers at full width; headers wrap,
     then ``steps`` in order, each only as far as needed; then shortened columns get
     back the cells a later step freed) and build the table with cells cut to them."""
@@ -170,7 +170,7 @@ def fit_table(
             break
         layout.apply(step, excess)
     layout.give_back(room - layout.width())
-    return FittedTable(
+    return _FittedTable(
         table=layout.build(rows),
         width=layout.width(),
         room=room,
@@ -196,7 +196,7 @@ def _cut(cell: Cell, width: int, col: Col) -> str:
     whole = cell.guides + cell.name
     if cell_len(whole) <= width:
         return whole
-    name_room = max(width - cell_len(cell.guides), min(cell_len(cell.name), MIN_NAME))
+    name_room = max(width - cell_len(cell.guides), min(cell_len(cell.name), _MIN_NAME))
     if name_room >= width:
         return abbreviate(cell.name, width)
     name = abbreviate(cell.name, name_room)

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 #: Short labels of a layer's kind of counted work, for the FLOPs cell.
 LABELS = {"elementwise": "ew", "lookup": "lookup", "data movement": "moves"}
-ROOFLINE_ROWS = 10
+_ROOFLINE_ROWS = 10
 _NAME_CAP = 40
 _STEPS: tuple[Step, ...] = (
     Shrink(("name",), 24), Hide(("Bytes",)), Shrink(("name",), 12), Hide(("FLOPs",)),
@@ -117,7 +117,7 @@ def _share(value: float | None) -> str:
 # ---- the roofline table ------------------------------------------------------------------------
 
 
-def print_roofline(console: Console, profile: Profile, *, top: int = ROOFLINE_ROWS) -> None:
+def print_roofline(console: Console, profile: Profile, *, top: int = _ROOFLINE_ROWS) -> None:
     """The layers that did work, by time: achieved FLOP/s, bytes, intensity, % of peak, bound."""
     line = roofline(profile)
     if line is None or not line.points:

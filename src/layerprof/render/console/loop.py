@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from layerprof.sections.loop import LoopStep, TrainingLoop
 
 #: Steps listed one by one; beyond this, the first and last few and the medians.
-STEP_ROWS = 12
+_STEP_ROWS = 12
 
 PART_LABELS = {
     "data_wait": "Data wait", "forward": "Forward", "backward": "Backward",
@@ -61,9 +61,9 @@ def print_loop(console: Console, profile: Profile) -> None:
 
 
 def _shown(steps: tuple[LoopStep, ...]) -> list[LoopStep | None]:
-    if len(steps) <= STEP_ROWS:
+    if len(steps) <= _STEP_ROWS:
         return list(steps)
-    half = STEP_ROWS // 2
+    half = _STEP_ROWS // 2
     return [*steps[:half], None, *steps[-half:]]
 
 

@@ -20,11 +20,13 @@ if TYPE_CHECKING:
     from layerprof.sections.memory import ActivationMemory, MemoryTotals
 
 #: At most this many layers: the heaviest by saved bytes, shown in module order.
-MEMORY_ROWS = 30
+_MEMORY_ROWS = 30
 _STEPS: tuple[Step, ...] = (Shrink(("name",), 24), Shrink(("name",), 12))
 
 
-def print_activation_memory(console: Console, profile: Profile, *, rows: int = MEMORY_ROWS) -> None:
+def print_activation_memory(
+    console: Console, profile: Profile, *, rows: int = _MEMORY_ROWS
+) -> None:
     """The memory table and its peak line; nothing when the profile has no section."""
     section = profile.activation_memory
     if section is None:
@@ -49,7 +51,7 @@ def print_activation_memory(console: Console, profile: Profile, *, rows: int = M
         )
 
     print_table(console, frame, columns, table_rows, steps=_STEPS)
-    for line in memory_lines(section, hidden=len(totals) - len(shown)):
+    for line in _memory_lines(section, hidden=len(totals) - len(shown)):
         console.print(Text(line, style="dim"))
 
 
@@ -75,7 +77,7 @@ def _heaviest(totals: list[MemoryTotals], rows: int) -> list[MemoryTotals]:
     return [t for t in totals if t.path in keep]
 
 
-def memory_lines(section: ActivationMemory, *, hidden: int = 0) -> list[str]:
+def _memory_lines(section: ActivationMemory, *, hidden: int = 0) -> list[str]:
     """What the table's numbers are, the loss's share, the peaks per phase."""
     lines = [
         f"saved for backward: {human_bytes(section.saved_bytes)} in the step's largest forward"

@@ -45,13 +45,13 @@ def render_ops(
         table = merge_layers(ops, by_shape=by_shape)
         # the layer rows are medians over iterations too; say so (one outlier moves a mean)
         out.print(Text("op times: median per iteration; calls: mean per iteration", style="dim"))
-        print_op_table(out, table, top=top, sort=sort, title=f"{title} (all layers)")
+        _print_op_table(out, table, top=top, sort=sort, title=f"{title} (all layers)")
         if not per_layer or all(o.layer is None for o in ops):
             return
         groups = by_layer(ops if by_shape else merge_shapes(ops), sort=sort)
         for layer, rows in groups[:layers] if layers is not None else groups:
             label = layer if layer else "(root)"
-            print_op_table(out, rows, top=top, sort=sort, title=f"{title} in {label}")
+            _print_op_table(out, rows, top=top, sort=sort, title=f"{title} in {label}")
 
 
 def by_layer(ops: Sequence[OpStat], *, sort: OpSort) -> list[tuple[str, list[OpStat]]]:
@@ -99,7 +99,7 @@ _OP_STEPS: tuple[Step, ...] = (
 )
 
 
-def print_op_table(
+def _print_op_table(
     console: Console, ops: Sequence[OpStat], *, top: int | None, sort: OpSort, title: str
 ) -> None:
     rows = sort_ops(ops, sort)

@@ -112,7 +112,7 @@ def _settings(d: Diff) -> str:
 # ---------------------------------------------------------------- tables
 
 
-def change_columns(rows: Sequence[T]) -> list[Col[T]]:
+def _change_columns(rows: Sequence[T]) -> list[Col[T]]:
     """Base, new, delta, delta %, and how the change was judged (``rows`` fixes the type)."""
 
     def get(r: T) -> Change:
@@ -163,7 +163,7 @@ def diff_steps_section(s: Subject) -> Section | None:
         return None
     cols: list[Col[StepDelta]] = [
         Col("Step", lambda r: r.label, lambda r: r.index),
-        *change_columns(d.steps),
+        *_change_columns(d.steps),
     ]
     intro = "Trace steps compared by index (one sample per side: judged by the threshold)."
     return Section("diff-steps", "Steps", table("lp-diff-steps", cols, d.steps), intro)
@@ -177,7 +177,7 @@ def diff_phases_section(s: Subject) -> Section | None:
     cols: list[Col[PhaseDelta]] = [
         text_col("Phase", lambda r: r.phase),
         text_col("Time", lambda r: r.label.split(": ", 1)[1], css="path"),
-        *change_columns(rows),
+        *_change_columns(rows),
     ]
     intro = (
         "A generate's prefill and decode compared apart: the clean pass's time to first"
@@ -197,7 +197,7 @@ def diff_layers_section(s: Subject) -> Section | None:
         text_col("Layer", lambda r: r.label, css="path"),
         text_col("Type", lambda r: r.type if r.base_type is None else f"{r.base_type} → {r.type}"),
         text_col("Calls", lambda r: _calls(r.calls_base, r.calls_new)),
-        *change_columns(rows),
+        *_change_columns(rows),
         Col("Total Δ %", lambda r: fmt_pct(r.total), lambda r: r.total.delta_pct),
     ]
     if any(r.note for r in rows):
@@ -237,7 +237,7 @@ def diff_ops_section(s: Subject) -> Section | None:
         cols.append(text_col("Input shapes", lambda r: r.input_shapes, css="shape"))
     cols += [
         text_col("Calls", lambda r: _calls(r.calls_base, r.calls_new)),
-        *change_columns(rows),
+        *_change_columns(rows),
     ]
     what = "device" if d.op_metric == "device" else "self"
     intro = f"Operators summed per iteration, by {what} time, largest change first."
@@ -252,7 +252,7 @@ def diff_kernels_section(s: Subject) -> Section | None:
     rows = _largest_first(d.kernels)
     cols: list[Col[KernelDelta]] = [
         name_col("Kernel", lambda r: r.name),
-        *change_columns(rows),
+        *_change_columns(rows),
     ]
     intro = "GPU kernels by name, time per step (judged by the threshold: no per-step samples)."
     body = table("lp-diff-kernels", cols, rows, filter_label="Filter kernels")

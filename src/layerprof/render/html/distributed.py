@@ -103,7 +103,7 @@ def _unit(values: Sequence[float | None]) -> TimeUnit:
 
 
 @dataclass(frozen=True)
-class DeviceSteps:
+class _DeviceSteps:
     """One rank's breakdown rows of one device (None: a host-only trace), in step order."""
 
     device: int | None
@@ -111,10 +111,10 @@ class DeviceSteps:
     totals: dict[str, int]  # Breakdown.totals(device): "wall" and every part
 
 
-def device_steps(b: Breakdown) -> list[DeviceSteps]:
+def _device_steps(b: Breakdown) -> list[_DeviceSteps]:
     devices = sorted({st.device for st in b.steps}, key=lambda d: -1 if d is None else d)
     return [
-        DeviceSteps(d, tuple(st for st in b.steps if st.device == d), b.totals(d)) for d in devices
+        _DeviceSteps(d, tuple(st for st in b.steps if st.device == d), b.totals(d)) for d in devices
     ]
 
 
@@ -123,7 +123,7 @@ def _where(device: int | None) -> str:
 
 
 def _breakdown(s: Subject) -> str:
-    groups, _ = per_rank(s, lambda p: device_steps(p.breakdown) if p.breakdown else [])
+    groups, _ = per_rank(s, lambda p: _device_steps(p.breakdown) if p.breakdown else [])
     groups = [g for g in groups if g.row.steps]
     if not groups:
         return ""
@@ -142,7 +142,7 @@ def _breakdown(s: Subject) -> str:
     if hidden:
         caption += f"Zero in every step: {', '.join(hidden)}."
     unit = _unit([g.row.totals["wall"] for g in groups])
-    cols: list[Col[DeviceSteps]] = [
+    cols: list[Col[_DeviceSteps]] = [
         text_col("Device", lambda g: _where(g.device)),
         calls_col("Steps", lambda g: len(g.steps)),
         time_col("Wall", lambda g: g.totals["wall"], unit),
@@ -162,10 +162,10 @@ def _breakdown(s: Subject) -> str:
     )
 
 
-def _part_col(part: str, unit: TimeUnit) -> Col[DeviceSteps]:
+def _part_col(part: str, unit: TimeUnit) -> Col[_DeviceSteps]:
     label, meaning = PART_LABELS.get(part, (part, ""))
 
-    def share(g: DeviceSteps) -> str:
+    def share(g: _DeviceSteps) -> str:
         wall = g.totals["wall"]
         return f"{fmt_share(g.totals[part] / wall)} of the wall time" if wall > 0 else ""
 
@@ -378,7 +378,7 @@ def _memory_peak(s: Subject) -> str:
 # ---------------------------------------------------------------- stragglers
 
 
-def straggler_sentence(st: Stragglers) -> str:
+def _straggler_sentence(st: Stragglers) -> str:
     head = f"{fmt_calls(st.matched)} collectives matched across ranks"
     if st.median_skew_ns is not None:
         head += f"; median arrival skew {human_time(st.median_skew_ns)}"
@@ -402,7 +402,7 @@ def _stragglers(s: Subject) -> str:
             ("Step spread", human_time(st.step_spread_ns), ""),
         ]
     )  # fmt: skip
-    body = heading("Stragglers") + paragraph(straggler_sentence(st), "verdict") + cards
+    body = heading("Stragglers") + paragraph(_straggler_sentence(st), "verdict") + cards
     body += "".join(paragraph(note.text, "warning") for note in st.notes)
     if st.ranks:
         body += table(

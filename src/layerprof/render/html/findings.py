@@ -19,11 +19,11 @@ def findings_section(s: Subject) -> Section | None:
         said = f" Checked: {'; '.join(ran)}." if ran else ""
         body = paragraph(f"No findings: the diagnosis found nothing worth flagging.{said}", "empty")
         return Section("findings", "Findings", body)
-    body = "".join(finding_card(f) for f in s.findings)
+    body = "".join(_finding_card(f) for f in s.findings)
     return Section("findings", f"Findings ({len(s.findings)})", body)
 
 
-def finding_card(f: Finding) -> str:
+def _finding_card(f: Finding) -> str:
     cls = _SEVERITY_CLASS.get(f.severity, "info")
     where = f" <code>{esc(f.layer or '(root)')}</code>" if f.layer is not None else ""
     detail = f"<p>{esc(f.detail)}</p>" if f.detail else ""

@@ -38,7 +38,7 @@ LABELS = {"elementwise": "elementwise", "lookup": "lookup", "data movement": "mo
 
 
 @dataclass(frozen=True)
-class RooflineChart(Chart):
+class _RooflineChart(Chart):
     """Layers at (FLOP/B, FLOP/s), marker area by time, under the device's roof."""
 
     kind: ClassVar[str] = "roofline"
@@ -105,12 +105,12 @@ def _stats(s: FlopSummary) -> list[tuple[str, str, str]]:
     return items
 
 
-def _chart(points: tuple[RooflinePoint, ...], peak: Peak | None) -> RooflineChart | None:
+def _chart(points: tuple[RooflinePoint, ...], peak: Peak | None) -> _RooflineChart | None:
     """Points that a log-log plot can place (some FLOPs, some bytes)."""
     placed = [p for p in points if p.flops > 0 and p.intensity]
     if not placed:
         return None
-    return RooflineChart(
+    return _RooflineChart(
         title="Roofline: achieved FLOP/s against arithmetic intensity (marker area: time)",
         names=tuple(label(p.name) for p in placed),
         intensity=tuple(p.intensity or 0.0 for p in placed),

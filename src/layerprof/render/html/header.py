@@ -32,11 +32,11 @@ def header(s: Subject, heading: str) -> str:
             facts += [("trace", run.path), ("ranks", str(len(run.ranks)))]
             facts.append(("rank from", run.rank_source))
         if p is not None:
-            more, details = meta_facts(p.meta)
+            more, details = _meta_facts(p.meta)
             facts += more
             if p.source is not None:
                 facts.append(("file", p.source.file))
-                details += source_details(p.source)
+                details += _source_details(p.source)
             if s.multi_rank:
                 facts.append(("shown", f"rank {p.rank} of {len(s.ranks)}"))
     chips = "".join(
@@ -54,7 +54,7 @@ def header(s: Subject, heading: str) -> str:
     )
 
 
-def meta_facts(meta: Meta) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+def _meta_facts(meta: Meta) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """Chips (model, device, dtype, torch, inputs, date, source) and the run details."""
     facts = [
         ("model", meta.model),
@@ -82,7 +82,7 @@ def meta_facts(meta: Meta) -> tuple[list[tuple[str, str]], list[tuple[str, str]]
     return facts, [(k, v) for k, v in details if v != ""]
 
 
-def source_details(src: TraceSource) -> list[tuple[str, str]]:
+def _source_details(src: TraceSource) -> list[tuple[str, str]]:
     """What the trace held: events, devices, where the layer rows came from, its writer."""
     out = [("events", fmt_calls(src.events)), ("trace window", human_time(src.window_ns))]
     if src.device_names:

@@ -27,7 +27,7 @@ MAX_BARS = 60
 #: of 200k steps' rows was 160 MB, more than a browser opens); the medians are over all.
 MAX_ROWS = 300
 
-PARTS: dict[str, tuple[str, Colour]] = {
+_PARTS: dict[str, tuple[str, Colour]] = {
     "data_wait": ("Data wait", "bad"), "forward": ("Forward", "accent"),
     "backward": ("Backward", "info"), "optimizer": ("Optimizer", "good"),
     "rest": ("Rest", "muted"),
@@ -50,7 +50,7 @@ def loop_section(s: Subject) -> Section | None:
     chart = bars(
         "Step time by part",
         [f"step {st.index}" for st in shown],
-        [BarSeries(PARTS[p][0], tuple(ns / NS_PER_MS for _, ns in _part(shown, p)), PARTS[p][1])
+        [BarSeries(_PARTS[p][0], tuple(ns / NS_PER_MS for _, ns in _part(shown, p)), _PARTS[p][1])
          for p in STEP_PARTS],
         axis="ms", stack=True,
     )  # fmt: skip
@@ -115,4 +115,4 @@ def _part(steps: tuple[LoopStep, ...], part: str) -> list[tuple[str, int]]:
 
 
 def _part_col(part: str, unit: TimeUnit, tip: str) -> Col[_Row]:
-    return time_col(PARTS[part][0], lambda r: r.values[part], unit, tip=lambda r: tip)
+    return time_col(_PARTS[part][0], lambda r: r.values[part], unit, tip=lambda r: tip)

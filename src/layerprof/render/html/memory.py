@@ -20,7 +20,7 @@ from layerprof.sections.memory import ActivationMemory, MemoryTotals
 from layerprof.units import human_bytes
 
 #: Bars in the chart: the layers saving the most themselves.
-CHART_LAYERS = 20
+_CHART_LAYERS = 20
 _MIB = float(1 << 20)
 
 
@@ -64,7 +64,7 @@ def _cards(section: ActivationMemory) -> list[tuple[str, str, str]]:
 
 def _leaves(totals: list[MemoryTotals]) -> list[MemoryTotals]:
     heavy = sorted((t for t in totals if t.activations_self > 0), key=lambda t: -t.activations_self)
-    return heavy[:CHART_LAYERS]
+    return heavy[:_CHART_LAYERS]
 
 
 def _chart(totals: list[MemoryTotals]) -> dict[str, Chart]:

@@ -84,7 +84,7 @@ _JSON_ESCAPES = (
 
 
 @functools.cache
-def asset(name: str) -> str:
+def _asset(name: str) -> str:
     # one name per joinpath: Python 3.10's Traversable takes no more
     resource = importlib.resources.files("layerprof.render").joinpath("assets").joinpath(name)
     return resource.read_text(encoding="utf-8")
@@ -98,7 +98,7 @@ def fill(template: str, **values: str) -> str:
     return _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
 
 
-def script_safe(js: str) -> str:
+def _script_safe(js: str) -> str:
     """Inline script text that cannot close its element (belt and braces)."""
     return js.replace("</script", "<\\/script").replace("<!--", "<\\!--")
 
@@ -108,14 +108,14 @@ def document(sections: Sequence[Section], *, heading: str, header: str) -> str:
     styles, scripts and chart data inlined (one offline file)."""
     nav = "".join(f'<a href="#{esc(s.anchor)}">{esc(s.heading)}</a>' for s in sections)
     return fill(
-        asset("report.html"),
+        _asset("report.html"),
         title=esc(heading),
         header=header,
         nav=f'<nav class="toc" aria-label="Sections">{nav}</nav>',
         body="\n".join(s.html() for s in sections),
-        style=asset("report.css"),
-        plotly=script_safe(asset("plotly-layerprof.min.js")),
-        app=script_safe(asset("report.js")),
+        style=_asset("report.css"),
+        plotly=_script_safe(_asset("plotly-layerprof.min.js")),
+        app=_script_safe(_asset("report.js")),
         data=json_for_script(_chart_data(sections)),
     )
 

@@ -49,7 +49,7 @@ def latency_section(s: Subject) -> Section | None:
     if p is None or (p.latency is None and p.overhead is None and p.first_ns is None):
         return None
     trace = p.meta.source == "trace"
-    cards = summary_cards(p.latency) if p.latency is not None else []
+    cards = _summary_cards(p.latency) if p.latency is not None else []
     if p.first_ns is not None:
         cards.append(("first call (cold)", human_time(p.first_ns), "cold"))
     body = stat_cards(cards) if cards else ""
@@ -90,7 +90,7 @@ def _rank_note(s: Subject) -> str:
     return f" Rank {p.rank} of {len(s.ranks)}; the trace sections below compare all ranks."
 
 
-def summary_cards(summary: Summary) -> list[tuple[str, str, str]]:
+def _summary_cards(summary: Summary) -> list[tuple[str, str, str]]:
     """A Summary as stat cards: median (with its confidence interval), spread, n."""
     cards = [("median", human_time(summary.median), "key")]
     if summary.ci_low is not None and summary.ci_high is not None:
@@ -168,7 +168,7 @@ def layers_section(s: Subject) -> Section | None:
     if not rows:
         return None
     order = {r.path: i for i, r in enumerate(rows)}
-    cols = layer_columns(rows, order) + estimate_columns(s)  # compiled: fused-kernel splits
+    cols = _layer_columns(rows, order) + estimate_columns(s)  # compiled: fused-kernel splits
     intro = (
         "Times are per forward (summed over a layer's calls): self is the median over the"
         " measured iterations, total is self plus the children's totals. Hover a total for"
@@ -179,7 +179,7 @@ def layers_section(s: Subject) -> Section | None:
     return Section("layers", "Layers", body, intro)
 
 
-def layer_unit(rows: Sequence[LayerRow]) -> TimeUnit:
+def _layer_unit(rows: Sequence[LayerRow]) -> TimeUnit:
     """One unit for every time in the layer table, as in the console."""
     largest = max(
         (
@@ -193,9 +193,9 @@ def layer_unit(rows: Sequence[LayerRow]) -> TimeUnit:
     return unit_for(largest)
 
 
-def layer_columns(rows: Sequence[LayerRow], order: dict[str, int]) -> list[Col[LayerRow]]:
+def _layer_columns(rows: Sequence[LayerRow], order: dict[str, int]) -> list[Col[LayerRow]]:
     """The layer table's columns; those no row has a value for are left out."""
-    unit = layer_unit(rows)
+    unit = _layer_unit(rows)
     device = any(r.device_total_ns is not None for r in rows)
     host = "Host " if device else ""
     cols: list[Col[LayerRow]] = [
@@ -326,7 +326,7 @@ def top_section(s: Subject) -> Section | None:
         if device:
             series.append(BarSeries("device", in_ms([o.device_ns for o in top]), "warn"))
         charts["lp-top-ops"] = bars(
-            "Top operators", [op_label(o) for o in top], series, axis="ms per iteration"
+            "Top operators", [_op_label(o) for o in top], series, axis="ms per iteration"
         )
     if not charts:
         return None
@@ -353,13 +353,13 @@ def phase_ops(ops: Sequence[OpStat]) -> list[OpStat]:
     return out
 
 
-def op_label(o: OpStat) -> str:
+def _op_label(o: OpStat) -> str:
     return f"{o.name} [backward]" if o.phase == "backward" else o.name
 
 
 def op_columns(ops: Sequence[OpStat]) -> list[Col[OpStat]]:
     unit = unit_for(max((max(o.total_ns, o.device_ns or 0.0) for o in ops), default=0.0))
-    cols: list[Col[OpStat]] = [text_col("Operator", op_label, css="path")]
+    cols: list[Col[OpStat]] = [text_col("Operator", _op_label, css="path")]
     if any(o.input_shapes for o in ops):
         cols.append(text_col("Input shapes", lambda o: o.input_shapes, css="shape"))
     cols += [

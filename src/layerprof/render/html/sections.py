@@ -55,14 +55,14 @@ from layerprof.render.html.trace import (
     steps_section,
 )
 
-SectionFn = Callable[[Subject], Section | None]
+_SectionFn = Callable[[Subject], Section | None]
 
 
 @dataclass(frozen=True)
 class Registered:
     """A section function and the typed fields it shows; called like the function."""
 
-    fn: SectionFn
+    fn: _SectionFn
     renders: tuple[str, ...]
 
     def __call__(self, s: Subject) -> Section | None:

@@ -42,7 +42,7 @@ SHARE_LAYERS = 8
 
 
 @dataclass(frozen=True)
-class LineSeries:
+class _LineSeries:
     name: str
     x: tuple[float, ...]
     y: tuple[float, ...]
@@ -57,7 +57,7 @@ class Lines(Chart):
     title: str
     x_title: str
     y_title: str
-    series: tuple[LineSeries, ...]
+    series: tuple[_LineSeries, ...]
     log_x: bool = False
     log_y: bool = False
 
@@ -89,13 +89,13 @@ def _group_name(dtype: str, threads: int | None) -> str:
     return dtype + (f", {threads} thread{'s' if threads != 1 else ''}" if threads else "")
 
 
-def _series(sweep: Sweep, value: str) -> tuple[LineSeries, ...]:
-    out: list[LineSeries] = []
+def _series(sweep: Sweep, value: str) -> tuple[_LineSeries, ...]:
+    out: list[_LineSeries] = []
     for (dtype, threads), points in sweep.groups.items():
         ok = [p for p in points if p.status == OK and p.batch is not None and _value(p, value)]
         if ok:
             out.append(
-                LineSeries(
+                _LineSeries(
                     name=label(_group_name(dtype, threads)),
                     x=tuple(float(p.batch or 0) for p in ok),
                     y=tuple(_value(p, value) or 0.0 for p in ok),
