@@ -395,3 +395,61 @@ def replace_generation(p: layerprof.Profile) -> layerprof.Profile:
     from dataclasses import replace
 
     return replace(p, generation=None)
+
+
+# ---- roofline per phase ------------------------------------------------------------------
+
+
+def test_each_phase_counts_its_own_work(profiled: layerprof.Profile) -> None:
+    """A Linear's FLOPs per forward: 2 x tokens x in x out, over the prompt's 2 x 16 tokens
+    in prefill and the batch's 2 tokens in decode; the same weights read, so decode's
+    FLOP per byte is far lower (prefill and decode on opposite sides of a ridge)."""
+    from layerprof.sections.flops import Peak
+
+    g = profiled.generation
+    assert g is not None and g.peak is not None
+    prefill, decode = g.phase("prefill"), g.phase("decode")
+    assert prefill is not None and decode is not None
+    pre, dec = prefill.layer("transformer.h.1.mlp.c_fc"), decode.layer("transformer.h.1.mlp.c_fc")
+    assert pre is not None and dec is not None
+    assert pre.flops == 2 * 32 * 64 * 256 and dec.flops == 2 * 2 * 64 * 256
+    assert pre.bytes is not None and dec.bytes is not None and dec.bytes < pre.bytes
+    assert pre.intensity is not None and dec.intensity is not None
+    assert pre.intensity > 8 * dec.intensity
+    ridge = (pre.intensity * dec.intensity) ** 0.5  # between the two
+    peak = Peak(flops_per_s=ridge * 1e10, bytes_per_s=1e10, source="given")
+    assert (pre.bound(peak), dec.bound(peak)) == ("compute", "memory")
+    assert pre.rate is not None and pre.rate == pytest.approx(pre.flops / pre.total_ns * 1e9)
+    text = str(profiled.render("console"))
+    assert "work per forward of each phase" in text and "roofline against" in text
+    back = codec.from_dict(json.loads(json.dumps(codec.to_dict(profiled))))
+    again = back.generation.phase("decode").layer("transformer.h.1.mlp.c_fc")  # type: ignore[union-attr]
+    assert again is not None and (again.flops, again.bytes) == (dec.flops, dec.bytes)
+    assert back.generation.peak == g.peak  # type: ignore[union-attr]
+    assert 'id="lp-generation-work"' in str(profiled.render("html"))
+
+
+def test_a_decode_far_below_the_bandwidth_roof_is_named() -> None:
+    from dataclasses import replace
+
+    from layerprof.sections.flops import Peak
+    from layerprof.sections.generation import Phase, PhaseLayer
+
+    prof = _with_generation([("", 3000.0, [1000] * 21)], ttft_ms=1, whole_ms=9)
+    g = prof.generation
+    assert g is not None
+
+    def with_root(bytes_moved: int, total_ns: float) -> layerprof.Profile:
+        root = PhaseLayer("", total_ns, total_ns, None, None, flops=bytes_moved // 10,
+                          bytes=bytes_moved)  # fmt: skip
+        phase = Phase("decode", 21, 1, (root,))
+        peak = Peak(flops_per_s=1e12, bytes_per_s=1e11, source="given")
+        return replace(prof, generation=replace(g, phases=(phase,), peak=peak))
+
+    # 1 MB in 1 ms = 1 GB/s, 1 % of a 100 GB/s roof (10 µs at the roof)
+    found = _titles(with_root(1_000_000, 1e6))
+    assert "1.0% of the device's" in found["decode steps run far below the memory bandwidth roof"]
+    # 50 MB in 1 ms = 50 GB/s: half the roof, memory-bound as it should be
+    assert "decode steps run far below the memory bandwidth roof" not in _titles(
+        with_root(50_000_000, 1e6)
+    )

@@ -17,6 +17,7 @@ from layerprof.analysis.finding import ORDER, Finding, Severity
 from layerprof.analysis.generation import (
     DECODE_LAYER_SHARE,
     LM_HEAD_SHARE,
+    LOW_BANDWIDTH,
     generation_findings,
     has_generation,
 )
@@ -595,7 +596,8 @@ RULES: tuple[Rule, ...] = (
     Rule(
         f"generation (the phase that takes the time; a layer >= {100 * DECODE_LAYER_SHARE:.0f}%"
         f" of a decode step, the output projection >= {100 * LM_HEAD_SHARE:.0f}%, at the low"
-        " end of the 95% CI)",
+        f" end of the 95% CI; a decode step under {100 * LOW_BANDWIDTH:.0f}% of the"
+        " bandwidth roof)",
         has_generation,
         generation_findings,
     ),

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from layerprof.analysis.finding import Finding
 from layerprof.analysis.passes import interval
-from layerprof.units import fmt_share, human_time
+from layerprof.units import fmt_share, human_bytes, human_si, human_time
 
 if TYPE_CHECKING:
     from layerprof.profile import Profile
@@ -23,6 +23,9 @@ DECODE_LAYER_SHARE = 0.25
 LM_HEAD_SHARE = 1 / 3
 #: A phase at or above this share of the whole generate is named.
 _PHASE_SHARE = 0.5
+#: A decode step moving its bytes below this share of the device's bandwidth is not
+#: limited by memory but by everything around the math (Python, launches, small ops).
+LOW_BANDWIDTH = 0.25
 _HEAD_NAMES = ("lm_head", "output", "embed_out", "head")
 
 
@@ -38,7 +41,36 @@ def generation_findings(profile: Profile) -> list[Finding]:
     decode = g.phase("decode")
     if decode is not None:
         out += _decode_layer(decode)
+        out += _decode_bandwidth(g, decode)
     return out
+
+
+def _decode_bandwidth(g: Generation, decode: Phase) -> list[Finding]:
+    """A decode step is memory-bound: its floor is the bytes it must read over the
+    device's bandwidth. Far above that floor, the time goes elsewhere."""
+    root = decode.layer("")
+    peak = g.peak
+    if root is None or peak is None or not peak.bytes_per_s or root.bound(peak) != "memory":
+        return []
+    achieved = root.bandwidth
+    if achieved is None:
+        return []
+    share = achieved / peak.bytes_per_s
+    if share >= LOW_BANDWIDTH:
+        return []
+    floor_ns = (root.bytes or 0) / peak.bytes_per_s * 1e9
+    return [
+        Finding(
+            "info",
+            "decode steps run far below the memory bandwidth roof",
+            f"a decode step moves {human_bytes(root.bytes or 0)} in {human_time(root.total_ns)}"
+            f" ({fmt_share(share)} of the device's {human_si(peak.bytes_per_s, 'B/s')}, which"
+            f" would take {human_time(floor_ns)}): the rest is host overhead (Python, operator"
+            " dispatch, kernel launches), not memory",
+            "capture the decode step in CUDA graphs or compile it (torch.compile with"
+            " mode='reduce-overhead', a static cache), or batch more sequences per step",
+        )
+    ]
 
 
 def _phase_share(g: Generation) -> list[Finding]:

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from layerprof.errors import UsageError
 from layerprof.notes import Note
 from layerprof.profile import Profile
+from layerprof.sections.flops import Peak
 from layerprof.sections.generation import (
     DECODE,
     ENCODE,
@@ -75,6 +77,7 @@ def profile_generate(
                 itl += [b - a for a, b in itertools.pairwise(stamps)]
                 whole.append(t1 - t0)
             recorded, phases = _layer_pass(model, args, kwargs, new_tokens, batch, prompt_tokens)
+            phases, peak = _with_work(model, args, kwargs, phases)
     finally:
         model.train(was_training)
     generation = Generation(
@@ -87,6 +90,7 @@ def profile_generate(
         generate_ns=Series(whole),
         phases=phases,
         kv_cache=_kv_cache(out),
+        peak=peak,
     )
     note = Note(
         "generation-phases",
@@ -185,6 +189,45 @@ def _phases(
     if encoder_decoder:
         tokens = {ENCODE: prompt * batch, PREFILL: batch, DECODE: batch}
     return phase_views(profile.samples, names, positions, tokens)
+
+
+def _with_work(
+    model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], phases: tuple[Phase, ...]
+) -> tuple[tuple[Phase, ...], Peak | None]:
+    """Each phase's layers with the FLOPs and bytes of one forward of that phase, counted
+    (``layerprof.capture.flops``) over a generate of one new token (the prefill alone)
+    and one of two (a prefill and one decode step: the decode's work is the difference),
+    and the device's peak for the roofline."""
+    import torch
+
+    from layerprof.capture.flops.counter import count_flops
+    from layerprof.capture.flops.peaks import device_peak
+    from layerprof.capture.platform.device import device_of
+    from layerprof.capture.runner import _dtype_of
+
+    def generates(n: int) -> Callable[[], Any]:
+        return lambda: _generate(model, args, kwargs, n, None)
+
+    one, two = (count_flops(model, generates(n)) for n in (1, 2))
+    work = {
+        PREFILL: {p: (one.flops[p], info.bytes) for p, info in one.layers.items()},
+        DECODE: {
+            p: (two.flops[p] - one.flops.get(p, 0),
+                info.bytes - (one.layers[p].bytes if p in one.layers else 0))
+            for p, info in two.layers.items()
+        },
+    }  # fmt: skip
+    work[ENCODE] = work[PREFILL]  # an encoder's layers run in the first generate only
+    out = []
+    for phase in phases:
+        found = work.get(phase.name, {})
+        layers = tuple(
+            replace(x, flops=found[x.path][0], bytes=found[x.path][1]) if x.path in found else x
+            for x in phase.layers
+        )
+        out.append(replace(phase, layers=layers))
+    peak = device_peak(device_of(model), _dtype_of(model), torch.get_num_threads())
+    return tuple(out), peak
 
 
 def _kv_cache(out: Any) -> KvCache | None:

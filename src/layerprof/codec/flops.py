@@ -79,11 +79,11 @@ def encode_flops(summary: FlopSummary | None) -> dict[str, Any] | None:
         ],
         "backward": summary.backward,
         "backward_unattributed": summary.backward_unattributed,
-        "peak": _peak(summary.peak),
+        "peak": peak_dict(summary.peak),
     }
 
 
-def _peak(peak: Peak | None) -> dict[str, Any] | None:
+def peak_dict(peak: Peak | None) -> dict[str, Any] | None:
     if peak is None:
         return None
     return {
@@ -115,12 +115,12 @@ def read_flops(f: Fields | None) -> FlopSummary | None:
         ),
         backward=f.opt_integer("backward"),
         backward_unattributed=f.opt_integer("backward_unattributed"),
-        peak=_read_peak(peak) if peak is not None else None,
+        peak=read_peak(peak) if peak is not None else None,
         convention=f.text("convention", CONVENTION),
     )
 
 
-def _read_peak(f: Fields) -> Peak:
+def read_peak(f: Fields) -> Peak:
     flops, bandwidth = f.opt_number("flops_per_s"), f.opt_number("bytes_per_s")
     for key, value in (("flops_per_s", flops), ("bytes_per_s", bandwidth)):
         if value is not None and value <= 0:

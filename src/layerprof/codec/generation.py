@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from layerprof.codec.fields import Fields, read_summary, required, summary_dict
+from layerprof.codec.flops import peak_dict, read_peak
 from layerprof.errors import ProfileFormatError
 from layerprof.sections.generation import Generation, KvCache, Phase, PhaseLayer
 from layerprof.stats import Series
@@ -38,6 +39,8 @@ def encode_generation(g: Generation | None) -> dict[str, Any] | None:
         }
         if g.kv_cache.cross_bytes:
             out["kv_cache"]["cross_attention_bytes"] = g.kv_cache.cross_bytes
+    if g.peak is not None:
+        out["peak"] = peak_dict(g.peak)
     return out
 
 
@@ -63,6 +66,7 @@ def _phase(p: Phase) -> dict[str, Any]:
                 if x.growth_ns_per_1k is None
                 else x.growth_ns_per_1k / NS_PER_MS,
             }
+            | ({"flops": x.flops, "bytes": x.bytes} if x.flops is not None else {})
             for x in p.layers
         ],
     }
@@ -72,7 +76,7 @@ def read_generation(f: Fields | None) -> Generation | None:
     if f is None:
         return None
     itl, ttft, whole = f.obj("itl_ms"), f.obj("ttft_ms"), f.obj("generate_ms")
-    cache = f.obj("kv_cache")
+    cache, peak = f.obj("kv_cache"), f.obj("peak")
     return Generation(
         new_tokens=f.count("new_tokens"),
         prompt_tokens=f.count("prompt_tokens"),
@@ -83,6 +87,7 @@ def read_generation(f: Fields | None) -> Generation | None:
         generate_ns=_read_series(whole) if whole is not None else None,
         phases=tuple(_read_phase(p) for p in f.objects("phases")),
         kv_cache=None if cache is None else _read_cache(cache),
+        peak=None if peak is None else read_peak(peak),
     )
 
 
@@ -113,7 +118,17 @@ def _read_layer(f: Fields) -> PhaseLayer:
         self_ns=f.duration("self_ms"),
         self_summary=read_summary(summary) if summary is not None else None,
         growth_ns_per_1k=None if growth is None else growth * NS_PER_MS,
+        flops=_work(f, "flops"),
+        bytes=_work(f, "bytes"),
     )
+
+
+def _work(f: Fields, key: str) -> int | None:
+    """A phase layer's counted FLOPs or bytes: a whole number >= 0, or absent."""
+    value = f.opt_integer(key)
+    if value is not None and value < 0:
+        raise ProfileFormatError(f"{f.where}.{key}: expected a count >= 0, found {value}")
+    return value
 
 
 def _read_cache(f: Fields) -> KvCache:

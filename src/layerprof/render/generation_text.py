@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from layerprof.units import human_bytes, human_time
+from layerprof.units import fmt_share, human_bytes, human_count, human_si, human_time
 
 if TYPE_CHECKING:
     from layerprof.sections.generation import Generation, Phase, PhaseLayer
@@ -61,6 +61,50 @@ def summary_lines(g: Generation) -> list[str]:
             )
         )
     return lines
+
+
+#: The columns of the per-phase roofline table, after the layer's path.
+WORK_COLUMNS = (
+    "Prefill FLOPs", "FLOP/B", "bound", "Decode FLOPs", "FLOP/B", "bound", "Decode B/s",
+    "% of peak B/s",
+)  # fmt: skip
+
+
+def work_rows(g: Generation) -> list[tuple[str, ...]]:
+    """The heaviest layers' counted work per forward of each phase and which side of the
+    device's ridge it lands on (prefill over the prompt: many FLOPs per weight byte;
+    decode for one token: few, so memory-bound), with decode's achieved bandwidth and
+    its share of the device's peak. Empty when nothing was counted."""
+    rows = []
+    peak = g.peak
+    for path, pre, dec in phase_rows(g):
+        if not any(x is not None and x.flops is not None for x in (pre, dec)):
+            continue
+        cells = [path]
+        for x in (pre, dec):
+            intensity = x.intensity if x is not None else None
+            cells += [
+                human_count(x.flops) if x is not None and x.flops is not None else "-",
+                f"{intensity:.1f}" if intensity is not None else "-",
+                (x.bound(peak) if x is not None else None) or "-",
+            ]
+        bandwidth = dec.bandwidth if dec is not None else None
+        share = bandwidth / peak.bytes_per_s if bandwidth and peak and peak.bytes_per_s else None
+        cells += [human_si(bandwidth, "B/s") if bandwidth else "-", fmt_share(share)]
+        rows.append(tuple(cells))
+    return rows
+
+
+def peak_line(g: Generation) -> str | None:
+    """The device's peak the phases' roofline is read against, in one line."""
+    p = g.peak
+    if p is None or p.flops_per_s is None or p.bytes_per_s is None or p.ridge is None:
+        return None
+    return (
+        f"roofline against {human_si(p.flops_per_s, 'FLOP/s')} and"
+        f" {human_si(p.bytes_per_s, 'B/s')} ({p.source}; ridge {p.ridge:.1f} FLOP/B):"
+        " below the ridge a layer is memory-bound"
+    )
 
 
 def phase_rows(g: Generation) -> list[tuple[str, PhaseLayer | None, PhaseLayer | None]]:

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from layerprof.sections.flops import Peak
 from layerprof.stats import Series, Summary
 
 
@@ -23,13 +24,45 @@ class PhaseLayer:
     """One layer in one phase: its total and self time per forward of that phase
     (medians over those forwards; ``self_summary`` has the median's interval), and
     for decode how its self time grows with the context (ns per 1,000 positions, a
-    least-squares slope over the decode steps; None with fewer than 3 steps)."""
+    least-squares slope over the decode steps; None with fewer than 3 steps).
+    ``flops`` and ``bytes`` are the layer's counted work in one forward of the phase
+    (inclusive of its children; None where not counted): prefill's over the prompt,
+    decode's for one token against the cache."""
 
     path: str
     total_ns: float
     self_ns: float
     self_summary: Summary | None = None
     growth_ns_per_1k: float | None = None
+    flops: int | None = None
+    bytes: int | None = None
+
+    @property
+    def rate(self) -> float | None:
+        """Achieved FLOP/s: the phase's counted FLOPs over the layer's total time."""
+        if not self.flops or self.total_ns < 1_000:  # a sliver of time gives no rate
+            return None
+        return self.flops / self.total_ns * 1e9
+
+    @property
+    def intensity(self) -> float | None:
+        """FLOP per byte moved in one forward of the phase."""
+        return self.flops / self.bytes if self.flops and self.bytes else None
+
+    @property
+    def bandwidth(self) -> float | None:
+        """Bytes moved per second (the phase's counted bytes over the total time)."""
+        if not self.bytes or self.total_ns < 1_000:
+            return None
+        return self.bytes / self.total_ns * 1e9
+
+    def bound(self, peak: Peak | None) -> str | None:
+        """``compute`` at or above the device's ridge, ``memory`` below (None: unknown)."""
+        ridge = peak.ridge if peak is not None else None
+        intensity = self.intensity
+        if ridge is None or intensity is None:
+            return None
+        return "compute" if intensity >= ridge else "memory"
 
 
 @dataclass(frozen=True)
@@ -88,6 +121,7 @@ class Generation:
     generate_ns: Series | None
     phases: tuple[Phase, ...] = ()
     kv_cache: KvCache | None = None
+    peak: Peak | None = None  # the device's peak, for each phase's roofline
 
     def __post_init__(self) -> None:
         for name in ("ttft_ns", "itl_ns", "generate_ns"):

@@ -10,7 +10,13 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from layerprof.render.generation_text import phase_rows, summary_lines
+from layerprof.render.generation_text import (
+    WORK_COLUMNS,
+    peak_line,
+    phase_rows,
+    summary_lines,
+    work_rows,
+)
 from layerprof.units import unit_for
 
 if TYPE_CHECKING:
@@ -48,3 +54,19 @@ def print_generation(console: Console, profile: Profile) -> None:
             unit.fmt(dec.growth_ns_per_1k) if dec and dec.growth_ns_per_1k is not None else "-",
         )
     console.print(table)
+    work = work_rows(g)
+    if not work:
+        return
+    table = Table(
+        title=Text("work per forward of each phase (counted FLOPs, FLOP per byte, roofline)"),
+        box=box.SIMPLE_HEAD, title_justify="left", title_style="bold",
+    )  # fmt: skip
+    table.add_column("Layer", overflow="fold")  # a path folds rather than lose its end
+    for name in WORK_COLUMNS:
+        table.add_column(name, justify="right")
+    for row in work:
+        table.add_row(row[0] or profile.meta.model or "model", *row[1:])
+    console.print(table)
+    ridge = peak_line(g)
+    if ridge is not None:
+        console.print(Text("  " + ridge, style="dim"))

@@ -4,7 +4,13 @@ layers' time per forward in prefill and in decode."""
 
 from __future__ import annotations
 
-from layerprof.render.generation_text import phase_rows, summary_lines
+from layerprof.render.generation_text import (
+    WORK_COLUMNS,
+    peak_line,
+    phase_rows,
+    summary_lines,
+    work_rows,
+)
 from layerprof.render.html.page import Col, Section, esc, table, text_col, time_col
 from layerprof.render.html.subject import Subject
 from layerprof.sections.generation import PhaseLayer
@@ -35,6 +41,16 @@ def generation_section(s: Subject) -> Section | None:
             ),
         ]
         body += table("lp-generation", cols, rows)
+    work = work_rows(g)
+    if work:
+        work_cols: list[Col[tuple[str, ...]]] = [
+            text_col("Layer", lambda r: r[0] or "(model)", css="path"),
+            *(text_col(name, lambda r, i=i: r[i]) for i, name in enumerate(WORK_COLUMNS, 1)),  # type: ignore[misc]
+        ]
+        body += table("lp-generation-work", work_cols, work)
+        ridge = peak_line(g)
+        if ridge is not None:
+            body += f'<p class="caption">{esc(ridge)}</p>'
     intro = (
         "A language model's generate(), prefill and decode apart: time to first token from"
         " the call to the first token's logits, inter-token latency between tokens' logits"
