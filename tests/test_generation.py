@@ -453,3 +453,20 @@ def test_a_decode_far_below_the_bandwidth_roof_is_named() -> None:
     assert "decode steps run far below the memory bandwidth roof" not in _titles(
         with_root(50_000_000, 1e6)
     )
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("inductor_dir")
+def test_a_compiled_decoder_generates_as_one_row_per_phase() -> None:
+    """``m.compile()`` (compiled in place): the layers inside the compiled region run as
+    fused kernels, so each phase has the model as one row, said by a note; the clean
+    pass's first-token and inter-token times are the compiled ones."""
+    model = gpt2(1, 32, 2)
+    model.compile()
+    prof = layerprof.profile(model, torch.randint(0, 128, (1, 8)), generate=4, warmup=1, iters=2)
+    g = prof.generation
+    assert g is not None and g.ttft_ns is not None and g.itl_ns is not None
+    assert [(p.name, [x.path for x in p.layers]) for p in g.phases] == [
+        ("prefill", [""]), ("decode", [""]),
+    ]  # fmt: skip
+    assert "compiled-leaves" in {n.kind for n in prof.notes}
