@@ -470,3 +470,41 @@ def test_a_compiled_decoder_generates_as_one_row_per_phase() -> None:
         ("prefill", [""]), ("decode", [""]),
     ]  # fmt: skip
     assert "compiled-leaves" in {n.kind for n in prof.notes}
+
+
+class Allocating(nn.Module):
+    """Moves a fake CUDA allocator as a decoder layer would: a transient workspace of
+    1,000 bytes per token of the forward and 10 bytes per token kept (a cache)."""
+
+    def __init__(self, inner: nn.Module, allocator: object) -> None:
+        super().__init__()
+        self.inner, self.allocator = inner, allocator
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens = x.shape[1]
+        self.allocator.alloc(10 * tokens)  # type: ignore[attr-defined]
+        self.allocator.alloc(1000 * tokens)  # type: ignore[attr-defined]
+        out: torch.Tensor = self.inner(x)
+        self.allocator.free(1000 * tokens)  # type: ignore[attr-defined]
+        return out
+
+
+def test_each_phase_has_its_allocator_peak_through_the_counter_interface() -> None:
+    """The CUDA path on a fake allocator: the peak above the start up to the first token
+    (the prompt's workspace) and after it (one token's, over a growing cache)."""
+    from layerprof.capture.generate import profile_generate
+    from tests.support.fake_allocator import FakeAllocator
+
+    allocator = FakeAllocator()
+    model = gpt2(1, 32, 2)
+    model.transformer.h[0].mlp = Allocating(model.transformer.h[0].mlp, allocator)
+    prompt = torch.randint(0, 128, (1, 16))
+    prof = profile_generate(model, (prompt,), {}, 4, warmup=0, iters=1, counter=allocator)
+    g = prof.generation
+    assert g is not None
+    # prefill: 16 tokens kept + 16,000 of workspace; decode: 3 more steps of 10 kept and
+    # 1,000 of workspace each, above the 160 the prefill left
+    assert dict(g.peak_bytes) == {"prefill": 160 + 16_000, "decode": 160 + 30 + 1_000}
+    assert "peak memory above the start: prefill 15.8 KiB" in str(prof.render("console"))
+    back = codec.from_dict(json.loads(json.dumps(codec.to_dict(prof))))
+    assert back.generation is not None and back.generation.peak_bytes == g.peak_bytes

@@ -17,12 +17,15 @@ import itertools
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from layerprof.errors import UsageError
 from layerprof.notes import Note
 from layerprof.profile import Profile
 from layerprof.sections.flops import Peak
+
+if TYPE_CHECKING:
+    from layerprof.capture.memory.allocator import MemoryCounter
 from layerprof.sections.generation import (
     DECODE,
     ENCODE,
@@ -40,10 +43,21 @@ LAYER_GENERATES = 3
 
 def profile_generate(
     model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], new_tokens: int, *,
-    warmup: int, iters: int,
+    warmup: int, iters: int, counter: MemoryCounter | None = None,
 ) -> Profile:  # fmt: skip
-    """``model.generate(*args, **kwargs)`` of exactly ``new_tokens`` greedy tokens."""
+    """``model.generate(*args, **kwargs)`` of exactly ``new_tokens`` greedy tokens.
+
+    ``counter`` is the allocator's (by default CUDA's on a CUDA model, none on CPU):
+    one more generate reads its peak at the first token and at the end, for the
+    memory each phase holds above the start (``Generation.peak_bytes``)."""
     import torch
+
+    from layerprof.capture.platform.device import device_of
+
+    if counter is None and device_of(model).startswith("cuda"):
+        from layerprof.capture.memory.allocator import CudaMemory
+
+        counter = CudaMemory(device_of(model))
 
     if not callable(getattr(model, "generate", None)):
         raise UsageError(
@@ -78,6 +92,11 @@ def profile_generate(
                 whole.append(t1 - t0)
             recorded, phases = _layer_pass(model, args, kwargs, new_tokens, batch, prompt_tokens)
             phases, peak = _with_work(model, args, kwargs, phases)
+            peaks = (
+                _phase_peaks(model, args, kwargs, new_tokens, counter)
+                if counter is not None
+                else ()
+            )
     finally:
         model.train(was_training)
     generation = Generation(
@@ -91,6 +110,7 @@ def profile_generate(
         phases=phases,
         kv_cache=_kv_cache(out),
         peak=peak,
+        peak_bytes=peaks,
     )
     note = Note(
         "generation-phases",
@@ -116,16 +136,47 @@ def _prompt(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:  # a 2-d toke
     return ids
 
 
+def _phase_peaks(
+    model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], n: int, counter: MemoryCounter
+) -> tuple[tuple[str, int], ...]:
+    """Allocated memory's peak above the start in the prefill (up to the first token's
+    logits) and in the decode steps after it, from the allocator's host-side counters
+    (no synchronize), in a generate of its own."""
+    base = counter.allocated()
+    counter.reset_peak()
+    first: list[int] = []
+
+    def at_token() -> None:
+        if not first:
+            first.append(counter.peak() - base)
+            counter.reset_peak()
+
+    _generate(model, args, kwargs, n, None, at_token)
+    decode = counter.peak() - base
+    if not first:
+        return ()
+    out = [(PREFILL, max(first[0], 0))]
+    return (*out, (DECODE, max(decode, 0))) if n > 1 else tuple(out)
+
+
 def _generate(
-    model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], n: int, stamps: list[int] | None
+    model: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    n: int,
+    stamps: list[int] | None,
+    at_token: Callable[[], None] | None = None,
 ) -> Any:
-    """Greedy, exactly ``n`` new tokens; ``stamps`` gets the clock at each token's logits."""
+    """Greedy, exactly ``n`` new tokens; ``stamps`` gets the clock at each token's logits,
+    ``at_token`` is called there."""
     from transformers import LogitsProcessor, LogitsProcessorList
 
     class Stamp(LogitsProcessor):  # type: ignore[misc]  # untyped base
         def __call__(self, input_ids: Any, scores: Any) -> Any:
             if stamps is not None:
                 stamps.append(time.perf_counter_ns())
+            if at_token is not None:
+                at_token()
             return scores
 
     options: dict[str, Any] = {

@@ -41,6 +41,8 @@ def encode_generation(g: Generation | None) -> dict[str, Any] | None:
             out["kv_cache"]["cross_attention_bytes"] = g.kv_cache.cross_bytes
     if g.peak is not None:
         out["peak"] = peak_dict(g.peak)
+    if g.peak_bytes:
+        out["peak_bytes"] = dict(g.peak_bytes)
     return out
 
 
@@ -88,7 +90,20 @@ def read_generation(f: Fields | None) -> Generation | None:
         phases=tuple(_read_phase(p) for p in f.objects("phases")),
         kv_cache=None if cache is None else _read_cache(cache),
         peak=None if peak is None else read_peak(peak),
+        peak_bytes=_peak_bytes(f.obj("peak_bytes")),
     )
+
+
+def _peak_bytes(f: Fields | None) -> tuple[tuple[str, int], ...]:
+    """Per phase, allocated memory's peak above the start: byte counts >= 0."""
+    if f is None:
+        return ()
+    out = []
+    for name, value in f.data.items():
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**62:
+            raise ProfileFormatError(f"{f.where}.{name}: expected a byte count >= 0")
+        out.append((str(name), value))
+    return tuple(out)
 
 
 def _read_series(f: Fields) -> Series:

@@ -60,6 +60,12 @@ def summary_lines(g: Generation) -> list[str]:
                 else ""
             )
         )
+    if g.peak_bytes:
+        lines.append(
+            "peak memory above the start: "
+            + ", ".join(f"{name} {human_bytes(n)}" for name, n in g.peak_bytes)
+            + " (the allocator's peak in each phase)"
+        )
     return lines
 
 

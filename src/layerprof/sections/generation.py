@@ -122,6 +122,8 @@ class Generation:
     phases: tuple[Phase, ...] = ()
     kv_cache: KvCache | None = None
     peak: Peak | None = None  # the device's peak, for each phase's roofline
+    # allocated memory's peak above the start per phase ((phase, bytes); CUDA's allocator)
+    peak_bytes: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("ttft_ns", "itl_ns", "generate_ns"):
