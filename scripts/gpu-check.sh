@@ -43,7 +43,7 @@ fi
 tests_rc=0
 tests_line="skipped (GPU_CHECK_SKIP_PYTEST=1)"
 if [ "${GPU_CHECK_SKIP_PYTEST:-0}" != "1" ]; then
-    mapfile -t files < <(grep -l "pytest.mark.cuda" tests/test_*.py)
+    mapfile -t files < <(grep -rl "pytest.mark.cuda" tests --include="test_*.py" | sort)
     timeout "${GPU_CHECK_TESTS_S:-90}" "$PYTHON" -m pytest -q -p no:cacheprovider \
         -p no:randomly -m cuda "${files[@]}" --junitxml "$OUT/cuda-tests.xml" \
         > "$OUT/cuda-tests.txt" 2>&1

@@ -8,8 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 TORCH_FREE_TESTS=(
     tests/test_files.py tests/test_profile_props.py tests/test_reading.py
-    tests/test_trace_errors.py tests/test_trace_fuzz.py tests/test_trace_nesting.py
-    tests/test_trace_props.py tests/test_trace_ranks.py tests/test_trace_distributed_hta.py
+    tests/trace/test_trace_errors.py tests/trace/test_trace_fuzz.py tests/trace/test_trace_nesting.py
+    tests/trace/test_trace_props.py tests/trace/test_trace_ranks.py tests/trace/test_trace_distributed_hta.py
 )
 for version in "$@"; do
     python=""

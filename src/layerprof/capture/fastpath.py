@@ -14,7 +14,7 @@ How: one forward with *process-wide* module hooks
 at) to know the innermost module and which modules ran, and a
 ``TorchDispatchMode`` that notes the fused operators (the checks only look for
 ``__torch_function__`` overrides). Both are verified not to change the path in
-tests/test_fastpath.py. The probe runs only for models holding a module type
+tests/analysis/test_passes.py. The probe runs only for models holding a module type
 with a known fast path, and never into compiled or scripted submodules.
 """
 

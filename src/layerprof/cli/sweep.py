@@ -28,7 +28,7 @@ from layerprof.errors import ModelRunError, UsageError
 
 NAME = "sweep"
 
-#: ``layerprof.sections.sweep``'s DEFAULT_ITERS and DEFAULT_WARMUP (tests/test_startup.py
+#: ``layerprof.sections.sweep``'s DEFAULT_ITERS and DEFAULT_WARMUP (tests/cli/test_startup.py
 #: keeps them equal): importing that module here would load every section at --help
 SWEEP_ITERS, SWEEP_WARMUP = 20, 3
 

@@ -1,7 +1,7 @@
 """The codec's registry of a profile body's sections: each entry names the Profile
 fields it writes and reads, in the order their keys appear in the JSON. A new
 section adds one entry here (its writer and reader in a module of this package);
-``tests/test_renderers.py`` checks that every typed field of a Profile has one,
+``tests/render/test_renderers.py`` checks that every typed field of a Profile has one,
 as it checks the console and the HTML report."""
 
 from __future__ import annotations

@@ -97,7 +97,7 @@ def _sweep(host: HostSpans, order: I64) -> tuple[dict[int, I64], I64, npt.NDArra
     Only a kind's own spans push, clip or detach on its stack, so each kind is swept
     alone: vectorized where its spans nest (``_nested_kind``, real traces), else by a
     Python loop (``_sweep_kind``); the other spans then find their parent of that kind
-    with vectorized searches (``_open_at``). tests/test_trace_nesting.py holds the
+    with vectorized searches (``_open_at``). tests/trace/test_trace_nesting.py holds the
     one-pass sweep as the reference.
     """
     n = len(host)

@@ -10,7 +10,7 @@ else (nesting, iterations, self times, the overhead correction) happens
 after the run, vectorized (``layerprof.capture.recording.layertimes``).
 
 What other code sees while a Recorder is attached, and why (tested in
-tests/test_recorder_wrappers.py; docs/definitions.md says the same):
+tests/capture/test_recorder_wrappers.py; docs/definitions.md says the same):
 
 * the module's hooks (and the user's) still fire, around the timed interval:
   a layer's time is its ``forward``, hooks are its caller's time;

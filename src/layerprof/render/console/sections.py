@@ -6,7 +6,7 @@ Diff it shows (``renders``, e.g. ``"Profile.steps"``), and a function
 nothing for it. Write the printer in a module of its own (``render/console/<yours>.py``)
 with the tables of ``columns.py``, then add it to ``PROFILE_SECTIONS``,
 ``RUN_SECTIONS`` or ``DIFF_SECTIONS`` below. The HTML report lists its sections the
-same way (``render/html/sections.py``); tests/test_renderers.py checks that every
+same way (``render/html/sections.py``); tests/render/test_renderers.py checks that every
 typed field is shown by both, or says why not.
 """
 

@@ -8,7 +8,7 @@ helpers of ``page.py`` (``table``/``Col``, ``stat_cards``, ``chart_slot``) and
 ``charts.py`` (``Bars``, ...), then add it to ``SECTIONS`` below with the typed
 fields of a Profile, Run or Diff it shows (``"Profile.steps"``): the console lists
 its sections the same way (``render/console/sections.py``), and
-tests/test_renderers.py checks that every typed field is shown by both, or says why not. Tables of
+tests/render/test_renderers.py checks that every typed field is shown by both, or says why not. Tables of
 every rank's rows (with a Rank column when there are several) come from
 ``trace.per_rank`` and ``trace.columns``.
 """

@@ -34,8 +34,7 @@ from layerprof.render.console.diff import print_diff
 from layerprof.render.markdown import diff_to_markdown
 from layerprof.stats import paired_t_test, t_quantile, t_two_sided_p, welch_t_test
 from tests.support.diff_subjects import infos, mlp, synth, true_means
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.paths import ROOT
 
 
 def rounds(

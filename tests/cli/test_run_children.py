@@ -17,8 +17,8 @@ import pytest
 
 from layerprof.cli import main, processes
 from layerprof.errors import UsageError
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 SPEC = "--arch tests.support.cli_models:Net --input 2x4 --warmup 0 --iters 2"
 
 

@@ -26,8 +26,8 @@ from layerprof.errors import ModelLoadError
 from layerprof.load import archive
 from layerprof.load.model import load_model
 from layerprof.load.symexpr import UnsafeExpression, check_guard, check_sym_expr
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 FAST = ["--warmup", "1", "--iters", "2"]
 
 

@@ -17,9 +17,10 @@ from layerprof import codec
 from layerprof.analysis.diff import Diff, diff
 from layerprof.errors import ProfileFormatError
 from layerprof.profile import Profile, Run
+from tests.support.paths import DATA
 from tests.support.profiles import fake_profile
 
-RELEASE = Path(__file__).parent / "data" / "release-0.1.0"
+RELEASE = DATA / "release-0.1.0"
 
 
 def old(name: str) -> Any:

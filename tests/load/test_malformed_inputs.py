@@ -16,8 +16,8 @@ from layerprof.load import limits
 from layerprof.load.inputs import build_inputs
 from layerprof.load.modulegraph import check_acyclic, find_cycle
 from tests.support.hostile_models import Looping, Tied
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 FAST = ["--warmup", "1", "--iters", "2"]
 
 

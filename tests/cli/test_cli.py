@@ -13,8 +13,7 @@ import torch
 
 from layerprof.cli import main
 from tests.support.cli_models import Net
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.paths import ROOT
 
 
 @pytest.fixture(autouse=True)

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from layerprof.cli import build_parser, main
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 FAST = ["--warmup", "1", "--iters", "3"]
 NET_RUN = ["run", "--arch", "tests.support.cli_models:Net", "--input", "2x4", *FAST]
 

@@ -386,7 +386,7 @@ def test_file_with_objects_refused(tmp_path: Path) -> None:
     torch.save({"x": torch.zeros(1), "cfg": Cfg(1)}, path)
     with pytest.raises(InputSpecError) as info:
         build_inputs([f"@{path}"])
-    assert f"{path} was refused (it contains tests.test_inputs.Cfg)" in str(info.value)
+    assert f"{path} was refused (it contains {Cfg.__module__}.Cfg)" in str(info.value)
     assert "only tensors, numbers, tuples, lists and dicts load" in str(info.value)
 
 

@@ -20,6 +20,7 @@ from layerprof.cli import main
 from layerprof.errors import ModelRunError, ProfileFormatError, UsageError
 from layerprof.sections.sweep import Sweep
 from tests.support.golden_files import check_golden
+from tests.support.paths import SUPPORT
 from tests.support.profiles import synthetic
 
 FAST = {"warmup": 0, "iters": 2, "memory": False}
@@ -263,7 +264,7 @@ def test_console_columns_only_for_dimensions_that_vary() -> None:
 def test_cli_sweep_writes_json_and_report_rereads_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.chdir(Path(__file__).parent / "support")
+    monkeypatch.chdir(SUPPORT)
     out = tmp_path / "s.json"
     code = main([
         "sweep", "--arch", "cli_models:Net", "--input", "2x4", "--batch", "1,2",
@@ -300,7 +301,7 @@ def test_cli_sweep_bad_arguments(
 def test_cli_sweep_where_nothing_ran_fails(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.chdir(Path(__file__).parent / "support")
+    monkeypatch.chdir(SUPPORT)
     code = main(["sweep", "--arch", "cli_models:Net", "--input", "2x8", "--batch", "1,2",
                  "--iters", "1", "--warmup", "0", "--no-memory"])  # fmt: skip
     assert code == 2
@@ -357,7 +358,7 @@ def test_cli_sweep_of_generate_over_prompts_and_batches(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytest.importorskip("transformers")
-    monkeypatch.chdir(Path(__file__).parent / "support")
+    monkeypatch.chdir(SUPPORT)
     out, page = tmp_path / "g.json", tmp_path / "g.html"
     code = main([
         "sweep", "--arch", "cli_models:tiny_gpt2", "--input", "1x8:int64[0,64)",

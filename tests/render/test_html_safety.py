@@ -35,12 +35,11 @@ from tests.support.html_subjects import (
     slow_diff,
     tables,
 )
+from tests.support.paths import DATA, GOLDEN, ROOT
 from tests.support.profiles import fake_profile
 
-ROOT = Path(__file__).resolve().parents[1]
 ASSETS = ROOT / "src" / "layerprof" / "render" / "assets"
-GOLDEN = Path(__file__).parent / "golden"
-JS_HARNESS = Path(__file__).parent / "data" / "html_script_harness.js"
+JS_HARNESS = DATA / "html_script_harness.js"
 
 # ---------------------------------------------------------------- escaping
 

@@ -23,6 +23,7 @@ from layerprof.capture.step import default_loss
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.load.demo import SmallCNN, TinyTransformer
 from tests.support import zoo_models as zoo
+from tests.support.paths import ROOT
 from tests.support.real_models import InPlaceAdd, ListEncoder, ResNetish, TinyGPT
 
 Times = dict[str, tuple[tuple[int, ...], tuple[int, ...]]]
@@ -335,11 +336,10 @@ def test_nest_intervals_extends_parents_over_overrunning_children() -> None:
 def test_cli_backward_on_a_resnet(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
     """``layerprof run --arch ...:ResNetish --backward``: the crash of issue 11.3."""
     import json
-    from pathlib import Path
 
     from layerprof.cli import main
 
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     out = tmp_path / "p.json"
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(root)  # --arch tests.support.real_models:... imports from the current directory

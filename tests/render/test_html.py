@@ -41,9 +41,10 @@ from tests.support.html_subjects import (
     tables,
     trace_dir,
 )
+from tests.support.paths import DATA
 from tests.support.readback import assert_percent, assert_shows, read_shapes
 
-RELEASE = Path(__file__).parent / "data" / "release-0.1.0"
+RELEASE = DATA / "release-0.1.0"
 
 # ---------------------------------------------------------------- a profile, hooks mode
 

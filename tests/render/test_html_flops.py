@@ -15,9 +15,10 @@ import pytest
 from layerprof import sinks
 from layerprof.render.html import render_html
 from tests.support.html_subjects import chart_data, section_ids
+from tests.support.paths import DATA
 from tests.support.profiles import flop_profile, synthetic
 
-JS_HARNESS = Path(__file__).parent / "data" / "html_script_harness.js"
+JS_HARNESS = DATA / "html_script_harness.js"
 
 
 def draw(page_path: Path) -> dict[str, Any]:

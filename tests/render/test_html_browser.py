@@ -18,8 +18,8 @@ import pytest
 
 from layerprof.render.html import write_html
 from tests.support.html_subjects import cpu_run, hooks_profile, hostile_profile, slow_diff
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM = os.environ.get("LAYERPROF_CHROMIUM", "/usr/bin/chromium")
 

@@ -13,8 +13,8 @@ from torch import nn
 
 from layerprof.cli import main
 from tests.support.cli_models import Net
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 RUN = [
     "run",
     "--arch",

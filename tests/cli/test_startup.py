@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.paths import DATA
+
 #: the only layerprof modules that parsing arguments needs
 ARGPARSE_LEVEL = {
     "layerprof",
@@ -97,7 +99,7 @@ def test_the_registry_fills_on_first_use(tmp_path: Path) -> None:
 
 def test_saving_and_loading_import_the_codec_alone(tmp_path: Path) -> None:
     """Profile.save()/load() reach the codec, not the renderers (rich, the HTML report)."""
-    saved = Path(__file__).parent / "data" / "profiles" / "hooks.json"
+    saved = DATA / "profiles" / "hooks.json"
     code = (
         "import sys\n"
         "from layerprof.profile import Profile\n"

@@ -21,8 +21,8 @@ from layerprof.cli.sources import load_ranks
 from layerprof.profile import Profile
 from layerprof.trace import analyze
 from tests.support.cli_models import Net
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 USER_PATHS = ["", "fc1", "block2", "block2.0", "block2.1"]
 
 

@@ -32,9 +32,9 @@ from layerprof.trace.compiled import (
     FORWARD_MARK,
     REGION_PREFIXES,
 )
+from tests.support.paths import ROOT
 from tests.support.real_models import BasicBlock, TinyGPT
 
-ROOT = Path(__file__).resolve().parents[1]
 ITERS = 6
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("inductor_dir")]
 
@@ -467,7 +467,7 @@ def test_a_model_that_fails_to_compile_gets_one_line(
 ) -> None:
     monkeypatch.chdir(ROOT)
     out = tmp_path / "p.json"
-    argv = ["run", "--arch", "tests.test_compiled:Uncompilable", "--input", "2x4",
+    argv = ["run", "--arch", "tests.capture.test_compiled:Uncompilable", "--input", "2x4",
             "--warmup", "0", "--iters", "1", "--compile", "--json", str(out)]  # fmt: skip
     assert main(argv) == 2
     err = capsys.readouterr().err
@@ -484,7 +484,7 @@ def test_a_model_that_fails_to_compile_gets_one_line(
 
 
 def test_cuda_graph_modes_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["run", "--arch", "tests.test_compiled:Uncompilable", "--input", "2x4", "--compile",
+    argv = ["run", "--arch", "tests.capture.test_compiled:Uncompilable", "--input", "2x4", "--compile",
             "--compile-mode", "reduce-overhead"]  # fmt: skip
     assert main(argv) == 2
     err = capsys.readouterr().err

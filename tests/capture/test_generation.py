@@ -14,6 +14,7 @@ import layerprof
 from layerprof import codec
 from layerprof.capture.generate import LAYER_GENERATES
 from layerprof.errors import UsageError
+from tests.support.paths import ROOT
 
 transformers = pytest.importorskip("transformers")
 
@@ -189,7 +190,7 @@ def test_run_generate_from_the_command_line(
 
     from layerprof.cli import main
 
-    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    monkeypatch.chdir(ROOT)
     out = Path(str(tmp_path)) / "g.json"
     code = main(["run", "--arch", "tests.support.cli_models:tiny_gpt2", "--input",
                  "1x8:int64[0,64)", "--generate", "4", "--warmup", "0", "--iters", "2",

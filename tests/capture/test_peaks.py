@@ -18,6 +18,7 @@ from layerprof.capture.flops.peaks import device_peak
 from layerprof.capture.options import GivenPeak, parse_peak
 from layerprof.errors import UsageError
 from layerprof.sections.flops import Peak
+from tests.support.paths import SUPPORT
 
 
 @dataclass
@@ -238,7 +239,7 @@ def test_cli_peak_reaches_the_saved_profile(
 ) -> None:
     from layerprof.cli import main
 
-    monkeypatch.chdir(Path(__file__).parent / "support")
+    monkeypatch.chdir(SUPPORT)
     out = tmp_path / "p.json"
     argv = ["run", "--arch", "cli_models:Net", "--input", "2x4", "--iters", "2", "--warmup", "0",
             "--peak", "1T,100G", "--json", str(out), "--quiet"]  # fmt: skip
