@@ -39,8 +39,8 @@ from compile_overhead import TinyLM  # the model of the overhead figure
 
 import layerprof
 from layerprof.capture.options import CompileOptions
-from layerprof.profile import Profile
-from layerprof.sections.compiled import BUCKET_ROWS
+from layerprof.pivot.profile import Profile
+from layerprof.pivot.sections.compiled import BUCKET_ROWS
 
 
 def totals(profile: Profile) -> dict[str, float]:

@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from layerprof.analysis.diff import diff  # noqa: E402
 from layerprof.cli.processes import gather  # noqa: E402
-from layerprof.profile import Profile  # noqa: E402
+from layerprof.pivot.profile import Profile  # noqa: E402
 
 SLOWED = "encoder.0.ffn.up"
 SAME = ("base", "same1", "same2")

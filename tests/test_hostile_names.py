@@ -27,7 +27,7 @@ from layerprof.capture.options import OpOptions, RunOptions
 from layerprof.capture.profiling.profiler import exported_trace
 from layerprof.capture.runner import run_model
 from layerprof.cli import main
-from layerprof.notes import Note
+from layerprof.pivot.notes import Note
 from layerprof.render.stacks import folded_lines
 from layerprof.render.table import profile_to_csv
 from layerprof.render.terminal import CUT_MARK, MAX_SHOWN, escape_controls

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from layerprof.profile import Profile
-from layerprof.records import LayerInfo, LayerSamples, Meta
+from layerprof.pivot.profile import Profile
+from layerprof.pivot.records import LayerInfo, LayerSamples, Meta
 
 PATHS = ["", "a", "b", "a.x", "a.y", "b.z"]
 PARENT = {"": None, "a": "", "b": "", "a.x": "a", "a.y": "a", "b.z": "b"}

@@ -18,8 +18,6 @@ Importing this package does not import torch; running a model does.
 from __future__ import annotations
 
 import os
-import sys
-import types
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +34,7 @@ if TYPE_CHECKING:
     from layerprof.capture.options import CompileOptions, OpOptions
     from layerprof.capture.recording.loop import StepSchedule
     from layerprof.capture.recording.recorder import Recorder
-    from layerprof.profile import Profile, Run
+    from layerprof.pivot.profile import Profile, Run
 
 
 def _register() -> None:
@@ -58,7 +56,7 @@ def __getattr__(name: str) -> Any:
     """The public classes, imported on first access (PEP 562)."""
     value: Any
     if name in ("Profile", "Run"):
-        from layerprof.profile import Profile, Run
+        from layerprof.pivot.profile import Profile, Run
 
         value = Profile if name == "Profile" else Run
     elif name in ("Diff", "diff"):
@@ -78,19 +76,6 @@ def __getattr__(name: str) -> Any:
     globals()[name] = value
     return value
 
-
-class _Package(types.ModuleType):
-    """Keeps the public functions over same-named submodules: importing a submodule
-    binds it on its package, and ``layerprof.profile`` (the module, imported lazily
-    now) would otherwise replace ``layerprof.profile`` (the function)."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if isinstance(value, types.ModuleType) and callable(self.__dict__.get(name)):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
 
 # ``layerprof.analysis.diff`` is the function (``layerprof.diff(a, b) -> Diff``); the module
 # stays importable as ``from layerprof.analysis.diff import Diff``.

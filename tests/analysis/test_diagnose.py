@@ -10,9 +10,9 @@ import layerprof
 from layerprof import Recorder
 from layerprof.analysis.diagnose import MIN_FINDING_NS, checks, diagnose, diagnose_run
 from layerprof.capture.platform.clocks import FakeClock
-from layerprof.profile import Profile, Run
-from layerprof.records import LayerInfo, LayerSamples, Meta, Overhead
-from layerprof.sections import CrossRank, DeviceUse, KindRow, RankLine
+from layerprof.pivot.profile import Profile, Run
+from layerprof.pivot.records import LayerInfo, LayerSamples, Meta, Overhead
+from layerprof.pivot.sections import CrossRank, DeviceUse, KindRow, RankLine
 from tests.support import zoo_models as zoo
 
 
@@ -238,7 +238,7 @@ def test_an_empty_run_lists_its_checks_too() -> None:
 def test_ops_tied_to_no_layer_say_nothing_of_python_work() -> None:
     """A trace's operators carry no layer: its bottleneck may not read "no operators ran in
     its own code (Python work)" while a convolution took the time (found by a new user)."""
-    from layerprof.records import OpStat
+    from layerprof.pivot.records import OpStat
 
     prof = fake(zoo.Nested)
     untied = replace(prof, ops=(OpStat("aten::mkldnn_convolution", 1.0, 2e5, 2e5),))

@@ -25,8 +25,8 @@ from torch import nn
 from layerprof.analysis.diff import Diff, diff, parse_percent
 from layerprof.analysis.diffjudge import ALPHA
 from layerprof.errors import UsageError
-from layerprof.profile import Profile
-from layerprof.records import LayerSamples, Meta, OpStat
+from layerprof.pivot.profile import Profile
+from layerprof.pivot.records import LayerSamples, Meta, OpStat
 from layerprof.render.console.diff import print_diff
 from layerprof.render.markdown import diff_to_markdown
 from layerprof.stats import _u_cdf, min_p_value, rank_test

@@ -29,7 +29,7 @@ from layerprof.analysis.diff import Diff, diff
 from layerprof.analysis.diffjudge import ALPHA, DRIFT_ALLOWANCE_PCT
 from layerprof.capture.platform.clocks import FakeClock
 from layerprof.cli.processes import gather, rest_ratios
-from layerprof.profile import Profile
+from layerprof.pivot.profile import Profile
 from layerprof.render.console.diff import print_diff
 from layerprof.render.markdown import diff_to_markdown
 from layerprof.stats import paired_t_test, t_quantile, t_two_sided_p, welch_t_test

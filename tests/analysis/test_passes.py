@@ -18,8 +18,8 @@ from layerprof.analysis.diagnose import checks, diagnose
 from layerprof.analysis.passes import pass_gap
 from layerprof.capture.fastpath import watch_clean_path
 from layerprof.cli import main
-from layerprof.profile import Profile
-from layerprof.records import LayerInfo, LayerSamples, Meta, Overhead
+from layerprof.pivot.profile import Profile
+from layerprof.pivot.records import LayerInfo, LayerSamples, Meta, Overhead
 from layerprof.render.console.profile import header_lines
 from tests.support.real_models import MHA, ListEncoder
 from tests.support.timing_models import SlowFirst

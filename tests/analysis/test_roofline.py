@@ -11,11 +11,11 @@ from rich.console import Console
 
 from layerprof.analysis.diagnose import checks, diagnose
 from layerprof.analysis.roofline import coverage_findings, roofline, roofline_findings
-from layerprof.profile import Profile
-from layerprof.records import LayerSamples
+from layerprof.pivot.profile import Profile
+from layerprof.pivot.records import LayerSamples
+from layerprof.pivot.sections.flops import Peak
 from layerprof.render.console.flops import flops_cell, print_roofline
 from layerprof.render.console.profile import print_profile
-from layerprof.sections.flops import Peak
 from tests.support.golden_files import check_golden
 from tests.support.profiles import MS, flop_profile
 
@@ -164,8 +164,8 @@ def test_profile_json_carries_each_layers_roofline(tmp_path) -> None:  # type: i
 
 def test_a_fresh_peak_says_measured_once() -> None:
     """The console printed "(measured: measured on AMD EPYC: ...)"."""
+    from layerprof.pivot.sections.flops import Peak
     from layerprof.render.console.flops import peak_text
-    from layerprof.sections.flops import Peak
 
     fresh = peak_text(Peak(1e11, 2e10, "measured", "measured on AMD EPYC: 1024x1024 matmul"))
     assert "(measured on AMD EPYC: 1024x1024 matmul)" in fresh

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from layerprof.capture.memory.activations import ActivationCapture, measure_step
-from layerprof.sections.memory import ActivationMemory
+from layerprof.pivot.sections.memory import ActivationMemory
 from tests.support.fake_allocator import FakeAllocator
 
 F32 = 4
@@ -406,8 +406,8 @@ def test_memtracker_misses_what_in_place_ops_save() -> None:
 def test_finding_names_the_heaviest_block_and_the_checkpointing_estimate() -> None:
     from layerprof.analysis.diagnose import checks, diagnose
     from layerprof.analysis.memory import checkpoint_candidate
-    from layerprof.profile import Profile
-    from layerprof.records import Meta
+    from layerprof.pivot.profile import Profile
+    from layerprof.pivot.records import Meta
 
     def block(width: int) -> nn.Sequential:
         return nn.Sequential(nn.Linear(64, width), nn.GELU(), nn.Linear(width, 64))
@@ -431,8 +431,8 @@ def test_finding_names_the_heaviest_block_and_the_checkpointing_estimate() -> No
 
 def test_no_finding_for_small_activation_memory() -> None:
     from layerprof.analysis.memory import memory_findings
-    from layerprof.profile import Profile
-    from layerprof.records import Meta
+    from layerprof.pivot.profile import Profile
+    from layerprof.pivot.records import Meta
 
     section = measure_step(mlp(), (torch.randn(5, 8),), {})
     assert memory_findings(Profile(meta=Meta(model="m"), activation_memory=section)) == []
@@ -442,8 +442,8 @@ def test_no_finding_for_small_activation_memory() -> None:
 
 
 def _profile_with_memory() -> Any:
-    from layerprof.profile import Profile
-    from layerprof.records import LayerInfo, Meta
+    from layerprof.pivot.profile import Profile
+    from layerprof.pivot.records import LayerInfo, Meta
 
     model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 2))
     opt = torch.optim.Adam(model.parameters())

@@ -14,7 +14,7 @@ from torch.utils.checkpoint import checkpoint
 
 import layerprof
 from layerprof.analysis.diagnose import diagnose
-from layerprof.profile import Profile
+from layerprof.pivot.profile import Profile
 
 SLEEP_S = 0.001
 
@@ -168,7 +168,7 @@ def test_memory_shows_what_is_held_not_the_recompute(reentrant: bool) -> None:
 def test_the_report_keeps_the_case_of_recomputed_paths() -> None:
     from dataclasses import replace
 
-    from layerprof.sections.loop import LoopStep, Recompute, TrainingLoop
+    from layerprof.pivot.sections.loop import LoopStep, Recompute, TrainingLoop
     from tests.support.html_subjects import saved
 
     step = LoopStep(index=0, start_ns=0, wall_ns=10_000, data_wait_ns=0, forward_ns=4_000,

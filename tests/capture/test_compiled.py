@@ -23,8 +23,8 @@ import layerprof
 from layerprof.analysis.diagnose import diagnose
 from layerprof.capture.options import CompileOptions
 from layerprof.cli import main
-from layerprof.profile import Profile
-from layerprof.sections.compiled import BUCKET_ROWS, OUTSIDE_ROW, OVERHEAD_ROW, Recompile
+from layerprof.pivot.profile import Profile
+from layerprof.pivot.sections.compiled import BUCKET_ROWS, OUTSIDE_ROW, OVERHEAD_ROW, Recompile
 from layerprof.trace.compiled import (
     ALLOCATIONS,
     CACHE_LOOKUP,

@@ -24,9 +24,8 @@ from layerprof.capture.compiled.samples import (
     layer_samples,
     notes,
 )
-from layerprof.records import LayerInfo
-from layerprof.sections.compiled import OUTSIDE_ROW, OVERHEAD_ROW
-from layerprof.sections.graphrecord import GraphRecord, KernelSite, NodeInfo, common_ancestor
+from layerprof.pivot.records import LayerInfo
+from layerprof.pivot.sections.compiled import OUTSIDE_ROW, OVERHEAD_ROW
 from layerprof.trace.compiled import (
     BACKWARD_MARK,
     CALL_PREFIX,
@@ -37,6 +36,7 @@ from layerprof.trace.compiled import (
     kernel_event,
     split_time,
 )
+from layerprof.trace.graphrecord import GraphRecord, KernelSite, NodeInfo, common_ancestor
 from layerprof.traceformat import LAYER_RANGE
 from tests.support.compiled_events import PATHS, TYPES, cpu_forward, node, record, span, tables
 

@@ -24,8 +24,8 @@ import layerprof
 from layerprof.analysis.compiled import compiled_findings
 from layerprof.analysis.diff import diff
 from layerprof.capture.compiled.regions import HOOK_KEY
-from layerprof.profile import Profile
-from layerprof.sections.compiled import OUTSIDE_ROW, OVERHEAD_ROW, Recompile
+from layerprof.pivot.profile import Profile
+from layerprof.pivot.sections.compiled import OUTSIDE_ROW, OVERHEAD_ROW, Recompile
 from layerprof.stats import Series
 
 ITERS = 6

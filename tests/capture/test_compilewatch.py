@@ -7,7 +7,7 @@ from torch import nn
 
 import layerprof
 from layerprof.capture.compilewatch import CompileWatch, compiled_frames
-from layerprof.notes import Note
+from layerprof.pivot.notes import Note
 
 
 class Stable(nn.Module):

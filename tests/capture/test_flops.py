@@ -17,7 +17,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import layerprof
 from layerprof.capture.flops.counter import FlopCount, FlopCounter, count_backward, count_flops
 from layerprof.capture.step import backward_state, backward_step
-from layerprof.notes import Note
+from layerprof.pivot.notes import Note
 from tests.support.flop_models import (
     Analytic,
     MhaNet,

@@ -278,7 +278,7 @@ def _with_generation(
     times."""
     from dataclasses import replace
 
-    from layerprof.sections.generation import Generation, Phase, PhaseLayer
+    from layerprof.pivot.sections.generation import Generation, Phase, PhaseLayer
     from layerprof.stats import Summary
 
     model = ToyLM().eval()
@@ -336,7 +336,7 @@ def _generated(ttft_ms: float, itl_ms: float, head_ms: float) -> layerprof.Profi
     jitter, and a decode phase whose lm_head takes ``head_ms`` per step."""
     from dataclasses import replace
 
-    from layerprof.sections.generation import Generation, Phase, PhaseLayer
+    from layerprof.pivot.sections.generation import Generation, Phase, PhaseLayer
     from layerprof.stats import Summary
 
     jitter = [(i % 5) * 10_000 for i in range(21)]  # 0-40 µs
@@ -405,7 +405,7 @@ def test_each_phase_counts_its_own_work(profiled: layerprof.Profile) -> None:
     """A Linear's FLOPs per forward: 2 x tokens x in x out, over the prompt's 2 x 16 tokens
     in prefill and the batch's 2 tokens in decode; the same weights read, so decode's
     FLOP per byte is far lower (prefill and decode on opposite sides of a ridge)."""
-    from layerprof.sections.flops import Peak
+    from layerprof.pivot.sections.flops import Peak
 
     g = profiled.generation
     assert g is not None and g.peak is not None
@@ -433,8 +433,8 @@ def test_each_phase_counts_its_own_work(profiled: layerprof.Profile) -> None:
 def test_a_decode_far_below_the_bandwidth_roof_is_named() -> None:
     from dataclasses import replace
 
-    from layerprof.sections.flops import Peak
-    from layerprof.sections.generation import Phase, PhaseLayer
+    from layerprof.pivot.sections.flops import Peak
+    from layerprof.pivot.sections.generation import Phase, PhaseLayer
 
     prof = _with_generation([("", 3000.0, [1000] * 21)], ttft_ms=1, whole_ms=9)
     g = prof.generation

@@ -17,7 +17,7 @@ from layerprof.capture.platform.clocks import FakeClock
 from layerprof.capture.recording import recorder as recorder_module
 from layerprof.capture.recording.loop import StepSchedule
 from layerprof.errors import UsageError
-from layerprof.profile import Profile
+from layerprof.pivot.profile import Profile
 from layerprof.stats import IntValues
 
 

@@ -18,7 +18,7 @@ from torch import nn
 
 import layerprof
 from layerprof.capture.recording import recorder as recorder_module
-from layerprof.profile import Profile
+from layerprof.pivot.profile import Profile
 
 LAYERS = 40
 

@@ -17,8 +17,8 @@ from layerprof.capture.profiling import profiler as opcapture
 from layerprof.capture.profiling.profiler import UNATTRIBUTED, capture_ops, profile_from_capture
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.load.demo import SmallCNN, TinyTransformer
-from layerprof.profile import Profile
-from layerprof.records import OpStat, merge_layers
+from layerprof.pivot.profile import Profile
+from layerprof.pivot.records import OpStat, merge_layers
 from layerprof.render.console.ops import render_ops
 from layerprof.trace.kineto import tables_from_documents
 from layerprof.trace.reduce import reduce

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from layerprof.capture.profiling.cost import OpsCorrection, calibrate_ops, corrected_samples
-from layerprof.records import LayerInfo, LayerSamples, OpSamples, OpStat
+from layerprof.pivot.records import LayerInfo, LayerSamples, OpSamples, OpStat
 from layerprof.stats import Series
 
 LAYERS = (LayerInfo("", "Net", None), LayerInfo("a", "Leaf", ""), LayerInfo("b", "Leaf", ""))
@@ -85,7 +85,7 @@ def test_ops_run_records_its_calibrated_cost(tmp_path: Path) -> None:
     """Issue 22.4: ops mode keeps its calibrated cost (also uncorrected), so the
     pass-agreement and overhead findings can weigh the passes' gap against it."""
     import layerprof
-    from layerprof.profile import Profile
+    from layerprof.pivot.profile import Profile
 
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
     x = torch.randn(2, 8)

@@ -17,7 +17,7 @@ from layerprof.capture.flops.gpus import find_gpu, gpu_peak
 from layerprof.capture.flops.peaks import device_peak
 from layerprof.capture.options import GivenPeak, parse_peak
 from layerprof.errors import UsageError
-from layerprof.sections.flops import Peak
+from layerprof.pivot.sections.flops import Peak
 from tests.support.paths import SUPPORT
 
 

@@ -13,7 +13,7 @@ from torch import nn
 from layerprof import Recorder
 from layerprof.capture.platform.clocks import FakeClock
 from layerprof.capture.recording.layertimes import Correction, build_samples
-from layerprof.records import LayerCall, Meta
+from layerprof.pivot.records import LayerCall, Meta
 from tests.support import zoo_models as zoo
 
 
@@ -283,8 +283,8 @@ def test_layer_called_in_some_iterations_reports_mean() -> None:
 
 
 def test_rows_in_any_order_and_orphans_add_up() -> None:
-    from layerprof.profile import Profile
-    from layerprof.records import LayerInfo, LayerSamples
+    from layerprof.pivot.profile import Profile
+    from layerprof.pivot.records import LayerInfo, LayerSamples
 
     layers = (
         LayerInfo("a.x", "Leaf", "a"),

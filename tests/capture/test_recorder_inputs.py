@@ -12,7 +12,7 @@ from torch import nn
 
 from layerprof import Recorder
 from layerprof.capture.platform.clocks import FakeClock
-from layerprof.profile import Profile
+from layerprof.pivot.profile import Profile
 from layerprof.render.console.profile import print_profile
 from tests.support import zoo_models as zoo
 

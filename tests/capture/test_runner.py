@@ -11,7 +11,7 @@ from layerprof.capture.options import RunOptions
 from layerprof.capture.recording.recorder import calibrate
 from layerprof.capture.runner import profile_model
 from layerprof.errors import ModelRunError
-from layerprof.profile import Profile
+from layerprof.pivot.profile import Profile
 from tests.support import zoo_models as zoo
 
 

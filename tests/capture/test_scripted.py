@@ -23,8 +23,8 @@ from layerprof.capture.scripted.profiler import (
 )
 from layerprof.errors import ModelRunError
 from layerprof.load.demo import SmallCNN, TinyTransformer
-from layerprof.profile import Profile
-from layerprof.records import LayerInfo, LayerSamples, Meta, OpStat
+from layerprof.pivot.profile import Profile
+from layerprof.pivot.records import LayerInfo, LayerSamples, Meta, OpStat
 from layerprof.trace.events import EventTables
 from layerprof.trace.kineto import tables_from_documents
 from layerprof.traceformat import LAYER_RANGE

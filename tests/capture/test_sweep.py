@@ -18,7 +18,7 @@ from layerprof import codec, sinks
 from layerprof.capture.sweep import SweepOptions, is_out_of_memory, run_sweep
 from layerprof.cli import main
 from layerprof.errors import ModelRunError, ProfileFormatError, UsageError
-from layerprof.sections.sweep import Sweep
+from layerprof.pivot.sections.sweep import Sweep
 from tests.support.golden_files import check_golden
 from tests.support.paths import SUPPORT
 from tests.support.profiles import synthetic
@@ -385,7 +385,7 @@ def test_cli_sweep_of_generate_over_prompts_and_batches(
 
 
 def test_decode_scaling_names_where_batching_stops_paying() -> None:
-    from layerprof.sections.sweep import SweepPoint, decode_scaling
+    from layerprof.pivot.sections.sweep import SweepPoint, decode_scaling
 
     def at(batch: int, tps: float) -> SweepPoint:
         return SweepPoint(batch, "float32", None, decode_tokens_per_s=tps)

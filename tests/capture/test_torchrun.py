@@ -18,7 +18,7 @@ import layerprof
 from layerprof.capture.platform.distributed import unwrap, user_modules, wrapper_note
 from layerprof.cli import main
 from layerprof.cli.sources import load_ranks
-from layerprof.profile import Profile
+from layerprof.pivot.profile import Profile
 from layerprof.trace import analyze
 from tests.support.cli_models import Net
 from tests.support.paths import ROOT

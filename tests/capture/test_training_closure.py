@@ -207,8 +207,8 @@ def test_the_steps_table_of_a_long_run_stays_bounded() -> None:
     last 100 and the 100 slowest between them, and its median is over every step."""
     from dataclasses import replace
 
+    from layerprof.pivot.sections.loop import LoopStep, TrainingLoop
     from layerprof.render.html.loop import MAX_ROWS
-    from layerprof.sections.loop import LoopStep, TrainingLoop
     from tests.support.html_subjects import saved
 
     n = 20_000

@@ -19,8 +19,8 @@ import layerprof
 from layerprof.capture.platform.clocks import FakeClock
 from layerprof.capture.recording.loop import StepMarks, StepSchedule, partition
 from layerprof.errors import UsageError
-from layerprof.profile import Profile
-from layerprof.sections.loop import STEP_PARTS
+from layerprof.pivot.profile import Profile
+from layerprof.pivot.sections.loop import STEP_PARTS
 
 MS = 1_000_000
 

@@ -127,7 +127,7 @@ def test_with_stack_needs_a_trace_file(capsys: pytest.CaptureFixture[str], tmp_p
 
 
 def test_saved_op_columns_round_trip(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    from layerprof.profile import Profile
+    from layerprof.pivot.profile import Profile
 
     run(capsys, tmp_path, "--profile-memory", "--with-flops")
     prof = Profile.load(tmp_path / "p.json")

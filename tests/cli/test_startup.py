@@ -75,10 +75,10 @@ def test_parsing_arguments_imports_only_what_it_uses(argv: list[str]) -> None:
 
 def test_the_registry_fills_on_first_use(tmp_path: Path) -> None:
     """Renderers and the codec load when first asked for, whichever module came first;
-    and a lazily imported ``layerprof.profile`` module never hides the function."""
+    and ``layerprof.profile`` is the function (the pivot's module is layerprof.pivot.profile)."""
     code = (
         "import sys\n"
-        "from layerprof.profile import Profile\n"
+        "from layerprof.pivot.profile import Profile\n"
         "assert 'layerprof.render' not in sys.modules\n"
         "import layerprof\n"
         "assert callable(layerprof.profile), layerprof.profile\n"
@@ -102,7 +102,7 @@ def test_saving_and_loading_import_the_codec_alone(tmp_path: Path) -> None:
     saved = DATA / "profiles" / "hooks.json"
     code = (
         "import sys\n"
-        "from layerprof.profile import Profile\n"
+        "from layerprof.pivot.profile import Profile\n"
         f"p = Profile.load({str(saved)!r})\n"
         f"p.save({str(tmp_path / 'again.json')!r})\n"
         f"assert Profile.load({str(tmp_path / 'again.json')!r}).layers == p.layers\n"
@@ -116,7 +116,7 @@ def test_saving_and_loading_import_the_codec_alone(tmp_path: Path) -> None:
 
 def test_the_cli_shows_the_sweeps_own_defaults() -> None:
     from layerprof.cli import sweep as command
-    from layerprof.sections import sweep
+    from layerprof.pivot.sections import sweep
 
     assert (command.SWEEP_ITERS, command.SWEEP_WARMUP) == (
         sweep.DEFAULT_ITERS,
@@ -131,7 +131,7 @@ def test_the_cli_offers_the_compile_choices_the_runner_knows() -> None:
 
     from layerprof.capture.options import COMPILE_MODES, CUDA_GRAPH_MODES
     from layerprof.cli.options import add_compile_options
-    from layerprof.sections.compiled import SPLIT_RULES
+    from layerprof.pivot.sections.compiled import SPLIT_RULES
 
     p = argparse.ArgumentParser()
     add_compile_options(p)

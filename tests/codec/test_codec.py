@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from layerprof import codec
 from layerprof.analysis.diff import Diff, diff
 from layerprof.errors import ProfileFormatError
-from layerprof.profile import Profile, Run
+from layerprof.pivot.profile import Profile, Run
 from tests.support.paths import DATA
 from tests.support.profiles import fake_profile
 

@@ -18,10 +18,10 @@ from layerprof.capture.compiled.samples import (
     layer_samples,
 )
 from layerprof.errors import ProfileFormatError
-from layerprof.profile import Profile
-from layerprof.records import LayerInfo, Meta
+from layerprof.pivot.profile import Profile
+from layerprof.pivot.records import LayerInfo, Meta
+from layerprof.pivot.sections.compiled import GraphBreak, Recompile
 from layerprof.render.console.profile import print_profile
-from layerprof.sections.compiled import GraphBreak, Recompile
 from layerprof.trace.compiled import attribute_compiled
 from tests.support.compiled_events import PATHS, TYPES, cpu_forward, record, tables
 from tests.support.golden_files import check_golden

@@ -11,9 +11,9 @@ from torch import nn
 
 from layerprof import Recorder
 from layerprof.capture.platform.clocks import FakeClock
-from layerprof.notes import Note
-from layerprof.profile import Profile
-from layerprof.records import Meta
+from layerprof.pivot.notes import Note
+from layerprof.pivot.profile import Profile
+from layerprof.pivot.records import Meta
 from layerprof.render.console.profile import print_profile
 from tests.support import zoo_models as zoo
 from tests.support.golden_files import check_golden

@@ -25,7 +25,7 @@ from torch import nn
 from layerprof.capture.options import OpOptions, RunOptions
 from layerprof.capture.runner import run_model
 from layerprof.cli import main
-from layerprof.notes import Note
+from layerprof.pivot.notes import Note
 from layerprof.render.console.profile import print_profile
 from layerprof.render.terminal import SafeConsole, escape_controls, escaping, make_console
 from layerprof.traceformat import STEP_PREFIX

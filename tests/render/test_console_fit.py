@@ -26,8 +26,8 @@ from layerprof.analysis.diff import diff
 from layerprof.analysis.difftext import fmt_pct
 from layerprof.capture.options import RunOptions
 from layerprof.capture.runner import run_model
-from layerprof.profile import LayerRow, Profile
-from layerprof.records import OpStat, merge_layers, merge_shapes
+from layerprof.pivot.profile import LayerRow, Profile
+from layerprof.pivot.records import OpStat, merge_layers, merge_shapes
 from layerprof.render.console.columns import (
     Col,
     Hide,

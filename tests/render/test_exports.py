@@ -15,7 +15,7 @@ from torch import nn
 from layerprof.capture.options import OpOptions
 from layerprof.capture.profiling.profiler import RawTrace, capture_ops, profile_from_capture
 from layerprof.load.demo import TinyTransformer
-from layerprof.profile import Profile
+from layerprof.pivot.profile import Profile
 from layerprof.render.chrome import write_chrome_trace, write_tensorboard_dir
 from layerprof.render.stacks import (
     SPEEDSCOPE_SCHEMA,

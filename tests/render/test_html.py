@@ -21,7 +21,7 @@ from layerprof.analysis.diffjudge import Change
 from layerprof.analysis.difftext import judgement
 from layerprof.cli import main
 from layerprof.errors import UsageError
-from layerprof.profile import Profile, Run
+from layerprof.pivot.profile import Profile, Run
 from layerprof.render.html import Section, render_html
 from layerprof.render.html import sections as registry
 from layerprof.render.html.charts import BarSeries, bars

@@ -107,7 +107,7 @@ def test_roofline_findings_with_a_less_than_sign_are_on_the_page() -> None:
     from dataclasses import replace
 
     from layerprof.analysis.diagnose import diagnose
-    from layerprof.records import LayerSamples
+    from layerprof.pivot.records import LayerSamples
 
     slow = flop_profile()
     samples = dict(slow.samples)

@@ -9,7 +9,7 @@ from rich.console import Console
 
 from layerprof.capture.platform.clocks import FakeClock
 from layerprof.capture.recording.recorder import Recorder
-from layerprof.records import Meta
+from layerprof.pivot.records import Meta
 from layerprof.render.console.ranks import print_layers_across_ranks
 from layerprof.trace.ranks import merge_profiles
 from tests.support import zoo_models as zoo
@@ -64,8 +64,8 @@ def test_median_step_says_forward_for_live_rank_profiles() -> None:
     latency, for traces (analyze) a whole ProfilerStep: the label says which."""
     from dataclasses import replace
 
+    from layerprof.pivot.sections.distributed import RankLateness, Stragglers
     from layerprof.render.console.ranks import print_ranks
-    from layerprof.sections.distributed import RankLateness, Stragglers
 
     live = [
         replace(

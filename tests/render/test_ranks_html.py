@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from layerprof.pivot.sections import LayerAcrossRanks
 from layerprof.render.html import render_html
 from layerprof.render.html.ranks import RANK_COLUMNS
-from layerprof.sections import LayerAcrossRanks
 from layerprof.units import fmt_share
 from tests.support.html_subjects import assert_times, cpu_run, one_rank_run, section_ids, tables
 

@@ -16,7 +16,7 @@ import typing
 from collections.abc import Iterable
 
 from layerprof.analysis.diff import Diff
-from layerprof.profile import Profile, Run
+from layerprof.pivot.profile import Profile, Run
 from layerprof.render.console import sections as console
 from layerprof.render.html import sections as html
 from layerprof.stats import Series

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from layerprof.sections.graphrecord import GraphRecord, KernelSite, NodeInfo
 from layerprof.trace.compiled import CALL_PREFIX, FORWARD_MARK, ModelPaths
+from layerprof.trace.graphrecord import GraphRecord, KernelSite, NodeInfo
 from layerprof.trace.kineto import tables_from_documents
 from layerprof.traceformat import LAYER_RANGE
 

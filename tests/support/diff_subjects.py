@@ -10,8 +10,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from layerprof.profile import Profile
-from layerprof.records import LayerInfo, LayerSamples, Meta, OpStat
+from layerprof.pivot.profile import Profile
+from layerprof.pivot.records import LayerInfo, LayerSamples, Meta, OpStat
 
 
 def mlp(hidden: int = 32, act: type[nn.Module] = nn.ReLU, depth: int = 3) -> nn.Module:

@@ -22,7 +22,7 @@ from torch import nn
 
 import layerprof
 from layerprof.analysis.diff import Diff, diff
-from layerprof.profile import Profile, Run
+from layerprof.pivot.profile import Profile, Run
 from layerprof.trace import analyze
 from tests.support.diff_subjects import Sleep
 from tests.support.readback import assert_shows

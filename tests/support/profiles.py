@@ -8,11 +8,11 @@ import torch
 
 from layerprof import Recorder
 from layerprof.capture.platform.clocks import FakeClock
-from layerprof.notes import SAVED, Note
-from layerprof.profile import Profile
-from layerprof.records import LayerInfo, LayerSamples, Meta, Overhead
-from layerprof.sections.flops import FlopSummary, LayerFlops, Peak, UncountedOp
-from layerprof.sections.sweep import Sweep, SweepPoint
+from layerprof.pivot.notes import SAVED, Note
+from layerprof.pivot.profile import Profile
+from layerprof.pivot.records import LayerInfo, LayerSamples, Meta, Overhead
+from layerprof.pivot.sections.flops import FlopSummary, LayerFlops, Peak, UncountedOp
+from layerprof.pivot.sections.sweep import Sweep, SweepPoint
 from layerprof.stats import Summary
 from tests.support import zoo_models as zoo
 

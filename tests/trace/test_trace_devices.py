@@ -11,7 +11,7 @@ import pytest
 
 from layerprof.analysis.difftext import side_label
 from layerprof.cli import main
-from layerprof.records import Meta
+from layerprof.pivot.records import Meta
 from layerprof.trace import analyze
 
 

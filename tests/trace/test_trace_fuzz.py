@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from layerprof import codec
 from layerprof.analysis.diagnose import diagnose_run
 from layerprof.errors import TraceError
-from layerprof.notes import texts
+from layerprof.pivot.notes import texts
 from layerprof.sinks import render
 from layerprof.trace import analyze
 from layerprof.traceformat import LAYER_CATEGORY, STEP_PREFIX

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from layerprof import codec
-from layerprof.profile import Profile
+from layerprof.pivot.profile import Profile
 from layerprof.trace import analyze
 
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from layerprof import codec
 from layerprof.errors import TraceError
-from layerprof.profile import Run
+from layerprof.pivot.profile import Run
 from layerprof.trace import analyze
 from layerprof.trace import reader as reader_mod
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import orjson
 
-from layerprof.notes import Note, texts
+from layerprof.pivot.notes import Note, texts
 from layerprof.trace import analyze
 
 

@@ -20,7 +20,7 @@ import layerprof
 from layerprof.analysis.diff import diff
 from layerprof.capture.options import OpOptions, RunOptions
 from layerprof.capture.runner import run_model
-from layerprof.profile import Profile
+from layerprof.pivot.profile import Profile
 from layerprof.render.chrome import write_chrome_trace
 from layerprof.trace import analyze
 

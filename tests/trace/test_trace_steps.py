@@ -8,8 +8,8 @@ from typing import Any
 import orjson
 import pytest
 
-from layerprof.notes import texts
-from layerprof.sections import STEP_DEFINITIONS
+from layerprof.pivot.notes import texts
+from layerprof.pivot.sections import STEP_DEFINITIONS
 from layerprof.trace import analyze
 from layerprof.trace.steps import FRAMEWORK_ANNOTATION
 from layerprof.traceformat import STEP_PREFIX

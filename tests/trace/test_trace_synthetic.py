@@ -11,9 +11,9 @@ import orjson
 import pytest
 
 from layerprof import codec
-from layerprof.profile import Profile
-from layerprof.records import OpStat
-from layerprof.sections import DeviceMemory
+from layerprof.pivot.profile import Profile
+from layerprof.pivot.records import OpStat
+from layerprof.pivot.sections import DeviceMemory
 from layerprof.trace import analyze
 from layerprof.trace import reader as reader_mod
 from layerprof.traceformat import STEP_PREFIX
@@ -434,7 +434,7 @@ def test_numpy_summary_matches_stats() -> None:
 
 
 def test_profile_round_trips_through_save(tmp_path: Path) -> None:
-    from layerprof.profile import Profile
+    from layerprof.pivot.profile import Profile
 
     prof = analyze(write(tmp_path, two_steps())).rank()
     summary_only = Profile.load(prof.save(tmp_path / "s.json"))

@@ -11,11 +11,11 @@ import statistics
 from typing import TYPE_CHECKING
 
 from layerprof.analysis.finding import Finding
-from layerprof.sections.compiled import BUCKET_ROWS, BUCKET_TYPE, Recompile
+from layerprof.pivot.sections.compiled import BUCKET_ROWS, BUCKET_TYPE, Recompile
 from layerprof.units import human_time
 
 if TYPE_CHECKING:
-    from layerprof.profile import LayerRow, Profile
+    from layerprof.pivot.profile import LayerRow, Profile
 
 _OVERHEAD_SHARE = 0.25  # wrapper time beyond this share of the forward is worth a look
 _OUTSIDE_SHARE = 0.10

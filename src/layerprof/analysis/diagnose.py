@@ -46,9 +46,9 @@ from layerprof.stats import Summary
 from layerprof.units import human_count, human_time
 
 if TYPE_CHECKING:
-    from layerprof.profile import LayerRow, Profile, Run
-    from layerprof.records import Overhead
-    from layerprof.sections import CrossRank, DeviceUse
+    from layerprof.pivot.profile import LayerRow, Profile, Run
+    from layerprof.pivot.records import Overhead
+    from layerprof.pivot.sections import CrossRank, DeviceUse
 
 __all__ = [
     "RULES",

@@ -67,8 +67,8 @@ from layerprof.analysis.diffwarnings import (
     runs_warnings,
 )
 from layerprof.errors import UsageError
-from layerprof.profile import Profile
-from layerprof.records import LayerSamples, Meta, OpStat
+from layerprof.pivot.profile import Profile
+from layerprof.pivot.records import LayerSamples, Meta, OpStat
 from layerprof.stats import (
     CI_LEVEL,
     Series,

@@ -63,7 +63,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, cast, get_args
 
-from layerprof.sections import Repeats
+from layerprof.pivot.sections import Repeats
 from layerprof.stats import (
     Series,
     Summary,

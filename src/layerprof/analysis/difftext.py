@@ -6,7 +6,7 @@ reasons, and neither may import a renderer.)"""
 from __future__ import annotations
 
 from layerprof.analysis.diffjudge import Change, gate_pct
-from layerprof.records import Meta
+from layerprof.pivot.records import Meta
 from layerprof.units import fmt_ms, fmt_num
 
 SINGLE_RUN = "one run per side cannot separate a change from drift between processes"

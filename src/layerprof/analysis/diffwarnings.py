@@ -4,9 +4,9 @@ different settings, and too few runs for a between-run verdict."""
 from __future__ import annotations
 
 from layerprof.analysis.diffjudge import ALPHA, Evidence
-from layerprof.profile import Profile
-from layerprof.records import Meta
-from layerprof.sections import Repeats
+from layerprof.pivot.profile import Profile
+from layerprof.pivot.records import Meta
+from layerprof.pivot.sections import Repeats
 
 RUNS_ADVISED = 5
 """Fewer processes per side than this rarely reach p < ALPHA on a t-test."""

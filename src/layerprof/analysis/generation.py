@@ -14,8 +14,8 @@ from layerprof.analysis.passes import interval
 from layerprof.units import fmt_share, human_bytes, human_si, human_time
 
 if TYPE_CHECKING:
-    from layerprof.profile import Profile
-    from layerprof.sections.generation import Generation, Phase
+    from layerprof.pivot.profile import Profile
+    from layerprof.pivot.sections.generation import Generation, Phase
 
 #: A layer whose self time is at least this share of a decode step's forward.
 DECODE_LAYER_SHARE = 0.25

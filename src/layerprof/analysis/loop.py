@@ -17,8 +17,8 @@ from layerprof.stats import Summary
 from layerprof.units import fmt_share, human_time
 
 if TYPE_CHECKING:
-    from layerprof.profile import Profile
-    from layerprof.sections.loop import LayerSteps, TrainingLoop
+    from layerprof.pivot.profile import Profile
+    from layerprof.pivot.sections.loop import LayerSteps, TrainingLoop
 
 DATA_SHARE = 0.10  # the loader's share of a step worth a finding
 _DATA_SHARE_HIGH = 0.30

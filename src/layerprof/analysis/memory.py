@@ -1,7 +1,7 @@
 """The activation-memory finding: the layer that saves the most for backward, and what
 activation checkpointing it would save (an estimate, stated as one).
 
-Reads ``Profile.activation_memory`` (layerprof.sections.memory). Checkpointing a layer
+Reads ``Profile.activation_memory`` (layerprof.pivot.sections.memory). Checkpointing a layer
 (``torch.utils.checkpoint``) keeps only its input during the forward and recomputes the
 rest in backward, so the estimate is the layer's saved bytes (its total) minus its
 input's. The candidate is the called layer, below the root, with the most saved bytes,
@@ -17,8 +17,8 @@ from layerprof.analysis.finding import Finding
 from layerprof.units import human_bytes
 
 if TYPE_CHECKING:
-    from layerprof.profile import Profile
-    from layerprof.sections.memory import ActivationMemory, MemoryTotals
+    from layerprof.pivot.profile import Profile
+    from layerprof.pivot.sections.memory import ActivationMemory, MemoryTotals
 
 #: A layer holding at least this share of the model's saved bytes is (nearly) the model.
 _WHOLE_MODEL_SHARE = 0.9

@@ -25,9 +25,9 @@ from layerprof.analysis.finding import Finding
 from layerprof.units import human_time
 
 if TYPE_CHECKING:
-    from layerprof.profile import LayerRow, Profile
-    from layerprof.records import Meta, Overhead
-    from layerprof.sections import FusedLayer
+    from layerprof.pivot.profile import LayerRow, Profile
+    from layerprof.pivot.records import Meta, Overhead
+    from layerprof.pivot.sections import FusedLayer
     from layerprof.stats import Summary
 
 _PASS_BOUND = 1.5  # passes whose forwards differ by more than this (beyond their CIs) disagree

@@ -3,7 +3,7 @@
 Read from a Profile (no torch): each layer that did work and has no child
 that ran (a leaf of the executed tree: a fused ``TransformerEncoderLayer`` is
 one) becomes a point: counted forward FLOPs and bytes moved
-(``layerprof.sections.flops``) over its time per forward - device total
+(``layerprof.pivot.sections.flops``) over its time per forward - device total
 where it was measured (CUDA), else host total. Against the device's peak it
 is compute-bound when its intensity (FLOP per byte) is at or above the ridge
 (peak FLOP/s / peak bytes/s), memory-bound below; its attainable rate is
@@ -22,8 +22,8 @@ from layerprof.analysis.finding import Finding, Severity
 from layerprof.units import NS_PER_S, human_bytes, human_count, human_si, human_time
 
 if TYPE_CHECKING:
-    from layerprof.profile import LayerRow, Profile
-    from layerprof.sections.flops import Peak
+    from layerprof.pivot.profile import LayerRow, Profile
+    from layerprof.pivot.sections.flops import Peak
 
 # below this a time gives no rate (an estimated sliver of a fused kernel in a compiled
 # run can be 1 ns, which would read as thousands of % of peak)

@@ -18,7 +18,7 @@ import contextlib
 import sys
 from collections.abc import Iterator
 
-from layerprof.notes import Note
+from layerprof.pivot.notes import Note
 
 __all__ = ["CompileWatch"]
 

@@ -1,5 +1,5 @@
 """Which code the clean pass runs, watched without changing it; compared with the
-per-layer pass afterwards (see :mod:`layerprof.sections.passes`).
+per-layer pass afterwards (see :mod:`layerprof.pivot.sections.passes`).
 
 Why: ``nn.MultiheadAttention`` and ``nn.TransformerEncoderLayer`` take a fused
 fast path in inference (one ``aten::_native_multi_head_attention`` /
@@ -27,13 +27,13 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from layerprof.capture.modules import _is_script, hookable_modules, is_compiled, visible_modules
-from layerprof.notes import Note
-from layerprof.sections import FusedLayer, PassCheck
+from layerprof.pivot.notes import Note
+from layerprof.pivot.sections import FusedLayer, PassCheck
 
 if TYPE_CHECKING:
     import torch
 
-    from layerprof.profile import Profile
+    from layerprof.pivot.profile import Profile
 
 #: Fused fast-path kernels of torch.nn modules (aten overload packet names), each
 #: replacing its module's submodules. (TransformerEncoder's padded path only turns

@@ -1,5 +1,5 @@
 """``profile(model, inputs, generate=N)``: a language model's ``generate()`` of N new
-tokens, prefill and decode apart (see :mod:`layerprof.sections.generation`).
+tokens, prefill and decode apart (see :mod:`layerprof.pivot.sections.generation`).
 
 Two passes, as for a forward. The clean pass runs warm-up generates, then the timed
 ones with nothing on the model but a logits processor that reads the clock when
@@ -20,13 +20,13 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from layerprof.errors import UsageError
-from layerprof.notes import Note
-from layerprof.profile import Profile
-from layerprof.sections.flops import Peak
+from layerprof.pivot.notes import Note
+from layerprof.pivot.profile import Profile
+from layerprof.pivot.sections.flops import Peak
 
 if TYPE_CHECKING:
     from layerprof.capture.memory.allocator import MemoryCounter
-from layerprof.sections.generation import (
+from layerprof.pivot.sections.generation import (
     DECODE,
     ENCODE,
     PREFILL,

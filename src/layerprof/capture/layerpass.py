@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from layerprof.capture.compilewatch import CompileWatch
     from layerprof.capture.options import RunOptions
     from layerprof.capture.progress import Progress
-    from layerprof.profile import Profile
+    from layerprof.pivot.profile import Profile
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Any
 
 from layerprof.errors import UsageError
 from layerprof.load.limits import threads_problem
-from layerprof.sections.compiled import SPLIT_RULES
+from layerprof.pivot.sections.compiled import SPLIT_RULES
 from layerprof.units import parse_si
 
 

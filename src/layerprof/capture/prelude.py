@@ -23,7 +23,7 @@ from layerprof.capture.modules import hookable_modules
 from layerprof.capture.platform.clocks import synchronizer
 from layerprof.capture.recording.layerinfo import layer_infos
 from layerprof.capture.recording.shapestore import ShapeCapture
-from layerprof.notes import Note
+from layerprof.pivot.notes import Note
 
 if TYPE_CHECKING:
     import torch
@@ -32,10 +32,10 @@ if TYPE_CHECKING:
     from layerprof.capture.layerpass import Pass
     from layerprof.capture.memory.allocator import MemoryCounter
     from layerprof.capture.options import RunOptions
-    from layerprof.profile import Profile
-    from layerprof.records import LayerInfo
-    from layerprof.sections.flops import FlopSummary
-    from layerprof.sections.memory import ActivationMemory
+    from layerprof.pivot.profile import Profile
+    from layerprof.pivot.records import LayerInfo
+    from layerprof.pivot.sections.flops import FlopSummary
+    from layerprof.pivot.sections.memory import ActivationMemory
 
 
 @dataclass(frozen=True)

@@ -44,14 +44,14 @@ from layerprof.capture.platform.distributed import unwrap
 from layerprof.capture.platform.hostload import host_load
 from layerprof.capture.progress import Progress
 from layerprof.load.modulegraph import check_acyclic
-from layerprof.notes import Note
-from layerprof.records import LayerInfo, Meta
+from layerprof.pivot.notes import Note
+from layerprof.pivot.records import LayerInfo, Meta
 from layerprof.stats import Series
 
 if TYPE_CHECKING:
     import torch
 
-    from layerprof.profile import Profile
+    from layerprof.pivot.profile import Profile
 
 
 def profile_model(
@@ -145,7 +145,7 @@ def _base_profile(
     kwargs: dict[str, Any],
 ) -> Profile:
     """The Profile of the clean pass: meta, latency and the root layer; per-layer passes add to it."""
-    from layerprof.profile import Profile
+    from layerprof.pivot.profile import Profile
 
     meta = _meta(model, opts, device, args, kwargs)
     return Profile(
@@ -161,7 +161,7 @@ def _meta(
 ) -> Meta:
     import torch
 
-    from layerprof.profile import now_iso
+    from layerprof.pivot.profile import now_iso
 
     return Meta(
         model=opts.model_name or type(unwrap(model)).__name__,

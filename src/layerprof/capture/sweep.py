@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any
 from layerprof.capture.platform.device import prepare_model
 from layerprof.errors import DeviceError, InputSpecError, LayerprofError, UsageError
 from layerprof.load.inputs import InputSpec, build_inputs, parse_input_spec
-from layerprof.notes import Note
-from layerprof.sections.sweep import (
+from layerprof.pivot.notes import Note
+from layerprof.pivot.sections.sweep import (
     DEFAULT_ITERS,
     DEFAULT_WARMUP,
     FAILED,
@@ -52,7 +52,7 @@ from layerprof.sections.sweep import (
 if TYPE_CHECKING:
     import torch
 
-    from layerprof.profile import Profile
+    from layerprof.pivot.profile import Profile
 
 Progress = Callable[[str], None]
 
@@ -107,7 +107,7 @@ def run_sweep(
     import torch
 
     from layerprof.capture.runner import _dtype_of
-    from layerprof.profile import now_iso
+    from layerprof.pivot.profile import now_iso
 
     parsed = [parse_input_spec(s) for s in specs]
     notes = _check_specs(parsed, options)

@@ -17,7 +17,7 @@ from layerprof.errors import UsageError
 _ROUND_TIMEOUT_S = 1800.0
 
 if TYPE_CHECKING:
-    from layerprof.profile import Profile
+    from layerprof.pivot.profile import Profile
 
 NAME = "diff"
 

@@ -17,7 +17,7 @@ from layerprof.cli import outputs
 from layerprof.errors import Terminated
 
 if TYPE_CHECKING:
-    from layerprof.profile import Profile
+    from layerprof.pivot.profile import Profile
 
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130

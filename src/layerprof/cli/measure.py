@@ -16,8 +16,8 @@ from layerprof.errors import UsageError
 
 if TYPE_CHECKING:
     from layerprof.capture.options import CompileOptions, OpOptions
-    from layerprof.notes import Note
-    from layerprof.profile import Profile
+    from layerprof.pivot.notes import Note
+    from layerprof.pivot.profile import Profile
 
 
 def measure(

@@ -22,7 +22,7 @@ from layerprof.errors import UsageError
 from layerprof.files import STDOUT, is_stdout
 
 if TYPE_CHECKING:
-    from layerprof.profile import Profile
+    from layerprof.pivot.profile import Profile
 
 PREFIX = "out_"
 #: Outputs that name a directory, not a file.

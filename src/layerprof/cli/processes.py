@@ -31,10 +31,10 @@ from pathlib import Path
 
 from layerprof import codec
 from layerprof.errors import LayerprofError, UsageError
-from layerprof.notes import Note
-from layerprof.profile import Profile
-from layerprof.sections import Repeats, RunMedians
-from layerprof.sections.repeats import Side
+from layerprof.pivot.notes import Note
+from layerprof.pivot.profile import Profile
+from layerprof.pivot.sections import Repeats, RunMedians
+from layerprof.pivot.sections.repeats import Side
 from layerprof.stats import trimmed_mean
 
 _CHILD_OPTION = "--child-out"

@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     """Re-render a saved profile, trace analysis or diff: console, and the files asked for."""
     from layerprof import codec, sinks
     from layerprof.analysis.diff import Diff
-    from layerprof.profile import Profile
+    from layerprof.pivot.profile import Profile
 
     outputs.check_outputs(args, inputs=args.file)
     sources.local_files(args.file, "report")

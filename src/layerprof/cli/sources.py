@@ -11,7 +11,7 @@ from layerprof.errors import ProfileFormatError, UsageError
 from layerprof.reading import read_input
 
 if TYPE_CHECKING:
-    from layerprof.profile import Profile, Run
+    from layerprof.pivot.profile import Profile, Run
 
 
 _SCHEMA_KEY = re.compile(rb'"schema"\s*:')
@@ -32,8 +32,8 @@ def load_comparable(
     """
     from layerprof.analysis.diff import Diff
     from layerprof.codec import from_dict
-    from layerprof.profile import Profile
-    from layerprof.sections.sweep import Sweep
+    from layerprof.pivot.profile import Profile
+    from layerprof.pivot.sections.sweep import Sweep
     from layerprof.trace import analyze
 
     local_files([path], "diff")
@@ -63,7 +63,7 @@ def load_comparable(
 def load_ranks(paths: list[str], *, max_input_size: int | None = None) -> Run:
     """Saved profiles of one job's ranks (``p.rank-0.json p.rank-1.json``) as one Run."""
     from layerprof.codec import load
-    from layerprof.profile import Profile
+    from layerprof.pivot.profile import Profile
     from layerprof.trace.ranks import merge_profiles
 
     profiles = []

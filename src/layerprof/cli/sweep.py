@@ -28,7 +28,7 @@ from layerprof.errors import ModelRunError, UsageError
 
 NAME = "sweep"
 
-#: ``layerprof.sections.sweep``'s DEFAULT_ITERS and DEFAULT_WARMUP (tests/cli/test_startup.py
+#: ``layerprof.pivot.sections.sweep``'s DEFAULT_ITERS and DEFAULT_WARMUP (tests/cli/test_startup.py
 #: keeps them equal): importing that module here would load every section at --help
 SWEEP_ITERS, SWEEP_WARMUP = 20, 3
 
@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     from layerprof.capture.platform.device import resolve_device
     from layerprof.capture.sweep import SweepOptions, run_sweep
     from layerprof.load.modulegraph import check_acyclic
-    from layerprof.sections.sweep import OK
+    from layerprof.pivot.sections.sweep import OK
 
     if not args.input:
         raise UsageError("sweep needs --input", hint="e.g. --input 8x3x224x224 --batch 1,8,32")

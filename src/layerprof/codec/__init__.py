@@ -44,9 +44,9 @@ from layerprof.codec.schemas import (
 )
 from layerprof.codec.sweep import read_sweep, sweep_to_dict
 from layerprof.errors import ProfileFormatError
-from layerprof.profile import Profile, Run
+from layerprof.pivot.profile import Profile, Run
+from layerprof.pivot.sections.sweep import Sweep
 from layerprof.reading import read_json
-from layerprof.sections.sweep import Sweep
 
 __all__ = [
     "DIFF_SCHEMA",

@@ -10,7 +10,7 @@ from typing import Any
 
 from layerprof.codec.fields import Fields, asdict_ms, read_row, strings
 from layerprof.errors import ProfileFormatError
-from layerprof.sections.compiled import (
+from layerprof.pivot.sections.compiled import (
     PHASES,
     SPLIT_RULES,
     CompiledGraph,

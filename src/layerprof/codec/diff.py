@@ -20,7 +20,7 @@ from layerprof.codec.fields import Fields, required, strings
 from layerprof.codec.profile import read_meta
 from layerprof.codec.schemas import DIFF_SCHEMA
 from layerprof.errors import ProfileFormatError
-from layerprof.records import Meta
+from layerprof.pivot.records import Meta
 from layerprof.units import NS_PER_MS, ms
 
 

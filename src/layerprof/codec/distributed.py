@@ -13,9 +13,9 @@ from typing import Any
 
 from layerprof.codec.fields import Fields, asdict_ms, read_row, saved_notes
 from layerprof.errors import ProfileFormatError
-from layerprof.notes import texts
-from layerprof.profile import Profile
-from layerprof.sections import (
+from layerprof.pivot.notes import texts
+from layerprof.pivot.profile import Profile
+from layerprof.pivot.sections import (
     BREAKDOWN_PARTS,
     Breakdown,
     Collective,

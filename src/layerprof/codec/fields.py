@@ -9,7 +9,7 @@ from dataclasses import asdict, fields, is_dataclass
 from typing import Any, TypeVar
 
 from layerprof.errors import ProfileFormatError
-from layerprof.notes import SAVED, Note
+from layerprof.pivot.notes import SAVED, Note
 from layerprof.stats import Series, Summary
 from layerprof.units import NS_PER_MS, NS_PER_US, ns_from_ms
 

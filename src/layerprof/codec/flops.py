@@ -24,7 +24,7 @@ from typing import Any
 
 from layerprof.codec.fields import Fields
 from layerprof.errors import ProfileFormatError
-from layerprof.sections.flops import CONVENTION, FlopSummary, LayerFlops, Peak, UncountedOp
+from layerprof.pivot.sections.flops import CONVENTION, FlopSummary, LayerFlops, Peak, UncountedOp
 from layerprof.units import NS_PER_MS
 
 

@@ -1,4 +1,4 @@
-"""The ``generation`` key of a profile (see :mod:`layerprof.sections.generation`). Optional:
+"""The ``generation`` key of a profile (see :mod:`layerprof.pivot.sections.generation`). Optional:
 files without it load with ``generation=None``. Times are milliseconds; each series keeps
 its samples (a few per generate) beside its summary, and the derived rates are written
 for readers of the file only."""
@@ -10,7 +10,7 @@ from typing import Any
 from layerprof.codec.fields import Fields, read_summary, required, summary_dict
 from layerprof.codec.flops import peak_dict, read_peak
 from layerprof.errors import ProfileFormatError
-from layerprof.sections.generation import Generation, KvCache, Phase, PhaseLayer
+from layerprof.pivot.sections.generation import Generation, KvCache, Phase, PhaseLayer
 from layerprof.stats import Series
 from layerprof.units import NS_PER_MS
 

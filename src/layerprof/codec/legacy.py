@@ -9,10 +9,10 @@ from typing import Any
 from layerprof.codec.fields import Fields, read_row, saved_notes, strings
 from layerprof.codec.run import run_of
 from layerprof.codec.trace import read_device, read_launches, read_memory
-from layerprof.notes import Note
-from layerprof.profile import Profile, Run
-from layerprof.records import LayerInfo, LayerSamples, Meta, OpStat
-from layerprof.sections import (
+from layerprof.pivot.notes import Note
+from layerprof.pivot.profile import Profile, Run
+from layerprof.pivot.records import LayerInfo, LayerSamples, Meta, OpStat
+from layerprof.pivot.sections import (
     KernelRow,
     KindRow,
     MemcpyRow,

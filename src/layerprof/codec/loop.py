@@ -1,5 +1,5 @@
 """The ``loop`` key of a profile: a training loop's steps and each layer's time per step
-(see :mod:`layerprof.sections.loop`). Optional: files without it load with
+(see :mod:`layerprof.pivot.sections.loop`). Optional: files without it load with
 ``loop=None``. Times are milliseconds, as everywhere in the JSON; ``summary_ms``
 (each part's median, spread and the median's confidence interval over the
 steps; per layer the same for its forward and backward per step) is derived
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from layerprof.codec.fields import Fields, summary_dict
-from layerprof.sections.loop import STEP_PARTS, LayerSteps, LoopStep, Recompute, TrainingLoop
+from layerprof.pivot.sections.loop import STEP_PARTS, LayerSteps, LoopStep, Recompute, TrainingLoop
 from layerprof.units import NS_PER_MS
 
 

@@ -1,5 +1,5 @@
 """The ``activation_memory`` section of a profile body (see
-:mod:`layerprof.sections.memory`). Files without it load with ``activation_memory=None``.
+:mod:`layerprof.pivot.sections.memory`). Files without it load with ``activation_memory=None``.
 
 ::
 
@@ -23,7 +23,7 @@ from typing import Any
 
 from layerprof.codec.fields import Fields
 from layerprof.errors import ProfileFormatError
-from layerprof.sections.memory import KINDS, ActivationMemory, MemoryRow, PhasePeak
+from layerprof.pivot.sections.memory import KINDS, ActivationMemory, MemoryRow, PhasePeak
 
 
 def encode_activation_memory(section: ActivationMemory | None) -> dict[str, Any] | None:

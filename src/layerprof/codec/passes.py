@@ -1,5 +1,5 @@
 """The ``passes`` section of a profile body: fused fast paths and modules called in
-one pass only (see :mod:`layerprof.sections.passes`). Files without it load with
+one pass only (see :mod:`layerprof.pivot.sections.passes`). Files without it load with
 ``passes=None`` (not checked)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from layerprof.codec.fields import Fields, strings
-from layerprof.sections import FusedLayer, PassCheck
+from layerprof.pivot.sections import FusedLayer, PassCheck
 
 
 def encode_passes(check: PassCheck | None) -> dict[str, Any] | None:

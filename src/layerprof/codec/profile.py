@@ -20,9 +20,9 @@ from layerprof.codec.flops import encode_layer_flops, read_layer_flops
 from layerprof.codec.schemas import LEGACY_PROFILE
 from layerprof.codec.sections import encode_sections, read_sections
 from layerprof.errors import ProfileFormatError
-from layerprof.notes import texts
-from layerprof.profile import Profile
-from layerprof.records import (
+from layerprof.pivot.notes import texts
+from layerprof.pivot.profile import Profile
+from layerprof.pivot.records import (
     OP_COLUMNS,
     LayerInfo,
     LayerSamples,

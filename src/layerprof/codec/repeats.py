@@ -1,5 +1,5 @@
 """The ``repeats`` section of a profile body: one set of medians per separate process
-(see :mod:`layerprof.sections.repeats`). Files without it load with ``repeats=None``
+(see :mod:`layerprof.pivot.sections.repeats`). Files without it load with ``repeats=None``
 (one run: a diff cannot separate a change from drift)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 from layerprof.codec.fields import Fields
 from layerprof.errors import ProfileFormatError
-from layerprof.sections import Repeats, RunMedians
+from layerprof.pivot.sections import Repeats, RunMedians
 from layerprof.units import NS_PER_MS, ms
 
 

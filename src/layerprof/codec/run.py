@@ -10,9 +10,9 @@ from layerprof.codec.profile import profile_body, read_profile
 from layerprof.codec.ranks import KEY, encode_layer_ranks, read_layer_ranks
 from layerprof.codec.schemas import PROFILE_SCHEMA, RUN_SCHEMA
 from layerprof.errors import ProfileFormatError
-from layerprof.notes import Note, texts
-from layerprof.profile import Profile, Run
-from layerprof.sections import (
+from layerprof.pivot.notes import Note, texts
+from layerprof.pivot.profile import Profile, Run
+from layerprof.pivot.sections import (
     CrossRank,
     RankLine,
     StepAcrossRanks,

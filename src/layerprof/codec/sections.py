@@ -21,7 +21,7 @@ from layerprof.codec.memory import encode_activation_memory, read_activation_mem
 from layerprof.codec.passes import encode_passes, read_passes
 from layerprof.codec.repeats import encode_repeats, read_repeats
 from layerprof.codec.trace import encode_trace, read_trace
-from layerprof.profile import Profile
+from layerprof.pivot.profile import Profile
 
 
 @dataclass(frozen=True)

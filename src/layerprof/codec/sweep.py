@@ -20,8 +20,8 @@ from typing import Any
 from layerprof.codec.fields import Fields, read_summary, strings, summary_dict
 from layerprof.codec.schemas import SWEEP_SCHEMA
 from layerprof.errors import ProfileFormatError
-from layerprof.notes import SAVED, Note, texts
-from layerprof.sections.sweep import STATUSES, Sweep, SweepPoint
+from layerprof.pivot.notes import SAVED, Note, texts
+from layerprof.pivot.sections.sweep import STATUSES, Sweep, SweepPoint
 
 
 def sweep_to_dict(sweep: Sweep) -> dict[str, Any]:

@@ -16,8 +16,8 @@ from layerprof.codec.fields import (
     strings,
     summary_us,
 )
-from layerprof.profile import Profile
-from layerprof.sections import (
+from layerprof.pivot.profile import Profile
+from layerprof.pivot.sections import (
     AllocRow,
     AnnotationRow,
     DeviceMemory,

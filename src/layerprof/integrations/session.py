@@ -17,7 +17,7 @@ from layerprof.errors import LayerprofError, UsageError
 
 if TYPE_CHECKING:
     from layerprof.capture.recording.recorder import Recorder
-    from layerprof.profile import Profile
+    from layerprof.pivot.profile import Profile
 
 
 def default_schedule() -> Any:

@@ -36,7 +36,7 @@ from layerprof.load.formats import checked_file, sniff_archive
 from layerprof.load.messages import first_line
 from layerprof.load.specs import ARCH_EXAMPLE, build_arch, ensure_cwd_on_path
 from layerprof.load.weights import CHECKPOINT_KEYS, find_state_dict, load_weights
-from layerprof.notes import Note
+from layerprof.pivot.notes import Note
 
 __all__ = ["LoadedModel", "load_model"]
 

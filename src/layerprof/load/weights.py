@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from layerprof.errors import ModelLoadError
 from layerprof.load.messages import type_name
-from layerprof.notes import Note
+from layerprof.pivot.notes import Note
 
 if TYPE_CHECKING:
     import torch

@@ -47,7 +47,7 @@ from layerprof.traceformat import (
 )
 
 if TYPE_CHECKING:
-    from layerprof.profile import Profile
+    from layerprof.pivot.profile import Profile
 
 _MARKER_KEY = "layerprof"
 

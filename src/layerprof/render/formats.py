@@ -17,8 +17,8 @@ import orjson
 from layerprof import codec, sinks
 from layerprof.analysis.diff import Diff
 from layerprof.errors import UsageError
-from layerprof.profile import Profile, Run
-from layerprof.sections.sweep import Sweep
+from layerprof.pivot.profile import Profile, Run
+from layerprof.pivot.sections.sweep import Sweep
 
 
 def _unsupported(fmt: str, obj: Any) -> UsageError:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from layerprof.units import fmt_share, human_bytes, human_count, human_si, human_time
 
 if TYPE_CHECKING:
-    from layerprof.sections.generation import Generation, Phase, PhaseLayer
+    from layerprof.pivot.sections.generation import Generation, Phase, PhaseLayer
 
 #: At most this many layers in the phase table: the heaviest in decode.
 _PHASE_ROWS = 12

@@ -8,7 +8,7 @@ from layerprof.stats import Summary
 from layerprof.units import human_time
 
 if TYPE_CHECKING:
-    from layerprof.sections.loop import TrainingLoop
+    from layerprof.pivot.sections.loop import TrainingLoop
 
 
 def recompute_line(loop: TrainingLoop) -> str:

@@ -19,7 +19,7 @@ from layerprof.files import write_atomic
 from layerprof.render.terminal import escape_controls
 
 if TYPE_CHECKING:
-    from layerprof.profile import LayerNode, LayerRow, Profile
+    from layerprof.pivot.profile import LayerNode, LayerRow, Profile
 
 SPEEDSCOPE_SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from layerprof.units import NS_PER_MS, format_shapes
 
 if TYPE_CHECKING:
-    from layerprof.profile import Profile
+    from layerprof.pivot.profile import Profile
 
 _CSV_COLUMNS = (
     "path", "type", "parent", "depth", "calls", "total_ms", "self_ms", "share",

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from layerprof.errors import TraceError
-from layerprof.notes import Note
-from layerprof.profile import Profile, Run
+from layerprof.pivot.notes import Note
+from layerprof.pivot.profile import Profile, Run
 from layerprof.trace.executors import SerialExecutor, default_executor
 from layerprof.trace.ranks import merge, with_rank
 from layerprof.trace.reader import NotATraceError, TraceFile, rank_rules, read_trace_file

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from layerprof.profile import ancestors
-from layerprof.records import OpSamples, OpStat
-from layerprof.sections import Steps
+from layerprof.pivot.profile import ancestors
+from layerprof.pivot.records import OpSamples, OpStat
+from layerprof.pivot.sections import Steps
 from layerprof.stats import Series
 from layerprof.trace.columns import unique
 from layerprof.trace.events import I64, LAYER, OP, EventTables, HostSpans

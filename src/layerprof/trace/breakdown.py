@@ -31,7 +31,7 @@ import re
 
 import numpy as np
 
-from layerprof.sections import Breakdown, Step, StepBreakdown, Steps
+from layerprof.pivot.sections import Breakdown, Step, StepBreakdown, Steps
 from layerprof.trace.columns import unique
 from layerprof.trace.comm import comm_kernels, host_compute, host_executions
 from layerprof.trace.events import (

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from layerprof.sections import Collective, Communication, Steps
+from layerprof.pivot.sections import Collective, Communication, Steps
 from layerprof.trace.columns import unique
 from layerprof.trace.commargs import COMM_HOST, HOST_EXECUTION, CommArgs, world_size
 from layerprof.trace.events import (

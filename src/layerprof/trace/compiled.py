@@ -40,9 +40,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from layerprof.sections.compiled import PHASES
-from layerprof.sections.graphrecord import GraphRecord, NodeInfo, common_ancestor
+from layerprof.pivot.sections.compiled import PHASES
 from layerprof.trace.events import I64, LAYER, RUNTIME, SYNC, EventTables
+from layerprof.trace.graphrecord import GraphRecord, NodeInfo, common_ancestor
 from layerprof.trace.links import link
 from layerprof.trace.nesting import Nesting, nest, roll_up
 

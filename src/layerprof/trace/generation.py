@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from layerprof.sections import Steps
-from layerprof.sections.generation import DECODE, PREFILL, Generation, phase_views
+from layerprof.pivot.sections import Steps
+from layerprof.pivot.sections.generation import DECODE, PREFILL, Generation, phase_views
 from layerprof.stats import Series, median
 from layerprof.trace.events import OP, TOKEN_OP, EventTables
 

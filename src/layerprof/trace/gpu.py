@@ -17,7 +17,7 @@ import re
 
 import numpy as np
 
-from layerprof.sections import DeviceUse, KernelRow, KindRow, Launches, MemcpyRow, RuntimeRow
+from layerprof.pivot.sections import DeviceUse, KernelRow, KindRow, Launches, MemcpyRow, RuntimeRow
 from layerprof.stats import Summary
 from layerprof.trace.columns import unique
 from layerprof.trace.events import I64, KERNEL, MEMCPY, MEMSET, RUNTIME, SYNC, EventTables

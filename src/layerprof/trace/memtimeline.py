@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from layerprof.sections import DeviceTimeline, MemoryTimeline, Steps
+from layerprof.pivot.sections import DeviceTimeline, MemoryTimeline, Steps
 from layerprof.trace.columns import unique
 from layerprof.trace.events import LAYER, MODULE, OP, EventTables
 from layerprof.trace.intervals import thin

@@ -17,7 +17,7 @@ from multiprocessing import forkserver, popen_forkserver, reduction, spawn, util
 from multiprocessing.context import ForkServerContext, ForkServerProcess, set_spawning_popen
 from typing import Any, Generic, TypeVar
 
-from layerprof.notes import Note
+from layerprof.pivot.notes import Note
 from layerprof.trace.tasks import Call, Failed, cores, death_causes, reason_of, signals_held
 
 T = TypeVar("T")

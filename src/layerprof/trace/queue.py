@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from layerprof.sections import LaunchOutlier, Queues, StreamQueue
+from layerprof.pivot.sections import LaunchOutlier, Queues, StreamQueue
 from layerprof.trace.events import I64, RUNTIME, SYNC, EventTables
 from layerprof.trace.intervals import thin
 from layerprof.trace.links import Links

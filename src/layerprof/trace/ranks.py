@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from layerprof.notes import Note
-from layerprof.profile import Profile, Run, rank_order
-from layerprof.sections import (
+from layerprof.pivot.notes import Note
+from layerprof.pivot.profile import Profile, Run, rank_order
+from layerprof.pivot.sections import (
     CrossRank,
     KindRow,
     LayerAcrossRanks,

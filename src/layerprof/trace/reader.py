@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 from layerprof.errors import TraceError
-from layerprof.notes import Note
+from layerprof.pivot.notes import Note
 from layerprof.reading import read_input
 from layerprof.trace.commargs import MAX_RANKS, rank_id
 from layerprof.trace.events import EventCollector, EventTables

@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from layerprof.notes import Note
-from layerprof.profile import Profile, parent_path
-from layerprof.records import LayerInfo, LayerSamples, Meta, OpStat
-from layerprof.sections import AnnotationRow, Steps, TraceSource
+from layerprof.pivot.notes import Note
+from layerprof.pivot.profile import Profile, parent_path
+from layerprof.pivot.records import LayerInfo, LayerSamples, Meta, OpStat
+from layerprof.pivot.sections import AnnotationRow, Steps, TraceSource
 from layerprof.stats import Series
 from layerprof.trace.attribution import (
     BACKWARD_NODE,

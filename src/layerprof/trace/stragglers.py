@@ -25,9 +25,9 @@ from collections.abc import Sequence
 from itertools import islice
 from statistics import median
 
-from layerprof.notes import Note
-from layerprof.profile import Profile
-from layerprof.sections import (
+from layerprof.pivot.notes import Note
+from layerprof.pivot.profile import Profile
+from layerprof.pivot.sections import (
     Collective,
     CollectiveMatch,
     Communication,

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from layerprof.sections.graphrecord import (
+from layerprof.trace.graphrecord import (
     GraphRecord,
     KernelSite,
     NodeInfo,

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from layerprof.capture.compiled.run import CompiledRun
     from layerprof.capture.layerpass import LayerMode, Pass
     from layerprof.capture.options import RunOptions
-    from layerprof.profile import Profile
+    from layerprof.pivot.profile import Profile
 
 
 class CompiledMode:

@@ -50,8 +50,8 @@ from layerprof.capture.options import CompileOptions, OpOptions
 from layerprof.capture.profiling.profiler import RawTrace, profiler_kwargs, trace_loader
 from layerprof.capture.quiet import kineto_quiet
 from layerprof.errors import ModelRunError, UsageError
-from layerprof.notes import Note
-from layerprof.sections.compiled import GraphBreak, Recompile
+from layerprof.pivot.notes import Note
+from layerprof.pivot.sections.compiled import GraphBreak, Recompile
 from layerprof.trace.compiled import BACKWARD_MARK, FORWARD_MARK, ModelPaths, attribute_compiled
 
 if TYPE_CHECKING:
@@ -59,8 +59,8 @@ if TYPE_CHECKING:
 
     from layerprof.capture.flops.counter import FlopCount
     from layerprof.capture.options import GivenPeak
-    from layerprof.profile import Profile
-    from layerprof.records import LayerInfo
+    from layerprof.pivot.profile import Profile
+    from layerprof.pivot.records import LayerInfo
 
 __all__ = ["CompiledRun"]
 

@@ -13,10 +13,10 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from layerprof.notes import Note
-from layerprof.profile import ancestors
-from layerprof.records import LayerInfo, LayerSamples
-from layerprof.sections.compiled import (
+from layerprof.pivot.notes import Note
+from layerprof.pivot.profile import ancestors
+from layerprof.pivot.records import LayerInfo, LayerSamples
+from layerprof.pivot.sections.compiled import (
     BUCKET_TYPE,
     OUTSIDE_ROW,
     OVERHEAD_ROW,

@@ -31,8 +31,8 @@ from layerprof.capture.modules import visible_modules
 from layerprof.capture.options import GivenPeak
 from layerprof.capture.platform.clocks import Clock, CudaEventClock, HostClock
 from layerprof.capture.recording.nodes import NodeMarks
-from layerprof.records import LayerInfo
-from layerprof.sections.flops import FlopSummary, LayerFlops, UncountedOp
+from layerprof.pivot.records import LayerInfo
+from layerprof.pivot.sections.flops import FlopSummary, LayerFlops, UncountedOp
 
 if TYPE_CHECKING:
     import torch

@@ -1,6 +1,6 @@
 """FLOP formulas per ATen operator: torch's own, the ones torch lacks, and per-element counts.
 
-Three kinds of rule (conventions in docs/flops.md and ``layerprof.sections.flops``):
+Three kinds of rule (conventions in docs/flops.md and ``layerprof.pivot.sections.flops``):
 
 * **tensor** formulas, 1 multiply-accumulate = 2 FLOPs, bias adds not counted:
   torch's ``torch.utils.flop_counter`` registry (mm, addmm, bmm, baddbmm,

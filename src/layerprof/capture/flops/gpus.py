@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Protocol
 
-from layerprof.sections.flops import Peak
+from layerprof.pivot.sections.flops import Peak
 
 T = 1e12
 G = 1e9

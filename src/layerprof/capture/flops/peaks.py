@@ -31,7 +31,7 @@ from typing import Any, cast
 from layerprof.capture.flops.gpus import DeviceQuery, gpu_peak
 from layerprof.capture.options import GivenPeak
 from layerprof.errors import LayerprofError
-from layerprof.sections.flops import Peak
+from layerprof.pivot.sections.flops import Peak
 
 _CACHE_SCHEMA = "layerprof.peaks/1"
 _CACHE_FILE = "peaks.json"

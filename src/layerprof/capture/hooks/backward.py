@@ -35,8 +35,8 @@ from layerprof.capture.recording.layertimes import build_samples
 from layerprof.capture.recording.nodes import NodeHooksUnavailable, NodeMarks, nest_intervals
 from layerprof.capture.step import LossFn, backward_state, backward_step
 from layerprof.errors import ModelRunError, UsageError
-from layerprof.notes import Note
-from layerprof.records import LayerCall
+from layerprof.pivot.notes import Note
+from layerprof.pivot.records import LayerCall
 
 if TYPE_CHECKING:
     import torch

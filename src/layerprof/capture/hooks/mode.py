@@ -19,8 +19,8 @@ from layerprof.capture.platform.clocks import CudaEventClock, HostClock
 from layerprof.capture.platform.device import device_of
 from layerprof.capture.prelude import prelude
 from layerprof.capture.recording.recorder import Recorder, calibrate
-from layerprof.notes import Note
-from layerprof.records import LayerSamples, Overhead
+from layerprof.pivot.notes import Note
+from layerprof.pivot.records import LayerSamples, Overhead
 from layerprof.stats import Series
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from layerprof.capture.layerpass import Pass
     from layerprof.capture.options import RunOptions
-    from layerprof.profile import Profile
+    from layerprof.pivot.profile import Profile
 
 
 class HooksMode(AsGiven):

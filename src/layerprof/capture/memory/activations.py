@@ -35,7 +35,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from layerprof.capture.modules import HookHandles, hookable_modules, is_opaque, visible_modules
-from layerprof.sections.memory import ActivationMemory, MemoryRow, PhasePeak
+from layerprof.pivot.sections.memory import ActivationMemory, MemoryRow, PhasePeak
 
 if TYPE_CHECKING:
     import torch
@@ -248,7 +248,7 @@ def _storage_keys(model: Any) -> set[_StorageKey]:
 
 def _parents(paths: list[str]) -> dict[str, str | None]:
     """Each layer's nearest ancestor among ``paths`` (the root has none)."""
-    from layerprof.profile import ancestors
+    from layerprof.pivot.profile import ancestors
 
     known = set(paths)
     out: dict[str, str | None] = {}

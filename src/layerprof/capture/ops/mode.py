@@ -17,13 +17,13 @@ from layerprof.capture.layerpass import AsGiven
 from layerprof.capture.prelude import prelude
 from layerprof.capture.profiling.cost import ops_cost, ops_overhead
 from layerprof.capture.profiling.traced import with_trace
-from layerprof.notes import Note
+from layerprof.pivot.notes import Note
 
 if TYPE_CHECKING:
     from layerprof.capture.layerpass import Pass
     from layerprof.capture.options import RunOptions
     from layerprof.capture.profiling.profiler import RawTrace
-    from layerprof.profile import Profile
+    from layerprof.pivot.profile import Profile
 
 
 class OpsMode(AsGiven):

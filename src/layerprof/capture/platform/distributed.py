@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from layerprof.errors import UsageError
-from layerprof.notes import Note
+from layerprof.pivot.notes import Note
 
 if TYPE_CHECKING:
     import torch

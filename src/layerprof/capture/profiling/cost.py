@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from layerprof.notes import Note
-from layerprof.records import LayerInfo, LayerSamples, OpStat, Overhead
+from layerprof.pivot.notes import Note
+from layerprof.pivot.records import LayerInfo, LayerSamples, OpStat, Overhead
 from layerprof.stats import median
 from layerprof.units import human_time
 
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     import torch
 
     from layerprof.capture.options import RunOptions
-    from layerprof.profile import Profile
+    from layerprof.pivot.profile import Profile
 
 #: About how many operator calls the calibration's operator layer makes.
 _CALIBRATION_OPS = 40

@@ -55,8 +55,8 @@ from layerprof.traceformat import (
 if TYPE_CHECKING:
     import torch
 
-    from layerprof.profile import Profile
-    from layerprof.records import Meta
+    from layerprof.pivot.profile import Profile
+    from layerprof.pivot.records import Meta
 
 __all__ = ["BACKWARD_NODE", "UNATTRIBUTED", "RawTrace", "capture_ops"]
 _HOST_ACTIVITIES = frozenset({CPU_OP, USER_ANNOTATION, CUDA_RUNTIME, CUDA_DRIVER})

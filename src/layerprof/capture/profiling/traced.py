@@ -7,12 +7,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from layerprof.notes import Note
-from layerprof.records import LayerInfo
+from layerprof.pivot.notes import Note
+from layerprof.pivot.records import LayerInfo
 
 if TYPE_CHECKING:
     from layerprof.capture.profiling.profiler import RawTrace
-    from layerprof.profile import Profile
+    from layerprof.pivot.profile import Profile
 
 
 def with_trace(

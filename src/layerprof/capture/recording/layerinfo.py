@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from layerprof.capture.modules import visible_modules
-from layerprof.records import LayerInfo, Meta
+from layerprof.pivot.records import LayerInfo, Meta
 
 if TYPE_CHECKING:
     import torch
@@ -51,7 +51,7 @@ def default_meta(model: torch.nn.Module, iterations: int, inputs: tuple[str, ...
     import torch
 
     from layerprof.capture.platform.device import device_of
-    from layerprof.profile import now_iso
+    from layerprof.pivot.profile import now_iso
 
     return Meta(
         model=type(model).__name__,

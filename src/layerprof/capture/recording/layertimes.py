@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from layerprof.records import LayerCall, LayerSamples
+from layerprof.pivot.records import LayerCall, LayerSamples
 
 I64 = npt.NDArray[np.int64]
 _I32 = npt.NDArray[np.int32]

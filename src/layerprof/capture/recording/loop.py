@@ -5,7 +5,7 @@ wrapper marks each forward; the first graph node of a backward pass marks its
 start and an autograd-engine callback its end; torch's global optimizer step
 hooks mark every ``Optimizer.step``. ``rec.step()`` closes a step into a
 ``StepMarks`` and ``partition`` splits its wall time into the parts of
-:mod:`layerprof.sections.loop`, exactly (integer ns, they add up).
+:mod:`layerprof.pivot.sections.loop`, exactly (integer ns, they add up).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from layerprof.capture.modules import HookHandles
 from layerprof.errors import UsageError
-from layerprof.sections.loop import STEP_PARTS, LoopStep
+from layerprof.pivot.sections.loop import STEP_PARTS, LoopStep
 
 if TYPE_CHECKING:
     from layerprof.capture.recording.layertimes import CallTable

@@ -27,8 +27,8 @@ import numpy as np
 from layerprof.capture.recording.layertimes import CallTable, Correction, SampleSums
 from layerprof.capture.recording.loop import StepMarks, StepSchedule, step_row
 from layerprof.errors import UsageError
-from layerprof.records import LayerSamples
-from layerprof.sections.loop import LayerSteps, LoopStep, Recompute, TrainingLoop
+from layerprof.pivot.records import LayerSamples
+from layerprof.pivot.sections.loop import LayerSteps, LoopStep, Recompute, TrainingLoop
 from layerprof.stats import IntValues, Series
 
 

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from layerprof.capture.modules import HookHandles, compiled_in_place, hookable_modules
 from layerprof.capture.platform.clocks import Clock
-from layerprof.records import LayerCall
+from layerprof.pivot.records import LayerCall
 
 if TYPE_CHECKING:
     import torch

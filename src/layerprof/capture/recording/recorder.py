@@ -70,18 +70,18 @@ from layerprof.capture.recording.nodes import NodeHooksUnavailable, NodeMarks
 from layerprof.capture.recording.shapestore import ShapeStore, shape_wrapper
 from layerprof.capture.shapes import describe_inputs, inputs_tree
 from layerprof.errors import UsageError
-from layerprof.notes import Note
-from layerprof.records import LayerCall, Meta, Overhead
-from layerprof.sections import InputSignature
-from layerprof.sections.generation import Generation, phase_views
+from layerprof.pivot.notes import Note
+from layerprof.pivot.records import LayerCall, Meta, Overhead
+from layerprof.pivot.sections import InputSignature
+from layerprof.pivot.sections.generation import Generation, phase_views
 from layerprof.stats import median
 
 if TYPE_CHECKING:
     import torch
 
     from layerprof.capture.memory.activations import ActivationCapture
-    from layerprof.profile import Profile
-    from layerprof.sections.memory import ActivationMemory
+    from layerprof.pivot.profile import Profile
+    from layerprof.pivot.sections.memory import ActivationMemory
 
 #: Log entries (two per event) kept before they are compacted into a CallTable.
 COMPACT_AT = 1 << 17
@@ -904,7 +904,7 @@ class Recorder:
         runner's) is used unless ``correct=False``. Self times are medians over
         iterations.
         """
-        from layerprof.profile import Profile
+        from layerprof.pivot.profile import Profile
 
         self._compact()
         stream = self._stream

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING
 from layerprof.capture.layerpass import AsGiven
 from layerprof.capture.profiling.cost import ops_cost, ops_overhead
 from layerprof.capture.profiling.traced import with_trace
-from layerprof.notes import Note
+from layerprof.pivot.notes import Note
 from layerprof.units import human_time
 
 if TYPE_CHECKING:
     from layerprof.capture.layerpass import Pass
     from layerprof.capture.options import RunOptions
-    from layerprof.profile import Profile
+    from layerprof.pivot.profile import Profile
 
 _KIND_NAMES = {"torchscript": "TorchScript model", "export": "torch.export program"}
 

@@ -51,8 +51,8 @@ from layerprof.capture.platform.device import device_of
 from layerprof.capture.profiling.profiler import RawTrace, capture_ops, range_api, trace_loader
 from layerprof.capture.quiet import kineto_quiet
 from layerprof.errors import ModelRunError
-from layerprof.notes import Note
-from layerprof.records import LayerInfo
+from layerprof.pivot.notes import Note
+from layerprof.pivot.records import LayerInfo
 from layerprof.trace.columns import ts_from_us
 from layerprof.trace.events import LAYER, OP, EventTables
 from layerprof.trace.kineto import tables_from_documents

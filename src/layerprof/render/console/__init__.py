@@ -16,7 +16,8 @@ from rich.console import Console
 
 from layerprof.analysis.diff import Diff
 from layerprof.errors import UsageError
-from layerprof.profile import Profile, Run
+from layerprof.pivot.profile import Profile, Run
+from layerprof.pivot.sections.sweep import Sweep
 from layerprof.render.console.sections import (
     DIFF_SECTIONS,
     PROFILE_SECTIONS,
@@ -25,7 +26,6 @@ from layerprof.render.console.sections import (
     Section,
     print_sections,
 )
-from layerprof.sections.sweep import Sweep
 
 __all__ = ["ReportOptions", "Section", "print_report"]
 

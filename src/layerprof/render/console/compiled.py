@@ -20,8 +20,8 @@ from layerprof.units import fmt_calls, human_time, unit_for
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from layerprof.profile import Profile
-    from layerprof.sections.compiled import CompiledKernel, CompiledSection
+    from layerprof.pivot.profile import Profile
+    from layerprof.pivot.sections.compiled import CompiledKernel, CompiledSection
 
 ESTIMATE_MARK = "*"
 TOP_KERNELS = 10

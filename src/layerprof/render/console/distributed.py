@@ -6,9 +6,9 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
-from layerprof.profile import Profile, Run
+from layerprof.pivot.profile import Profile, Run
+from layerprof.pivot.sections import BREAKDOWN_PARTS, CollectiveGroup, StepBreakdown
 from layerprof.render.console.columns import Cell, print_named_table
-from layerprof.sections import BREAKDOWN_PARTS, CollectiveGroup, StepBreakdown
 from layerprof.units import MS, US, fmt_calls, human_bytes
 
 _STEP_ROWS = 12  # steps listed one by one; the total row sums them all

@@ -23,8 +23,8 @@ from layerprof.units import human_bytes, human_count, human_si, human_time
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from layerprof.profile import LayerRow, Profile
-    from layerprof.sections.flops import FlopSummary, Peak
+    from layerprof.pivot.profile import LayerRow, Profile
+    from layerprof.pivot.sections.flops import FlopSummary, Peak
 
 #: Short labels of a layer's kind of counted work, for the FLOPs cell.
 LABELS = {"elementwise": "ew", "lookup": "lookup", "data movement": "moves"}

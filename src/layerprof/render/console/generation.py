@@ -22,7 +22,7 @@ from layerprof.units import unit_for
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from layerprof.profile import Profile
+    from layerprof.pivot.profile import Profile
 
 
 def print_generation(console: Console, profile: Profile) -> None:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from layerprof.profile import Profile
+    from layerprof.pivot.profile import Profile
 
 
 def signature_lines(profile: Profile) -> list[Text]:

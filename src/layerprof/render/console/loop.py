@@ -9,15 +9,15 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from layerprof.pivot.sections.loop import STEP_PARTS
 from layerprof.render.loop_text import recompute_line
-from layerprof.sections.loop import STEP_PARTS
 from layerprof.units import unit_for
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from layerprof.profile import Profile
-    from layerprof.sections.loop import LoopStep, TrainingLoop
+    from layerprof.pivot.profile import Profile
+    from layerprof.pivot.sections.loop import LoopStep, TrainingLoop
 
 #: Steps listed one by one; beyond this, the first and last few and the medians.
 _STEP_ROWS = 12

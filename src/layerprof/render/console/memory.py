@@ -16,8 +16,8 @@ from layerprof.units import human_bytes
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from layerprof.profile import Profile
-    from layerprof.sections.memory import ActivationMemory, MemoryTotals
+    from layerprof.pivot.profile import Profile
+    from layerprof.pivot.sections.memory import ActivationMemory, MemoryTotals
 
 #: At most this many layers: the heaviest by saved bytes, shown in module order.
 _MEMORY_ROWS = 30

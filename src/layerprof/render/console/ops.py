@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from layerprof.records import OP_COLUMNS, OpStat, merge_layers, merge_shapes
+from layerprof.pivot.records import OP_COLUMNS, OpStat, merge_layers, merge_shapes
 from layerprof.render.console.columns import Col, Hide, Row, Shrink, Step, print_table
 from layerprof.render.terminal import escape_controls, escaping
 from layerprof.units import fmt_calls, human_bytes, human_count, unit_for

@@ -31,7 +31,7 @@ from layerprof.units import (
 )
 
 if TYPE_CHECKING:
-    from layerprof.profile import LayerNode, LayerRow, Profile
+    from layerprof.pivot.profile import LayerNode, LayerRow, Profile
 
 SortKey = Literal["total", "self", "name", "order"]
 

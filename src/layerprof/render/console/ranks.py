@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from layerprof.profile import Profile, Run
+from layerprof.pivot.profile import Profile, Run
 from layerprof.render.console.columns import (
     Cell,
     Col,

@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from layerprof.analysis.diff import Diff, GateResult
-    from layerprof.profile import Profile, Run
+    from layerprof.pivot.profile import Profile, Run
 
 T = TypeVar("T")
 

@@ -8,9 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from layerprof.render.console.columns import Cell, Col, Hide, Row, Shrink, Step, print_table
-from layerprof.render.terminal import escaping
-from layerprof.sections.sweep import (
+from layerprof.pivot.sections.sweep import (
     BATCH_PAYS,
     FAILED,
     OK,
@@ -19,6 +17,8 @@ from layerprof.sections.sweep import (
     decode_scaling,
     top_layers,
 )
+from layerprof.render.console.columns import Cell, Col, Hide, Row, Shrink, Step, print_table
+from layerprof.render.terminal import escaping
 from layerprof.units import human_bytes, human_si, human_time, unit_for
 
 SHARE_LAYERS = 6

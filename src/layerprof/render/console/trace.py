@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
-from layerprof.profile import Profile
+from layerprof.pivot.profile import Profile
 from layerprof.render.console.columns import Cell, print_named_table
 from layerprof.units import MS, US, fmt_calls, human_bytes
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from layerprof.analysis.diff import Diff, GateResult
 from layerprof.errors import UsageError
 from layerprof.files import write_atomic
-from layerprof.profile import Profile, Run
+from layerprof.pivot.profile import Profile, Run
 from layerprof.render.html import sections as _sections
 from layerprof.render.html.header import default_title, header
 from layerprof.render.html.page import Section, document, json_for_script

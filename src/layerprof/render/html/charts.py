@@ -21,7 +21,7 @@ from layerprof.render.html.labels import label, short
 from layerprof.units import NS_PER_MS, fmt_calls, fmt_share, human_time, ms
 
 if TYPE_CHECKING:
-    from layerprof.profile import LayerNode
+    from layerprof.pivot.profile import LayerNode
     from layerprof.stats import Series
 
 #: Colours the script knows by name.

@@ -9,7 +9,8 @@ column: the share of a row's compiled time that a fused kernel's split gave it.
 
 from __future__ import annotations
 
-from layerprof.profile import LayerRow
+from layerprof.pivot.profile import LayerRow
+from layerprof.pivot.sections.compiled import CompiledGraph, CompiledKernel, CompiledSection
 from layerprof.render.html.charts import BarSeries, bars, in_ms
 from layerprof.render.html.page import (
     Col,
@@ -25,7 +26,6 @@ from layerprof.render.html.page import (
     time_col,
 )
 from layerprof.render.html.subject import Subject
-from layerprof.sections.compiled import CompiledGraph, CompiledKernel, CompiledSection
 from layerprof.units import fmt_share, human_time, unit_for
 
 _SPLIT_SHOWN = 4

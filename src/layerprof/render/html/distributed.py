@@ -15,7 +15,21 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from layerprof.profile import Profile
+from layerprof.pivot.profile import Profile
+from layerprof.pivot.sections import (
+    BREAKDOWN_PARTS,
+    Breakdown,
+    CollectiveGroup,
+    CollectiveMatch,
+    Communication,
+    DeviceTimeline,
+    LaunchOutlier,
+    Queues,
+    RankLateness,
+    StepBreakdown,
+    Stragglers,
+    StreamQueue,
+)
 from layerprof.render.html.page import (
     TABLE_LIMIT,
     TOP_N,
@@ -36,20 +50,6 @@ from layerprof.render.html.page import (
 )
 from layerprof.render.html.subject import Subject, rank_name
 from layerprof.render.html.trace import columns, per_rank
-from layerprof.sections import (
-    BREAKDOWN_PARTS,
-    Breakdown,
-    CollectiveGroup,
-    CollectiveMatch,
-    Communication,
-    DeviceTimeline,
-    LaunchOutlier,
-    Queues,
-    RankLateness,
-    StepBreakdown,
-    Stragglers,
-    StreamQueue,
-)
 from layerprof.units import US, TimeUnit, fmt_calls, fmt_gb_s, fmt_share, human_time, unit_for
 
 #: Stacked bars drawn in all (the steps of each rank and device share them; the totals

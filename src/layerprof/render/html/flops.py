@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from layerprof.analysis.roofline import RooflinePoint, intensity_text, roofline
+from layerprof.pivot.sections.flops import CONVENTION, FlopSummary, Peak, UncountedOp
 from layerprof.render.html.charts import Chart
 from layerprof.render.html.labels import label
 from layerprof.render.html.page import (
@@ -31,7 +32,6 @@ from layerprof.render.html.page import (
     time_col,
 )
 from layerprof.render.html.subject import Subject
-from layerprof.sections.flops import CONVENTION, FlopSummary, Peak, UncountedOp
 from layerprof.units import NS_PER_MS, human_count, human_si, human_time, unit_for
 
 LABELS = {"elementwise": "elementwise", "lookup": "lookup", "data movement": "moves data"}

@@ -4,6 +4,7 @@ layers' time per forward in prefill and in decode."""
 
 from __future__ import annotations
 
+from layerprof.pivot.sections.generation import PhaseLayer
 from layerprof.render.generation_text import (
     WORK_COLUMNS,
     peak_line,
@@ -13,7 +14,6 @@ from layerprof.render.generation_text import (
 )
 from layerprof.render.html.page import Col, Section, esc, table, text_col, time_col
 from layerprof.render.html.subject import Subject
-from layerprof.sections.generation import PhaseLayer
 from layerprof.units import unit_for
 
 _Row = tuple[str, PhaseLayer | None, PhaseLayer | None]

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from layerprof.analysis.difftext import side_label
-from layerprof.records import Meta
+from layerprof.pivot.records import Meta
+from layerprof.pivot.sections import TraceSource
 from layerprof.render.html.page import esc
 from layerprof.render.html.subject import Subject
-from layerprof.sections import TraceSource
 from layerprof.units import fmt_calls, human_time
 
 

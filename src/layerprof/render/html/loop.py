@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from layerprof.pivot.sections.loop import STEP_PARTS, LoopStep
 from layerprof.render.html.charts import BarSeries, Colour, bars
 from layerprof.render.html.page import (
     Col,
@@ -18,7 +19,6 @@ from layerprof.render.html.page import (
 )
 from layerprof.render.html.subject import Subject
 from layerprof.render.loop_text import recompute_line
-from layerprof.sections.loop import STEP_PARTS, LoopStep
 from layerprof.units import NS_PER_MS, TimeUnit, fmt_share, human_time, unit_for
 
 #: Bars drawn; a longer loop shows its first steps.

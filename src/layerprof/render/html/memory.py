@@ -1,10 +1,11 @@
 """The report's activation-memory section: per layer, the bytes its forward saves for
 backward (total and self), its parameters, gradients and optimizer state, and the
 allocator's peak per phase of the step (CUDA) - the TensorBoard plugin's memory view,
-per layer. Reads ``Profile.activation_memory`` (layerprof.sections.memory)."""
+per layer. Reads ``Profile.activation_memory`` (layerprof.pivot.sections.memory)."""
 
 from __future__ import annotations
 
+from layerprof.pivot.sections.memory import ActivationMemory, MemoryTotals
 from layerprof.render.html.charts import BarSeries, Chart, bars
 from layerprof.render.html.page import (
     Col,
@@ -16,7 +17,6 @@ from layerprof.render.html.page import (
     table,
 )
 from layerprof.render.html.subject import Subject
-from layerprof.sections.memory import ActivationMemory, MemoryTotals
 from layerprof.units import human_bytes
 
 #: Bars in the chart: the layers saving the most themselves.

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from layerprof.profile import LayerRow, tree_of
-from layerprof.records import OpStat, Overhead, merge_layers
+from layerprof.pivot.profile import LayerRow, tree_of
+from layerprof.pivot.records import OpStat, Overhead, merge_layers
 from layerprof.render.html.charts import BarSeries, bars, in_ms, latency_chart, tree_chart
 from layerprof.render.html.compiled import estimate_columns
 from layerprof.render.html.page import (

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from layerprof.pivot.sections import LayerAcrossRanks
 from layerprof.render.html.page import Col, Section, table, text_col, time_col
 from layerprof.render.html.subject import Subject
-from layerprof.sections import LayerAcrossRanks
 from layerprof.units import fmt_share, unit_for
 
 #: ranks shown one column each up to this many; beyond, only the summary columns

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from layerprof.analysis.diff import Diff, GateResult
-from layerprof.profile import LayerRow, Profile, Run
+from layerprof.pivot.profile import LayerRow, Profile, Run
 
 if TYPE_CHECKING:
     from layerprof.analysis.diagnose import Finding

@@ -12,6 +12,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
+from layerprof.pivot.sections.sweep import (
+    BATCH_PAYS,
+    OK,
+    Sweep,
+    SweepPoint,
+    decode_scaling,
+    top_layers,
+)
 from layerprof.render.html.charts import Chart
 from layerprof.render.html.labels import label
 from layerprof.render.html.page import (
@@ -27,14 +35,6 @@ from layerprof.render.html.page import (
     table,
     text_col,
     time_col,
-)
-from layerprof.sections.sweep import (
-    BATCH_PAYS,
-    OK,
-    Sweep,
-    SweepPoint,
-    decode_scaling,
-    top_layers,
 )
 from layerprof.units import NS_PER_MS, human_bytes, human_si, unit_for
 

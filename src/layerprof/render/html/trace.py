@@ -11,7 +11,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from layerprof.profile import Profile
+from layerprof.pivot.profile import Profile
+from layerprof.pivot.sections import (
+    AllocRow,
+    AnnotationRow,
+    DeviceMemory,
+    DeviceUse,
+    KernelRow,
+    KindRow,
+    Launches,
+    MemcpyRow,
+    RankLine,
+    RuntimeRow,
+    StepAcrossRanks,
+    Steps,
+)
 from layerprof.render.html.charts import BarSeries, StepSeries, StepTimes, bars, in_ms
 from layerprof.render.html.labels import label
 from layerprof.render.html.page import (
@@ -33,20 +47,6 @@ from layerprof.render.html.page import (
 )
 from layerprof.render.html.profile import op_columns, phase_ops
 from layerprof.render.html.subject import Subject, rank_name
-from layerprof.sections import (
-    AllocRow,
-    AnnotationRow,
-    DeviceMemory,
-    DeviceUse,
-    KernelRow,
-    KindRow,
-    Launches,
-    MemcpyRow,
-    RankLine,
-    RuntimeRow,
-    StepAcrossRanks,
-    Steps,
-)
 from layerprof.units import NS_PER_MS, US, TimeUnit, unit_for
 
 T = TypeVar("T")

@@ -43,9 +43,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from layerprof import sinks
 from layerprof.errors import UsageError
-from layerprof.notes import Note
-from layerprof.records import LayerInfo, LayerSamples, Meta, OpStat, Overhead
-from layerprof.sections import (
+from layerprof.pivot.notes import Note
+from layerprof.pivot.records import LayerInfo, LayerSamples, Meta, OpStat, Overhead
+from layerprof.pivot.sections import (
     AnnotationRow,
     Breakdown,
     Communication,
@@ -66,11 +66,11 @@ from layerprof.sections import (
     Stragglers,
     TraceSource,
 )
-from layerprof.sections.compiled import CompiledSection
-from layerprof.sections.flops import FlopSummary, LayerFlops
-from layerprof.sections.generation import Generation
-from layerprof.sections.loop import TrainingLoop
-from layerprof.sections.memory import ActivationMemory
+from layerprof.pivot.sections.compiled import CompiledSection
+from layerprof.pivot.sections.flops import FlopSummary, LayerFlops
+from layerprof.pivot.sections.generation import Generation
+from layerprof.pivot.sections.loop import TrainingLoop
+from layerprof.pivot.sections.memory import ActivationMemory
 from layerprof.stats import Series, SeriesLike, Summary, as_series
 from layerprof.units import NS_PER_MS
 

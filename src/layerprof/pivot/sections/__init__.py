@@ -14,8 +14,8 @@ A new analysis adds its own module here, a field on ``Profile`` (or ``Run``), an
 its writer/reader in ``layerprof.codec``.
 """
 
-from layerprof.sections.compiled import CompiledSection
-from layerprof.sections.distributed import (
+from layerprof.pivot.sections.compiled import CompiledSection
+from layerprof.pivot.sections.distributed import (
     BREAKDOWN_PARTS,
     Breakdown,
     Collective,
@@ -32,13 +32,13 @@ from layerprof.sections.distributed import (
     StreamQueue,
     bus_factor,
 )
-from layerprof.sections.flops import CONVENTION, FlopSummary, LayerFlops, Peak, UncountedOp
-from layerprof.sections.inputs import InputSignature
-from layerprof.sections.loop import STEP_PARTS, LayerSteps, LoopStep, TrainingLoop
-from layerprof.sections.passes import FusedLayer, PassCheck
-from layerprof.sections.ranks import LayerAcrossRanks
-from layerprof.sections.repeats import Repeats, RunMedians
-from layerprof.sections.trace import (
+from layerprof.pivot.sections.flops import CONVENTION, FlopSummary, LayerFlops, Peak, UncountedOp
+from layerprof.pivot.sections.inputs import InputSignature
+from layerprof.pivot.sections.loop import STEP_PARTS, LayerSteps, LoopStep, TrainingLoop
+from layerprof.pivot.sections.passes import FusedLayer, PassCheck
+from layerprof.pivot.sections.ranks import LayerAcrossRanks
+from layerprof.pivot.sections.repeats import Repeats, RunMedians
+from layerprof.pivot.sections.trace import (
     STEP_DEFINITIONS,
     AllocRow,
     AnnotationRow,

@@ -11,7 +11,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from layerprof.notes import Note
+from layerprof.pivot.notes import Note
 from layerprof.stats import Summary
 
 OK = "ok"

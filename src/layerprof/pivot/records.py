@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from layerprof.sections.flops import LayerFlops
+from layerprof.pivot.sections.flops import LayerFlops
 from layerprof.stats import Series, SeriesLike, as_series
 
 Shape = tuple[int, ...]
@@ -55,7 +55,7 @@ class LayerInfo:
     ``flops`` counts the FLOPs of one forward inclusively (None when not
     counted; ``flop_detail`` has the elementwise part, bytes moved, the share
     of op time in uncounted ops and, with ``--backward``, the backward's: see
-    layerprof.sections.flops); ``output_bytes`` is the size of the tensors the
+    layerprof.pivot.sections.flops); ``output_bytes`` is the size of the tensors the
     layer's first call returned (its activation memory); ``peak_bytes`` (CUDA
     only) how far allocated device memory rose above its level at the layer's
     entry, at the peak (see layerprof.capture.memory.allocator).

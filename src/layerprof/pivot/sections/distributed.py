@@ -14,7 +14,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from layerprof.notes import Note
+from layerprof.pivot.notes import Note
 
 #: The parts of a step's wall time, in the priority order that makes them a partition:
 #: at each instant the first part active there gets the time (see docs/trace.md).

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from layerprof.notes import Note
+from layerprof.pivot.notes import Note
 from layerprof.stats import Summary
 from layerprof.traceformat import GPU_STEP_SOURCE, LAYER_CATEGORY, STEP_SOURCE
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from layerprof.sections.flops import Peak
+from layerprof.pivot.sections.flops import Peak
 from layerprof.stats import Series, Summary
 
 

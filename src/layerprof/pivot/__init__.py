@@ -1,0 +1,7 @@
+"""The pivot: the value types every source fills and every analysis and renderer reads.
+
+``profile`` holds ``Profile`` (one process or rank) and ``Run`` (several ranks),
+``records`` the per-layer and per-op records, ``sections`` the typed sections a
+Profile carries, ``notes`` the facts the numbers depend on. Frozen values, no
+torch, no I/O (``save``/``load`` go through ``layerprof.sinks``).
+"""
