@@ -3,8 +3,6 @@ the steps are chunked, nothing kept outside the schedule's active window."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -19,31 +17,7 @@ from layerprof.capture.recording.loop import StepSchedule
 from layerprof.errors import UsageError
 from layerprof.pivot.profile import Profile
 from layerprof.stats import IntValues
-
-
-class Spin(torch.autograd.Function):
-    """Advances a fake clock by known amounts in forward and backward."""
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, clock: FakeClock, fwd: int, bwd: int) -> torch.Tensor:  # type: ignore[override]
-        clock.advance(fwd)
-        ctx.clock, ctx.bwd = clock, bwd
-        return x * 1.0
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
-        ctx.clock.advance(ctx.bwd)
-        return grad, None, None, None
-
-
-class SpinLayer(nn.Module):
-    def __init__(self, clock: FakeClock, fwd: int, bwd: int) -> None:
-        super().__init__()
-        self.clock, self.fwd, self.bwd = clock, fwd, bwd
-        self.w = nn.Parameter(torch.ones(4))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return Spin.apply(x * self.w, self.clock, self.fwd, self.bwd)
+from tests.support.fake_clock_models import FakeSpinLayer
 
 
 class Net(nn.Module):
@@ -51,8 +25,8 @@ class Net(nn.Module):
 
     def __init__(self, clock: FakeClock, checkpointed: bool) -> None:
         super().__init__()
-        self.a = SpinLayer(clock, 100, 1000)
-        self.b = SpinLayer(clock, 30, 70)
+        self.a = FakeSpinLayer(clock, 100, 1000)
+        self.b = FakeSpinLayer(clock, 30, 70)
         self.checkpointed = checkpointed
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

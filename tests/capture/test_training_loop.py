@@ -21,6 +21,7 @@ from layerprof.capture.recording.loop import StepMarks, StepSchedule, partition
 from layerprof.errors import UsageError
 from layerprof.pivot.profile import Profile
 from layerprof.pivot.sections.loop import STEP_PARTS
+from tests.support.fake_clock_models import FakeSpinLayer
 
 MS = 1_000_000
 
@@ -275,31 +276,6 @@ def test_ddp_model_is_unwrapped(tmp_path: Path) -> None:
 
 
 # ---- exact partition with a fake clock ---------------------------------------------------
-
-
-class FakeSpin(torch.autograd.Function):
-    """Advances a fake clock by known amounts in forward and backward."""
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, clock: FakeClock, fwd: int, bwd: int) -> torch.Tensor:  # type: ignore[override]
-        clock.advance(fwd)
-        ctx.clock, ctx.bwd = clock, bwd
-        return x * 1.0
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
-        ctx.clock.advance(ctx.bwd)
-        return grad, None, None, None
-
-
-class FakeSpinLayer(nn.Module):
-    def __init__(self, clock: FakeClock, forward_ns: int, backward_ns: int) -> None:
-        super().__init__()
-        self.clock, self.fwd, self.bwd = clock, forward_ns, backward_ns
-        self.w = nn.Parameter(torch.ones(4))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return FakeSpin.apply(x * self.w, self.clock, self.fwd, self.bwd)
 
 
 class Costed(nn.Module):
