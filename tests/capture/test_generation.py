@@ -509,3 +509,19 @@ def test_each_phase_has_its_allocator_peak_through_the_counter_interface() -> No
     assert "peak memory above the start: prefill 15.8 KiB" in str(prof.render("console"))
     back = codec.from_dict(json.loads(json.dumps(codec.to_dict(prof))))
     assert back.generation is not None and back.generation.peak_bytes == g.peak_bytes
+
+
+def test_a_decode_step_splits_into_forward_and_around_it(profiled: layerprof.Profile) -> None:
+    """The clean pass's inter-token latency less the decode forward's total: what
+    generate() does between forwards (logits processing, sampling, the cache)."""
+    g = profiled.generation
+    assert g is not None and g.itl_ns is not None
+    decode = g.phase("decode")
+    assert decode is not None
+    root = decode.layer("")
+    assert root is not None and g.decode_outside_ns == g.itl_ns.median - root.total_ns
+    by_token = g.itl_by_token()
+    assert len(by_token) == 5 and all(t >= DECODE_S * 1e9 for t in by_token)
+    text = str(profiled.render("console"))
+    assert "a decode step:" in text and "inter-token latency" in text
+    assert '"lp-itl":{"kind":"steps"' in str(profiled.render("html"))

@@ -60,6 +60,22 @@ def summary_lines(g: Generation) -> list[str]:
                 else ""
             )
         )
+    outside = g.decode_outside_ns
+    decode = g.phase("decode")
+    root = decode.layer("") if decode is not None else None
+    if outside is not None and root is not None and g.itl_ns is not None:
+        if outside > 0:
+            lines.append(
+                f"a decode step: {human_time(root.total_ns)} in the model's forward,"
+                f" {human_time(outside)} around it (logits processing, sampling, cache"
+                f" bookkeeping) of a {human_time(g.itl_ns.median)} inter-token latency"
+            )
+        else:
+            lines.append(
+                f"a decode step: the model's forward ({human_time(root.total_ns)}, per-layer"
+                f" pass) takes the whole {human_time(g.itl_ns.median)} gap: nothing"
+                " measurable around it"
+            )
     if g.peak_bytes:
         lines.append(
             "peak memory above the start: "

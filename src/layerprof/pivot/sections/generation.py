@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from layerprof.pivot.sections.flops import Peak
-from layerprof.stats import Series, Summary
+from layerprof.stats import Series, Summary, median
 
 
 @dataclass(frozen=True)
@@ -145,6 +145,29 @@ class Generation:
 
     def phase(self, name: str) -> Phase | None:
         return next((p for p in self.phases if p.name == name), None)
+
+    def itl_by_token(self) -> tuple[float, ...]:
+        """The median inter-token latency at each token index (the gap before token 2,
+        3, ...), over the timed generates: how a step grows with the context."""
+        if self.itl_ns is None or self.itl_ns.values is None or self.new_tokens < 2:
+            return ()
+        gaps = self.itl_ns.values.tolist()
+        per = self.new_tokens - 1
+        if len(gaps) % per:
+            return ()
+        return tuple(median(gaps[i::per]) for i in range(per))
+
+    @property
+    def decode_outside_ns(self) -> float | None:
+        """Of a decode step, the part outside the model's forward: the clean pass's median
+        inter-token latency less the decode forward's median total (per-layer pass,
+        wrapper cost removed): logits processing, sampling, cache bookkeeping. None
+        without both."""
+        decode = self.phase("decode")
+        root = decode.layer("") if decode is not None else None
+        if self.itl_ns is None or root is None:
+            return None
+        return self.itl_ns.median - root.total_ns
 
 
 PREFILL, DECODE = "prefill", "decode"

@@ -12,7 +12,8 @@ from layerprof.render.generation_text import (
     summary_lines,
     work_rows,
 )
-from layerprof.render.html.page import Col, Section, esc, table, text_col, time_col
+from layerprof.render.html.charts import StepSeries, StepTimes, in_ms
+from layerprof.render.html.page import Col, Section, chart_slot, esc, table, text_col, time_col
 from layerprof.render.html.subject import Subject
 from layerprof.units import unit_for
 
@@ -51,10 +52,19 @@ def generation_section(s: Subject) -> Section | None:
         ridge = peak_line(g)
         if ridge is not None:
             body += f'<p class="caption">{esc(ridge)}</p>'
+    charts = {}
+    by_token = g.itl_by_token()
+    if len(by_token) > 1:
+        tokens = tuple(str(i + 2) for i in range(len(by_token)))
+        charts["lp-itl"] = StepTimes(
+            title="Inter-token latency by token (median over the timed generates)",
+            series=(StepSeries("inter-token latency", tokens, in_ms(by_token)),),
+        )
+        body = chart_slot("lp-itl") + body
     intro = (
         "A language model's generate(), prefill and decode apart: time to first token from"
         " the call to the first token's logits, inter-token latency between tokens' logits"
         " (a clean pass with no hooks); each layer per forward of each phase (the per-layer"
         " pass), the heaviest in decode."
     )
-    return Section("generation", "Generation", body, intro)
+    return Section("generation", "Generation", body, intro, charts)
