@@ -60,8 +60,9 @@ class LoopRecord:
     ) -> None:
         self.correction = correction
         # room for the schedule's active steps (one forward and backward each) when it has
-        # a count: no growth, whose copy holds old and new columns at once
-        self.room = room or 256
+        # a count: no growth, whose copy holds old and new columns at once; a window of
+        # more than 16k steps starts there and grows (a loop may end long before it)
+        self.room = min(room or 256, 1 << 14)
         self.forward = SampleSums(n_paths, self.room, device)
         self.backward: SampleSums | None = None
         self.rows: list[LoopStep] = []
