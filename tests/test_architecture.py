@@ -267,3 +267,71 @@ def test_trace_and_sections_never_import_torch() -> None:
                 continue
             torch = [f for f in found if f == "torch" or f.startswith("torch.")]
             assert not torch, f"{name} imports {torch} (line {node.lineno})"
+
+
+#: Modules whose import costs what a lazy import saves: a light module imported inside a
+#: function instead of at the top must say why, on its line or the line above.
+HEAVY_ROOTS = frozenset(
+    {"torch", "numpy", "rich", "orjson", "transformers", "dask", "distributed", "fsspec",
+     "multiprocessing", "concurrent", "asyncio", "playwright", "lightning"}
+)  # fmt: skip
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    """Modules a file imports at module level (TYPE_CHECKING blocks aside)."""
+    tree = ast.parse(path.read_text(), str(path))
+    out: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+            out.update(f"{node.module}.{a.name}" for a in node.names)
+    return out
+
+
+TOP_LEVEL = {name: _top_level_imports(path) for name, path in MODULES.items()}
+
+
+def _heavy(module: str, seen: frozenset[str] = frozenset()) -> bool:
+    """Whether importing ``module`` imports a heavy library, at module level, on the way."""
+    if module.split(".")[0] in HEAVY_ROOTS:
+        return True
+    if module not in MODULES or module in seen:
+        return False
+    return any(_heavy(dep, seen | {module}) for dep in TOP_LEVEL[module])
+
+
+def _lazy_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every layerprof module imported inside a function."""
+    tree = ast.parse(path.read_text(), str(path))
+    out: list[tuple[int, str]] = []
+    for func in ast.walk(tree):
+        if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(func):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("layerprof"):
+                out.append((node.lineno, node.module or ""))
+            elif isinstance(node, ast.Import):
+                out += [(node.lineno, a.name) for a in node.names if a.name.startswith("layerprof")]
+    return out
+
+
+def test_a_light_module_imported_inside_a_function_says_why() -> None:
+    """Imports go at the top; inside a function only what is worth deferring (it brings
+    torch, numpy, rich... with it) or with a stated reason (a comment: a circle the
+    top-level import would close, start-up the CLI must keep). The command line and the
+    package's ``__init__`` defer on purpose: ``--help`` imports almost nothing."""
+    unexplained = []
+    for name, path in MODULES.items():
+        if name == "layerprof" or name.startswith("layerprof.cli"):
+            continue
+        lines = path.read_text().splitlines()
+        for line_no, module in _lazy_imports(path):
+            line, above = lines[line_no - 1], lines[line_no - 2] if line_no > 1 else ""
+            if "#" in line or above.strip().startswith("#"):
+                continue
+            target = module if module in MODULES else module.rsplit(".", 1)[0]
+            if not _heavy(target):
+                unexplained.append(f"{name}:{line_no} imports {module}")
+    assert unexplained == [], "\n".join(unexplained)

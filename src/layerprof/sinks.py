@@ -20,7 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from layerprof.errors import UsageError
+from layerprof.errors import ProfileFormatError, UsageError
+from layerprof.files import write_atomic
 
 if TYPE_CHECKING:  # typing.Self is 3.11+; annotations are strings here, so 3.10 never needs it
     from typing_extensions import Self
@@ -100,7 +101,6 @@ def render(obj: Any, fmt: str, **options: Any) -> str | bytes:
 
 def write(obj: Any, path: str | os.PathLike[str], fmt: str | None = None, **options: Any) -> Path:
     """Render ``obj`` (in ``fmt``, else by the file's extension) and write it whole or not at all."""
-    from layerprof.files import write_atomic
 
     chosen = renderer(fmt) if fmt is not None else _renderer_for(path)
     if str(path).endswith(".gz"):
@@ -141,8 +141,6 @@ def load(path: str | os.PathLike[str]) -> Any:
 def save(obj: Any, path: str | os.PathLike[str], *, samples: bool = False) -> Path:
     """The JSON document of ``obj``, written whole or not at all (gzipped for ``.gz``)."""
     import gzip
-
-    from layerprof.files import write_atomic
 
     data = codec().dumps(obj, samples=samples)
     if str(path).endswith(".gz"):
@@ -203,8 +201,6 @@ class Output:
     @classmethod
     def _expect(cls, loaded: Any, source: str) -> Self:
         if not isinstance(loaded, cls):
-            from layerprof.errors import ProfileFormatError
-
             raise ProfileFormatError(
                 f"{source} holds a {type(loaded).__name__}, not a {cls.__name__}"
             )

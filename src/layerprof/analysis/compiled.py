@@ -11,6 +11,7 @@ import statistics
 from typing import TYPE_CHECKING
 
 from layerprof.analysis.finding import Finding
+from layerprof.analysis.passes import contention_cause, interval, layer_pass_forward, pass_gap
 from layerprof.pivot.sections.compiled import BUCKET_ROWS, BUCKET_TYPE, Recompile
 from layerprof.units import human_time
 
@@ -161,7 +162,6 @@ def _pass_agreement(profile: Profile) -> list[Finding]:
     more (else the rows are unreliable); and a profiled forward well beyond
     the clean one (``_PROFILED_BOUND``) is named with where its extra time is.
     """
-    from layerprof.analysis.passes import contention_cause, interval, layer_pass_forward, pass_gap
 
     c, lat = profile.compiled, profile.latency
     layer = layer_pass_forward(profile)

@@ -26,6 +26,10 @@ from layerprof.pivot.sections.flops import Peak
 
 if TYPE_CHECKING:
     from layerprof.capture.memory.allocator import MemoryCounter
+from layerprof.capture.flops.counter import count_flops
+from layerprof.capture.flops.peaks import device_peak
+from layerprof.capture.memory.allocator import CudaMemory
+from layerprof.capture.platform.device import device_of
 from layerprof.pivot.sections.generation import (
     DECODE,
     ENCODE,
@@ -52,11 +56,7 @@ def profile_generate(
     memory each phase holds above the start (``Generation.peak_bytes``)."""
     import torch
 
-    from layerprof.capture.platform.device import device_of
-
     if counter is None and device_of(model).startswith("cuda"):
-        from layerprof.capture.memory.allocator import CudaMemory
-
         counter = CudaMemory(device_of(model))
 
     if not callable(getattr(model, "generate", None)):
@@ -251,9 +251,6 @@ def _with_work(
     and the device's peak for the roofline."""
     import torch
 
-    from layerprof.capture.flops.counter import count_flops
-    from layerprof.capture.flops.peaks import device_peak
-    from layerprof.capture.platform.device import device_of
     from layerprof.capture.runner import _dtype_of
 
     def generates(n: int) -> Callable[[], Any]:

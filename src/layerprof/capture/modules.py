@@ -16,6 +16,8 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from layerprof.capture.platform.distributed import user_modules
+
 if TYPE_CHECKING:
     import torch
 
@@ -61,7 +63,6 @@ def visible_modules(
     insides of compiled modules: ``--compile`` compiles regions itself and attributes
     their kernels to the modules inside (layerprof.capture.compiled.run).
     """
-    from layerprof.capture.platform.distributed import user_modules
 
     out: list[tuple[str, torch.nn.Module]] = []
     opaque: list[str] = []

@@ -19,10 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 from layerprof.capture.calls import guarded
 from layerprof.capture.fastpath import check_passes, watch_clean_path
-from layerprof.capture.modules import hookable_modules
+from layerprof.capture.flops.counter import count_model, flop_sections
+from layerprof.capture.memory.activations import measure_step
+from layerprof.capture.memory.allocator import CudaMemory, peak_memory
+from layerprof.capture.modules import hookable_modules, visible_modules
 from layerprof.capture.platform.clocks import synchronizer
 from layerprof.capture.recording.layerinfo import layer_infos
 from layerprof.capture.recording.shapestore import ShapeCapture
+from layerprof.capture.step import backward_step
 from layerprof.pivot.notes import Note
 
 if TYPE_CHECKING:
@@ -57,7 +61,6 @@ class _Prelude:
         self, run: Pass, base: Profile, peaks: dict[str, int] | None = None
     ) -> tuple[tuple[LayerInfo, ...], FlopSummary | None]:
         """The per-layer rows with FLOP detail, and the FLOP summary with the device's peak."""
-        from layerprof.capture.flops.counter import flop_sections
 
         rows = layer_infos(
             run.model, self.shapes.shapes, flops=self.flops.flops if self.flops else None,
@@ -93,7 +96,6 @@ def memory_counter(device: str) -> MemoryCounter | None:
     """The allocator counters of ``device``; CPU has none (tests replace this)."""
     if not device.startswith("cuda"):
         return None
-    from layerprof.capture.memory.allocator import CudaMemory
 
     return CudaMemory(device)
 
@@ -104,7 +106,6 @@ def _peaks(
     counter = memory_counter(device)
     if counter is None:
         return None
-    from layerprof.capture.memory.allocator import peak_memory
 
     return peak_memory(model, forward, counter)
 
@@ -114,7 +115,6 @@ def _activation_memory(run: Pass) -> tuple[ActivationMemory | None, Note | None]
     (layerprof.capture.memory.activations); a step the counter cannot run says why."""
     if not run.opts.backward:
         return None, None
-    from layerprof.capture.memory.activations import measure_step
 
     try:
         section = measure_step(
@@ -138,8 +138,6 @@ def _flops(
 ) -> tuple[FlopCount | None, Note | None]:
     """FLOPs per layer from one counted forward (and a counted step with ``backward``);
     a model the counter cannot run keeps its timings and says why FLOPs are missing."""
-    from layerprof.capture.flops.counter import count_model
-    from layerprof.capture.step import backward_step
 
     step = (
         backward_step(model, args, kwargs, opts.loss, synchronizer(device))
@@ -156,7 +154,6 @@ def _flops(
 
 def _opaque_notes(model: torch.nn.Module) -> list[Note]:
     """Scripted submodules are timed whole: say why their insides have no rows."""
-    from layerprof.capture.modules import visible_modules
 
     hooked = {p for p, _ in hookable_modules(model)}
     return [

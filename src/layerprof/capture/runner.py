@@ -40,11 +40,13 @@ from layerprof.capture.modes import choose
 from layerprof.capture.options import RunOptions
 from layerprof.capture.platform.clocks import synchronizer
 from layerprof.capture.platform.device import device_of
-from layerprof.capture.platform.distributed import unwrap
+from layerprof.capture.platform.distributed import rank_info, unwrap, wrapper_note
 from layerprof.capture.platform.hostload import host_load
 from layerprof.capture.progress import Progress
+from layerprof.capture.shapes import describe_inputs
 from layerprof.load.modulegraph import check_acyclic
 from layerprof.pivot.notes import Note
+from layerprof.pivot.profile import Profile, now_iso
 from layerprof.pivot.records import LayerInfo, Meta
 from layerprof.stats import Series
 
@@ -106,7 +108,6 @@ def run_model(
 
 
 def _wrapper_notes(model: Any) -> list[Note]:
-    from layerprof.capture.platform.distributed import wrapper_note
 
     note = wrapper_note(model)
     return [note] if note else []
@@ -145,7 +146,6 @@ def _base_profile(
     kwargs: dict[str, Any],
 ) -> Profile:
     """The Profile of the clean pass: meta, latency and the root layer; per-layer passes add to it."""
-    from layerprof.pivot.profile import Profile
 
     meta = _meta(model, opts, device, args, kwargs)
     return Profile(
@@ -160,8 +160,6 @@ def _meta(
     model: Any, opts: RunOptions, device: str, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Meta:
     import torch
-
-    from layerprof.pivot.profile import now_iso
 
     return Meta(
         model=opts.model_name or type(unwrap(model)).__name__,
@@ -187,7 +185,6 @@ def _meta(
 
 
 def _rank_meta() -> dict[str, Any]:
-    from layerprof.capture.platform.distributed import rank_info
 
     info = rank_info()
     return {} if info is None else {"rank": info.rank, "world_size": info.world_size}
@@ -240,6 +237,5 @@ def _dtype_of(model: torch.nn.Module) -> str:
 
 
 def _describe(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, ...]:
-    from layerprof.capture.shapes import describe_inputs
 
     return describe_inputs(args, kwargs)

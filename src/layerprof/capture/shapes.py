@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from layerprof.units import format_shapes
+
 _MAX_ITEMS = 16
 
 
@@ -74,7 +76,6 @@ def inputs_tree(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 
 def describe_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, ...]:
     """One text per argument (``8x3x32x32``, ``mask=4x128``), as ``--input`` specs read."""
-    from layerprof.units import format_shapes
 
     out = [format_shapes(shape_tree(a)) for a in args]
     out += [f"{k}={format_shapes(shape_tree(v))}" for k, v in kwargs.items()]

@@ -34,10 +34,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from layerprof.capture.generate import profile_generate
+from layerprof.capture.memory.allocator import CudaMemory
+from layerprof.capture.options import OpOptions, RunOptions
 from layerprof.capture.platform.device import prepare_model
 from layerprof.errors import DeviceError, InputSpecError, LayerprofError, UsageError
 from layerprof.load.inputs import InputSpec, build_inputs, parse_input_spec
 from layerprof.pivot.notes import Note
+from layerprof.pivot.profile import now_iso
 from layerprof.pivot.sections.sweep import (
     DEFAULT_ITERS,
     DEFAULT_WARMUP,
@@ -107,7 +111,6 @@ def run_sweep(
     import torch
 
     from layerprof.capture.runner import _dtype_of
-    from layerprof.pivot.profile import now_iso
 
     parsed = [parse_input_spec(s) for s in specs]
     notes = _check_specs(parsed, options)
@@ -279,7 +282,6 @@ def _fact_notes(facts: list[_Facts]) -> list[Note]:
 def _point(
     model: Any, specs: list[InputSpec], point: SweepPoint, options: SweepOptions
 ) -> tuple[SweepPoint, _Facts | None]:
-    from layerprof.capture.options import RunOptions
     from layerprof.capture.runner import run_model
 
     sized = [_prompted(_resized(s, point.batch, options.batch_dim), point.prompt) for s in specs]
@@ -320,8 +322,6 @@ def _point(
 def _generated(model: Any, inputs: Any, run: Any, new_tokens: int) -> Profile:
     """``profile(model, inputs, generate=N)`` at one point, in its thread count."""
     import torch
-
-    from layerprof.capture.generate import profile_generate
 
     before = torch.get_num_threads()
     if run.threads is not None:
@@ -416,8 +416,6 @@ def _peak_memory(model: Any, args: Any, kwargs: Any, options: SweepOptions) -> i
     )
     try:
         if options.device.startswith("cuda"):
-            from layerprof.capture.memory.allocator import CudaMemory
-
             counter = CudaMemory(options.device)
             torch.cuda.synchronize(options.device)
             base = counter.allocated()
@@ -435,7 +433,6 @@ def _cpu_peak(model: Any, args: Any, kwargs: Any, options: SweepOptions) -> int 
     """The CPU allocator has no peak counter: torch.profiler's memory events have it."""
     import torch
 
-    from layerprof.capture.options import OpOptions
     from layerprof.capture.profiling.profiler import capture_ops
 
     grad = torch.inference_mode if options.inference_mode else torch.no_grad

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
+from layerprof.analysis.roofline import roofline
 from layerprof.codec.fields import (
     Fields,
     first_rows,
@@ -121,7 +122,6 @@ def layer_records(profile: Profile) -> list[dict[str, Any]]:
 def _layers(p: Profile, samples: bool) -> list[dict[str, Any]]:
     """The layer records, each with its roofline numbers where the console and the HTML
     report show them (derived from FLOPs, bytes, time and the peak: written, not read)."""
-    from layerprof.analysis.roofline import roofline
 
     line = roofline(p)
     points = {pt.path: pt for pt in line.points} if line is not None else {}

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from layerprof.capture.recording.loop import StepSchedule
 from layerprof.errors import LayerprofError, UsageError
 
 if TYPE_CHECKING:
@@ -25,7 +26,6 @@ def default_schedule() -> Any:
     allocator growth, kernel selection) dropped, the next 200 kept, nothing after, so a
     run of 100k steps holds what 200 hold (torch.profiler users bound theirs the same
     way, with wait/warmup/active). ``schedule=StepSchedule()`` records every step."""
-    from layerprof.capture.recording.loop import StepSchedule
 
     return StepSchedule(warmup=1, active=200)
 

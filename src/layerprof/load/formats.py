@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 from layerprof.errors import ModelLoadError
+from layerprof.load.archive import member_names
 
 _FileFormat = Literal["torchscript", "export", "torch", "pickle", "damaged-zip", "other"]
 
@@ -34,8 +35,6 @@ def torch_file_format(file: Path) -> _FileFormat:
     ``OSError`` when the file cannot be read.
     """
     if zipfile.is_zipfile(file):
-        from layerprof.load.archive import member_names
-
         try:
             with zipfile.ZipFile(file) as archive:
                 return _zip_kind(member_names(archive, file))

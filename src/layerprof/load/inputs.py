@@ -42,7 +42,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from layerprof import machine
 from layerprof.errors import DeviceError, InputSpecError, UsageError
+from layerprof.load.formats import torch_file_format
+from layerprof.load.limits import seed_problem
+from layerprof.load.pickles import refused_globals, scan_torch_file
+from layerprof.units import human_bytes
 
 if TYPE_CHECKING:
     import torch
@@ -269,8 +274,6 @@ def build_inputs(
     """
     import torch
 
-    from layerprof.load.limits import seed_problem
-
     parsed = [s if isinstance(s, InputSpec) else parse_input_spec(s) for s in specs]
     cast = _float_dtype(float_dtype)
     problem = seed_problem(seed)
@@ -292,7 +295,6 @@ def example_inputs(
 ) -> BuiltInputs:
     """The example inputs a ``torch.export`` program was exported with, when no
     ``--input`` is given (the program guards on their shapes anyway)."""
-    from layerprof.errors import InputSpecError
 
     example = getattr(program, "example_inputs", None)
     if not example:
@@ -373,10 +375,8 @@ def _build_bytes(spec: InputSpec) -> tuple[int, int]:
 def _check_memory(specs: Sequence[InputSpec], device: str) -> None:
     """Refuse inputs that cannot fit before allocating them: an oversized spec
     would otherwise be allocated until the kernel kills the process."""
-    from layerprof.machine import available_memory
-    from layerprof.units import human_bytes
 
-    room = available_memory()
+    room = machine.available_memory()  # the module's: a test or a caller may set it
     if room is None:
         return
     kept = 0
@@ -401,8 +401,6 @@ def _check_device_memory(specs: Sequence[InputSpec], device: str, total: int) ->
     if not device.startswith("cuda") or total == 0:
         return
     import torch
-
-    from layerprof.units import human_bytes
 
     try:
         free, _ = torch.cuda.mem_get_info(device)
@@ -448,7 +446,6 @@ def _load_file(spec: InputSpec) -> Any:
 
 
 def _refused_text(path: Path) -> str:
-    from layerprof.load.pickles import refused_globals, scan_torch_file
 
     scan = scan_torch_file(path)
     refused = refused_globals(scan)
@@ -473,7 +470,6 @@ def _unloadable_text(path: Path, exc: Exception) -> str:
 
 
 def _file_format(spec: InputSpec, path: Path) -> str:
-    from layerprof.load.formats import torch_file_format
 
     try:
         return torch_file_format(path)

@@ -32,8 +32,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from layerprof.errors import ModelLoadError
+from layerprof.load.archive import check_export_archive
 from layerprof.load.formats import checked_file, sniff_archive
 from layerprof.load.messages import first_line
+from layerprof.load.pickles import refused_globals, scan_torch_file
 from layerprof.load.specs import ARCH_EXAMPLE, build_arch, ensure_cwd_on_path
 from layerprof.load.weights import CHECKPOINT_KEYS, find_state_dict, load_weights
 from layerprof.pivot.notes import Note
@@ -103,8 +105,6 @@ def _load_torchscript(file: Path, arch: str | None, map_location: str) -> Loaded
 
 def _load_exported(file: Path, arch: str | None, *, trust_pickle: bool = False) -> LoadedModel:
     import torch
-
-    from layerprof.load.archive import check_export_archive
 
     # Before torch reads it: shape expressions, guards and names from the archive end
     # up in Python that torch evaluates (sympify, exec of the code it generates).
@@ -251,7 +251,6 @@ def _torch_load(file: Path, *, trust_pickle: bool, map_location: str) -> Any:
 def _refusal(file: Path, exc: Exception) -> ModelLoadError | None:
     """Why weights_only refused ``file`` when it was for safety; None when the file
     is damaged. Told from the stream's own opcodes, not from torch's wording."""
-    from layerprof.load.pickles import refused_globals, scan_torch_file
 
     scan = scan_torch_file(file)
     refused = refused_globals(scan)

@@ -45,6 +45,7 @@ from layerprof.traceformat import (
     STEP_PREFIX,
     USER_ANNOTATION,
 )
+from layerprof.version import __version__
 
 if TYPE_CHECKING:
     from layerprof.pivot.profile import Profile
@@ -94,7 +95,6 @@ def _trace_document(profile: Profile) -> dict[str, Any]:
 
 def marker(profile: Profile | None) -> dict[str, Any]:
     """The top-level ``"layerprof"`` object: who wrote the trace, for which model."""
-    from layerprof.version import __version__
 
     out: dict[str, Any] = {"version": __version__, "model": None}
     if profile is not None:

@@ -19,6 +19,7 @@ from layerprof.analysis.diff import Diff
 from layerprof.errors import UsageError
 from layerprof.pivot.profile import Profile, Run
 from layerprof.pivot.sections.sweep import Sweep
+from layerprof.render.table import profile_to_csv
 
 
 def _unsupported(fmt: str, obj: Any) -> UsageError:
@@ -69,7 +70,6 @@ class _CsvRenderer:
     extensions: tuple[str, ...] = (".csv",)
 
     def render(self, obj: Any, **options: Any) -> str:
-        from layerprof.render.table import profile_to_csv
 
         if not isinstance(obj, Profile):
             raise _unsupported(self.name, obj)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from layerprof.errors import TraceError
 from layerprof.pivot.notes import Note
 from layerprof.pivot.profile import Profile, Run
-from layerprof.trace.executors import SerialExecutor, default_executor
+from layerprof.trace.executors import SerialExecutor, default_executor, parse_executor
 from layerprof.trace.ranks import merge, with_rank
 from layerprof.trace.reader import NotATraceError, TraceFile, rank_rules, read_trace_file
 from layerprof.trace.reduce import reduce
@@ -125,7 +125,6 @@ def analyze(
 
 
 def _executor(executor: Executor | str | None, sources: list[TraceInput]) -> Executor:
-    from layerprof.trace.executors import parse_executor
 
     if executor is None:
         return default_executor(len(sources), _estimated_seconds(sources))

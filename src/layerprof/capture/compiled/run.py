@@ -45,10 +45,15 @@ from layerprof.capture.compiled.samples import (
     notes,
 )
 from layerprof.capture.compilewatch import CompileWatch
+from layerprof.capture.flops.counter import count_flops, flop_sections
 from layerprof.capture.modules import HookHandles, hookable_modules
 from layerprof.capture.options import CompileOptions, OpOptions
+from layerprof.capture.platform.clocks import synchronizer
 from layerprof.capture.profiling.profiler import RawTrace, profiler_kwargs, trace_loader
 from layerprof.capture.quiet import kineto_quiet
+from layerprof.capture.recording.layerinfo import layer_infos
+from layerprof.capture.recording.shapestore import ShapeCapture
+from layerprof.capture.step import backward_state, backward_step
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.pivot.notes import Note
 from layerprof.pivot.sections.compiled import GraphBreak, Recompile
@@ -109,7 +114,6 @@ class CompiledRun:
 
     # ---- set-up -------------------------------------------------------------------
     def __enter__(self) -> CompiledRun:
-        from layerprof.capture.recording.layerinfo import layer_infos
 
         check_compile_support()
         # Dynamo logs every graph break as ~20 WARNING lines on stderr; the compiled
@@ -186,7 +190,6 @@ class CompiledRun:
     ) -> Profile:
         """Profile ``iters`` compiled forwards (and backwards) and attribute their kernels;
         FLOPs are the eager forward's (layerprof.capture.flops.counter), ``peak`` as ``--peak``."""
-        from layerprof.capture.flops.counter import flop_sections
 
         assert self.eager is not None and self.backend is not None, "use inside `with`"
         raw = self._capture(iters, device, backward, loss)
@@ -219,8 +222,6 @@ class CompiledRun:
     ) -> RawTrace:
         import torch
 
-        from layerprof.capture.platform.clocks import synchronizer
-
         sync = synchronizer(device)
         step = self._step(sync, backward, loss)
         kw = profiler_kwargs(OpOptions(), device, iters)
@@ -229,7 +230,6 @@ class CompiledRun:
         kw["schedule"] = torch.profiler.schedule(wait=0, warmup=1, active=iters, repeat=1)
         cycles: list[Any] = []
         kw["on_trace_ready"] = lambda p: cycles.append(p.profiler)
-        from layerprof.capture.step import backward_state
 
         grad = backward_state(self.model) if backward else contextlib.nullcontext()
         prof = torch.profiler.profile(**kw)
@@ -265,7 +265,6 @@ class CompiledRun:
                     leave(handle)
 
             return forward_step
-        from layerprof.capture.step import backward_step
 
         open_: list[Any] = []
 
@@ -361,8 +360,6 @@ def _eager_facts(
 ) -> _EagerFacts:
     """Calls, shapes and output bytes of one eager forward, then FLOPs from another."""
     from layerprof.capture.failures import locate_failure, model_error
-    from layerprof.capture.flops.counter import count_flops
-    from layerprof.capture.recording.shapestore import ShapeCapture
 
     def forward() -> Any:
         return model(*args, **kwargs)

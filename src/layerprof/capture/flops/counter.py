@@ -31,6 +31,7 @@ from layerprof.capture.modules import visible_modules
 from layerprof.capture.options import GivenPeak
 from layerprof.capture.platform.clocks import Clock, CudaEventClock, HostClock
 from layerprof.capture.recording.nodes import NodeMarks
+from layerprof.capture.step import backward_state
 from layerprof.pivot.records import LayerInfo
 from layerprof.pivot.sections.flops import FlopSummary, LayerFlops, UncountedOp
 
@@ -604,7 +605,6 @@ def count_model(
     count = count_flops(model, forward, clock=_clock(device))
     if step is None:
         return count
-    from layerprof.capture.step import backward_state
 
     with backward_state(model):
         return count.with_backward(count_backward(model, step, clock=_clock(device)))

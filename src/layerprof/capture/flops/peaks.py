@@ -31,6 +31,7 @@ from typing import Any, cast
 from layerprof.capture.flops.gpus import DeviceQuery, gpu_peak
 from layerprof.capture.options import GivenPeak
 from layerprof.errors import LayerprofError
+from layerprof.files import write_atomic
 from layerprof.pivot.sections.flops import Peak
 
 _CACHE_SCHEMA = "layerprof.peaks/1"
@@ -211,8 +212,6 @@ def _peak_of(value: Any) -> Peak | None:
 def _write_cache(path: Path, entries: dict[str, Peak]) -> None:
     """Best effort: a cache that cannot be written only means measuring again next time."""
     import orjson
-
-    from layerprof.files import write_atomic
 
     data = {
         "schema": _CACHE_SCHEMA,

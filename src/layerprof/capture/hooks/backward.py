@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from layerprof.capture.options import OpOptions
 from layerprof.capture.platform.clocks import Clock, HostClock, synchronizer
 from layerprof.capture.platform.device import device_of
 from layerprof.capture.recording import nodes
@@ -135,7 +136,6 @@ def _ops_backward(
     why: str,
 ) -> BackwardProfile:
     """The fallback: autograd nodes from torch.profiler, attributed by sequence number."""
-    from layerprof.capture.options import OpOptions
     from layerprof.capture.profiling.profiler import capture_ops
 
     cap = capture_ops(

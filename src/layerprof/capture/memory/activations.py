@@ -35,6 +35,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from layerprof.capture.modules import HookHandles, hookable_modules, is_opaque, visible_modules
+from layerprof.capture.step import backward_state, default_loss
+from layerprof.pivot.profile import ancestors
 from layerprof.pivot.sections.memory import ActivationMemory, MemoryRow, PhasePeak
 
 if TYPE_CHECKING:
@@ -248,7 +250,6 @@ def _storage_keys(model: Any) -> set[_StorageKey]:
 
 def _parents(paths: list[str]) -> dict[str, str | None]:
     """Each layer's nearest ancestor among ``paths`` (the root has none)."""
-    from layerprof.pivot.profile import ancestors
 
     known = set(paths)
     out: dict[str, str | None] = {}
@@ -323,7 +324,6 @@ def measure_step(
     """One counted training step: forward and loss, backward, then ``optimizer.step()``
     when one is given. The users' ``.grad`` tensors are restored after; the optimizer's
     step does change the weights, so ``run`` passes none."""
-    from layerprof.capture.step import backward_state, default_loss
 
     params = [p for p in model.parameters() if p.requires_grad]
     loss_fn = loss or default_loss

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from layerprof.capture.calls import grad_ctx
 from layerprof.capture.layerpass import AsGiven
+from layerprof.capture.options import OpOptions
 from layerprof.capture.prelude import prelude
 from layerprof.capture.profiling.cost import ops_cost, ops_overhead
 from layerprof.capture.profiling.traced import with_trace
@@ -68,7 +69,6 @@ class OpsMode(AsGiven):
 
 
 def _capture(run: Pass) -> RawTrace:
-    from layerprof.capture.options import OpOptions
     from layerprof.capture.profiling.profiler import capture_ops
 
     opts = run.opts

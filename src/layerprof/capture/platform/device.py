@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from layerprof.capture.platform.distributed import rank_info
 from layerprof.errors import DeviceError, UsageError
+from layerprof.load.inputs import _float_dtype, move_inputs
 
 
 def resolve_device(spec: str) -> str:
@@ -27,8 +29,6 @@ def resolve_device(spec: str) -> str:
             hint="use --device cpu, or install a CUDA build of torch on a machine with a GPU",
         )
     if index is None:
-        from layerprof.capture.platform.distributed import rank_info
-
         info = rank_info()  # under torchrun, "cuda" is this rank's own GPU
         index = info.local_rank if info is not None else torch.cuda.current_device()
     count = torch.cuda.device_count()
@@ -73,7 +73,6 @@ def placed(
     -> float32 loses bits). Floating inputs are cast, every tensor input moved.
     Returns the model, args, kwargs, the canonical device and the dtype name.
     """
-    from layerprof.load.inputs import _float_dtype, move_inputs
 
     dev = resolve_device(str(device)) if device is not None else None
     name = str(dtype).removeprefix("torch.") if dtype is not None else None

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from layerprof.capture.options import OpOptions
 from layerprof.pivot.notes import Note
 from layerprof.pivot.records import LayerInfo, LayerSamples, OpStat, Overhead
 from layerprof.stats import median
@@ -189,7 +190,6 @@ def _round_figures(
     capture: Callable[..., Any] | None,
 ) -> tuple[float, float, float]:
     """(per-op, range inside, range leak) ns of one profiled run against ``bare``."""
-    from layerprof.capture.options import OpOptions
     from layerprof.capture.profiling.profiler import capture_ops
 
     raw = (capture or capture_ops)(

@@ -33,7 +33,10 @@ import orjson
 
 from layerprof.capture.modules import ForwardWrapper, HookHandles, wrappable_modules
 from layerprof.capture.options import OpOptions
+from layerprof.capture.platform.clocks import synchronizer
 from layerprof.capture.quiet import kineto_quiet
+from layerprof.capture.recording.layerinfo import default_meta, layer_infos
+from layerprof.capture.step import backward_state, backward_step
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.trace.attribution import BACKWARD_NODE, UNATTRIBUTED, layer_peaks
 from layerprof.trace.events import EventTables
@@ -269,8 +272,6 @@ def _grad_state(
     import torch
 
     if backward:
-        from layerprof.capture.step import backward_state
-
         return backward_state(model)
     return (factory or torch.no_grad)()
 
@@ -283,12 +284,10 @@ def _step_fn(
     loss: Callable[[Any], Any] | None,
     device: str,
 ) -> Callable[[], Any]:
-    from layerprof.capture.platform.clocks import synchronizer
 
     sync = synchronizer(device)
     if not backward:
         return lambda: model(*args, **kwargs)
-    from layerprof.capture.step import backward_step
 
     return backward_step(model, args, kwargs, loss, sync)
 
@@ -418,8 +417,6 @@ def profile_from_capture(
     the ops-mode equivalent of ``Recorder.profile``, for tests and the API.
     """
     from dataclasses import replace
-
-    from layerprof.capture.recording.layerinfo import default_meta, layer_infos
 
     traced = raw.profile()
     iterations = len(traced.steps.complete) if traced.steps is not None else 0

@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from layerprof.capture.modules import visible_modules
+from layerprof.capture.platform.device import device_of
+from layerprof.pivot.profile import now_iso
 from layerprof.pivot.records import LayerInfo, Meta
 
 if TYPE_CHECKING:
@@ -49,9 +51,6 @@ def layer_infos(
 
 def default_meta(model: torch.nn.Module, iterations: int, inputs: tuple[str, ...] = ()) -> Meta:
     import torch
-
-    from layerprof.capture.platform.device import device_of
-    from layerprof.pivot.profile import now_iso
 
     return Meta(
         model=type(model).__name__,

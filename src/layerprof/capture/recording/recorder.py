@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from layerprof.capture.memory.activations import ActivationCapture
 from layerprof.capture.modules import (
     ForwardWrapper,
     HookHandles,
@@ -51,6 +52,8 @@ from layerprof.capture.modules import (
     wrappable_modules,
 )
 from layerprof.capture.platform.clocks import Clock, CudaEventClock, HostClock, synchronizer
+from layerprof.capture.platform.device import device_of
+from layerprof.capture.platform.distributed import unwrap
 from layerprof.capture.recording.layerinfo import default_meta, layer_infos
 from layerprof.capture.recording.layertimes import (
     EXIT,
@@ -71,6 +74,7 @@ from layerprof.capture.recording.shapestore import ShapeStore, shape_wrapper
 from layerprof.capture.shapes import describe_inputs, inputs_tree
 from layerprof.errors import UsageError
 from layerprof.pivot.notes import Note
+from layerprof.pivot.profile import Profile
 from layerprof.pivot.records import LayerCall, Meta, Overhead
 from layerprof.pivot.sections import InputSignature
 from layerprof.pivot.sections.generation import Generation, phase_views
@@ -142,8 +146,6 @@ class Recorder:
         correct: bool | None = None,
     ) -> None:
         import torch
-
-        from layerprof.capture.platform.distributed import unwrap
 
         if not isinstance(model, torch.nn.Module):
             raise UsageError(
@@ -253,7 +255,6 @@ class Recorder:
         """Saved-tensor counting (layerprof.capture.memory.activations) for every step, and
         a note of which optimizer stepped (from the phase marks' optimizer hook), for its
         state's bytes."""
-        from layerprof.capture.memory.activations import ActivationCapture
 
         def seen(optimizer: Any) -> None:
             if not any(o is optimizer for o in self._optimizers):
@@ -313,7 +314,6 @@ class Recorder:
 
     def _default_backward_clock(self) -> Clock:
         """CUDA events on CUDA (resolved once per step), else the forward's host clock."""
-        from layerprof.capture.platform.device import device_of
 
         device = device_of(self.model)
         return CudaEventClock(device) if device.startswith("cuda") else self.clock
@@ -904,7 +904,6 @@ class Recorder:
         runner's) is used unless ``correct=False``. Self times are medians over
         iterations.
         """
-        from layerprof.pivot.profile import Profile
 
         self._compact()
         stream = self._stream

@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from layerprof.capture.layerpass import AsGiven
+from layerprof.capture.options import OpOptions
 from layerprof.capture.profiling.cost import ops_cost, ops_overhead
 from layerprof.capture.profiling.traced import with_trace
 from layerprof.pivot.notes import Note
@@ -49,7 +50,6 @@ class ScriptedMode(AsGiven):
 
 def _scripted(run: Pass) -> Profile:
     """Rows off the profiled trace, its recording cost removed (layerprof.capture.profiling.cost)."""
-    from layerprof.capture.options import OpOptions
     from layerprof.capture.scripted.profiler import export_capture, script_capture
 
     opts, base = run.opts, run.base

@@ -33,6 +33,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from layerprof.stats import Summary
+
 if TYPE_CHECKING:
     from layerprof.stats import Summary
 
@@ -78,7 +80,6 @@ class LayerSteps:
     def summary(self, quantity: str) -> Summary | None:
         """Median, spread and the median's 95 % interval over the steps of one quantity
         (``forward_total``, ``forward_self``, ``backward_total``, ``backward_self``)."""
-        from layerprof.stats import Summary
 
         values = getattr(self, f"{quantity}_ns")
         return Summary.of(values) if values is not None and len(values) else None
@@ -124,7 +125,6 @@ class TrainingLoop:
 
     def summary(self, name: str) -> Summary:
         """Median, spread and the median's confidence interval of one part over steps."""
-        from layerprof.stats import Summary
 
         return Summary.of(self.part(name))
 

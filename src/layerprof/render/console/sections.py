@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from layerprof.analysis.diagnose import checks, diagnose, diagnose_run, run_checks
 from layerprof.render.console.compiled import print_compiled
 from layerprof.render.console.diff import print_diff
 from layerprof.render.console.distributed import (
@@ -125,7 +126,6 @@ def _ops(p: Profile, out: Console, o: ReportOptions) -> None:
 
 
 def _findings(p: Profile, out: Console, o: ReportOptions) -> None:
-    from layerprof.analysis.diagnose import checks, diagnose
 
     if o.findings:
         print_findings(diagnose(p), out, checks=checks(p))
@@ -191,7 +191,6 @@ def _rank_reports(run: Run, out: Console, o: ReportOptions) -> None:
 
 
 def _run_findings(run: Run, out: Console, o: ReportOptions) -> None:
-    from layerprof.analysis.diagnose import diagnose_run, run_checks
 
     if o.findings:
         print_findings(diagnose_run(run), out, checks=run_checks(run))

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from layerprof.analysis.diagnose import diagnose, diagnose_run
 from layerprof.analysis.diff import Diff, GateResult
 from layerprof.errors import UsageError
 from layerprof.files import write_atomic
@@ -69,7 +70,6 @@ def write_html(
 
 
 def _diagnose(obj: Profile | Run | Diff) -> list[Finding]:
-    from layerprof.analysis.diagnose import diagnose, diagnose_run
 
     if isinstance(obj, Profile):
         return diagnose(obj)
