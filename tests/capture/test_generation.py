@@ -524,4 +524,5 @@ def test_a_decode_step_splits_into_forward_and_around_it(profiled: layerprof.Pro
     assert len(by_token) == 5 and all(t >= DECODE_S * 1e9 for t in by_token)
     text = str(profiled.render("console"))
     assert "a decode step:" in text and "inter-token latency" in text
-    assert '"lp-itl":{"kind":"steps"' in str(profiled.render("html"))
+    page = str(profiled.render("html"))
+    assert '"lp-itl":{"kind":"steps"' in page and '"lp-phases":{"kind":"bars"' in page

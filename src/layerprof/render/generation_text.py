@@ -87,16 +87,17 @@ def summary_lines(g: Generation) -> list[str]:
 
 #: The columns of the per-phase roofline table, after the layer's path.
 WORK_COLUMNS = (
-    "Prefill FLOPs", "FLOP/B", "bound", "Decode FLOPs", "FLOP/B", "bound", "Decode B/s",
-    "% of peak B/s",
+    "Prefill FLOPs", "FLOP/B", "bound", "% of peak FLOP/s", "Decode FLOPs", "FLOP/B", "bound",
+    "Decode B/s", "% of peak B/s",
 )  # fmt: skip
 
 
 def work_rows(g: Generation) -> list[tuple[str, ...]]:
     """The heaviest layers' counted work per forward of each phase and which side of the
     device's ridge it lands on (prefill over the prompt: many FLOPs per weight byte;
-    decode for one token: few, so memory-bound), with decode's achieved bandwidth and
-    its share of the device's peak. Empty when nothing was counted."""
+    decode for one token: few, so memory-bound), with prefill's achieved FLOP/s and
+    decode's achieved bandwidth as shares of the device's peaks. Empty when nothing
+    was counted."""
     rows = []
     peak = g.peak
     for path, pre, dec in phase_rows(g):
@@ -110,6 +111,12 @@ def work_rows(g: Generation) -> list[tuple[str, ...]]:
                 f"{intensity:.1f}" if intensity is not None else "-",
                 (x.bound(peak) if x is not None else None) or "-",
             ]
+            if x is pre:  # prefill is compute-bound: its share of the peak FLOP/s
+                rate = pre.rate if pre is not None else None
+                flops_share = (
+                    rate / peak.flops_per_s if rate and peak and peak.flops_per_s else None
+                )
+                cells.append(fmt_share(flops_share))
         bandwidth = dec.bandwidth if dec is not None else None
         share = bandwidth / peak.bytes_per_s if bandwidth and peak and peak.bytes_per_s else None
         cells += [human_si(bandwidth, "B/s") if bandwidth else "-", fmt_share(share)]

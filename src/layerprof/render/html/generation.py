@@ -12,7 +12,7 @@ from layerprof.render.generation_text import (
     summary_lines,
     work_rows,
 )
-from layerprof.render.html.charts import StepSeries, StepTimes, in_ms
+from layerprof.render.html.charts import BarSeries, Chart, StepSeries, StepTimes, bars, in_ms
 from layerprof.render.html.page import Col, Section, chart_slot, esc, table, text_col, time_col
 from layerprof.render.html.subject import Subject
 from layerprof.units import unit_for
@@ -25,6 +25,7 @@ def generation_section(s: Subject) -> Section | None:
     if g is None:
         return None
     body = "".join(f"<p>{esc(line)}</p>" for line in summary_lines(g))
+    charts: dict[str, Chart] = {}
     rows = phase_rows(g)
     if rows:
         largest = max(max(x.total_ns for x in (a, b) if x is not None) for _, a, b in rows)
@@ -42,6 +43,18 @@ def generation_section(s: Subject) -> Section | None:
             ),
         ]
         body += table("lp-generation", cols, rows)
+        charts["lp-phases"] = bars(
+            "Self time per forward, prefill and decode (the heaviest layers in decode)",
+            [r[0] or "(model)" for r in rows],
+            [
+                BarSeries("prefill", in_ms([r[1].self_ns if r[1] else None for r in rows])),
+                BarSeries(
+                    "decode", in_ms([r[2].self_ns if r[2] else None for r in rows]), colour="info"
+                ),
+            ],
+            axis="ms",
+        )
+        body = chart_slot("lp-phases") + body
     work = work_rows(g)
     if work:
         work_cols: list[Col[tuple[str, ...]]] = [
@@ -52,7 +65,6 @@ def generation_section(s: Subject) -> Section | None:
         ridge = peak_line(g)
         if ridge is not None:
             body += f'<p class="caption">{esc(ridge)}</p>'
-    charts = {}
     by_token = g.itl_by_token()
     if len(by_token) > 1:
         tokens = tuple(str(i + 2) for i in range(len(by_token)))
