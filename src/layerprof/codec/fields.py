@@ -102,6 +102,9 @@ class Fields:
             raise self._fail(key, f"expected a count >= 0, found {value}")
         return value
 
+    def opt_count(self, key: str) -> int | None:
+        return None if self.data.get(key) is None else self.count(key)
+
     def durations(self, key: str, *, required: bool = False) -> tuple[int, ...]:
         """A list of ``*_ms`` times that cannot be negative, as integer ns (each within
         int64 ns: at most about 146 years)."""

@@ -133,24 +133,14 @@ def _read_layer(f: Fields) -> PhaseLayer:
         self_ns=f.duration("self_ms"),
         self_summary=read_summary(summary) if summary is not None else None,
         growth_ns_per_1k=None if growth is None else growth * NS_PER_MS,
-        flops=_work(f, "flops"),
-        bytes=_work(f, "bytes"),
+        flops=f.opt_count("flops"),
+        bytes=f.opt_count("bytes"),
     )
-
-
-def _work(f: Fields, key: str) -> int | None:
-    """A phase layer's counted FLOPs or bytes: a whole number >= 0, or absent."""
-    value = f.opt_integer(key)
-    if value is not None and value < 0:
-        raise ProfileFormatError(f"{f.where}.{key}: expected a count >= 0, found {value}")
-    return value
 
 
 def _read_cache(f: Fields) -> KvCache:
     layers = f.items("layers_bytes")
     if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**62 for v in layers):
         raise ProfileFormatError(f"{f.where}.layers_bytes: expected a list of byte counts >= 0")
-    cross = f.opt_integer("cross_attention_bytes")
-    if cross is not None and not 0 <= cross < 2**62:
-        raise ProfileFormatError(f"{f.where}.cross_attention_bytes: expected a byte count >= 0")
+    cross = f.opt_count("cross_attention_bytes")
     return KvCache(layers=tuple(layers), positions=f.count("positions"), cross_bytes=cross or 0)

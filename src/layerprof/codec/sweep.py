@@ -110,17 +110,15 @@ def _read_point(f: Fields) -> SweepPoint:
 
 
 def _positive(f: Fields, key: str) -> int | None:
-    value = f.opt_integer(key)
-    if value is not None and value < 1:
+    value = f.opt_count(key)
+    if value == 0:
         raise ProfileFormatError(f"{f.where}.{key}: expected a whole number >= 1, found {value}")
     return value
 
 
 def _rate(f: Fields, key: str) -> float | None:
-    value = f.opt_number(key)
-    if value is not None and not 0 <= value < 1e300:
-        raise ProfileFormatError(f"{f.where}.{key}: expected tokens per second >= 0")
-    return value
+    """Tokens per second: a number >= 0 (its own domain, so no later ratio overflows)."""
+    return None if f.data.get(key) is None else f.within(key, 0, 1e300)
 
 
 def _share(item: Any, where: str) -> tuple[str, float]:
