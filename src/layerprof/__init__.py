@@ -146,7 +146,9 @@ def profile(
     if generate is not None:
         from layerprof.capture.generate import profile_generate
 
-        return profile_generate(model, args, kwargs, generate, warmup=warmup, iters=iters)
+        return profile_generate(
+            model, args, kwargs, generate, warmup=warmup, iters=iters, threads=threads
+        )
     options = run_options(
         warmup=warmup,
         iters=iters,

@@ -526,3 +526,26 @@ def test_a_decode_step_splits_into_forward_and_around_it(profiled: layerprof.Pro
     assert "a decode step:" in text and "inter-token latency" in text
     page = str(profiled.render("html"))
     assert '"lp-itl":{"kind":"steps"' in page and '"lp-phases":{"kind":"bars"' in page
+
+
+def test_a_generate_runs_in_the_threads_asked_for_and_puts_them_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``threads=`` reaches the generate passes (it was dropped on the way), torch's count
+    is restored after, and a count torch would crash on is one line."""
+    seen: list[int] = []
+    model = gpt2(1, 32, 2)
+    real = model.generate
+
+    def generate(*args: object, **kwargs: object) -> object:
+        seen.append(torch.get_num_threads())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(model, "generate", generate)
+    before = torch.get_num_threads()
+    target = 2 if before != 2 else 1
+    layerprof.profile(model, torch.randint(0, 128, (1, 4)), generate=2, warmup=0, iters=1,
+                      threads=target)  # fmt: skip
+    assert seen and set(seen) == {target} and torch.get_num_threads() == before
+    with pytest.raises(UsageError, match="threads: 100000 threads is more than"):
+        layerprof.profile(model, torch.randint(0, 128, (1, 4)), generate=2, threads=100_000)

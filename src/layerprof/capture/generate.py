@@ -20,6 +20,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from layerprof.errors import UsageError
+from layerprof.load.limits import threads_problem
 from layerprof.pivot.notes import Note
 from layerprof.pivot.profile import Profile
 from layerprof.pivot.sections.flops import Peak
@@ -47,17 +48,19 @@ LAYER_GENERATES = 3
 
 def profile_generate(
     model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], new_tokens: int, *,
-    warmup: int, iters: int, counter: MemoryCounter | None = None,
+    warmup: int, iters: int, threads: int | None = None, counter: MemoryCounter | None = None,
 ) -> Profile:  # fmt: skip
-    """``model.generate(*args, **kwargs)`` of exactly ``new_tokens`` greedy tokens.
+    """``model.generate(*args, **kwargs)`` of exactly ``new_tokens`` greedy tokens, with
+    ``threads`` CPU threads (None: torch's own; restored after).
 
     ``counter`` is the allocator's (by default CUDA's on a CUDA model, none on CPU):
     one more generate reads its peak at the first token and at the end, for the
     memory each phase holds above the start (``Generation.peak_bytes``)."""
     import torch
 
-    if counter is None and device_of(model).startswith("cuda"):
-        counter = CudaMemory(device_of(model))
+    device = device_of(model)
+    if counter is None and device.startswith("cuda"):
+        counter = CudaMemory(device)
 
     if not callable(getattr(model, "generate", None)):
         raise UsageError(
@@ -67,10 +70,14 @@ def profile_generate(
         )
     if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 1:
         raise UsageError(f"generate={new_tokens!r}: the number of new tokens must be >= 1")
+    if threads is not None and (problem := threads_problem(threads)) is not None:
+        raise UsageError(f"threads: {problem}")  # as RunOptions refuses it: torch would crash
     prompt = _prompt(args, kwargs)
     batch, prompt_tokens = int(prompt.shape[0]), int(prompt.shape[-1])  # a 2-d tensor
-    was_training = model.training
+    was_training, before = model.training, torch.get_num_threads()
     model.eval()
+    if threads is not None:
+        torch.set_num_threads(threads)
     try:
         with torch.inference_mode():
             for _ in range(warmup):
@@ -99,6 +106,7 @@ def profile_generate(
             )
     finally:
         model.train(was_training)
+        torch.set_num_threads(before)
     generation = Generation(
         new_tokens=new_tokens,
         prompt_tokens=prompt_tokens,

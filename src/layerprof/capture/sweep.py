@@ -296,7 +296,10 @@ def _point(
             dtype=point.dtype, layers=options.layers, kind=options.kind,
         )  # fmt: skip
         if options.generate is not None:
-            profile = _generated(model, inputs, run, options.generate)
+            profile = profile_generate(
+                model, tuple(inputs.args), dict(inputs.kwargs), options.generate,
+                warmup=run.warmup, iters=run.iters, threads=run.threads,
+            )  # fmt: skip
         else:
             profile = run_model(
                 model, tuple(inputs.args), dict(inputs.kwargs), run, program=options.program
@@ -317,22 +320,6 @@ def _point(
         return dataclasses.replace(point, status=status, reason=reason), None
     measured = _measured(point, profile, peak, _batch_of(sized, point.batch, options.batch_dim))
     return measured, _facts(point, profile)
-
-
-def _generated(model: Any, inputs: Any, run: Any, new_tokens: int) -> Profile:
-    """``profile(model, inputs, generate=N)`` at one point, in its thread count."""
-    import torch
-
-    before = torch.get_num_threads()
-    if run.threads is not None:
-        torch.set_num_threads(run.threads)
-    try:
-        return profile_generate(
-            model, tuple(inputs.args), dict(inputs.kwargs), new_tokens,
-            warmup=run.warmup, iters=run.iters,
-        )  # fmt: skip
-    finally:
-        torch.set_num_threads(before)
 
 
 def _prompted(spec: InputSpec, prompt: int | None) -> InputSpec:

@@ -69,7 +69,7 @@ def measure(
                 raise UsageError(f"--generate does not go with {flag} yet")
         profile = profile_generate(
             model, tuple(inputs.args), dict(inputs.kwargs), generate,
-            warmup=args.warmup, iters=args.iters,
+            warmup=args.warmup, iters=args.iters, threads=args.threads,
         )  # fmt: skip
         return profile.with_notes(*notes) if notes else profile
     with ddp_wrapped(model, device, enabled=getattr(args, "ddp", False)) as model:
