@@ -59,8 +59,16 @@ class SweepPoint:
     @property
     def label(self) -> str:
         """``prompt 128, batch 8, bfloat16, 2 threads`` (the parts that are set)."""
+        return self._text(batch=True)
+
+    @property
+    def row_label(self) -> str:
+        """``prompt 128, bfloat16, 2 threads``: the row of batches the point is in."""
+        return self._text(batch=False)
+
+    def _text(self, *, batch: bool) -> str:
         parts = [f"prompt {self.prompt}"] if self.prompt is not None else []
-        parts += [f"batch {self.batch}"] if self.batch is not None else []
+        parts += [f"batch {self.batch}"] if batch and self.batch is not None else []
         parts.append(self.dtype)
         if self.threads is not None:
             parts.append(f"{self.threads} thread{'s' if self.threads != 1 else ''}")
@@ -102,6 +110,14 @@ class Sweep:
     iters: int = 0
     notes: tuple[Note, ...] = ()
     generate: int | None = None  # new tokens per generate (a sweep of generate())
+
+    @property
+    def batch_rows(self) -> tuple[tuple[SweepPoint, ...], ...]:
+        """Points by row of batches (dtype, threads and prompt the same), in run order."""
+        out: dict[tuple[str, int | None, int | None], list[SweepPoint]] = {}
+        for p in self.points:
+            out.setdefault((p.dtype, p.threads, p.prompt), []).append(p)
+        return tuple(tuple(v) for v in out.values())
 
     @property
     def timed(self) -> str:

@@ -133,24 +133,15 @@ def _generation_table(sweep: Sweep, console: Console) -> None:
         )
     title = f"generate {sweep.generate} new tokens: first token, inter-token latency, rates"
     print_table(console, lambda: _frame(title), columns, rows, steps=_NAME_STEPS)
-    rows_by: dict[tuple[str, int | None, int | None], list[SweepPoint]] = {}
-    for p in sweep.points:
-        rows_by.setdefault((p.dtype, p.threads, p.prompt), []).append(p)
-    for points in rows_by.values():
-        measured, pays = decode_scaling(tuple(points))
+    for points in sweep.batch_rows:
+        measured, pays = decode_scaling(points)
         if pays is None:
             continue
         steps = ", ".join(f"batch {p.batch}: {p.decode_tokens_per_s:,.0f}" for p in measured)
-        first = points[0]
-        where = ", ".join(
-            [f"prompt {first.prompt}"] * (first.prompt is not None)
-            + [first.dtype]
-            + ([_threads_text(first.threads)] if first.threads is not None else [])
-        )
         console.print(
             Text.assemble(
                 ("decode tokens/s by batch", "bold"),
-                f" ({where}): {steps}; batching pays up to batch {pays} (each doubling"
+                f" ({points[0].row_label}): {steps}; batching pays up to batch {pays} (each doubling"
                 f" at least {BATCH_PAYS:g}x the tokens/s)",
             )
         )

@@ -199,17 +199,11 @@ def _generation(sweep: Sweep) -> Section | None:
             lambda p: p.decode_tokens_per_s),
     ]  # fmt: skip
     body = table("sweep-generation", cols, points)
-    rows: dict[tuple[str, int | None, int | None], list[SweepPoint]] = {}
-    for p in sweep.points:
-        rows.setdefault((p.dtype, p.threads, p.prompt), []).append(p)
-    for (dtype, threads, prompt), group in rows.items():
-        _, pays = decode_scaling(tuple(group))
+    for group in sweep.batch_rows:
+        _, pays = decode_scaling(group)
         if pays is not None:
-            where = (f"prompt {prompt}, " if prompt is not None else "") + _group_name(
-                dtype, threads
-            )
             body += paragraph(
-                f"{where}: batching raises decode tokens/s by at least {BATCH_PAYS:g}x per"
+                f"{group[0].row_label}: batching raises decode tokens/s by at least {BATCH_PAYS:g}x per"
                 f" doubling up to batch {pays}",
                 "caption",
             )
