@@ -180,7 +180,6 @@ class Recorder:
         self._ended: list[StepMarks] = []
         self._ended_calls = 0  # their backward calls
         self._loop: LoopRecord | None = None
-        self._loop_correct = False  # whether the loop's sums were corrected
         self._chunk_forward = 0  # the number of the first model forward in the log's tables
         self.record_shapes = record_shapes
         self.correction = correction
@@ -718,10 +717,9 @@ class Recorder:
         self._compact()
         loop = self._loop
         if loop is None:
-            self._loop_correct = self._wants_correction(correct)
             loop = self._loop = LoopRecord(
                 len(self._paths), self.device_clock is not None,
-                self._correction(self._loop_correct), self.schedule.active,
+                self._correction(self._wants_correction(correct)), self.schedule.active,
             )  # fmt: skip
         loop.forward.widen(len(self._paths))
         if not self._ended:
@@ -919,10 +917,11 @@ class Recorder:
             iterations, n_calls = stream.sums.filled, stream.sums.call_count
             samples = stream.sums.samples(self._paths)
         elif self._step_index:
-            if self._loop is not None and correct is not None and correct != self._loop_correct:
+            summed = self._loop is not None and self._loop.correction is not None
+            if self._loop is not None and correct is not None and correct != summed:
                 raise UsageError(
                     f"Recorder.profile(correct={correct}): the steps so far were summed with"
-                    f" correct={self._loop_correct} (a long loop is summed as it runs);"
+                    f" correct={summed} (a long loop is summed as it runs);"
                     f" decide it when opening: Recorder(..., correct={correct})"
                 )
             record = self._reduce_loop(correct)
