@@ -87,8 +87,8 @@ def summary_lines(g: Generation) -> list[str]:
 
 #: The columns of the per-phase roofline table, after the layer's path.
 WORK_COLUMNS = (
-    "Prefill FLOPs", "FLOP/B", "bound", "% of peak FLOP/s", "Decode FLOPs", "FLOP/B", "bound",
-    "Decode B/s", "% of peak B/s",
+    "Prefill FLOPs", "Prefill FLOP/B", "Prefill bound", "Prefill % of peak FLOP/s",
+    "Decode FLOPs", "Decode FLOP/B", "Decode bound", "Decode B/s", "Decode % of peak B/s",
 )  # fmt: skip
 
 

@@ -10,6 +10,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from layerprof.render.console.columns import Col, Hide, Row, Shrink, Step, print_table
 from layerprof.render.generation_text import (
     WORK_COLUMNS,
     peak_line,
@@ -37,36 +38,50 @@ def print_generation(console: Console, profile: Profile) -> None:
         return
     largest = max(max(x.total_ns for x in (a, b) if x is not None) for _, a, b in rows)
     unit = unit_for(largest)
-    table = Table(
-        title=Text(f"layers per forward of each phase ({unit.name}; the heaviest in decode)"),
-        box=box.SIMPLE_HEAD, title_justify="left", title_style="bold",
-    )  # fmt: skip
-    for name in ("Layer", "Prefill total", "Prefill self", "Decode total", "Decode self",
-                 "Decode growth /1k pos"):  # fmt: skip
-        table.add_column(name, justify="left" if name == "Layer" else "right")
-    for path, pre, dec in rows:
-        table.add_row(
-            path or profile.meta.model or "model",
+    model = profile.meta.model or "model"
+    times = [
+        Row((
+            path or model,
             unit.fmt(pre.total_ns) if pre else "-",
             unit.fmt(pre.self_ns) if pre else "-",
             unit.fmt(dec.total_ns) if dec else "-",
             unit.fmt(dec.self_ns) if dec else "-",
             unit.fmt(dec.growth_ns_per_1k) if dec and dec.growth_ns_per_1k is not None else "-",
-        )
-    console.print(table)
+        ))
+        for path, pre, dec in rows
+    ]  # fmt: skip
+    heads = ("Prefill total", "Prefill self", "Decode total", "Decode self",
+             "Decode growth /1k pos")  # fmt: skip
+    title = f"layers per forward of each phase ({unit.name}; the heaviest in decode)"
+    print_table(
+        console, lambda: _frame(title),
+        [Col("Layer", key="name"), *(Col(h, number=True) for h in heads)], times,
+        steps=_NAME_STEPS,
+    )  # fmt: skip
     work = work_rows(g)
     if not work:
         return
-    table = Table(
-        title=Text("work per forward of each phase (counted FLOPs, FLOP per byte, roofline)"),
-        box=box.SIMPLE_HEAD, title_justify="left", title_style="bold",
-    )  # fmt: skip
-    table.add_column("Layer", overflow="fold")  # a path folds rather than lose its end
-    for name in WORK_COLUMNS:
-        table.add_column(name, justify="right")
-    for row in work:
-        table.add_row(row[0] or profile.meta.model or "model", *row[1:])
-    console.print(table)
+    # the counts give way first, then the shares of the peak, before the ratios and the
+    # verdicts (bound) they lead to
+    columns = [Col("Layer", key="name")] + [
+        Col(h, number=True, key="count" if h.endswith("FLOPs") else "share" if "%" in h else h)
+        for h in WORK_COLUMNS
+    ]
+    print_table(
+        console,
+        lambda: _frame("work per forward of each phase (counted FLOPs, FLOP per byte, roofline)"),
+        columns,
+        [Row((row[0] or model, *row[1:])) for row in work],
+        steps=(*_NAME_STEPS, Hide(("count",)), Hide(("share",))),
+    )
     ridge = peak_line(g)
     if ridge is not None:
         console.print(Text("  " + ridge, style="dim"))
+
+
+# Paths give way first (abbreviated in the middle), never a number.
+_NAME_STEPS: tuple[Step, ...] = (Shrink(("name",), 28), Shrink(("name",), 16))
+
+
+def _frame(title: str) -> Table:
+    return Table(title=Text(title), box=box.SIMPLE_HEAD, title_justify="left", title_style="bold")
