@@ -55,7 +55,7 @@ def print_generation(console: Console, profile: Profile) -> None:
     title = f"layers per forward of each phase ({unit.name}; the heaviest in decode)"
     print_table(
         console, lambda: _frame(title),
-        [Col("Layer", key="name"), *(Col(h, number=True) for h in heads)], times,
+        [Col("Layer", key="name", cap=40), *(Col(h, number=True) for h in heads)], times,
         steps=_NAME_STEPS,
     )  # fmt: skip
     work = work_rows(g)
@@ -63,7 +63,7 @@ def print_generation(console: Console, profile: Profile) -> None:
         return
     # the counts give way first, then the shares of the peak, before the ratios and the
     # verdicts (bound) they lead to
-    columns = [Col("Layer", key="name")] + [
+    columns = [Col("Layer", key="name", cap=40)] + [
         Col(h, number=True, key="count" if h.endswith("FLOPs") else "share" if "%" in h else h)
         for h in WORK_COLUMNS
     ]
