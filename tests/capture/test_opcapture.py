@@ -361,3 +361,42 @@ def test_error_caught_inside_forward_keeps_ops_with_the_right_layer() -> None:
     for root in cap.tree():  # the failed call closed its range: b is the root's child
         root.self_check(tolerance_ns=1e-6)
         assert {c.row.path for c in root.children} == {"bad", "b"}
+
+
+def test_torch_without_event_kinds_reads_the_chrome_export(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """torch 2.11's profiler events have no activity_type() (found on a real GPU): the
+    capture then reads its cycles' Chrome export, and attributes the same ops and times."""
+    torch.manual_seed(0)
+    model = TinyTransformer(vocab=100, dim=32, heads=2, depth=1).train()
+    options = OpOptions(record_shapes=True, profile_memory=True, schedule=(0, 1, 2, 2))
+    raw = capture_ops(
+        model, (torch.randint(0, 100, (2, 16)),), None, iters=6, device="cpu",
+        options=options, backward=True,
+    )  # fmt: skip
+    direct = profile_from_capture(model, raw)
+    monkeypatch.setattr(opcapture, "events_carry_kinds", lambda: False)
+    exported = profile_from_capture(model, opcapture.RawTrace(
+        results=raw.results, device="cpu", cycles=raw.cycles,
+        keep_shapes=raw.keep_shapes, profile_memory=raw.profile_memory,
+    ))  # fmt: skip
+
+    def ops(p: Profile) -> list[tuple[str, str, str, float]]:
+        return sorted((o.layer or "", o.phase, o.name, o.calls) for o in p.ops)
+
+    def shaped(p: Profile) -> set[tuple[str, str, str, str]]:
+        return {(o.layer or "", o.phase, o.name, o.input_shapes) for o in p.ops if o.input_shapes}
+
+    assert ops(exported) == ops(direct) and len(direct.ops) > 10
+    # the export also writes shapes the in-memory events leave out (all-scalar inputs,
+    # tensor lists): every shape those give is there
+    assert shaped(direct) <= shaped(exported) and len(shaped(direct)) > 10
+    assert exported.samples.keys() == direct.samples.keys()
+    for path, s in direct.samples.items():
+        e = exported.samples[path]
+        assert (e.calls, e.total_ns.n) == (s.calls, s.total_ns.n) == (e.calls, 4)
+        # the export writes microseconds with 3 decimals: a nanosecond of rounding each end
+        assert all(abs(a - b) <= 2 for a, b in zip(e.total_ns, s.total_ns, strict=True))
+        assert all(abs(a - b) <= 2 for a, b in zip(e.self_ns, s.self_ns, strict=True))
+    assert raw.peak_bytes() is not None

@@ -40,7 +40,7 @@ from layerprof.capture.step import backward_state, backward_step
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.trace.attribution import BACKWARD_NODE, UNATTRIBUTED, layer_peaks
 from layerprof.trace.events import EventTables
-from layerprof.trace.kineto import tables_from_results
+from layerprof.trace.kineto import tables_from_documents, tables_from_results
 from layerprof.trace.reader import requoted
 from layerprof.trace.reduce import reduce
 from layerprof.traceformat import (
@@ -101,7 +101,14 @@ class RawTrace:
 
     def tables(self) -> EventTables:
         if self._tables is None:
-            self._tables = tables_from_results(self.results, keep_shapes=self.keep_shapes)
+            if events_carry_kinds():
+                self._tables = tables_from_results(self.results, keep_shapes=self.keep_shapes)
+            else:
+                # torch 2.11's events have no activity_type() (seen on a real GPU); the
+                # Chrome export says the same, about 10x slower, so only where needed
+                # (it carries no with_flops estimates: those ops' FLOPs stay unknown)
+                doc = {**self.trace_metadata(), EVENTS_KEY: self.trace_events}
+                self._tables = tables_from_documents([doc], keep_shapes=self.keep_shapes)
         return self._tables
 
     @classmethod
@@ -204,6 +211,13 @@ def capture_ops(
         keep_shapes=options.record_shapes,
         profile_memory=options.profile_memory,
     )
+
+
+def events_carry_kinds() -> bool:
+    """Whether this torch's in-memory profiler events say their activity type."""
+    import torch
+
+    return hasattr(torch._C._autograd._KinetoEvent, "activity_type")
 
 
 def _results_of(prof: Any) -> Any:
