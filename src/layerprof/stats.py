@@ -266,9 +266,10 @@ def median_ci(n: int) -> tuple[int, int]:
 class Series:
     """One quantity measured once per iteration: its samples (when kept) and its summary.
 
-    Samples are one int64 per iteration (8 bytes each), read-only. A series
-    loaded from a summary-only file has ``values is None`` and only its
-    ``summary``; everything that needs the samples (a rank test) checks.
+    Samples are one int64 per iteration (8 bytes each), read-only; a long
+    training loop's are kept as int32 while they fit (``stored``), and read as
+    int64. A series loaded from a summary-only file has ``values is None`` and
+    only its ``summary``; everything that needs the samples (a rank test) checks.
     """
 
     __slots__ = ("_summary", "_values")
@@ -279,7 +280,7 @@ class Series:
         if values is None and summary is None:
             raise ValueError("a Series needs samples or a summary")
         array = None
-        if isinstance(values, np.ndarray) and values.dtype == np.int64:
+        if isinstance(values, np.ndarray) and values.dtype in _int_dtypes():
             if values.ndim != 1 or len(values) == 0:
                 raise ValueError("series samples must be a non-empty 1-d sequence of numbers")
             # Integer samples as they are: no float round trip, and no copy of a
@@ -302,12 +303,17 @@ class Series:
     @property
     def values(self) -> Any:
         """The samples as a read-only int64 numpy array, or None (summary only)."""
+        return _wide(self._values)
+
+    @property
+    def stored(self) -> Any:
+        """The samples as kept: ``values``, or the int32 array they are read from (no copy)."""
         return self._values
 
     @property
     def summary(self) -> Summary:
         if self._summary is None:
-            self._summary = Summary.of(self._values)
+            self._summary = Summary.of(_wide(self._values))
         return self._summary
 
     @property
@@ -367,7 +373,7 @@ SeriesLike = Union["Series", Sequence[int], Sequence[float], Any]
 
 
 class IntValues(Sequence[int]):
-    """Whole numbers held as one read-only int64 numpy array, seen as a tuple of ints.
+    """Whole numbers held as one read-only int64 (or int32) array, seen as a tuple of ints.
 
     For per-step values a long run holds for every layer (a tuple keeps an int
     object and a pointer, ~36 bytes, per value; this keeps 8, and a view of a
@@ -380,7 +386,9 @@ class IntValues(Sequence[int]):
     def __init__(self, array: Any) -> None:
         import numpy as np
 
-        values = np.asarray(array, dtype=np.int64)
+        values = np.asarray(array)
+        if values.dtype not in _int_dtypes():
+            values = values.astype(np.int64)
         if values.ndim != 1:
             raise ValueError("IntValues holds a 1-d array")
         if values.flags.writeable:  # a read-only row is kept as it is (no copy)
@@ -400,7 +408,9 @@ class IntValues(Sequence[int]):
         return iter(self._array.tolist())
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
-        return self._array if dtype is None else self._array.astype(dtype)
+        # int64 always: an int32 row read as int64 (a copy) cannot overflow in the
+        # reader's arithmetic (a step's forward plus backward, say)
+        return _wide(self._array) if dtype is None else self._array.astype(dtype)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, IntValues):
@@ -514,6 +524,24 @@ def _u_cdf(n: int, m: int) -> tuple[float, ...]:
         running += c
         out.append(running / total)
     return tuple(out)
+
+
+@lru_cache(maxsize=1)
+def _int_dtypes() -> frozenset[Any]:
+    import numpy as np
+
+    return frozenset({np.dtype(np.int64), np.dtype(np.int32)})
+
+
+def _wide(values: Any) -> Any:
+    """int64 samples as they are; int32 ones as a read-only int64 copy."""
+    if values is None or values.dtype.itemsize == 8:
+        return values
+    import numpy as np
+
+    out = values.astype(np.int64)
+    out.flags.writeable = False
+    return out
 
 
 def _median(values: Any) -> float:

@@ -172,3 +172,37 @@ def test_int_values_compare_as_tuples() -> None:
     assert np.asarray(values).dtype == np.int64
     with pytest.raises(ValueError):
         np.asarray(values)[0] = 5  # read-only
+
+
+def test_samples_are_four_bytes_until_a_step_does_not_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loop's per-step sums are int32 (16 bytes per module and step, all four) while a
+    layer's part of a step fits; the first that does not (2.1 s) widens them, exactly."""
+    import numpy as np
+
+    monkeypatch.setattr(recorder_module, "LOOP_CHUNK", 5)
+    clock = FakeClock()
+    model = Net(clock, checkpointed=False)
+    rec = layerprof.Recorder(model, backward=True, clock=clock)
+    with rec:
+        for i in range(12):
+            if i == 8:  # a slow step, after some chunks were summed narrow
+                model.a.fwd, model.a.bwd = 3_000_000_000, 2_500_000_000
+            model(torch.ones(2, 4)).sum().backward()
+            rec.step()
+            if i == 4:
+                narrow = rec.profile()
+                s = narrow.samples["a"]
+                assert s.total_ns.stored.dtype == np.int32
+                assert s.backward_total_ns is not None
+                assert s.backward_total_ns.stored.dtype == np.int32
+                assert s.total_ns.values.dtype == np.int64  # read as int64
+                assert s.total_ns.tolist() == [100] * 5
+    a = rec.profile().samples["a"]
+    assert a.total_ns.stored.dtype == np.int64
+    assert a.total_ns.tolist() == [100] * 8 + [3_000_000_000] * 4
+    assert a.backward_total_ns is not None
+    assert a.backward_total_ns.tolist() == [1000] * 8 + [2_500_000_000] * 4
+    assert narrow.samples["a"].total_ns.tolist() == [100] * 5  # the earlier look is intact
+    steps = rec.profile().loop
+    assert steps is not None and steps.layer("a") is not None
+    assert np.asarray(steps.layer("a").forward_total_ns).dtype == np.int64  # type: ignore[union-attr]

@@ -3,8 +3,9 @@
 A Recorder with ``backward=True`` hands its ended active steps here in chunks
 (every few hundred steps, and at ``profile()``): their forward calls (the log's
 tables) and backward calls (``StepMarks.backward``) become columns of
-per-layer matrices, 8 bytes per layer, forward or backward, and quantity
-(total, self; device total and self with a device clock); each step's marks
+per-layer matrices, 4 bytes per layer, forward or backward, and quantity
+(total, self; device total and self with a device clock) while a layer's part
+of a step stays under 2.1 s (int32; 8 bytes after one that does not); each step's marks
 become its ``LoopStep`` row. Nothing of a chunk's calls is kept after it, so a
 run of 100k steps holds its sums and its rows, not its calls
 (``benchmarks/loop_memory.py``).
@@ -63,7 +64,7 @@ class LoopRecord:
         # a count: no growth, whose copy holds old and new columns at once; a window of
         # more than 16k steps starts there and grows (a loop may end long before it)
         self.room = min(room or 256, 1 << 14)
-        self.forward = SampleSums(n_paths, self.room, device)
+        self.forward = SampleSums(n_paths, self.room, device, narrow=True)
         self.backward: SampleSums | None = None
         self.rows: list[LoopStep] = []
         self.forwards: list[int] = []  # per step: how many forward columns it has
@@ -157,7 +158,7 @@ class LoopRecord:
         if not n:
             return
         if self.backward is None:  # earlier steps' backwards (none with calls): zeros
-            self.backward = SampleSums(n_paths, self.room, False)
+            self.backward = SampleSums(n_paths, self.room, False, narrow=True)
             self.backward.add(CallTable.empty(), None, sum(self.backwards) - n)
         self.backward.widen(n_paths)
         whole = CallTable.concat(tables) if tables else CallTable.empty()
@@ -239,9 +240,9 @@ def _layer_steps(
 def _per_step(series: Series | None, counts: list[int]) -> IntValues | None:
     """Each step's sum of its columns; with one column per step, the row itself (a view:
     a long run's per-step values cost nothing beside its samples)."""
-    if series is None or series.values is None:
+    if series is None or series.stored is None:
         return None
-    values = series.values
+    values = series.stored
     if len(values) == len(counts) and all(c == 1 for c in counts):
         return IntValues(values)
     edges = np.concatenate(([0], np.cumsum(counts, dtype=np.int64)))

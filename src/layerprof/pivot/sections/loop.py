@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 STEP_PARTS: tuple[str, ...] = ("data_wait", "forward", "backward", "optimizer", "rest")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per active step: 100k of them in a long run
 class LoopStep:
     """One active step: when it started (ns after the first active step's start),
     its wall time and its parts (they add up to ``wall_ns``), and how many
@@ -68,8 +68,8 @@ class LoopStep:
 class LayerSteps:
     """One layer's time in each active step (one value per step, summed over the
     step's forwards; backward None where no step ran a backward). A Recorder's
-    values are ``IntValues`` (int64 arrays that compare as tuples: a long run's
-    per-step values cost 8 bytes each, or nothing when they are its samples)."""
+    values are ``IntValues`` (int64 or int32 arrays that compare as tuples: a long
+    run's per-step values cost 4 or 8 bytes each, or nothing when they are its samples)."""
 
     path: str
     forward_total_ns: Sequence[int]
