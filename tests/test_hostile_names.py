@@ -242,6 +242,35 @@ def test_exported_trace_keeps_a_name_that_looks_like_json(tmp_path: Path) -> Non
     assert all(e["ph"] == "X" for e in spans)
 
 
+def _torch_211_trace(names: list[str]) -> bytes:
+    """A trace laid out as torch 2.11 exports it (an event's head on one line), with the
+    names as it leaves them: unescaped (found running the suite under torch 2.11)."""
+    events = []
+    for i, name in enumerate(names):
+        events.append(
+            "  {\n"
+            f'    "ph": "X", "cat": "user_annotation", "name": "{name}", "pid": 7, "tid": 7,\n'
+            f'    "ts": {1000 + 10 * i}.5, "dur": 5.25,\n'
+            '    "args": {\n'
+            f'      "External id": {i + 1},"Record function id": 0, "Ev Idx": {i}\n'
+            "    }\n"
+            "  }"
+        )
+    head = '{\n  "schemaVersion": 1,\n  "baseTimeNanoseconds": 1790857026000000000,\n'
+    return (head + '  "traceEvents": [\n' + ",\n".join(events) + "\n]}\n").encode()
+
+
+def test_torch_211_trace_with_quotes_in_names_is_read() -> None:
+    names = ['q "x"', 'end"', 'a ", "ph": "i', 'b ", "pid": 3, "tid": "', "plain"]
+    raw = _torch_211_trace(names)
+    with pytest.raises(orjson.JSONDecodeError):
+        orjson.loads(raw)
+    events = exported_trace(raw)["traceEvents"]
+    assert [e["name"] for e in events] == names
+    assert all(e["pid"] == 7 and e["ph"] == "X" for e in events)
+    assert orjson.loads(_torch_211_trace(["plain"]))["traceEvents"][0]["name"] == "plain"
+
+
 def test_analyze_reads_a_torch_trace_with_quotes_in_names(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -25,6 +25,12 @@ def source(relative: str) -> str:
 
 
 def test_this_torch_has_every_internal() -> None:
+    if compiled_gate._torch_version() < compiled_gate._MIN_TORCH:
+        # an older torch is refused by its version, in one line (2.11 lacks no internal,
+        # yet its compiled view put 51 % of the time on layers on a real H200)
+        with pytest.raises(UsageError, match=r"--compile needs torch >= "):
+            compiled_gate.check_compile_support()
+        return
     assert compiled_gate.missing_internals() == []
     compiled_gate.check_compile_support()
 
@@ -106,6 +112,7 @@ def test_a_missing_internal_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
         compiled_gate, "REQUIREMENTS", (("torch._inductor.somewhere", gone),
                                         *compiled_gate.REQUIREMENTS)
     )  # fmt: skip
+    monkeypatch.setattr(compiled_gate, "_MIN_TORCH", (0, 0))  # past the version test
     with pytest.raises(UsageError) as err:
         compiled_gate.check_compile_support()
     assert "lacks torch._inductor.somewhere" in str(err.value)

@@ -370,7 +370,9 @@ def test_torch_without_event_kinds_reads_the_chrome_export(
     capture then reads its cycles' Chrome export, and attributes the same ops and times."""
     torch.manual_seed(0)
     model = TinyTransformer(vocab=100, dim=32, heads=2, depth=1).train()
-    options = OpOptions(record_shapes=True, profile_memory=True, schedule=(0, 1, 2, 2))
+    options = OpOptions(
+        record_shapes=True, profile_memory=True, with_flops=True, schedule=(0, 1, 2, 2)
+    )
     raw = capture_ops(
         model, (torch.randint(0, 100, (2, 16)),), None, iters=6, device="cpu",
         options=options, backward=True,
@@ -382,13 +384,14 @@ def test_torch_without_event_kinds_reads_the_chrome_export(
         keep_shapes=raw.keep_shapes, profile_memory=raw.profile_memory,
     ))  # fmt: skip
 
-    def ops(p: Profile) -> list[tuple[str, str, str, float]]:
-        return sorted((o.layer or "", o.phase, o.name, o.calls) for o in p.ops)
+    def ops(p: Profile) -> list[tuple[str, str, str, float, float | None]]:
+        return sorted((o.layer or "", o.phase, o.name, o.calls, o.flops) for o in p.ops)
 
     def shaped(p: Profile) -> set[tuple[str, str, str, str]]:
         return {(o.layer or "", o.phase, o.name, o.input_shapes) for o in p.ops if o.input_shapes}
 
     assert ops(exported) == ops(direct) and len(direct.ops) > 10
+    assert sum(o.flops or 0 for o in direct.ops) > 0  # the estimates came through
     # the export also writes shapes the in-memory events leave out (all-scalar inputs,
     # tensor lists): every shape those give is there
     assert shaped(direct) <= shaped(exported) and len(shaped(direct)) > 10

@@ -100,8 +100,12 @@ def test_thread_count_checked_from_python_too() -> None:
 
 def test_thread_limit_is_what_torch_survives() -> None:
     # The bound is not arbitrary: torch dies on absurd counts instead of refusing them.
+    # (torch 2.13 crashes; 2.11 hangs, which is no surviving either)
     code = "import torch; torch.set_num_threads(100000); x = torch.randn(64, 64); x @ x"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120)
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        return
     assert done.returncode != 0
 
 

@@ -327,7 +327,8 @@ class _Rows:
     """One batch's raw fields, column by column (a plain mutable helper)."""
 
     def __init__(self) -> None:
-        self.h: tuple[list[Any], ...] = tuple([] for _ in range(9))  # the 9th: hierarchy
+        # the 9th: hierarchy, the 10th: FLOPs (each only when the collector keeps it)
+        self.h: tuple[list[Any], ...] = tuple([] for _ in range(10))
         self.d: tuple[list[Any], ...] = tuple([] for _ in range(9))
         self.m: tuple[list[Any], ...] = tuple([] for _ in range(5))
         self.a: tuple[list[Any], ...] = tuple([] for _ in range(5))  # device annotations
@@ -363,7 +364,7 @@ class _Columns:
     def _host(
         self, h: tuple[list[Any], ...], keep_shapes: bool, token_shapes: dict[int, int]
     ) -> tuple[Any, ...]:
-        kind, thread, ts, dur, name, ref, shapes, seq, hierarchy = h
+        kind, thread, ts, dur, name, ref, shapes, seq, hierarchy, flops = h
         shape = np.asarray(shapes, dtype=np.int64)
         if not keep_shapes:
             shape = np.full(len(ts), -1, dtype=np.int64)
@@ -381,6 +382,7 @@ class _Columns:
             np.asarray(hierarchy, dtype=np.int64)
             if hierarchy
             else np.full(len(ts), -1, dtype=np.int64),
+            self._ids(flops, 0) if flops else np.zeros(len(ts), dtype=np.int64),
         )
 
     def _device(self, d: tuple[list[Any], ...]) -> tuple[Any, ...]:
@@ -449,9 +451,14 @@ class _Columns:
 class EventCollector:
     """Reads batches of decoded events; ``finish`` returns the tables."""
 
-    def __init__(self, *, keep_shapes: bool = False, keep_hierarchy: bool = False) -> None:
+    def __init__(
+        self, *, keep_shapes: bool = False, keep_hierarchy: bool = False, keep_flops: bool = False
+    ) -> None:
         self.keep_shapes = keep_shapes
         self.keep_hierarchy = keep_hierarchy
+        # an op's "flops" argument: torch writes none, ops mode adds the in-memory
+        # events' estimates where it reads its own export (RawTrace.tables)
+        self.keep_flops = keep_flops
         self.names = _Interner()
         self.threads = _Interner()
         self.shapes = _Interner()
@@ -488,7 +495,7 @@ class EventCollector:
     # per event (100k+ per file), so every attribute lookup is hoisted.
     def _collect(self, batch: Iterable[Any]) -> _Rows:
         rows = _Rows()
-        h_kind, h_thread, h_ts, h_dur, h_name, h_ref, h_shape, h_seq, h_hierarchy = rows.h
+        h_kind, h_thread, h_ts, h_dur, h_name, h_ref, h_shape, h_seq, h_hierarchy, h_flops = rows.h
         d_kind, d_dev, d_stream, d_ts, d_dur, d_name, d_corr, d_ext, d_bytes = rows.d
         m_thread, m_ts, m_bytes, m_alloc, m_dev = rows.m
         runtime_categories = rows.runtime_categories
@@ -505,6 +512,7 @@ class EventCollector:
         keep_shapes = self.keep_shapes
         token_shapes = rows.token_shapes
         keep_hierarchy = self.keep_hierarchy
+        keep_flops = self.keep_flops
         comm_host = COMM_HOST.match
         n = 0
         for e in batch:
@@ -570,6 +578,8 @@ class EventCollector:
                     if keep_hierarchy:
                         tag = args.get("Module Hierarchy") if kind == OP else None
                         h_hierarchy.append(name_id(str(tag)) if tag else -1)
+                    if keep_flops:
+                        h_flops.append(args.get("flops", 0) if kind == OP else 0)
                     continue
                 dkind = dev_cat(cat)
                 if dkind is None:
@@ -742,7 +752,12 @@ class EventCollector:
             threads=tuple((str(p), str(t)) for p, t in self.threads.values),
             shapes=tuple(self.shapes.values),
             memory_devices=tuple(self.mem_devices.values),
-            host=HostSpans.of(host[:8], origin, hierarchy=host[8] if self.keep_hierarchy else None),
+            host=HostSpans.of(
+                host[:8],
+                origin,
+                flops=_kept_flops(host[9]) if self.keep_flops else None,
+                hierarchy=host[8] if self.keep_hierarchy else None,
+            ),
             device=DeviceOps.of(device, origin),
             memory=MemoryEvents.of(
                 memory[0], memory[1], memory[2], memory[3], memory[4], base=origin
@@ -769,10 +784,16 @@ class EventCollector:
         )
 
 
-_HOST_DTYPES = (np.int8, *([np.int64] * 8))
+_HOST_DTYPES = (np.int8, *([np.int64] * 9))
 _DEVICE_DTYPES = (np.int8, *([np.int64] * 8))
 _MEMORY_DTYPES = (np.int64,) * 5
 _ANNOTATION_DTYPES = (np.int64,) * 5
+
+
+def _kept_flops(column: I64) -> I64 | None:
+    """FLOPs per host row as the in-memory events give them: None when no op has any."""
+    flops = np.maximum(column, 0)  # an unusable value reads as none
+    return flops if flops.any() else None
 
 
 def _concat(chunks: list[tuple[Any, ...]], dtypes: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -51,11 +51,18 @@ def tables_from_results(results: Iterable[Any], *, keep_shapes: bool = False) ->
 
 
 def tables_from_documents(
-    documents: Iterable[dict[str, Any]], *, keep_shapes: bool = False, keep_hierarchy: bool = False
+    documents: Iterable[dict[str, Any]],
+    *,
+    keep_shapes: bool = False,
+    keep_hierarchy: bool = False,
+    keep_flops: bool = False,
 ) -> EventTables:
     """One EventTables over Chrome-trace documents already in memory (TorchScript runs;
-    ``keep_hierarchy``: each op's Module Hierarchy, see ``HostSpans.hierarchy``)."""
-    collector = EventCollector(keep_shapes=keep_shapes, keep_hierarchy=keep_hierarchy)
+    ``keep_hierarchy``: each op's Module Hierarchy, see ``HostSpans.hierarchy``;
+    ``keep_flops``: each op's ``flops`` argument, see ``RawTrace.tables``)."""
+    collector = EventCollector(
+        keep_shapes=keep_shapes, keep_hierarchy=keep_hierarchy, keep_flops=keep_flops
+    )
     for doc in documents:
         collector.add_batch(doc.get(EVENTS_KEY) or [])
     return collector.finish()

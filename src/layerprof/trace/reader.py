@@ -153,14 +153,19 @@ def _loads(data: bytes | bytearray, source: str) -> Any:
 # the value in unescaped: a module path ``say "hi"`` makes the file invalid JSON.
 _STRING_LINE = re.compile(rb'^([ \t]*"[^"\\\n]+": ")(.*)("[ \t]*,?[ \t]*)$', re.MULTILINE)
 _BARE_QUOTE = re.compile(rb'(?<!\\)"')
+# torch <= 2.12 writes an event's head on one line: "ph": "X", "cat": "...", "name":
+# "...", "pid": ...; the name is what lies between its key and the line's last ", "pid":
+_NAME_BEFORE_PID = re.compile(rb'("name": ")([^\n]*)(", "pid": )')
 
 
 def requoted(data: bytes | bytearray) -> bytes:
     """``data`` with the quotes inside each line's one string value escaped, as torch's
     Chrome-trace export should have written them (the whole value is what lies
     between the key and the line's last quote, so a name holding ``", "ph": "i``
-    stays one name). Applied only to text that is not JSON as it stands."""
-    return _STRING_LINE.sub(_requoted_line, bytes(data))
+    stays one name; torch 2.11's lines holding several keys: the name is what lies
+    before the line's last ``", "pid": ``). Applied only to text that is not JSON as
+    it stands."""
+    return _NAME_BEFORE_PID.sub(_requoted_line, _STRING_LINE.sub(_requoted_line, bytes(data)))
 
 
 def _requoted_line(line: re.Match[bytes]) -> bytes:

@@ -105,11 +105,32 @@ class RawTrace:
                 self._tables = tables_from_results(self.results, keep_shapes=self.keep_shapes)
             else:
                 # torch 2.11's events have no activity_type() (seen on a real GPU); the
-                # Chrome export says the same, about 10x slower, so only where needed
-                # (it carries no with_flops estimates: those ops' FLOPs stay unknown)
-                doc = {**self.trace_metadata(), EVENTS_KEY: self.trace_events}
-                self._tables = tables_from_documents([doc], keep_shapes=self.keep_shapes)
+                # Chrome export says the same, about 10x slower, so only where needed. It
+                # writes no FLOP estimates: each cycle's own events give them by op id
+                doc = {**self.trace_metadata(), EVENTS_KEY: self._events_with_flops()}
+                self._tables = tables_from_documents(
+                    [doc], keep_shapes=self.keep_shapes, keep_flops=True
+                )
         return self._tables
+
+    def _events_with_flops(self) -> list[dict[str, Any]]:
+        """``trace_events``, each op given its ``flops`` from its cycle's in-memory event
+        (an op's External id is that event's correlation id; ids restart each cycle)."""
+        events: list[dict[str, Any]] = []
+        for result, part in zip(self.results, self._cycle_events(), strict=True):
+            flops = {
+                int(e.correlation_id()): int(e.flops())
+                for e in result.events()
+                if hasattr(e, "flops") and e.flops() > 0
+            }
+            for ev in part:
+                args = ev.get("args")
+                if flops and ev.get("cat") == CPU_OP and isinstance(args, dict):
+                    f = flops.get(args.get("External id"))  # type: ignore[arg-type]
+                    if f:
+                        ev = {**ev, "args": {**args, "flops": f}}
+                events.append(ev)
+        return events
 
     @classmethod
     def of_document(cls, doc: dict[str, Any], tables: EventTables, device: str) -> RawTrace:
@@ -134,18 +155,22 @@ class RawTrace:
     @property
     def trace_events(self) -> list[dict[str, Any]]:
         """Kineto Chrome-trace events of all cycles, on the first cycle's time base."""
-        events: list[dict[str, Any]] = []
+        return [ev for part in self._cycle_events() for ev in part]
+
+    def _cycle_events(self) -> list[list[dict[str, Any]]]:
+        """Each cycle's Chrome-trace events, on the first cycle's time base."""
+        parts: list[list[dict[str, Any]]] = []
         base0: int | None = None
         for cycle in self.cycles:
             data = cycle.data()
             base = int(data.get("baseTimeNanoseconds") or 0)
             base0 = base if base0 is None else base0
             shift_us = (base - base0) / 1000
-            for ev in data.get(EVENTS_KEY) or ():
-                if shift_us and "ts" in ev:
-                    ev = {**ev, "ts": ev["ts"] + shift_us}
-                events.append(ev)
-        return events
+            parts.append([
+                {**ev, "ts": ev["ts"] + shift_us} if shift_us and "ts" in ev else ev
+                for ev in data.get(EVENTS_KEY) or ()
+            ])  # fmt: skip
+        return parts
 
     def trace_metadata(self) -> dict[str, Any]:
         """The first cycle's top-level keys other than ``traceEvents``."""
