@@ -98,6 +98,29 @@ def test_thread_count_checked_from_python_too() -> None:
     assert RunOptions(threads=limits.max_threads()).threads == limits.max_threads()
 
 
+@pytest.mark.parametrize(
+    ("argument", "value"),
+    [("iters", "3"), ("warmup", 2.0), ("threads", "x"), ("iters", True), ("warmup", None)],
+)
+def test_profile_arguments_of_the_wrong_type_are_one_line(argument: str, value: object) -> None:
+    import layerprof
+
+    model = torch.nn.Linear(4, 4)
+    with pytest.raises(UsageError, match=f"^{argument} must be a whole number") as err:
+        layerprof.profile(model, torch.randn(2, 4), **{argument: value})
+    assert repr(value) in str(err.value) and "\n" not in str(err.value)
+    assert not model._forward_hooks and not model._forward_pre_hooks  # nothing left on it
+
+
+def test_numpy_integers_are_counts_too() -> None:
+    import numpy as np
+
+    import layerprof
+
+    prof = layerprof.profile(torch.nn.Linear(4, 4), torch.randn(2, 4), iters=np.int64(3), warmup=1)
+    assert type(prof.meta.iters) is int and prof.meta.iters == 3
+
+
 def test_thread_limit_is_what_torch_survives() -> None:
     # The bound is not arbitrary: torch dies on absurd counts instead of refusing them.
     # (torch 2.13 crashes; 2.11 hangs, which is no surviving either)

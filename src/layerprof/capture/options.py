@@ -9,6 +9,7 @@ can name its options without a circle.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,6 +62,16 @@ class RunOptions:
     peak: GivenPeak | None = None
 
     def __post_init__(self) -> None:
+        for name in ("warmup", "iters", "threads"):
+            value = getattr(self, name)
+            # the Python API's arguments arrive untyped: "3" would fail deep inside as a
+            # bare TypeError ('<' not supported between 'str' and 'int')
+            if not (value is None and name == "threads") and (
+                isinstance(value, bool) or not isinstance(value, numbers.Integral)
+            ):
+                raise UsageError(f"{name} must be a whole number (got {value!r})")
+            if value is not None and not isinstance(value, int):  # numpy's: JSON takes int
+                object.__setattr__(self, name, int(value))
         if self.iters < 1:
             raise UsageError(f"iters must be at least 1 (got {self.iters})")
         if self.warmup < 0:
