@@ -219,7 +219,9 @@ def test_run_ops_trace_with_a_quote_in_a_module_path(
     _, err = capsys.readouterr()
     assert code == 0, err
     names = {e.get("name") for e in orjson.loads(trace.read_bytes())["traceEvents"]}
-    assert any('say "hi"' in str(n) for n in names) and any('end"' in str(n) for n in names)
+    # (torch 2.15 writes valid JSON by turning the quotes into apostrophes)
+    assert any(f"say {q}hi{q}" in str(n) for n in names for q in "\"'")
+    assert any(f"end{q}" in str(n) for n in names for q in "\"'")
     (written,) = board.iterdir()
     assert orjson.loads(written.read_bytes())["traceEvents"]
 
@@ -234,8 +236,12 @@ def test_exported_trace_keeps_a_name_that_looks_like_json(tmp_path: Path) -> Non
     path = tmp_path / "raw.json"
     prof.export_chrome_trace(str(path))
     raw = path.read_bytes()
-    with pytest.raises(orjson.JSONDecodeError):
-        orjson.loads(raw)  # torch's file is not JSON: the reason for the tolerant read
+    try:
+        orjson.loads(raw)
+        # torch 2.15 and newer write JSON, the quotes turned into apostrophes
+        names = [n.replace('"', "'") for n in names]
+    except orjson.JSONDecodeError:
+        pass  # torch's file is not JSON: the reason for the tolerant read
     events = exported_trace(raw)["traceEvents"]
     spans = [e for e in events if e.get("name") in names]
     assert sorted(e["name"] for e in spans) == sorted(names)
@@ -285,7 +291,8 @@ def test_analyze_reads_a_torch_trace_with_quotes_in_names(
     code = main(["analyze", str(path), "--json", str(tmp_path / "a.json"), "-q"])
     _, err = capsys.readouterr()
     assert code == 0, err
-    assert 'step \\"a\\"' in (tmp_path / "a.json").read_text()
+    written = (tmp_path / "a.json").read_text()
+    assert 'step \\"a\\"' in written or "step 'a'" in written  # torch 2.15: apostrophes
 
 
 # ---- item 13: rendering is linear: long names and notes are cut --------------------

@@ -6,7 +6,8 @@ Three kinds of rule (conventions in docs/flops.md and ``layerprof.pivot.sections
   torch's ``torch.utils.flop_counter`` registry (mm, addmm, bmm, baddbmm,
   convolution and its backward, the SDPA kernels, ...) plus the formulas it
   lacks, registered *with* it (``register_flop_formula``, so torch's own
-  ``FlopCounterMode`` counts them too): the SDPA entry op and the CPU flash
+  ``FlopCounterMode`` counts them too; where a newer torch has its own, ours
+  still decides layerprof's count): the SDPA entry op and the CPU flash
   kernel, the fused ``nn.MultiheadAttention`` / ``nn.TransformerEncoderLayer``
   fast paths, and the RNNs (LSTM/GRU/RNN, all gates, layers and directions,
   at the entry op, as cells and as the oneDNN/cuDNN/MIOpen kernels).
@@ -602,7 +603,8 @@ def rules() -> dict[Any, Rule]:
 
     aten = torch.ops.aten
     registry: dict[Any, _Formula] = flop_counter.flop_registry
-    for name, formula in _tensor_formulas(aten).items():
+    own = _tensor_formulas(aten)
+    for name, formula in own.items():
         packet = _packet(aten, name)
         if packet is not None and packet not in registry:
             flop_counter.register_flop_formula(packet)(formula)
@@ -612,7 +614,9 @@ def rules() -> dict[Any, Rule]:
         packet: (f.__wrapped__, False) if hasattr(f, "__wrapped__") else (f, True)
         for packet, f in registry.items()
     }
-    for name, formula in {**_COMPOSITE, **_causal_overrides()}.items():
+    # ours over torch's where both have one: torch 2.15 counts the CPU flash kernel's
+    # backward as 2.5x the full forward (its recompute, no causal halving)
+    for name, formula in {**own, **_COMPOSITE, **_causal_overrides()}.items():
         packet = _packet(aten, name)
         if packet is not None:
             tensor[packet] = (formula, bool(getattr(formula, "_get_raw", False)))
