@@ -6,8 +6,9 @@
 # A release other than 2.13.0 comes from PyPI as a CUDA build (about 3 GB into a
 # fresh virtual environment); it runs on the CPU here. torch 2.11 is what the GPU
 # machines' image holds: run it before trusting a GPU check's failure to be
-# layerprof's (2026-11-28: 9 failures there, none now). The venv is kept in
-# $TORCH_VENV (default /tmp/layerprof-torch-<version>) for the next run.
+# layerprof's (2026-11-28: 9 failures there, none now; 2.15, the newest: 7, none now).
+# The venv is kept in $TORCH_VENV (default /tmp/layerprof-torch-<version>) for the next
+# run. A release newer than a pip constraint allows: PIP_CONFIG_FILE=/dev/null.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 version="${1:?usage: other-torch.sh VERSION [pytest args...]}"
