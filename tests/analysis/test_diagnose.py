@@ -10,7 +10,7 @@ import layerprof
 from layerprof import Recorder
 from layerprof.analysis.diagnose import MIN_FINDING_NS, checks, diagnose, diagnose_run
 from layerprof.capture.platform.clocks import FakeClock
-from layerprof.pivot.profile import Profile, Run
+from layerprof.pivot.profile import Profile, Run, TraceSections
 from layerprof.pivot.records import LayerInfo, LayerSamples, Meta, Overhead
 from layerprof.pivot.sections import CrossRank, DeviceUse, KindRow, RankLine
 from tests.support import zoo_models as zoo
@@ -71,8 +71,12 @@ def test_trace_findings_from_typed_sections() -> None:
         streams=1, host_wait_ns=60 * ms, short_gap_ns=1 * ms, other_idle_ns=9 * ms,
     )  # fmt: skip
     kinds = (KindRow("communication", 4, 20 * ms), KindRow("compute", 8, 10 * ms))
-    rank0 = Profile(meta=Meta(model="m", source="trace"), devices=(gpu,), kinds=kinds)
-    rank1 = replace(rank0, meta=Meta(model="m", source="trace", extra={"rank": 1}), devices=())
+    rank0 = Profile(
+        meta=Meta(model="m", source="trace"), trace=TraceSections(devices=(gpu,), kinds=kinds)
+    )
+    rank1 = replace(
+        rank0.with_trace(devices=()), meta=Meta(model="m", source="trace", extra={"rank": 1})
+    )
     rank0 = replace(rank0, meta=Meta(model="m", source="trace", extra={"rank": 0}))
     cross = CrossRank(
         steps=(),

@@ -16,7 +16,7 @@ import typing
 from collections.abc import Iterable
 
 from layerprof.analysis.diff import Diff
-from layerprof.pivot.profile import Profile, Run
+from layerprof.pivot.profile import Profile, Run, TraceSections
 from layerprof.render.console import sections as console
 from layerprof.render.html import sections as html
 from layerprof.stats import Series
@@ -51,13 +51,23 @@ def _inner(hint: object) -> list[object]:
 
 
 def typed_sections() -> set[str]:
+    """Typed fields by ``Type.field``; a Profile's trace sections (one ``TraceSections``
+    value, read as attributes of the Profile) by ``Profile.<section>``."""
     out = set()
     for cls in RESULT_TYPES:
-        hints = typing.get_type_hints(cls)
-        for field in dataclasses.fields(cls):
-            kinds = _inner(hints[field.name])
-            if any(t is Series or dataclasses.is_dataclass(t) for t in kinds):
-                out.add(f"{cls.__name__}.{field.name}")
+        out |= _typed_fields(cls, cls.__name__)
+    return out
+
+
+def _typed_fields(cls: type, owner: str) -> set[str]:
+    out = set()
+    hints = typing.get_type_hints(cls)
+    for field in dataclasses.fields(cls):
+        kinds = _inner(hints[field.name])
+        if TraceSections in kinds:
+            out |= _typed_fields(TraceSections, owner)
+        elif any(t is Series or dataclasses.is_dataclass(t) for t in kinds):
+            out.add(f"{owner}.{field.name}")
     return out
 
 

@@ -10,7 +10,7 @@ from layerprof.codec.fields import Fields, read_row, saved_notes, strings
 from layerprof.codec.run import run_of
 from layerprof.codec.trace import read_device, read_launches, read_memory
 from layerprof.pivot.notes import Note
-from layerprof.pivot.profile import Profile, Run
+from layerprof.pivot.profile import Profile, Run, TraceSections
 from layerprof.pivot.records import LayerInfo, LayerSamples, Meta, OpStat
 from layerprof.pivot.sections import (
     KernelRow,
@@ -101,12 +101,14 @@ def _legacy_rank(f: Fields, source: str) -> Profile:
         latency_ns=Series(done) if done else None,
         ops=ops,
         notes=saved_notes(f),
-        source=source_info,
-        steps=steps,
-        devices=tuple(read_device(d) for d in f.objects("devices")),
-        kernels=tuple(read_row(KernelRow, k) for k in f.objects("kernels")),
-        kinds=tuple(read_row(KindRow, k) for k in f.objects("kernel_kinds")),
-        memcpy=tuple(read_row(MemcpyRow, m) for m in f.objects("memcpy")),
-        launches=read_launches(f.obj("launch")),
-        memory=read_memory(f.obj("memory")),
+        trace=TraceSections(
+            source=source_info,
+            steps=steps,
+            devices=tuple(read_device(d) for d in f.objects("devices")),
+            kernels=tuple(read_row(KernelRow, k) for k in f.objects("kernels")),
+            kinds=tuple(read_row(KindRow, k) for k in f.objects("kernel_kinds")),
+            memcpy=tuple(read_row(MemcpyRow, m) for m in f.objects("memcpy")),
+            launches=read_launches(f.obj("launch")),
+            memory=read_memory(f.obj("memory")),
+        ),
     )

@@ -6,6 +6,7 @@ as it checks the console and the HTML report."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +22,7 @@ from layerprof.codec.memory import encode_activation_memory, read_activation_mem
 from layerprof.codec.passes import encode_passes, read_passes
 from layerprof.codec.repeats import encode_repeats, read_repeats
 from layerprof.codec.trace import encode_trace, read_trace
-from layerprof.pivot.profile import Profile
+from layerprof.pivot.profile import Profile, TraceSections
 
 
 @dataclass(frozen=True)
@@ -81,8 +82,16 @@ def encode_sections(p: Profile, top: int | None) -> dict[str, Any]:
 
 
 def read_sections(f: Fields) -> dict[str, Any]:
-    """Every registered section of a profile body, by Profile field."""
+    """Every registered section of a profile body, by Profile field (the trace's sections
+    as one ``trace`` value, None when the body has none of them)."""
     out: dict[str, Any] = {}
     for section in SECTIONS:
         out.update(section.read(f))
+    empty = TraceSections()
+    trace = {k: out.pop(k) for k in _TRACE_SECTIONS if k in out}
+    if any(v != getattr(empty, k) for k, v in trace.items()):
+        out["trace"] = TraceSections(**trace)
     return out
+
+
+_TRACE_SECTIONS = tuple(f.name for f in dataclasses.fields(TraceSections))

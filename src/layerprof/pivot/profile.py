@@ -8,9 +8,11 @@ Kineto traces fill the sections they know; everything else stays empty.
 * layers: static ``LayerInfo`` rows plus per-iteration ``LayerSamples``;
   ``rows()`` and ``tree()`` derive per-layer statistics on demand;
 * ops: per-iteration operator rows (``OpStat``), forward and backward;
-* for traces and ops mode: steps, devices (GPU busy/idle), kernels, kernel
-  kinds, memcpy, launches, memory, record_function annotations, and where the
-  trace came from (``source``);
+* trace (for traces and ops mode, a :class:`TraceSections`): where the trace
+  came from (``source``), steps, devices (GPU busy/idle), kernels, kernel
+  kinds, memcpy, launches, memory, record_function annotations and, across a
+  step, its breakdown, communication, queues and memory timeline; the Profile
+  reads each as an attribute of its own (``profile.kernels``);
 * flops: the model's counted FLOPs, their coverage and the device's peak
   (per layer in ``LayerInfo.flops``/``flop_detail``);
 * compiled (``--compile``): how the compiled kernels' time was attributed;
@@ -39,7 +41,7 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar, overload
 
 from layerprof import sinks
 from layerprof.errors import UsageError
@@ -85,6 +87,55 @@ class _RecordedTrace(Protocol):
     def trace_events(self) -> list[dict[str, Any]]: ...
 
     def trace_metadata(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class TraceSections:
+    """What a torch.profiler trace gives a Profile beyond its layers and operators
+    (``analyze``, and ops mode's own trace): one value, so a live run's Profile holds
+    None instead of thirteen empty fields."""
+
+    source: TraceSource | None = None
+    steps: Steps | None = None
+    devices: tuple[DeviceUse, ...] = ()
+    kernels: tuple[KernelRow, ...] = ()
+    kinds: tuple[KindRow, ...] = ()
+    memcpy: tuple[MemcpyRow, ...] = ()
+    launches: Launches | None = None
+    memory: MemorySummary | None = None
+    annotations: tuple[AnnotationRow, ...] = ()
+    breakdown: Breakdown | None = None
+    communication: Communication | None = None
+    queues: Queues | None = None
+    memory_timeline: MemoryTimeline | None = None
+
+
+_T = TypeVar("_T")
+
+
+class _FromTrace(Generic[_T]):
+    """A Profile attribute kept in its ``trace`` (read and set as before the grouping)."""
+
+    def __init__(self, default: _T) -> None:
+        self.default = default
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> _FromTrace[_T]: ...
+    @overload
+    def __get__(self, obj: Profile, owner: type | None = None) -> _T: ...
+    def __get__(self, obj: Profile | None, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        trace = obj.trace
+        return self.default if trace is None else getattr(trace, self.name)
+
+    def __set__(self, obj: Profile, value: _T) -> None:
+        changes: dict[str, Any] = {self.name: value}
+        obj.trace = replace(obj.trace or TraceSections(), **changes)
 
 
 @dataclass(frozen=True)
@@ -282,21 +333,9 @@ class Profile(sinks.Output):
     overhead: Overhead | None = None
     ops: tuple[OpStat, ...] = ()
     notes: tuple[Note, ...] = ()
-    source: TraceSource | None = None
-    steps: Steps | None = None
-    devices: tuple[DeviceUse, ...] = ()
-    kernels: tuple[KernelRow, ...] = ()
-    kinds: tuple[KindRow, ...] = ()
-    memcpy: tuple[MemcpyRow, ...] = ()
-    launches: Launches | None = None
-    memory: MemorySummary | None = None
-    annotations: tuple[AnnotationRow, ...] = ()
+    trace: TraceSections | None = None  # traces and ops mode: steps, devices, kernels, ...
     signatures: tuple[InputSignature, ...] = ()
     passes: PassCheck | None = None  # live runs: did the per-layer pass run the clean code?
-    breakdown: Breakdown | None = None
-    communication: Communication | None = None
-    queues: Queues | None = None
-    memory_timeline: MemoryTimeline | None = None
     flops: FlopSummary | None = None
     compiled: CompiledSection | None = None
     repeats: Repeats | None = None  # run --repeat / diff --run: one set of medians per process
@@ -305,9 +344,28 @@ class Profile(sinks.Output):
     generation: Generation | None = None  # generate(): prefill and decode apart
     events: _RecordedTrace | None = field(default=None, compare=False, repr=False)
 
+    # the trace's sections, read (and set) as attributes of their own
+    source: ClassVar[_FromTrace[TraceSource | None]] = _FromTrace(None)
+    steps: ClassVar[_FromTrace[Steps | None]] = _FromTrace(None)
+    devices: ClassVar[_FromTrace[tuple[DeviceUse, ...]]] = _FromTrace(())
+    kernels: ClassVar[_FromTrace[tuple[KernelRow, ...]]] = _FromTrace(())
+    kinds: ClassVar[_FromTrace[tuple[KindRow, ...]]] = _FromTrace(())
+    memcpy: ClassVar[_FromTrace[tuple[MemcpyRow, ...]]] = _FromTrace(())
+    launches: ClassVar[_FromTrace[Launches | None]] = _FromTrace(None)
+    memory: ClassVar[_FromTrace[MemorySummary | None]] = _FromTrace(None)
+    annotations: ClassVar[_FromTrace[tuple[AnnotationRow, ...]]] = _FromTrace(())
+    breakdown: ClassVar[_FromTrace[Breakdown | None]] = _FromTrace(None)
+    communication: ClassVar[_FromTrace[Communication | None]] = _FromTrace(None)
+    queues: ClassVar[_FromTrace[Queues | None]] = _FromTrace(None)
+    memory_timeline: ClassVar[_FromTrace[MemoryTimeline | None]] = _FromTrace(None)
+
     def __post_init__(self) -> None:
         latency: SeriesLike | None = self.latency_ns
         self.latency_ns = as_series(latency)
+
+    def with_trace(self, **sections: Any) -> Profile:
+        """A copy with these of its trace's sections replaced (``source=``, ``kernels=``...)."""
+        return replace(self, trace=replace(self.trace or TraceSections(), **sections))
 
     def __repr__(self) -> str:
         lat = self.latency

@@ -75,8 +75,7 @@ def with_rank(profile: Profile, rank: int, notes: Sequence[Note] = ()) -> Profil
     """The profile re-stamped as ``rank`` (its source and meta), with ``notes`` added."""
     source = profile.source
     stamped = replace(
-        profile,
-        source=replace(source, rank=rank) if source is not None else None,
+        profile.with_trace(source=replace(source, rank=rank)) if source is not None else profile,
         meta=replace(profile.meta, extra={**profile.meta.extra, "rank": rank}),
     )
     return stamped.with_notes(*notes) if notes else stamped

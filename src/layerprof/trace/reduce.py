@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from layerprof.pivot.notes import Note
-from layerprof.pivot.profile import Profile, parent_path
+from layerprof.pivot.profile import Profile, TraceSections, parent_path
 from layerprof.pivot.records import LayerInfo, LayerSamples, Meta, OpStat
 from layerprof.pivot.sections import AnnotationRow, Steps, TraceSource
 from layerprof.stats import Series
@@ -114,19 +114,21 @@ def reduce(
         samples=samples,
         latency_ns=Series([s.dur_ns for s in done]) if done else None,
         ops=ops,
-        source=source,
-        steps=steps,
-        devices=device_use(tables, links, windows),
-        kernels=kernels,
-        kinds=kind_table(tables, kernels),
-        memcpy=memcpy_table(tables),
-        launches=launches(tables, links) if has_device else None,
-        memory=memory_summary(tables, nesting),
-        annotations=tuple(_annotation(r) for r in annotation_rows),
-        breakdown=breakdown(tables, nesting, steps),
-        communication=communication(tables, nesting, links, steps, header),
-        queues=queues(tables, links) if has_device else None,
-        memory_timeline=memory_timeline(tables, nesting, steps),
+        trace=TraceSections(
+            source=source,
+            steps=steps,
+            devices=device_use(tables, links, windows),
+            kernels=kernels,
+            kinds=kind_table(tables, kernels),
+            memcpy=memcpy_table(tables),
+            launches=launches(tables, links) if has_device else None,
+            memory=memory_summary(tables, nesting),
+            annotations=tuple(_annotation(r) for r in annotation_rows),
+            breakdown=breakdown(tables, nesting, steps),
+            communication=communication(tables, nesting, links, steps, header),
+            queues=queues(tables, links) if has_device else None,
+            memory_timeline=memory_timeline(tables, nesting, steps),
+        ),
         generation=trace_generation(tables, steps, samples) if samples else None,
     )
     return profile.with_notes(*_notes(tables, steps, profile))

@@ -460,12 +460,10 @@ def profile_from_capture(
     traced = raw.profile()
     iterations = len(traced.steps.complete) if traced.steps is not None else 0
     return replace(
-        traced,
+        traced.with_trace(source=None, steps=None),
         meta=meta or replace(default_meta(model, iterations), source="layerprof.ops"),
         layers=layer_infos(model),
         notes=(),
-        source=None,
-        steps=None,
         latency_ns=None,
         events=raw,
     )

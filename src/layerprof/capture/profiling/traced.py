@@ -31,17 +31,19 @@ def with_trace(
     """
     known = {i.path for i in layers}
     samples = {p: s for p, s in traced.samples.items() if p in known}
-    return replace(
-        base,
-        layers=layers,
-        samples=samples,
-        ops=traced.ops if ops else (),
+    with_trace = base.with_trace(
         devices=traced.devices,
         kernels=traced.kernels,
         kinds=traced.kinds,
         memcpy=traced.memcpy,
         launches=traced.launches,
         communication=traced.communication,  # collectives (DDP's all-reduces): stragglers
+    )
+    return replace(
+        with_trace,
+        layers=layers,
+        samples=samples,
+        ops=traced.ops if ops else (),
         notes=(*base.notes, *notes),
         events=raw,
     )
