@@ -146,11 +146,16 @@ def test_steps_outside_the_window_keep_no_calls() -> None:
     assert rec.call_count == 9  # the root and its two layers in each active step
 
 
-def test_correct_is_decided_before_the_first_sums(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(recorder_module, "LOOP_CHUNK", 1)
+def _chunked(monkeypatch: pytest.MonkeyPatch, chunk: int) -> tuple[Net, layerprof.Recorder]:
+    """A two-layer loop model on a fake clock and its Recorder, summing every ``chunk`` calls."""
+    monkeypatch.setattr(recorder_module, "LOOP_CHUNK", chunk)
     clock = FakeClock()
     model = Net(clock, checkpointed=False)
-    rec = layerprof.Recorder(model, backward=True, clock=clock)
+    return model, layerprof.Recorder(model, backward=True, clock=clock)
+
+
+def test_correct_is_decided_before_the_first_sums(monkeypatch: pytest.MonkeyPatch) -> None:
+    model, rec = _chunked(monkeypatch, 1)
     with rec:
         for _ in range(3):
             model(torch.ones(2, 4)).sum().backward()
@@ -179,10 +184,7 @@ def test_samples_are_four_bytes_until_a_step_does_not_fit(monkeypatch: pytest.Mo
     layer's part of a step fits; the first that does not (2.1 s) widens them, exactly."""
     import numpy as np
 
-    monkeypatch.setattr(recorder_module, "LOOP_CHUNK", 5)
-    clock = FakeClock()
-    model = Net(clock, checkpointed=False)
-    rec = layerprof.Recorder(model, backward=True, clock=clock)
+    model, rec = _chunked(monkeypatch, 5)
     with rec:
         for i in range(12):
             if i == 8:  # a slow step, after some chunks were summed narrow
