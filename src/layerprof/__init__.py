@@ -30,10 +30,11 @@ if TYPE_CHECKING:
 
     import torch
 
-    from layerprof.analysis.diff import Diff, diff
+    from layerprof.analysis.diff import diff
     from layerprof.capture.options import CompileOptions, OpOptions
     from layerprof.capture.recording.loop import StepSchedule
     from layerprof.capture.recording.recorder import Recorder
+    from layerprof.pivot.diff import Diff
     from layerprof.pivot.profile import Profile, Run
 
 
@@ -60,7 +61,8 @@ def __getattr__(name: str) -> Any:
 
         value = Profile if name == "Profile" else Run
     elif name in ("Diff", "diff"):
-        from layerprof.analysis.diff import Diff, diff
+        from layerprof.analysis.diff import diff
+        from layerprof.pivot.diff import Diff
 
         value = Diff if name == "Diff" else diff
     elif name == "Recorder":

@@ -22,9 +22,10 @@ from hypothesis import strategies as st
 from rich.console import Console
 from torch import nn
 
-from layerprof.analysis.diff import Diff, diff, parse_percent
-from layerprof.analysis.diffjudge import ALPHA
+from layerprof.analysis.diff import diff, parse_percent
 from layerprof.errors import UsageError
+from layerprof.pivot.change import ALPHA
+from layerprof.pivot.diff import Diff
 from layerprof.pivot.profile import Profile
 from layerprof.pivot.records import LayerSamples, Meta, OpStat
 from layerprof.render.console.diff import print_diff

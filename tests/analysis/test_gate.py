@@ -25,10 +25,11 @@ from rich.console import Console
 from torch import nn
 
 from layerprof import Recorder
-from layerprof.analysis.diff import Diff, diff
-from layerprof.analysis.diffjudge import ALPHA, DRIFT_ALLOWANCE_PCT
+from layerprof.analysis.diff import diff
 from layerprof.capture.platform.clocks import FakeClock
 from layerprof.cli.processes import gather, rest_ratios
+from layerprof.pivot.change import ALPHA, DRIFT_ALLOWANCE_PCT
+from layerprof.pivot.diff import Diff
 from layerprof.pivot.profile import Profile
 from layerprof.render.console.diff import print_diff
 from layerprof.render.markdown import diff_to_markdown

@@ -14,8 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from layerprof import codec
-from layerprof.analysis.diff import Diff, diff
+from layerprof.analysis.diff import diff
 from layerprof.errors import ProfileFormatError
+from layerprof.pivot.diff import Diff
 from layerprof.pivot.profile import Profile, Run
 from tests.support.paths import DATA
 from tests.support.profiles import fake_profile

@@ -23,9 +23,9 @@ from rich.table import Table
 from torch import nn
 
 from layerprof.analysis.diff import diff
-from layerprof.analysis.difftext import fmt_pct
 from layerprof.capture.options import RunOptions
 from layerprof.capture.runner import run_model
+from layerprof.pivot.change import fmt_pct
 from layerprof.pivot.profile import LayerRow, Profile
 from layerprof.pivot.records import OpStat, merge_layers, merge_shapes
 from layerprof.render.console.columns import (

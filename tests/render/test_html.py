@@ -17,10 +17,9 @@ import pytest
 from layerprof import codec, sinks
 from layerprof.analysis.diagnose import diagnose, diagnose_run
 from layerprof.analysis.diff import diff
-from layerprof.analysis.diffjudge import Change
-from layerprof.analysis.difftext import judgement
 from layerprof.cli import main
 from layerprof.errors import UsageError
+from layerprof.pivot.change import Change, judgement
 from layerprof.pivot.profile import Profile, Run
 from layerprof.render.html import Section, render_html
 from layerprof.render.html import sections as registry

@@ -15,7 +15,7 @@ import types
 import typing
 from collections.abc import Iterable
 
-from layerprof.analysis.diff import Diff
+from layerprof.pivot.diff import Diff
 from layerprof.pivot.profile import Profile, Run, TraceSections
 from layerprof.render.console import sections as console
 from layerprof.render.html import sections as html

@@ -21,7 +21,8 @@ import torch
 from torch import nn
 
 import layerprof
-from layerprof.analysis.diff import Diff, diff
+from layerprof.analysis.diff import diff
+from layerprof.pivot.diff import Diff
 from layerprof.pivot.profile import Profile, Run
 from layerprof.trace import analyze
 from tests.support.diff_subjects import Sleep

@@ -9,8 +9,8 @@ from typing import Any
 import orjson
 import pytest
 
-from layerprof.analysis.difftext import side_label
 from layerprof.cli import main
+from layerprof.pivot.change import side_label
 from layerprof.pivot.records import Meta
 from layerprof.trace import analyze
 

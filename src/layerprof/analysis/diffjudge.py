@@ -61,8 +61,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, cast, get_args
+from typing import cast
 
+from layerprof.pivot.change import ALPHA, Basis, Change, Evidence, Status, between_floor
 from layerprof.pivot.sections import Repeats
 from layerprof.stats import (
     Series,
@@ -76,89 +77,11 @@ from layerprof.stats import (
 )
 from layerprof.units import fmt_num
 
-ALPHA = 0.001
-"""Two-sided significance level of the rank test, per row."""
-
-FLOOR_MIN_NS = 1_000
-"""Smallest absolute change that can count: 1 µs."""
-
-FLOOR_SHARE = 0.005
-"""Or 0.5 % of the whole forward, when that is larger."""
-
-BETWEEN_FLOOR_FACTOR = 0.5
-"""Rows judged between runs need only half the floor (0.25 % of the forward): the
-t-test already carries the run-to-run spread, and a 10 % slower layer that takes
-5 % of the forward changes it by 0.5 %, which the full floor would not let pass."""
-
-
-def between_floor(floor_ns: int) -> int:
-    """The floor for rows judged on the spread between runs."""
-    return max(FLOOR_MIN_NS, round(floor_ns * BETWEEN_FLOOR_FACTOR))
-
-
 _NOISE_K = 1.0
 """The change must exceed NOISE_K robust standard deviations of (new iteration - base iteration)."""
 
 _MAD_TO_SIGMA = 1.4826
 """MAD times this estimates the standard deviation of a normal distribution."""
-
-DRIFT_ALLOWANCE_PCT = 50.0
-"""What a row judged on one run per side must exceed to fail the gate: the same
-model's separate processes differed by up to 40 % on this project's machine
-(latency 17.5 -> 20.8 ms back to back), a drift no within-run statistic sees."""
-
-Status = Literal["slower", "faster", "same", "added", "removed"]
-
-_Basis = Literal["rounds", "repeats", "rank-test", "separation", "summary", "threshold"]
-
-Evidence = Literal["rounds", "repeats", "single-run"]
-
-_BETWEEN_RUNS: tuple[_Basis, ...] = ("rounds", "repeats")
-"""Bases whose verdict rests on the run-to-run spread (several processes per side)."""
-
-STATUSES: tuple[Status, ...] = get_args(Status)
-
-BASES: tuple[_Basis, ...] = get_args(_Basis)
-
-EVIDENCES: tuple[Evidence, ...] = get_args(Evidence)
-
-
-@dataclass(frozen=True)
-class Change:
-    """How one time moved between base and new (medians, integer ns).
-
-    ``base_ns`` is ``None`` for an added row, ``new_ns`` for a removed one.
-    ``delta_pct`` is ``None`` when there is no base time to divide by.
-    ``p_value`` is the between-run t-test's (``basis`` ``rounds`` or
-    ``repeats``) and ``None`` otherwise: a within-run test cannot see the
-    drift between processes, so its p-value is not a p-value for the change.
-    ``noise_ns`` is the spread bound (between runs: one run-to-run standard
-    deviation of the difference) and ``ci_ns`` the half-width of the
-    difference's confidence interval the change had to exceed; ``None`` where
-    the row was judged without them (``basis == "threshold"``).
-    """
-
-    base_ns: int | None
-    new_ns: int | None
-    delta_ns: int
-    delta_pct: float | None
-    beyond_noise: bool
-    significant: bool
-    status: Status
-    basis: _Basis
-    p_value: float | None = None
-    noise_ns: int | None = None
-    ci_ns: int | None = None
-
-    @property
-    def regressed(self) -> bool:
-        """Slower beyond noise (the threshold aside), on a row present on both sides."""
-        return self.status not in ("added", "removed") and self.beyond_noise and self.delta_ns > 0
-
-    @property
-    def between_runs(self) -> bool:
-        """Judged on the run-to-run spread (several processes per side)."""
-        return self.basis in _BETWEEN_RUNS
 
 
 def evidence_of(base: Repeats | None, new: Repeats | None) -> Evidence:
@@ -302,7 +225,7 @@ class Judge:
             beyond = outside and abs(delta) > self.floor_ns
             return self._judged(b, n, beyond, pct, "summary", noise_ns=noise_ns, ci_ns=ci_ns)
         floor_p = min_p_value(base.n, new.n)
-        basis: _Basis = "rank-test" if floor_p < ALPHA else "separation"
+        basis: Basis = "rank-test" if floor_p < ALPHA else "separation"
         if basis == "separation" and what is not None and what not in self.fallbacks:
             self.fallbacks[what] = (base.n, new.n)
         p_value, direction = rank_test(base.values, new.values)
@@ -354,7 +277,7 @@ class Judge:
         if self.paired:
             test = paired_t_test([n - b for b, n in zip(bx, nx, strict=True)])
             spread = test.se * math.sqrt(len(bx))
-            basis: _Basis = "rounds"
+            basis: Basis = "rounds"
         else:
             test = welch_t_test(bx, nx)
             spread = math.hypot(_sd(bx), _sd(nx))
@@ -401,7 +324,7 @@ class Judge:
         n: int,
         beyond: bool,
         pct: float | None,
-        basis: _Basis,
+        basis: Basis,
         *,
         p_value: float | None = None,
         noise_ns: int | None = None,
@@ -482,7 +405,7 @@ def _change(
     *,
     beyond: bool,
     significant: bool,
-    basis: _Basis,
+    basis: Basis,
     p_value: float | None = None,
     noise_ns: int | None = None,
     ci_ns: int | None = None,
@@ -504,14 +427,3 @@ def _change(
         noise_ns=noise_ns,
         ci_ns=ci_ns,
     )
-
-
-def gate_pct(change: Change, fail_above_pct: float) -> float:
-    """The percentage a row must exceed to fail: ``fail_above_pct`` when it was judged on
-    the run-to-run spread, else no less than the drift allowance."""
-    return fail_above_pct if change.between_runs else max(fail_above_pct, DRIFT_ALLOWANCE_PCT)
-
-
-def over_gate(change: Change, fail_above_pct: float) -> bool:
-    pct = change.delta_pct
-    return change.regressed and (pct is None or pct > gate_pct(change, fail_above_pct))

@@ -33,7 +33,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Re-render a saved profile, trace analysis or diff: console, and the files asked for."""
     from layerprof import codec, sinks
-    from layerprof.analysis.diff import Diff
+    from layerprof.pivot.diff import Diff
     from layerprof.pivot.profile import Profile
 
     outputs.check_outputs(args, inputs=args.file)
@@ -62,6 +62,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _saved_gate(saved: Any) -> Any:
-    from layerprof.analysis.diff import Diff
+    from layerprof.pivot.diff import Diff
 
     return saved.gate_result if isinstance(saved, Diff) else None

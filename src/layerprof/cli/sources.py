@@ -30,8 +30,8 @@ def load_comparable(
     (``diff <(zcat a.json.gz) b.json``). ``rank`` picks a rank of a multi-rank
     trace or analysis (default: the lowest).
     """
-    from layerprof.analysis.diff import Diff
     from layerprof.codec import from_dict
+    from layerprof.pivot.diff import Diff
     from layerprof.pivot.profile import Profile
     from layerprof.pivot.sections.sweep import Sweep
     from layerprof.trace import analyze

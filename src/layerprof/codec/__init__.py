@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 from layerprof import sinks
-from layerprof.analysis.diff import Diff, GateResult
 from layerprof.codec.diff import diff_to_dict, read_diff
 from layerprof.codec.legacy import read_legacy_run
 from layerprof.codec.profile import layer_records, profile_body, read_profile
@@ -44,6 +43,7 @@ from layerprof.codec.schemas import (
 )
 from layerprof.codec.sweep import read_sweep, sweep_to_dict
 from layerprof.errors import ProfileFormatError
+from layerprof.pivot.diff import Diff, GateResult
 from layerprof.pivot.profile import Profile, Run
 from layerprof.pivot.sections.sweep import Sweep
 from layerprof.reading import read_json

@@ -5,7 +5,12 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from layerprof.analysis.diff import (
+from layerprof.codec.fields import Fields, required, strings
+from layerprof.codec.profile import read_meta
+from layerprof.codec.schemas import DIFF_SCHEMA
+from layerprof.errors import ProfileFormatError
+from layerprof.pivot.change import BASES, DRIFT_ALLOWANCE_PCT, EVIDENCES, STATUSES, Change
+from layerprof.pivot.diff import (
     METRICS,
     Diff,
     GateResult,
@@ -15,11 +20,6 @@ from layerprof.analysis.diff import (
     PhaseDelta,
     StepDelta,
 )
-from layerprof.analysis.diffjudge import BASES, DRIFT_ALLOWANCE_PCT, EVIDENCES, STATUSES, Change
-from layerprof.codec.fields import Fields, required, strings
-from layerprof.codec.profile import read_meta
-from layerprof.codec.schemas import DIFF_SCHEMA
-from layerprof.errors import ProfileFormatError
 from layerprof.pivot.records import Meta
 from layerprof.units import NS_PER_MS, ms
 

@@ -15,8 +15,8 @@ from typing import Any
 import orjson
 
 from layerprof import codec, sinks
-from layerprof.analysis.diff import Diff
 from layerprof.errors import UsageError
+from layerprof.pivot.diff import Diff
 from layerprof.pivot.profile import Profile, Run
 from layerprof.pivot.sections.sweep import Sweep
 from layerprof.render.table import profile_to_csv

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from layerprof.analysis.diff import Diff, GateResult, LayerDelta, OpDelta, PhaseDelta, StepDelta
-from layerprof.analysis.diffjudge import Change
-from layerprof.analysis.difftext import fmt_pct, judgement, side_label
+from layerprof.pivot.change import Change, fmt_pct, judgement, side_label
+from layerprof.pivot.diff import Diff, GateResult, LayerDelta, OpDelta, PhaseDelta, StepDelta
 from layerprof.render.terminal import escape_controls
 from layerprof.units import fmt_delta_ms, fmt_ms
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from rich.console import Console
 
-from layerprof.analysis.diff import Diff
 from layerprof.errors import UsageError
+from layerprof.pivot.diff import Diff
 from layerprof.pivot.profile import Profile, Run
 from layerprof.pivot.sections.sweep import Sweep
 from layerprof.render.console.sections import (

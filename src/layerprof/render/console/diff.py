@@ -8,9 +8,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from layerprof.analysis.diff import Diff, GateResult, LayerDelta, OpDelta, PhaseDelta, StepDelta
-from layerprof.analysis.diffjudge import Change
-from layerprof.analysis.difftext import fmt_pct, judgement, side_label
+from layerprof.pivot.change import Change, fmt_pct, judgement, side_label
+from layerprof.pivot.diff import Diff, GateResult, LayerDelta, OpDelta, PhaseDelta, StepDelta
 from layerprof.render.console.columns import Col, Hide, Row, Shrink, Step, print_table
 from layerprof.render.terminal import escaping
 from layerprof.units import fmt_delta_ms, fmt_ms

@@ -56,7 +56,7 @@ from layerprof.render.terminal import escaping
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from layerprof.analysis.diff import Diff, GateResult
+    from layerprof.pivot.diff import Diff, GateResult
     from layerprof.pivot.profile import Profile, Run
 
 T = TypeVar("T")

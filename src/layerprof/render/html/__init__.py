@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from layerprof.analysis.diagnose import diagnose, diagnose_run
-from layerprof.analysis.diff import Diff, GateResult
 from layerprof.errors import UsageError
 from layerprof.files import write_atomic
+from layerprof.pivot.diff import Diff, GateResult
 from layerprof.pivot.profile import Profile, Run
 from layerprof.render.html import sections as _sections
 from layerprof.render.html.header import default_title, header

@@ -6,9 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, TypeVar
 
-from layerprof.analysis.diff import Diff, KernelDelta, LayerDelta, OpDelta, PhaseDelta, StepDelta
-from layerprof.analysis.diffjudge import Change
-from layerprof.analysis.difftext import fmt_pct, judgement
+from layerprof.pivot.change import Change, fmt_pct, judgement
+from layerprof.pivot.diff import Diff, KernelDelta, LayerDelta, OpDelta, PhaseDelta, StepDelta
 from layerprof.render.html.charts import BarSeries, bars, in_ms
 from layerprof.render.html.page import (
     TOP_N,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from layerprof.analysis.difftext import side_label
+from layerprof.pivot.change import side_label
 from layerprof.pivot.records import Meta
 from layerprof.pivot.sections import TraceSource
 from layerprof.render.html.page import esc

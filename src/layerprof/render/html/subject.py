@@ -7,7 +7,7 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from layerprof.analysis.diff import Diff, GateResult
+from layerprof.pivot.diff import Diff, GateResult
 from layerprof.pivot.profile import LayerRow, Profile, Run
 
 if TYPE_CHECKING:
