@@ -113,7 +113,7 @@ def test_compaction_changes_nothing(monkeypatch: pytest.MonkeyPatch, device: boo
     whole = run()
     monkeypatch.setattr(recorder_module, "COMPACT_AT", 8)  # compact after every forward
     chunked = run()
-    assert len(chunked._tables) > 1
+    assert len(chunked._log.tables) > 1
     a, b = whole.profile().samples, chunked.profile().samples
     assert a.keys() == b.keys()
     for path in a:
@@ -174,7 +174,7 @@ def test_streaming_sums_what_the_whole_record_sums(
         whole, streamed = _streamed(n, expect, device, warm=2)
     finally:
         recorder_module.COMPACT_AT = old
-    assert streamed._tables == []  # nothing kept per call
+    assert streamed._log.tables == []  # nothing kept per call
     assert (streamed.iterations, streamed.call_count) == (whole.iterations, whole.call_count)
     a, b = whole.profile().samples, streamed.profile().samples
     assert a.keys() == b.keys()
@@ -190,7 +190,7 @@ def test_streaming_holds_one_matrix_per_quantity(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(recorder_module, "COMPACT_AT", 8)
     _, rec = _streamed(50, 50, device=False)
     sums = rec._stream.sums
-    assert rec._tables == [] and sums.filled == 50
+    assert rec._log.tables == [] and sums.filled == 50
     assert sums.total.shape == sums.self_.shape == (len(rec._paths), 50)
     assert sums.total.dtype == np.int64
 

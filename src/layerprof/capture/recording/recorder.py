@@ -34,7 +34,6 @@ out of the layers' times.
 from __future__ import annotations
 
 import functools
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -54,18 +53,14 @@ from layerprof.capture.modules import (
 from layerprof.capture.platform.clocks import Clock, CudaEventClock, HostClock, synchronizer
 from layerprof.capture.platform.device import device_of
 from layerprof.capture.platform.distributed import unwrap
+from layerprof.capture.recording.forwardlog import ForwardLog
 from layerprof.capture.recording.layerinfo import default_meta, layer_infos
 from layerprof.capture.recording.layertimes import (
     EXIT,
-    RAISED,
-    SKIP,
     CallTable,
     Correction,
     SampleSums,
     build_samples,
-    complete_prefix,
-    is_entry,
-    parse_events,
 )
 from layerprof.capture.recording.loop import PhaseMarks, StepMarks, StepSchedule
 from layerprof.capture.recording.looprecord import Chunk, LoopRecord
@@ -197,14 +192,8 @@ class Recorder:
         self._root_forwards = 0
         self._paths: list[str] = []  # layer index -> path (the log holds indices)
         self._index: dict[str, int] = {}
-        self._log: list[int] = []  # (code, time) pairs since the last compaction
-        self._zero = 0  # a log index where no call is open
-        self._pending: list[Any] = []  # device marks of the open outermost call
-        self._dev: list[int] = []  # resolved device times, one per log pair
-        self._open = [0]  # open calls (device clock only: when to resolve)
-        self._tables: list[CallTable] = []
+        self._log = ForwardLog(self._paths, device_clock)  # the wrappers' calls
         self._stream: _Stream | None = None  # stream(): tables summed as they are made
-        self._failed: str | None = None
         self._signatures: dict[str, _Signature] = {}
         self._root_depth = 0
 
@@ -333,7 +322,7 @@ class Recorder:
     # ---- wrappers (hot path) --------------------------------------------------
     def _timed(self, pid: int, fwd: Callable[..., Any]) -> Callable[..., Any]:
         """The timing wrapper of layer ``pid`` around its entry point ``fwd``."""
-        a = self._log.append
+        a = self._log.pairs.append
         m = self.clock.mark
         raised = self._raised
         if self.device_clock is not None:
@@ -363,12 +352,13 @@ class Recorder:
     def _timed_device(self, pid: int, fwd: Callable[..., Any]) -> Callable[..., Any]:
         """The timing wrapper with CUDA-event marks, resolved when the outermost call ends."""
         assert self.device_clock is not None
-        a = self._log.append
+        log = self._log
+        a = log.pairs.append
         m = self.clock.mark
-        d = self._pending.append
+        d = log.pending.append
         dm = self.device_clock.mark
-        depth = self._open
-        flush = self._flush_device
+        depth = log.open
+        flush = log.flush_device
         raised = self._raised
 
         def timed(*args: Any, **kwargs: Any) -> Any:
@@ -465,8 +455,8 @@ class Recorder:
                 sig.store.keep("", ins, out)
             if sig is not None:
                 sig.forwards += 1
-            self._zero = len(self._log)
-            if self._zero >= COMPACT_AT:
+            self._log.zero = len(self._log.pairs)
+            if self._log.zero >= COMPACT_AT:
                 self._compact()
             return out
 
@@ -556,11 +546,7 @@ class Recorder:
 
     def _skip(self, t0: int) -> None:
         """Log [t0, now] as recorder time inside the open layer (a SKIP pseudo-call)."""
-        t1 = self.clock.mark()
-        self._log += (SKIP, t0, EXIT, t1)
-        if self.device_clock is not None:
-            dm = self.device_clock.mark()
-            self._pending += (dm, dm)
+        self._log.skip(t0, self.clock.mark())
 
     def _shapes_on(self, store: ShapeStore) -> None:
         """Overlay shape-recording wrappers on every non-root module for one forward."""
@@ -582,81 +568,27 @@ class Recorder:
         return sig
 
     # ---- cold paths -----------------------------------------------------------
-    def _flush_device(self) -> None:
-        """Resolve the device marks of the outermost call that just ended (one sync)."""
-        assert self.device_clock is not None
-        self._dev.extend(self.device_clock.resolve(self._pending))
-        self._pending.clear()
-
     def _raised(self) -> None:
-        """A recorded call raised: close it; if it was the outermost one, drop its
-        iteration and remember the innermost layer the error came from."""
-        t = self.clock.mark()
-        log = self._log
-        log += (RAISED, t)
-        if self.device_clock is not None:
-            self._pending.append(self.device_clock.mark())
-            self._open[0] -= 1
-        codes = np.array(log[self._zero :: 2], dtype=np.int64)
-        depth = np.cumsum(np.where(is_entry(codes), 1, -1))
-        if depth[-1] > 0:
-            return  # an inner call: its caller may catch the error
-        if _checkpoint_stop(sys.exc_info()[1]):
-            return  # a recompute that checkpointing ended on purpose: kept, as a call
-        self._failed = self._origin(codes, depth)
-        zeros = np.flatnonzero(depth[:-1] == 0)
-        start = self._zero + 2 * (int(zeros[-1]) + 1 if len(zeros) else 0)
-        del log[start:]
-        if self.device_clock is not None:
-            self.device_clock.resolve(self._pending)  # frees the events for reuse
-            self._pending.clear()
-
-    def _origin(self, codes: Any, depth: Any) -> str | None:
-        """The innermost layer of the error that just left the outermost call: the call
-        closed by the first of the trailing run of RAISED exits."""
-        first = len(codes) - 1
-        while first > 0 and codes[first - 1] == RAISED:
-            first -= 1
-        level = depth[first] + 1
-        opened = np.flatnonzero(is_entry(codes[:first]) & (depth[:first] == level))
-        if len(opened) == 0:
-            return None
-        code = int(codes[opened[-1]])
-        return self._paths[code] if code >= 0 else None
+        """A recorded call raised: its log closes it (see ``ForwardLog.raised``)."""
+        self._log.raised(self.clock.mark())
 
     def _compact(self) -> None:
-        """Move the whole outermost calls in the log into a CallTable."""
-        log = self._log
-        if not log:
-            return
-        codes = np.array(log[0::2], dtype=np.int64)
-        n = complete_prefix(codes, len(self._paths))
-        if n:
-            times = np.array(log[1 : 2 * n : 2], dtype=np.int64)
-            dev = None
-            if self.device_clock is not None:
-                dev = np.array(self._dev[:n], dtype=np.int64)
-                del self._dev[:n]
-            table = parse_events(codes[:n], times, dev)
-            if self._stream is not None:
-                self._stream.sums.add(table, self._stream.correction)
-            else:
-                self._tables.append(table)
-        if n < len(codes) and not self._inside_forward():
-            del log[:]  # a misaligned remainder (see complete_prefix): drop it
-            del self._dev[:]
-        else:
-            del log[: 2 * n]
-        self._zero = 0
+        """Move the whole outermost calls in the log into a CallTable (summed at once
+        when streaming)."""
+        stream = self._stream
+        sink = (
+            None
+            if stream is None
+            else functools.partial(stream.sums.add, correction=stream.correction)
+        )
+        self._log.compact(self._inside_forward(), sink)
 
     def _inside_forward(self) -> bool:
-        return self._root_depth > 0 or bool(self._pending)
+        return self._root_depth > 0 or bool(self._log.pending)
 
     def _table(self) -> CallTable:
         self._compact()
-        if len(self._tables) > 1:
-            self._tables = [CallTable.concat(self._tables)]
-        return self._tables[0] if self._tables else CallTable.empty()
+        return self._log.table()
 
     # ---- training loop -----------------------------------------------------------
     def step(self) -> None:
@@ -698,7 +630,7 @@ class Recorder:
 
     def _ended_size(self) -> int:
         """Calls held for the ended steps: the log's, its tables' and their backwards'."""
-        return len(self._log) // 2 + sum(len(t) for t in self._tables) + self._ended_calls
+        return self._log.calls_held + self._ended_calls
 
     def _drop_calls(self) -> None:
         """Forget the forward calls recorded since the last step (outside the schedule's
@@ -706,9 +638,6 @@ class Recorder:
         if self._inside_forward() or self._ended:
             return
         self._log.clear()
-        self._dev.clear()
-        self._tables.clear()
-        self._zero = 0
         self._chunk_forward = self._forwards
 
     def _reduce_loop(self, correct: bool | None = None) -> LoopRecord:
@@ -725,11 +654,11 @@ class Recorder:
         if not self._ended:
             return loop
         chunk = Chunk(
-            self._tables, self._ended, self._chunk_forward, self._step_iteration,
+            self._log.tables, self._ended, self._chunk_forward, self._step_iteration,
             self._backward_paths,
         )  # fmt: skip
         rest = loop.add(chunk, self._index.get(""))
-        self._tables = [rest] if rest is not None else []
+        self._log.tables = [rest] if rest is not None else []
         self._ended, self._ended_calls = [], 0
         self._chunk_forward = self._step_iteration
         return loop
@@ -762,7 +691,7 @@ class Recorder:
         """Which recorded iterations are forwards of the model (outermost calls of the
         root), as indices in order, and how many iterations were recorded."""
         root = self._index.get("")
-        outer = [t.layer[t.level == 1] for t in self._tables]
+        outer = [t.layer[t.level == 1] for t in self._log.tables]
         firsts = np.concatenate(outer) if outer else np.zeros(0, dtype=np.int64)
         of_model = np.flatnonzero(firsts == root) if root is not None else firsts[:0]
         return of_model, len(firsts)
@@ -776,32 +705,21 @@ class Recorder:
     def active_path(self) -> str | None:
         """Innermost layer in which the last failed forward raised (None if none failed);
         while a forward is running, its innermost open layer."""
-        if self._failed is not None:
-            return self._failed
-        codes = np.array(self._log[self._zero :: 2], dtype=np.int64)
-        if len(codes) == 0:
-            return None
-        depth = np.cumsum(np.where(is_entry(codes), 1, -1))
-        if depth[-1] <= 0:
-            return None
-        opened = np.flatnonzero(is_entry(codes) & (depth == depth[-1]))
-        code = int(codes[opened[-1]])
-        return self._paths[code] if code >= 0 else None
+        if self._log.failed is not None:
+            return self._log.failed
+        return self._log.open_path()
 
     def reset(self) -> None:
         """Forget every recorded call so far (e.g. after an instrumented warm-up); shapes
         already recorded are kept, forward counts restart."""
         self._compact()
-        self._tables.clear()
         if self._stream is not None:
             self._stream = self._stream.emptied()
         self._log.clear()
-        self._dev.clear()
         self._tags.clear()
         self._loop, self._ended, self._ended_calls = None, [], 0
         self._chunk_forward = self._forwards
         self._root_forwards = 0
-        self._zero = 0
         for sig in self._signatures.values():
             sig.forwards = 0
 
@@ -825,7 +743,7 @@ class Recorder:
         self._compact()
         summed = self._stream.sums.call_count if self._stream is not None else 0
         summed += self._loop.forward.call_count if self._loop is not None else 0
-        return summed + sum(int((t.layer >= 0).sum()) for t in self._tables)
+        return summed + sum(int((t.layer >= 0).sum()) for t in self._log.tables)
 
     @property
     def iterations(self) -> int:
@@ -833,7 +751,7 @@ class Recorder:
         self._compact()
         summed = self._stream.sums.filled if self._stream is not None else 0
         summed += self._loop.forward.filled if self._loop is not None else 0
-        return summed + sum(int((t.level == 1).sum()) for t in self._tables)
+        return summed + sum(int((t.level == 1).sum()) for t in self._log.tables)
 
     def stream(self, iterations: int, *, correct: bool | None = None) -> None:
         """Sum the calls per layer and iteration as they are recorded, into matrices made
@@ -854,9 +772,9 @@ class Recorder:
         wanted = self._wants_correction(correct)
         correction = self._correction(wanted)
         sums = SampleSums(len(self._paths), iterations, self.device_clock is not None)
-        for table in self._tables:
+        for table in self._log.tables:
             sums.add(table, correction)
-        self._tables.clear()
+        self._log.tables.clear()
         self._stream = _Stream(sums, correction, wanted)
 
     def _wants_correction(self, correct: bool | None) -> bool:
@@ -929,7 +847,7 @@ class Recorder:
             iterations, n_calls = record.forward.filled, record.forward.call_count
             samples, loop = record.result(self._paths, self._backward_paths, self.schedule)
         else:
-            tables = self._tables
+            tables = self._log.tables
             iterations = sum(int((t.level == 1).sum()) for t in tables)
             n_calls = sum(int((t.layer >= 0).sum()) for t in tables)
             correction = self._correction(self._wants_correction(correct))
@@ -1034,13 +952,6 @@ class _PhaseScope:
 
     def __exit__(self, *exc: object) -> None:
         self._rec._phase = self._previous
-
-
-def _checkpoint_stop(exc: BaseException | None) -> bool:
-    """``torch.utils.checkpoint``'s non-reentrant recompute stops the recomputed forward
-    by raising once it has every tensor the backward needs ("early stop"): control flow,
-    not a failure of the module."""
-    return exc is not None and type(exc).__name__ == "_StopRecomputationError"
 
 
 def _ignore(value: Any) -> None:
