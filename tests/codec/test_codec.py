@@ -185,3 +185,26 @@ def test_unknown_schema_lists_the_known_ones() -> None:
     with pytest.raises(ProfileFormatError, match="unknown schema") as info:
         codec.from_dict({"schema": "layerprof.profile/99"}, source="f.json")
     assert info.value.hint is not None and "layerprof.profile/2" in info.value.hint
+
+
+def test_trace_sections_read_and_set_as_profile_attributes(tmp_path: Path) -> None:
+    """The thirteen trace-only fields live in one ``TraceSections`` value; the Profile
+    reads and sets each as before, a live profile holds None, and a save keeps both."""
+    from layerprof.pivot.profile import TraceSections
+    from layerprof.pivot.sections import KindRow
+
+    live = fake_profile()
+    assert live.trace is None and live.kernels == () and live.steps is None
+    assert Profile(meta=live.meta, trace=TraceSections()).trace is None  # one form for empty
+    kinds = (KindRow("compute", 3, 1_000),)
+    traced = live.with_trace(kinds=kinds)
+    assert traced.trace == TraceSections(kinds=kinds) and traced.kinds == kinds
+    assert live.trace is None  # with_trace copies
+    traced.kinds = ()
+    assert traced.trace is None  # emptied: back to None
+    traced.kinds = kinds
+    for p in (live, traced):
+        path = tmp_path / "p.json"
+        p.save(path)
+        again = Profile.load(path)
+        assert again.trace == p.trace and again.kinds == p.kinds

@@ -135,7 +135,12 @@ class _FromTrace(Generic[_T]):
 
     def __set__(self, obj: Profile, value: _T) -> None:
         changes: dict[str, Any] = {self.name: value}
-        obj.trace = replace(obj.trace or TraceSections(), **changes)
+        obj.trace = _or_none(replace(obj.trace or TraceSections(), **changes))
+
+
+def _or_none(trace: TraceSections | None) -> TraceSections | None:
+    """None for a trace with nothing in it: one Profile, one form (equal after a save)."""
+    return None if trace is None or trace == TraceSections() else trace
 
 
 @dataclass(frozen=True)
@@ -362,6 +367,7 @@ class Profile(sinks.Output):
     def __post_init__(self) -> None:
         latency: SeriesLike | None = self.latency_ns
         self.latency_ns = as_series(latency)
+        self.trace = _or_none(self.trace)
 
     def with_trace(self, **sections: Any) -> Profile:
         """A copy with these of its trace's sections replaced (``source=``, ``kernels=``...)."""
