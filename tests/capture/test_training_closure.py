@@ -424,7 +424,7 @@ def test_a_calibration_that_reads_zero_is_said_not_printed(
 
     tries: list[int] = []
 
-    def zero() -> Correction:
+    def zero(device: str = "cpu") -> Correction:
         tries.append(1)
         return Correction(per_call_ns=0.0, inside_ns=0.0)
 

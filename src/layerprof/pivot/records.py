@@ -260,6 +260,12 @@ class Overhead:
     ops_per_forward: float = 0.0
 
     @property
+    def measured(self) -> bool:
+        """Whether the calibration found a cost per hooked call (on a busy machine it can
+        read 0 twice: then nothing was corrected, and the profile's notes say so)."""
+        return self.method == "ops" or self.per_call_ns > 0
+
+    @property
     def per_forward_ns(self) -> float:
         """What the instrumentation adds to one forward, by its calibration."""
         return self.per_call_ns * self.calls_per_forward + self.per_op_ns * self.ops_per_forward

@@ -18,7 +18,7 @@ from layerprof.capture.layerpass import AsGiven
 from layerprof.capture.platform.clocks import CudaEventClock, HostClock
 from layerprof.capture.platform.device import device_of
 from layerprof.capture.prelude import prelude
-from layerprof.capture.recording.recorder import Recorder, calibrate
+from layerprof.capture.recording.recorder import Recorder, measured_calibration, unmeasured_note
 from layerprof.pivot.notes import Note
 from layerprof.pivot.records import LayerSamples, Overhead
 from layerprof.stats import Series
@@ -43,7 +43,9 @@ class HooksMode(AsGiven):
         base = facts.onto(run.base)
         latency = base.latency_ns
         clean_ns = latency.median if latency is not None and len(latency) else None
-        samples, overhead = _hooked(run, clean_ns)
+        samples, overhead, unmeasured = _hooked(run, clean_ns)
+        if unmeasured:
+            base = base.with_notes(unmeasured_note())
         if run.opts.backward:
             samples, notes = _with_backward(samples, run)
             base = base.with_notes(*notes)
@@ -52,17 +54,20 @@ class HooksMode(AsGiven):
         return facts.checked(profile)
 
 
-def _hooked(run: Pass, clean_ns: float | None) -> tuple[dict[str, LayerSamples], Overhead]:
-    """Calibration, then one untimed hooked forward and ``iters`` timed ones."""
+def _hooked(run: Pass, clean_ns: float | None) -> tuple[dict[str, LayerSamples], Overhead, bool]:
+    """Calibration, then one untimed hooked forward and ``iters`` timed ones; the bool:
+    the calibration read 0 twice (a busy machine), so nothing was corrected."""
     model, forward, device, opts = run.model, run.forward, run.device, run.opts
-    calibration = calibrate(device)
+    calibration = measured_calibration(device)
+    unmeasured = opts.correct_overhead and calibration.per_call_ns <= 0
+    correct = opts.correct_overhead and not unmeasured
     dclock = CudaEventClock(device) if device.startswith("cuda") else None
     rec = Recorder(
         model,
         clock=HostClock(),
         device_clock=dclock,
         record_shapes=False,
-        correction=calibration if opts.correct_overhead else None,
+        correction=calibration if correct else None,
     )
     # one int64 per forward (a list of ints would cost 40 bytes each: run's memory bound)
     inst_ns = np.zeros(opts.iters, dtype=np.int64)
@@ -70,7 +75,7 @@ def _hooked(run: Pass, clean_ns: float | None) -> tuple[dict[str, LayerSamples],
         guarded(forward, model, rec)
         rec.reset()
         # summed per layer as recorded: 16 bytes per layer and iteration at the peak
-        rec.stream(opts.iters, correct=opts.correct_overhead)
+        rec.stream(opts.iters, correct=correct)
         with run.watch.window("timed per-layer (hooked) forwards"):
             for i in range(opts.iters):
                 inst_ns[i] = timed(forward, run.sync, model, rec)
@@ -78,12 +83,12 @@ def _hooked(run: Pass, clean_ns: float | None) -> tuple[dict[str, LayerSamples],
     overhead = Overhead(
         per_call_ns=calibration.per_call_ns,
         inside_ns=calibration.inside_ns,
-        corrected=opts.correct_overhead,
+        corrected=correct,
         calls_per_forward=rec.call_count / max(rec.iterations, 1),
         clean_ns=clean_ns,
         instrumented_ns=Series(inst_ns).median if opts.iters else None,
     )
-    return rec.profile(correct=opts.correct_overhead).samples, overhead
+    return rec.profile(correct=correct).samples, overhead, unmeasured
 
 
 def _with_backward(

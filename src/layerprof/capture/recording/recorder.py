@@ -790,8 +790,7 @@ class Recorder:
             return None
         if self.correction is not None:
             return self.correction
-        found = calibrate()
-        return found if found.per_call_ns > 0 else calibrate()
+        return measured_calibration()
 
     @property
     def shapes(self) -> dict[str, tuple[Any, Any]]:
@@ -882,15 +881,7 @@ class Recorder:
             )
         overhead = None
         if correction is not None and correction.per_call_ns <= 0 and self.correction is None:
-            # "0.0 µs per hooked call" is no measurement: a recorded call costs something
-            notes += (
-                Note(
-                    "overhead-unmeasured",
-                    "the hooks' cost per call could not be measured: the calibration read 0"
-                    " against the noise of a busy machine (twice), so layer times are not"
-                    " corrected for it",
-                ),
-            )
+            notes += (unmeasured_note(),)
             correction = None
         if correction is not None:
             overhead = Overhead(
@@ -964,6 +955,23 @@ def _zero_ns() -> int:
 
 def _nothing() -> None:
     return None
+
+
+def measured_calibration(device: str = "cpu") -> Correction:
+    """``calibrate``, measured again once when a busy machine's noise swallowed the hooks'
+    cost (it read 0); still 0 then: see ``unmeasured_note``."""
+    found = calibrate(device)
+    return found if found.per_call_ns > 0 else calibrate(device)
+
+
+def unmeasured_note() -> Note:
+    """ "0.0 µs per hooked call" is no measurement (a recorded call costs something): the
+    times are left uncorrected, and the profile says why."""
+    return Note(
+        "overhead-unmeasured",
+        "the hooks' cost per call could not be measured: the calibration read 0 against"
+        " the noise of a busy machine (twice), so layer times are not corrected for it",
+    )
 
 
 def calibrate(device: str = "cpu", *, children: int = 50, repeats: int = 120) -> Correction:

@@ -159,6 +159,8 @@ def header_lines(profile: Profile) -> list[Text | str]:
             f" + {human_time(o.per_call_ns)} per layer range x {o.calls_per_forward:g}"
             if o.method == "ops"
             else f"{human_time(o.per_call_ns)} per module call x {o.calls_per_forward:g} calls"
+            if o.measured
+            else f"per module call not measured (a busy machine), {o.calls_per_forward:g} calls"
         )
         lines.append(Text(f"overhead {cost}/forward{ratio}; {corrected}"))
     if pass_gap(profile) is not None:

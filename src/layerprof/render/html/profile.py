@@ -118,6 +118,8 @@ def _summary_cards(summary: Summary) -> list[tuple[str, str, str]]:
 
 def overhead_text(ov: Overhead) -> str:
     parts = [f"{US.fmt(ov.per_call_ns)} µs per hooked call ({US.fmt(ov.inside_ns)} µs inside it)"]
+    if not ov.measured:
+        parts = ["the cost per hooked call could not be measured (see the notes)"]
     if ov.calls_per_forward:
         parts[0] += f" × {fmt_calls(ov.calls_per_forward)} calls per forward"
     if ov.method == "ops":  # torch.profiler's recording cost: per operator and per range
