@@ -133,7 +133,7 @@ def agreement_findings(profile: Profile) -> list[Finding]:
 
 def cost_text(o: Overhead | None) -> str:
     """The calibrated cost per forward and what it is made of."""
-    if o is None:
+    if o is None or not o.measured:
         return "unknown"
     if o.method == "ops":
         return (
