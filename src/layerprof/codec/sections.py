@@ -83,13 +83,12 @@ def encode_sections(p: Profile, top: int | None) -> dict[str, Any]:
 
 def read_sections(f: Fields) -> dict[str, Any]:
     """Every registered section of a profile body, by Profile field (the trace's sections
-    as one ``trace`` value, None when the body has none of them)."""
+    as one ``trace`` value: a Profile holds None for an empty one)."""
     out: dict[str, Any] = {}
     for section in SECTIONS:
         out.update(section.read(f))
-    empty = TraceSections()
     trace = {k: out.pop(k) for k in _TRACE_SECTIONS if k in out}
-    if any(v != getattr(empty, k) for k, v in trace.items()):
+    if trace:
         out["trace"] = TraceSections(**trace)
     return out
 

@@ -140,7 +140,10 @@ class _FromTrace(Generic[_T]):
 
 def _or_none(trace: TraceSections | None) -> TraceSections | None:
     """None for a trace with nothing in it: one Profile, one form (equal after a save)."""
-    return None if trace is None or trace == TraceSections() else trace
+    return None if trace is None or trace == _NO_TRACE else trace
+
+
+_NO_TRACE = TraceSections()
 
 
 @dataclass(frozen=True)
