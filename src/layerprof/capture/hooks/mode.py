@@ -59,7 +59,7 @@ def _hooked(run: Pass, clean_ns: float | None) -> tuple[dict[str, LayerSamples],
     the calibration read 0 twice (a busy machine), so nothing was corrected."""
     model, forward, device, opts = run.model, run.forward, run.device, run.opts
     calibration = measured_calibration(device)
-    unmeasured = opts.correct_overhead and calibration.per_call_ns <= 0
+    unmeasured = opts.correct_overhead and not calibration.measured
     correct = opts.correct_overhead and not unmeasured
     dclock = CudaEventClock(device) if device.startswith("cuda") else None
     rec = Recorder(

@@ -53,6 +53,11 @@ class Correction:
     inside_ns: float = 0.0
 
     @property
+    def measured(self) -> bool:
+        """Whether the calibration found a cost (a busy machine's noise can swallow it)."""
+        return self.per_call_ns > 0
+
+    @property
     def leak_ns(self) -> float:
         """The part of a call's cost that lands in its parent's interval."""
         return max(self.per_call_ns - self.inside_ns, 0.0)
@@ -247,7 +252,7 @@ def _times(table: CallTable, parent: I64, correction: Correction | None) -> tupl
     has = parent >= 0
     child_sum = np.bincount(parent[has], weights=dur[has], minlength=n)
     self_t = dur - child_sum
-    if correction is not None and correction.per_call_ns > 0:
+    if correction is not None and correction.measured:
         kids = np.bincount(parent[has & real], minlength=n)
         self_t = np.maximum(self_t - correction.inside_ns - kids * correction.leak_ns, 0.0)
     self_t[~real] = 0.0

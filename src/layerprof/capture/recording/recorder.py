@@ -880,7 +880,7 @@ class Recorder:
                 ),
             )
         overhead = None
-        if correction is not None and correction.per_call_ns <= 0 and self.correction is None:
+        if correction is not None and not correction.measured and self.correction is None:
             notes += (unmeasured_note(),)
             correction = None
         if correction is not None:
@@ -961,7 +961,7 @@ def measured_calibration(device: str = "cpu") -> Correction:
     """``calibrate``, measured again once when a busy machine's noise swallowed the hooks'
     cost (it read 0); still 0 then: see ``unmeasured_note``."""
     found = calibrate(device)
-    return found if found.per_call_ns > 0 else calibrate(device)
+    return found if found.measured else calibrate(device)
 
 
 def unmeasured_note() -> Note:
