@@ -40,7 +40,7 @@ from compile_overhead import TinyLM  # the model of the overhead figure
 import layerprof
 from layerprof.capture.options import CompileOptions
 from layerprof.pivot.profile import Profile
-from layerprof.pivot.sections.compiled import BUCKET_ROWS
+from layerprof.pivot.records import BUCKET_ROWS
 
 
 def totals(profile: Profile) -> dict[str, float]:

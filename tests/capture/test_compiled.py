@@ -24,7 +24,8 @@ from layerprof.analysis.diagnose import diagnose
 from layerprof.capture.options import CompileOptions
 from layerprof.cli import main
 from layerprof.pivot.profile import Profile
-from layerprof.pivot.sections.compiled import BUCKET_ROWS, OUTSIDE_ROW, OVERHEAD_ROW, Recompile
+from layerprof.pivot.records import BUCKET_ROWS, OUTSIDE_ROW, OVERHEAD_ROW
+from layerprof.pivot.sections.compiled import Recompile
 from layerprof.trace.compiled import (
     ALLOCATIONS,
     CACHE_LOOKUP,

@@ -24,8 +24,7 @@ from layerprof.capture.compiled.samples import (
     layer_samples,
     notes,
 )
-from layerprof.pivot.records import LayerInfo
-from layerprof.pivot.sections.compiled import OUTSIDE_ROW, OVERHEAD_ROW
+from layerprof.pivot.records import OUTSIDE_ROW, OVERHEAD_ROW, LayerInfo
 from layerprof.trace.compiled import (
     BACKWARD_MARK,
     CALL_PREFIX,

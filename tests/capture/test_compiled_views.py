@@ -25,7 +25,8 @@ from layerprof.analysis.compiled import compiled_findings
 from layerprof.analysis.diff import diff
 from layerprof.capture.compiled.regions import HOOK_KEY
 from layerprof.pivot.profile import Profile
-from layerprof.pivot.sections.compiled import OUTSIDE_ROW, OVERHEAD_ROW, Recompile
+from layerprof.pivot.records import OUTSIDE_ROW, OVERHEAD_ROW
+from layerprof.pivot.sections.compiled import Recompile
 from layerprof.stats import Series
 
 ITERS = 6

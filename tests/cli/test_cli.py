@@ -318,6 +318,39 @@ def test_analyze_diff_report_do_not_import_torch(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
 
 
+def test_a_terminal_report_of_a_trace_creates_no_other_types_nor_the_codec(
+    tmp_path: Path,
+) -> None:
+    """``layerprof analyze``'s start-up (issue: the whole process near the floor of
+    reading the JSON): a trace's terminal report needs neither the codec nor the types
+    of a diff, a sweep, a compiled run, a generate or a training loop (on Python 3.11
+    each frozen dataclass costs ~1 ms to create)."""
+    trace = {
+        "traceEvents": [
+            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "ts": 200.0 * i, "dur": 100.0, "pid": 1, "tid": 1}
+            for i in range(3)
+        ]
+        + [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 10.0, "dur": 50.0, "pid": 1, "tid": 1}]
+    }  # fmt: skip
+    (tmp_path / "t.json").write_text(json.dumps(trace))
+    unwanted = [
+        "layerprof.codec", "layerprof.pivot.diff", "layerprof.pivot.sections.sweep",
+        "layerprof.pivot.sections.compiled", "layerprof.pivot.sections.generation",
+        "layerprof.pivot.sections.loop",
+    ]  # fmt: skip
+    code = (
+        "import contextlib, io, sys\n"
+        "from layerprof.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+        f"    assert main(['analyze', {str(tmp_path / 't.json')!r}]) == 0\n"
+        "assert 'aten::mm' in out.getvalue()\n"
+        f"print([m for m in {unwanted!r} if m in sys.modules])\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
 def test_bad_output_path_fails_before_measuring(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -11,10 +11,13 @@ renderer only fails here until the other shows it too or ``ABSENT`` says why.
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import pkgutil
 import types
 import typing
 from collections.abc import Iterable
 
+import layerprof.pivot.sections
 from layerprof.pivot.diff import Diff
 from layerprof.pivot.profile import Profile, Run, TraceSections
 from layerprof.render.console import sections as console
@@ -59,9 +62,20 @@ def typed_sections() -> set[str]:
     return out
 
 
+def _section_names() -> dict[str, object]:
+    """Every name of the section modules: the pivot imports them for type checking
+    only (they are created on first use), so the hints resolve against these."""
+    package = layerprof.pivot.sections
+    modules = [
+        importlib.import_module(f"{package.__name__}.{m.name}")
+        for m in pkgutil.iter_modules(package.__path__)
+    ]
+    return {name: getattr(m, name) for m in modules for name in dir(m)}
+
+
 def _typed_fields(cls: type, owner: str) -> set[str]:
     out = set()
-    hints = typing.get_type_hints(cls)
+    hints = typing.get_type_hints(cls, localns=_section_names())
     for field in dataclasses.fields(cls):
         kinds = _inner(hints[field.name])
         if TraceSections in kinds:

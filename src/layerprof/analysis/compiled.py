@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING
 
 from layerprof.analysis.finding import Finding
 from layerprof.analysis.passes import contention_cause, interval, layer_pass_forward, pass_gap
-from layerprof.pivot.sections.compiled import BUCKET_ROWS, BUCKET_TYPE, Recompile
+from layerprof.pivot.records import BUCKET_ROWS, BUCKET_TYPE
 from layerprof.units import human_time
 
 if TYPE_CHECKING:
     from layerprof.pivot.profile import LayerRow, Profile
+    from layerprof.pivot.sections.compiled import Recompile
 
 _OVERHEAD_SHARE = 0.25  # wrapper time beyond this share of the forward is worth a look
 _OUTSIDE_SHARE = 0.10

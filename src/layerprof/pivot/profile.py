@@ -47,37 +47,38 @@ from layerprof import sinks
 from layerprof.errors import UsageError
 from layerprof.pivot.notes import Note
 from layerprof.pivot.records import LayerInfo, LayerSamples, Meta, OpStat, Overhead
-from layerprof.pivot.sections import (
-    AnnotationRow,
-    Breakdown,
-    Communication,
-    CrossRank,
-    DeviceUse,
-    InputSignature,
-    KernelRow,
-    KindRow,
-    Launches,
-    LayerAcrossRanks,
-    MemcpyRow,
-    MemorySummary,
-    MemoryTimeline,
-    PassCheck,
-    Queues,
-    Repeats,
-    Steps,
-    Stragglers,
-    TraceSource,
-)
-from layerprof.pivot.sections.compiled import CompiledSection
-from layerprof.pivot.sections.flops import FlopSummary, LayerFlops
-from layerprof.pivot.sections.generation import Generation
-from layerprof.pivot.sections.loop import TrainingLoop
-from layerprof.pivot.sections.memory import ActivationMemory
 from layerprof.stats import Series, SeriesLike, Summary, as_series
 from layerprof.units import NS_PER_MS
 
 if TYPE_CHECKING:
     import pandas
+
+    from layerprof.pivot.sections import (
+        AnnotationRow,
+        Breakdown,
+        Communication,
+        CrossRank,
+        DeviceUse,
+        InputSignature,
+        KernelRow,
+        KindRow,
+        Launches,
+        LayerAcrossRanks,
+        MemcpyRow,
+        MemorySummary,
+        MemoryTimeline,
+        PassCheck,
+        Queues,
+        Repeats,
+        Steps,
+        Stragglers,
+        TraceSource,
+    )
+    from layerprof.pivot.sections.compiled import CompiledSection
+    from layerprof.pivot.sections.flops import FlopSummary, LayerFlops
+    from layerprof.pivot.sections.generation import Generation
+    from layerprof.pivot.sections.loop import TrainingLoop
+    from layerprof.pivot.sections.memory import ActivationMemory
 
 
 class _RecordedTrace(Protocol):

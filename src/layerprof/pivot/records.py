@@ -10,10 +10,19 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from layerprof.pivot.sections.flops import LayerFlops
 from layerprof.stats import Series, SeriesLike, as_series
+
+#: Rows a compiled profile adds next to the module paths, children of the root (see
+#: ``sections/compiled.py``): here, so that a test of a row needs no compiled types.
+OVERHEAD_ROW = "<compiled overhead>"
+OUTSIDE_ROW = "<outside compiled region>"
+BUCKET_ROWS = (OVERHEAD_ROW, OUTSIDE_ROW)
+BUCKET_TYPE = "(compiled)"
+
+if TYPE_CHECKING:
+    from layerprof.pivot.sections.flops import LayerFlops
 
 Shape = tuple[int, ...]
 _ShapeTree = Any  # nested lists of shapes / None for non-tensors, as the hooks saw them

@@ -14,11 +14,9 @@ from typing import Any
 
 import orjson
 
-from layerprof import codec, sinks
+from layerprof import sinks
 from layerprof.errors import UsageError
-from layerprof.pivot.diff import Diff
 from layerprof.pivot.profile import Profile, Run
-from layerprof.pivot.sections.sweep import Sweep
 from layerprof.render.table import profile_to_csv
 
 
@@ -60,7 +58,9 @@ class _JsonRenderer:
     extensions: tuple[str, ...] = (".json",)
 
     def render(self, obj: Any, *, samples: bool = False, **options: Any) -> bytes:
-        return codec.dumps(obj, samples=samples, **options)
+        # through the registry: the codec is imported when a JSON is written, not
+        # for every terminal report
+        return sinks.codec().dumps(obj, samples=samples, **options)
 
 
 class _CsvRenderer:
@@ -86,6 +86,10 @@ class HtmlRenderer:
     def render(
         self, obj: Any, *, title: str | None = None, gate: Any = None, **options: Any
     ) -> str:
+        # the diff's and the sweep's types here, not at the top: a terminal report of a
+        # trace never creates them (each dataclass costs ~1 ms of start-up)
+        from layerprof.pivot.diff import Diff
+        from layerprof.pivot.sections.sweep import Sweep  # the same
         from layerprof.render.html import render_html
 
         if isinstance(obj, Sweep):
@@ -104,6 +108,7 @@ class _MarkdownRenderer:
     extensions: tuple[str, ...] = (".md",)
 
     def render(self, obj: Any, *, top: int = 20, gate: Any = None, **options: Any) -> str:
+        from layerprof.pivot.diff import Diff  # see HtmlRenderer.render
         from layerprof.render.markdown import diff_to_markdown
 
         if not isinstance(obj, Diff):

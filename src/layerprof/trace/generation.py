@@ -19,14 +19,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from layerprof.pivot.sections import Steps
-from layerprof.pivot.sections.generation import DECODE, PREFILL, Generation, phase_views
 from layerprof.stats import Series, median
 from layerprof.trace.events import OP, TOKEN_OP, EventTables
+
+if TYPE_CHECKING:
+    from layerprof.pivot.sections.generation import Generation
 
 _NAMED = re.compile(r"\b(prefill|decode)\b", re.IGNORECASE)
 _DIMS = re.compile(r"\[(\d+), (\d+)\]")
@@ -41,6 +43,12 @@ def trace_generation(
     if len(done) < 2:
         return None
     ops = _TokenOps(tables, steps.thread)
+    if not len(ops.start) and not any(_NAMED.search(s.name) for s in done):
+        return None  # no step can be told a phase: neither a name nor a token op
+    # here, not at the top: a trace that is no generate never creates these types
+    # (each dataclass costs ~1 ms of `layerprof analyze`'s start-up)
+    from layerprof.pivot.sections.generation import DECODE, PREFILL, Generation, phase_views
+
     tagged = [_phase(ops, s.name, s.start_ns, s.end_ns) for s in done]
     if not any(t is not None and t[0] == DECODE for t in tagged):
         return None
@@ -73,6 +81,8 @@ def trace_generation(
 
 def _phase(ops: _TokenOps, name: str, start: int, end: int) -> tuple[str, int, int] | None:
     """(phase, tokens per sequence, batch) of one step; tokens and batch 0 when unknown."""
+    from layerprof.pivot.sections.generation import DECODE, PREFILL  # see trace_generation
+
     named = _NAMED.search(name)
     shape = ops.first(start, end)
     tokens, batch = shape if shape is not None else (0, 0)

@@ -15,11 +15,14 @@ from dataclasses import dataclass
 
 from layerprof.pivot.notes import Note
 from layerprof.pivot.profile import ancestors
-from layerprof.pivot.records import LayerInfo, LayerSamples
-from layerprof.pivot.sections.compiled import (
+from layerprof.pivot.records import (
     BUCKET_TYPE,
     OUTSIDE_ROW,
     OVERHEAD_ROW,
+    LayerInfo,
+    LayerSamples,
+)
+from layerprof.pivot.sections.compiled import (
     CompiledGraph,
     CompiledKernel,
     CompiledSection,

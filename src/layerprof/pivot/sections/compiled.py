@@ -17,12 +17,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-#: Rows a compiled profile adds next to the module paths, children of the root.
-OVERHEAD_ROW = "<compiled overhead>"
-OUTSIDE_ROW = "<outside compiled region>"
-BUCKET_ROWS = (OVERHEAD_ROW, OUTSIDE_ROW)
-BUCKET_TYPE = "(compiled)"
-
 #: How a kernel whose nodes belong to several module paths is split among them.
 SPLIT_RULES = ("cost", "lca", "equal")
 PHASES = ("forward", "backward")

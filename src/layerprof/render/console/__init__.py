@@ -10,14 +10,12 @@ nothing of ``render/html``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
 from layerprof.errors import UsageError
-from layerprof.pivot.diff import Diff
 from layerprof.pivot.profile import Profile, Run
-from layerprof.pivot.sections.sweep import Sweep
 from layerprof.render.console.sections import (
     DIFF_SECTIONS,
     PROFILE_SECTIONS,
@@ -27,18 +25,32 @@ from layerprof.render.console.sections import (
     print_sections,
 )
 
+if TYPE_CHECKING:
+    from layerprof.pivot.diff import Diff
+    from layerprof.pivot.sections.sweep import Sweep
+
 __all__ = ["ReportOptions", "Section", "print_report"]
 
 
 def print_report(obj: Profile | Run | Diff | Sweep, console: Console, **options: Any) -> None:
     """The whole terminal report of ``obj`` (``options``: :class:`ReportOptions`' fields)."""
     opts = ReportOptions.of(options)
-    if isinstance(obj, Diff):
-        print_sections(DIFF_SECTIONS, obj, console, opts)
-    elif isinstance(obj, Profile):
+    if isinstance(obj, Profile):
         print_sections(PROFILE_SECTIONS, obj, console, opts)
     elif isinstance(obj, Run):
         print_sections(RUN_SECTIONS, obj, console, opts)
+    else:
+        _print_other(obj, console, opts)
+
+
+def _print_other(obj: Diff | Sweep, console: Console, opts: ReportOptions) -> None:
+    # the diff's and the sweep's types here, not at the top: a profile's or a trace's
+    # report never creates them (each dataclass costs ~1 ms of start-up)
+    from layerprof.pivot.diff import Diff
+    from layerprof.pivot.sections.sweep import Sweep  # the same
+
+    if isinstance(obj, Diff):
+        print_sections(DIFF_SECTIONS, obj, console, opts)
     elif isinstance(obj, Sweep):
         from layerprof.render.console.sweep import print_sweep
 

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from layerprof.analysis.diagnose import checks, diagnose, diagnose_run, run_checks
 from layerprof.render.console.compiled import print_compiled
-from layerprof.render.console.diff import print_diff
 from layerprof.render.console.distributed import (
     print_breakdown,
     print_communication,
@@ -27,7 +26,6 @@ from layerprof.render.console.distributed import (
 )
 from layerprof.render.console.findings import print_findings
 from layerprof.render.console.generation import print_generation
-from layerprof.render.console.loop import print_loop
 from layerprof.render.console.memory import print_activation_memory
 from layerprof.render.console.ops import OpSort, render_ops
 from layerprof.render.console.profile import (
@@ -125,6 +123,15 @@ def _ops(p: Profile, out: Console, o: ReportOptions) -> None:
         )
 
 
+def _loop(p: Profile, out: Console, o: ReportOptions) -> None:
+    if p.loop is None:
+        return
+    # here, not at the top: only a training loop's report creates the loop's types
+    from layerprof.render.console.loop import print_loop
+
+    print_loop(out, p)
+
+
 def _findings(p: Profile, out: Console, o: ReportOptions) -> None:
 
     if o.findings:
@@ -138,7 +145,7 @@ PROFILE_SECTIONS: tuple[Section[Profile], ...] = (
         lambda p, out, o: print_header(p, out),
     ),
     Section("layers", ("Profile.layers", "Profile.flops"), _layers),
-    Section("training loop", ("Profile.loop",), lambda p, out, o: print_loop(out, p)),
+    Section("training loop", ("Profile.loop",), _loop),
     Section("generation", ("Profile.generation",), lambda p, out, o: print_generation(out, p)),
     Section("compiled", ("Profile.compiled",), lambda p, out, o: print_compiled(out, p)),
     Section(
@@ -215,13 +222,21 @@ RUN_SECTIONS: tuple[Section[Run], ...] = (
 
 # ---------------------------------------------------------------- a diff
 
+
+def _diff(d: Diff, out: Console, o: ReportOptions) -> None:
+    # here, not at the top: only a diff's report creates the diff's types
+    from layerprof.render.console.diff import print_diff
+
+    print_diff(d, out, top=o.top or 20, gate=o.gate)
+
+
 DIFF_SECTIONS: tuple[Section[Diff], ...] = (
     Section(
         "diff",
         # the gate is the one the caller passes: `report` passes a saved diff's own
         ("Diff.base_meta", "Diff.new_meta", "Diff.latency", "Diff.steps", "Diff.phases",
          "Diff.layers", "Diff.ops", "Diff.gate_result"),
-        lambda d, out, o: print_diff(d, out, top=o.top or 20, gate=o.gate),
+        _diff,
     ),
 )  # fmt: skip
 
