@@ -12,7 +12,6 @@ console report goes to standard error.
 from __future__ import annotations
 
 import argparse
-import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -190,6 +189,8 @@ def write_profile_outputs(
             written.append(sinks.write(profile, with_suffix(path, suffix), fmt, **options))
     tensorboard = target(args, "tensorboard")
     if tensorboard:
+        import socket  # here: every command's start-up imports this module
+
         from layerprof.render.chrome import write_tensorboard_dir
 
         # all ranks share the directory, as with tensorboard_trace_handler;
