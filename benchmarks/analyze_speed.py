@@ -13,8 +13,10 @@ Prints, from one run:
 * whole processes, as a user runs them, timed from outside and taking turns:
   ``layerprof analyze TRACE`` (the CLI: start-up, imports, the report on
   stdout) against the floor process (``python -c`` of read + gunzip +
-  ``orjson.loads``; target <= 1.3x) and, where HTA runs, against HTA's whole
-  process (its imports and the calls below; target: ours >= 6x faster);
+  ``orjson.loads``; target <= 1.3x), with ``--baseline SRC`` against that
+  tree's ``layerprof analyze`` too (the same rounds), and, where HTA runs,
+  against HTA's whole process (its imports and the calls below; target: ours
+  >= 6x faster);
 * HolisticTraceAnalysis ``TraceAnalysis`` load + temporal breakdown + comm/comp
   overlap + kernel breakdown run in ``--hta-python`` (its own environment) or
   in this interpreter when importable, against layerprof's ``analyze``: each
@@ -165,16 +167,21 @@ def _process_seconds(command: list[str], env: dict[str, str]) -> float:
     return took
 
 
-def whole_processes(path: Path, repeat: int, python: str | None) -> dict[str, list[float]]:
+def whole_processes(
+    path: Path, repeat: int, python: str | None, baseline: Path | None = None
+) -> dict[str, list[float]]:
     """Seconds of each whole process per round, the sides taking turns (the order
-    rotates): the floor, ``layerprof analyze`` and, where HTA runs, HTA's."""
+    rotates): the floor, ``layerprof analyze``, with ``baseline`` another tree's, and,
+    where HTA runs, HTA's."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    command = [sys.executable, "-m", "layerprof", "analyze", str(path)]
     sides: dict[str, Callable[[], float]] = {
         "floor": lambda: _process_seconds([sys.executable, "-c", FLOOR_SNIPPET, str(path)], env),
-        "layerprof": lambda: _process_seconds(
-            [sys.executable, "-m", "layerprof", "analyze", str(path)], env
-        ),
+        "layerprof": lambda: _process_seconds(command, env),
     }
+    if baseline is not None:
+        before = {**os.environ, "PYTHONPATH": str(baseline)}
+        sides["baseline"] = lambda: _process_seconds(command, before)
     with tempfile.TemporaryDirectory() as tmp:
         shutil.copy(path, Path(tmp) / path.name)  # HTA reads a directory of traces
         if python is not None or importlib.util.find_spec("hta") is not None:
@@ -298,8 +305,17 @@ def measure(path: Path, args: argparse.Namespace) -> int:
             f"analyze / read+gunzip+loads, fresh interpreters, interleaved: {before:.2f}x"
             f" ({args.baseline}) -> {after:.2f}x (this tree); medians of {args.repeat} rounds"
         )
-    whole = whole_processes(path, max(3, args.repeat), args.hta_python)
+    whole = whole_processes(path, max(3, args.repeat), args.hta_python, args.baseline)
     ours = whole["layerprof"]
+    if "baseline" in whole:
+        print(
+            f"whole processes, {args.baseline}: layerprof analyze"
+            f" {median(whole['baseline']) * 1e3:.0f} ms ="
+            f" {median(b / f for b, f in zip(whole['baseline'], whole['floor'], strict=True)):.2f}x"
+            f" the floor process; this tree / that one:"
+            f" {median(o / b for o, b in zip(ours, whole['baseline'], strict=True)):.3f}"
+            " (median ratio of the same rounds)"
+        )
     print(
         f"whole processes: layerprof analyze {median(ours) * 1e3:.0f} ms ="
         f" {median(o / f for o, f in zip(ours, whole['floor'], strict=True)):.2f}x the floor"
