@@ -81,11 +81,6 @@ if TYPE_CHECKING:
     from layerprof.pivot.sections.memory import ActivationMemory
 
 
-#: Where a Profile keeps its derived rows (``Profile.rows``): in the instance's
-#: ``__dict__``, so ``replace()``, equality and the codec never see them.
-_ROWS = "_derived_rows_cache"
-
-
 class _RecordedTrace(Protocol):
     """The raw trace behind an ops-mode Profile (its Chrome-trace events), for exports."""
 
@@ -415,15 +410,7 @@ class Profile(sinks.Output):
         )
 
     def rows(self) -> list[LayerRow]:
-        """One row per layer, in module order (a new list; the rows are derived once
-        per Profile: the diagnosis alone asks a dozen times, ~6 ms each at 600 layers)."""
-        derived: tuple[LayerRow, ...] | None = self.__dict__.get(_ROWS)
-        if derived is None:
-            derived = tuple(self._derived_rows())
-            self.__dict__[_ROWS] = derived  # frozen: kept beside the fields, never one of them
-        return list(derived)
-
-    def _derived_rows(self) -> list[LayerRow]:
+        """One row per layer, in module order."""
         out: list[LayerRow] = []
         for info in self.layers:
             s = self.samples.get(info.path)
