@@ -76,3 +76,42 @@ def test_median_interval_covers_the_true_median_about_95_percent() -> None:
             assert s.ci_low is not None and s.ci_high is not None
             covered += s.ci_low <= 1e6 <= s.ci_high
         assert 0.93 <= covered / len(draws) <= 0.995, (n, covered)
+
+
+@settings(max_examples=60, deadline=None)
+@given(profiles(), profiles())
+def test_rows_follow_every_change_of_layers_or_samples(prof: Profile, other: Profile) -> None:
+    """``rows()`` keeps what it derived while the layers and samples are the same
+    objects: whatever is set or replaced since, the rows are those of a Profile built
+    afresh from the same fields."""
+
+    def fresh(p: Profile) -> list[object]:
+        return Profile(meta=p.meta, layers=p.layers, samples=dict(p.samples)).rows()
+
+    first = prof.rows()
+    first.clear()  # a caller's list is its own
+    assert prof.rows() == fresh(prof)
+    prof.layers = other.layers  # a field set anew
+    assert prof.rows() == fresh(prof)
+    for path, samples in other.samples.items():  # the dict edited in place
+        prof.samples[path] = samples
+        assert prof.rows() == fresh(prof)
+    if prof.samples:
+        del prof.samples[next(iter(prof.samples))]
+        assert prof.rows() == fresh(prof)
+
+
+def test_derived_rows_are_not_a_field_nor_pickled() -> None:
+    import dataclasses
+    import pickle
+
+    prof = Profile(
+        meta=Meta(model="m"),
+        layers=(LayerInfo("", "T", None),),
+        samples={"": LayerSamples((5,), (5,), 1.0)},
+    )
+    rows = prof.rows()
+    copy = pickle.loads(pickle.dumps(prof))
+    assert "_rows_cache" in prof.__dict__ and "_rows_cache" not in copy.__dict__
+    assert copy == prof and copy.rows() == rows
+    assert dataclasses.replace(prof).rows() == rows

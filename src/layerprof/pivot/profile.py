@@ -81,6 +81,28 @@ if TYPE_CHECKING:
     from layerprof.pivot.sections.memory import ActivationMemory
 
 
+#: Where a Profile keeps the rows it derived last (``Profile.rows``), in its ``__dict__``.
+_ROWS = "_rows_cache"
+
+
+#: What a Profile's rows are derived from (its layers, sample paths and samples), held
+#: by reference: kept alive, no other object can take one's identity meanwhile.
+_RowInputs = tuple[tuple[LayerInfo, ...], tuple[str, ...], tuple[LayerSamples, ...]]
+
+
+def _row_inputs(profile: Profile) -> _RowInputs:
+    return tuple(profile.layers), tuple(profile.samples), tuple(profile.samples.values())
+
+
+def _same_inputs(a: _RowInputs, b: _RowInputs) -> bool:
+    return (
+        a[1] == b[1]
+        and len(a[0]) == len(b[0])
+        and all(x is y for x, y in zip(a[0], b[0], strict=True))
+        and all(x is y for x, y in zip(a[2], b[2], strict=True))
+    )
+
+
 class _RecordedTrace(Protocol):
     """The raw trace behind an ops-mode Profile (its Chrome-trace events), for exports."""
 
@@ -410,7 +432,22 @@ class Profile(sinks.Output):
         )
 
     def rows(self) -> list[LayerRow]:
-        """One row per layer, in module order."""
+        """One row per layer, in module order: a new list each call, of rows derived
+        again only when ``layers`` or ``samples`` hold other objects than last time (a
+        report reads the rows a dozen times; at 1,000 layers each derivation takes
+        ~45 ms). The records are frozen, so the same objects give the same rows."""
+        inputs = _row_inputs(self)
+        cached: tuple[_RowInputs, tuple[LayerRow, ...]] | None = self.__dict__.get(_ROWS)
+        if cached is None or not _same_inputs(cached[0], inputs):
+            cached = (inputs, tuple(self._derived_rows()))
+            self.__dict__[_ROWS] = cached  # beside the fields: equality and replace() skip it
+        return list(cached[1])
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A pickle (a worker's result) carries the fields, not the derived rows."""
+        return {k: v for k, v in self.__dict__.items() if k != _ROWS}
+
+    def _derived_rows(self) -> list[LayerRow]:
         out: list[LayerRow] = []
         for info in self.layers:
             s = self.samples.get(info.path)
