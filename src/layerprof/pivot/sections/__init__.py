@@ -11,7 +11,9 @@ run's kernel time went to layers; ``inputs`` the input signatures a Recorder saw
 ``loop`` a training loop's steps (data wait, forward, backward, optimizer, rest)
 and each layer's forward and backward per step.
 A new analysis adds its own module here, a field on ``Profile`` (or ``Run``), and
-its writer/reader in ``layerprof.codec``.
+its writer/reader in ``layerprof.codec``. The package imports a module when one
+of its names is first read: a name listed here is in the ``TYPE_CHECKING``
+imports (for the type checker) and in ``_HOME`` (for the program).
 """
 
 from __future__ import annotations
@@ -135,7 +137,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(__all__)
+    return sorted({*globals(), *__all__})
 
 
 __all__ = [
