@@ -65,6 +65,7 @@ from layerprof.capture.recording.layertimes import (
 from layerprof.capture.recording.loop import PhaseMarks, StepMarks, StepSchedule
 from layerprof.capture.recording.looprecord import Chunk, LoopRecord
 from layerprof.capture.recording.nodes import NodeHooksUnavailable, NodeMarks
+from layerprof.capture.recording.phasetags import PhaseTags, Tag
 from layerprof.capture.recording.shapestore import ShapeStore, shape_wrapper
 from layerprof.capture.shapes import describe_inputs, inputs_tree
 from layerprof.errors import UsageError
@@ -187,8 +188,9 @@ class Recorder:
         # per forward of the model: (phase, tokens, batch); rec.phase() names the phase
         self._phase: str | None = None
         self._backward_paths: list[str] = []  # names the layer indices of backward tables
-        # only forwards that have a phase are kept (a model of no token ids costs nothing)
-        self._tags: dict[int, tuple[str, int, int]] = {}  # forward of the model -> its tag
+        # only from the first forward that has a phase on (a model of no token ids costs
+        # nothing), and not while streaming, which makes no generation section
+        self._tags = PhaseTags()  # forward of the model -> its tag
         self._root_forwards = 0
         self._paths: list[str] = []  # layer index -> path (the log holds indices)
         self._index: dict[str, int] = {}
@@ -428,9 +430,10 @@ class Recorder:
                 )
             if self._root_depth or not active[0]:
                 return timed(*args, **kwargs)
-            tag = None if self.backward else self._tag(args, kwargs)  # a loop has no phases
+            # a loop has no phases, and a streamed record no generation section
+            tag = None if self.backward or self._stream is not None else self._tag(args, kwargs)
             if tag is not None:
-                self._tags[self._root_forwards] = tag
+                self._tags.add(self._root_forwards, *tag)
             self._root_forwards += 1
             sig = self._signature(args, kwargs) if self.record_shapes else None
             shaping = sig is not None and not sig.store.shapes
@@ -467,7 +470,7 @@ class Recorder:
         root.disable = disable  # type: ignore[attr-defined]
         return root
 
-    def _tag(self, args: Any, kwargs: Any) -> tuple[str, int, int] | None:
+    def _tag(self, args: Any, kwargs: Any) -> Tag | None:
         """The phase of one forward of the model: the one ``phase()`` set, else, for a
         batch x tokens tensor of token ids (``input_ids``), prefill when it holds more
         than one token and decode for one; no phase for anything else."""
@@ -499,7 +502,7 @@ class Recorder:
     def _generation(self, samples: dict[str, Any]) -> Generation | None:
         """Prefill and decode (and named phases) apart, when the forwards had them: a
         decode forward after a prefill, or a phase named with ``phase()``."""
-        tags = list(self._tags.values())
+        tags = self._tags.values()
         named = {t[0] for t in tags if t[0] not in ("prefill", "decode")}
         if not (named or any(t[0] == "decode" for t in tags)):
             return None
@@ -775,6 +778,7 @@ class Recorder:
         for table in self._log.tables:
             sums.add(table, correction)
         self._log.tables.clear()
+        self._tags.clear()  # no generation section is made from sums
         self._stream = _Stream(sums, correction, wanted)
 
     def _wants_correction(self, correct: bool | None) -> bool:
