@@ -396,7 +396,10 @@ def _op_series(o: OpStat, device: bool) -> Series | None:
 def _phases(base: Profile, new: Profile, judge: Judge) -> tuple[PhaseDelta, ...]:
     """Prefill and decode apart: a change that slows decode and speeds prefill is not
     "no change". The clean pass's time to first token and inter-token latency (their
-    samples), then each layer of each phase both sides ran (medians and intervals)."""
+    samples), then each layer of each phase both sides ran (medians and intervals).
+    Gathered sides (``diff --run``, ``run --repeat``) judge each of them on its
+    per-process medians instead, as the latency and the layers are: one process's
+    samples carry none of the drift between processes."""
     b, n = base.generation, new.generation
     if b is None or n is None:
         return ()
@@ -406,7 +409,8 @@ def _phases(base: Profile, new: Profile, judge: Judge) -> tuple[PhaseDelta, ...]
         ("decode", "inter-token latency", b.itl_ns, n.itl_ns),
     ):
         if bs is not None and ns is not None:
-            out.append(PhaseDelta(phase, None, judge.compare(bs, ns, what=what)))
+            runs = judge.phase_runs(phase, None)
+            out.append(PhaseDelta(phase, None, judge.compare(bs, ns, what=what, runs=runs)))
     for bp in b.phases:
         np_ = n.phase(bp.name)
         if np_ is None:
@@ -414,7 +418,8 @@ def _phases(base: Profile, new: Profile, judge: Judge) -> tuple[PhaseDelta, ...]
         for row in bp.layers:
             other = np_.layer(row.path)
             base_s, new_s = _phase_series(row), _phase_series(other)
-            out.append(PhaseDelta(bp.name, row.path, judge.compare(base_s, new_s)))
+            runs = judge.phase_runs(bp.name, row.path) if other is not None else None
+            out.append(PhaseDelta(bp.name, row.path, judge.compare(base_s, new_s, runs=runs)))
     return tuple(out)
 
 

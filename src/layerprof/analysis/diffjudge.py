@@ -154,6 +154,19 @@ class Judge:
             return None
         return self.base_runs.latencies(), self.new_runs.latencies()
 
+    def phase_runs(
+        self, phase: str, path: str | None
+    ) -> tuple[dict[int, int], dict[int, int]] | None:
+        """Per-run medians of a generate's row: ``path`` None is the phase's own time (time
+        to first token for prefill, inter-token latency for decode), else a layer's self
+        time in that phase; judged like the latency, on the ratio between runs."""
+        if self.base_runs is None or self.new_runs is None:
+            return None
+        if path is None:
+            quantity = "ttft" if phase == "prefill" else "itl"
+            return self.base_runs.generation(quantity), self.new_runs.generation(quantity)
+        return self.base_runs.phase_layer(phase, path), self.new_runs.phase_layer(phase, path)
+
     def layer_runs(self, path: str, clock: str) -> tuple[dict[int, int], dict[int, int]] | None:
         if self.base_runs is None or self.new_runs is None:
             return None

@@ -88,13 +88,32 @@ def medians(profile: Profile, round_: int | None = None) -> RunMedians:
     """One process's medians: latency and every timed layer's self time per forward."""
     rows = [r for r in profile.rows() if r.calls]
     device = {r.path: round(r.device_self_ns) for r in rows if r.device_self_ns is not None}
+    g = profile.generation
     return RunMedians(
         latency_ns=round(profile.latency_ns.median) if profile.latency_ns is not None else None,
         self_ns={r.path: round(r.self_ns) for r in rows},
         device_self_ns=device if device and len(device) == len(rows) else None,
         round=round_,
         rest_ratio=rest_ratios(profile),
+        ttft_ns=round(g.ttft_ns.median) if g is not None and g.ttft_ns is not None else None,
+        itl_ns=round(g.itl_ns.median) if g is not None and g.itl_ns is not None else None,
+        phase_self_ns={p.name: {x.path: round(x.self_ns) for x in p.layers} for p in g.phases}
+        if g is not None
+        else None,
     )
+
+
+def typical_ns(profile: Profile) -> float:
+    """What picks the run a gathered profile shows: its median latency, or a generate's
+    median whole-generate time (a generate profile has no latency), else its time to
+    first token; 0 with none."""
+    if profile.latency_ns is not None:
+        return profile.latency_ns.median
+    g = profile.generation
+    for series in (g.generate_ns, g.ttft_ns) if g is not None else ():
+        if series is not None:
+            return series.median
+    return 0.0
 
 
 def rest_ratios(profile: Profile) -> dict[str, float] | None:
@@ -132,20 +151,23 @@ def gather(
 ) -> Profile:
     """One Profile of several processes of one model.
 
-    The body (tree, samples, ops) is the run whose median latency is the median
-    of the runs' (the lower one of the middle two), so the report shows a typical
-    run; ``repeats`` keeps every run's medians for the diff.
+    The body (tree, samples, ops) is the run whose median latency (a generate's:
+    its median whole generate, :func:`typical_ns`) is the median of the runs' (the
+    lower one of the middle two), so the report shows a typical run; ``repeats``
+    keeps every run's medians for the diff, a generate's phases included.
     """
     if not profiles:
         raise ValueError("gather needs at least one profile")
     keys = list(rounds) if rounds is not None else [None] * len(profiles)
     runs = tuple(medians(p, k) for p, k in zip(profiles, keys, strict=True))
-    order = sorted(range(len(profiles)), key=lambda i: runs[i].latency_ns or 0)
+    typical = [typical_ns(p) for p in profiles]
+    order = sorted(range(len(profiles)), key=lambda i: typical[i])
     body = profiles[order[(len(order) - 1) // 2]]
     how = f"{len(profiles)} separate processes" + (" in interleaved rounds" if session else "")
+    which = "latency" if body.latency_ns is not None or body.generation is None else "generate"
     note = Note(
         "repeated-processes",
-        f"{how}: the tables show the run with the median latency; the diff judges changes"
+        f"{how}: the tables show the run with the median {which}; the diff judges changes"
         " on the spread between the processes",
         {"processes": len(profiles), "interleaved": bool(session)},
     )

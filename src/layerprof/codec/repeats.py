@@ -33,6 +33,12 @@ def _run(r: RunMedians) -> dict[str, Any]:
         out["device_self_ms"] = _times_ms(r.device_self_ns)
     if r.rest_ratio is not None:
         out["rest_ratio"] = dict(r.rest_ratio)
+    if r.ttft_ns is not None:
+        out["ttft_ms"] = ms(r.ttft_ns)
+    if r.itl_ns is not None:
+        out["itl_ms"] = ms(r.itl_ns)
+    if r.phase_self_ns is not None:
+        out["phase_self_ms"] = {p: _times_ms(t) for p, t in r.phase_self_ns.items()}
     return out
 
 
@@ -61,7 +67,20 @@ def _read_run(f: Fields) -> RunMedians:
         rest_ratio={str(k): ratio.within(str(k), 0.0, _MAX_REST_RATIO) for k in ratio.data}
         if ratio is not None
         else None,
+        ttft_ns=f.opt_duration("ttft_ms"),
+        itl_ns=f.opt_duration("itl_ms"),
+        phase_self_ns=_read_phases(f.obj("phase_self_ms")),
     )
+
+
+def _read_phases(f: Fields | None) -> dict[str, dict[str, int]] | None:
+    if f is None:
+        return None
+    out = {}
+    for phase in f.data:
+        times = f.obj(str(phase))
+        out[str(phase)] = _read_times(times)
+    return out
 
 
 #: A layer's self time over the rest of its forward: a layer a billion times the rest of

@@ -115,7 +115,8 @@ def describe(change: Change, fail_above_pct: float) -> str:
     limit = gate_pct(change, fail_above_pct)
     above = f"above {fmt_num(limit)} %"
     if limit != fail_above_pct:
-        above += " (the drift allowance of a single-run comparison)"
+        # not "single-run": a gathered diff's row without per-process medians lands here too
+        above += " (the drift allowance of a row judged inside the runs)"
     return (
         f"{fmt_ms(change.base_ns)} -> {fmt_ms(change.new_ns)} ms ({pct}{noise})"
         f" is beyond noise and {above}"

@@ -11,7 +11,9 @@ round pairs a base process with a new one and a drift of the machine hits both.
 time per forward (host, and device where recorded), and each layer's host self
 time relative to the rest of the same forward (``rest_ratio``): a process that
 runs 20 % slower throughout scales a layer and the rest of its forward alike,
-so that ratio moves only when the layer changes against the rest of the model. ``session`` is shared by
+so that ratio moves only when the layer changes against the rest of the model. A
+generate's process keeps its medians too: time to first token, inter-token latency and
+each phase's layers' self times. ``session`` is shared by
 the two sides of one interleaved A/B run and ``RunMedians.round`` numbers its
 rounds: runs of the same round and session are paired; anything else is
 compared as two independent sets of runs. Value objects only.
@@ -37,6 +39,13 @@ class RunMedians:
     rest_ratio: Mapping[str, float] | None = None
     """Per layer: its self time over the rest of the forward (all other layers' self
     times), per iteration, 20 %-trimmed mean over the iterations; None: not recorded."""
+    ttft_ns: int | None = None
+    """A generate's median time to first token and inter-token latency in this process
+    (its clean pass); None without a generation section."""
+    itl_ns: int | None = None
+    phase_self_ns: Mapping[str, Mapping[str, int]] | None = None
+    """Per phase of a generate (``prefill``, ``decode``, ...), each layer's median self
+    time per forward of that phase; None without a generation section."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +65,25 @@ class Repeats:
         return {
             self.key(i): r.latency_ns for i, r in enumerate(self.runs) if r.latency_ns is not None
         }
+
+    def generation(self, quantity: str) -> dict[int, int]:
+        """Per-run median ``ttft`` or ``itl`` by run key; runs without one are left out."""
+        out: dict[int, int] = {}
+        for i, r in enumerate(self.runs):
+            value = r.ttft_ns if quantity == "ttft" else r.itl_ns
+            if value is not None:
+                out[self.key(i)] = value
+        return out
+
+    def phase_layer(self, phase: str, path: str) -> dict[int, int]:
+        """Per-run median self time of ``path`` in ``phase`` by run key; runs that lack it
+        are left out."""
+        out: dict[int, int] = {}
+        for i, r in enumerate(self.runs):
+            layers = r.phase_self_ns.get(phase) if r.phase_self_ns is not None else None
+            if layers is not None and path in layers:
+                out[self.key(i)] = layers[path]
+        return out
 
     def layer(self, path: str, clock: str = "host") -> dict[int, int]:
         """Per-run median self time of ``path`` by run key; runs that lack it are left out."""
