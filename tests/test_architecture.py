@@ -40,6 +40,7 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("layerprof.load", 5),  # sources that import torch
     ("layerprof.capture", 5),
     ("layerprof.analysis", 6),
+    ("layerprof.history", 6),  # the history store and its change points: reads the pivot
     ("layerprof.codec", 7),
     ("layerprof.render", 8),
     ("layerprof.cli", 10),  # the package: a command module, options, emission
@@ -58,6 +59,11 @@ FORBIDDEN: tuple[tuple[str, str], ...] = (
     ("layerprof.render", "layerprof.capture"),
     ("layerprof.render", "layerprof.load"),
     ("layerprof.render", "layerprof.trace"),
+    # the history reads Profiles the CLI hands it; it never measures or parses a trace
+    ("layerprof.history", "layerprof.capture"),
+    ("layerprof.history", "layerprof.load"),
+    ("layerprof.history", "layerprof.trace"),
+    ("layerprof.history", "layerprof.analysis"),
     # two renderers side by side: what both need lives below them (sections/, records)
     ("layerprof.render.console", "layerprof.render.html"),
     ("layerprof.render.html", "layerprof.render.console"),

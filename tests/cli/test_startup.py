@@ -25,6 +25,7 @@ ARGPARSE_LEVEL = {
     "layerprof.cli.demo",
     "layerprof.cli.diff",
     "layerprof.cli.emission",
+    "layerprof.cli.history",
     "layerprof.cli.loading",
     "layerprof.cli.measure",
     "layerprof.cli.options",

@@ -1,4 +1,4 @@
-"""Command line: ``layerprof demo|run|sweep|analyze|diff|report``.
+"""Command line: ``layerprof demo|run|sweep|analyze|diff|report|history``.
 
 One module per command (``add_parser(sub, common)`` and ``run(args) -> int``);
 ``options`` holds the option groups and argument types they share, ``emission``
@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from layerprof.cli import analyze, demo, diff, report, run, sweep
+from layerprof.cli import analyze, demo, diff, history, report, run, sweep
 from layerprof.cli.emission import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -37,6 +37,7 @@ Where the time and memory of a PyTorch model go, layer by layer.
   layerprof analyze trace.json.gz                  read a torch.profiler trace
   layerprof diff base.json new.json --fail-above 5%
   layerprof report profile.json --html report.html
+  layerprof history add profile.json --commit $(git rev-parse HEAD); layerprof history check
 """
 
 
@@ -51,7 +52,7 @@ class _Command(Protocol):
 
 
 #: The commands, in the order ``--help`` lists them.
-COMMANDS: tuple[_Command, ...] = (demo, run, sweep, analyze, diff, report)
+COMMANDS: tuple[_Command, ...] = (demo, run, sweep, analyze, diff, report, history)
 _BY_NAME: dict[str, _Command] = {command.NAME: command for command in COMMANDS}
 
 
