@@ -15,7 +15,9 @@ from layerprof.analysis.diff import diff
 from layerprof.cli import main
 from layerprof.cli.processes import gather
 from layerprof.pivot.profile import Profile
+from layerprof.pivot.records import Meta
 from layerprof.pivot.sections.generation import Generation
+from tests.support.diff_subjects import mlp, synth
 from tests.support.saved_sections import generated
 
 ROUNDS = 8
@@ -121,3 +123,65 @@ def test_gathered_generate_files_pass_the_cli_gate(
     err = capsys.readouterr().err
     assert code == 0, err
     assert "pass" in err and "one run per side" not in err
+
+
+# ---- two single runs: a latency no layer explains is the machine ---------------------------
+
+RUN = Meta(model="Sequential", iters=20, source="layerprof.run")
+
+
+def single_runs(latency_factor: float, **new: object) -> tuple[Profile, Profile]:
+    """Two ``layerprof run`` profiles of one model (20 iterations each, 10 % jitter);
+    the new side's clean pass ran ``latency_factor`` times as long."""
+    model = mlp()
+    base = synth(model, seed=1, meta=RUN)
+    other = synth(model, seed=2, meta=RUN, **new)  # type: ignore[arg-type]
+    assert other.latency_ns is not None
+    return base, replace(
+        other, latency_ns=[v * latency_factor for v in other.latency_ns.tolist() or ()]
+    )
+
+
+@pytest.mark.parametrize("factor", [2.44, 0.4])
+def test_a_latency_the_layer_pass_does_not_share_is_not_gated(factor: float) -> None:
+    """The issue's 3.17 -> 7.73 ms (+144 %) with 0 layers slower, and the same the other
+    way: neither a regression nor an improvement, and the diff says why."""
+    base, new = single_runs(factor)
+    d = diff(base, new)
+    assert d.latency is not None and d.latency.status == "same" and not d.latency.beyond_noise
+    assert abs(d.latency.delta_pct or 0) > 50  # still shown as it was measured
+    assert d.verdict == "same"
+    gate = d.gate(5.0)
+    assert not gate.failed, gate.reasons
+    said = [w for w in d.warnings if "no layer's change explains it" in w]
+    assert len(said) == 1 and "taken for the machine" in said[0], d.warnings
+
+
+def test_a_latency_a_slower_layer_explains_still_fails() -> None:
+    base, new = single_runs(1.0, factors={"2": 4.0})  # +0.45 -> 1.8 ms in layer 2
+    d = diff(base, new)
+    assert d.latency is not None and d.latency.status == "slower"
+    gate = d.gate(5.0)
+    assert gate.failed and any(r.startswith("latency ") for r in gate.reasons), gate.reasons
+    assert not any("explains" in w for w in d.warnings)
+
+
+def test_a_trace_or_a_recorder_keeps_its_latency_verdict() -> None:
+    """Only a live run's latency comes from a pass of its own; elsewhere the rule is off."""
+    base, new = single_runs(2.44)
+    for source in ("trace", "recorder"):
+        meta = replace(RUN, source=source)
+        d = diff(replace(base, meta=meta), replace(new, meta=meta))
+        assert d.latency is not None and d.latency.status == "slower", source
+
+
+def test_the_cli_gate_passes_two_runs_whose_clean_pass_drifted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base, new = single_runs(2.44)
+    base.save(tmp_path / "a.json", samples=True)
+    new.save(tmp_path / "b.json", samples=True)
+    code = main(["diff", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--fail-above", "5%"])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    assert "no layer's change explains it" in " ".join(out.split())

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, cast
 
 from layerprof.analysis.diffjudge import Judge, evidence_of
@@ -52,14 +52,14 @@ from layerprof.analysis.diffwarnings import (
     runs_warnings,
 )
 from layerprof.errors import UsageError
-from layerprof.pivot.change import ALPHA, FLOOR_MIN_NS, FLOOR_SHARE, Change
+from layerprof.pivot.change import ALPHA, FLOOR_MIN_NS, FLOOR_SHARE, Change, fmt_pct
 from layerprof.pivot.diff import Diff, KernelDelta, LayerDelta, OpDelta, PhaseDelta, StepDelta
 from layerprof.pivot.profile import Profile
 from layerprof.pivot.records import LayerSamples, OpStat
 from layerprof.stats import (
     Series,
 )
-from layerprof.units import fmt_num
+from layerprof.units import fmt_ms, fmt_num
 
 # ---- percent strings ----------------------------------------------------------
 
@@ -115,6 +115,9 @@ def diff(base: Profile, new: Profile, *, threshold_pct: float = 5.0) -> Diff:
         steps = _steps(base.latency_ns, new.latency_ns, judge)
 
     layers, layer_clock = _layers(base, new, judge)
+    if latency is not None and not latency.between_runs:
+        latency, said = _unexplained_latency(base, new, latency, layer_clock)
+        warnings += said
     ops, op_metric, op_key = _ops(base, new, judge)
     phases = _phases(base, new, judge)
     if (base.generation is None) != (new.generation is None):
@@ -155,6 +158,55 @@ def diff(base: Profile, new: Profile, *, threshold_pct: float = 5.0) -> Diff:
         runs_base=base.repeats.n if base.repeats is not None else 1,
         runs_new=new.repeats.n if new.repeats is not None else 1,
     )
+
+
+EXPLAINED_SHARE = 0.5
+"""A latency change judged inside one run per side must show, at least this share of
+it and in its direction, in the per-layer pass's whole forward to count as the code's."""
+
+
+def _unexplained_latency(
+    base: Profile, new: Profile, latency: Change, clock: str
+) -> tuple[Change, list[str]]:
+    """A latency change beyond noise that the per-layer pass does not share: the machine.
+
+    ``layerprof run`` times the latency in a clean pass and the layers in a second
+    pass of the same process. Code made slower slows both; a machine that stalled
+    during one process's clean pass moves its latency alone (two separate runs of one
+    unchanged model read 3.17 -> 7.73 ms, +144 %, with no layer slower). When the
+    whole per-layer forward moved by less than ``EXPLAINED_SHARE`` of the latency's
+    change (or the other way), the latency row is not called a change, and a warning
+    says why. Only for two live runs judged inside one run per side: between runs the
+    latency has its own run-to-run test, and a trace's steps are its layers' time."""
+    if not latency.beyond_noise or latency.delta_ns == 0:
+        return latency, []
+    if base.meta.source != "layerprof.run" or new.meta.source != "layerprof.run":
+        return latency, []
+    forward_b, forward_n = _forward_ns(base, clock), _forward_ns(new, clock)
+    if forward_b is None or forward_n is None:
+        return latency, []
+    moved = forward_n - forward_b
+    if moved * latency.delta_ns >= EXPLAINED_SHARE * latency.delta_ns**2:
+        return latency, []  # the same direction, and at least half as far
+    pct = f"{moved / forward_b * 100:+.1f} %" if forward_b > 0 else "new"
+    said = (
+        f"the latency moved {fmt_ms(latency.base_ns)} -> {fmt_ms(latency.new_ns)} ms"
+        f" ({fmt_pct(latency)}) but the per-layer pass's whole forward only"
+        f" {fmt_ms(round(forward_b))} -> {fmt_ms(round(forward_n))} ms ({pct}): no layer's"
+        " change explains it, so it is taken for the machine (one process's clean pass ran"
+        " at another speed), not for the code, and is neither called a change nor gated;"
+        " compare several processes per side to judge the latency itself"
+    )
+    return replace(latency, beyond_noise=False, significant=False, status="same"), [said]
+
+
+def _forward_ns(p: Profile, clock: str) -> float | None:
+    """The per-layer pass's whole forward: its root layers' median totals summed (on the
+    diff's layer clock); None without root samples."""
+    roots = [p.samples.get(info.path) for info in p.layers if info.parent is None]
+    if not roots or any(s is None for s in roots):
+        return None
+    return sum(_layer_times(s, clock)[1].median for s in roots)
 
 
 def _whole_ns(p: Profile) -> float:
