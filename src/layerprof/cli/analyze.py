@@ -61,10 +61,11 @@ def run(args: argparse.Namespace) -> int:
     """Analyze the trace(s) on the chosen executor, write the files, print the report."""
     from layerprof import sinks
     from layerprof.capture.progress import Progress
+    from layerprof.cli import inputfiles
     from layerprof.trace import analyze
     from layerprof.trace.executors import parse_executor
 
-    outputs.check_outputs(args, inputs=[args.trace])
+    outputs.check_outputs(args, inputs=inputfiles.trace_inputs(args.trace))
     executor = parse_executor(args.executor) if args.executor else None
     bar = Progress(enabled=sys.stderr.isatty() and not args.quiet, total=0, description="ranks")
     try:

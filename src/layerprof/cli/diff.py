@@ -91,14 +91,19 @@ def run(args: argparse.Namespace) -> int:
     """Compare BASE with NEW; exit 1 when --fail-above finds a regression."""
     from layerprof import sinks
     from layerprof.analysis.diff import diff, parse_percent
+    from layerprof.cli import inputfiles
 
     threshold = parse_percent(args.threshold)
     fail_above = parse_percent(args.fail_above) if args.fail_above else None
     printed = f"--format {args.format}" if args.format != "console" else None
-    inputs = [] if args.run else [args.base, args.new]
+    sides = _sides(args) if args.run else None
+    if sides is not None:  # what each side's processes read: its model, @inputs, --arch
+        inputs = [path for _, parsed in sides for path in inputfiles.model_inputs(parsed)]
+    else:
+        inputs = [*inputfiles.trace_inputs(args.base), *inputfiles.trace_inputs(args.new)]
     outputs.check_outputs(args, stdout_taken=printed, inputs=inputs)
-    if args.run:
-        base, new = _interleaved(args)
+    if sides is not None:
+        base, new = _interleaved(args, [argv for argv, _ in sides])
     elif args.rounds is not None:
         raise UsageError(
             "--rounds is for --run", hint="diff --run 'BASE ARGS' 'NEW ARGS' --rounds N"
@@ -134,13 +139,13 @@ def run(args: argparse.Namespace) -> int:
     return 1 if gate.failed else 0
 
 
-def _interleaved(args: argparse.Namespace) -> tuple[Profile, Profile]:
-    """diff --run: BASE and NEW are run argument strings, profiled in alternating rounds."""
+def _sides(args: argparse.Namespace) -> list[tuple[list[str], argparse.Namespace]]:
+    """diff --run's BASE and NEW: each run command line, and ``run``'s parse of it."""
     import shlex
 
     from layerprof.cli import processes
 
-    argvs = []
+    sides = []
     for name, text in (("BASE", args.base), ("NEW", args.new)):
         processes.check_argv([text], f"diff --run {name}")
         try:
@@ -153,8 +158,15 @@ def _interleaved(args: argparse.Namespace) -> tuple[Profile, Profile]:
             raise UsageError(
                 f"diff --run {name} is empty", hint="e.g. '--arch pkg.mod:Net --input 8x64'"
             )
-        _no_gate_options(name, words)
-        argvs.append(["run", *words])
+        parsed = _no_gate_options(name, words)
+        sides.append((["run", *words], parsed))
+    return sides
+
+
+def _interleaved(args: argparse.Namespace, argvs: list[list[str]]) -> tuple[Profile, Profile]:
+    """diff --run: BASE and NEW are run argument strings, profiled in alternating rounds."""
+    from layerprof.cli import processes
+
     rounds = 10 if args.rounds is None else args.rounds
     if rounds < 2:
         raise UsageError("--rounds must be at least 2 for a paired comparison")
@@ -162,7 +174,7 @@ def _interleaved(args: argparse.Namespace) -> tuple[Profile, Profile]:
     return processes.interleave(argvs[0], argvs[1], rounds, say=tell, timeout=args.round_timeout)
 
 
-def _no_gate_options(name: str, words: list[str]) -> None:
+def _no_gate_options(name: str, words: list[str]) -> argparse.Namespace:
     """Parse a side's words with ``run``'s own parser (prefixes, ``--opt=value`` and all)
     and refuse what the gate owns, by the parsed destination: output files (every round
     would write, and overwrite, them; diff writes only its own), ``--repeat`` (the rounds
@@ -183,3 +195,4 @@ def _no_gate_options(name: str, words: list[str]) -> None:
             hint="give diff's own outputs after the two strings (diff --run BASE NEW --json"
             " d.json); --rounds sets how many processes run",
         )
+    return parsed

@@ -91,9 +91,11 @@ def parse_words(
 
 def run(args: argparse.Namespace) -> int:
     """Profile a model file or an --arch callable, in this process or in --repeat N."""
+    from layerprof.cli import inputfiles
+
     if args.child_out:
         return _run_child(args)
-    outputs.check_outputs(args, inputs=[args.model])
+    outputs.check_outputs(args, inputs=inputfiles.model_inputs(args))
     compile_options(args)  # a bad combination fails before a long load
     if args.repeat > 1:
         return _run_repeated(args)

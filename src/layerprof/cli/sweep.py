@@ -109,12 +109,13 @@ def run(args: argparse.Namespace) -> int:
     from layerprof import sinks
     from layerprof.capture.platform.device import resolve_device
     from layerprof.capture.sweep import SweepOptions, run_sweep
+    from layerprof.cli import inputfiles
     from layerprof.load.modulegraph import check_acyclic
     from layerprof.pivot.sections.sweep import OK
 
     if not args.input:
         raise UsageError("sweep needs --input", hint="e.g. --input 8x3x224x224 --batch 1,8,32")
-    outputs.check_outputs(args, inputs=[args.model])
+    outputs.check_outputs(args, inputs=inputfiles.model_inputs(args))
     loaded = load(args)
     device = resolve_device(args.device)
     model = loaded.module
