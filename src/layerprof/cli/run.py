@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from layerprof.cli import outputs
+from layerprof.cli import history, outputs
 from layerprof.cli.emission import emit, say
 from layerprof.cli.loading import load
 from layerprof.cli.measure import compile_options, measure
@@ -26,6 +26,9 @@ from layerprof.cli.options import (
     root_parser,
 )
 from layerprof.errors import UsageError
+
+if TYPE_CHECKING:
+    from layerprof.pivot.profile import Profile
 
 NAME = "run"
 
@@ -56,6 +59,11 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     add_ops_options(parser)
     add_compile_options(parser)
     add_output_options(parser)
+    parser.add_argument(
+        "--history", metavar="DB",
+        help="also add the profile to this history file (needs --commit; see layerprof history)",
+    )  # fmt: skip
+    history.add_run_options(parser, required=False)
 
 
 class _WordsParser(Parser):
@@ -97,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
         return _run_child(args)
     outputs.check_outputs(args, inputs=inputfiles.model_inputs(args))
     compile_options(args)  # a bad combination fails before a long load
+    history.check_run_options(args)
     if args.repeat > 1:
         return _run_repeated(args)
     loaded = load(args)
@@ -110,7 +119,13 @@ def run(args: argparse.Namespace) -> int:
         program=loaded.program,
     )
     emit(profile, args)
+    _record_history(profile, args)
     return 0
+
+
+def _record_history(profile: Profile, args: argparse.Namespace) -> None:
+    if args.history:
+        history.record(profile, args.history, commit=args.commit, branch=args.branch)
 
 
 def _run_child(args: argparse.Namespace) -> int:
@@ -135,4 +150,5 @@ def _run_repeated(args: argparse.Namespace) -> int:
     argv = getattr(args, "argv", None) or sys.argv[1:]  # main() keeps the command line
     profile = processes.repeat(argv, args.repeat, say=tell)
     emit(profile, args)
+    _record_history(profile, args)
     return 0
