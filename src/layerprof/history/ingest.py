@@ -142,7 +142,19 @@ def _point(row: LayerRow, samples: object) -> LayerPoint:
 
 
 def _process_figures(run: RunMedians) -> tuple[Figure, ...]:
-    return () if run.latency_ns is None else (Figure("latency", run.latency_ns, None, None),)
+    """A process's latency and, for a generate, its time to first token, inter-token
+    latency and each phase's forward (its layers' self times summed)."""
+    out = []
+    for name, value in (
+        ("latency", run.latency_ns),
+        ("generate.ttft", run.ttft_ns),
+        ("generate.itl", run.itl_ns),
+    ):
+        if value is not None:
+            out.append(Figure(name, value))
+    for phase, times in (run.phase_self_ns or {}).items():
+        out.append(Figure(f"phase.{phase}", sum(times.values())))
+    return tuple(out)
 
 
 def _process_layers(run: RunMedians) -> tuple[LayerPoint, ...]:
