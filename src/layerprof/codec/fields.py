@@ -16,6 +16,8 @@ from layerprof.units import NS_PER_MS, NS_PER_US, ns_from_ms
 T = TypeVar("T")
 #: The longest time in ms a list of durations may hold: within int64 ns.
 _MAX_MS = 2.0**62 / NS_PER_MS
+#: The largest magnitude a time in a summary may have, in ns (int64, with room).
+_MAX_NS = 2.0**62
 
 
 class Fields:
@@ -81,6 +83,17 @@ class Fields:
             raise self._fail(key, f"{number!r} ms is not a usable time") from None
         assert value is not None
         return value
+
+    def ns_float(self, key: str, factor: float = NS_PER_MS) -> float:
+        """A required time (``*_ms``, or ``*_us`` with its factor) as float ns, within
+        int64 ns: an operator's 1e308 ms summed to infinity in the diff."""
+        number = self.number(key)
+        if not abs(number * factor) <= _MAX_NS:
+            raise self._fail(key, f"{number!r} is not a usable time")
+        return number * factor
+
+    def opt_ns_float(self, key: str, factor: float = NS_PER_MS) -> float | None:
+        return None if self.data.get(key) is None else self.ns_float(key, factor)
 
     def opt_ns(self, key: str) -> int | None:
         return None if self.data.get(key) is None else self.ns(key)
@@ -189,16 +202,30 @@ def strings(f: Fields, key: str) -> list[str]:
     return values
 
 
-def read_summary(f: Fields, factor: float = NS_PER_MS) -> Summary:
+def read_summary(f: Fields, factor: float = NS_PER_MS, *, signed: bool = False) -> Summary:
     """A summary written in ms (or µs), back in ns; rounded to 1e-3 ns so that the
-    float round trip (ns -> ms -> ns) gives back the numbers that were written."""
+    float round trip (ns -> ms -> ns) gives back the numbers that were written.
 
-    def value(key: str) -> float:
-        return round(f.number(key) * factor, 3)
+    Each time must lie within int64 ns (a median of 1e308 ms made every diff of the
+    file raise OverflowError) and, unless ``signed`` (a launch delay may be negative),
+    be >= 0: a negative latency read as "faster -105 %" and passed the gate. The
+    spreads are never negative and ``n`` counts at least one sample."""
 
-    def opt(key: str) -> float | None:
-        return None if f.opt_number(key) is None else value(key)
+    def value(key: str, *, spread: bool = False) -> float:
+        number = f.number(key)
+        scaled = number * factor
+        if not abs(scaled) <= _MAX_NS:
+            raise f._fail(key, f"{number!r} is not a usable time")
+        if scaled < 0 and (spread or not signed):
+            raise f._fail(key, f"expected a time >= 0, found {number!r}")
+        return round(scaled, 3)
 
+    def opt(key: str, *, spread: bool = False) -> float | None:
+        return None if f.opt_number(key) is None else value(key, spread=spread)
+
+    n = f.integer("n")
+    if n < 1:
+        raise f._fail("n", f"expected a count of samples >= 1, found {n}")
     return Summary(
         median=value("median"),
         mean=value("mean"),
@@ -206,28 +233,38 @@ def read_summary(f: Fields, factor: float = NS_PER_MS) -> Summary:
         p99=value("p99"),
         min=value("min"),
         max=value("max"),
-        std=value("std"),
-        n=f.integer("n"),
-        mad=opt("mad"),
+        std=value("std", spread=True),
+        n=n,
+        mad=opt("mad", spread=True),
         ci_low=opt("ci_low"),
         ci_high=opt("ci_high"),
     )
 
 
 def read_series(
-    samples: Fields | None, series: Fields | None, key: str, factor: float = NS_PER_MS
+    samples: Fields | None,
+    series: Fields | None,
+    key: str,
+    factor: float = NS_PER_MS,
+    *,
+    signed: bool = False,
 ) -> Series | None:
-    """A Series from kept samples (preferred) or from its summary; None when neither is there."""
+    """A Series from kept samples (preferred) or from its summary; None when neither is
+    there. Times are >= 0 unless ``signed``."""
     if samples is not None and samples.has(key):
         values = samples.items(key)
+        low = -_MAX_NS if signed else 0.0
         if not values or not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v * factor) < 2.0**62
+            isinstance(v, (int, float)) and not isinstance(v, bool) and low <= v * factor < 2.0**62
             for v in values
         ):
-            raise ProfileFormatError(f"{samples.where}.{key}: expected a list of numbers")
+            what = "numbers" if signed else "numbers >= 0"
+            raise ProfileFormatError(f"{samples.where}.{key}: expected a list of {what}")
         return Series([v * factor for v in values])
     summary = series.obj(key) if series is not None else None
-    return Series(summary=read_summary(summary, factor)) if summary is not None else None
+    if summary is None:
+        return None
+    return Series(summary=read_summary(summary, factor, signed=signed))
 
 
 def summary_dict(s: Summary, factor: float = 1 / NS_PER_MS) -> dict[str, float | int]:

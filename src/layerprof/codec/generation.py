@@ -126,13 +126,13 @@ def _read_phase(f: Fields) -> Phase:
 
 def _read_layer(f: Fields) -> PhaseLayer:
     summary = f.obj("self_summary_ms")
-    growth = f.opt_number("growth_ms_per_1k")
+    growth = f.opt_ns_float("growth_ms_per_1k")  # signed: a step may shrink with the context
     return PhaseLayer(
         path=f.text("path"),
         total_ns=f.duration("total_ms"),
         self_ns=f.duration("self_ms"),
         self_summary=read_summary(summary) if summary is not None else None,
-        growth_ns_per_1k=None if growth is None else growth * NS_PER_MS,
+        growth_ns_per_1k=growth,
         flops=f.opt_count("flops"),
         bytes=f.opt_count("bytes"),
     )

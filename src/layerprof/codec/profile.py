@@ -328,23 +328,22 @@ def _read_op(f: Fields) -> OpStat:
     kept, series = f.obj("samples"), f.obj("series")
     op_samples = None
     if series is not None or kept is not None:
-        self_s = read_series(kept, series, "self_ms")
-        total_s = read_series(kept, series, "total_ms")
+        self_s = read_series(kept, series, "self_ms", signed=True)
+        total_s = read_series(kept, series, "total_ms", signed=True)
         calls_s = read_series(kept, series, "calls", 1.0)
         if self_s is not None and total_s is not None and calls_s is not None:
             op_samples = OpSamples(
                 calls=calls_s,
                 self_ns=self_s,
                 total_ns=total_s,
-                device_ns=read_series(kept, series, "device_ms"),
+                device_ns=read_series(kept, series, "device_ms", signed=True),
             )
-    device = f.opt_number("device_ms")
     return OpStat(
         name=f.text("name"),
         calls=f.number("calls"),
-        self_ns=f.number("self_ms") * NS_PER_MS,
-        total_ns=f.number("total_ms") * NS_PER_MS,
-        device_ns=device * NS_PER_MS if device is not None else None,
+        self_ns=f.ns_float("self_ms"),
+        total_ns=f.ns_float("total_ms"),
+        device_ns=f.opt_ns_float("device_ms"),
         layer=f.opt_text("layer"),
         input_shapes=f.opt_text("input_shapes"),
         phase=phase,

@@ -178,7 +178,8 @@ def read_launches(f: Fields | None) -> Launches | None:
         launches=f.integer("launches"),
         call_ns=read_summary(call, NS_PER_US) if call is not None else None,
         call_total_ns=f.ns("call_total_ms"),
-        delay_ns=read_summary(delay, NS_PER_US) if delay is not None else None,
+        # a kernel may start before its launch ends (clocks apart): delays are signed
+        delay_ns=read_summary(delay, NS_PER_US, signed=True) if delay is not None else None,
         negative_delays=f.integer("negative_delays", 0),
         unmatched_device_ops=f.integer("unmatched_device_ops", 0),
         sync_ns=f.ns("sync_ms") if f.has("sync_ms") else 0,
