@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
+from layerprof.capture.compilewatch import dynamo_compiling
 from layerprof.capture.modules import HookHandles, compiled_in_place, hookable_modules
 from layerprof.capture.platform.clocks import Clock
 from layerprof.pivot.records import LayerCall
@@ -75,6 +76,10 @@ class NodeMarks:
         # refuses its fused kernel when a module carries hooks) do not see them, so the
         # model runs the code its clean forward runs (the FLOP counter uses this)
         self.process_wide = process_wide
+        # True only while Dynamo traces a hook into a compiled caller's graph (the
+        # Recorder's model run by torch.compile(model)): a hook that read the sequence
+        # number there broke the graph (layerprof.capture.compilewatch)
+        self._compiling = dynamo_compiling()
         self.calls: list[_Call] = []
         self.failed: str | None = None  # innermost layer a forward raised in
         self._stack: list[int] = []
@@ -145,11 +150,15 @@ class NodeMarks:
         self._exit(path, None, None, None)
 
     def _enter(self, path: str, module: Any, args: Any) -> None:
+        if self._compiling():
+            return
         parent = self._stack[-1] if self._stack else -1
         self.calls.append(_Call(path, parent, self._next_seq(), forward=self.forward))
         self._stack.append(len(self.calls) - 1)
 
     def _exit(self, path: str, module: Any, args: Any, output: Any) -> None:
+        if self._compiling():
+            return
         # always_call: also runs when the forward raised; the innermost unwinds first
         if self.failed is None and sys.exc_info()[0] is not None:
             self.failed = path

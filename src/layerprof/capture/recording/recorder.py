@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from layerprof.capture.compilewatch import dynamo_compiling
 from layerprof.capture.memory.activations import ActivationCapture
 from layerprof.capture.modules import (
     ForwardWrapper,
@@ -198,6 +199,10 @@ class Recorder:
         self._stream: _Stream | None = None  # stream(): tables summed as they are made
         self._signatures: dict[str, _Signature] = {}
         self._root_depth = 0
+        # True only while Dynamo traces a wrapper (layerprof.capture.compilewatch), and
+        # whether a compiled caller ran the model (set by the compiled graph's replay)
+        self._compiling = dynamo_compiling()
+        self._compiled = [False]
 
     # ---- life cycle ---------------------------------------------------------
     def attach(self) -> Recorder:
@@ -274,6 +279,25 @@ class Recorder:
             ),
         )
 
+    def _compiled_caller_note(self) -> tuple[Note, ...]:
+        """The model ran inside a compiled caller (``torch.compile(model)`` called while
+        ``model`` is recorded): Dynamo compiled those forwards without the wrappers and
+        hooks (``dynamo_compiling``), so they are not recorded; said, not dropped."""
+        if not self._compiled[0]:
+            return ()
+        name = type(self.model).__name__
+        return (
+            Note(
+                "compiled-caller",
+                f"the recorded model ({name}) also ran inside torch.compile of it: those"
+                " forwards (and their backward) ran as compiled code with none of the"
+                " Recorder's wrappers or hooks, as compiled without it, and are not in this"
+                " profile; to time them, record the compiled module (Recorder(compiled),"
+                " timed whole) or use `layerprof run --compile` for its layers",
+                {"model": name},
+            ),
+        )
+
     def _replaced_paths(self) -> list[str]:
         wrapped = {path: w.module for path, w in self._by_path.items()}
         if not wrapped:
@@ -327,10 +351,13 @@ class Recorder:
         a = self._log.pairs.append
         m = self.clock.mark
         raised = self._raised
+        compiling = self._compiling
         if self.device_clock is not None:
             return self._timed_device(pid, fwd)
 
         def timed(*args: Any, **kwargs: Any) -> Any:
+            if compiling():  # traced into a compiled caller's graph: leave no break in it
+                return fwd(*args, **kwargs)
             a(pid)
             a(m())
             try:
@@ -362,8 +389,11 @@ class Recorder:
         depth = log.open
         flush = log.flush_device
         raised = self._raised
+        compiling = self._compiling
 
         def timed(*args: Any, **kwargs: Any) -> Any:
+            if compiling():
+                return fwd(*args, **kwargs)
             a(pid)
             depth[0] += 1
             d(dm())
@@ -420,8 +450,17 @@ class Recorder:
         # interleave its marks with this one's (a TypeError with backward=True, silently
         # wrong times without), so it is refused. Checked once per forward, not per layer.
         owner = threading.get_ident()
+        compiling, compiled = self._compiling, self._compiled
 
         def root(*args: Any, **kwargs: Any) -> Any:
+            if compiling():
+                # Dynamo traces this forward into a compiled caller's graph (the model
+                # recorded, torch.compile(model) called): nothing of ours goes into the
+                # graph, which stays the one compiled without the Recorder (a read of the
+                # clock broke it: 37 breaks, 1 -> 7 graphs, the recompile limit). The
+                # store below is replayed after each run of the graph: profile() says so.
+                compiled[0] = True
+                return fwd(*args, **kwargs)
             if threading.get_ident() != owner and active[0]:
                 raise UsageError(
                     "a Recorder records the thread that attached it; this forward runs in"
@@ -720,6 +759,7 @@ class Recorder:
             self._stream = self._stream.emptied()
         self._log.clear()
         self._tags.clear()
+        self._compiled[0] = False
         self._loop, self._ended, self._ended_calls = None, [], 0
         self._chunk_forward = self._forwards
         self._root_forwards = 0
@@ -863,7 +903,8 @@ class Recorder:
                     " times and no steps; call rec.step() once per training step",
                 ),
             )
-        if loop is not None and loop.steps and not any(s.forwards for s in loop.steps):
+        ran = loop is not None and any(s.forwards for s in loop.steps)
+        if loop is not None and loop.steps and not ran and not self._compiled[0]:
             notes += (
                 Note(
                     "no-model-forward",
@@ -873,7 +914,7 @@ class Recorder:
                     {"model": type(self.model).__name__},
                 ),
             )
-        notes += self._replaced_note() + self._compiled_note()
+        notes += self._replaced_note() + self._compiled_note() + self._compiled_caller_note()
         if self._memory is not None:
             notes += (
                 Note(
