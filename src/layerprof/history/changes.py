@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Literal
 from layerprof.history import changepoints
 from layerprof.history.changepoints import Detection
 from layerprof.history.records import Environment, StoredRun
-from layerprof.history.series import Window, common_factor, log_times, shares
+from layerprof.history.series import CommonFactor, Window, common_factor, log_times, shares
 
 if TYPE_CHECKING:
     import numpy as np
@@ -147,6 +147,43 @@ def analyze(
     share = shares(times)
     heavy = np.flatnonzero((share >= min_share) | np.isin(np.array(window.paths), layers))
     factor = common_factor(times, heavy)
+    trends, alpha, tested = _judge(window, times, share, heavy, factor, detection)
+    steps = {
+        row: [c.index for c in t.changes]
+        for row, t in enumerate(trends[len(window.figures) :])
+        if t.changes
+    }
+    if factor is not None and steps:  # again, with the changed layers' steps out of the drift
+        factor = common_factor(times, heavy, steps)
+        trends, alpha, tested = _judge(window, times, share, heavy, factor, detection)
+    figures, rest = trends[: len(window.figures)], trends[len(window.figures) :]
+    rest.sort(key=lambda t: -(t.share or 0.0))  # the heaviest layers first
+    return HistoryView(
+        env=window.env,
+        runs=window.runs,
+        total_runs=window.total_runs,
+        trends=(*figures, *rest),
+        detection=detection,
+        clock=clock,
+        min_share=min_share,
+        normalized=factor is not None,
+        alpha=alpha,
+        tested=tested,
+    )
+
+
+def _judge(
+    window: Window,
+    times: Floats,
+    share: Floats,
+    heavy: npt.NDArray[np.int64],
+    factor: CommonFactor | None,
+    detection: Detection,
+) -> tuple[list[Trend], float, int]:
+    """Every series' trend (figures first, then layers in window order), the
+    Benjamini-Hochberg level, and how many series were tested."""
+    import numpy as np
+
     candidates: list[_Candidate] = []
     for name in sorted(window.figures, key=lambda n: (n != "latency", n)):
         raw = window.figures[name]
@@ -164,20 +201,7 @@ def analyze(
     }
     alpha = _level(list(pvalues.values()), detection.fdr)
     trends = [_trend(window, c, pvalues.get(i), alpha, detection) for i, c in enumerate(candidates)]
-    figures, rest = trends[: len(window.figures)], trends[len(window.figures) :]
-    rest.sort(key=lambda t: -(t.share or 0.0))  # the heaviest layers first
-    return HistoryView(
-        env=window.env,
-        runs=window.runs,
-        total_runs=window.total_runs,
-        trends=(*figures, *rest),
-        detection=detection,
-        clock=clock,
-        min_share=min_share,
-        normalized=factor is not None,
-        alpha=alpha,
-        tested=len(pvalues),
-    )
+    return trends, alpha, len(pvalues)
 
 
 def _level(pvalues: list[float], q: float) -> float:
