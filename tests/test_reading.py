@@ -5,6 +5,9 @@ from __future__ import annotations
 import gc
 import gzip
 import os
+import resource
+import subprocess
+import sys
 import threading
 import tracemalloc
 from collections.abc import Callable, Iterator
@@ -216,3 +219,65 @@ def test_cli_max_input_size(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert main(["analyze", str(path), "-q", "--max-input-size", "1M"]) == 0
     assert main(["analyze", str(path), "--max-input-size", "lots"]) == 2
     assert "is not a size" in capsys.readouterr().err
+
+
+# A gzip bomb under a memory limit (issue 43, item 15): 3 MB expanding to 3 GB, within the
+# default ceiling, crashed orjson (SIGSEGV: it does not raise when an allocation fails).
+
+_LIMITED_ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+_ADDRESS_SPACE = 900 << 20  # python, numpy and layerprof take ~300 MB of it
+
+
+def _zeros_bomb(path: Path, megabytes: int) -> Path:
+    """``[0,0,...]``: one piece with no event boundary, 12x its size for orjson to parse."""
+    with gzip.open(path, "wb", compresslevel=1) as out:
+        out.write(b"[")
+        for _ in range(megabytes):
+            out.write(b"0," * (1 << 19))
+        out.write(b"0]")
+    return path
+
+
+def _limited(*argv: str) -> subprocess.CompletedProcess[str]:
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (_ADDRESS_SPACE, _ADDRESS_SPACE))
+
+    return subprocess.run(
+        [sys.executable, *argv], capture_output=True, text=True, timeout=300,
+        preexec_fn=limit, env=_LIMITED_ENV,
+    )  # fmt: skip
+
+
+def test_a_bomb_that_fits_the_ceiling_is_refused_before_it_is_decoded(tmp_path: Path) -> None:
+    # 56 MB of JSON, 12x that to parse: without the check this crashed (SIGSEGV) here
+    bomb = _zeros_bomb(tmp_path / "bomb.json.gz", 56)
+    assert bomb.stat().st_size < 1 << 20
+    done = _limited("-m", "layerprof", "analyze", str(bomb), "--max-input-size", "64M", "-q")
+    assert done.returncode == 2, (done.returncode, done.stderr)  # not -11 (SIGSEGV)
+    first = done.stderr.splitlines()[0]
+    assert first.startswith(f"layerprof: error: {bomb}: decoding its 56.0 MiB of JSON in one piece")
+    assert "more than the" in first and "Traceback" not in done.stderr
+
+
+def test_the_default_ceiling_sees_the_address_space_limit() -> None:
+    code = "from layerprof import machine, reading; print(machine.available_memory(), reading.default_limit())"
+    done = _limited("-c", code)
+    room, ceiling = (int(x) for x in done.stdout.split())
+    assert 0 < room < _ADDRESS_SPACE and ceiling == room // 2, done.stderr
+
+
+def test_a_bare_array_trace_is_decoded_in_batches(tmp_path: Path) -> None:
+    """Chrome's bare array format was parsed in one piece (12x its size at once)."""
+    from layerprof.trace.reader import BATCH_BYTES, decode
+
+    events = orjson.loads(trace_bytes(20_000))["traceEvents"]
+    text = orjson.dumps(events)
+    assert len(text) > 4 * BATCH_BYTES
+    batches: list[int] = []
+    assert decode(bytearray(text), lambda got, _text: batches.append(len(got)), "t") == {}
+    assert len(batches) > 4 and sum(batches) == len(events)
+    path = tmp_path / "bare.json"
+    path.write_bytes(text)
+    keyed = tmp_path / "keyed.json"
+    keyed.write_bytes(trace_bytes(20_000))
+    assert analyze(path).ranks[0].source.events == analyze(keyed).ranks[0].source.events == 20_000

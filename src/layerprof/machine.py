@@ -19,9 +19,40 @@ def cpu_count() -> int:
 
 def available_memory() -> int | None:
     """Bytes this process can still allocate: the smaller of the system's available
-    memory and what its cgroup (container) allows; None when neither is known."""
+    memory, what its cgroup (container) allows and what its own limits (``ulimit -v``,
+    ``ulimit -d``) leave; None when none is known."""
     known = [b for b in (_meminfo_available(), _cgroup_room()) if b is not None]
-    return min(known) if known else _sysconf_available()
+    room = min(known) if known else _sysconf_available()
+    limit = _rlimit_room()
+    return room if limit is None else limit if room is None else min(room, limit)
+
+
+def _rlimit_room() -> int | None:
+    """``RLIMIT_AS`` minus the address space in use, ``RLIMIT_DATA`` minus the data in
+    use (the smaller), or None when neither limit is set. Under such a limit an
+    allocation fails instead of the kernel's OOM killer stepping in, and orjson then
+    crashes (SIGSEGV) instead of raising: the input ceilings must see it."""
+    try:
+        import resource  # Unix only
+    except ImportError:  # pragma: no cover - Windows
+        return None
+    rooms = []
+    for which, field in ((resource.RLIMIT_AS, "VmSize:"), (resource.RLIMIT_DATA, "VmData:")):
+        soft = resource.getrlimit(which)[0]
+        if soft != resource.RLIM_INFINITY:
+            rooms.append(max(soft - (_status_bytes(field) or 0), 0))
+    return min(rooms) if rooms else None
+
+
+def _status_bytes(field: str) -> int | None:
+    """A ``kB`` line of ``/proc/self/status`` (``VmSize:``) in bytes."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def _meminfo_available() -> int | None:

@@ -109,6 +109,7 @@ def read_json(p: Path, *, max_input_size: int | None = None) -> Any:
 def _loads(data: bytearray, p: Path) -> Any:
     import orjson
 
+    reading.check_decodable(len(data), str(p), error=ProfileFormatError)  # orjson crashes OOM
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as exc:

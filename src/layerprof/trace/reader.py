@@ -27,7 +27,7 @@ import orjson
 
 from layerprof.errors import TraceError
 from layerprof.pivot.notes import Note
-from layerprof.reading import read_input
+from layerprof.reading import check_decodable, read_input
 from layerprof.trace.commargs import MAX_RANKS, rank_id
 from layerprof.trace.events import EventCollector, EventTables
 from layerprof.traceformat import EVENTS_KEY
@@ -72,6 +72,7 @@ def _gc_paused() -> Iterator[None]:
 
 
 _NON_SPACE = re.compile(rb"\S")
+_JSON_START = re.compile(rb"\s*(?:\xef\xbb\xbf)?\s*(\S)")
 #: consume(events, text): a batch of decoded events and the JSON text they came from.
 _Consumer = Callable[[list[Any], Any], None]
 
@@ -83,12 +84,7 @@ def decode(data: bytearray, consume: _Consumer, source: str) -> dict[str, Any]:
     with _gc_paused():
         match = _EVENTS_KEY.search(data)
         if match is None:
-            doc = _loads(data, source)
-            if isinstance(doc, list):  # Chrome's bare "JSON Array Format"
-                consume(doc, data)
-                return {}
-            _require_trace(doc, source)
-            return dict(doc)  # pragma: no cover - _require_trace raises
+            return _decode_bare(data, consume, source)
         head, pos = match.start(), match.end()
         pos = _batches(data, pos, consume)
         # The rest of the events plus every other key, as one small document.
@@ -100,6 +96,24 @@ def decode(data: bytearray, consume: _Consumer, source: str) -> dict[str, Any]:
         events = doc.pop(EVENTS_KEY)
         consume(events, rest)
         return dict(doc)
+
+
+def _decode_bare(data: bytearray, consume: _Consumer, source: str) -> dict[str, Any]:
+    """A document without a ``traceEvents`` key: Chrome's bare "JSON Array Format"
+    (decoded in batches, as the events of a trace are) or not a trace."""
+    opening = _JSON_START.match(data)
+    rest: bytes | bytearray = data
+    if opening is not None and opening.group(1) == b"[":
+        start = opening.end()
+        pos = _batches(data, start, consume)
+        if pos > start:
+            rest = b"".join((b"[", memoryview(data)[pos:]))
+    doc = _loads(rest, source)
+    if isinstance(doc, list):
+        consume(doc, rest)
+        return {}
+    _require_trace(doc, source)
+    return dict(doc)  # pragma: no cover - _require_trace raises
 
 
 def _batches(data: bytearray, pos: int, consume: _Consumer) -> int:
@@ -140,6 +154,7 @@ def _batches(data: bytearray, pos: int, consume: _Consumer) -> int:
 
 
 def _loads(data: bytes | bytearray, source: str) -> Any:
+    check_decodable(len(data), source, error=TraceError)  # orjson crashes out of memory
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as exc:
