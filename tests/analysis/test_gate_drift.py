@@ -5,6 +5,9 @@ the command line reads them back from files."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,6 +21,7 @@ from layerprof.pivot.profile import Profile
 from layerprof.pivot.records import Meta
 from layerprof.pivot.sections.generation import Generation
 from tests.support.diff_subjects import mlp, synth
+from tests.support.paths import ROOT
 from tests.support.saved_sections import generated
 
 ROUNDS = 8
@@ -185,3 +189,26 @@ def test_the_cli_gate_passes_two_runs_whose_clean_pass_drifted(
     out, err = capsys.readouterr()
     assert code == 0, out + err
     assert "no layer's change explains it" in " ".join(out.split())
+
+
+@pytest.mark.slow
+def test_cli_interleaved_generate_rounds(tmp_path: Path) -> None:
+    """diff --run of two identical --generate command lines: each process's generate
+    medians reach the repeats section through its saved file, and the phases are judged
+    between rounds. Real processes: the verdict is the statistics' (tested above)."""
+    pytest.importorskip("transformers")
+    spec = ("--arch tests.support.cli_models:tiny_gpt2 --input 1x8:int64[0,64) --generate 4"
+            " --warmup 1 --iters 3")  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "layerprof", "diff", "--run", spec, spec, "--rounds", "2",
+         "--fail-above", "5%", "-q", "--json", str(tmp_path / "d.json")],
+        cwd=ROOT, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    verdict = out.stderr.strip().splitlines()[-1]
+    assert (out.returncode, verdict.split()[1]) in ((0, "pass:"), (1, "FAIL:")), out.stderr
+    assert "single-run" not in out.stderr and "one run per side" not in out.stderr
+    doc = json.loads((tmp_path / "d.json").read_text())
+    own = [r for r in doc["phases"] if r["path"] is None]
+    assert {r["phase"] for r in own} == {"prefill", "decode"}
+    assert all(r["basis"] == "rounds" and r["p_value"] is not None for r in own), own
+    assert all(r["basis"] == "rounds" for r in doc["phases"]), doc["phases"]
