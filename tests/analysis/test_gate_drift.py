@@ -20,6 +20,7 @@ from layerprof.cli.processes import gather
 from layerprof.pivot.profile import Profile
 from layerprof.pivot.records import Meta
 from layerprof.pivot.sections.generation import Generation
+from layerprof.pivot.sections.passes import FusedLayer, PassCheck
 from tests.support.diff_subjects import mlp, synth
 from tests.support.paths import ROOT
 from tests.support.saved_sections import generated
@@ -177,6 +178,15 @@ def test_a_trace_or_a_recorder_keeps_its_latency_verdict() -> None:
         meta = replace(RUN, source=source)
         d = diff(replace(base, meta=meta), replace(new, meta=meta))
         assert d.latency is not None and d.latency.status == "slower", source
+
+
+def test_passes_that_ran_other_code_keep_the_latency_verdict() -> None:
+    """A fused fast path taken in the clean pass only: the layer pass timed other code,
+    so it cannot tell the machine from the code."""
+    base, new = single_runs(2.44)
+    fused = PassCheck(fused=(FusedLayer("2", "Linear", "aten::fused", 1, in_layer_pass=False),))
+    d = diff(base, replace(new, passes=fused))
+    assert d.latency is not None and d.latency.status == "slower"
 
 
 def test_the_cli_gate_passes_two_runs_whose_clean_pass_drifted(

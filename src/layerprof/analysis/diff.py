@@ -176,12 +176,17 @@ def _unexplained_latency(
     unchanged model read 3.17 -> 7.73 ms, +144 %, with no layer slower). When the
     whole per-layer forward moved by less than ``EXPLAINED_SHARE`` of the latency's
     change (or the other way), the latency row is not called a change, and a warning
-    says why. Only for two live runs judged inside one run per side: between runs the
-    latency has its own run-to-run test, and a trace's steps are its layers' time."""
+    says why. Only for two live runs judged inside one run per side whose two passes ran
+    the same code (not ``--compile``, no fused fast path taken in one pass only): between
+    runs the latency has its own run-to-run test, and a trace's steps are its layers' time."""
     if not latency.beyond_noise or latency.delta_ns == 0:
         return latency, []
     if base.meta.source != "layerprof.run" or new.meta.source != "layerprof.run":
         return latency, []
+    if any(
+        p.compiled is not None or (p.passes is not None and p.passes.diverged) for p in (base, new)
+    ):
+        return latency, []  # the per-layer pass ran other code than the clean pass
     forward_b, forward_n = _forward_ns(base, clock), _forward_ns(new, clock)
     if forward_b is None or forward_n is None:
         return latency, []
