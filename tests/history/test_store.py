@@ -150,6 +150,9 @@ def test_a_damaged_file_is_refused_in_one_line(tmp_path: Path) -> None:
     assert "\n" not in str(info.value)
 
 
+#: The writer processes need no BLAS threads (a busy machine may refuse to start them).
+_CHILD_ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+
 _WRITER = textwrap.dedent(
     """
     import sys
@@ -170,6 +173,7 @@ def test_parallel_writers_all_land(tmp_path: Path) -> None:
         subprocess.Popen(
             [sys.executable, "-c", _WRITER, str(path), str(seed)],
             cwd=ROOT,
+            env=_CHILD_ENV,
             stderr=subprocess.PIPE,
             text=True,
         )
@@ -207,7 +211,9 @@ _KILLED = textwrap.dedent(
 
 def test_a_writer_killed_mid_transaction_loses_nothing_committed(tmp_path: Path) -> None:
     path = tmp_path / "h.db"
-    done = subprocess.run([sys.executable, "-c", _KILLED, str(path)], cwd=ROOT, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", _KILLED, str(path)], cwd=ROOT, env=_CHILD_ENV, timeout=300
+    )
     assert done.returncode == -signal.SIGKILL
     assert Path(f"{path}-wal").exists()  # the log the killed writer left
     with HistoryStore(path) as store:
