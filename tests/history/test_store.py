@@ -3,6 +3,7 @@ a writer killed mid-transaction, and files it must refuse in one line."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sqlite3
 import subprocess
