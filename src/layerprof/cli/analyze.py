@@ -45,6 +45,15 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help="when some ranks fail, merge the others and name the failed ones in the notes"
         " (default: fail, naming each with why)",
     )
+    parser.add_argument(
+        "--capture",
+        action="append",
+        metavar="CAPTURE",
+        help="a trace recorded while the replayed CUDA/HIP graph was captured (repeatable:"
+        " one per batch size): each replayed kernel goes to the layer, op and shapes whose"
+        " launch made it. A folder TRACE holding one replay and capture_traces/ (with"
+        " execution_details.json) is paired without it",
+    )
     out = parser.add_argument_group("output", outputs.STDOUT_HELP)
     outputs.add_output(out, "--json", "write the analysis (schema layerprof.trace/2)")
     outputs.add_output(out, "--html", "write a self-contained HTML report")
@@ -61,18 +70,27 @@ def run(args: argparse.Namespace) -> int:
     """Analyze the trace(s) on the chosen executor, write the files, print the report."""
     from layerprof import sinks
     from layerprof.capture.progress import Progress
-    from layerprof.cli import inputfiles
     from layerprof.trace import analyze
     from layerprof.trace.executors import parse_executor
 
-    outputs.check_outputs(args, inputs=inputfiles.trace_inputs(args.trace))
+    pair = _pair(args)
+    inputs = [pair[0], *(c.path for c in pair[1])] if pair else []
+    outputs.check_outputs(args, inputs=[args.trace, *inputs])
     executor = parse_executor(args.executor) if args.executor else None
     bar = Progress(enabled=sys.stderr.isatty() and not args.quiet, total=0, description="ranks")
     try:
-        analyzed = analyze(
-            args.trace, group_by_shape=args.group_by_shape, max_input_size=args.max_input_size,
-            executor=executor, progress=bar.update, partial=args.partial, timeout=args.timeout,
-        )  # fmt: skip
+        if pair:
+            from layerprof.trace.capturepair import analyze_pair
+
+            analyzed = analyze_pair(
+                pair[0], pair[1], group_by_shape=args.group_by_shape,
+                max_input_size=args.max_input_size,
+            )  # fmt: skip
+        else:
+            analyzed = analyze(
+                args.trace, group_by_shape=args.group_by_shape, max_input_size=args.max_input_size,
+                executor=executor, progress=bar.update, partial=args.partial, timeout=args.timeout,
+            )  # fmt: skip
     finally:
         bar.close()
     written = [
@@ -84,3 +102,16 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         sinks.show(analyzed, console=console(args), top=args.top)
     return 0
+
+
+def _pair(args: argparse.Namespace) -> tuple[str, list[Any]] | None:
+    """The replay and its captures: ``--capture`` files, or a folder's ``capture_traces/``."""
+    import os
+
+    from layerprof.trace.capturepair import CaptureInput, paired_captures, replay_in
+
+    if args.capture:
+        replay = replay_in(args.trace) if os.path.isdir(args.trace) else args.trace
+        return replay, [CaptureInput(c) for c in args.capture]
+    found = paired_captures(args.trace) if os.path.isdir(args.trace) else None
+    return (replay_in(args.trace), found) if found else None

@@ -77,6 +77,7 @@ if TYPE_CHECKING:
     from layerprof.pivot.sections.compiled import CompiledSection
     from layerprof.pivot.sections.flops import FlopSummary, LayerFlops
     from layerprof.pivot.sections.generation import Generation
+    from layerprof.pivot.sections.replay import GraphReplay
     from layerprof.pivot.sections.loop import TrainingLoop
     from layerprof.pivot.sections.memory import ActivationMemory
 
@@ -373,6 +374,7 @@ class Profile(sinks.Output):
     activation_memory: ActivationMemory | None = None  # --backward: saved bytes per layer
     loop: TrainingLoop | None = None  # a training loop's steps (Recorder with backward=True)
     generation: Generation | None = None  # generate(): prefill and decode apart
+    graph_replay: GraphReplay | None = None  # analyze --capture: a graph replay's layers
     events: _RecordedTrace | None = field(default=None, compare=False, repr=False)
 
     # the trace's sections, read (and set) as attributes of their own

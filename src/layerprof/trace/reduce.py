@@ -59,6 +59,7 @@ from layerprof.trace.modules import (
 from layerprof.trace.nesting import Nesting, nest
 from layerprof.trace.ops import device_times
 from layerprof.trace.queue import queues
+from layerprof.trace.replay import graph_facts
 from layerprof.trace.steps import find_steps
 from layerprof.traceformat import LAYER_CATEGORY, STEP_SOURCE
 
@@ -96,6 +97,7 @@ def reduce(
     if module_source == LAYER_CATEGORY:
         samples = _with_backward(samples, backward_times(tables, attribution, steps, list(samples)))
     kernels = kernel_table(tables)
+    graphs, graph_notes = graph_facts(tables)
     source = TraceSource(
         file=file,
         rank=rank,
@@ -130,8 +132,9 @@ def reduce(
             memory_timeline=memory_timeline(tables, nesting, steps),
         ),
         generation=trace_generation(tables, steps, samples) if samples else None,
+        graph_replay=graphs,
     )
-    return profile.with_notes(*_notes(tables, steps, profile))
+    return profile.with_notes(*_notes(tables, steps, profile), *graph_notes)
 
 
 def peak_bytes(tables: EventTables, *, on_device: bool) -> dict[str, int]:

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from layerprof.pivot.sections.passes import FusedLayer, PassCheck
     from layerprof.pivot.sections.ranks import LayerAcrossRanks
     from layerprof.pivot.sections.repeats import Repeats, RunMedians
+    from layerprof.pivot.sections.replay import CaptureFile, GraphMatch, GraphReplay, MissedKernel
     from layerprof.pivot.sections.trace import (
         STEP_DEFINITIONS,
         AllocRow,
@@ -106,6 +107,10 @@ _HOME: dict[str, str] = {
     "PassCheck": "passes",
     "LayerAcrossRanks": "ranks",
     "Repeats": "repeats",
+    "CaptureFile": "replay",
+    "GraphMatch": "replay",
+    "GraphReplay": "replay",
+    "MissedKernel": "replay",
     "RunMedians": "repeats",
     "AllocRow": "trace",
     "AnnotationRow": "trace",
@@ -148,6 +153,7 @@ __all__ = [
     "AllocRow",
     "AnnotationRow",
     "Breakdown",
+    "CaptureFile",
     "Collective",
     "CollectiveGroup",
     "CollectiveMatch",
@@ -159,6 +165,8 @@ __all__ = [
     "DeviceUse",
     "FlopSummary",
     "FusedLayer",
+    "GraphMatch",
+    "GraphReplay",
     "InputSignature",
     "KernelRow",
     "KindRow",
@@ -171,6 +179,7 @@ __all__ = [
     "MemcpyRow",
     "MemorySummary",
     "MemoryTimeline",
+    "MissedKernel",
     "PassCheck",
     "Peak",
     "Queues",

@@ -28,6 +28,7 @@ from layerprof.render.console.findings import print_findings
 from layerprof.render.console.generation import print_generation
 from layerprof.render.console.memory import print_activation_memory
 from layerprof.render.console.ops import OpSort, render_ops
+from layerprof.render.console.replay import print_graph_replay
 from layerprof.render.console.profile import (
     ConsoleOptions,
     SortKey,
@@ -148,6 +149,11 @@ PROFILE_SECTIONS: tuple[Section[Profile], ...] = (
     Section("training loop", ("Profile.loop",), _loop),
     Section("generation", ("Profile.generation",), lambda p, out, o: print_generation(out, p)),
     Section("compiled", ("Profile.compiled",), lambda p, out, o: print_compiled(out, p)),
+    Section(
+        "graph replay",
+        ("Profile.graph_replay",),
+        lambda p, out, o: print_graph_replay(p, out, o.rows),
+    ),
     Section(
         "activation memory",
         ("Profile.activation_memory",),

@@ -105,10 +105,21 @@ def print_launches(p: Profile, console: Console, top: int) -> None:
     parts.append(f"sync {MS.fmt(launch.sync_ns)} ms")
     console.print(Text("; ".join(parts)))
     if launch.runtime:
+        replayed = _replayed(p)
         runtime = ", ".join(
-            f"{x.name} {MS.fmt(x.total_ns)} ms ({x.calls})" for x in launch.runtime[: min(top, 5)]
+            f"{x.name} {MS.fmt(x.total_ns)} ms ({x.calls}"
+            + (f"; replayed {replayed[x.name]} device ops)" if x.name in replayed else ")")
+            for x in launch.runtime[: min(top, 5)]
         )
         console.print(Text(f"  runtime calls: {runtime}", style="dim"))
+
+
+def _replayed(p: Profile) -> dict[str, int]:
+    """Device ops replayed per graph launch call name (cudaGraphLaunch, hipGraphLaunch)."""
+    out: dict[str, int] = {}
+    for g in p.graph_replay.graphs if p.graph_replay is not None else ():
+        out[g.call] = out.get(g.call, 0) + g.kernels
+    return out
 
 
 def print_memory(p: Profile, console: Console, top: int) -> None:

@@ -31,6 +31,7 @@ from layerprof.render.html.distributed import distributed_section
 from layerprof.render.html.findings import findings_section, notes_section
 from layerprof.render.html.flops import roofline_section
 from layerprof.render.html.generation import generation_section
+from layerprof.render.html.replay import graph_replay_section
 from layerprof.render.html.loop import loop_section
 from layerprof.render.html.memory import activation_memory_section
 from layerprof.render.html.page import Section
@@ -92,6 +93,7 @@ SECTIONS: tuple[Registered, ...] = (
     Registered(layers_section, ("Profile.layers", "Profile.flops")),
     Registered(loop_section, ("Profile.loop",)),
     Registered(generation_section, ("Profile.generation",)),
+    Registered(graph_replay_section, ("Profile.graph_replay",)),
     Registered(compiled_section, ("Profile.compiled",)),
     Registered(top_section, ("Profile.ops",)),
     Registered(layer_ops_section, ("Profile.ops",)),

@@ -1,0 +1,527 @@
+"""A graph replay read through its capture: each replayed kernel gets the layer, op
+and shapes whose launch made it at capture time, with the replay's own timings.
+
+The replay trace's graph launch carries every kernel of the graph and nothing
+that encloses them; the capture trace holds one launch call per kernel under
+the ops and module spans that made it, but those kernels never ran. Each graph
+launch is matched to a capture (the batch its step names, then the kernel
+sequence: ``replay.align``), and the two are merged into one set of event
+tables: the capture's host spans (their times are the capture's) with the
+replay's device ops, each carrying the correlation id of the captured launch it
+paired with. The one attribution engine (``reduce``) then fills the layers,
+their device times and the ops per layer as it does for any trace; the
+replay's own reduce keeps its steps, latency, devices, kernels and launches.
+Nothing is guessed silently: the ``graph_replay`` section counts what paired,
+names what did not, and a graph no capture matches is refused or named.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from layerprof.errors import TraceError
+from layerprof.pivot.notes import Note
+from layerprof.pivot.profile import Run
+from layerprof.pivot.sections.replay import CaptureFile, GraphMatch, GraphReplay, MissedKernel
+from layerprof.reading import read_input
+from layerprof.trace.analysis import analyze_file
+from layerprof.trace.events import (
+    ANNOTATION,
+    MODULE,
+    MODULE_PREFIX,
+    EventCollector,
+    EventTables,
+    HostSpans,
+)
+from layerprof.trace.ranks import merge
+from layerprof.trace.reader import TRACE_SUFFIXES, decode, read_trace_file
+from layerprof.trace.reduce import reduce
+from layerprof.trace.replay import (
+    CAPTURE_ANNOTATION,
+    COPY_TOKEN,
+    SET_TOKEN,
+    UNNAMED_KERNEL,
+    CapturedLaunches,
+    GraphLaunch,
+    align,
+    captured_launches,
+    device_tokens,
+    graph_launches,
+)
+
+#: where an engine leaves its captures beside a replay, and the file naming them
+CAPTURE_FOLDER = "capture_traces"
+DETAILS_FILE = "execution_details.json"
+#: a graph is read through a capture only when at least this share of its device
+#: ops pairs with the capture's launches; below, it is left unmatched and named
+MIN_MATCHED = 0.5
+#: the compiled pieces of a capture (vLLM, torch.compile): inductor's call spans
+COMPILED_PIECE = "## Call CompiledFxGraph"
+_MISSED_SHOWN = 20
+
+
+@dataclass(frozen=True)
+class CaptureInput:
+    """A capture trace to read, with what its engine says about it."""
+
+    path: str
+    batch: int | None = None
+    mode: str = ""
+
+
+def paired_captures(directory: str | os.PathLike[str]) -> list[CaptureInput] | None:
+    """The captures a replay's folder names in ``capture_traces/execution_details.json``
+    (``[{"file", "batch_size", "mode"}, ...]``), None when it has none."""
+    details = Path(directory) / CAPTURE_FOLDER / DETAILS_FILE
+    if not details.is_file():
+        return None
+    try:
+        entries = orjson.loads(details.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise TraceError(f"{details}: not readable JSON ({exc})") from exc
+    if not isinstance(entries, list) or not entries:
+        raise TraceError(f"{details}: expected a list of {{file, batch_size, mode}} entries")
+    out = []
+    for i, entry in enumerate(entries):
+        file = entry.get("file") if isinstance(entry, dict) else None
+        if not isinstance(file, str) or not file:
+            raise TraceError(f"{details}: entry {i} has no 'file'")
+        batch = entry.get("batch_size")
+        if batch is not None and (not isinstance(batch, int) or isinstance(batch, bool)):
+            raise TraceError(f"{details}: entry {i}: 'batch_size' is not an integer: {batch!r}")
+        mode = entry.get("mode")
+        path = details.parent / file
+        if not path.is_file():
+            raise TraceError(f"{details}: entry {i} names {file}, which is not in {details.parent}")
+        out.append(CaptureInput(str(path), batch, mode if isinstance(mode, str) else ""))
+    return out
+
+
+def replay_in(directory: str | os.PathLike[str]) -> str:
+    """The one replay trace beside ``capture_traces/`` in a folder."""
+    found = sorted(
+        p for p in Path(directory).iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES)
+    )
+    if len(found) != 1:
+        names = ", ".join(p.name for p in found) or "none"
+        raise TraceError(
+            f"{directory}: a folder with {CAPTURE_FOLDER}/ should hold one replay trace,"
+            f" found {len(found)} ({names})"
+        )
+    return str(found[0])
+
+
+@dataclass(frozen=True)
+class _Capture:
+    input: CaptureInput
+    tables: EventTables
+    header: dict[str, Any]
+    launches: CapturedLaunches
+    compiled: int
+
+    @property
+    def named(self) -> bool:
+        return UNNAMED_KERNEL not in self.launches.tokens
+
+    @property
+    def batch(self) -> int | None:
+        return self.input.batch if self.input.batch is not None else _annotated(self.tables)[0]
+
+    @property
+    def mode(self) -> str:
+        return self.input.mode or _annotated(self.tables)[1]
+
+
+def _annotated(tables: EventTables) -> tuple[int | None, str]:
+    """The batch and mode of a ``capture_{batch}_{mode}`` annotation, if the engine wrote one."""
+    for n in np.unique(tables.host.name[tables.host.kind == ANNOTATION]).tolist():
+        found = CAPTURE_ANNOTATION.match(tables.names[n])
+        if found:
+            return int(found.group(1)), found.group(2)
+    return None, ""
+
+
+def read_capture(source: CaptureInput, *, max_input_size: int | None = None) -> _Capture:
+    """Decode a capture trace, keeping what each launch call's ``args.kernel`` names."""
+    data = read_input(Path(source.path), limit=max_input_size, error=TraceError)
+    collector = EventCollector(keep_shapes=True)
+    kernels: dict[int, str] = {}
+
+    def consume(batch: list[Any], text: Any) -> None:
+        for e in batch:
+            args = e.get("args") if type(e) is dict else None
+            if type(args) is dict and "kernel" in args:
+                corr, name = args.get("correlation"), args["kernel"]
+                if type(corr) is int and type(name) is str:
+                    kernels[corr] = name
+        collector.add_batch(batch, text)
+
+    header = decode(data, consume, source.path)
+    del data
+    tables = collector.finish()
+    cleaned = {c: _clean(n) for c, n in kernels.items()}
+    launches = captured_launches(tables, cleaned)
+    if not len(launches.rows):
+        raise TraceError(
+            f"{source.path}: no launches recorded while capturing a graph"
+            " (not a capture trace, or cut off before the capture began)"
+        )
+    compiled = sum(
+        1
+        for n in tables.host.name[tables.host.kind == ANNOTATION].tolist()
+        if tables.names[n].startswith(COMPILED_PIECE)
+    )
+    return _Capture(source, tables, header, launches, compiled)
+
+
+def _clean(name: str) -> str:
+    """A name as the collector keeps it (control characters read as ``?``)."""
+    return "".join("?" if ord(c) < 32 or ord(c) == 127 else c for c in name)
+
+
+@dataclass(frozen=True)
+class _Pairing:
+    graph: GraphLaunch
+    capture: int | None  # index into the captures
+    pairs: list[tuple[int, int]]  # (index into graph.ops, index into captured launches)
+    best: tuple[str, int] | None  # the best capture and its pairs, when none was taken
+    tied: tuple[str, ...]  # other captures that matched as well (batch unknown)
+
+
+def _tokens(replayed: list[str], capture: _Capture) -> list[str]:
+    """The replay's tokens as the capture can name them (by kind only when it names none)."""
+    if capture.named:
+        return replayed
+    return [t if t in (COPY_TOKEN, SET_TOKEN) else UNNAMED_KERNEL for t in replayed]
+
+
+def _pair(tables: EventTables, graph: GraphLaunch, captures: list[_Capture]) -> _Pairing:
+    """The capture this graph launch replays: most device ops paired, a batch that agrees
+    with the step's first; none when fewer than ``MIN_MATCHED`` of its ops pair."""
+    replayed = device_tokens(tables, graph.ops)
+    scored = []
+    for i, c in enumerate(captures):
+        pairs = align(_tokens(replayed, c), c.launches.tokens)
+        enough = len(pairs) >= MIN_MATCHED * max(len(replayed), 1)
+        scored.append(
+            (enough and graph.hint is not None and c.batch == graph.hint, len(pairs), -i, pairs)
+        )
+    scored.sort(key=lambda s: s[:3], reverse=True)
+    agrees, count, neg, pairs = scored[0]
+    if count < MIN_MATCHED * max(len(replayed), 1) or not count:
+        return _Pairing(graph, None, [], (captures[-neg].input.path, count), ())
+    tied = tuple(captures[-n].input.path for a, k, n, _ in scored[1:] if (a, k) == (agrees, count))
+    return _Pairing(graph, -neg, pairs, None, tied)
+
+
+def analyze_pair(
+    replay: str | os.PathLike[str],
+    captures: list[CaptureInput],
+    *,
+    group_by_shape: bool = False,
+    max_input_size: int | None = None,
+) -> Run:
+    """The replay trace read through its capture(s): a one-rank Run whose layers, ops
+    and device times per layer are the replay's kernels under the capture's spans."""
+    name = str(replay)
+    trace = read_trace_file(replay, keep_shapes=group_by_shape, max_input_size=max_input_size)
+    graphs = graph_launches(trace.tables)
+    if not graphs:
+        raise TraceError(
+            f"{name}: no graph launch (cudaGraphLaunch / hipGraphLaunch) to read through"
+            f" {', '.join(c.path for c in captures)}: is it a graph replay?"
+        )
+    read = [read_capture(c, max_input_size=max_input_size) for c in captures]
+    pairings = [_pair(trace.tables, g, read) for g in graphs]
+    if all(p.capture is None for p in pairings):
+        best = max((p.best for p in pairings if p.best), key=lambda b: b[1])
+        total = max(len(g.ops) for g in graphs)
+        raise TraceError(
+            f"{name}: no capture matches its graph launch (best: {best[0]} pairs {best[1]}"
+            f" of {total} device ops): is it a capture of the same model and batch?"
+        )
+    replay_profile = analyze_file(trace, 0, group_by_shape=group_by_shape, file=name)
+    used = sorted({p.capture for p in pairings if p.capture is not None})
+    merged_tables, header = _merged(trace.tables, [read[i] for i in used], pairings, used)
+    merged = reduce(merged_tables, header, rank=0, file=name, group_by_shape=group_by_shape)
+    section = _section(trace.tables, read, pairings)
+    profile = replace(
+        replay_profile,
+        layers=merged.layers,
+        samples=merged.samples,
+        ops=merged.ops,
+        graph_replay=section,
+    ).with_notes(*_notes(section, read, pairings))
+    return merge(name, [profile])
+
+
+def _merged(
+    replay: EventTables,
+    captures: list[_Capture],
+    pairings: list[_Pairing],
+    used: list[int],
+) -> tuple[EventTables, dict[str, Any]]:
+    """The captures' host spans with the replay's graph ops, each paired op carrying its
+    captured launch's correlation id (the others none: they stay off the layers)."""
+    host, names, shapes, threads, offsets = _host(captures)
+    name_ids = {n: i for i, n in enumerate(names)}
+    extra: list[str] = []
+    host = _pieces_as_modules(host, names, name_ids, extra)
+    rows: list[np.ndarray] = []
+    corrs: list[np.ndarray] = []
+    slot = {c: k for k, c in enumerate(used)}
+    for p in pairings:
+        ops = p.graph.ops
+        corr = np.full(len(ops), -1, dtype=np.int64)
+        if p.capture is not None and p.pairs:
+            k = slot[p.capture]
+            launch_rows = captures[k].launches.rows
+            got, at = (np.asarray(x, dtype=np.int64) for x in zip(*p.pairs, strict=True))
+            corr[got] = captures[k].tables.host.ref[launch_rows[at]] + offsets[k]
+        rows.append(ops)
+        corrs.append(corr)
+    sel = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
+    dev = replay.device
+    kernel_names = []
+    for n in dev.name[sel].tolist():
+        text = replay.names[n]
+        i = name_ids.get(text)
+        if i is None:
+            i = name_ids[text] = len(names) + len(extra)
+            extra.append(text)
+        kernel_names.append(i)
+    # The replay's ops follow the last captured launch (their spacing kept): they ran
+    # after it, and a kernel before its launch would read as disagreeing clocks.
+    start = dev.start[sel]
+    shift = int(host.end.max()) - int(start.min()) if len(sel) else 0
+    device = replace(
+        dev,
+        kind=dev.kind[sel],
+        device=dev.device[sel],
+        stream=dev.stream[sel],
+        start=start + shift,
+        dur=dev.dur[sel],
+        name=np.asarray(kernel_names, dtype=np.int64),
+        corr=np.concatenate(corrs) if corrs else np.zeros(0, dtype=np.int64),
+        ext=np.full(len(sel), -1, dtype=np.int64),
+        bytes=dev.bytes[sel],
+    )
+    first = captures[0].tables
+    tables = replace(
+        first,
+        names=(*names, *extra),
+        threads=threads,
+        shapes=shapes,
+        host=host,
+        device=device,
+        device_annotations=None,
+        device_categories=dict(replay.device_categories),
+        comm_args={},
+    )
+    return tables, captures[0].header
+
+
+def _pieces_as_modules(
+    host: HostSpans, names: tuple[str, ...], name_ids: dict[str, int], extra: list[str]
+) -> HostSpans:
+    """Each ``## Call CompiledFxGraph {hash}`` span as a module span of its own,
+    ``CompiledFxGraph_{hash[:8]}``: the layer tree shows the compiled pieces (the
+    layers inside one are not in the trace); ``extra`` gets the new names."""
+    pieces = [i for i, n in enumerate(names) if n.startswith(COMPILED_PIECE)]
+    rows = np.flatnonzero((host.kind == ANNOTATION) & np.isin(host.name, pieces))
+    if not len(rows):
+        return host
+    name = host.name.copy()
+    kind = host.kind.copy()
+    for r in rows.tolist():
+        label = names[int(name[r])][len(COMPILED_PIECE) :].strip(" #")[:8] or "piece"
+        text = f"{MODULE_PREFIX}CompiledFxGraph_{label}_0"
+        i = name_ids.get(text)
+        if i is None:
+            i = name_ids[text] = len(names) + len(extra)
+            extra.append(text)
+        name[r] = i
+        kind[r] = MODULE
+    return replace(host, kind=kind, name=name)
+
+
+def _host(
+    captures: list[_Capture],
+) -> tuple[HostSpans, tuple[str, ...], tuple[str, ...], tuple[tuple[str, str], ...], list[int]]:
+    """The captures' host spans as one table on one clock (their epoch times), names,
+    shapes and threads renumbered, each capture's ids offset so none collide."""
+    if len(captures) == 1:
+        t = captures[0].tables
+        return t.host, t.names, t.shapes, t.threads, [0]
+    names: dict[str, int] = {}
+    shapes: dict[str, int] = {}
+    threads: dict[tuple[str, str], int] = {}
+    parts: list[HostSpans] = []
+    offsets: list[int] = []
+    base = min(c.tables.origin_us for c in captures)
+    next_id = 0
+    for c in captures:
+        t, h = c.tables, c.tables.host
+        name_map = np.asarray([names.setdefault(n, len(names)) for n in t.names], dtype=np.int64)
+        shape_map = np.asarray(
+            [shapes.setdefault(s, len(shapes)) for s in t.shapes], dtype=np.int64
+        )
+        thread_map = np.asarray(
+            [threads.setdefault(x, len(threads)) for x in t.threads], dtype=np.int64
+        )
+        offsets.append(next_id)
+        parts.append(
+            replace(
+                h,
+                thread=thread_map[h.thread] if len(thread_map) else h.thread,
+                start=h.start + (t.origin_us - base) * 1000,
+                name=name_map[h.name],
+                ref=np.where(h.ref >= 0, h.ref + next_id, -1),
+                shape=np.where(h.shape >= 0, shape_map[np.maximum(h.shape, 0)], -1)
+                if len(shape_map)
+                else h.shape,
+                flops=None,
+                hierarchy=None,
+            )
+        )
+        next_id += int(h.ref.max(initial=0)) + 1
+    host = HostSpans(
+        *(np.concatenate([getattr(p, f) for p in parts]) for f in
+          ("kind", "thread", "start", "dur", "name", "ref", "shape", "seq"))
+    )  # fmt: skip
+    return host, tuple(names), tuple(shapes), tuple(threads), offsets
+
+
+def _section(
+    replay: EventTables, captures: list[_Capture], pairings: list[_Pairing]
+) -> GraphReplay:
+    dev = replay.device
+    missed: Counter[str] = Counter()
+    missed_ns: Counter[str] = Counter()
+    graphs = []
+    in_graphs = 0
+    for p in pairings:
+        ops = p.graph.ops
+        in_graphs += len(ops)
+        paired = np.zeros(len(ops), dtype=bool)
+        if p.pairs:
+            paired[[a for a, _ in p.pairs]] = True
+        for i in ops[~paired].tolist():
+            n = replay.names[int(dev.name[i])]
+            missed[n] += 1
+            missed_ns[n] += int(dev.dur[i])
+        graphs.append(
+            GraphMatch(
+                call=p.graph.call,
+                kernels=len(ops),
+                device_ns=int(dev.dur[ops].sum()),
+                capture=None if p.capture is None else captures[p.capture].input.path,
+                batch_hint=p.graph.hint,
+                matched=int(paired.sum()),
+                matched_ns=int(dev.dur[ops[paired]].sum()),
+            )
+        )
+    outside = np.ones(len(dev), dtype=bool)
+    for p in pairings:
+        outside[p.graph.ops] = False
+    return GraphReplay(
+        captures=tuple(
+            CaptureFile(c.input.path, c.batch, c.mode, len(c.launches.rows), c.named, c.compiled)
+            for c in captures
+        ),
+        graphs=tuple(graphs),
+        missed=tuple(
+            MissedKernel(n, missed[n], missed_ns[n])
+            for n in sorted(missed, key=lambda n: -missed_ns[n])
+        ),
+        outside_ops=int(outside.sum()),
+        outside_ns=int(dev.dur[outside].sum()),
+    )
+
+
+def _notes(section: GraphReplay, captures: list[_Capture], pairings: list[_Pairing]) -> list[Note]:
+    share = section.share
+    notes = [
+        Note(
+            "graph-replay-read",
+            f"layers read through the capture: {section.matched} of {section.kernels} replayed"
+            f" device ops ({section.matched_ns / 1e6:.3f} of {section.device_ns / 1e6:.3f} ms,"
+            f" {100 * (share or 0):.1f} %) sit where their launch was captured; the layers'"
+            " device times are the replay's, their host times the capture's (Python at"
+            " capture time, not the replay's latency)",
+            {
+                "matched": section.matched,
+                "kernels": section.kernels,
+                "matched_ns": section.matched_ns,
+                "device_ns": section.device_ns,
+            },
+        )
+    ]
+    if section.missed:
+        top = ", ".join(f"{m.name[:60]} x{m.count}" for m in section.missed[:3])
+        notes.append(
+            Note(
+                "graph-replay-unmatched",
+                f"{section.kernels - section.matched} replayed device ops paired with no"
+                f" captured launch and are on no layer: {top}",
+                {"count": section.kernels - section.matched},
+            )
+        )
+    for i, p in enumerate(pairings):
+        if p.capture is None and p.best is not None:
+            notes.append(
+                Note(
+                    "graph-replay-no-capture",
+                    f"graph launch {i + 1} ({p.graph.call}, {len(p.graph.ops)} device ops)"
+                    f" matches no capture (best: {p.best[0]}, {p.best[1]} paired): its"
+                    " device time is on no layer",
+                    {"launch": i + 1},
+                )
+            )
+        if p.tied:
+            notes.append(
+                Note(
+                    "graph-replay-ambiguous",
+                    f"graph launch {i + 1} matches {', '.join(p.tied)} as well as the capture"
+                    f" read ({captures[p.capture].input.path if p.capture is not None else '?'}):"
+                    " no step annotation names its batch; pass the right one with --capture",
+                    {"launch": i + 1},
+                )
+            )
+    unnamed = [c.input.path for c in captures if not c.named]
+    if unnamed:
+        notes.append(
+            Note(
+                "graph-capture-unnamed",
+                f"{', '.join(unnamed)}: its launch calls name no kernel, so replayed kernels"
+                " were paired by position (kernels, copies and fills in order), not by name",
+            )
+        )
+    if any(c.compiled for c in captures):
+        notes.append(
+            Note(
+                "graph-capture-compiled",
+                "the captured code is compiled (## Call CompiledFxGraph): each compiled piece"
+                " is one layer row, and the layers inside a piece are not visible in a trace"
+                " (layerprof run --compile gives them for a live model)",
+            )
+        )
+    replays = Counter(p.capture for p in pairings if p.capture is not None)
+    if any(n > 1 for n in replays.values()):
+        notes.append(
+            Note(
+                "graph-replay-repeated",
+                "several graph launches replay one capture: each layer's device time is their sum",
+            )
+        )
+    return notes
+
+
+__all__ = ["CaptureInput", "analyze_pair", "paired_captures", "read_capture", "replay_in"]

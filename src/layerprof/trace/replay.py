@@ -1,0 +1,240 @@
+"""CUDA/HIP graph launches in a replay trace, and the launches a capture trace recorded.
+
+A graph replay is one runtime call (``cudaGraphLaunch`` / ``hipGraphLaunch``)
+whose correlation id every kernel of the graph carries: the kernels have no
+launch of their own, so no op or module encloses them. The capture trace,
+recorded while the engine captured that graph, holds one launch call per
+kernel (its name in ``args.kernel``), under the ops and module spans that made
+it; those kernels never ran (the stream was capturing). This module finds
+both sides in the event tables and aligns them by kernel name
+(:func:`align`); ``trace/capturepair.py`` reads the files and merges.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from difflib import SequenceMatcher
+
+import numpy as np
+
+from layerprof.pivot.notes import Note
+from layerprof.pivot.sections.replay import GraphMatch, GraphReplay
+from layerprof.trace.events import ANNOTATION, I64, KERNEL, MEMCPY, RUNTIME, EventTables
+
+GRAPH_LAUNCH = re.compile(r"^(?:cuda|hip|cu)GraphLaunch")
+_BEGIN_CAPTURE = re.compile(r"^(?:cuda|hip|cu)StreamBeginCapture")
+_END_CAPTURE = re.compile(r"^(?:cuda|hip|cu)StreamEndCapture")
+_COPY_CALL = re.compile(r"^(?:cuda|hip|cu)Memcpy")
+_SET_CALL = re.compile(r"^(?:cuda|hip|cu)Memset")
+#: a step annotation's batch: SGLang's ``step[DECODE bs=32]``, the roofline
+#: convention's ``execute_{tokens}_...`` (a decode step's tokens are its requests)
+_BATCH_HINTS = (re.compile(r"\bbs[=_](\d+)"), re.compile(r"^execute_(\d+)_"))
+#: a capture's own annotation (vLLM, SGLang): ``capture_{batch}_{mode}``
+CAPTURE_ANNOTATION = re.compile(r"^capture_(\d+)_(\w+)$")
+#: what a copy or a fill is called on both sides (a replayed memcpy node is
+#: ``Memcpy DtoD (Device -> Device)``, its capture-time call ``hipMemcpyAsync``)
+COPY_TOKEN = "(memcpy)"
+#: a kernel launch whose call does not name its kernel: matched by position only
+UNNAMED_KERNEL = "(kernel)"
+_LAUNCH_CALL = re.compile(r"Launch")
+SET_TOKEN = "(memset)"
+
+
+@dataclass(frozen=True)
+class GraphLaunch:
+    """One graph launch in a replay: its call and the device ops it replayed."""
+
+    host: int  # host row of the launch call
+    call: str  # cudaGraphLaunch / hipGraphLaunch
+    ops: I64  # device rows carrying its correlation, in start order
+    hint: int | None  # a batch size read off an enclosing step annotation
+
+
+def graph_launches(tables: EventTables) -> list[GraphLaunch]:
+    """Every graph launch call of the trace (one with no device op included: it says so)."""
+    host, dev = tables.host, tables.device
+    names = tables.names
+    ids = [i for i, n in enumerate(names) if GRAPH_LAUNCH.match(n)]
+    if not ids:
+        return []
+    rows = np.flatnonzero((host.kind == RUNTIME) & np.isin(host.name, ids))
+    if not len(rows):
+        return []
+    order = np.argsort(dev.corr, kind="stable")
+    keys = dev.corr[order]
+    out = []
+    for row in sorted(rows.tolist(), key=lambda r: int(host.start[r])):
+        corr = int(host.ref[row])
+        lo, hi = np.searchsorted(keys, [corr, corr + 1]) if corr >= 0 else (0, 0)
+        ops = order[lo:hi]
+        ops = ops[np.argsort(dev.start[ops], kind="stable")]
+        out.append(GraphLaunch(row, names[int(host.name[row])], ops, _hint(tables, row)))
+    return out
+
+
+def _hint(tables: EventTables, row: int) -> int | None:
+    """The batch an annotation around the launch names (innermost first), if any."""
+    host = tables.host
+    start, end = host.start[row], host.end[row]
+    around = np.flatnonzero((host.kind == ANNOTATION) & (host.start <= start) & (host.end >= end))
+    for i in sorted(around.tolist(), key=lambda i: -int(host.start[i])):
+        name = tables.names[int(host.name[i])]
+        for pattern in _BATCH_HINTS:
+            found = pattern.search(name)
+            if found:
+                return int(found.group(1))
+    return None
+
+
+def device_tokens(tables: EventTables, ops: I64) -> list[str]:
+    """What each device op is called for the alignment: a kernel by name, a copy or a fill
+    by its kind (their names differ between the replay and the capture's calls)."""
+    names, kind = tables.names, tables.device.kind
+    return [
+        names[int(n)] if k == KERNEL else COPY_TOKEN if k == MEMCPY else SET_TOKEN
+        for n, k in zip(tables.device.name[ops].tolist(), kind[ops].tolist(), strict=True)
+    ]
+
+
+@dataclass(frozen=True)
+class CapturedLaunches:
+    """The launches a capture trace recorded into its graph(s), in call order."""
+
+    rows: I64  # host rows of the launch calls
+    tokens: tuple[str, ...]  # what each launched (see device_tokens)
+    windows: int  # begin..end capture pairs found (0: none recorded)
+
+
+def captured_launches(tables: EventTables, kernels: dict[int, str]) -> CapturedLaunches:
+    """The launch calls inside the capture windows (``*StreamBeginCapture`` to
+    ``*StreamEndCapture``; without them, the whole trace) whose work never ran: a launch
+    with a device op of its own ran before or after capturing. ``kernels`` maps a launch
+    call's correlation id to the kernel its ``args.kernel`` names."""
+    host, names = tables.host, tables.names
+    runtime = np.flatnonzero(host.kind == RUNTIME)
+    call_names = [names[int(n)] for n in host.name[runtime].tolist()]
+    begins = [
+        int(host.start[r])
+        for r, n in zip(runtime.tolist(), call_names, strict=True)
+        if _BEGIN_CAPTURE.match(n)
+    ]
+    ends = [
+        int(host.end[r])
+        for r, n in zip(runtime.tolist(), call_names, strict=True)
+        if _END_CAPTURE.match(n)
+    ]
+    inside = np.ones(len(runtime), dtype=bool)
+    if begins:
+        inside[:] = False
+        starts = host.start[runtime]
+        for lo in begins:
+            hi = min((e for e in ends if e >= lo), default=int(host.end.max()))
+            inside |= (starts >= lo) & (starts <= hi)
+    ran = set(tables.device.corr.tolist())
+    rows: list[int] = []
+    tokens: list[str] = []
+    for r, name, keep in zip(runtime.tolist(), call_names, inside.tolist(), strict=True):
+        corr = int(host.ref[r])
+        if not keep or corr in ran:
+            continue
+        token = kernels.get(corr) or _call_token(name)
+        if token is not None:
+            rows.append(r)
+            tokens.append(token)
+    order = np.argsort(host.start[np.asarray(rows, dtype=np.int64)], kind="stable")
+    return CapturedLaunches(
+        rows=np.asarray(rows, dtype=np.int64)[order],
+        tokens=tuple(tokens[i] for i in order.tolist()),
+        windows=len(begins),
+    )
+
+
+def _call_token(name: str) -> str | None:
+    """A launch call's token when its args name no kernel (CUDA's runtime events do not)."""
+    if _COPY_CALL.match(name):
+        return COPY_TOKEN
+    if _SET_CALL.match(name):
+        return SET_TOKEN
+    return UNNAMED_KERNEL if _LAUNCH_CALL.search(name) and not GRAPH_LAUNCH.match(name) else None
+
+
+def align(replayed: list[str], captured: tuple[str, ...] | list[str]) -> list[tuple[int, int]]:
+    """Pairs (replayed index, captured index) of the longest matching blocks of names
+    (difflib's SequenceMatcher, no junk heuristic): a kernel dropped from or added to
+    either side leaves the rest paired; a name never pairs with another name."""
+    ids: dict[str, int] = {}
+    a = [ids.setdefault(t, len(ids)) for t in replayed]
+    b = [ids.setdefault(t, len(ids)) for t in captured]
+    matcher = SequenceMatcher(None, a, b, autojunk=False)  # type: ignore[arg-type]
+    return [
+        (block.a + k, block.b + k)
+        for block in matcher.get_matching_blocks()
+        for k in range(block.size)
+    ]
+
+
+def replay_section(
+    tables: EventTables, launches: list[GraphLaunch] | None = None
+) -> GraphReplay | None:
+    """A replay's graph launches with no capture read (``--capture`` fills the rest):
+    what each replayed, so the launch table can say it. None without graph launches."""
+    launches = graph_launches(tables) if launches is None else launches
+    if not launches:
+        return None
+    dev = tables.device
+    inside = np.zeros(len(dev), dtype=bool)
+    for g in launches:
+        inside[g.ops] = True
+    return GraphReplay(
+        captures=(),
+        graphs=tuple(
+            GraphMatch(g.call, len(g.ops), int(dev.dur[g.ops].sum()), None, g.hint, 0, 0)
+            for g in launches
+        ),
+        missed=(),
+        outside_ops=int((~inside).sum()),
+        outside_ns=int(dev.dur[~inside].sum()),
+    )
+
+
+def graph_facts(tables: EventTables) -> tuple[GraphReplay | None, list[Note]]:
+    """For the reducer: a replay's graph launches (section and note), a capture's note."""
+    launches = graph_launches(tables)
+    return replay_section(tables, launches), capture_notes(tables)
+
+
+def capture_notes(tables: EventTables) -> list[Note]:
+    """What a capture trace analyzed on its own is: its kernels never ran (a replay's
+    graph launches are told by its ``graph_replay`` section instead)."""
+    notes = []
+    captured = captured_launches(tables, {})
+    if captured.windows:
+        unrun = len(captured.rows)
+        notes.append(
+            Note(
+                "graph-capture",
+                f"a CUDA/HIP graph capture ({captured.windows} capture"
+                f"{'s' if captured.windows != 1 else ''}): the {unrun} kernels, copies and"
+                " fills launched while capturing never ran (they have no device time);"
+                " its host times are the capture's cost, not latency (analyze the replay"
+                " with --capture THIS for the replay's times per layer)",
+                {"captures": captured.windows, "launches": unrun},
+            )
+        )
+    return notes
+
+
+__all__ = [
+    "CAPTURE_ANNOTATION",
+    "GRAPH_LAUNCH",
+    "CapturedLaunches",
+    "GraphLaunch",
+    "align",
+    "capture_notes",
+    "captured_launches",
+    "device_tokens",
+    "graph_facts",
+    "graph_launches",
+    "replay_section",
+]

@@ -1,0 +1,180 @@
+"""A CUDA/HIP graph replay read through its capture (analyze --capture), on the two real
+serving pairs in tests/data/serving/ and on small pairs made from code for the edge cases."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from layerprof.codec.replay import encode_replay, read_replay
+from layerprof.codec.fields import Fields
+from layerprof.errors import TraceError
+from layerprof.pivot.profile import Profile
+from layerprof.trace import analyze
+from layerprof.trace.capturepair import CaptureInput, analyze_pair, paired_captures, replay_in
+from tests.support.graph_traces import capture_events, replay_events, write_trace
+from tests.support.paths import DATA
+
+SERVING = DATA / "serving"
+SGLANG = SERVING / "sglang_decode"
+VLLM = SERVING / "vllm_decode_full"
+
+
+def _pair_dir(d: Path) -> Profile:
+    found = paired_captures(d)
+    assert found is not None
+    return analyze_pair(replay_in(d), found).ranks[0]
+
+
+def _self_by_type(p: Profile) -> Counter[str]:
+    out: Counter[str] = Counter()
+    for layer in p.layers:
+        s = p.samples[layer.path]
+        assert s.device_self_ns is not None
+        out[layer.type] += int(s.device_self_ns.median)
+    return out
+
+
+def test_sglang_replay_matches_the_other_tools_merge_per_module_class() -> None:
+    p = _pair_dir(SGLANG)
+    r = p.graph_replay
+    assert r is not None
+    assert (r.kernels, r.matched, r.graphs_matched) == (544, 544, 1)
+    assert r.missed == ()
+    mine = _self_by_type(p)
+    with (SGLANG / "tracelens_ops_summary_by_category.csv").open() as f:
+        theirs: Counter[str] = Counter()
+        for row in csv.DictReader(f):
+            module = row["parent_module"].removeprefix("nn.Module: ")
+            theirs[module] += round(float(row["total_direct_kernel_time_ms"]) * 1e6)
+    for cls in ("MergedColumnParallelLinear", "RadixAttention", "RowParallelLinear",
+                "QKVParallelLinear", "RMSNorm", "SiluAndMul", "RotaryEmbedding"):  # fmt: skip
+        assert mine[cls] == pytest.approx(theirs[cls], rel=0.01), cls
+    # 36 decoder layers, each with its attention and MLP, one layer per module instance
+    assert sum(1 for x in p.layers if x.type == "Qwen3DecoderLayer") == 36
+    # the replay's own timeline stays: its step and the 14 device ops outside the graph
+    assert r.outside_ops == 14
+    assert p.steps is not None and len(p.steps.steps) == 1
+
+
+def test_vllm_compiled_capture_is_read_per_compiled_piece() -> None:
+    p = _pair_dir(VLLM)
+    r = p.graph_replay
+    assert r is not None and (r.kernels, r.matched) == (421, 421)
+    assert r.captures[0].compiled_pieces == 25
+    pieces = {x.type: x.path for x in p.layers if x.type.startswith("CompiledFxGraph_")}
+    assert set(pieces) == {"CompiledFxGraph_fpd72yox", "CompiledFxGraph_f4ii27dd",
+                           "CompiledFxGraph_fiwmpzto"}  # fmt: skip
+    heavy = p.samples[pieces["CompiledFxGraph_f4ii27dd"]]
+    assert heavy.calls == 23
+    assert heavy.device_self_ns is not None and heavy.device_self_ns.median > 9e6
+    assert any(n.kind == "graph-capture-compiled" for n in p.notes)
+
+
+def test_replay_and_capture_alone_say_what_they_are() -> None:
+    replay = analyze(replay_in(VLLM)).ranks[0]
+    assert replay.graph_replay is not None
+    assert [(g.call, g.kernels, g.capture) for g in replay.graph_replay.graphs] == [
+        ("hipGraphLaunch", 421, None)
+    ]
+    capture = analyze(paired_captures(VLLM)[0].path).ranks[0]  # type: ignore[index]
+    notes = {n.kind: n for n in capture.notes}
+    assert notes["graph-capture"].data["launches"] == 421
+    assert "never ran" in notes["graph-capture"].text
+    assert capture.graph_replay is None
+
+
+def _pair(tmp_path: Path, replay: list, *captures: list, details: list | None = None) -> Profile:  # type: ignore[type-arg]
+    r = write_trace(tmp_path / "replay.json.gz", replay)
+    caps = [
+        CaptureInput(str(write_trace(tmp_path / f"capture{i}.json.gz", c)), *(details[i] if details else ()))
+        for i, c in enumerate(captures)
+    ]
+    return analyze_pair(r, caps).ranks[0]
+
+
+def _device_self(p: Profile, path: str) -> int:
+    s = p.samples[path].device_self_ns
+    assert s is not None
+    return int(s.median)
+
+
+def test_each_replayed_kernel_lands_on_the_layer_that_launched_it(tmp_path: Path) -> None:
+    p = _pair(tmp_path, replay_events(), capture_events())
+    r = p.graph_replay
+    assert r is not None and (r.kernels, r.matched) == (14, 14)
+    # MLP: gemm_up (60 us) + silu + gemm_down (20 us each), the replay's own durations
+    assert _device_self(p, "Decoder.Layer[1].MLP") == 100_000
+    assert _device_self(p, "Decoder.Layer[0].Attention") == 20_000
+    # the operator table (flat for nn.Module spans, as for any trace) has the replay's time
+    ops = {o.name: o for o in p.ops}
+    assert ops["aten::silu"].device_ns == 40_000
+    assert ops["aten::mm"].device_ns == 2 * (20_000 + 20_000 + 60_000 + 20_000)
+
+
+def test_a_dropped_kernel_leaves_the_rest_paired(tmp_path: Path) -> None:
+    p = _pair(tmp_path, replay_events(drop=5), capture_events())  # layer 0's silu
+    r = p.graph_replay
+    assert r is not None and (r.kernels, r.matched) == (13, 13)
+    assert _device_self(p, "Decoder.Layer[0].MLP") == 80_000
+    assert _device_self(p, "Decoder.Layer[1].MLP") == 100_000
+
+
+def test_an_extra_kernel_is_named_and_on_no_layer(tmp_path: Path) -> None:
+    p = _pair(tmp_path, replay_events(extra="stray_kernel"), capture_events())
+    r = p.graph_replay
+    assert r is not None and (r.kernels, r.matched) == (15, 14)
+    assert [(m.name, m.count, m.device_ns) for m in r.missed] == [("stray_kernel", 1, 20_000)]
+    assert any(n.kind == "graph-replay-unmatched" and "stray_kernel" in n.text for n in p.notes)
+    assert _device_self(p, "Decoder.Layer[0].Linear_q") == 20_000
+
+
+def test_two_captures_of_different_batch_sizes_pick_the_steps_batch(tmp_path: Path) -> None:
+    small, large = capture_events(batch=8), capture_events(batch=16, corr0=500)
+    p = _pair(tmp_path, replay_events(batch=16), small, large, details=[(8, "FULL"), (16, "FULL")])
+    r = p.graph_replay
+    assert r is not None
+    assert r.graphs[0].capture is not None and r.graphs[0].capture.endswith("capture1.json.gz")
+    assert [c.batch for c in r.captures] == [8, 16]
+    # without a batch in the step, the choice is named as ambiguous, never silent
+    p = _pair(tmp_path, replay_events(batch=None), small, large, details=[(8, "FULL"), (16, "FULL")])
+    assert any(n.kind == "graph-replay-ambiguous" for n in p.notes)
+
+
+def test_a_capture_of_another_model_is_refused_in_one_line(tmp_path: Path) -> None:
+    with pytest.raises(TraceError) as err:
+        _pair(tmp_path, replay_events(), capture_events(prefix="other_"))
+    text = str(err.value)
+    assert "no capture matches" in text and "capture0.json.gz" in text and "\n" not in text
+
+
+def test_a_replay_without_graph_launch_is_refused(tmp_path: Path) -> None:
+    plain = [e for e in replay_events() if e["name"] != "cudaGraphLaunch"]
+    with pytest.raises(TraceError, match="no graph launch"):
+        _pair(tmp_path, plain, capture_events())
+
+
+def test_a_truncated_capture_is_refused_naming_it(tmp_path: Path) -> None:
+    r = write_trace(tmp_path / "replay.json.gz", replay_events())
+    text = json.dumps({"traceEvents": capture_events()})
+    c = write_trace(tmp_path / "cut.json.gz", capture_events(), cut=len(text) // 2)
+    with pytest.raises(TraceError, match="cut.json.gz"):
+        analyze_pair(r, [CaptureInput(str(c))])
+
+
+def test_a_capture_cut_before_its_launches_is_refused(tmp_path: Path) -> None:
+    begun = capture_events()[:2]  # the annotation and BeginCapture: nothing captured
+    with pytest.raises(TraceError, match="no launches recorded while capturing"):
+        _pair(tmp_path, replay_events(), begun)
+
+
+def test_the_section_survives_the_codec() -> None:
+    p = _pair_dir(SGLANG)
+    r = p.graph_replay
+    assert r is not None
+    back = read_replay(Fields(json.loads(json.dumps(encode_replay(r))), "graph_replay"))
+    assert back == r
