@@ -157,3 +157,29 @@ def test_any_changed_number_loads_or_fails_in_one_line(name: str, pick: int, val
         sinks.render(d, "console")
         sinks.render(d, "md")
     sinks.render(profile, "console")
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "said"),
+    [
+        (("evidence", "runs_base"), -7, "diff.evidence.runs_base: expected a count >= 0"),
+        (("evidence", "runs_new"), 0, "diff.evidence.runs_new: expected a count >= 1"),
+        (("latency", "p_value"), 2.5, "diff.latency.p_value: expected a number from 0 to 1"),
+        (("latency", "ci_ms"), -1.0, "diff.latency.ci_ms: expected a time >= 0"),
+        (("latency", "noise_ms"), 1e308, "diff.latency.noise_ms: 1e+308 ms is not a usable time"),
+    ],
+)
+def test_a_saved_diff_outside_its_domain(
+    where: tuple[str, str], value: float, said: str, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """``report diff.json`` re-renders a saved diff: its counts and spreads are checked."""
+    base = codec.from_dict(document("repeated"), source="a.json")
+    d = diff(base, base).to_dict()
+    d["latency"]["p_value"] = 0.5  # a between-run row (gathered sides)
+    d[where[0]][where[1]] = value
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps(d))
+    code = main(["report", str(path)])
+    err = capsys.readouterr().err
+    assert code == 2 and said in err and "internal error" not in err, err

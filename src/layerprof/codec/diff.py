@@ -138,9 +138,9 @@ def _read_change(f: Fields) -> Change:
         significant=f.flag("significant"),
         status=status,  # type: ignore[arg-type]
         basis=basis,  # type: ignore[arg-type]
-        p_value=f.opt_number("p_value"),
-        noise_ns=f.opt_ns("noise_ms"),
-        ci_ns=f.opt_ns("ci_ms"),
+        p_value=f.within("p_value", 0.0, 1.0) if f.has("p_value") else None,
+        noise_ns=f.opt_duration("noise_ms"),
+        ci_ns=f.opt_duration("ci_ms"),
     )
 
 
@@ -173,8 +173,8 @@ def read_diff(data: Any, source: str) -> Diff:
         raise ProfileFormatError(f"diff.evidence.kind: unknown {kind!r}")
     return Diff(
         evidence=kind,  # type: ignore[arg-type]
-        runs_base=evidence.integer("runs_base", 1) if evidence is not None else 1,
-        runs_new=evidence.integer("runs_new", 1) if evidence is not None else 1,
+        runs_base=_runs(evidence, "runs_base"),
+        runs_new=_runs(evidence, "runs_new"),
         base_meta=read_meta(base_meta),
         new_meta=read_meta(new_meta),
         latency=_read_change(lat) if lat is not None else None,
@@ -222,6 +222,14 @@ def read_diff(data: Any, source: str) -> Diff:
         op_key=op_key,  # type: ignore[arg-type]
         gate_result=_read_gate(f.obj("gate")),
     )
+
+
+def _runs(evidence: Fields | None, key: str) -> int:
+    """Processes behind one side: at least one (a diff saved before the key: one)."""
+    runs = evidence.count(key, 1) if evidence is not None else 1
+    if runs < 1:
+        raise ProfileFormatError(f"diff.evidence.{key}: expected a count >= 1, found {runs}")
+    return runs
 
 
 def _read_gate(f: Fields | None) -> GateResult | None:
