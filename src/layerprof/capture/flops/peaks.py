@@ -10,10 +10,11 @@
   ``$XDG_CACHE_HOME/layerprof`` or the platform's own), so it runs once.
 
 A measured peak is what this machine reaches with torch's own kernels, not a
-datasheet figure: a layer can approach 100 % of it, and a busy machine
-measures low (the first measurement is kept, unless it is below what fewer threads
-reached, which is measured again and the best kept; delete the cache file to measure
-again, or give ``--peak``).
+datasheet figure: a layer can approach 100 % of it, and a busy machine measures low.
+A measurement made while the load average left fewer CPUs idle than the run's threads
+is measured again on later runs (at once when the machine is quiet, else up to three
+times), the best kept, and its detail says the machine was busy; so is one below what
+fewer threads reached. Delete the cache file to measure again, or give ``--peak``.
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ import socket
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
 from layerprof.capture.flops.gpus import DeviceQuery, gpu_peak
 from layerprof.capture.options import GivenPeak
+from layerprof.capture.platform.hostload import host_load
 from layerprof.errors import LayerprofError
 from layerprof.files import write_atomic
 from layerprof.pivot.sections.flops import Peak
@@ -76,32 +78,93 @@ def device_peak(
 # ---- CPU: measured once per machine, dtype and thread count ------------------------------
 
 
-def cached_cpu_peak(dtype: str, threads: int) -> Peak:
+#: Measurements after which a peak measured only on a busy machine is kept as it is.
+ENOUGH_MEASUREMENTS = 3
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """A cached peak: the best of ``measurements`` measurements; ``busy`` when every one
+    ran on a busy machine (``load``: the load average and CPUs then, for the detail)."""
+
+    peak: Peak
+    measurements: int = 1
+    busy: bool = True  # an entry written before this was recorded: not known to be quiet
+    load: str = ""
+
+
+def cached_cpu_peak(
+    dtype: str, threads: int, *, load: Callable[[], dict[str, Any]] | None = None
+) -> Peak:
+    """This CPU's peak, measured once on a quiet machine and cached. A peak measured
+    while the machine was busy (``load()``: the load average and the CPU count) reads
+    low, so it is measured again on later runs, up to ``ENOUGH_MEASUREMENTS`` times and
+    at once whenever the machine is quiet, keeping the best; its detail says when
+    every measurement ran on a busy machine."""
     key = _machine_key(dtype, threads)
     path = cache_dir() / _CACHE_FILE
     entries = _read_cache(path)
     hit = entries.get(key)
-    if hit is not None and not _measured_low(hit, entries, dtype, threads):
-        return replace(hit, source="cached")
-    peak = measure_cpu_peak(dtype, threads)
+    busy, state = _busy((load or host_load)(), threads)
+    if hit is not None and not _measure_again(hit, entries, dtype, threads, busy):
+        return replace(hit.peak, source="cached", detail=_detail(hit))
+    fresh = measure_cpu_peak(dtype, threads)
+    entry = _Entry(fresh, 1, busy, state)
     if hit is not None:  # measured again: keep the best of both, a busy machine reads low
-        peak = Peak(
-            max(peak.flops_per_s or 0.0, hit.flops_per_s or 0.0) or None,
-            max(peak.bytes_per_s or 0.0, hit.bytes_per_s or 0.0) or None,
-            "measured",
-            peak.detail,
+        best = max(hit, entry, key=lambda e: e.peak.flops_per_s or 0.0)
+        entry = _Entry(
+            Peak(
+                max(fresh.flops_per_s or 0.0, hit.peak.flops_per_s or 0.0) or None,
+                max(fresh.bytes_per_s or 0.0, hit.peak.bytes_per_s or 0.0) or None,
+                "measured",
+                best.peak.detail,
+            ),
+            hit.measurements + 1,
+            hit.busy and busy,
+            best.load if hit.busy and busy else "",
         )
-    entries[key] = peak
+    entries[key] = entry
     _write_cache(path, entries)
-    return peak
+    return replace(entry.peak, detail=_detail(entry))
 
 
-def _measured_low(hit: Peak, entries: dict[str, Peak], dtype: str, threads: int) -> bool:
-    """A cached rate below what fewer threads reached on this machine was measured while
-    the machine was busy (more threads never make a matmul slower): measure it again."""
+def _busy(state: dict[str, Any], threads: int) -> tuple[bool, str]:
+    """Whether other work competes for the CPUs a measurement with ``threads`` threads
+    uses: the load average leaves fewer than ``threads`` CPUs idle, by more than one (the
+    load counts this process's own recent work too). Unknown (no load average): quiet."""
+    cpus, load = state.get("cpus"), state.get("load_avg")
+    if not isinstance(cpus, int) or not isinstance(load, (int, float)):
+        return False, ""
+    return load + threads > cpus + 1, f"load {load:.1f} on {cpus} CPUs"
+
+
+def _measure_again(
+    hit: _Entry, entries: dict[str, _Entry], dtype: str, threads: int, busy_now: bool
+) -> bool:
+    """A cached peak measured only on a busy machine is measured again while fewer than
+    ``ENOUGH_MEASUREMENTS`` were made, and whenever the machine is quiet now; and one
+    below what fewer threads reached was measured low (more threads never make a matmul
+    slower)."""
+    if hit.busy and (not busy_now or hit.measurements < ENOUGH_MEASUREMENTS):
+        return True
     fewer = (entries.get(_machine_key(dtype, t)) for t in range(1, threads))
-    best = max((p.flops_per_s or 0.0 for p in fewer if p is not None), default=0.0)
-    return best > (hit.flops_per_s or 0.0)
+    best = max((e.peak.flops_per_s or 0.0 for e in fewer if e is not None), default=0.0)
+    return best > (hit.peak.flops_per_s or 0.0)
+
+
+def _detail(entry: _Entry) -> str:
+    """The measurement's detail, how many it is the best of, and whether every one ran
+    on a busy machine (then the peak may read low)."""
+    out = entry.peak.detail
+    if entry.measurements > 1:
+        out += f"; best of {entry.measurements} measurements"
+    if entry.busy:
+        when = f" ({entry.load})" if entry.load else ""
+        out += (
+            f"; measured while the machine was busy{when}: the peak may read low, and"
+            " shares of it high"
+        )
+    return out
 
 
 def _machine_key(dtype: str, threads: int) -> str:
@@ -171,7 +234,7 @@ def cache_dir() -> Path:
     return Path(base) / "layerprof"
 
 
-def _read_cache(path: Path) -> dict[str, Peak]:
+def _read_cache(path: Path) -> dict[str, _Entry]:
     """The cached peaks; a missing, oversized or malformed file is no cache (re-measured)."""
     import orjson
 
@@ -184,15 +247,15 @@ def _read_cache(path: Path) -> dict[str, Peak]:
     if not isinstance(data, dict) or data.get("schema") != _CACHE_SCHEMA:
         return {}
     entries = data.get("entries")
-    out: dict[str, Peak] = {}
+    out: dict[str, _Entry] = {}
     for key, value in entries.items() if isinstance(entries, dict) else ():
-        peak = _peak_of(value)
-        if isinstance(key, str) and peak is not None:
-            out[key] = peak
+        entry = _entry_of(value)
+        if isinstance(key, str) and entry is not None:
+            out[key] = entry
     return out
 
 
-def _peak_of(value: Any) -> Peak | None:
+def _entry_of(value: Any) -> _Entry | None:
     if not isinstance(value, dict):
         return None
     flops, bandwidth, detail = (
@@ -206,18 +269,34 @@ def _peak_of(value: Any) -> Peak | None:
     )
     if not numbers or not isinstance(detail, str):
         return None
-    return Peak(float(cast(float, flops)), float(cast(float, bandwidth)), "measured", detail[:300])
+    count, busy, load = value.get("measurements", 1), value.get("busy", True), value.get("load", "")
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        count = 1
+    peak = Peak(float(cast(float, flops)), float(cast(float, bandwidth)), "measured", detail[:300])
+    return _Entry(
+        peak,
+        min(count, 1_000),
+        busy if isinstance(busy, bool) else True,
+        load[:100] if isinstance(load, str) else "",
+    )
 
 
-def _write_cache(path: Path, entries: dict[str, Peak]) -> None:
+def _write_cache(path: Path, entries: dict[str, _Entry]) -> None:
     """Best effort: a cache that cannot be written only means measuring again next time."""
     import orjson
 
     data = {
         "schema": _CACHE_SCHEMA,
         "entries": {
-            key: {"flops_per_s": p.flops_per_s, "bytes_per_s": p.bytes_per_s, "detail": p.detail}
-            for key, p in entries.items()
+            key: {
+                "flops_per_s": e.peak.flops_per_s,
+                "bytes_per_s": e.peak.bytes_per_s,
+                "detail": e.peak.detail,
+                "measurements": e.measurements,
+                "busy": e.busy,
+                "load": e.load,
+            }
+            for key, e in entries.items()
         },
     }
     try:
