@@ -59,7 +59,9 @@ def capture_events(
             )  # fmt: skip
             corr += 1
             t += 10
-        body.append(_x("python_function", f"nn.Module: Layer_{k}", layer_start - 0.5, t - layer_start))
+        body.append(
+            _x("python_function", f"nn.Module: Layer_{k}", layer_start - 0.5, t - layer_start)
+        )
     events.append(_x("python_function", "nn.Module: Decoder_0", start - 1, t - start + 2))
     events += body
     events.append(_x("cuda_runtime", "cudaStreamEndCapture", t + 5, 1.0, correlation=2))
@@ -103,3 +105,17 @@ def write_trace(path: Path, events: list[dict[str, Any]], *, cut: int | None = N
     text = json.dumps({"schemaVersion": 1, "traceEvents": events}).encode()
     path.write_bytes(gzip.compress(text[:cut] if cut is not None else text))
     return path
+
+
+def two_launch_replay(base: float = BASE_US + 1e6) -> list[dict[str, Any]]:
+    """A replay with two graph launches: the decoder's graph, then a graph of kernels
+    that no capture recorded (``sampler_kernel`` x3)."""
+    events = replay_events(base=base)
+    events.append(_x("cuda_runtime", "cudaGraphLaunch", base + 3000, 20.0, correlation=9001))
+    for i in range(3):
+        events.append(
+            {"ph": "X", "cat": "kernel", "name": "sampler_kernel", "pid": 0, "tid": 7,
+             "ts": base + 3100 + 30 * i, "dur": 25.0,
+             "args": {"device": 0, "stream": 7, "correlation": 9001}}
+        )  # fmt: skip
+    return events

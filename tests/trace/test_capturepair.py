@@ -10,13 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from layerprof.codec.replay import encode_replay, read_replay
 from layerprof.codec.fields import Fields
+from layerprof.codec.replay import encode_replay, read_replay
 from layerprof.errors import TraceError
 from layerprof.pivot.profile import Profile
 from layerprof.trace import analyze
 from layerprof.trace.capturepair import CaptureInput, analyze_pair, paired_captures, replay_in
-from tests.support.graph_traces import capture_events, replay_events, write_trace
+from tests.support.graph_traces import (
+    capture_events,
+    replay_events,
+    two_launch_replay,
+    write_trace,
+)
 from tests.support.paths import DATA
 
 SERVING = DATA / "serving"
@@ -91,7 +96,9 @@ def test_replay_and_capture_alone_say_what_they_are() -> None:
 def _pair(tmp_path: Path, replay: list, *captures: list, details: list | None = None) -> Profile:  # type: ignore[type-arg]
     r = write_trace(tmp_path / "replay.json.gz", replay)
     caps = [
-        CaptureInput(str(write_trace(tmp_path / f"capture{i}.json.gz", c)), *(details[i] if details else ()))
+        CaptureInput(
+            str(write_trace(tmp_path / f"capture{i}.json.gz", c)), *(details[i] if details else ())
+        )
         for i, c in enumerate(captures)
     ]
     return analyze_pair(r, caps).ranks[0]
@@ -141,7 +148,9 @@ def test_two_captures_of_different_batch_sizes_pick_the_steps_batch(tmp_path: Pa
     assert r.graphs[0].capture is not None and r.graphs[0].capture.endswith("capture1.json.gz")
     assert [c.batch for c in r.captures] == [8, 16]
     # without a batch in the step, the choice is named as ambiguous, never silent
-    p = _pair(tmp_path, replay_events(batch=None), small, large, details=[(8, "FULL"), (16, "FULL")])
+    p = _pair(
+        tmp_path, replay_events(batch=None), small, large, details=[(8, "FULL"), (16, "FULL")]
+    )
     assert any(n.kind == "graph-replay-ambiguous" for n in p.notes)
 
 
@@ -162,7 +171,7 @@ def test_a_truncated_capture_is_refused_naming_it(tmp_path: Path) -> None:
     r = write_trace(tmp_path / "replay.json.gz", replay_events())
     text = json.dumps({"traceEvents": capture_events()})
     c = write_trace(tmp_path / "cut.json.gz", capture_events(), cut=len(text) // 2)
-    with pytest.raises(TraceError, match="cut.json.gz"):
+    with pytest.raises(TraceError, match=r"cut\.json\.gz"):
         analyze_pair(r, [CaptureInput(str(c))])
 
 
@@ -178,3 +187,22 @@ def test_the_section_survives_the_codec() -> None:
     assert r is not None
     back = read_replay(Fields(json.loads(json.dumps(encode_replay(r))), "graph_replay"))
     assert back == r
+
+
+def test_a_graph_no_capture_recorded_is_named_and_on_no_layer(tmp_path: Path) -> None:
+    p = _pair(tmp_path, two_launch_replay(), capture_events())
+    r = p.graph_replay
+    assert r is not None
+    assert [(g.kernels, g.matched, g.capture is not None) for g in r.graphs] == [
+        (14, 14, True),
+        (3, 0, False),
+    ]
+    assert r.graphs_matched == 1 and r.device_ns - r.matched_ns == 75_000
+    assert [n.data.get("launch") for n in p.notes if n.kind == "graph-replay-no-capture"] == [2]
+
+
+def test_a_capture_no_graph_launch_replays_is_named(tmp_path: Path) -> None:
+    other = capture_events(prefix="other_", batch=4, corr0=700)
+    p = _pair(tmp_path, replay_events(), capture_events(), other)
+    unused = [n for n in p.notes if n.kind == "graph-capture-unused"]
+    assert len(unused) == 1 and "capture1.json.gz" in unused[0].text

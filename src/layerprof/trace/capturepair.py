@@ -495,6 +495,18 @@ def _notes(section: GraphReplay, captures: list[_Capture], pairings: list[_Pairi
                     {"launch": i + 1},
                 )
             )
+    used = {p.capture for p in pairings}
+    idle = [c.input.path for i, c in enumerate(captures) if i not in used]
+    if idle:
+        notes.append(
+            Note(
+                "graph-capture-unused",
+                f"{', '.join(idle)}: no graph launch of the replay was read through"
+                f" {'it' if len(idle) == 1 else 'them'} (another batch size, or a graph"
+                " this replay does not launch)",
+                {"captures": len(idle)},
+            )
+        )
     unnamed = [c.input.path for c in captures if not c.named]
     if unnamed:
         notes.append(
