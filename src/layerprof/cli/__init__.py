@@ -22,6 +22,7 @@ from layerprof.cli.emission import (
     EXIT_INTERRUPTED,
     EXIT_TERMINATED,
     closed_pipe,
+    end_process,
     say,
     sigterm_as_interrupt,
 )
@@ -114,4 +115,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def entry() -> None:
-    sys.exit(main())
+    """The ``layerprof`` command: :func:`main`, then the process ends (see
+    ``emission.end_process``: at once after a command that loaded torch)."""
+    end_process(main())

@@ -11,7 +11,7 @@ import argparse
 import contextlib
 import sys
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from layerprof.cli import outputs
 from layerprof.errors import Terminated
@@ -86,6 +86,36 @@ def closed_pipe() -> int:
     except (OSError, ValueError):
         pass
     return _EXIT_CLOSED_PIPE
+
+
+def end_process(code: int) -> NoReturn:
+    """Leave the process with ``code``; after a command that loaded torch, at once.
+
+    torch's OpenMP pool (libgomp) and numpy's OpenBLAS pool each shut down in the C
+    library's exit handlers, and they can deadlock there: OpenBLAS's
+    ``blas_thread_shutdown_`` joined a thread parked in libgomp's barrier, and a
+    finished ``layerprof run`` waited forever (about one run in eight of a BERT-like
+    model under load; OpenBLAS's own fix, skipping the clean-up when the process is
+    exiting anyway, covers Windows only). Once the command is done, its files are
+    renamed into place and the streams are flushed, nothing is left for those
+    handlers to do: the process ends with ``os._exit``, skipping them (and Python's
+    ``atexit`` handlers, a model's own included; logging is flushed first).
+    Commands that never import torch (``analyze``, ``diff``, ``report``) exit as
+    usual: their worker pools are closed by ``atexit``."""
+    import os
+
+    if "torch" not in sys.modules:
+        sys.exit(code)
+    if "logging" in sys.modules:
+        import logging
+
+        logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a reader that went away (| head), a closed stream
+            code = code or _EXIT_CLOSED_PIPE
+    os._exit(code)
 
 
 def escape(text: str, *, keep_newlines: bool = False) -> str:
