@@ -14,7 +14,9 @@ from torch.utils.checkpoint import checkpoint
 
 import layerprof
 from layerprof.analysis.diagnose import diagnose
+from layerprof.capture.platform.clocks import FakeClock
 from layerprof.pivot.profile import Profile
+from tests.support.fake_clock_models import FakeSpinLayer
 
 SLEEP_S = 0.001
 
@@ -176,3 +178,120 @@ def test_the_report_keeps_the_case_of_recomputed_paths() -> None:
     loop = TrainingLoop(steps=(step,), recompute=(Recompute("encoder.Block_A", (2_000,), 1),))
     page = str(replace(saved("hooks"), loop=loop).render("html"))
     assert "Recomputed in the backward" in page and "encoder.Block_A" in page
+
+
+# ---- reentrant checkpointing's backward (issue 43, item 2) -------------------------------
+# use_reentrant=True (still Hugging Face's default in many versions) runs the block's
+# forward under no_grad: no graph node was hooked in it, the block and its layers read a
+# backward of 0.0 and the root took their ~5 ms. On a fake clock the numbers are exact.
+
+
+class SpinBlock(nn.Module):
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__()
+        self.a = FakeSpinLayer(clock, 100, 3000)
+        self.b = FakeSpinLayer(clock, 100, 2000)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.b(self.a(x))
+        return out
+
+
+class SpinNet(nn.Module):
+    """A stem (so the block's input needs a gradient), the checkpointed block, a head."""
+
+    def __init__(self, clock: FakeClock, reentrant: bool) -> None:
+        super().__init__()
+        self.stem = FakeSpinLayer(clock, 10, 400)
+        self.block = SpinBlock(clock)
+        self.head = FakeSpinLayer(clock, 10, 500)
+        self.reentrant = reentrant
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = checkpoint(self.block, self.stem(x), use_reentrant=self.reentrant)
+        out: torch.Tensor = self.head(x)
+        return out
+
+
+#: backward per layer: the block's spins, plus what its recompute costs inside the block's
+#: backward (reentrant: the whole block's forward, run before its nodes; non-reentrant:
+#: ``a``'s forward, run when ``b``'s first saved tensor is unpacked, and then stopped)
+EXPECTED = {
+    True: {"": 6100, "stem": 400, "block": 5200, "block.a": 3000, "block.b": 2000, "head": 500},
+    False: {"": 6000, "stem": 400, "block": 5100, "block.a": 3000, "block.b": 2100, "head": 500},
+}
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_a_checkpointed_block_keeps_its_backward_in_both_modes(reentrant: bool) -> None:
+    clock = FakeClock()
+    model = SpinNet(clock, reentrant)
+    with layerprof.Recorder(model, backward=True, clock=clock) as rec:
+        for _ in range(3):
+            model(torch.ones(2, 4)).sum().backward()
+            rec.step()
+    profile = rec.profile()
+    backward = {p: s.backward_total_ns.tolist() for p, s in profile.samples.items()}  # type: ignore[union-attr]
+    assert backward == {p: [ns] * 3 for p, ns in EXPECTED[reentrant].items()}
+    root_self = profile.samples[""].backward_self_ns
+    assert root_self is not None and root_self.tolist() == [0] * 3  # nothing of the block
+    assert profile.loop is not None
+    assert [s.backward_ns for s in profile.loop.steps] == [EXPECTED[reentrant][""]] * 3
+    rows = {r.path: r for r in profile.rows()}
+    assert all(rows[p].calls == 1.0 for p in EXPECTED[reentrant])  # a recompute is no call
+    for m in model.modules():
+        assert not m._forward_hooks and not m._forward_pre_hooks and "forward" not in vars(m)
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_run_backward_times_a_reentrant_block_too(reentrant: bool) -> None:
+    """``layerprof run --backward`` (profile_backward) reads the same graph-node marks."""
+    from layerprof.capture.hooks.backward import profile_backward
+
+    clock = FakeClock()
+    model = SpinNet(clock, reentrant)
+    result = profile_backward(model, (torch.ones(2, 4),), None, iters=2, loss=None, clock=clock)
+    assert result.method == "node-hooks"
+    assert {p: t[0] for p, t in result.times.items()} == {
+        p: (ns, ns) for p, ns in EXPECTED[reentrant].items()
+    }
+    assert result.times[""][1] == (0, 0)  # the root's own backward: none
+
+
+def test_nested_reentrant_checkpoints_nest_their_backward() -> None:
+    """A checkpoint inside a checkpointed block: the inner block's recompute runs inside
+    the outer one's backward, and each keeps its own."""
+    clock = FakeClock()
+
+    class Outer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = SpinBlock(clock)
+            self.c = FakeSpinLayer(clock, 100, 700)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x = checkpoint(self.inner, x, use_reentrant=True)
+            out: torch.Tensor = self.c(x)
+            return out
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.stem = FakeSpinLayer(clock, 10, 400)
+            self.outer = Outer()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            out: torch.Tensor = checkpoint(self.outer, self.stem(x), use_reentrant=True)
+            return out
+
+    model = Net()
+    with layerprof.Recorder(model, backward=True, clock=clock) as rec:
+        for _ in range(2):
+            model(torch.ones(2, 4)).sum().backward()
+            rec.step()
+    backward = {p: s.backward_total_ns.tolist()[0] for p, s in rec.profile().samples.items()}  # type: ignore[union-attr]
+    # outer: its recompute (inner's forward 200 + c's 100), c's 700, inner's 5200
+    assert backward == {
+        "": 400 + 6200, "stem": 400, "outer": 6200, "outer.c": 700, "outer.inner": 5200,
+        "outer.inner.a": 3000, "outer.inner.b": 2000,
+    }  # fmt: skip

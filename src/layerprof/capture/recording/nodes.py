@@ -20,6 +20,21 @@ lies inside its parent's. Intervals are nested by containment
 so per iteration ``total == self + sum(children)`` and ``self >= 0`` hold
 exactly. Marks are resolved in one batch (``take``/``take_forwards``): with
 CUDA events, one synchronize per step, never one per layer.
+
+Reentrant activation checkpointing (``checkpoint(..., use_reentrant=True)``) runs
+the block's forward under ``no_grad``: its calls make no graph node, and the
+graph holds one ``CheckpointFunctionBackward`` node, owned by the block's
+caller. In backward that node runs the block's forward again with grad enabled,
+then a backward of its own over the nodes the recompute made, which no hook
+saw: the block and its layers read 0 and the caller (the root) got their time.
+A module call that starts inside a running graph node is such a recompute
+(``_begin_recompute``): it nests under the call that owns the running node, in
+that call's forward, and when its outermost call returns, the graph its output
+holds is hooked before the inner backward runs it. The block's backward then
+runs from the start of its recompute (which it pays for) to its last node.
+Non-reentrant checkpointing recomputes in a saved-tensor hook and stops early
+by raising: nothing of that recompute is hooked (its nodes are never run), and
+the nodes its forward made were hooked after the forward as usual.
 """
 
 from __future__ import annotations
@@ -55,6 +70,9 @@ class _Call:
     end: int = -1
     start_mark: Any = None
     end_mark: Any = None
+    # the outermost call of a recompute (reentrant checkpointing): when it started,
+    # the start of its backward when its nodes ran
+    recompute_mark: Any = None
     forward: int = 0  # which forward of the step made it (a training loop's Recorder)
 
 
@@ -95,6 +113,9 @@ class NodeMarks:
         # paths compiled in place (m.compile()): no module hooks, marked by enter/exit
         self.outside: set[str] = set()
         self._generation = 0  # bumped by take(): hooks on older graphs fall silent
+        # open recomputes: the stack's length with the owner pushed, the forward to put
+        # back, and the mark of the recompute's start
+        self._recomputing: list[tuple[int, int, Any]] = []
 
     def __enter__(self) -> NodeMarks:
         if self.process_wide:
@@ -152,6 +173,8 @@ class NodeMarks:
     def _enter(self, path: str, module: Any, args: Any) -> None:
         if self._compiling():
             return
+        if not self._stack and self._running and _inside_graph_node():
+            self._begin_recompute()
         parent = self._stack[-1] if self._stack else -1
         self.calls.append(_Call(path, parent, self._next_seq(), forward=self.forward))
         self._stack.append(len(self.calls) - 1)
@@ -162,11 +185,35 @@ class NodeMarks:
         # always_call: also runs when the forward raised; the innermost unwinds first
         if self.failed is None and sys.exc_info()[0] is not None:
             self.failed = path
-        while self._stack:
-            call = self.calls[self._stack.pop()]
+        floor = self._recomputing[-1][0] if self._recomputing else 0
+        index = -1
+        while len(self._stack) > floor:  # a recompute never closes its owner
+            index = self._stack.pop()
+            call = self.calls[index]
             call.end = self._next_seq()
             if call.path == path:
                 break
+        if self._recomputing and len(self._stack) == floor and index >= 0:
+            self._end_recompute(index, output)
+
+    def _begin_recompute(self) -> None:
+        """A module call starts inside a running graph node: checkpointing runs a block's
+        forward again (module docstring). The node's owner stands in as its caller."""
+        owner = self._running[-1]
+        mark = self.clock.mark()
+        self._stack.append(owner)
+        self._recomputing.append((len(self._stack), self.forward, mark))
+        self.forward = self.calls[owner].forward
+
+    def _end_recompute(self, index: int, output: Any) -> None:
+        """The recompute's outermost call (``index``) ended: hook the graph its output
+        holds, which a reentrant checkpoint's backward runs next (an early-stopped,
+        non-reentrant recompute raised: no output)."""
+        _, self.forward, mark = self._recomputing.pop()
+        self._stack.pop()  # the owner
+        self.calls[index].recompute_mark = mark
+        if output is not None and sys.exc_info()[0] is None:
+            self.hook_graph(output, index)
 
     # ---- backward ----------------------------------------------------------------
     def hook_graph(self, loss: Any, since: int = 0) -> int:
@@ -195,7 +242,7 @@ class NodeMarks:
             seq = node._sequence_nr()
             if seq < lowest:
                 continue  # made before the forward: so is everything behind it
-            owner = self._owner(seq, firsts)
+            owner = self._owner(seq, firsts, since)
             if owner >= 0:
                 try:
                     node.register_prehook(functools.partial(self._node_start, gen, owner))
@@ -219,13 +266,15 @@ class NodeMarks:
             return -1
         return self._owner(seq, self._firsts)
 
-    def _owner(self, seq: int, firsts: list[int]) -> int:
+    def _owner(self, seq: int, firsts: list[int], lo: int = 0) -> int:
         """The innermost call whose sequence range holds ``seq`` (-1: none). A call still
         open (``end`` -1) holds every number from its first on: the root's forward hook
         closes it only after its output's graph was hooked, so the nodes of the root's
         own code (a loss computed inside ``forward``, a final op) were owned by no call,
         and their backward fell outside the step's backward."""
-        k = bisect.bisect_right(firsts, seq) - 1
+        # from ``lo`` on: a recompute in a device's autograd thread numbers its calls
+        # and nodes with that thread's counter, below the forward's
+        k = bisect.bisect_right(firsts, seq, lo) - 1
         while k >= 0 and not (seq < self.calls[k].end or self.calls[k].end < 0):
             k = self.calls[k].parent
         return k
@@ -284,14 +333,19 @@ class NodeMarks:
         One ``resolve`` for the whole batch: on CUDA one synchronize per step."""
         calls = self.calls
         timed = [i for i, c in enumerate(calls) if c.start_mark is not None]
+        again = [i for i, c in enumerate(calls) if c.recompute_mark is not None]
         times = self.clock.resolve(
             [m for i in timed for m in (calls[i].start_mark, calls[i].end_mark)]
+            + [calls[i].recompute_mark for i in again]
         )
         hull: list[tuple[int, int] | None] = [None] * len(calls)
         for k, i in enumerate(timed):
             hull[i] = (times[2 * k], times[2 * k + 1])
+        recomputed = dict(zip(again, times[2 * len(timed) :], strict=True))
         for i in range(len(calls) - 1, -1, -1):  # children after parents: fold upwards
             p, own = calls[i].parent, hull[i]
+            if own is not None and i in recomputed:  # its backward pays for its recompute
+                own = hull[i] = (min(own[0], recomputed[i]), own[1])
             if p >= 0 and own is not None:
                 up = hull[p]
                 hull[p] = own if up is None else (min(up[0], own[0]), max(up[1], own[1]))
@@ -299,9 +353,20 @@ class NodeMarks:
 
     def _reset(self) -> None:
         self.calls, self._stack, self._running, self.failed = [], [], [], None
+        if self._recomputing:  # a backward that raised inside a recompute
+            self.forward = self._recomputing[0][1]
+            self._recomputing = []
         self._firsts = []
         self._generation += 1
         self._in_backward = False  # a backward that raised never ran its end callback
+
+
+def _inside_graph_node() -> bool:
+    """Whether this thread runs a graph node now (autograd's current node)."""
+    import torch
+
+    current = getattr(torch._C, "_current_autograd_node", None)
+    return current is not None and current() is not None
 
 
 def _tensors(value: Any) -> list[Any]:
