@@ -18,6 +18,7 @@ names what did not, and a graph no capture matches is refused or named.
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -64,7 +65,7 @@ DETAILS_FILE = "execution_details.json"
 MIN_MATCHED = 0.5
 #: the compiled pieces of a capture (vLLM, torch.compile): inductor's call spans
 COMPILED_PIECE = "## Call CompiledFxGraph"
-_MISSED_SHOWN = 20
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # as trace/events.py cleans names
 
 
 @dataclass(frozen=True)
@@ -183,7 +184,7 @@ def read_capture(source: CaptureInput, *, max_input_size: int | None = None) -> 
 
 def _clean(name: str) -> str:
     """A name as the collector keeps it (control characters read as ``?``)."""
-    return "".join("?" if ord(c) < 32 or ord(c) == 127 else c for c in name)
+    return _CONTROL.sub("?", name)
 
 
 @dataclass(frozen=True)
