@@ -5,6 +5,7 @@ whose backward holds their block's recompute."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -295,3 +296,21 @@ def test_nested_reentrant_checkpoints_nest_their_backward() -> None:
         "": 400 + 6200, "stem": 400, "outer": 6200, "outer.c": 700, "outer.inner": 5200,
         "outer.inner.a": 3000, "outer.inner.b": 2000,
     }  # fmt: skip
+
+
+def test_a_recompute_in_another_autograd_thread_finds_its_owners() -> None:
+    """On CUDA the checkpoint's node runs on the device's autograd thread, whose sequence
+    counter starts apart (low numbers): the recompute's calls and nodes are matched among
+    themselves. A backward started in another thread does the same on the CPU; owners
+    looked up among all calls gave block 2000, block.b 0 and stem 3400."""
+    clock = FakeClock()
+    model = SpinNet(clock, reentrant=True)
+    with layerprof.Recorder(model, backward=True, clock=clock) as rec:
+        for _ in range(2):
+            loss = model(torch.ones(2, 4)).sum()
+            worker = threading.Thread(target=loss.backward)
+            worker.start()
+            worker.join()
+            rec.step()
+    backward = {p: s.backward_total_ns.tolist() for p, s in rec.profile().samples.items()}  # type: ignore[union-attr]
+    assert backward == {p: [ns] * 2 for p, ns in EXPECTED[True].items()}
