@@ -209,6 +209,19 @@ def _when(text: str) -> int:
     return when
 
 
+def _percent(text: str, flag: str) -> float:
+    """``'5%'``, ``'5'`` -> 5.0 (as diff's --fail-above reads it; that parser lives with
+    the diff analysis, whose import costs a third of a second)."""
+    cleaned = text.strip().removesuffix("%").strip()
+    try:
+        value = float(cleaned)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise UsageError(f"{flag} {text!r}: not a percentage", hint="e.g. 5% or 0.5")
+    return value
+
+
 def _open(db: str, *, create: bool = False) -> HistoryStore:
     from layerprof.history.store import HistoryStore
 
@@ -219,7 +232,6 @@ def _open(db: str, *, create: bool = False) -> HistoryStore:
 
 
 def _view(store: HistoryStore, args: argparse.Namespace) -> HistoryView:
-    from layerprof.analysis.diff import parse_percent
     from layerprof.history.changepoints import Detection
     from layerprof.history.changes import analyze
     from layerprof.history.records import HistoryError
@@ -238,7 +250,7 @@ def _view(store: HistoryStore, args: argparse.Namespace) -> HistoryView:
     return analyze(
         window,
         Detection(fdr=args.fdr),
-        min_share=parse_percent(args.min_share) / 100,
+        min_share=_percent(args.min_share, "--min-share") / 100,
         clock=args.clock,
         layers=(layer,) if layer is not None else (),
     )
@@ -276,10 +288,10 @@ def _report(view: HistoryView, args: argparse.Namespace) -> int:
 
 
 def _check(view: HistoryView, args: argparse.Namespace) -> int:
-    from layerprof.analysis.diff import parse_percent
     from layerprof.history.gate import describe, judge
 
-    verdict = judge(view, fail_above=parse_percent(args.fail_above), recent=args.recent)
+    fail_above = _percent(args.fail_above, "--fail-above")
+    verdict = judge(view, fail_above=fail_above, recent=args.recent)
     print(f"layerprof history check: {'FAIL' if verdict.failed else 'ok'}: {verdict.reason}")
     for change in verdict.regressions[1:]:
         print(f"  also: {describe(change)}")

@@ -67,7 +67,8 @@ class Change:
 
 @dataclass(frozen=True)
 class Trend:
-    """One series over the window: its value per run (ns, None where absent), the
+    """One series over the window: its value per run (ns, None where absent; empty for
+    a series not tested), the
     layer's median share of the run's self time, whether it was tested (heavy enough
     and long enough), its whole-window p-value, and its change points."""
 
@@ -222,9 +223,9 @@ def _trend(
     import numpy as np
 
     name, kind, raw, logs, share = candidate
+    if p is None:  # not tested: neither shown nor judged (its values stay in the window)
+        return Trend(name, kind, (), share, tested=False, p=1.0)
     values = tuple(None if math.isnan(v) else float(v) for v in raw.tolist())
-    if p is None:
-        return Trend(name, kind, values, share, tested=False, p=1.0)
     changes: tuple[Change, ...] = ()
     if p <= alpha:
         present = np.flatnonzero(~np.isnan(logs))
