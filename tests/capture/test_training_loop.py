@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 import torch
 import torch.optim.optimizer as optim_module
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 import layerprof
@@ -316,8 +318,8 @@ def test_parts_sum_to_the_step_exactly_with_known_costs() -> None:
     assert prof.loop is not None
     for step in prof.loop.steps:
         assert step.parts() == (
-            ("data_wait", 100), ("forward", 1000), ("backward", 2000), ("optimizer", 300),
-            ("rest", 57),
+            ("data_wait", 100), ("forward", 1000), ("backward", 2000), ("closure", 0),
+            ("optimizer", 300), ("rest", 57),
         )  # fmt: skip
         assert step.wall_ns == 3457
     assert prof.samples["spin"].total_ns.tolist() == [1000] * 3
@@ -332,7 +334,9 @@ def test_partition_counts_overlaps_once() -> None:
     parts = partition(step)
     # the forward inside backward counts as backward, the backward inside the optimizer
     # step (a closure) as backward; 30-40 and 95-100 are rest
-    assert parts == {"data_wait": 10, "forward": 20, "backward": 50, "optimizer": 5, "rest": 15}
+    assert parts == {
+        "data_wait": 10, "forward": 20, "backward": 50, "closure": 0, "optimizer": 5, "rest": 15,
+    }  # fmt: skip
     assert sum(parts.values()) == 100
     assert partition(StepMarks(index=0, start=5, end=9)) == dict.fromkeys(STEP_PARTS, 0) | {
         "rest": 4
@@ -650,3 +654,127 @@ def test_a_loop_that_never_runs_the_recorded_models_forward_says_so() -> None:
     prof = rec.profile()
     assert "no-model-forward" not in [n.kind for n in prof.notes]
     assert prof.loop is not None and all(s.forwards == 1 for s in prof.loop.steps)
+
+
+# ---- issue 43, item 11: a step with many forwards is linear -------------------------------------
+
+
+def _reference_partition(step: StepMarks) -> dict[str, int]:
+    """The partition as it was (each stretch looked through every span: quadratic), the
+    specification the sweep must match on steps without a closure."""
+    import bisect
+    import itertools
+
+    priority = ("backward", "forward", "optimizer")
+    lo, hi = step.start, step.end
+    spans = {"optimizer": step.optimizer, "backward": step.backwards, "forward": step.forwards}
+    cuts = {lo, hi}
+    for kind in priority:
+        for a, b in spans[kind]:
+            cuts.update(min(max(t, lo), hi) for t in (a, b))
+    starts = sorted((min(max(a, lo), hi), kind) for kind in priority for a, _ in spans[kind])
+    at = [t for t, _ in starts]
+    out = dict.fromkeys(STEP_PARTS, 0)
+    for a, b in itertools.pairwise(sorted(cuts)):
+        kind = next((k for k in priority if any(s <= a and b <= e for s, e in spans[k])), None)
+        if kind is None:
+            k = bisect.bisect_left(at, b)
+            kind = "data_wait" if k < len(starts) and starts[k][1] == "forward" else "rest"
+        out[kind] += b - a
+    return out
+
+
+_spans = st.lists(st.tuples(st.integers(-5, 105), st.integers(-5, 105)), max_size=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    forwards=_spans, backwards=_spans, optimizer=_spans,
+    lo=st.integers(0, 20), length=st.integers(0, 90),
+)  # fmt: skip
+def test_the_sweep_partitions_as_before(
+    forwards: list[tuple[int, int]],
+    backwards: list[tuple[int, int]],
+    optimizer: list[tuple[int, int]],
+    lo: int,
+    length: int,
+) -> None:
+    step = StepMarks(
+        index=0, start=lo, end=lo + length, forwards=forwards, backwards=backwards,
+        optimizer=optimizer,
+    )  # fmt: skip
+    parts = partition(step)
+    assert parts == _reference_partition(step)
+    assert sum(parts.values()) == length
+
+
+def _lines_run(fn: Any, *args: Any) -> int:
+    """Python lines executed by ``fn(*args)``: a count of work, the same on any machine."""
+    import sys
+
+    count = 0
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        nonlocal count
+        if event == "line":
+            count += 1
+        return tracer
+
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        fn(*args)
+    finally:
+        sys.settrace(previous)
+    return count
+
+
+def _step_with_an_evaluation(n: int) -> StepMarks:
+    """A training forward, backward and update, then ``n`` evaluation forwards."""
+    evals = [(1000 + 10 * i, 1005 + 10 * i) for i in range(n)]
+    return StepMarks(
+        index=0, start=0, end=2000 + 10 * n, forwards=[(10, 100), *evals],
+        backwards=[(150, 400)], optimizer=[(500, 600)],
+    )  # fmt: skip
+
+
+def test_partition_of_a_step_with_many_forwards_is_linear() -> None:
+    """An evaluation pass of 8k forwards between two optimizer steps took 6.5 s in
+    partition (16k: 24.8 s): each stretch between two marks looked through every span.
+    Four times the forwards now cost about four times the lines (before: 15)."""
+    small, large = (_lines_run(partition, _step_with_an_evaluation(n)) for n in (400, 1600))
+    assert large < 4.5 * small, (small, large)
+    parts = partition(_step_with_an_evaluation(1600))
+    assert parts == _reference_partition(_step_with_an_evaluation(1600))
+    assert parts["forward"] == 90 + 5 * 1600 and parts["backward"] == 250
+
+
+def test_a_recorded_step_with_many_forwards_is_linear() -> None:
+    """The same through the Recorder: a step whose evaluation forwards run with gradients
+    on (each forward's graph hooked: the calls' first numbers were listed again per
+    forward) and without, reduced by profile(). Linear work gives a ratio under 4 (the
+    fixed part shrinks); before, it was 7.9."""
+
+    def record(n: int) -> Profile:
+        clock = FakeClock()
+        model = Costed(clock, forward_ns=100, backward_ns=1000)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        x = torch.ones(2, 4)
+        with layerprof.Recorder(model, backward=True, clock=clock) as rec:
+            model(x).sum().backward()
+            opt.step()
+            for i in range(n):
+                with torch.set_grad_enabled(i % 2 == 0):
+                    model(x)
+            rec.step()
+            return rec.profile()
+
+    record(5)  # what the first recording does once (imports, torch's first calls)
+    counts = []
+    for n in (200, 800):
+        found: list[Profile] = []
+        counts.append(_lines_run(lambda n=n, found=found: found.append(record(n))))
+        loop = found[0].loop
+        assert loop is not None and loop.steps[0].forwards == n + 1
+        assert loop.steps[0].forward_ns == 100 * (n + 1) and loop.steps[0].backward_ns == 1000
+    assert counts[1] < 4.5 * counts[0], counts

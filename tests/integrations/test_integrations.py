@@ -6,12 +6,15 @@ framework is not installed (extras ``layerprof[hf]``, ``layerprof[lightning]``).
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 import layerprof
+from tests.support.fake_clock_models import FakeSpinLayer
 
 
 def _dataset(n: int) -> list[dict[str, torch.Tensor]]:
@@ -100,8 +103,7 @@ def check_training_profile(
     assert loop is not None and len(loop.steps) == steps
     for step in loop.steps:
         assert step.forwards == forwards_per_step and step.backwards == forwards_per_step
-        parts = (step.data_wait_ns, step.forward_ns, step.backward_ns, step.optimizer_ns)
-        assert sum(parts) + step.rest_ns == step.wall_ns
+        assert sum(ns for _, ns in step.parts()) == step.wall_ns
         assert step.forward_ns > 0 and step.backward_ns > 0 and step.optimizer_ns > 0
     (row,) = [r for r in loop.layers if r.path == layer]
     assert len(row.forward_total_ns) == steps and min(row.forward_total_ns) > 0
@@ -183,3 +185,85 @@ def test_lightning_training_that_raises_leaves_no_hook_and_no_file(tmp_path: Pat
     assert callback.session.recorder is None and not out.exists()
     assert callback.profile is not None and callback.profile.loop is not None
     assert [s.forwards for s in callback.profile.loop.steps] == [1]  # the first one dropped
+
+
+# ---- issue 43, item 1: Lightning's automatic optimization runs opt.step(closure) ---------------
+
+COLLATE_S = 0.03
+
+
+def _fit_with_a_slow_collate(tmp_path: Path, wait: Any, clock: Any = None) -> layerprof.Profile:
+    """Lightning's default loop (``optimizer.step(closure)``) over a loader whose collate
+    calls ``wait`` per batch; 4 optimizer steps, the callbacks' default schedule keeps 3."""
+    lightning = pytest.importorskip("lightning")
+    from torch import nn
+
+    from layerprof.integrations.lightning import LayerprofCallback
+
+    class Module(lightning.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
+            if clock is not None:
+                self.spin = FakeSpinLayer(clock, 1_000_000, 2_000_000)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            out: torch.Tensor = self.body(x)
+            return self.spin(out) if clock is not None else out
+
+        def training_step(self, batch: list[torch.Tensor], _: int) -> torch.Tensor:
+            x, y = batch
+            return nn.functional.cross_entropy(self(x), y)
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def collate(rows: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
+        wait()
+        return torch.utils.data.default_collate(rows)
+
+    data = torch.utils.data.TensorDataset(torch.randn(64, 16), torch.randint(0, 2, (64,)))
+    loader = torch.utils.data.DataLoader(data, batch_size=8, collate_fn=collate)
+    options = {} if clock is None else {"clock": clock}
+    callback = LayerprofCallback(tmp_path / "fit.json", **options)
+    trainer = lightning.Trainer(
+        max_steps=4, accelerator="cpu", logger=False, callbacks=[callback],
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        default_root_dir=str(tmp_path),
+    )  # fmt: skip
+    trainer.fit(Module(), loader)
+    prof = callback.profile
+    assert prof is not None and prof.loop is not None and len(prof.loop.steps) == 3
+    return prof
+
+
+def test_lightning_closure_steps_read_the_collate_as_data_wait(tmp_path: Path) -> None:
+    """A 30 ms collate gave data wait 0.000 and rest 31.9 ms: the loader's time before
+    ``optimizer.step(closure)`` was rest, and the data-bound finding never fired. On a fake
+    clock that only the collate and the model move, each part is exact."""
+    from layerprof.analysis.diagnose import diagnose
+    from layerprof.capture.platform.clocks import FakeClock
+
+    clock = FakeClock()
+    prof = _fit_with_a_slow_collate(tmp_path, lambda: clock.advance(30_000_000), clock)
+    assert prof.loop is not None
+    for step in prof.loop.steps:
+        assert (step.forwards, step.backwards) == (1, 1)
+        assert dict(step.parts()) == {
+            "data_wait": 30_000_000, "forward": 1_000_000, "backward": 2_000_000,
+            "closure": 0, "optimizer": 0, "rest": 0,
+        }  # fmt: skip
+    found = [f for f in diagnose(prof) if "data-bound" in f.title]
+    assert len(found) == 1 and found[0].severity == "high", found
+
+
+def test_lightning_closure_steps_on_the_host_clock(tmp_path: Path) -> None:
+    """The same with a real sleep: a sleep lasts at least its time, so the bound holds on
+    any machine, however loaded; the closure's own code (training_step's loss, Lightning's
+    hooks and backward call around it) is its own part, not the optimizer's."""
+    prof = _fit_with_a_slow_collate(tmp_path, lambda: time.sleep(COLLATE_S))
+    assert prof.loop is not None
+    for step in prof.loop.steps:
+        assert step.data_wait_ns >= COLLATE_S * 1e9, dict(step.parts())
+        assert step.closure_ns > 0 and step.forward_ns > 0 and step.backward_ns > 0
+        assert sum(ns for _, ns in step.parts()) == step.wall_ns

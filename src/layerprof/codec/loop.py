@@ -77,7 +77,9 @@ def _read_recompute(f: Fields) -> Recompute:
 
 
 def _read_step(f: Fields) -> LoopStep:
-    parts = {f"{p}_ns": f.duration(f"{p}_ms") for p in STEP_PARTS}
+    # the closure part is newer than the others: files from before it have none (0)
+    parts = {f"{p}_ns": f.duration(f"{p}_ms") for p in STEP_PARTS if p != "closure"}
+    parts["closure_ns"] = f.opt_duration("closure_ms") or 0
     return LoopStep(
         index=f.count("index"),
         start_ns=f.duration("start_ms"),

@@ -55,6 +55,11 @@ if TYPE_CHECKING:
     import torch
 
 
+#: The sequence number of a leaf's ``AccumulateGrad`` node (UINT64_MAX): made outside any
+#: forward, shared by every graph that reaches the leaf.
+SHARED_SEQ = (1 << 64) - 1
+
+
 class NodeHooksUnavailable(Exception):
     """This torch or this graph does not take node hooks: use ops mode instead."""
 
@@ -74,6 +79,7 @@ class _Call:
     # the start of its backward when its nodes ran
     recompute_mark: Any = None
     forward: int = 0  # which forward of the step made it (a training loop's Recorder)
+    top: int = -1  # the outermost call this one lies in (itself when outermost)
 
 
 class NodeMarks:
@@ -116,6 +122,10 @@ class NodeMarks:
         # open recomputes: the stack's length with the owner pushed, the forward to put
         # back, and the mark of the recompute's start
         self._recomputing: list[tuple[int, int, Any]] = []
+        # leaves' AccumulateGrad nodes hooked in this generation, by id (kept, so an id
+        # is not reused): such a node is shared by every graph that reaches the leaf
+        self._shared: dict[int, Any] = {}
+        self._top = -1  # the outermost call of the last node to start (a shared node's owner)
 
     def __enter__(self) -> NodeMarks:
         if self.process_wide:
@@ -176,8 +186,12 @@ class NodeMarks:
         if not self._stack and self._running and _inside_graph_node():
             self._begin_recompute()
         parent = self._stack[-1] if self._stack else -1
-        self.calls.append(_Call(path, parent, self._next_seq(), forward=self.forward))
-        self._stack.append(len(self.calls) - 1)
+        here = len(self.calls)
+        top = self.calls[parent].top if parent >= 0 else here
+        first = self._next_seq()
+        self.calls.append(_Call(path, parent, first, forward=self.forward, top=top))
+        self._firsts.append(first)
+        self._stack.append(here)
 
     def _exit(self, path: str, module: Any, args: Any, output: Any) -> None:
         if self._compiling():
@@ -228,7 +242,7 @@ class NodeMarks:
         roots = [t.grad_fn for t in _tensors(loss) if getattr(t, "grad_fn", None) is not None]
         if len(self.calls) <= since or not roots:
             return 0
-        firsts = [c.first for c in self.calls]
+        firsts = self._call_firsts()  # kept as calls are made: a step of 16k forwards
         lowest = firsts[since]
         seen: set[Any] = set()
         todo = roots
@@ -244,14 +258,36 @@ class NodeMarks:
                 continue  # made before the forward: so is everything behind it
             owner = self._owner(seq, firsts, since)
             if owner >= 0:
-                try:
-                    node.register_prehook(functools.partial(self._node_start, gen, owner))
-                    node.register_hook(functools.partial(self._node_end, gen, owner))
-                except (RuntimeError, TypeError, AttributeError) as exc:
-                    raise NodeHooksUnavailable(f"{node.name()}: {exc}") from exc
-                hooked += 1
+                hooked += self._hook_node(node, seq, owner, gen)
             todo.extend(fn for fn, _ in node.next_functions)
         return hooked
+
+    def _hook_node(self, node: Any, seq: int, owner: int, gen: int) -> int:
+        """Pre- and post-hook ``node`` for ``owner``; returns 1 when hooked.
+
+        A leaf's ``AccumulateGrad`` node (sequence number ``SHARED_SEQ``) is shared by
+        every graph that reaches the leaf while an earlier graph still holds it (a loss
+        kept past its backward: accumulation without ``del loss``, LBFGS's first loss).
+        Hooked once per forward, it carried one owner per forward, and every later
+        backward extended each earlier forward's root to its own end (root backward
+        16.6 us in a step whose backward was 4 us). It is hooked once per step instead,
+        and owned by the outermost call whose node started last: the forward whose
+        backward is running."""
+        if seq == SHARED_SEQ:
+            if id(node) in self._shared:
+                return 0
+            self._shared[id(node)] = node
+            start: Any = functools.partial(self._shared_start, gen)
+            end: Any = functools.partial(self._shared_end, gen)
+        else:
+            start = functools.partial(self._node_start, gen, owner)
+            end = functools.partial(self._node_end, gen, owner)
+        try:
+            node.register_prehook(start)
+            node.register_hook(end)
+        except (RuntimeError, TypeError, AttributeError) as exc:
+            raise NodeHooksUnavailable(f"{node.name()}: {exc}") from exc
+        return 1
 
     def current(self) -> int:
         """The innermost module call running forward now (-1: none)."""
@@ -260,11 +296,17 @@ class NodeMarks:
     def owner(self, seq: int) -> int:
         """The innermost recorded call whose forward created the graph node numbered ``seq``
         (-1: none, e.g. gradient accumulation or the loss); for the FLOP counter's backward."""
-        if len(self._firsts) != len(self.calls):  # calls only grow during one step
-            self._firsts = [c.first for c in self.calls]
-        if not self._firsts or seq < self._firsts[0]:
+        firsts = self._call_firsts()
+        if not firsts or seq < firsts[0]:
             return -1
-        return self._owner(seq, self._firsts)
+        return self._owner(seq, firsts)
+
+    def _call_firsts(self) -> list[int]:
+        """Each call's first sequence number (``_enter`` appends them; rebuilt when a
+        caller set ``calls`` itself)."""
+        if len(self._firsts) != len(self.calls):
+            self._firsts = [c.first for c in self.calls]
+        return self._firsts
 
     def _owner(self, seq: int, firsts: list[int], lo: int = 0) -> int:
         """The innermost call whose sequence range holds ``seq`` (-1: none). A call still
@@ -289,6 +331,7 @@ class NodeMarks:
         call = self.calls[owner]
         if call.start_mark is None:
             call.start_mark = mark
+        self._top = call.top
         self._running.append(owner)
 
     def _node_end(self, gen: int, owner: int, grad_inputs: Any, grad_outputs: Any) -> None:
@@ -297,6 +340,14 @@ class NodeMarks:
         self.calls[owner].end_mark = self.clock.mark()
         if self._running:
             self._running.pop()
+
+    def _shared_start(self, gen: int, grad_outputs: Any) -> None:
+        if gen == self._generation and self._top >= 0:
+            self._node_start(gen, self._top, grad_outputs)
+
+    def _shared_end(self, gen: int, grad_inputs: Any, grad_outputs: Any) -> None:
+        if gen == self._generation and self._top >= 0:
+            self._node_end(gen, self._top, grad_inputs, grad_outputs)
 
     def failing_path(self) -> str | None:
         """The innermost layer the last step failed in: forward, else backward node."""
@@ -357,6 +408,7 @@ class NodeMarks:
             self.forward = self._recomputing[0][1]
             self._recomputing = []
         self._firsts = []
+        self._shared, self._top = {}, -1
         self._generation += 1
         self._in_backward = False  # a backward that raised never ran its end callback
 

@@ -184,6 +184,7 @@ class Recorder:
         # training loop is summed as it runs, so it is decided before its first sum
         self.correct = correct
         self._wrappers = HookHandles()
+        self._entered = 0  # nested ``with rec:`` blocks open now
         self._by_path: dict[str, ForwardWrapper] = {}
         self._replaced: list[str] = []  # paths replaced on the model while it was wrapped
         # per forward of the model: (phase, tokens, batch); rec.phase() names the phase
@@ -333,6 +334,7 @@ class Recorder:
         return CudaEventClock(device) if device.startswith("cuda") else self.clock
 
     def detach(self) -> None:
+        self._entered = 0
         self._replaced = self._replaced_paths()  # while the wrappers still say what they wrap
         self._wrappers.remove()
         self._by_path.clear()
@@ -340,10 +342,20 @@ class Recorder:
         self._activations = None
 
     def __enter__(self) -> Recorder:
-        return self.attach()
+        # re-entrant: a nested ``with rec:`` (a helper entering the Recorder its caller
+        # entered) records on, and only the outermost exit takes the hooks off (the
+        # inner exit stopped the recording silently)
+        self._entered += 1
+        try:
+            return self.attach()
+        except BaseException:
+            self._entered -= 1
+            raise
 
     def __exit__(self, *exc: object) -> None:
-        self.detach()
+        self._entered -= 1
+        if self._entered <= 0:
+            self.detach()
 
     # ---- wrappers (hot path) --------------------------------------------------
     def _timed(self, pid: int, fwd: Callable[..., Any]) -> Callable[..., Any]:
@@ -643,13 +655,13 @@ class Recorder:
                 " Recorder (with rec: ...)"
             )
         end = self.clock.mark()
-        forwards, backwards, optimizer = phases.take()
+        forwards, backwards, optimizer, closures = phases.take()
         # the model's forwards so far; profile() maps them to the log's iterations (a
         # compaction per step would cost more than the rest of the step's recording)
         iterations = self._forwards
         marks = StepMarks(
             index=self._step_index, start=self._step_start, end=end, forwards=forwards,
-            backwards=backwards, optimizer=optimizer,
+            backwards=backwards, optimizer=optimizer, closures=closures,
             iterations=range(self._step_iteration, iterations),
             backward=self._backward_tables(nodes),  # one resolve: one synchronize on CUDA
         )  # fmt: skip

@@ -4,21 +4,25 @@ Each step's wall time is partitioned exactly, in integer ns, into ``STEP_PARTS``
 
 * **data wait** — from the end of the previous step (``rec.step()`` returning,
   or entering the Recorder for the first step) to the model's first forward
-  in the step: the loader, and whatever else the loop does before the forward;
+  in the step, or to the optimizer step whose closure runs it: the loader, and
+  whatever else the loop does before the forward;
 * **forward** — inside the model's forward calls (every forward of the step,
   training and ``no_grad`` evaluation alike);
 * **backward** — from the moment the gradient reaches the model's outputs
   (the first graph node of a layer starts) to the end of that backward pass
   (the autograd engine's final callback, gradient accumulation into
   ``.grad`` included);
+* **closure** — inside the closure an ``optimizer.step(closure)`` runs
+  (Lightning's automatic optimization, LBFGS), outside its forward and backward:
+  ``zero_grad``, the loss, a framework's ``training_step`` and hooks around them;
 * **optimizer** — inside ``Optimizer.step`` of any optimizer (torch's global
-  optimizer step hooks);
+  optimizer step hooks), outside its closure: the update itself;
 * **rest** — everything else: the loss and its backward, ``zero_grad``,
   logging, user code.
 
-Where two of them overlap (an optimizer stepping inside backward, a forward
-recomputed inside backward) the time counts once, for the first of
-optimizer, backward, forward. The step's ``wall_ns`` is the sum of the parts.
+Where two of them overlap (a forward recomputed inside backward, a closure's
+forward and backward inside the optimizer step) the time counts once, for the
+first of backward, forward, closure, optimizer. The step's ``wall_ns`` is the sum of the parts.
 These are host times; on CUDA a part is the host's time in it (a ``loss.item()``
 that waits for the device lands in rest).
 
@@ -39,7 +43,9 @@ if TYPE_CHECKING:
     from layerprof.stats import Summary
 
 #: The parts of a step, in the order they are shown.
-STEP_PARTS: tuple[str, ...] = ("data_wait", "forward", "backward", "optimizer", "rest")
+STEP_PARTS: tuple[str, ...] = (
+    "data_wait", "forward", "backward", "closure", "optimizer", "rest",
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)  # one per active step: 100k of them in a long run
@@ -58,6 +64,7 @@ class LoopStep:
     rest_ns: int
     forwards: int = 0
     backwards: int = 0
+    closure_ns: int = 0  # 0 without optimizer.step(closure) (and in files from before it)
 
     def parts(self) -> tuple[tuple[str, int], ...]:
         """(part, ns) in ``STEP_PARTS`` order."""
@@ -118,6 +125,13 @@ class TrainingLoop:
             if path == r.path or path.startswith(f"{r.path}.") or r.path == "":
                 return r.path
         return None
+
+    def shown_parts(self) -> tuple[str, ...]:
+        """``STEP_PARTS`` less the closure where no step ran ``optimizer.step(closure)``
+        (most loops): what a table or chart of the steps shows."""
+        if any(s.closure_ns for s in self.steps):
+            return STEP_PARTS
+        return tuple(p for p in STEP_PARTS if p != "closure")
 
     def part(self, name: str) -> tuple[int, ...]:
         """One part (or ``wall``) of every step."""

@@ -1,12 +1,12 @@
 """The training-steps card of a Recorder's loop: each step as a stacked bar of data wait,
-forward, backward, optimizer and rest (as TensorBoard's step view drew them), and a
+forward, backward, (a closure's own code,) optimizer and rest (as TensorBoard's step view drew them), and a
 table of the steps with the medians and their confidence intervals."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from layerprof.pivot.sections.loop import STEP_PARTS, LoopStep
+from layerprof.pivot.sections.loop import LoopStep
 from layerprof.render.html.charts import BarSeries, Colour, bars
 from layerprof.render.html.page import (
     Col,
@@ -29,8 +29,8 @@ MAX_ROWS = 300
 
 _PARTS: dict[str, tuple[str, Colour]] = {
     "data_wait": ("Data wait", "bad"), "forward": ("Forward", "accent"),
-    "backward": ("Backward", "info"), "optimizer": ("Optimizer", "good"),
-    "rest": ("Rest", "muted"),
+    "backward": ("Backward", "info"), "closure": ("Closure", "warn"),
+    "optimizer": ("Optimizer", "good"), "rest": ("Rest", "muted"),
 }  # fmt: skip
 
 
@@ -47,17 +47,18 @@ def loop_section(s: Subject) -> Section | None:
     if loop is None or not loop.steps:
         return None
     shown = loop.steps[:MAX_BARS]
+    parts = loop.shown_parts()
     chart = bars(
         "Step time by part",
         [f"step {st.index}" for st in shown],
         [BarSeries(_PARTS[p][0], tuple(ns / NS_PER_MS for _, ns in _part(shown, p)), _PARTS[p][1])
-         for p in STEP_PARTS],
+         for p in parts],
         axis="ms", stack=True,
     )  # fmt: skip
     listed = _listed(loop.steps)
     rows = [_Row(str(st.index), st, {p: float(ns) for p, ns in st.parts()} | {"wall": st.wall_ns})
             for st in listed]  # fmt: skip
-    medians = {p: loop.summary(p).median for p in (*STEP_PARTS, "wall")}
+    medians = {p: loop.summary(p).median for p in (*parts, "wall")}
     rows.append(_Row("median", None, medians))
     unit = unit_for(max(st.wall_ns for st in loop.steps))
     wall = sum(loop.part("wall")) or 1
@@ -74,7 +75,7 @@ def loop_section(s: Subject) -> Section | None:
         text_col("Step", lambda r: r.label),
         calls_col("Forwards", lambda r: r.step.forwards if r.step else None),
         calls_col("Backwards", lambda r: r.step.backwards if r.step else None),
-        *[_part_col(p, unit, tip(p)) for p in STEP_PARTS],
+        *[_part_col(p, unit, tip(p)) for p in parts],
         time_col("Total", lambda r: r.values["wall"], unit),
     ]
     cut = f" The chart shows the first {MAX_BARS}." if len(loop.steps) > MAX_BARS else ""
@@ -88,13 +89,19 @@ def loop_section(s: Subject) -> Section | None:
     if loop.recompute:
         line = recompute_line(loop)  # (str.capitalize would lower the layer paths)
         cut += f" {line[:1].upper()}{line[1:]}."
+    closure = (
+        "closure (the closure's own code: zero_grad, the loss, the framework around them), "
+        if "closure" in parts
+        else ""
+    )
     intro = (
         "Each step's wall time (host), partitioned: data wait (uncovered time before each"
-        " forward of the model: the loader), forward, backward (from the gradient reaching the"
-        " model to the end of the backward pass), optimizer (Optimizer.step's own update:"
-        " a closure's forward and backward count as such), and rest (a loss computed"
-        " outside the model, zero_grad, logging, your code). The parts add up to the"
-        " step." + cut
+        " forward of the model, or before the optimizer step whose closure runs it: the"
+        " loader), forward, backward (from the gradient reaching the model to the end of the"
+        f" backward pass), {closure}"
+        "optimizer (Optimizer.step's own update: a closure's forward and backward count"
+        " as such), and rest (a loss computed outside the model, zero_grad, logging, your"
+        " code). The parts add up to the step." + cut
     )
     body = chart_slot("lp-loop") + table("lp-loop-steps", cols, rows)
     return Section("loop", "Training steps", body, intro, {"lp-loop": chart})
