@@ -47,14 +47,14 @@ def test_the_dry_run_skips_every_gpu_step_and_writes_the_report(tmp_path: Path) 
     out = run_script(tmp_path)
     doc = json.loads((out / "gpu-report.json").read_text())
     assert doc["schema"] == "layerprof.gpu-check/1" and doc["failed"] == []
-    assert len(doc["checks"]) == 9
+    assert len(doc["checks"]) == len(gc_budgets()) == 10
     for check in doc["checks"]:
         assert check["status"] == "skip" and check["reason"] == "no CUDA device", check
     assert doc["pytest"]["exit_code"] == 0 and "skipped" in doc["pytest"]["summary"]
     assert doc["complete"] is True
     assert [c["budget_s"] for c in doc["checks"]] == list(gc_budgets().values())
     text = (out / "gpu-report.txt").read_text()
-    assert text.count("SKIP ") == 9 and (out / "cuda-tests.xml").exists()
+    assert text.count("SKIP ") == 10 and (out / "cuda-tests.xml").exists()
 
 
 def gc_budgets() -> dict[str, float]:
