@@ -183,3 +183,14 @@ def test_a_saved_diff_outside_its_domain(
     code = main(["report", str(path)])
     err = capsys.readouterr().err
     assert code == 2 and said in err and "internal error" not in err, err
+
+
+@pytest.mark.parametrize("kept", [[0.002], []])
+def test_a_recompute_list_shorter_than_the_steps(
+    kept: list[float], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = document("looped")
+    assert len(doc["loop"]["steps"]) == 3
+    doc["loop"]["recompute"][0]["per_step_ms"] = kept
+    said = f"loop.recompute[0].per_step_ms: expected one time per step (3), found {len(kept)}"
+    fails_in_one_line(doc, document("looped"), said, tmp_path, capsys)

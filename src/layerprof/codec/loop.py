@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from layerprof.codec.fields import Fields, summary_dict
+from layerprof.errors import ProfileFormatError
 from layerprof.pivot.sections.loop import STEP_PARTS, LayerSteps, LoopStep, Recompute, TrainingLoop
 from layerprof.units import NS_PER_MS
 
@@ -58,22 +59,26 @@ def read_loop(f: Fields | None) -> TrainingLoop | None:
     if f is None:
         return None
     schedule = f.obj("schedule")
+    steps = tuple(_read_step(s) for s in f.objects("steps"))
     return TrainingLoop(
-        steps=tuple(_read_step(s) for s in f.objects("steps")),
+        steps=steps,
         layers=tuple(_read_layer(x) for x in f.objects("layers")),
         skip=schedule.integer("skip", 0) if schedule else 0,
         warmup=schedule.integer("warmup", 0) if schedule else 0,
         active=schedule.opt_integer("active") if schedule else None,
-        recompute=tuple(_read_recompute(r) for r in f.objects("recompute")),
+        recompute=tuple(_read_recompute(r, len(steps)) for r in f.objects("recompute")),
     )
 
 
-def _read_recompute(f: Fields) -> Recompute:
-    return Recompute(
-        path=f.text("path"),
-        per_step_ns=f.durations("per_step_ms", required=True),
-        calls=f.count("calls", 0),
-    )
+def _read_recompute(f: Fields, steps: int) -> Recompute:
+    """One time per active step: the checkpointing finding sums them step by step (a
+    shorter list raised IndexError there, an empty one a ValueError)."""
+    per_step = f.durations("per_step_ms", required=True)
+    if len(per_step) != steps or not per_step:
+        raise ProfileFormatError(
+            f"{f.where}.per_step_ms: expected one time per step ({steps}), found {len(per_step)}"
+        )
+    return Recompute(path=f.text("path"), per_step_ns=per_step, calls=f.count("calls", 0))
 
 
 def _read_step(f: Fields) -> LoopStep:
