@@ -105,7 +105,8 @@ def test_many_runs_under_load_all_exit(tmp_path: Path) -> None:
             if process.poll() is not None:
                 del running[i]
                 if process.returncode != 0:
-                    failed.append(f"run {i}: exit {process.returncode}: {process.stderr.read()}")
+                    _, err = process.communicate()
+                    failed.append(f"run {i}: exit {process.returncode}: {err}")
             elif time.monotonic() - started > bound_s:
                 process.kill()
                 process.wait()
