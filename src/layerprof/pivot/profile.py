@@ -80,6 +80,7 @@ if TYPE_CHECKING:
     from layerprof.pivot.sections.replay import GraphReplay
     from layerprof.pivot.sections.loop import TrainingLoop
     from layerprof.pivot.sections.memory import ActivationMemory
+    from layerprof.pivot.sections.stepwork import DeviceWork
 
 
 #: Where a Profile keeps the rows it derived last (``Profile.rows``), in its ``__dict__``.
@@ -132,6 +133,7 @@ class TraceSections:
     communication: Communication | None = None
     queues: Queues | None = None
     memory_timeline: MemoryTimeline | None = None
+    device_work: DeviceWork | None = None
 
 
 _T = TypeVar("_T")
@@ -391,6 +393,7 @@ class Profile(sinks.Output):
     communication: ClassVar[_FromTrace[Communication | None]] = _FromTrace(None)
     queues: ClassVar[_FromTrace[Queues | None]] = _FromTrace(None)
     memory_timeline: ClassVar[_FromTrace[MemoryTimeline | None]] = _FromTrace(None)
+    device_work: ClassVar[_FromTrace[DeviceWork | None]] = _FromTrace(None)
 
     def __post_init__(self) -> None:
         latency: SeriesLike | None = self.latency_ns

@@ -17,6 +17,9 @@ order (TensorBoard's step-time breakdown, with communication split out):
 ``idle``              none of the above
 ====================  ======================================================
 
+A step whose device work ran outside its host span (queued launches, a graph
+replay, clocks that disagree) is partitioned on each device over that work's own
+span (``trace/stepwork.py``): its ``start_ns``/``wall_ns`` are that window's.
 So the parts add up to the step's wall time exactly, and ``compute +
 overlap`` is the union of compute, ``overlap`` the intersection of compute
 and communication. A trace without device ops gets one row per step with
@@ -28,6 +31,7 @@ loading comes first there (it is CPU work of its own).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -64,8 +68,16 @@ _HOST_ORDER = (
 )  # fmt: skip
 
 
-def breakdown(tables: EventTables, nesting: Nesting, steps: Steps) -> Breakdown | None:
-    """The partition of every complete step (all steps when none is complete)."""
+def breakdown(
+    tables: EventTables,
+    nesting: Nesting,
+    steps: Steps,
+    per_device: Mapping[int, list[tuple[int, int]]] | None = None,
+) -> Breakdown | None:
+    """The partition of every complete step (all steps when none is complete), on each
+    device over its window for the step in ``per_device`` where it has one (the step's
+    work on the device's own timeline, ``trace/stepwork.py``; step order), else over
+    the step's host span."""
     rows = steps.complete or steps.steps
     if not rows:
         return None
@@ -83,9 +95,8 @@ def breakdown(tables: EventTables, nesting: Nesting, steps: Steps) -> Breakdown 
     if not tables.has_device:
         compute = host_compute(tables, nesting, unique(host.thread[gloo]))
         lanes = [compute, host_comm, *_none(2), runtime, loader, _nothing()]
-        out += _rows(
-            rows, None, partition(lanes, windows, [b for _, b in _HOST_ORDER]), _HOST_ORDER
-        )
+        table = partition(lanes, windows, [b for _, b in _HOST_ORDER])
+        out += _rows(rows, None, table, _HOST_ORDER, windows)
         return Breakdown(tuple(out))
     dev = tables.device
     is_comm = comm_kernels(tables)
@@ -104,8 +115,9 @@ def breakdown(tables: EventTables, nesting: Nesting, steps: Steps) -> Breakdown 
             loader,
             cpu,
         ]
-        table = partition(lanes, windows, [b for _, b in _DEVICE_ORDER])
-        out += _rows(rows, int(d), table, _DEVICE_ORDER)
+        own = _own_windows(rows, (per_device or {}).get(int(d)), windows)
+        table = partition(lanes, own, [b for _, b in _DEVICE_ORDER])
+        out += _rows(rows, int(d), table, _DEVICE_ORDER, own)
     return Breakdown(tuple(out))
 
 
@@ -123,21 +135,36 @@ def _none(n: int) -> list[Lane]:
     return [_nothing() for _ in range(n)]
 
 
+def _own_windows(
+    rows: tuple[Step, ...], own: list[tuple[int, int]] | None, host: list[tuple[int, int]]
+) -> list[tuple[int, int]]:
+    """A device's windows for the rows (in the rows' order), or their host spans."""
+    if own is None or len(own) != len(rows):
+        return host
+    by_start = sorted(range(len(rows)), key=lambda i: rows[i].start_ns)
+    out = list(host)
+    for k, i in enumerate(by_start):
+        out[i] = own[k]
+    return out
+
+
 def _rows(
     steps: tuple[Step, ...],
     device: int | None,
     table: np.ndarray,
     order: tuple[tuple[str, int], ...],
+    windows: list[tuple[int, int]],
 ) -> list[StepBreakdown]:
     out = []
     for w, s in enumerate(steps):
         parts = {name: int(table[w, c]) for c, (name, _) in enumerate(order)}
+        lo, hi = windows[w]
         out.append(
             StepBreakdown(
                 step=s.name,
                 device=device,
-                start_ns=s.start_ns,
-                wall_ns=s.dur_ns,
+                start_ns=lo,
+                wall_ns=hi - lo,
                 compute_ns=parts.get("compute", 0),
                 overlap_ns=parts.get("overlap", 0),
                 communication_ns=parts.get("communication", 0),

@@ -2,7 +2,9 @@
 
 * busy = length of the union of a device's kernel, memcpy and memset
   intervals (all streams), over the whole file;
-* window = union of the step windows (or the whole trace without steps);
+* window = union of the step windows (or the whole trace without steps), per
+  device: a step whose device work ran outside its host span is measured over
+  that work's own span on the device (``trace/stepwork.py``);
   idle = window - busy inside it; utilization = busy inside / window;
 * every idle piece inside the window is classified by the device op that
   ends it: *host wait* when that op's launch call ended after the GPU went
@@ -14,6 +16,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -85,20 +88,25 @@ def _merge_windows(windows: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def device_use(
-    tables: EventTables, links: Links, windows: list[tuple[int, int]]
+    tables: EventTables,
+    links: Links,
+    windows: list[tuple[int, int]],
+    per_device: Mapping[int, list[tuple[int, int]]] | None = None,
 ) -> tuple[DeviceUse, ...]:
+    """Busy and idle per device over ``windows``, or over a device's own windows in
+    ``per_device`` (its steps' work, ``trace/stepwork.py``) where it has them."""
     dev, host = tables.device, tables.host
-    windows = _merge_windows(windows)
-    window_ns = sum(hi - lo for lo, hi in windows)
     launch_end = np.full(len(dev), -1, dtype=np.int64)
     has_rt = links.runtime >= 0
     launch_end[has_rt] = host.end[links.runtime[has_rt]]
     out = []
     for d in unique(dev.device).tolist():
+        mine = _merge_windows((per_device or {}).get(int(d), windows))
+        window_ns = sum(hi - lo for lo, hi in mine)
         on = np.flatnonzero(dev.device == d)
         seg_s, seg_e, first = union(dev.start[on], dev.end[on])
-        busy_in = overlap(seg_s, seg_e, windows)
-        wait, short, other = _classify_idle(seg_s, seg_e, launch_end[on][first], windows)
+        busy_in = overlap(seg_s, seg_e, mine)
+        wait, short, other = _classify_idle(seg_s, seg_e, launch_end[on][first], mine)
         kinds = dev.kind[on]
         durs = dev.dur[on]
         out.append(

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from layerprof.pivot.sections.ranks import LayerAcrossRanks
     from layerprof.pivot.sections.repeats import Repeats, RunMedians
     from layerprof.pivot.sections.replay import CaptureFile, GraphMatch, GraphReplay, MissedKernel
+    from layerprof.pivot.sections.stepwork import ClockCheck, DeviceWork, StepWork
     from layerprof.pivot.sections.trace import (
         STEP_DEFINITIONS,
         AllocRow,
@@ -112,6 +113,9 @@ _HOME: dict[str, str] = {
     "GraphReplay": "replay",
     "MissedKernel": "replay",
     "RunMedians": "repeats",
+    "ClockCheck": "stepwork",
+    "DeviceWork": "stepwork",
+    "StepWork": "stepwork",
     "AllocRow": "trace",
     "AnnotationRow": "trace",
     "CrossRank": "trace",
@@ -154,6 +158,7 @@ __all__ = [
     "AnnotationRow",
     "Breakdown",
     "CaptureFile",
+    "ClockCheck",
     "Collective",
     "CollectiveGroup",
     "CollectiveMatch",
@@ -163,6 +168,7 @@ __all__ = [
     "DeviceMemory",
     "DeviceTimeline",
     "DeviceUse",
+    "DeviceWork",
     "FlopSummary",
     "FusedLayer",
     "GraphMatch",
@@ -191,6 +197,7 @@ __all__ = [
     "Step",
     "StepAcrossRanks",
     "StepBreakdown",
+    "StepWork",
     "Steps",
     "Stragglers",
     "StreamQueue",

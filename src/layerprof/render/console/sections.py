@@ -43,6 +43,7 @@ from layerprof.render.console.ranks import (
     print_run_header,
     reported_ranks,
 )
+from layerprof.render.console.stepwork import print_device_work
 from layerprof.render.console.trace import (
     print_devices,
     print_kernels,
@@ -172,6 +173,7 @@ PROFILE_SECTIONS: tuple[Section[Profile], ...] = (
         ("Profile.kernels", "Profile.kinds"),
         lambda p, out, o: print_kernels(p, out, o.rows),
     ),
+    Section("device work", ("Profile.device_work",), lambda p, out, o: print_device_work(p, out)),
     Section("launches", ("Profile.launches",), lambda p, out, o: print_launches(p, out, o.rows)),
     Section("memory", ("Profile.memory",), lambda p, out, o: print_memory(p, out, o.rows)),
     Section("breakdown", ("Profile.breakdown",), lambda p, out, o: print_breakdown(p, out)),

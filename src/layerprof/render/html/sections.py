@@ -43,6 +43,7 @@ from layerprof.render.html.profile import (
     top_section,
 )
 from layerprof.render.html.ranks import layer_ranks_section
+from layerprof.render.html.stepwork import device_work_section
 from layerprof.render.html.subject import Subject
 from layerprof.render.html.trace import (
     annotations_section,
@@ -114,6 +115,7 @@ SECTIONS: tuple[Registered, ...] = (
         ),
     ),
     Registered(devices_section, ("Profile.devices",)),
+    Registered(device_work_section, ("Profile.device_work",)),
     Registered(memcpy_section, ("Profile.memcpy",)),
     Registered(kernels_section, ("Profile.kernels", "Profile.kinds")),
     Registered(launches_section, ("Profile.launches",)),

@@ -1,0 +1,179 @@
+"""Each step's device work, the window it is measured over, and the clocks' agreement.
+
+A step's work on a device is the device ops whose launch call (``args.correlation``)
+starts inside the step's host span, on any thread. Per device and complete step:
+
+* no work, or all of it inside the host span: the window is the host span, as
+  before (the device's idle time while the host prepared the step is the step's);
+* else (the work ran past the span: launches queue, a graph replays after its
+  launch returned; or the device's clock disagrees with the host's): the window
+  ends at the work's last op and starts at the host span's start when the work
+  began inside it on agreeing clocks, else at the work's first op (no host time is
+  trusted). Windows are tiled in step order, one starting no earlier than the one
+  before ended, so no device time counts in two steps.
+
+The clocks disagree on a device when one of its ops starts before its launch call
+began (``before_launch``). An op starting inside its launch call is not counted as
+disagreement: a graph launch's kernels, a blocking copy and a kernel an idle device
+starts before the call returns all do that on agreeing clocks (87 and 198 such
+kernels in HTA's A100 ``trace_filter`` traces, none before its launch began).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from layerprof.pivot.notes import Note
+from layerprof.pivot.sections import Step, Steps
+from layerprof.pivot.sections.stepwork import DEVICE, HOST, ClockCheck, DeviceWork, StepWork
+from layerprof.trace.columns import unique
+from layerprof.trace.events import I64, EventTables
+from layerprof.trace.gpu import union
+from layerprof.trace.links import Links
+from layerprof.units import human_time
+
+Window = tuple[int, int]
+
+
+def step_work(
+    tables: EventTables, links: Links, found: Steps
+) -> tuple[DeviceWork | None, dict[int, list[Window]]]:
+    """The complete steps' work per device and, per device, each one's window (in
+    start order); nothing where the trace has no device ops or no complete step."""
+    dev, host = tables.device, tables.host
+    steps = found.complete
+    if not len(dev) or not steps or found.source == "trace":
+        return None, {}
+    rt = links.runtime
+    launched = rt >= 0
+    safe = np.clip(rt, 0, None)
+    launch_start = np.where(launched, host.start[safe], -1)
+    launch_end = np.where(launched, host.end[safe], -1)
+    ordered = sorted(steps, key=lambda s: s.start_ns)
+    rows: list[StepWork] = []
+    clocks: list[ClockCheck] = []
+    windows: dict[int, list[Window]] = {}
+    for d in unique(dev.device).tolist():
+        on = np.flatnonzero(dev.device == d)
+        check = _clock(int(d), on, tables, launched, launch_start, launch_end)
+        clocks.append(check)
+        own: list[Window] = []
+        prev_end: int | None = None
+        by_launch = on[launched[on]]
+        by_launch = by_launch[np.argsort(launch_start[by_launch], kind="stable")]
+        keys = launch_start[by_launch]
+        for s in ordered:
+            lo, hi = np.searchsorted(keys, [s.start_ns, s.end_ns], side="left")
+            row = _row(s, int(d), by_launch[lo:hi], tables, check.disagree, prev_end)
+            rows.append(row)
+            own.append((row.window_start_ns, row.window_start_ns + row.window_ns))
+            prev_end = own[-1][1]
+        windows[int(d)] = own
+    return DeviceWork(tuple(rows), tuple(clocks)), windows
+
+
+def _row(
+    s: Step, device: int, mine: I64, tables: EventTables, skewed: bool, prev_end: int | None
+) -> StepWork:
+    dev = tables.device
+    if not len(mine):
+        lo, hi = _tiled(s.start_ns, s.end_ns, prev_end)
+        return StepWork(s.name, device, 0, 0, None, None, 0, HOST, lo, hi - lo)
+    first, last = int(dev.start[mine].min()), int(dev.end[mine].max())
+    seg_s, seg_e, _ = union(dev.start[mine], dev.end[mine])
+    busy = int((seg_e - seg_s).sum())
+    after = max(0, last - s.end_ns)
+    if not skewed and first >= s.start_ns and last <= s.end_ns:
+        lo, hi = _tiled(s.start_ns, s.end_ns, prev_end)
+        return StepWork(s.name, device, len(mine), busy, first, last, 0, HOST, lo, hi - lo)
+    began_inside = not skewed and s.start_ns <= first <= s.end_ns
+    lo, hi = _tiled(s.start_ns if began_inside else first, last, prev_end)
+    return StepWork(s.name, device, len(mine), busy, first, last, after, DEVICE, lo, hi - lo)
+
+
+def _tiled(lo: int, hi: int, prev_end: int | None) -> Window:
+    """The window, starting no earlier than the previous step's ended."""
+    if prev_end is not None and lo < prev_end:
+        lo = prev_end
+    return lo, max(lo, hi)
+
+
+def _clock(
+    device: int,
+    on: I64,
+    tables: EventTables,
+    launched: np.ndarray,
+    launch_start: I64,
+    launch_end: I64,
+) -> ClockCheck:
+    dev = tables.device
+    hit = on[launched[on]]
+    start = dev.start[hit]
+    lead = launch_start[hit] - start
+    before = lead > 0
+    inside = ~before & (start < launch_end[hit])
+    return ClockCheck(
+        device=device,
+        launched=len(hit),
+        before_launch=int(before.sum()),
+        lead_ns=int(lead[before].max()) if before.any() else 0,
+        inside_launch=int(inside.sum()),
+        queued_idle_ns=_queued_idle(tables, on, launched, launch_end),
+    )
+
+
+def _queued_idle(tables: EventTables, on: I64, launched: np.ndarray, launch_end: I64) -> int:
+    """The longest stretch the device ran nothing the trace shows while an op already
+    launched waited: before each busy stretch, from the later of the previous
+    stretch's end and the first op's launch, to the stretch's start."""
+    dev = tables.device
+    seg_s, seg_e, first = union(dev.start[on], dev.end[on])
+    if not len(seg_s):
+        return 0
+    idx = on[first]
+    known = launched[idx]
+    prev_end = np.concatenate(([np.iinfo(np.int64).min], seg_e[:-1]))
+    ready = np.maximum(prev_end, launch_end[idx])
+    gap = np.where(known, seg_s - ready, 0)
+    return int(max(0, gap.max()))
+
+
+#: A device idle this long with launched work waiting is not launch latency (microseconds).
+QUEUED_IDLE_NS = 1_000_000
+
+
+def work_notes(work: DeviceWork | None) -> list[Note]:
+    """What the numbers over the device's own timeline rest on."""
+    if work is None:
+        return []
+    notes: list[Note] = []
+    moved = work.on_device
+    if moved:
+        steps = len({s.step for s in work.steps})
+        after = max(s.after_ns for s in moved)
+        text = (
+            f"{len({s.step for s in moved})} of {steps} steps ran device work outside their"
+            f" host span (up to {human_time(after)} after it): their idle, utilization and"
+            " breakdown are measured over that work's own span on the device"
+        )
+        notes.append(Note("device-window", text, {"steps": len(moved), "after_ns": after}))
+    for c in work.clocks:
+        if c.disagree:
+            text = (
+                f"device {c.device}: {c.before_launch} of {c.launched} ops start before their"
+                f" launch call began (by up to {human_time(c.lead_ns)}): the host's and the"
+                " device's clocks disagree, so launch delays are unreliable and the device's"
+                " own timeline is used for its idle time"
+            )
+            data = {"device": c.device, "ops": c.before_launch, "lead_ns": c.lead_ns}
+            notes.append(Note("clocks-disagree", text, data))
+        if c.queued_idle_ns >= QUEUED_IDLE_NS:
+            text = (
+                f"device {c.device} shows nothing running for {human_time(c.queued_idle_ns)}"
+                " while work it had been launched waited: the host's and the device's clocks"
+                " disagree by about that much, or the device ran or waited on work this trace"
+                " does not show"
+            )
+            data = {"device": c.device, "queued_idle_ns": c.queued_idle_ns}
+            notes.append(Note("queued-idle", text, data))
+    return notes
