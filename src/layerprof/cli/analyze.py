@@ -70,12 +70,13 @@ def run(args: argparse.Namespace) -> int:
     """Analyze the trace(s) on the chosen executor, write the files, print the report."""
     from layerprof import sinks
     from layerprof.capture.progress import Progress
+    from layerprof.cli import inputfiles
     from layerprof.trace import analyze
     from layerprof.trace.executors import parse_executor
 
     pair = _pair(args)
     inputs = [pair[0], *(c.path for c in pair[1])] if pair else []
-    outputs.check_outputs(args, inputs=[args.trace, *inputs])
+    outputs.check_outputs(args, inputs=[*inputfiles.trace_inputs(args.trace), *inputs])
     executor = parse_executor(args.executor) if args.executor else None
     bar = Progress(enabled=sys.stderr.isatty() and not args.quiet, total=0, description="ranks")
     try:

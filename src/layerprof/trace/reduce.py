@@ -62,6 +62,7 @@ from layerprof.trace.ops import device_times
 from layerprof.trace.queue import queues
 from layerprof.trace.replay import graph_facts
 from layerprof.trace.steps import find_steps
+from layerprof.trace.stepwork import step_work, work_notes
 from layerprof.traceformat import LAYER_CATEGORY, STEP_SOURCE
 
 _MODULE_SOURCE = "nn.Module"
@@ -84,6 +85,7 @@ def reduce(
     links = link(tables, nesting)
     steps = find_steps(tables, nesting, whole_steps=whole_steps or marker is not None)
     windows = steps.windows(tables.extent())
+    work, per_device = step_work(tables, links, steps)
     has_device = tables.has_device
     modules, module_source = _modules(tables, header, nesting, links, steps)
     annotation_rows = tree(tables, nesting, links, steps, ANNOTATION)
@@ -120,22 +122,25 @@ def reduce(
         trace=TraceSections(
             source=source,
             steps=steps,
-            devices=device_use(tables, links, windows),
+            devices=device_use(tables, links, windows, per_device),
             kernels=kernels,
             kinds=kind_table(tables, kernels),
             memcpy=memcpy_table(tables),
             launches=launches(tables, links) if has_device else None,
             memory=memory_summary(tables, nesting),
             annotations=tuple(_annotation(r) for r in annotation_rows),
-            breakdown=breakdown(tables, nesting, steps),
+            breakdown=breakdown(tables, nesting, steps, per_device),
             communication=communication(tables, nesting, links, steps, header),
             queues=queues(tables, links) if has_device else None,
             memory_timeline=memory_timeline(tables, nesting, steps),
+            device_work=work,
         ),
         generation=trace_generation(tables, steps, samples) if samples else None,
         graph_replay=graphs,
     )
-    return profile.with_notes(*_notes(tables, steps, profile), *graph_notes, *other_ops_notes(ops))
+    return profile.with_notes(
+        *_notes(tables, steps, profile), *work_notes(work), *graph_notes, *other_ops_notes(ops)
+    )
 
 
 def peak_bytes(tables: EventTables, *, on_device: bool) -> dict[str, int]:
