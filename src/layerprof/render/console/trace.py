@@ -50,7 +50,8 @@ def print_devices(p: Profile, console: Console) -> None:
         )  # fmt: skip
     print_named_table(
         console,
-        "GPU time (busy = union of kernel/memcpy/memset; idle and utilization inside the steps)",
+        "GPU time (busy = union of kernel/memcpy/memset; idle and utilization inside the steps,"
+        " or their device work's own span where it ran outside them)",
         ["device", "busy ms", "window ms", "idle ms", "util", "kernel ms", "memcpy ms",
          "memset ms", "idle: host wait", "short gaps", "other"],
         rows,
