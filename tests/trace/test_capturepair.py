@@ -17,6 +17,7 @@ from layerprof.pivot.profile import Profile
 from layerprof.trace import analyze
 from layerprof.trace.capturepair import CaptureInput, analyze_pair, paired_captures, replay_in
 from tests.support.graph_traces import (
+    BASE_US,
     capture_events,
     replay_events,
     two_launch_replay,
@@ -206,3 +207,20 @@ def test_a_capture_no_graph_launch_replays_is_named(tmp_path: Path) -> None:
     p = _pair(tmp_path, replay_events(), capture_events(), other)
     unused = [n for n in p.notes if n.kind == "graph-capture-unused"]
     assert len(unused) == 1 and "capture1.json.gz" in unused[0].text
+
+
+def test_one_capture_file_holding_two_batch_sizes_gives_two_graphs(tmp_path: Path) -> None:
+    both = capture_events(batch=8) + capture_events(batch=16, base=BASE_US + 20_000, corr0=500)
+    p = _pair(tmp_path, replay_events(batch=16), both)
+    r = p.graph_replay
+    assert r is not None
+    assert (r.captures[0].graphs, r.captures[0].batches) == (2, (8, 16))
+    assert r.captures[0].launches == 28 and r.captures[0].batch is None
+    assert (r.graphs[0].matched, r.graphs[0].capture_batch) == (14, 16)
+    assert _device_self(p, "Decoder.Layer[1].MLP") == 100_000
+
+
+def test_a_capture_alone_counts_the_launches_that_never_ran(tmp_path: Path) -> None:
+    path = write_trace(tmp_path / "capture.json.gz", capture_events())
+    notes = {n.kind: n for n in analyze(path).ranks[0].notes}
+    assert notes["graph-capture"].data == {"captures": 1, "launches": 14}

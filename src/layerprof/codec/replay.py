@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from layerprof.codec.fields import Fields
+from layerprof.errors import ProfileFormatError
 from layerprof.pivot.sections.replay import CaptureFile, GraphMatch, GraphReplay, MissedKernel
 from layerprof.units import NS_PER_MS
 
@@ -27,6 +28,8 @@ def encode_replay(r: GraphReplay | None) -> dict[str, Any] | None:
                 "launches": c.launches,
                 "named": c.named,
                 "compiled_pieces": c.compiled_pieces,
+                "graphs": c.graphs,
+                "batches": list(c.batches),
             }
             for c in r.captures
         ],
@@ -36,6 +39,7 @@ def encode_replay(r: GraphReplay | None) -> dict[str, Any] | None:
                 "kernels": g.kernels,
                 "device_ms": g.device_ns / NS_PER_MS,
                 "capture": g.capture,
+                "capture_batch": g.capture_batch,
                 "batch_hint": g.batch_hint,
                 "matched": g.matched,
                 "matched_ms": g.matched_ns / NS_PER_MS,
@@ -63,6 +67,8 @@ def read_replay(f: Fields | None) -> GraphReplay | None:
                 launches=c.count("launches", 0),
                 named=c.flag("named", True),
                 compiled_pieces=c.count("compiled_pieces", 0),
+                graphs=c.count("graphs", 1),
+                batches=_batches(c),
             )
             for c in f.objects("captures")
         ),
@@ -72,6 +78,7 @@ def read_replay(f: Fields | None) -> GraphReplay | None:
                 kernels=g.count("kernels"),
                 device_ns=g.duration("device_ms"),
                 capture=g.opt_text("capture"),
+                capture_batch=g.opt_count("capture_batch"),
                 batch_hint=g.opt_count("batch_hint"),
                 matched=g.count("matched"),
                 matched_ns=g.duration("matched_ms"),
@@ -85,3 +92,10 @@ def read_replay(f: Fields | None) -> GraphReplay | None:
         outside_ops=f.count("outside_ops", 0),
         outside_ns=f.duration("outside_ms") if f.has("outside_ms") else 0,
     )
+
+
+def _batches(f: Fields) -> tuple[int, ...]:
+    values = f.items("batches")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+        raise ProfileFormatError(f"{f.where}.batches: expected a list of counts")
+    return tuple(values)

@@ -46,7 +46,11 @@ def replay_lines(r: GraphReplay) -> list[str]:
             " (launched one by one; not on the layers read from the capture)"
         )
     for c in r.captures:
-        what = [f"batch {c.batch}" if c.batch is not None else "batch unknown"]
+        if c.graphs > 1:
+            sizes = ", ".join(map(str, c.batches)) or "unknown"
+            what = [f"{c.graphs} graphs (batch {sizes})"]
+        else:
+            what = [f"batch {c.batch}" if c.batch is not None else "batch unknown"]
         if c.mode:
             what.append(f"mode {c.mode}")
         what.append(f"{c.launches} launches captured")
@@ -57,6 +61,8 @@ def replay_lines(r: GraphReplay) -> list[str]:
         lines.append(f"capture {c.file}: {', '.join(what)}")
     for i, g in enumerate(r.graphs, 1):
         read = f"read through {g.capture}" if g.capture else "matched no capture"
+        if g.capture and g.capture_batch is not None:
+            read += f" (batch {g.capture_batch})"
         hint = f", step batch {g.batch_hint}" if g.batch_hint is not None else ""
         lines.append(
             f"launch {i} ({g.call}{hint}): {g.matched} of {g.kernels} device ops paired,"

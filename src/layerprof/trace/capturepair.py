@@ -45,17 +45,18 @@ from layerprof.trace.ranks import merge
 from layerprof.trace.reader import TRACE_SUFFIXES, decode, read_trace_file
 from layerprof.trace.reduce import reduce
 from layerprof.trace.replay import (
-    CAPTURE_ANNOTATION,
     COPY_TOKEN,
     SET_TOKEN,
     UNNAMED_KERNEL,
     CapturedLaunches,
     GraphLaunch,
     align,
-    captured_launches,
+    captured_graphs,
     device_tokens,
     graph_launches,
 )
+from layerprof.trace.steps import STEP_NAME
+from layerprof.traceformat import STEP_PREFIX
 
 #: where an engine leaves its captures beside a replay, and the file naming them
 CAPTURE_FOLDER = "capture_traces"
@@ -124,29 +125,30 @@ class _Capture:
     input: CaptureInput
     tables: EventTables
     header: dict[str, Any]
-    launches: CapturedLaunches
+    graphs: tuple[CapturedLaunches, ...]  # one per capture window
     compiled: int
 
     @property
     def named(self) -> bool:
-        return UNNAMED_KERNEL not in self.launches.tokens
+        return all(UNNAMED_KERNEL not in g.tokens for g in self.graphs)
 
     @property
-    def batch(self) -> int | None:
-        return self.input.batch if self.input.batch is not None else _annotated(self.tables)[0]
+    def launches(self) -> int:
+        return sum(len(g.rows) for g in self.graphs)
+
+    def batch(self, g: CapturedLaunches) -> int | None:
+        """A window's batch: its own annotation's, else the engine's for a one-graph file."""
+        if g.batch is not None:
+            return g.batch
+        return self.input.batch if len(self.graphs) == 1 else None
+
+    @property
+    def batches(self) -> tuple[int | None, ...]:
+        return tuple(self.batch(g) for g in self.graphs)
 
     @property
     def mode(self) -> str:
-        return self.input.mode or _annotated(self.tables)[1]
-
-
-def _annotated(tables: EventTables) -> tuple[int | None, str]:
-    """The batch and mode of a ``capture_{batch}_{mode}`` annotation, if the engine wrote one."""
-    for n in np.unique(tables.host.name[tables.host.kind == ANNOTATION]).tolist():
-        found = CAPTURE_ANNOTATION.match(tables.names[n])
-        if found:
-            return int(found.group(1)), found.group(2)
-    return None, ""
+        return self.input.mode or next((g.mode for g in self.graphs if g.mode), "")
 
 
 def read_capture(source: CaptureInput, *, max_input_size: int | None = None) -> _Capture:
@@ -168,8 +170,8 @@ def read_capture(source: CaptureInput, *, max_input_size: int | None = None) -> 
     del data
     tables = collector.finish()
     cleaned = {c: _clean(n) for c, n in kernels.items()}
-    launches = captured_launches(tables, cleaned)
-    if not len(launches.rows):
+    graphs = tuple(captured_graphs(tables, cleaned))
+    if not any(len(g.rows) for g in graphs):
         raise TraceError(
             f"{source.path}: no launches recorded while capturing a graph"
             " (not a capture trace, or cut off before the capture began)"
@@ -179,7 +181,7 @@ def read_capture(source: CaptureInput, *, max_input_size: int | None = None) -> 
         for n in tables.host.name[tables.host.kind == ANNOTATION].tolist()
         if tables.names[n].startswith(COMPILED_PIECE)
     )
-    return _Capture(source, tables, header, launches, compiled)
+    return _Capture(source, tables, header, graphs, compiled)
 
 
 def _clean(name: str) -> str:
@@ -191,6 +193,7 @@ def _clean(name: str) -> str:
 class _Pairing:
     graph: GraphLaunch
     capture: int | None  # index into the captures
+    window: int  # index into that capture's graphs
     pairs: list[tuple[int, int]]  # (index into graph.ops, index into captured launches)
     best: tuple[str, int] | None  # the best capture and its pairs, when none was taken
     tied: tuple[str, ...]  # other captures that matched as well (batch unknown)
@@ -204,22 +207,34 @@ def _tokens(replayed: list[str], capture: _Capture) -> list[str]:
 
 
 def _pair(tables: EventTables, graph: GraphLaunch, captures: list[_Capture]) -> _Pairing:
-    """The capture this graph launch replays: most device ops paired, a batch that agrees
-    with the step's first; none when fewer than ``MIN_MATCHED`` of its ops pair."""
+    """The captured graph this launch replays: among those pairing at least ``MIN_MATCHED``
+    of its device ops, one whose batch is the step's first, then the most pairs."""
     replayed = device_tokens(tables, graph.ops)
+    need = MIN_MATCHED * max(len(replayed), 1)
     scored = []
+    order = 0
     for i, c in enumerate(captures):
-        pairs = align(_tokens(replayed, c), c.launches.tokens)
-        enough = len(pairs) >= MIN_MATCHED * max(len(replayed), 1)
-        scored.append(
-            (enough and graph.hint is not None and c.batch == graph.hint, len(pairs), -i, pairs)
-        )
+        tokens = _tokens(replayed, c)
+        for w, g in enumerate(c.graphs):
+            pairs = align(tokens, g.tokens)
+            agrees = len(pairs) >= need and graph.hint is not None and c.batch(g) == graph.hint
+            scored.append((agrees, len(pairs), -order, i, w, pairs))
+            order += 1
     scored.sort(key=lambda s: s[:3], reverse=True)
-    agrees, count, neg, pairs = scored[0]
-    if count < MIN_MATCHED * max(len(replayed), 1) or not count:
-        return _Pairing(graph, None, [], (captures[-neg].input.path, count), ())
-    tied = tuple(captures[-n].input.path for a, k, n, _ in scored[1:] if (a, k) == (agrees, count))
-    return _Pairing(graph, -neg, pairs, None, tied)
+    agrees, count, _, i, w, pairs = scored[0]
+    if count < need or not count:
+        return _Pairing(graph, None, 0, [], (captures[i].input.path, count), ())
+    tied = tuple(
+        _label(captures[x], y) for a, k, _, x, y, _ in scored[1:] if (a, k) == (agrees, count)
+    )
+    return _Pairing(graph, i, w, pairs, None, tied)
+
+
+def _label(c: _Capture, window: int) -> str:
+    """A captured graph's name in notes: its file, and its batch where the file has several."""
+    if len(c.graphs) == 1:
+        return c.input.path
+    return f"{c.input.path} (graph {window + 1}, batch {c.batch(c.graphs[window])})"
 
 
 def analyze_pair(
@@ -251,7 +266,9 @@ def analyze_pair(
     replay_profile = analyze_file(trace, 0, group_by_shape=group_by_shape, file=name)
     used = sorted({p.capture for p in pairings if p.capture is not None})
     merged_tables, header = _merged(trace.tables, [read[i] for i in used], pairings, used)
-    merged = reduce(merged_tables, header, rank=0, file=name, group_by_shape=group_by_shape)
+    merged = reduce(
+        merged_tables, header, rank=0, file=name, group_by_shape=group_by_shape, whole_steps=True
+    )
     section = _section(trace.tables, read, pairings)
     profile = replace(
         replay_profile,
@@ -274,7 +291,7 @@ def _merged(
     host, names, shapes, threads, offsets = _host(captures)
     name_ids = {n: i for i, n in enumerate(names)}
     extra: list[str] = []
-    host = _pieces_as_modules(host, names, name_ids, extra)
+    host = _one_step(_pieces_as_modules(host, names, name_ids, extra), names, name_ids, extra)
     rows: list[np.ndarray] = []
     corrs: list[np.ndarray] = []
     slot = {c: k for k, c in enumerate(used)}
@@ -283,7 +300,7 @@ def _merged(
         corr = np.full(len(ops), -1, dtype=np.int64)
         if p.capture is not None and p.pairs:
             k = slot[p.capture]
-            launch_rows = captures[k].launches.rows
+            launch_rows = captures[k].graphs[p.window].rows
             got, at = (np.asarray(x, dtype=np.int64) for x in zip(*p.pairs, strict=True))
             corr[got] = captures[k].tables.host.ref[launch_rows[at]] + offsets[k]
         rows.append(ops)
@@ -351,6 +368,33 @@ def _pieces_as_modules(
         name[r] = i
         kind[r] = MODULE
     return replace(host, kind=kind, name=name)
+
+
+def _one_step(
+    host: HostSpans, names: tuple[str, ...], name_ids: dict[str, int], extra: list[str]
+) -> HostSpans:
+    """The host spans as one step: the capture's own ``ProfilerStep#N`` spans left out,
+    one around everything added on the modules' thread. The capture's steps are not
+    the replay's, so each layer's numbers are the whole replay's (summed over its
+    launches), never a median over capture windows of which one was replayed."""
+    step_ids = [i for i, n in enumerate(names) if STEP_NAME.match(n)]
+    keep = ~((host.kind == ANNOTATION) & np.isin(host.name, step_ids))
+    modules = np.flatnonzero(host.kind == MODULE)
+    thread = int(host.thread[modules[0]]) if len(modules) else int(host.thread[0])
+    text = f"{STEP_PREFIX}0"
+    name = name_ids.get(text)
+    if name is None:
+        name = name_ids[text] = len(names) + len(extra)
+        extra.append(text)
+    start = int(host.start.min())
+    step = (ANNOTATION, thread, start, int(host.end.max()) - start, name, -1, -1, -1)
+    cols = ("kind", "thread", "start", "dur", "name", "ref", "shape", "seq")
+    return HostSpans(
+        *(
+            np.concatenate([np.asarray([v], dtype=getattr(host, c).dtype), getattr(host, c)[keep]])
+            for c, v in zip(cols, step, strict=True)
+        )
+    )
 
 
 def _host(
@@ -424,6 +468,9 @@ def _section(
                 kernels=len(ops),
                 device_ns=int(dev.dur[ops].sum()),
                 capture=None if p.capture is None else captures[p.capture].input.path,
+                capture_batch=None
+                if p.capture is None
+                else captures[p.capture].batch(captures[p.capture].graphs[p.window]),
                 batch_hint=p.graph.hint,
                 matched=int(paired.sum()),
                 matched_ns=int(dev.dur[ops[paired]].sum()),
@@ -434,7 +481,16 @@ def _section(
         outside[p.graph.ops] = False
     return GraphReplay(
         captures=tuple(
-            CaptureFile(c.input.path, c.batch, c.mode, len(c.launches.rows), c.named, c.compiled)
+            CaptureFile(
+                c.input.path,
+                _one_batch(c.batches),
+                c.mode,
+                c.launches,
+                c.named,
+                c.compiled,
+                graphs=len(c.graphs),
+                batches=tuple(b for b in c.batches if b is not None),
+            )
             for c in captures
         ),
         graphs=tuple(graphs),
@@ -445,6 +501,10 @@ def _section(
         outside_ops=int(outside.sum()),
         outside_ns=int(dev.dur[outside].sum()),
     )
+
+
+def _one_batch(batches: tuple[int | None, ...]) -> int | None:
+    return batches[0] if len(set(batches)) == 1 else None
 
 
 def _notes(section: GraphReplay, captures: list[_Capture], pairings: list[_Pairing]) -> list[Note]:
@@ -491,7 +551,7 @@ def _notes(section: GraphReplay, captures: list[_Capture], pairings: list[_Pairi
                 Note(
                     "graph-replay-ambiguous",
                     f"graph launch {i + 1} matches {', '.join(p.tied)} as well as the capture"
-                    f" read ({captures[p.capture].input.path if p.capture is not None else '?'}):"
+                    f" read ({_label(captures[p.capture], p.window) if p.capture is not None else '?'}):"
                     " no step annotation names its batch; pass the right one with --capture",
                     {"launch": i + 1},
                 )

@@ -99,55 +99,79 @@ def device_tokens(tables: EventTables, ops: I64) -> list[str]:
 
 @dataclass(frozen=True)
 class CapturedLaunches:
-    """The launches a capture trace recorded into its graph(s), in call order."""
+    """The launches one capture window recorded into its graph, in call order."""
 
     rows: I64  # host rows of the launch calls
     tokens: tuple[str, ...]  # what each launched (see device_tokens)
-    windows: int  # begin..end capture pairs found (0: none recorded)
+    windows: int  # begin..end capture pairs this covers (0: none recorded, the whole trace)
+    batch: int | None = None  # from a ``capture_{batch}_{mode}`` annotation around it
+    mode: str = ""
 
 
 def captured_launches(tables: EventTables, kernels: dict[int, str]) -> CapturedLaunches:
-    """The launch calls inside the capture windows (``*StreamBeginCapture`` to
-    ``*StreamEndCapture``; without them, the whole trace) whose work never ran: a launch
-    with a device op of its own ran before or after capturing. ``kernels`` maps a launch
-    call's correlation id to the kernel its ``args.kernel`` names."""
+    """Every capture window's launches as one sequence (what a capture alone reports)."""
+    graphs = captured_graphs(tables, kernels)
+    rows = np.concatenate([g.rows for g in graphs]) if graphs else np.zeros(0, dtype=np.int64)
+    tokens = tuple(t for g in graphs for t in g.tokens)
+    return CapturedLaunches(rows, tokens, sum(g.windows for g in graphs))
+
+
+def captured_graphs(tables: EventTables, kernels: dict[int, str]) -> list[CapturedLaunches]:
+    """One graph per capture window (``*StreamBeginCapture`` to ``*StreamEndCapture``;
+    without them, the whole trace is one): the launch calls inside it whose work never
+    ran (a launch with a device op of its own ran before or after capturing), in call
+    order. ``kernels`` maps a launch call's correlation id to the kernel its
+    ``args.kernel`` names. An engine capturing several batch sizes in one trace gives
+    one graph each, told apart by its ``capture_{batch}_{mode}`` annotation."""
     host, names = tables.host, tables.names
     runtime = np.flatnonzero(host.kind == RUNTIME)
     call_names = [names[int(n)] for n in host.name[runtime].tolist()]
-    begins = [
-        int(host.start[r])
-        for r, n in zip(runtime.tolist(), call_names, strict=True)
+    rows_list = runtime.tolist()
+    begins = sorted(
+        int(host.start[r]) for r, n in zip(rows_list, call_names, strict=True)
         if _BEGIN_CAPTURE.match(n)
-    ]
-    ends = [
-        int(host.end[r])
-        for r, n in zip(runtime.tolist(), call_names, strict=True)
+    )  # fmt: skip
+    ends = sorted(
+        int(host.end[r]) for r, n in zip(rows_list, call_names, strict=True)
         if _END_CAPTURE.match(n)
-    ]
-    inside = np.ones(len(runtime), dtype=bool)
-    if begins:
-        inside[:] = False
-        starts = host.start[runtime]
-        for lo in begins:
-            hi = min((e for e in ends if e >= lo), default=int(host.end.max()))
-            inside |= (starts >= lo) & (starts <= hi)
+    )  # fmt: skip
+    last = int(host.end.max()) if len(host) else 0
+    windows = [(lo, min((e for e in ends if e >= lo), default=last)) for lo in begins]
+    if not windows:
+        windows = [(int(host.start.min()) if len(host) else 0, last)]
     ran = set(tables.device.corr.tolist())
-    rows: list[int] = []
-    tokens: list[str] = []
-    for r, name, keep in zip(runtime.tolist(), call_names, inside.tolist(), strict=True):
-        corr = int(host.ref[r])
-        if not keep or corr in ran:
-            continue
-        token = kernels.get(corr) or _call_token(name)
-        if token is not None:
-            rows.append(r)
-            tokens.append(token)
-    order = np.argsort(host.start[np.asarray(rows, dtype=np.int64)], kind="stable")
-    return CapturedLaunches(
-        rows=np.asarray(rows, dtype=np.int64)[order],
-        tokens=tuple(tokens[i] for i in order.tolist()),
-        windows=len(begins),
-    )
+    starts = host.start[runtime].tolist()
+    out = []
+    for lo, hi in windows:
+        picked = [
+            (start, r, kernels.get(int(host.ref[r])) or _call_token(name))
+            for r, name, start in zip(rows_list, call_names, starts, strict=True)
+            if lo <= start <= hi and int(host.ref[r]) not in ran
+        ]
+        picked = sorted((p for p in picked if p[2] is not None), key=lambda p: p[0])
+        batch, mode = _window_label(tables, lo)
+        out.append(
+            CapturedLaunches(
+                rows=np.asarray([p[1] for p in picked], dtype=np.int64),
+                tokens=tuple(str(p[2]) for p in picked),
+                windows=1 if begins else 0,
+                batch=batch,
+                mode=mode,
+            )
+        )
+    return [g for g in out if len(g.rows)] or out[:1]
+
+
+def _window_label(tables: EventTables, at: int) -> tuple[int | None, str]:
+    """The batch and mode of the innermost ``capture_{batch}_{mode}`` annotation
+    enclosing time ``at``, if the engine wrote one."""
+    host = tables.host
+    around = np.flatnonzero((host.kind == ANNOTATION) & (host.start <= at) & (host.end >= at))
+    for i in sorted(around.tolist(), key=lambda i: -int(host.start[i])):
+        found = CAPTURE_ANNOTATION.match(tables.names[int(host.name[i])])
+        if found:
+            return int(found.group(1)), found.group(2)
+    return None, ""
 
 
 def _call_token(name: str) -> str | None:
@@ -189,7 +213,7 @@ def replay_section(
     return GraphReplay(
         captures=(),
         graphs=tuple(
-            GraphMatch(g.call, len(g.ops), int(dev.dur[g.ops].sum()), None, g.hint, 0, 0)
+            GraphMatch(g.call, len(g.ops), int(dev.dur[g.ops].sum()), None, None, g.hint, 0, 0)
             for g in launches
         ),
         missed=(),
@@ -232,6 +256,7 @@ __all__ = [
     "GraphLaunch",
     "align",
     "capture_notes",
+    "captured_graphs",
     "captured_launches",
     "device_tokens",
     "graph_facts",

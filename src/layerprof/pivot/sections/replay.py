@@ -20,6 +20,8 @@ class CaptureFile:
     launches: int  # launches recorded into its graph (kernels, copies, fills)
     named: bool  # its launch calls name their kernels (else matched by position only)
     compiled_pieces: int  # "## Call CompiledFxGraph" spans: compiled code, no layers inside
+    graphs: int = 1  # capture windows in the file (an engine may capture each batch size)
+    batches: tuple[int, ...] = ()  # each window's batch, where known
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,7 @@ class GraphMatch:
     kernels: int  # device ops it replayed
     device_ns: int  # their summed durations
     capture: str | None  # the capture file it was matched to, None: none matched
+    capture_batch: int | None  # the batch of the captured graph it was read through
     batch_hint: int | None  # the batch its step annotation names, if any
     matched: int  # device ops paired with a captured launch
     matched_ns: int
