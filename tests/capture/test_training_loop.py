@@ -452,7 +452,8 @@ def spin_loop(scale: int, steps: int = 12) -> tuple[Profile, list[dict[str, int]
 def measured(prof: Profile) -> dict[str, tuple[int, ...]]:
     loop = prof.loop
     assert loop is not None
-    out: dict[str, tuple[int, ...]] = {p: loop.part(p) for p in STEP_PARTS}
+    assert not any(loop.part("closure"))  # no opt.step(closure) here
+    out: dict[str, tuple[int, ...]] = {p: loop.part(p) for p in STEP_PARTS if p != "closure"}
     for path in ("0", "1"):
         layer = loop.layer(path)
         assert layer is not None and layer.backward_total_ns is not None
