@@ -97,6 +97,37 @@ def test_an_older_file_is_migrated_once_in_one_transaction(
     conn.close()
 
 
+def test_a_file_another_process_is_creating_is_read_in_one_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Six processes adding to one new file at once: one read its application_id before
+    another's creation committed and its user_version after, and refused the file as
+    foreign (2 of 90 in a stress run). The two reads (and the table count) are one
+    read transaction now; here the other writer commits between them."""
+    path = tmp_path / "h.db"
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("PRAGMA journal_mode=WAL")
+    other.execute("BEGIN IMMEDIATE")
+    store_module._create(other)
+    other.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    other.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    reads: list[int] = []
+
+    def racing(conn: sqlite3.Connection) -> tuple[int, int]:
+        app = conn.execute("PRAGMA application_id").fetchone()[0]
+        if not reads:
+            other.execute("COMMIT")  # the other process, between our two reads
+        reads.append(app)
+        return int(app), int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+    monkeypatch.setattr(store_module, "_identity", racing)
+    with HistoryStore(path, create=True) as store:
+        store.add(entries(Shape(runs=1), 0))
+        assert len(store.runs()) == 1
+    assert reads[0] == 0  # it did read before the other's commit
+    other.close()
+
+
 def test_a_newer_file_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "h.db"
     HistoryStore(path, create=True).close()

@@ -383,11 +383,17 @@ def _check_header(path: Path, *, create: bool) -> None:
 
 def _upgrade(conn: sqlite3.Connection, path: Path) -> None:
     """Check the file's identity and version; migrate it to ``SCHEMA_VERSION``."""
-    app, version = _identity(conn)
-    if app == APPLICATION_ID and version == SCHEMA_VERSION:
-        _settings(conn)
-        return
-    _check_identity(conn, path, app, version)
+    conn.execute("BEGIN")  # one read: another process may be creating the file meanwhile
+    try:
+        app, version = _identity(conn)
+        if app == APPLICATION_ID and version == SCHEMA_VERSION:
+            conn.execute("COMMIT")
+            _settings(conn)
+            return
+        _check_identity(conn, path, app, version)  # before changing a foreign file's journal
+    finally:
+        if conn.in_transaction:
+            conn.execute("COMMIT")
     if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
         conn.execute("PRAGMA journal_mode=WAL")  # persistent: set once, outside a transaction
     conn.execute("BEGIN IMMEDIATE")
