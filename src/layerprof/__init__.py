@@ -123,7 +123,9 @@ def profile(
     new tokens instead (a Hugging Face causal LM; the prompt is the first input):
     time to first token, inter-token latency, prefill and decode tokens/s, each
     layer's time in prefill and in decode, the KV cache (``Profile.generation``);
-    ``warmup`` and ``iters`` count whole generates.
+    ``warmup`` and ``iters`` count whole generates; ``threads``, ``inference_mode``,
+    ``correct_overhead``, ``peak``, ``device`` and ``dtype`` apply as to a forward, and
+    ``ops``, ``backward``, ``compile``, ``eval=False`` and ``grad=True`` are refused.
 
     ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:1"``) and ``dtype`` (a floating
     dtype: ``torch.bfloat16`` or ``"bfloat16"``) run the model and its inputs
@@ -145,12 +147,6 @@ def profile(
     from layerprof.capture.runner import profile_model
 
     model, args, kwargs, dev, dtype_name = placed(model, args, kwargs or {}, device, dtype)
-    if generate is not None:
-        from layerprof.capture.generate import profile_generate
-
-        return profile_generate(
-            model, args, kwargs, generate, warmup=warmup, iters=iters, threads=threads
-        )
     options = run_options(
         warmup=warmup,
         iters=iters,
@@ -168,6 +164,16 @@ def profile(
         peak=peak,
         compile=compile,
     )
+    if generate is not None:  # checked as a forward's options are, and none ignored
+        from layerprof.capture.generate import profile_generate
+        from layerprof.capture.options import check_generate
+
+        check_generate(options, cli=False)
+        return profile_generate(
+            model, args, kwargs, generate, warmup=options.warmup, iters=options.iters,
+            threads=options.threads, inference_mode=options.inference_mode,
+            correct=options.correct_overhead, peak=options.peak,
+        )  # fmt: skip
     return profile_model(model, args, kwargs, options)
 
 

@@ -202,7 +202,7 @@ def test_run_generate_from_the_command_line(
     assert doc["generation"]["new_tokens"] == 4 and doc["generation"]["generates"] == 2
     code = main(["run", "--arch", "tests.support.cli_models:tiny_gpt2", "--input",
                  "1x8:int64[0,64)", "--generate", "4", "--ops"])  # fmt: skip
-    assert code == 2 and "--generate does not go with --ops yet" in capsys.readouterr().err
+    assert code == 2 and "--generate does not go with --ops" in capsys.readouterr().err
 
 
 # ---- the Recorder around the user's own generate() or decode loop ----------------------

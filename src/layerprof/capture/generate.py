@@ -14,23 +14,24 @@ split by phase.
 from __future__ import annotations
 
 import itertools
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from layerprof.errors import UsageError
-from layerprof.load.limits import threads_problem
-from layerprof.pivot.notes import Note
-from layerprof.pivot.profile import Profile
-from layerprof.pivot.sections.flops import Peak
-
-if TYPE_CHECKING:
-    from layerprof.capture.memory.allocator import MemoryCounter
+from layerprof.capture.calls import guarded
 from layerprof.capture.flops.counter import count_flops
 from layerprof.capture.flops.peaks import device_peak
 from layerprof.capture.memory.allocator import CudaMemory
+from layerprof.capture.options import GivenPeak, RunOptions
 from layerprof.capture.platform.device import device_of
+from layerprof.capture.platform.hostload import host_load
+from layerprof.errors import UsageError
+from layerprof.pivot.notes import Note
+from layerprof.pivot.profile import Profile
+from layerprof.pivot.records import LayerSamples
+from layerprof.pivot.sections.flops import Peak
 from layerprof.pivot.sections.generation import (
     DECODE,
     ENCODE,
@@ -42,6 +43,10 @@ from layerprof.pivot.sections.generation import (
 )
 from layerprof.stats import Series
 
+if TYPE_CHECKING:
+    from layerprof.capture.memory.allocator import MemoryCounter
+    from layerprof.capture.recording.recorder import Recorder
+
 #: Generates the per-layer pass runs (each one gives one prefill and N - 1 decode steps).
 LAYER_GENERATES = 3
 
@@ -49,13 +54,18 @@ LAYER_GENERATES = 3
 def profile_generate(
     model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], new_tokens: int, *,
     warmup: int, iters: int, threads: int | None = None, counter: MemoryCounter | None = None,
+    inference_mode: bool = True, correct: bool = True, peak: GivenPeak | None = None,
+    model_name: str | None = None,
 ) -> Profile:  # fmt: skip
     """``model.generate(*args, **kwargs)`` of exactly ``new_tokens`` greedy tokens, with
     ``threads`` CPU threads (None: torch's own; restored after).
 
     ``counter`` is the allocator's (by default CUDA's on a CUDA model, none on CPU):
     one more generate reads its peak at the first token and at the end, for the
-    memory each phase holds above the start (``Generation.peak_bytes``)."""
+    memory each phase holds above the start (``Generation.peak_bytes``).
+    ``inference_mode=False`` runs under ``torch.no_grad()`` instead; ``correct=False``
+    leaves the hooks' calibrated cost in the per-layer times; ``peak`` (``--peak``) is
+    the device's peak for the phases' roofline. A model's own error names its layer."""
     import torch
 
     device = device_of(model)
@@ -70,24 +80,28 @@ def profile_generate(
         )
     if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 1:
         raise UsageError(f"generate={new_tokens!r}: the number of new tokens must be >= 1")
-    if threads is not None and (problem := threads_problem(threads)) is not None:
-        raise UsageError(f"threads: {problem}")  # as RunOptions refuses it: torch would crash
+    # the counts and the thread number checked as RunOptions checks them (one line each)
+    checked = RunOptions(warmup=warmup, iters=iters, threads=threads)
+    warmup, iters = checked.warmup, checked.iters
     prompt = _prompt(args, kwargs)
     batch, prompt_tokens = int(prompt.shape[0]), int(prompt.shape[-1])  # a 2-d tensor
+    check_positions(model, new_tokens, prompt_tokens)
     was_training, before = model.training, torch.get_num_threads()
     model.eval()
     if threads is not None:
         torch.set_num_threads(threads)
+    used_threads = torch.get_num_threads()
+    grad_mode = torch.inference_mode() if inference_mode else torch.no_grad()
     try:
-        with torch.inference_mode():
+        with grad_mode:
             for _ in range(warmup):
-                _generate(model, args, kwargs, new_tokens, None)
+                _guarded_generate(model, args, kwargs, new_tokens, None)
             ttft, itl, whole = [], [], []
             out = None
-            for _ in range(max(iters, 1)):
+            for _ in range(iters):
                 stamps: list[int] = []
                 t0 = time.perf_counter_ns()
-                out = _generate(model, args, kwargs, new_tokens, stamps)
+                out = _guarded_generate(model, args, kwargs, new_tokens, stamps)
                 t1 = time.perf_counter_ns()
                 if len(stamps) != new_tokens:
                     raise UsageError(
@@ -97,8 +111,10 @@ def profile_generate(
                 ttft.append(stamps[0] - t0)
                 itl += [b - a for a, b in itertools.pairwise(stamps)]
                 whole.append(t1 - t0)
-            recorded, phases = _layer_pass(model, args, kwargs, new_tokens, batch, prompt_tokens)
-            phases, peak = _with_work(model, args, kwargs, phases)
+            recorded, phases = _layer_pass(
+                model, args, kwargs, new_tokens, batch, prompt_tokens, correct
+            )
+            phases, found_peak = _with_work(model, args, kwargs, phases, peak)
             peaks = (
                 _phase_peaks(model, args, kwargs, new_tokens, counter)
                 if counter is not None
@@ -117,19 +133,90 @@ def profile_generate(
         generate_ns=Series(whole),
         phases=phases,
         kv_cache=_kv_cache(out),
-        peak=peak,
+        peak=found_peak,
         peak_bytes=peaks,
     )
+    recorded, per = _per_generate(recorded, LAYER_GENERATES)
     note = Note(
         "generation-phases",
-        f"the layer table is over every forward of {LAYER_GENERATES} generates (prefill and"
-        " decode together); the generation section has each phase apart",
+        f"the layer table is per generate (a layer's calls and times summed over {per}"
+        f" forwards: the prefill and decode together), median over {LAYER_GENERATES}"
+        " generates; the generation section has each phase per forward"
+        if per is not None
+        else f"the layer table is over every forward of {LAYER_GENERATES} generates"
+        " (prefill and decode together); the generation section has each phase apart",
     )
     meta = replace(
         recorded.meta, source="layerprof.generate", warmup=warmup, iters=len(whole),
         inputs=(f"input_ids: {batch}x{prompt_tokens}", f"generate {new_tokens} new tokens"),
+        model=model_name or recorded.meta.model, dtype=_dtype_of(model), threads=used_threads,
+        host=socket.gethostname(), mode="eval", grad=False,
+        extra={**recorded.meta.extra, **host_load()},
     )  # fmt: skip
     return replace(recorded, meta=meta, generation=generation, notes=(*recorded.notes, note))
+
+
+def check_positions(model: Any, new_tokens: int, prompt_tokens: int) -> None:
+    """A generate longer than the model's position table, refused in one line before it
+    runs: past it a learned table raises IndexError and a rotary model runs on (slowly,
+    far outside what it was trained for). An encoder-decoder's prompt is the encoder's;
+    its decoder takes a start token and the new ones."""
+    config = getattr(model, "config", None)
+    limit = getattr(config, "max_position_embeddings", None)
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        return  # no table to run past (T5's relative positions)
+    if getattr(config, "is_encoder_decoder", False):
+        need, room = max(prompt_tokens, new_tokens + 1), limit - 1
+        what = f"a {prompt_tokens}-token prompt and a decoder of {new_tokens + 1} tokens"
+    else:
+        need, room = prompt_tokens + new_tokens, limit - prompt_tokens
+        what = f"a {prompt_tokens}-token prompt and {new_tokens} new tokens"
+    if need > limit:
+        raise UsageError(
+            f"generate={new_tokens}: {what} need {need} positions, more than the model's"
+            f" max_position_embeddings ({limit})",
+            hint=f"generate at most {max(room, 0)} new tokens after this prompt",
+        )
+
+
+def _per_generate(recorded: Profile, generates: int) -> tuple[Profile, int | None]:
+    """The per-layer pass's samples summed per generate (each generate runs the same
+    forwards: exactly N tokens, an encoder once), so that a layer's calls count whole
+    calls per generate: per outermost call, an encoder-decoder's encoder run apart read
+    as an iteration of its own, and the model's root showed 0.97 calls. Unchanged (None)
+    when the iterations do not split evenly."""
+    import numpy as np
+
+    samples = recorded.samples
+    lengths = {len(s.total_ns.values) for s in samples.values() if s.total_ns.values is not None}
+    if len(lengths) != 1 or not generates:
+        return recorded, None
+    (iterations,) = lengths
+    per = iterations // generates
+    if per < 1 or per * generates != iterations:
+        return recorded, None
+
+    def summed(series: Any) -> Any:
+        if series is None or series.values is None:
+            return None
+        return np.asarray(series.values, dtype=np.int64).reshape(generates, per).sum(axis=1)
+
+    out = {}
+    for path, s in samples.items():
+        if s.total_ns.values is None or s.self_ns.values is None:
+            return recorded, None
+        out[path] = LayerSamples(
+            summed(s.total_ns), summed(s.self_ns), s.calls * per, s.calls_vary,
+            summed(s.device_total_ns), summed(s.device_self_ns),
+            summed(s.backward_total_ns), summed(s.backward_self_ns),
+        )  # fmt: skip
+    overhead = recorded.overhead
+    if overhead is not None:  # calls per forward of the model (encoder calls included)
+        forwards = max(round(recorded.samples[""].calls * iterations), 1) if "" in samples else None
+        if forwards:
+            calls = sum(s.calls for s in samples.values()) * iterations
+            overhead = replace(overhead, calls_per_forward=calls / forwards)
+    return replace(recorded, samples=out, overhead=overhead), per
 
 
 def _prompt(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:  # a 2-d token tensor
@@ -159,12 +246,34 @@ def _phase_peaks(
             first.append(counter.peak() - base)
             counter.reset_peak()
 
-    _generate(model, args, kwargs, n, None, at_token)
+    guarded(lambda: _generate(model, args, kwargs, n, None, at_token), model)
     decode = counter.peak() - base
     if not first:
         return ()
     out = [(PREFILL, max(first[0], 0))]
     return (*out, (DECODE, max(decode, 0))) if n > 1 else tuple(out)
+
+
+def _guarded_generate(
+    model: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    n: int,
+    stamps: list[int] | None,
+    rec: Recorder | None = None,
+) -> Any:
+    """``_generate``; a model's own error is one line naming the layer it raised in (as a
+    forward's is), not an internal error."""
+    return guarded(lambda: _generate(model, args, kwargs, n, stamps), model, rec)
+
+
+def _pad_token(eos: Any) -> int:
+    """A pad token for a model that has none: its end-of-sequence token, the first of
+    several (Llama 3 lists two), else 0. Any id will do: greedy and unpadded, the
+    generate never pads."""
+    if isinstance(eos, (list, tuple)):
+        eos = eos[0] if eos else None
+    return eos if isinstance(eos, int) and not isinstance(eos, bool) and eos >= 0 else 0
 
 
 def _generate(
@@ -193,13 +302,14 @@ def _generate(
     }  # fmt: skip
     config = getattr(model, "generation_config", None)
     if config is not None and getattr(config, "pad_token_id", None) is None:
-        options["pad_token_id"] = getattr(config, "eos_token_id", None) or 0
+        options["pad_token_id"] = _pad_token(getattr(config, "eos_token_id", None))
     return model.generate(*args, **{**kwargs, **options})
 
 
 def _layer_pass(
-    model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], n: int, batch: int, prompt: int
-) -> tuple[Profile, tuple[Phase, ...]]:
+    model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], n: int, batch: int, prompt: int,
+    correct: bool,
+) -> tuple[Profile, tuple[Phase, ...]]:  # fmt: skip
     """A few generates under the Recorder, each forward tagged (phase, context position)."""
     from layerprof.capture.recording.recorder import Recorder
 
@@ -220,10 +330,10 @@ def _layer_pass(
         with Recorder(model) as rec:
             for _ in range(LAYER_GENERATES):
                 seen[0] = 0
-                _generate(model, args, kwargs, n, None)
+                _guarded_generate(model, args, kwargs, n, None, rec)
     finally:
         handle.remove()
-    profile = rec.profile()
+    profile = rec.profile(correct=correct)
     of_model, iterations = rec.model_forwards()
     encoder_decoder = bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False))
     return profile, _phases(
@@ -251,18 +361,17 @@ def _phases(
 
 
 def _with_work(
-    model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], phases: tuple[Phase, ...]
-) -> tuple[tuple[Phase, ...], Peak | None]:
+    model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], phases: tuple[Phase, ...],
+    given: GivenPeak | None,
+) -> tuple[tuple[Phase, ...], Peak | None]:  # fmt: skip
     """Each phase's layers with the FLOPs and bytes of one forward of that phase, counted
     (``layerprof.capture.flops``) over a generate of one new token (the prefill alone)
     and one of two (a prefill and one decode step: the decode's work is the difference),
     and the device's peak for the roofline."""
     import torch
 
-    from layerprof.capture.runner import _dtype_of
-
     def generates(n: int) -> Callable[[], Any]:
-        return lambda: _generate(model, args, kwargs, n, None)
+        return lambda: _guarded_generate(model, args, kwargs, n, None)
 
     one, two = (count_flops(model, generates(n)) for n in (1, 2))
     work = {
@@ -282,7 +391,7 @@ def _with_work(
             for x in phase.layers
         )
         out.append(replace(phase, layers=layers))
-    peak = device_peak(device_of(model), _dtype_of(model), torch.get_num_threads())
+    peak = device_peak(device_of(model), _dtype_of(model), torch.get_num_threads(), given=given)
     return tuple(out), peak
 
 
@@ -318,3 +427,11 @@ def _layer_bytes(cache: Any) -> list[int] | None:
             return None
         sizes.append(int(keys.nbytes) + int(values.nbytes))
     return sizes
+
+
+def _dtype_of(model: Any) -> str:
+    """The model's floating dtype (its first floating parameter's), as it ran."""
+    for p in model.parameters():
+        if p.is_floating_point():
+            return str(p.dtype).removeprefix("torch.")
+    return "float32"

@@ -78,6 +78,10 @@ class RunOptions:
             raise UsageError(f"warmup cannot be negative (got {self.warmup})")
         if self.threads is not None and (problem := threads_problem(self.threads)) is not None:
             raise UsageError(f"threads: {problem}")
+        if self.peak is not None and not isinstance(self.peak, GivenPeak):
+            raise UsageError(
+                f"peak must be FLOPS[,BYTES] per second text such as '2.5T,50G' (got {self.peak!r})"
+            )
         if self.backward and self.kind != "eager":
             raise UsageError(
                 f"--backward is not available for {self.kind} models",
@@ -127,6 +131,38 @@ def run_options(
         compile=compile if isinstance(compile, CompileOptions) else (CompileOptions() if compile else None),
         peak=parse_peak(peak) if isinstance(peak, str) else peak,
     )  # fmt: skip
+
+
+#: What a generate cannot honour, by RunOptions field: the option's name in the Python API
+#: and on the command line, and why (the others it honours: threads, inference_mode,
+#: correct_overhead, peak, dtype, device).
+_NOT_WITH_GENERATE = {
+    "ops": ("ops=", "--ops", "operators are not recorded per phase yet"),
+    "backward": ("backward=True", "--backward", "generate() has no backward"),
+    "compile": (
+        "compile=", "--compile", "compile the model yourself (model.compile()) and profile that"
+    ),
+    "eval": ("eval=False", "--train", "generate() is inference: the model runs in eval mode"),
+    "grad": ("grad=True", "--grad", "transformers runs generate() under torch.no_grad()"),
+}  # fmt: skip
+
+
+def check_generate(options: RunOptions, *, cli: bool) -> None:
+    """Refuse, in one line naming the option (``--train`` or ``eval=False``), a run option
+    that a generate would otherwise silently ignore."""
+    given = {
+        "ops": options.ops is not None, "backward": options.backward,
+        "compile": options.compile is not None, "eval": not options.eval, "grad": options.grad,
+    }  # fmt: skip
+    for field_name, on in given.items():
+        if on:
+            api, flag, why = _NOT_WITH_GENERATE[field_name]
+            what = (
+                f"--generate does not go with {flag}"
+                if cli
+                else f"generate= does not go with {api}"
+            )
+            raise UsageError(f"{what}: {why}")
 
 
 @dataclass(frozen=True)

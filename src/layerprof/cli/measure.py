@@ -62,14 +62,16 @@ def measure(
     generate = getattr(args, "generate", None)
     if generate is not None:
         from layerprof.capture.generate import profile_generate
+        from layerprof.capture.options import check_generate
 
-        for flag, given in (("--ops", ops is not None), ("--backward", args.backward),
-                            ("--compile", args.compile), ("--ddp", getattr(args, "ddp", False))):  # fmt: skip
-            if given:
-                raise UsageError(f"--generate does not go with {flag} yet")
+        check_generate(options, cli=True)  # --train, --grad, --ops...: refused, not ignored
+        if getattr(args, "ddp", False):
+            raise UsageError("--generate does not go with --ddp yet")
         profile = profile_generate(
             model, tuple(inputs.args), dict(inputs.kwargs), generate,
-            warmup=args.warmup, iters=args.iters, threads=args.threads,
+            warmup=options.warmup, iters=options.iters, threads=options.threads,
+            inference_mode=options.inference_mode, correct=options.correct_overhead,
+            peak=options.peak, model_name=model_name,
         )  # fmt: skip
         return profile.with_notes(*notes) if notes else profile
     with ddp_wrapped(model, device, enabled=getattr(args, "ddp", False)) as model:

@@ -50,15 +50,27 @@ def layer_infos(
 
 
 def default_meta(model: torch.nn.Module, iterations: int, inputs: tuple[str, ...] = ()) -> Meta:
+    """What a Recorder's (or ops mode's) profile says of its run: the model's dtype as it
+    ran (its first floating parameter's; a bfloat16 model was saved as float32) and
+    torch's thread count (it was left unknown)."""
     import torch
 
     return Meta(
         model=type(model).__name__,
         device=device_of(model),
+        dtype=_float_dtype(model),
         torch=torch.__version__,
         inputs=inputs,
         iters=iterations,
+        threads=torch.get_num_threads(),
         mode="train" if model.training else "eval",
         source="recorder",
         created=now_iso(),
     )
+
+
+def _float_dtype(model: torch.nn.Module) -> str:
+    for p in model.parameters():
+        if p.is_floating_point():
+            return str(p.dtype).removeprefix("torch.")
+    return "float32"

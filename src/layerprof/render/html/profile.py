@@ -68,6 +68,14 @@ def latency_section(s: Subject) -> Section | None:
             " profiled time, not a clean pass."
         )
         return Section("latency", "Step time", body, intro + _rank_note(s), charts)
+    g = p.generation
+    if not cards and chart is None and g is not None and g.ttft_ns is not None:
+        # a generate's clean pass timed tokens, not one forward: its figures are there
+        intro = (
+            "A generate's clean pass (no hooks) timed the first token and the gaps between"
+            " tokens: see Generation. Here, what the per-layer pass's hooks cost."
+        )
+        return Section("overhead", "Instrumentation overhead", body, intro + _rank_note(s))
     if not cards and chart is None:
         # recorded in the user's own loop (a Recorder): no clean pass ran, so there is no
         # latency to show, only what the hooks cost (an empty latency card said otherwise)
