@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from layerprof.units import fmt_share, human_bytes, human_count, human_si, human_time
 
 if TYPE_CHECKING:
+    from layerprof.pivot.sections.flops import Peak
     from layerprof.pivot.sections.generation import Generation, Phase, PhaseLayer
 
 #: At most this many layers in the phase table: the heaviest in decode.
@@ -92,6 +93,41 @@ WORK_COLUMNS = (
 )  # fmt: skip
 
 
+#: The columns of the table of phases, one row each.
+PHASE_COLUMNS = ("Phase", "Forwards", "Tokens per forward", "Forward total", "Heaviest layer",
+                 "Its self")  # fmt: skip
+
+#: At most this many layers in the table of a phase other than prefill and decode.
+_OTHER_PHASE_ROWS = 8
+
+
+def phase_table(g: Generation, model: str) -> list[tuple[str, ...]]:
+    """Every phase, named ones too (``rec.phase("draft")``, an encoder's ``encode``): its
+    forwards in the per-layer pass, the tokens each took, one forward's total time and
+    its heaviest layer by self time (``model`` names the root)."""
+    rows = []
+    for phase in g.phases:
+        top = max(phase.layers, key=lambda x: x.self_ns, default=None)
+        rows.append((
+            phase.name, f"{phase.forwards:,}", f"{phase.tokens_per_forward:,}",
+            human_time(phase.forward_ns) if phase.layers else "-",
+            (top.path or model) if top is not None else "-",
+            human_time(top.self_ns) if top is not None else "-",
+        ))  # fmt: skip
+    return rows
+
+
+def other_phases(g: Generation) -> list[tuple[str, tuple[PhaseLayer, ...]]]:
+    """Each phase besides prefill and decode with its heaviest layers (self time per
+    forward), for a table of its own: the phase table's columns are prefill's and
+    decode's."""
+    return [
+        (p.name, p.heaviest(_OTHER_PHASE_ROWS))
+        for p in g.phases
+        if p.name not in ("prefill", "decode") and p.layers
+    ]
+
+
 def work_rows(g: Generation) -> list[tuple[str, ...]]:
     """The heaviest layers' counted work per forward of each phase and which side of the
     device's ridge it lands on (prefill over the prompt: many FLOPs per weight byte;
@@ -112,28 +148,62 @@ def work_rows(g: Generation) -> list[tuple[str, ...]]:
                 (x.bound(peak) if x is not None else None) or "-",
             ]
             if x is pre:  # prefill is compute-bound: its share of the peak FLOP/s
-                rate = pre.rate if pre is not None else None
-                flops_share = (
-                    rate / peak.flops_per_s if rate and peak and peak.flops_per_s else None
-                )
-                cells.append(fmt_share(flops_share))
+                cells.append(_share(_flops_share(pre, peak)))
         bandwidth = dec.bandwidth if dec is not None else None
-        share = bandwidth / peak.bytes_per_s if bandwidth and peak and peak.bytes_per_s else None
-        cells += [human_si(bandwidth, "B/s") if bandwidth else "-", fmt_share(share)]
+        cells += [human_si(bandwidth, "B/s") if bandwidth else "-", _share(_bytes_share(dec, peak))]
         rows.append(tuple(cells))
     return rows
 
 
-def peak_line(g: Generation) -> str | None:
-    """The device's peak the phases' roofline is read against, in one line."""
+def _flops_share(x: PhaseLayer | None, peak: Peak | None) -> float | None:
+    rate = x.rate if x is not None else None
+    return rate / peak.flops_per_s if rate and peak and peak.flops_per_s else None
+
+
+def _bytes_share(x: PhaseLayer | None, peak: Peak | None) -> float | None:
+    bandwidth = x.bandwidth if x is not None else None
+    return bandwidth / peak.bytes_per_s if bandwidth and peak and peak.bytes_per_s else None
+
+
+def _share(fraction: float | None) -> str:
+    """A share of the peak; above it, no figure (the peak or the count is wrong, and
+    ``roofline_lines`` says so)."""
+    return "-" if fraction is None or fraction > 1 else fmt_share(fraction)
+
+
+def roofline_lines(g: Generation) -> list[str]:
+    """The device's peak the phases' roofline is read against, and when a layer runs above
+    it, that the peak (measured low on a busy machine) or the count is not to be trusted,
+    instead of shares above 100 %."""
     p = g.peak
     if p is None or p.flops_per_s is None or p.bytes_per_s is None or p.ridge is None:
-        return None
-    return (
+        return []
+    measured = p.source in ("measured", "cached")
+    lines = [
         f"roofline against {human_si(p.flops_per_s, 'FLOP/s')} and"
         f" {human_si(p.bytes_per_s, 'B/s')} ({p.source}; ridge {p.ridge:.1f} FLOP/B):"
         " below the ridge a layer is memory-bound"
-    )
+        + (f" ({p.detail})" if measured and p.detail else "")
+    ]
+    above = [
+        (path, share)
+        for path, pre, dec in phase_rows(g)
+        for share in (_flops_share(pre, p), _bytes_share(dec, p))
+        if share is not None and share > 1
+    ]
+    if above:
+        path, top = max(above, key=lambda a: a[1])
+        why = (
+            "the peak was measured low (a busy machine) or"
+            if measured
+            else "the given peak is below what this device reaches or"
+        )
+        lines.append(
+            f"{len(above)} share{'s' if len(above) > 1 else ''} of the peak above 100 % (up to"
+            f" {fmt_share(top)}, {path or 'the model'}) not shown: {why} the counted work is"
+            " too high; give --peak FLOPS,BYTES to read them against a known peak"
+        )
+    return lines
 
 
 def phase_rows(g: Generation) -> list[tuple[str, PhaseLayer | None, PhaseLayer | None]]:

@@ -79,6 +79,28 @@ class Phase:
     def layer(self, path: str) -> PhaseLayer | None:
         return next((x for x in self.layers if x.path == path), None)
 
+    @property
+    def forward_ns(self) -> float:
+        """One forward of the phase: the totals of its outermost layers (the model's
+        root, or the encoder that ``generate()`` runs apart, whose parent did not run)."""
+        paths = {x.path for x in self.layers}
+        return sum(x.total_ns for x in self.layers if not _has_ancestor(x.path, paths))
+
+    def heaviest(self, n: int) -> tuple[PhaseLayer, ...]:
+        """The ``n`` layers with the most self time per forward, in model order."""
+        keep = {x.path for x in sorted(self.layers, key=lambda x: -x.self_ns)[:n]}
+        return tuple(x for x in self.layers if x.path in keep)
+
+
+def _has_ancestor(path: str, paths: set[str]) -> bool:
+    """Whether one of ``paths`` is a parent module of ``path`` (the root is every path's)."""
+    if not path:
+        return False
+    if "" in paths:
+        return True
+    parts = path.split(".")
+    return any(".".join(parts[:k]) in paths for k in range(1, len(parts)))
+
 
 @dataclass(frozen=True)
 class KvCache:
@@ -190,11 +212,14 @@ def phase_views(
     import numpy as np
 
     order = list(dict.fromkeys(n for n in names if n is not None))
-    labels = np.array([n if n is not None else "" for n in names])
+    # each phase by its number: an array of strings drops trailing NULs, and "a" and
+    # "a\x00" (two names) would merge
+    number = {name: k for k, name in enumerate(order)}
+    labels = np.array([number[n] if n is not None else -1 for n in names], dtype=np.int64)
     where = np.array([p if p is not None else np.nan for p in positions], dtype=np.float64)
     out = []
     for name in order:
-        picked = np.flatnonzero(labels == name)
+        picked = np.flatnonzero(labels == number[name])
         layers = []
         for path, s in samples.items():
             total, self_ = s.total_ns.values, s.self_ns.values

@@ -12,9 +12,12 @@ from rich.text import Text
 
 from layerprof.render.console.columns import Col, Hide, Row, Shrink, Step, print_table
 from layerprof.render.generation_text import (
+    PHASE_COLUMNS,
     WORK_COLUMNS,
-    peak_line,
+    other_phases,
     phase_rows,
+    phase_table,
+    roofline_lines,
     summary_lines,
     work_rows,
 )
@@ -33,12 +36,13 @@ def print_generation(console: Console, profile: Profile) -> None:
     console.print(Text("generation (prefill and decode apart)", style="bold"))
     for line in summary_lines(g):
         console.print(Text("  " + line))
+    model = profile.meta.model or "model"
+    _print_phases(console, profile, model)
     rows = phase_rows(g)
     if not rows:
         return
     largest = max(max(x.total_ns for x in (a, b) if x is not None) for _, a, b in rows)
     unit = unit_for(largest)
-    model = profile.meta.model or "model"
     times = [
         Row((
             path or model,
@@ -74,9 +78,37 @@ def print_generation(console: Console, profile: Profile) -> None:
         [Row((row[0] or model, *row[1:])) for row in work],
         steps=(*_NAME_STEPS, Hide(("count",)), Hide(("share",))),
     )
-    ridge = peak_line(g)
-    if ridge is not None:
-        console.print(Text("  " + ridge, style="dim"))
+    for line in roofline_lines(g):
+        console.print(Text("  " + line, style="dim"))
+
+
+def _print_phases(console: Console, profile: Profile, model: str) -> None:
+    """Every phase in one table, and each one besides prefill and decode (a named phase,
+    an encoder's encode) with its heaviest layers."""
+    g = profile.generation
+    if g is None or not g.phases:
+        return
+    caps = {"Phase": ("phase", 24), "Heaviest layer": ("name", 40)}
+    columns = [
+        Col(h, key=caps[h][0], cap=caps[h][1]) if h in caps else Col(h, number=True)
+        for h in PHASE_COLUMNS
+    ]
+    print_table(
+        console, lambda: _frame("phases (per forward, per-layer pass)"), columns,
+        [Row(r) for r in phase_table(g, model)], steps=_NAME_STEPS,
+    )  # fmt: skip
+    for name, layers in other_phases(g):
+        unit = unit_for(max(x.total_ns for x in layers))
+        # the title apart: a narrow table would wrap it inside its own width
+        console.print(
+            Text(f"layers per forward of {name} ({unit.name}; the heaviest)", style="bold")
+        )
+        print_table(
+            console, lambda: Table(box=box.SIMPLE_HEAD),
+            [Col("Layer", key="name", cap=40), Col("Total", number=True), Col("Self", number=True)],
+            [Row((x.path or model, unit.fmt(x.total_ns), unit.fmt(x.self_ns))) for x in layers],
+            steps=_NAME_STEPS,
+        )  # fmt: skip
 
 
 # Paths give way first (abbreviated in the middle), never a number.

@@ -4,11 +4,14 @@ layers' time per forward in prefill and in decode."""
 
 from __future__ import annotations
 
-from layerprof.pivot.sections.generation import PhaseLayer
+from layerprof.pivot.sections.generation import Generation, PhaseLayer
 from layerprof.render.generation_text import (
+    PHASE_COLUMNS,
     WORK_COLUMNS,
-    peak_line,
+    other_phases,
     phase_rows,
+    phase_table,
+    roofline_lines,
     summary_lines,
     work_rows,
 )
@@ -25,6 +28,7 @@ def generation_section(s: Subject) -> Section | None:
     if g is None:
         return None
     body = "".join(f"<p>{esc(line)}</p>" for line in summary_lines(g))
+    body += _phases(g)
     charts: dict[str, Chart] = {}
     rows = phase_rows(g)
     if rows:
@@ -62,9 +66,7 @@ def generation_section(s: Subject) -> Section | None:
             *(text_col(name, lambda r, i=i: r[i]) for i, name in enumerate(WORK_COLUMNS, 1)),  # type: ignore[misc]
         ]
         body += table("lp-generation-work", work_cols, work)
-        ridge = peak_line(g)
-        if ridge is not None:
-            body += f'<p class="caption">{esc(ridge)}</p>'
+        body += "".join(f'<p class="caption">{esc(line)}</p>' for line in roofline_lines(g))
     by_token = g.itl_by_token()
     if len(by_token) > 1:
         tokens = tuple(str(i + 2) for i in range(len(by_token)))
@@ -80,3 +82,24 @@ def generation_section(s: Subject) -> Section | None:
         " pass), the heaviest in decode."
     )
     return Section("generation", "Generation", body, intro, charts)
+
+
+def _phases(g: Generation) -> str:
+    """Every phase (named ones and an encoder's encode too) in one table, then each one
+    besides prefill and decode with its heaviest layers."""
+    if not g.phases:
+        return ""
+    cols: list[Col[tuple[str, ...]]] = [
+        text_col(name, lambda r, i=i: r[i], css="path" if name == "Heaviest layer" else "")  # type: ignore[misc]
+        for i, name in enumerate(PHASE_COLUMNS)
+    ]
+    out = table("lp-generation-phases", cols, phase_table(g, "(model)"))
+    for k, (name, layers) in enumerate(other_phases(g)):
+        unit = unit_for(max(x.total_ns for x in layers))
+        layer_cols: list[Col[PhaseLayer]] = [
+            text_col("Layer", lambda x: x.path or "(model)", css="path"),
+            time_col(f"{name} total", lambda x: x.total_ns, unit),
+            time_col(f"{name} self", lambda x: x.self_ns, unit),
+        ]
+        out += table(f"lp-generation-phase-{k}", layer_cols, list(layers))
+    return out
