@@ -105,7 +105,7 @@ def phase_table(g: Generation, model: str) -> list[tuple[str, ...]]:
     """Every phase, named ones too (``rec.phase("draft")``, an encoder's ``encode``): its
     forwards in the per-layer pass, the tokens each took, one forward's total time and
     its heaviest layer by self time (``model`` names the root)."""
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for phase in g.phases:
         top = max(phase.layers, key=lambda x: x.self_ns, default=None)
         rows.append((
