@@ -98,7 +98,7 @@ def partition(step: StepMarks) -> dict[str, int]:
     """The step's wall time split into ``STEP_PARTS`` (ns; they add up to end - start).
 
     Data wait is time no phase covers that ends where the work on a batch starts: a
-    forward, or an optimizer step that runs a closure (the closure runs the forward):
+    forward, a closure, or an optimizer step that runs one (the closure runs the forward):
     the loader before the step's first forward, and before each later micro-batch's
     forward under gradient accumulation (uncovered time before a backward or a plain
     optimizer step, or after the last phase, is rest); overlaps count once
@@ -115,10 +115,10 @@ def partition(step: StepMarks) -> dict[str, int]:
     starts: list[tuple[int, str, bool]] = []  # (time, kind, starts a batch's work)
     batch = _closure_steps(step)
     for rank, kind in enumerate(_PRIORITY):
-        for k, (a, b) in enumerate(spans[kind]):
+        for i, (a, b) in enumerate(spans[kind]):
             a, b = min(max(a, lo), hi), min(max(b, lo), hi)
             cuts.update((a, b))
-            work = kind in ("forward", "closure") or (kind == "optimizer" and k in batch)
+            work = kind in ("forward", "closure") or (kind == "optimizer" and i in batch)
             starts.append((a, kind, work))
             if a < b:
                 events += ((a, rank, 1), (b, rank, -1))
