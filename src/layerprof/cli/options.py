@@ -36,7 +36,8 @@ COUNT = _int_at_least(1)
 NON_NEGATIVE = _int_at_least(0)
 _MAX_INPUT_HELP = (
     "most bytes a JSON or trace input may hold or expand to, e.g. 64G"
-    " (default: 16G or half the free memory, whichever is smaller)"
+    " (default: 16G or half the memory this process may still allocate, ulimit -v"
+    " included, whichever is smaller)"
 )
 
 
