@@ -224,3 +224,12 @@ def test_a_capture_alone_counts_the_launches_that_never_ran(tmp_path: Path) -> N
     path = write_trace(tmp_path / "capture.json.gz", capture_events())
     notes = {n.kind: n for n in analyze(path).ranks[0].notes}
     assert notes["graph-capture"].data == {"captures": 1, "launches": 14}
+
+
+def test_the_python_api_pairs_a_folder_and_takes_capture(tmp_path: Path) -> None:
+    r = analyze(SGLANG).ranks[0].graph_replay
+    assert r is not None and (r.kernels, r.matched) == (544, 544)
+    replay = write_trace(tmp_path / "replay.json.gz", replay_events())
+    capture = write_trace(tmp_path / "capture.json.gz", capture_events())
+    r = analyze(replay, capture=capture).ranks[0].graph_replay
+    assert r is not None and (r.kernels, r.matched) == (14, 14)

@@ -72,26 +72,20 @@ def run(args: argparse.Namespace) -> int:
     from layerprof.capture.progress import Progress
     from layerprof.cli import inputfiles
     from layerprof.trace import analyze
+    from layerprof.trace.analysis import graph_pair
     from layerprof.trace.executors import parse_executor
 
-    pair = _pair(args)
+    pair = graph_pair(args.trace, args.capture)
     inputs = [pair[0], *(c.path for c in pair[1])] if pair else []
     outputs.check_outputs(args, inputs=[*inputfiles.trace_inputs(args.trace), *inputs])
     executor = parse_executor(args.executor) if args.executor else None
     bar = Progress(enabled=sys.stderr.isatty() and not args.quiet, total=0, description="ranks")
     try:
-        if pair:
-            from layerprof.trace.capturepair import analyze_pair
-
-            analyzed = analyze_pair(
-                pair[0], pair[1], group_by_shape=args.group_by_shape,
-                max_input_size=args.max_input_size,
-            )  # fmt: skip
-        else:
-            analyzed = analyze(
-                args.trace, group_by_shape=args.group_by_shape, max_input_size=args.max_input_size,
-                executor=executor, progress=bar.update, partial=args.partial, timeout=args.timeout,
-            )  # fmt: skip
+        analyzed = analyze(
+            args.trace, group_by_shape=args.group_by_shape, max_input_size=args.max_input_size,
+            executor=executor, progress=bar.update, partial=args.partial, timeout=args.timeout,
+            capture=args.capture,
+        )  # fmt: skip
     finally:
         bar.close()
     written = [
@@ -103,16 +97,3 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         sinks.show(analyzed, console=console(args), top=args.top)
     return 0
-
-
-def _pair(args: argparse.Namespace) -> tuple[str, list[Any]] | None:
-    """The replay and its captures: ``--capture`` files, or a folder's ``capture_traces/``."""
-    import os
-
-    from layerprof.trace.capturepair import CaptureInput, paired_captures, replay_in
-
-    if args.capture:
-        replay = replay_in(args.trace) if os.path.isdir(args.trace) else args.trace
-        return replay, [CaptureInput(c) for c in args.capture]
-    found = paired_captures(args.trace) if os.path.isdir(args.trace) else None
-    return (replay_in(args.trace), found) if found else None

@@ -11,12 +11,13 @@ needs every file's claim) and merges them (``trace/ranks.py``).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from layerprof.errors import TraceError
 from layerprof.pivot.notes import Note
 from layerprof.pivot.profile import Profile, Run
+from layerprof.trace.capturepair import CaptureInput, analyze_pair, paired_captures, replay_in
 from layerprof.trace.executors import SerialExecutor, default_executor, parse_executor
 from layerprof.trace.ranks import merge, with_rank
 from layerprof.trace.reader import NotATraceError, TraceFile, rank_rules, read_trace_file
@@ -77,9 +78,15 @@ def analyze(
     progress: _ProgressFn | None = None,
     partial: bool = False,
     timeout: float | None = None,
+    capture: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
 ) -> Run:
     """Analyze a ``.json`` / ``.json.gz`` trace, a directory or glob of per-rank traces,
     or an fsspec URL naming any of those (``s3://bucket/job/``, ``gs://b/*.json.gz``).
+
+    ``capture``: the trace(s) recorded while the CUDA/HIP graph that ``path`` replays
+    was captured: each replayed kernel goes to the layer whose launch made it
+    (``trace/capturepair.py``, docs/trace.md). A local folder holding one replay and
+    ``capture_traces/execution_details.json`` is paired without it.
 
     ``max_input_size``: the most bytes of JSON one file may hold or expand to
     (default: ``layerprof.reading.default_limit()``, on each worker);
@@ -99,6 +106,12 @@ def analyze(
     go nowhere else: the Run, its messages and its errors name the URL
     without them (``remote.shown``).
     """
+    pair = graph_pair(path, capture) if data is None else None
+    if pair is not None:
+        replay, captures = pair
+        return analyze_pair(
+            replay, captures, group_by_shape=group_by_shape, max_input_size=max_input_size
+        )
     name = shown(path)  # from here on, all that names the input
     if data is not None:
         trace = read_trace_file(path, keep_shapes=group_by_shape, data=data, name=name)
@@ -122,6 +135,22 @@ def analyze(
     run = _gathered(name, sources, results, failed, partial=partial)
     said = getattr(runner, "notes", None)
     return replace(run, notes=(*run.notes, *said)) if said else run
+
+
+def graph_pair(
+    path: str | os.PathLike[str],
+    capture: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None,
+) -> tuple[str, list[CaptureInput]] | None:
+    """The replay and its captures: ``capture`` (one path or several), or a local
+    folder's ``capture_traces/``; None when neither applies (a plain analysis)."""
+    local = isinstance(path, os.PathLike) or "://" not in str(path)
+    folder = local and os.path.isdir(path)
+    if capture is not None:
+        files = [capture] if isinstance(capture, (str, os.PathLike)) else list(capture)
+        replay = replay_in(path) if folder else str(path)
+        return replay, [CaptureInput(str(c)) for c in files]
+    found = paired_captures(path) if folder else None
+    return (replay_in(path), found) if found else None
 
 
 def _executor(executor: Executor | str | None, sources: list[TraceInput]) -> Executor:
@@ -231,4 +260,4 @@ def analyze_file(
     return profile.with_notes(*extra_notes) if extra_notes else profile
 
 
-__all__ = ["RankJob", "RankResult", "SerialExecutor", "analyze", "analyze_file"]
+__all__ = ["RankJob", "RankResult", "SerialExecutor", "analyze", "analyze_file", "graph_pair"]

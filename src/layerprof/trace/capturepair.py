@@ -32,7 +32,6 @@ from layerprof.pivot.notes import Note
 from layerprof.pivot.profile import Run
 from layerprof.pivot.sections.replay import CaptureFile, GraphMatch, GraphReplay, MissedKernel
 from layerprof.reading import read_input
-from layerprof.trace.analysis import analyze_file
 from layerprof.trace.events import (
     ANNOTATION,
     MODULE,
@@ -263,7 +262,9 @@ def analyze_pair(
             f"{name}: no capture matches its graph launch (best: {best[0]} pairs {best[1]}"
             f" of {total} device ops): is it a capture of the same model and batch?"
         )
-    replay_profile = analyze_file(trace, 0, group_by_shape=group_by_shape, file=name)
+    replay_profile = reduce(
+        trace.tables, trace.header, rank=0, file=name, group_by_shape=group_by_shape
+    )
     used = sorted({p.capture for p in pairings if p.capture is not None})
     merged_tables, header = _merged(trace.tables, [read[i] for i in used], pairings, used)
     merged = reduce(
