@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from layerprof.history.changepoints import null_sample
 from layerprof.history.changes import analyze
 from layerprof.history.gate import judge
 from layerprof.history.records import Environment, Figure, LayerPoint, RunEntry
@@ -75,6 +76,7 @@ def body(path: Path, action: str) -> float:
 
     from layerprof.render.console.history import print_history
 
+    null_sample.cache_clear()  # a command draws its permutation null afresh
     start = time.perf_counter()
     with HistoryStore(path) as store:
         env = store.environments()[0].env
