@@ -45,6 +45,7 @@ from layerprof.stats import Series
 
 if TYPE_CHECKING:
     from layerprof.capture.memory.allocator import MemoryCounter
+    from layerprof.capture.platform.clocks import Clock
     from layerprof.capture.recording.recorder import Recorder
 
 #: Generates the per-layer pass runs (each one gives one prefill and N - 1 decode steps).
@@ -55,7 +56,7 @@ def profile_generate(
     model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], new_tokens: int, *,
     warmup: int, iters: int, threads: int | None = None, counter: MemoryCounter | None = None,
     inference_mode: bool = True, correct: bool = True, peak: GivenPeak | None = None,
-    model_name: str | None = None,
+    model_name: str | None = None, clock: Clock | None = None,
 ) -> Profile:  # fmt: skip
     """``model.generate(*args, **kwargs)`` of exactly ``new_tokens`` greedy tokens, with
     ``threads`` CPU threads (None: torch's own; restored after).
@@ -65,7 +66,8 @@ def profile_generate(
     memory each phase holds above the start (``Generation.peak_bytes``).
     ``inference_mode=False`` runs under ``torch.no_grad()`` instead; ``correct=False``
     leaves the hooks' calibrated cost in the per-layer times; ``peak`` (``--peak``) is
-    the device's peak for the phases' roofline. A model's own error names its layer."""
+    the device's peak for the phases' roofline. A model's own error names its layer.
+    ``clock`` is the per-layer pass's (a test's fake clock; default the host's)."""
     import torch
 
     device = device_of(model)
@@ -112,7 +114,7 @@ def profile_generate(
                 itl += [b - a for a, b in itertools.pairwise(stamps)]
                 whole.append(t1 - t0)
             recorded, phases = _layer_pass(
-                model, args, kwargs, new_tokens, batch, prompt_tokens, correct
+                model, args, kwargs, new_tokens, batch, prompt_tokens, correct, clock
             )
             phases, found_peak = _with_work(model, args, kwargs, phases, peak)
             peaks = (
@@ -308,7 +310,7 @@ def _generate(
 
 def _layer_pass(
     model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], n: int, batch: int, prompt: int,
-    correct: bool,
+    correct: bool, clock: Clock | None,
 ) -> tuple[Profile, tuple[Phase, ...]]:  # fmt: skip
     """A few generates under the Recorder, each forward tagged (phase, context position)."""
     from layerprof.capture.recording.recorder import Recorder
@@ -327,13 +329,13 @@ def _layer_pass(
 
     handle = model.register_forward_pre_hook(tag, with_kwargs=True)
     try:
-        with Recorder(model) as rec:
+        with Recorder(model, clock=clock) as rec:
             for _ in range(LAYER_GENERATES):
                 seen[0] = 0
                 _guarded_generate(model, args, kwargs, n, None, rec)
     finally:
         handle.remove()
-    profile = rec.profile(correct=correct)
+    profile = rec.profile(correct=None if correct else False)  # None: a fake clock's own
     of_model, iterations = rec.model_forwards()
     encoder_decoder = bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False))
     return profile, _phases(
