@@ -253,3 +253,22 @@ def test_run_adds_real_processes_to_the_history(tmp_path: Path) -> None:
         timeout=300,
     )
     assert show.returncode == 0 and "too short to judge: 2 runs" in show.stdout
+
+
+def test_history_never_imports_torch(stepped: Path, tmp_path: Path) -> None:
+    """add, show, check, report and export read and write files only: no torch."""
+    saved = tmp_path / "p.json"
+    profile(self_times(Shape(runs=1), 0)[0]).save(saved)
+    db, page = str(tmp_path / "h.db"), str(tmp_path / "h.html")
+    code = (
+        "import sys\nfrom layerprof.cli import main\n"
+        f"main(['history', 'add', {str(saved)!r}, '--commit', 'x', '--db', {db!r}])\n"
+        f"for action in (['show'], ['check'], ['report', '--html', {page!r}]):\n"
+        f"    main(['history', *action, '--db', {str(stepped)!r}])\n"
+        "print('TORCH', 'torch' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("TORCH False")
