@@ -76,13 +76,14 @@ def replay_events(
     batch: int | None = 8,
     base: float = BASE_US + 1e6,
     kernel_us: float = 20.0,
+    corr: int = 9000,
 ) -> list[dict[str, Any]]:
     """One graph launch replaying ``layers`` decoder layers' kernels, ``kernel_us`` each
     (gemm_up 3x as long); ``drop``: leave out the kernel at that index; ``extra``: add a
     kernel of that name after the first."""
     name = f"execute_{batch}_context_0" if batch is not None else "replay_step"
     events = [_x("user_annotation", name, base, 5_000.0)]
-    events.append(_x("cuda_runtime", "cudaGraphLaunch", base + 10, 20.0, correlation=9000))
+    events.append(_x("cuda_runtime", "cudaGraphLaunch", base + 10, 20.0, correlation=corr))
     kernels = [kernel for _ in range(layers) for _, _, kernel in LAYER]
     if drop is not None:
         del kernels[drop]
@@ -93,7 +94,7 @@ def replay_events(
         dur = kernel_us * (3 if kernel == "gemm_up" else 1)
         events.append(
             {"ph": "X", "cat": "kernel", "name": kernel, "pid": 0, "tid": 7, "ts": t, "dur": dur,
-             "args": {"device": 0, "stream": 7, "correlation": 9000}}
+             "args": {"device": 0, "stream": 7, "correlation": corr}}
         )  # fmt: skip
         t += dur + 1
     return events

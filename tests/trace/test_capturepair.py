@@ -233,3 +233,12 @@ def test_the_python_api_pairs_a_folder_and_takes_capture(tmp_path: Path) -> None
     capture = write_trace(tmp_path / "capture.json.gz", capture_events())
     r = analyze(replay, capture=capture).ranks[0].graph_replay
     assert r is not None and (r.kernels, r.matched) == (14, 14)
+
+
+def test_a_decode_loops_launches_of_one_graph_add_up(tmp_path: Path) -> None:
+    steps = [replay_events(base=BASE_US + 1e6 + 10_000 * i, corr=9000 + i) for i in range(3)]
+    p = _pair(tmp_path, [e for step in steps for e in step], capture_events())
+    r = p.graph_replay
+    assert r is not None and [g.matched for g in r.graphs] == [14, 14, 14]
+    assert _device_self(p, "Decoder.Layer[1].MLP") == 300_000
+    assert any(n.kind == "graph-replay-repeated" for n in p.notes)

@@ -205,28 +205,69 @@ def _tokens(replayed: list[str], capture: _Capture) -> list[str]:
     return [t if t in (COPY_TOKEN, SET_TOKEN) else UNNAMED_KERNEL for t in replayed]
 
 
-def _pair(tables: EventTables, graph: GraphLaunch, captures: list[_Capture]) -> _Pairing:
-    """The captured graph this launch replays: among those pairing at least ``MIN_MATCHED``
-    of its device ops, one whose batch is the step's first, then the most pairs."""
-    replayed = device_tokens(tables, graph.ops)
+#: what pairing one launch found: capture and window, pairs, best miss, ties
+_Choice = tuple[int | None, int, list[tuple[int, int]], tuple[str, int] | None, tuple[str, ...]]
+
+
+def _pairings(
+    tables: EventTables, graphs: list[GraphLaunch], captures: list[_Capture]
+) -> list[_Pairing]:
+    """Each launch's captured graph; launches replaying the same kernels with the same
+    step batch (a decode loop's every step) are matched once."""
+    counts = [[Counter(g.tokens) for g in c.graphs] for c in captures]
+    chosen: dict[tuple[tuple[str, ...], int | None], _Choice] = {}
+    out = []
+    for graph in graphs:
+        replayed = tuple(device_tokens(tables, graph.ops))
+        key = (replayed, graph.hint)
+        if key not in chosen:
+            chosen[key] = _choose(replayed, graph.hint, captures, counts)
+        out.append(_Pairing(graph, *chosen[key]))
+    return out
+
+
+def _choose(
+    replayed: tuple[str, ...],
+    hint: int | None,
+    captures: list[_Capture],
+    counts: list[list[Counter[str]]],
+) -> _Choice:
+    """The captured graph these device ops replay: among those pairing at least
+    ``MIN_MATCHED`` of them, one whose batch is the step's first, then the most pairs.
+    A graph whose names could not pair enough even in another order is not aligned."""
     need = MIN_MATCHED * max(len(replayed), 1)
-    scored = []
-    order = 0
+    scored: list[tuple[bool, int, int, int, int, list[tuple[int, int]]]] = []
+    bounds: list[tuple[int, int, int, int, list[str]]] = []
     for i, c in enumerate(captures):
-        tokens = _tokens(replayed, c)
-        for w, g in enumerate(c.graphs):
-            pairs = align(tokens, g.tokens)
-            agrees = len(pairs) >= need and graph.hint is not None and c.batch(g) == graph.hint
-            scored.append((agrees, len(pairs), -order, i, w, pairs))
-            order += 1
-    scored.sort(key=lambda s: s[:3], reverse=True)
+        tokens = _tokens(list(replayed), c)
+        have = Counter(tokens)
+        for w in range(len(c.graphs)):
+            bound = sum((have & counts[i][w]).values())
+            bounds.append((bound, -len(bounds), i, w, tokens))
+    # The graphs of the step's batch first: one of them that pairs enough wins over
+    # every other, which then need no alignment (an engine captures dozens of sizes).
+    candidates = [b for b in bounds if b[0] >= need and b[0]]
+    ranked = sorted(candidates, key=lambda b: not _agrees(captures[b[2]], b[3], hint))
+    for _, order, i, w, tokens in ranked:
+        agrees = _agrees(captures[i], w, hint)
+        if scored and scored[0][0] and not agrees:
+            break
+        pairs = align(tokens, captures[i].graphs[w].tokens)
+        scored.append((agrees and len(pairs) >= need, len(pairs), order, i, w, pairs))
+        scored.sort(key=lambda s: s[:3], reverse=True)
+    if not scored or scored[0][1] < need or not scored[0][1]:
+        _, _, i, w, tokens = max(bounds, key=lambda b: b[:2])
+        count = len(align(tokens, captures[i].graphs[w].tokens))
+        return None, 0, [], (_label(captures[i], w), count), ()
     agrees, count, _, i, w, pairs = scored[0]
-    if count < need or not count:
-        return _Pairing(graph, None, 0, [], (captures[i].input.path, count), ())
     tied = tuple(
         _label(captures[x], y) for a, k, _, x, y, _ in scored[1:] if (a, k) == (agrees, count)
     )
-    return _Pairing(graph, i, w, pairs, None, tied)
+    return i, w, pairs, None, tied
+
+
+def _agrees(c: _Capture, window: int, hint: int | None) -> bool:
+    return hint is not None and c.batch(c.graphs[window]) == hint
 
 
 def _label(c: _Capture, window: int) -> str:
@@ -254,7 +295,7 @@ def analyze_pair(
             f" {', '.join(c.path for c in captures)}: is it a graph replay?"
         )
     read = [read_capture(c, max_input_size=max_input_size) for c in captures]
-    pairings = [_pair(trace.tables, g, read) for g in graphs]
+    pairings = _pairings(trace.tables, graphs, read)
     if all(p.capture is None for p in pairings):
         best = max((p.best for p in pairings if p.best), key=lambda b: b[1])
         total = max(len(g.ops) for g in graphs)
