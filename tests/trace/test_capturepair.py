@@ -242,3 +242,23 @@ def test_a_decode_loops_launches_of_one_graph_add_up(tmp_path: Path) -> None:
     assert r is not None and [g.matched for g in r.graphs] == [14, 14, 14]
     assert _device_self(p, "Decoder.Layer[1].MLP") == 300_000
     assert any(n.kind == "graph-replay-repeated" for n in p.notes)
+
+
+def test_two_graphs_read_through_two_capture_files(tmp_path: Path) -> None:
+    first = replay_events()
+    second = [
+        {**e, "name": "other_" + e["name"]} if e["cat"] == "kernel" else e
+        for e in replay_events(base=BASE_US + 2e6, corr=9001)
+    ]
+    other = capture_events(prefix="other_", base=BASE_US + 50_000, corr0=100)  # ids clash
+    p = _pair(tmp_path, first + second, capture_events(), other)
+    r = p.graph_replay
+    assert r is not None and [g.matched for g in r.graphs] == [14, 14]
+    assert [g.capture is not None and g.capture[-17:] for g in r.graphs] == [
+        "/capture0.json.gz",
+        "/capture1.json.gz",
+    ]
+    # one module tree in both captures: each layer holds both graphs' kernels, two calls
+    mlps = [x.path for x in p.layers if x.type == "MLP"]
+    assert len(mlps) == 2 and all(_device_self(p, m) == 200_000 for m in mlps)
+    assert p.samples[mlps[0]].calls == 2
