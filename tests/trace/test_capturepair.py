@@ -261,4 +261,4 @@ def test_two_graphs_read_through_two_capture_files(tmp_path: Path) -> None:
     # one module tree in both captures: each layer holds both graphs' kernels, two calls
     mlps = [x.path for x in p.layers if x.type == "MLP"]
     assert len(mlps) == 2 and all(_device_self(p, m) == 200_000 for m in mlps)
-    assert p.samples[mlps[0]].calls == 2
+    assert p.samples[mlps[0]].calls == 2 * 3  # a span per launch in capture_events
