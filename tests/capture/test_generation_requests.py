@@ -253,6 +253,15 @@ def test_the_layer_table_counts_calls_per_generate() -> None:
     assert samples.total_ns.values is not None and len(samples.total_ns.values) == LAYER_GENERATES
     assert prof.overhead is None or prof.overhead.calls_per_forward > 5
     assert any("per generate" in n.text for n in prof.notes)
+    shared = [n for n in prof.notes if n.kind == "shared-module"]
+    assert [n.data["path"] for n in shared] == ["shared"]  # 0 calls, and says why
+    ran_as = shared[0].data["ran_as"]  # its tied weight: the embeddings' and the head's
+    assert set(ran_as) == {"encoder.embed_tokens", "decoder.embed_tokens", "lm_head"}
+    assert calls[
+        "shared"
+    ] == 0 and "shared did not run itself: its module or weights ran as" in str(
+        prof.render("console")
+    )
     page = str(prof.render("html"))
     assert "Recorded in your own loop" not in page
     assert "timed the first token and the gaps between tokens" in page

@@ -139,6 +139,7 @@ def profile_generate(
         peak_bytes=peaks,
     )
     recorded, per = _per_generate(recorded, LAYER_GENERATES)
+    recorded = recorded.with_notes(*_shared_modules(model, recorded))
     note = Note(
         "generation-phases",
         f"the layer table is per generate (a layer's calls and times summed over {per}"
@@ -179,6 +180,39 @@ def check_positions(model: Any, new_tokens: int, prompt_tokens: int) -> None:
             f" max_position_embeddings ({limit})",
             hint=f"generate at most {max(room, 0)} new tokens after this prompt",
         )
+
+
+def _shared_modules(model: Any, recorded: Profile) -> tuple[Note, ...]:
+    """A note for each layer that never ran while the module or the weights it holds ran
+    under other paths: T5's ``shared`` embedding holds the weight its encoder's and
+    decoder's ``embed_tokens`` use (tied; in older transformers the same module), and
+    reads 0 calls though its weight did the work."""
+    samples = recorded.samples
+    ran_paths = {p for p, s in samples.items() if s.calls > 0}
+    owners: dict[int, list[str]] = {}  # a module's or a weight's id -> the paths that hold it
+    modules = list(model.named_modules(remove_duplicate=False))
+    for path, module in modules:
+        owners.setdefault(id(module), []).append(path)
+        for weight in module.parameters(recurse=False):
+            owners.setdefault(id(weight), []).append(path)
+    notes, seen = [], set()
+    for path, module in modules:
+        if path in ran_paths or path in seen or not path:
+            continue
+        keys = [id(module), *(id(w) for w in module.parameters(recurse=False))]
+        ran = list(dict.fromkeys(o for k in keys for o in owners[k] if o in ran_paths))
+        if not ran:
+            continue
+        seen.add(path)
+        notes.append(
+            Note(
+                "shared-module",
+                f"{path} did not run itself: its module or weights ran as {', '.join(ran)}"
+                " (shared or tied), whose rows hold the calls and times",
+                {"path": path, "ran_as": tuple(ran)},
+            )
+        )
+    return tuple(notes)
 
 
 def _per_generate(recorded: Profile, generates: int) -> tuple[Profile, int | None]:
