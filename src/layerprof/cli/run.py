@@ -52,7 +52,9 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "--generate", type=COUNT, default=None, metavar="N",
         help="profile model.generate() of exactly N greedy new tokens (a Hugging Face causal"
         " LM; the prompt is the first --input): time to first token, inter-token latency,"
-        " prefill and decode per layer, the KV cache; --warmup/--iters count generates",
+        " prefill and decode per layer, the KV cache; --warmup/--iters count generates;"
+        " --ops, --backward, --compile, --train and --grad are refused, and a prompt plus N"
+        " beyond the model's max_position_embeddings",
     )  # fmt: skip
     # --repeat's and diff --run's child processes write their profile there
     parser.add_argument("--child-out", metavar="PATH", help=argparse.SUPPRESS)
