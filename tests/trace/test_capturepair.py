@@ -262,3 +262,10 @@ def test_two_graphs_read_through_two_capture_files(tmp_path: Path) -> None:
     mlps = [x.path for x in p.layers if x.type == "MLP"]
     assert len(mlps) == 2 and all(_device_self(p, m) == 200_000 for m in mlps)
     assert p.samples[mlps[0]].calls == 2 * 3  # a span per launch in capture_events
+
+
+def test_the_layer_source_is_the_captures(tmp_path: Path) -> None:
+    p = _pair(tmp_path, replay_events(), capture_events())  # the replay has no module spans
+    kinds = [n.kind for n in p.notes]
+    assert "layer-source" in kinds and "no-module-events" not in kinds
+    assert p.source is not None and p.source.module_source == "nn.Module"

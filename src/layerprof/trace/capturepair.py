@@ -29,7 +29,7 @@ import orjson
 
 from layerprof.errors import TraceError
 from layerprof.pivot.notes import Note
-from layerprof.pivot.profile import Run
+from layerprof.pivot.profile import Profile, Run, TraceSections
 from layerprof.pivot.sections.replay import CaptureFile, GraphMatch, GraphReplay, MissedKernel
 from layerprof.reading import read_input
 from layerprof.trace.events import (
@@ -318,8 +318,30 @@ def analyze_pair(
         samples=merged.samples,
         ops=merged.ops,
         graph_replay=section,
+        notes=_layer_notes(replay_profile, merged),
+        trace=_layer_source(replay_profile, merged),
     ).with_notes(*_notes(section, read, pairings))
     return merge(name, [profile])
+
+
+#: the reducer's notes on where the layers came from: the capture's, once merged
+_LAYER_NOTES = frozenset({"layer-source", "no-module-events"})
+
+
+def _layer_notes(replay: Profile, merged: Profile) -> tuple[Note, ...]:
+    """The replay's notes, those on where the layers came from taken from the merge."""
+    return (
+        *(n for n in replay.notes if n.kind not in _LAYER_NOTES),
+        *(n for n in merged.notes if n.kind in _LAYER_NOTES),
+    )
+
+
+def _layer_source(replay: Profile, merged: Profile) -> TraceSections | None:
+    """The replay's trace sections, naming the merge's source of the layers."""
+    trace, mine, theirs = replay.trace, replay.source, merged.source
+    if trace is None or mine is None or theirs is None:
+        return trace
+    return replace(trace, source=replace(mine, module_source=theirs.module_source))
 
 
 def _merged(
