@@ -127,7 +127,7 @@ def _less_levels(logs: Floats, starts: Sequence[int]) -> Floats:
     """``logs`` less the median of each segment (segments start at 0 and ``starts``)."""
     import numpy as np
 
-    out = logs.copy()
+    out: Floats = logs.copy()
     edges = [0, *starts, len(logs)]
     for a, b in itertools.pairwise(edges):
         part = logs[a:b]
