@@ -46,9 +46,7 @@ def write_trace(path: Path, names: int, calls: int) -> Path:
 def timed(argv: list[str]) -> tuple[float, float]:
     """Wall seconds and peak resident MB of one ``layerprof`` process."""
     start = time.perf_counter()
-    child = subprocess.Popen(
-        [sys.executable, "-m", "layerprof", *argv], stdout=subprocess.DEVNULL
-    )
+    child = subprocess.Popen([sys.executable, "-m", "layerprof", *argv], stdout=subprocess.DEVNULL)
     _, status, usage = os.wait4(child.pid, 0)
     wall = time.perf_counter() - start
     if os.waitstatus_to_exitcode(status) != 0:
@@ -65,7 +63,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         trace = write_trace(Path(tmp) / "names.json", args.names, args.calls)
         out = Path(tmp) / "out.json"
-        runs = [timed(["analyze", str(trace), "--json", str(out), "-q"]) for _ in range(args.rounds)]
+        runs = [
+            timed(["analyze", str(trace), "--json", str(out), "-q"]) for _ in range(args.rounds)
+        ]
         wall = statistics.median(r[0] for r in runs)
         peak = statistics.median(r[1] for r in runs)
         print(
