@@ -762,6 +762,13 @@ def check_graph_replay(out: Path) -> Check:
         str(out / "graph-replay.json.gz"), [CaptureInput(str(out / "graph-capture.json.gz"))]
     ).rank()
     eager = layerprof.analyze(str(out / "graph-eager.json.gz")).rank()
+    return graph_verdict(name, merged, eager)
+
+
+def graph_verdict(name: str, merged: Any, eager: Any) -> Check:
+    """The replay read through its capture (``merged``) against an eager run's trace:
+    >= 95 % of the replay's kernel time on layers, and each leaf layer holding at least
+    ``GRAPH_HEAVY`` of the eager device time within ``GRAPH_LAYER_TOL`` of it."""
     r = merged.graph_replay
     if r is None or not r.device_ns:
         return Check(name, "fail", "no graph launch with device ops in the replay trace")

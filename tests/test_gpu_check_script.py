@@ -177,3 +177,31 @@ def test_a_check_that_raises_or_overruns_fails_alone(tmp_path: Path) -> None:
     doc = json.loads((tmp_path / "gpu-report.json").read_text())
     assert doc["complete"] is False and doc["failed"] == ["broken", "slow"]
     assert "INCOMPLETE" in (tmp_path / "gpu-report.txt").read_text()
+
+
+def test_the_graph_replay_verdict_on_pairs_made_from_code(tmp_path: Path) -> None:
+    """The live graph pair's verdict (item 5 of issue 44), on a capture and replays
+    made from code: the same layers pass, a layer off by 50 % or a replay whose kernel
+    time is mostly off the layers fails, naming why."""
+    from dataclasses import replace
+
+    from layerprof.pivot.records import LayerSamples
+    from layerprof.trace.capturepair import CaptureInput, analyze_pair
+    from tests.support.graph_traces import capture_events, replay_events, write_trace
+
+    gc = checks_module()
+    capture = [CaptureInput(str(write_trace(tmp_path / "c.json.gz", capture_events())))]
+    merged = analyze_pair(write_trace(tmp_path / "r.json.gz", replay_events()), capture).rank()
+    assert gc.graph_verdict("g", merged, merged).status == "pass"
+    leaf = "Decoder.Layer[1].MLP"
+    s = merged.samples[leaf]
+    slower = LayerSamples(s.total_ns, s.self_ns, s.calls, device_total_ns=[150_000],
+                          device_self_ns=[150_000])  # fmt: skip
+    eager = replace(merged, samples={**merged.samples, leaf: slower})
+    verdict = gc.graph_verdict("g", merged, eager)
+    assert verdict.status == "fail" and f"{leaf} -33.3 % vs eager" in verdict.reason
+    stray = replay_events(extra="stray")
+    stray = [{**e, "dur": 10_000.0} if e.get("name") == "stray" else e for e in stray]
+    off = analyze_pair(write_trace(tmp_path / "s.json.gz", stray), capture).rank()
+    verdict = gc.graph_verdict("g", off, merged)
+    assert verdict.status == "fail" and "kernel time on layers (< 95 %)" in verdict.reason
