@@ -269,3 +269,11 @@ def test_the_layer_source_is_the_captures(tmp_path: Path) -> None:
     kinds = [n.kind for n in p.notes]
     assert "layer-source" in kinds and "no-module-events" not in kinds
     assert p.source is not None and p.source.module_source == "nn.Module"
+
+
+def test_a_step_batch_no_capture_has_is_named(tmp_path: Path) -> None:
+    p = _pair(tmp_path, replay_events(batch=30), capture_events(batch=32))
+    r = p.graph_replay
+    assert r is not None and r.matched == 14 and r.graphs[0].capture_batch == 32
+    (note,) = [n for n in p.notes if n.kind == "graph-replay-batch"]
+    assert note.data == {"step_batch": 30, "capture_batch": 32, "launches": 1}

@@ -567,6 +567,28 @@ def _section(
     )
 
 
+def _batch_notes(captures: list[_Capture], pairings: list[_Pairing]) -> list[Note]:
+    """Launches read through a graph captured for another batch than their step names
+    (an engine pads a batch up to a captured size, or the wrong capture was handed in)."""
+    odd: Counter[tuple[int, int]] = Counter()
+    for p in pairings:
+        if p.capture is None or p.graph.hint is None:
+            continue
+        batch = captures[p.capture].batch(captures[p.capture].graphs[p.window])
+        if batch is not None and batch != p.graph.hint:
+            odd[(p.graph.hint, batch)] += 1
+    return [
+        Note(
+            "graph-replay-batch",
+            f"{n} graph launch{'es' if n != 1 else ''} whose step names batch {hint} read"
+            f" through a graph captured for batch {batch} (the kernels matched; an engine"
+            " pads a batch up to a captured size, or the capture is another batch's)",
+            {"step_batch": hint, "capture_batch": batch, "launches": n},
+        )
+        for (hint, batch), n in sorted(odd.items())
+    ]
+
+
 def _one_batch(batches: tuple[int | None, ...]) -> int | None:
     return batches[0] if len(set(batches)) == 1 else None
 
@@ -620,6 +642,7 @@ def _notes(section: GraphReplay, captures: list[_Capture], pairings: list[_Pairi
                     {"launch": i + 1},
                 )
             )
+    notes += _batch_notes(captures, pairings)
     used = {p.capture for p in pairings}
     idle = [c.input.path for i, c in enumerate(captures) if i not in used]
     if idle:
