@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from layerprof import Run
 from layerprof.cli import main
 from tests.support.graph_traces import capture_events, replay_events, write_trace
 from tests.support.paths import DATA
@@ -25,6 +26,10 @@ def test_a_folder_with_capture_traces_pairs_itself(tmp_path: Path) -> None:
     assert replay["captures"][0]["batch"] == 32 and replay["captures"][0]["mode"] == "FULL"
     paths = [layer["path"] for layer in rank["layers"]]
     assert "Qwen3Model.Qwen3DecoderLayer[35].Qwen2MLP.MergedColumnParallelLinear" in paths
+    # the saved analysis reads back with the same section (report and diff read it so)
+    back = Run.load(out).rank()
+    assert back.graph_replay is not None and back.graph_replay.matched == 544
+    assert main(["report", str(out), "-q"]) == 0
 
 
 def test_capture_flag_and_html(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
