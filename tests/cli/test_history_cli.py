@@ -272,3 +272,18 @@ def test_history_never_imports_torch(stepped: Path, tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().endswith("TORCH False")
+
+
+def test_a_saved_trace_analysis_of_one_rank_is_a_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """analyze --json of a real one-rank trace (tests/data/hta, MIT) goes in as one run."""
+    from tests.support.paths import DATA
+
+    saved, db = tmp_path / "a.json", tmp_path / "h.db"
+    assert main(["analyze", str(DATA / "hta" / "cpu_only"), "-q", "--json", str(saved)]) == 0
+    assert main(["history", "add", str(saved), "--commit", "t1", "--db", str(db)]) == 0
+    assert "added 1 run of commit t1" in capsys.readouterr().err
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 1
+    conn.close()

@@ -186,9 +186,16 @@ def check_run_options(args: argparse.Namespace) -> None:
 def _profile(path: str, max_input_size: int | None) -> Profile:
     from layerprof import codec
     from layerprof.errors import ProfileFormatError
-    from layerprof.pivot.profile import Profile
+    from layerprof.pivot.profile import Profile, Run
 
     loaded = codec.load(path, max_input_size=max_input_size)
+    if isinstance(loaded, Run) and len(loaded.ranks) == 1:  # analyze --json of one rank
+        return loaded.rank()
+    if isinstance(loaded, Run):
+        raise ProfileFormatError(
+            f"{path}: a trace analysis of {len(loaded.ranks)} ranks; a history run is one",
+            hint="save one rank's analysis: layerprof analyze RANK_TRACE --json P.json",
+        )
     if not isinstance(loaded, Profile):
         raise ProfileFormatError(
             f"{path}: holds a {type(loaded).__name__}, not one profile",

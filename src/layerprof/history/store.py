@@ -146,7 +146,8 @@ class HistoryStore:
             try:
                 yield self._conn
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                if self._conn.in_transaction:  # sqlite may have rolled back already
+                    self._conn.execute("ROLLBACK")
                 raise
             self._conn.execute("COMMIT")
 
@@ -405,7 +406,8 @@ def _upgrade(conn: sqlite3.Connection, path: Path) -> None:
         conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
     _settings(conn)
