@@ -459,7 +459,7 @@ def _phases(base: Profile, new: Profile, judge: Judge) -> tuple[PhaseDelta, ...]
     samples carry none of the drift between processes."""
     b, n = base.generation, new.generation
     if b is None or n is None:
-        return ()
+        return _serving_phases(base, new, judge)
     out: list[PhaseDelta] = []
     for phase, what, bs, ns in (
         ("prefill", "time to first token", b.ttft_ns, n.ttft_ns),
@@ -477,6 +477,30 @@ def _phases(base: Profile, new: Profile, judge: Judge) -> tuple[PhaseDelta, ...]
             base_s, new_s = _phase_series(row), _phase_series(other)
             runs = judge.phase_runs(bp.name, row.path) if other is not None else None
             out.append(PhaseDelta(bp.name, row.path, judge.compare(base_s, new_s, runs=runs)))
+    return tuple(out)
+
+
+def _serving_phases(base: Profile, new: Profile, judge: Judge) -> tuple[PhaseDelta, ...]:
+    """A serving trace's prefill, decode and mixed steps apart (``prefill steps``, ...):
+    each phase's step time over its steps, then each layer of each phase both sides ran
+    (its self time per step of the phase)."""
+    b, n = base.serving, new.serving
+    if b is None or n is None:
+        return ()
+    out: list[PhaseDelta] = []
+    for bp in b.phases:
+        np_ = n.phase(bp.name)
+        if np_ is None:
+            continue
+        label = f"{bp.name} steps"
+        times = [x.time_ns for x in b.of_phase(bp.name)], [x.time_ns for x in n.of_phase(bp.name)]
+        if times[0] and times[1]:
+            change = judge.compare(Series(times[0]), Series(times[1]), what=f"{label} time")
+            out.append(PhaseDelta(label, None, change))
+        for row in bp.layers:
+            other = np_.layer(row.path)
+            change = judge.compare(_phase_series(row), _phase_series(other))
+            out.append(PhaseDelta(label, row.path, change))
     return tuple(out)
 
 

@@ -144,3 +144,8 @@ def _read_cache(f: Fields) -> KvCache:
         raise ProfileFormatError(f"{f.where}.layers_bytes: expected a list of byte counts >= 0")
     cross = f.opt_count("cross_attention_bytes")
     return KvCache(layers=tuple(layers), positions=f.count("positions"), cross_bytes=cross or 0)
+
+
+#: A phase's writer and reader, shared with a serving trace's phases (``codec/serving.py``).
+encode_phase = _phase
+read_phase = _read_phase

@@ -22,6 +22,7 @@ from layerprof.codec.memory import encode_activation_memory, read_activation_mem
 from layerprof.codec.passes import encode_passes, read_passes
 from layerprof.codec.replay import encode_replay, read_replay
 from layerprof.codec.repeats import encode_repeats, read_repeats
+from layerprof.codec.serving import encode_serving, read_serving
 from layerprof.codec.stepwork import encode_device_work, read_device_work
 from layerprof.codec.trace import encode_trace, read_trace
 from layerprof.pivot.profile import Profile, TraceSections
@@ -68,6 +69,7 @@ SECTIONS: tuple[Registered, ...] = (
     _one("generation", "generation", encode_generation, read_generation),
     _one("graph_replay", "graph_replay", encode_replay, read_replay),
     _one("device_work", "device_work", encode_device_work, read_device_work),
+    _one("serving", "serving", encode_serving, read_serving),
     Registered(("Profile.compiled",), lambda p, top: encode_compiled(p.compiled), read_compiled),
     Registered(
         tuple(f"Profile.{x}" for x in _DISTRIBUTED),

@@ -98,11 +98,16 @@ class StepDelta(_Judged):
         return f"step {self.index}"
 
 
+_PHASE_TIMES = {"prefill": "time to first token", "decode": "inter-token latency"}
+
+
 @dataclass(frozen=True)
 class PhaseDelta(_Judged):
     """One phase of a ``generate()``: its own time (``path`` None: the time to first
     token for prefill, the inter-token latency for decode, from the clean pass's
-    samples) or one layer's self time per forward of that phase (judged on the saved
+    samples), or of a serving trace (``prefill steps``, ``decode steps``, ``mixed
+    steps``: ``path`` None is their steps' time), or one layer's self time per forward
+    of that phase (judged on the saved
     medians' spread and interval: phases keep no per-forward samples)."""
 
     phase: str
@@ -112,7 +117,8 @@ class PhaseDelta(_Judged):
     @property
     def label(self) -> str:
         if self.path is None:
-            what = "time to first token" if self.phase == "prefill" else "inter-token latency"
+            # a serving trace's phases ("decode steps", ...) have their steps' time
+            what = _PHASE_TIMES.get(self.phase, "step time")
             return f"{self.phase}: {what}"
         return f"{self.phase}: {self.path or '(model)'}"
 

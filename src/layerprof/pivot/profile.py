@@ -80,6 +80,7 @@ if TYPE_CHECKING:
     from layerprof.pivot.sections.replay import GraphReplay
     from layerprof.pivot.sections.loop import TrainingLoop
     from layerprof.pivot.sections.memory import ActivationMemory
+    from layerprof.pivot.sections.serving import Serving
     from layerprof.pivot.sections.stepwork import DeviceWork
 
 
@@ -134,6 +135,7 @@ class TraceSections:
     queues: Queues | None = None
     memory_timeline: MemoryTimeline | None = None
     device_work: DeviceWork | None = None
+    serving: Serving | None = None
 
 
 _T = TypeVar("_T")
@@ -394,6 +396,7 @@ class Profile(sinks.Output):
     queues: ClassVar[_FromTrace[Queues | None]] = _FromTrace(None)
     memory_timeline: ClassVar[_FromTrace[MemoryTimeline | None]] = _FromTrace(None)
     device_work: ClassVar[_FromTrace[DeviceWork | None]] = _FromTrace(None)
+    serving: ClassVar[_FromTrace[Serving | None]] = _FromTrace(None)
 
     def __post_init__(self) -> None:
         latency: SeriesLike | None = self.latency_ns

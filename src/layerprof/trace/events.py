@@ -121,6 +121,10 @@ MODULE_PREFIX = "nn.Module: "
 #: The operator that takes a language model's token ids: its input shapes are kept even
 #: when shapes are not (a batch x tokens second input tells a prefill from a decode step).
 TOKEN_OP = "aten::embedding"
+#: Matrix products whose input shapes are kept too: a serving step's FLOPs are counted
+#: from them (``trace/batch.py``).
+MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"})
+_SHAPED_OPS = MATMUL_OPS | {TOKEN_OP}
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # Below this many epoch-scale times, a batch whose doubles all look whole may
 # still have had decimals in the text (each rounds to whole with odds 1/4).
@@ -336,7 +340,7 @@ class _Rows:
         self.device_categories: dict[str, int] = {}
         self.runtime_categories: set[str] = set()
         self.events = 0
-        self.token_shapes: dict[int, int] = {}  # host row -> shape id (TOKEN_OP only)
+        self.token_shapes: dict[int, int] = {}  # host row -> shape id (_SHAPED_OPS only)
 
 
 class _Columns:
@@ -571,7 +575,7 @@ class EventCollector:
                     if keep_shapes:
                         dims = args.get("Input Dims") if kind == OP else None
                         h_shape.append(-1 if dims is None else shape_id(_shape_text(dims)))
-                    elif name == TOKEN_OP and kind == OP:
+                    elif kind == OP and name in _SHAPED_OPS:
                         dims = args.get("Input Dims")
                         if dims is not None:
                             token_shapes[len(h_name) - 1] = shape_id(_shape_text(dims))

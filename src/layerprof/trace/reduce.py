@@ -41,6 +41,7 @@ from layerprof.trace.attribution import (
     layer_peaks,
     other_ops_notes,
 )
+from layerprof.trace.batch import serving_steps
 from layerprof.trace.breakdown import breakdown
 from layerprof.trace.comm import communication
 from layerprof.trace.events import ANNOTATION, LAYER, MODULE, EventTables
@@ -113,6 +114,7 @@ def reduce(
         run=_run(marker),
     )
     done = steps.complete
+    serving, serving_notes = serving_steps(tables, links, steps, samples, work)
     profile = Profile(
         meta=_meta(source, tables.platform, len(done), _training(ops, annotation_rows)),
         layers=layers,
@@ -134,12 +136,17 @@ def reduce(
             queues=queues(tables, links) if has_device else None,
             memory_timeline=memory_timeline(tables, nesting, steps),
             device_work=work,
+            serving=serving,
         ),
         generation=trace_generation(tables, steps, samples) if samples else None,
         graph_replay=graphs,
     )
     return profile.with_notes(
-        *_notes(tables, steps, profile), *work_notes(work), *graph_notes, *other_ops_notes(ops)
+        *_notes(tables, steps, profile),
+        *work_notes(work),
+        *serving_notes,
+        *graph_notes,
+        *other_ops_notes(ops),
     )
 
 

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from layerprof.pivot.sections.ranks import LayerAcrossRanks
     from layerprof.pivot.sections.repeats import Repeats, RunMedians
     from layerprof.pivot.sections.replay import CaptureFile, GraphMatch, GraphReplay, MissedKernel
+    from layerprof.pivot.sections.serving import BatchPart, Serving, ServingStep
     from layerprof.pivot.sections.stepwork import ClockCheck, DeviceWork, StepWork
     from layerprof.pivot.sections.trace import (
         STEP_DEFINITIONS,
@@ -113,6 +114,9 @@ _HOME: dict[str, str] = {
     "GraphReplay": "replay",
     "MissedKernel": "replay",
     "RunMedians": "repeats",
+    "BatchPart": "serving",
+    "Serving": "serving",
+    "ServingStep": "serving",
     "ClockCheck": "stepwork",
     "DeviceWork": "stepwork",
     "StepWork": "stepwork",
@@ -156,6 +160,7 @@ __all__ = [
     "STEP_PARTS",
     "AllocRow",
     "AnnotationRow",
+    "BatchPart",
     "Breakdown",
     "CaptureFile",
     "ClockCheck",
@@ -194,6 +199,8 @@ __all__ = [
     "Repeats",
     "RunMedians",
     "RuntimeRow",
+    "Serving",
+    "ServingStep",
     "Step",
     "StepAcrossRanks",
     "StepBreakdown",

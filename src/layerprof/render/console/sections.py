@@ -28,7 +28,6 @@ from layerprof.render.console.findings import print_findings
 from layerprof.render.console.generation import print_generation
 from layerprof.render.console.memory import print_activation_memory
 from layerprof.render.console.ops import OpSort, render_ops
-from layerprof.render.console.replay import print_graph_replay
 from layerprof.render.console.profile import (
     ConsoleOptions,
     SortKey,
@@ -43,6 +42,8 @@ from layerprof.render.console.ranks import (
     print_run_header,
     reported_ranks,
 )
+from layerprof.render.console.replay import print_graph_replay
+from layerprof.render.console.serving import print_serving
 from layerprof.render.console.stepwork import print_device_work
 from layerprof.render.console.trace import (
     print_devices,
@@ -149,6 +150,7 @@ PROFILE_SECTIONS: tuple[Section[Profile], ...] = (
     Section("layers", ("Profile.layers", "Profile.flops"), _layers),
     Section("training loop", ("Profile.loop",), _loop),
     Section("generation", ("Profile.generation",), lambda p, out, o: print_generation(out, p)),
+    Section("serving", ("Profile.serving",), lambda p, out, o: print_serving(p, out, o.rows)),
     Section("compiled", ("Profile.compiled",), lambda p, out, o: print_compiled(out, p)),
     Section(
         "graph replay",

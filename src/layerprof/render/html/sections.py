@@ -31,7 +31,6 @@ from layerprof.render.html.distributed import distributed_section
 from layerprof.render.html.findings import findings_section, notes_section
 from layerprof.render.html.flops import roofline_section
 from layerprof.render.html.generation import generation_section
-from layerprof.render.html.replay import graph_replay_section
 from layerprof.render.html.loop import loop_section
 from layerprof.render.html.memory import activation_memory_section
 from layerprof.render.html.page import Section
@@ -43,6 +42,8 @@ from layerprof.render.html.profile import (
     top_section,
 )
 from layerprof.render.html.ranks import layer_ranks_section
+from layerprof.render.html.replay import graph_replay_section
+from layerprof.render.html.serving import serving_section
 from layerprof.render.html.stepwork import device_work_section
 from layerprof.render.html.subject import Subject
 from layerprof.render.html.trace import (
@@ -94,6 +95,7 @@ SECTIONS: tuple[Registered, ...] = (
     Registered(layers_section, ("Profile.layers", "Profile.flops")),
     Registered(loop_section, ("Profile.loop",)),
     Registered(generation_section, ("Profile.generation",)),
+    Registered(serving_section, ("Profile.serving",)),
     Registered(graph_replay_section, ("Profile.graph_replay",)),
     Registered(compiled_section, ("Profile.compiled",)),
     Registered(top_section, ("Profile.ops",)),
