@@ -40,7 +40,11 @@ def test_capture_flag_and_html(tmp_path: Path, capsys: pytest.CaptureFixture[str
     printed = capsys.readouterr().out
     assert "graph replay read through its capture" in printed
     assert "device ops on layers 14 of 14" in printed
-    assert 'id="graph-replay"' in html.read_text()
+    page = html.read_text()
+    assert 'id="graph-replay"' in page
+    # the launch tables say how many device ops the graph launch replayed
+    assert "cudaGraphLaunch" in printed and "(1; replayed 14 device ops)" in printed
+    assert "Replayed device ops" in page
 
 
 def test_a_capture_of_another_model_fails_in_one_line_writing_nothing(

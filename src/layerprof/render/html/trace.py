@@ -343,6 +343,10 @@ def launches_section(s: Subject) -> Section | None:
                 time_col("Total", lambda r: r.total_ns, rt_unit),
             ],
         )
+        if any(a.profile.graph_replay is not None for a in runtime):
+            rt_cols.append(
+                Col("Replayed device ops", lambda a: _replayed_text(a), lambda a: _replayed(a))
+            )
         body += heading("Runtime calls") + table("lp-trace-runtime", rt_cols, runtime)
     intro = (
         "Runtime calls that launched GPU work (kernels, copies, memsets) and the delay from"
@@ -350,6 +354,18 @@ def launches_section(s: Subject) -> Section | None:
         " CPU and GPU clocks disagree."
     )
     return Section("launches", "Launch overhead", body, intro)
+
+
+def _replayed(a: At[RuntimeRow]) -> int | None:
+    """Device ops a graph launch call (cudaGraphLaunch, hipGraphLaunch) replayed."""
+    r = a.profile.graph_replay
+    found = [g.kernels for g in r.graphs if g.call == a.row.name] if r is not None else []
+    return sum(found) if found else None
+
+
+def _replayed_text(a: At[RuntimeRow]) -> str:
+    n = _replayed(a)
+    return "" if n is None else f"{n:,}"
 
 
 # ---------------------------------------------------------------- memory
