@@ -277,3 +277,12 @@ def test_a_step_batch_no_capture_has_is_named(tmp_path: Path) -> None:
     assert r is not None and r.matched == 14 and r.graphs[0].capture_batch == 32
     (note,) = [n for n in p.notes if n.kind == "graph-replay-batch"]
     assert note.data == {"step_batch": 30, "capture_batch": 32, "launches": 1}
+
+
+def test_ops_carry_the_capture_shapes_and_the_replay_times() -> None:
+    found = paired_captures(SGLANG)
+    assert found is not None
+    p = analyze_pair(replay_in(SGLANG), found, group_by_shape=True).ranks[0]
+    mm = {o.input_shapes: o for o in p.ops if o.name == "aten::mm"}
+    up = mm["[32, 4096], [4096, 24576]"]  # the MLP's gate/up projection, batch 32
+    assert up.calls == 36 and up.device_ns == pytest.approx(2_417_659, abs=1)
