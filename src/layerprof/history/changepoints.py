@@ -195,9 +195,10 @@ def shift_interval(before: Floats, after: Floats, level: float) -> tuple[float, 
     diffs = np.sort((after[:, None] - before[None, :]).ravel())
     m, k = len(before), len(after)
     z = _NORMAL_Z_95 if level == 0.95 else _normal_quantile(0.5 + level / 2)
+    # the C-th smallest and largest differences (1-based), C = mk/2 - z sd(U), rounded down
     c = math.floor(m * k / 2.0 - z * math.sqrt(m * k * (m + k + 1) / 12.0))
-    c = min(max(c, 0), len(diffs) - 1)
-    return float(np.median(diffs)), float(diffs[c]), float(diffs[len(diffs) - 1 - c])
+    c = min(max(c, 1), len(diffs))
+    return float(np.median(diffs)), float(diffs[c - 1]), float(diffs[len(diffs) - c])
 
 
 def _normal_quantile(p: float) -> float:
