@@ -63,27 +63,48 @@ def graph_launches(tables: EventTables) -> list[GraphLaunch]:
         return []
     order = np.argsort(dev.corr, kind="stable")
     keys = dev.corr[order]
+    hints = _Hints(tables)
     out = []
     for row in sorted(rows.tolist(), key=lambda r: int(host.start[r])):
         corr = int(host.ref[row])
         lo, hi = np.searchsorted(keys, [corr, corr + 1]) if corr >= 0 else (0, 0)
         ops = order[lo:hi]
         ops = ops[np.argsort(dev.start[ops], kind="stable")]
-        out.append(GraphLaunch(row, names[int(host.name[row])], ops, _hint(tables, row)))
+        out.append(GraphLaunch(row, names[int(host.name[row])], ops, hints.at(row)))
     return out
 
 
-def _hint(tables: EventTables, row: int) -> int | None:
-    """The batch an annotation around the launch names (innermost first), if any."""
-    host = tables.host
-    start, end = host.start[row], host.end[row]
-    around = np.flatnonzero((host.kind == ANNOTATION) & (host.start <= start) & (host.end >= end))
-    for i in sorted(around.tolist(), key=lambda i: -int(host.start[i])):
-        name = tables.names[int(host.name[i])]
-        for pattern in _BATCH_HINTS:
-            found = pattern.search(name)
-            if found:
-                return int(found.group(1))
+class _Hints:
+    """The batch sizes step annotations name, looked up around a launch call."""
+
+    def __init__(self, tables: EventTables) -> None:
+        host = tables.host
+        rows = np.flatnonzero(host.kind == ANNOTATION)
+        batch = [_batch(tables.names[n]) for n in host.name[rows].tolist()]
+        named = np.asarray([b is not None for b in batch], dtype=bool)
+        self.rows = rows[named]
+        self.batch = [b for b in batch if b is not None]
+        self.start = host.start[self.rows]
+        self.end = self.start + host.dur[self.rows]
+        self.host = host
+
+    def at(self, row: int) -> int | None:
+        """The batch of the innermost named annotation around host row ``row``."""
+        if not len(self.rows):
+            return None
+        start = self.host.start[row]
+        end = start + self.host.dur[row]
+        around = np.flatnonzero((self.start <= start) & (self.end >= end))
+        if not len(around):
+            return None
+        return self.batch[int(around[np.argmax(self.start[around])])]
+
+
+def _batch(name: str) -> int | None:
+    for pattern in _BATCH_HINTS:
+        found = pattern.search(name)
+        if found:
+            return int(found.group(1))
     return None
 
 
@@ -231,7 +252,9 @@ def graph_facts(tables: EventTables) -> tuple[GraphReplay | None, list[Note]]:
 def capture_notes(tables: EventTables) -> list[Note]:
     """What a capture trace analyzed on its own is: its kernels never ran (a replay's
     graph launches are told by its ``graph_replay`` section instead)."""
-    notes = []
+    notes: list[Note] = []
+    if not any(_BEGIN_CAPTURE.match(n) for n in tables.names):
+        return notes  # the common case, decided without a pass over the launches
     captured = captured_launches(tables, {})
     if captured.windows:
         unrun = len(captured.rows)
