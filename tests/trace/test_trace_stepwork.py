@@ -232,3 +232,10 @@ def test_sglang_replay_window_starts_with_its_host_step() -> None:
     assert work.first_ns is not None
     assert abs(work.first_ns - first_kernel_ns) < 1_000
     assert dev.utilization == pytest.approx(0.0206, abs=0.001)
+    # 75 ops start before their launch call returned (the graph's kernels, a blocking
+    # copy), none before it began: negative launch delays, not clocks that disagree
+    clock = p.device_work.clock(dev.device)
+    assert clock is not None and (clock.inside_launch, clock.before_launch) == (75, 0)
+    kinds = {n.kind for n in p.notes}
+    assert "negative-launch-delays" in kinds and "clocks-disagree" not in kinds
+    assert "queued-idle" in kinds  # 463 ms under a blocking hipMemcpyWithStream

@@ -75,7 +75,13 @@ def serving_steps(
         return None, []
     # here, not at the top: a trace with no serving steps never creates these types
     from layerprof.pivot.sections.generation import phase_views
-    from layerprof.pivot.sections.serving import DECODE, MIXED, PREFILL, Serving, ServingStep
+    from layerprof.pivot.sections.serving import (  # as above: created only when used
+        DECODE,
+        MIXED,
+        PREFILL,
+        Serving,
+        ServingStep,
+    )
 
     times = _step_times(done, work)
     flops = _Flops(tables, links)

@@ -415,8 +415,10 @@ def _notes(tables: EventTables, steps: Steps, p: Profile) -> list[Note]:
             notes.append(
                 Note(
                     "negative-launch-delays",
-                    f"{launch.negative_delays} launch delays are negative"
-                    " (CPU and device clocks disagree)",
+                    f"{launch.negative_delays} launch delays are negative: the op started"
+                    " before its launch call returned (a graph launch's kernels and blocking"
+                    " copies do; ops that start before the call began are named apart, as"
+                    " clocks that disagree)",
                     {"count": launch.negative_delays},
                 )
             )
