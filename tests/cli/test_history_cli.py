@@ -9,6 +9,7 @@ import json
 import sqlite3
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -287,3 +288,24 @@ def test_a_saved_trace_analysis_of_one_rank_is_a_run(
     conn = sqlite3.connect(db)
     assert conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 1
     conn.close()
+
+
+def test_show_says_which_environments_the_history_holds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Runs of two torch versions: judged apart, the newest by default, the other by --env."""
+    db = tmp_path / "h.db"
+    times = self_times(Shape(runs=2), 0)
+    for i, torch in enumerate(("2.x", "2.y")):
+        saved = tmp_path / f"p{i}.json"
+        prof = profile(times[i])
+        prof.meta = replace(prof.meta, torch=torch)
+        prof.save(saved)
+        assert main(["history", "add", str(saved), "--commit", f"c{i}", "--db", str(db)]) == 0
+    capsys.readouterr()
+    assert main(["history", "show", "--db", str(db)]) == 0
+    out = capsys.readouterr()
+    assert "2 environments in" in out.err and "torch 2.y" in out.out
+    other = out.err.split("; ")[1].split(" ")[0]
+    assert main(["history", "show", "--db", str(db), "--env", other]) == 0
+    assert "torch 2.x" in capsys.readouterr().out

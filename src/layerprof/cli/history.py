@@ -252,6 +252,9 @@ def _view(store: HistoryStore, args: argparse.Namespace) -> HistoryView:
     if chosen is None:
         keys = ", ".join(e.env.key for e in envs[:8])
         raise UsageError(f"--env {args.env}: no such environment in {args.db} (it has {keys})")
+    if len(envs) > 1 and not getattr(args, "json", False):
+        others = "; ".join(f"{e.env.key} ({e.runs} runs: {e.env.describe()})" for e in envs[:4])
+        say(f"layerprof: {len(envs)} environments in {args.db}, judged apart (--env KEY): {others}")
     window = store.window(chosen.env, args.window)
     layer = getattr(args, "layer", None)
     return analyze(
