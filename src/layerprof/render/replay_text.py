@@ -31,7 +31,7 @@ def replay_lines(r: GraphReplay) -> list[str]:
         return [
             f"{len(r.graphs)} graph launch{'es' if len(r.graphs) != 1 else ''} ({calls})"
             f" replayed {r.kernels} device ops, {human_time(r.device_ns)}: no op or module"
-            " encloses them, so their time sits on the module around the launch",
+            " encloses them, so their time sits on the op or module around the launch",
             "analyze REPLAY --capture CAPTURE (the trace recorded while the graph was"
             " captured) puts each on the layer whose launch made it",
         ]
