@@ -236,9 +236,11 @@ def test_run_honours_peak_no_correct_and_dtype_and_says_them(
     assert doc.get("overhead") is None or not doc["overhead"]["corrected"]
 
 
-def test_the_layer_table_counts_calls_per_generate() -> None:
-    """T5's encoder runs apart from the model's forward: per outermost call its root read
-    0.97 calls (5 / 6 here); per generate the root has N calls and the encoder one."""
+def test_the_layer_table_counts_calls_per_forward_of_the_model() -> None:
+    """T5's encoder runs apart from the model's forward: as an iteration of its own its
+    root read 0.97 calls (5 / 6 here). Folded into the next forward, the root has 1 call
+    per forward, and the encoder one per generate, 1/5 per forward, its time in the
+    prefill's forward."""
     torch.manual_seed(0)
     config = transformers.T5Config(
         d_model=16, d_ff=32, num_layers=1, num_heads=2, d_kv=8, vocab_size=64,
@@ -247,12 +249,16 @@ def test_the_layer_table_counts_calls_per_generate() -> None:
     model = transformers.T5ForConditionalGeneration(config).eval()
     prof = layerprof.profile(model, prompt(), generate=5, warmup=0, iters=1)
     calls = {r.path: r.calls for r in prof.rows()}
-    assert calls[""] == 5 and calls["decoder"] == 5 and calls["lm_head"] == 5
-    assert calls["encoder"] == 1 and calls["encoder.embed_tokens"] == 1
-    samples = prof.samples[""]
-    assert samples.total_ns.values is not None and len(samples.total_ns.values) == LAYER_GENERATES
-    assert prof.overhead is None or prof.overhead.calls_per_forward > 5
-    assert any("per generate" in n.text for n in prof.notes)
+    assert calls[""] == 1 and calls["decoder"] == 1 and calls["lm_head"] == 1
+    assert calls["encoder"] == pytest.approx(0.2) and calls["encoder.block.0"] == pytest.approx(0.2)
+    root, encoder = prof.samples[""], prof.samples["encoder"]
+    assert root.total_ns.values is not None and encoder.total_ns.values is not None
+    assert len(root.total_ns.values) == LAYER_GENERATES * 5  # one per forward of the model
+    ran = [i for i, t in enumerate(encoder.total_ns.values.tolist()) if t > 0]
+    assert ran == [0, 5, 10]  # in each generate's first forward, the prefill
+    assert not root.calls_vary and encoder.calls_vary
+    assert prof.overhead is None or prof.overhead.calls_per_forward > 10
+    assert any("the encoder, which generate() runs" in n.text for n in prof.notes)
     shared = [n for n in prof.notes if n.kind == "shared-module"]
     assert [n.data["path"] for n in shared] == ["shared"]  # 0 calls, and says why
     ran_as = shared[0].data["ran_as"]  # its tied weight: the embeddings' and the head's

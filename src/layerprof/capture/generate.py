@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -113,7 +113,7 @@ def profile_generate(
                 ttft.append(stamps[0] - t0)
                 itl += [b - a for a, b in itertools.pairwise(stamps)]
                 whole.append(t1 - t0)
-            recorded, phases = _layer_pass(
+            recorded, phases, of_model = _layer_pass(
                 model, args, kwargs, new_tokens, batch, prompt_tokens, correct, clock
             )
             phases, found_peak = _with_work(model, args, kwargs, phases, peak)
@@ -138,16 +138,19 @@ def profile_generate(
         peak=found_peak,
         peak_bytes=peaks,
     )
-    recorded, per = _per_generate(recorded, LAYER_GENERATES)
+    recorded, folded = _per_forward(recorded, of_model)
     recorded = recorded.with_notes(*_shared_modules(model, recorded))
     note = Note(
         "generation-phases",
-        f"the layer table is per generate (a layer's calls and times summed over {per}"
-        f" forwards: the prefill and decode together), median over {LAYER_GENERATES}"
-        " generates; the generation section has each phase per forward"
-        if per is not None
-        else f"the layer table is over every forward of {LAYER_GENERATES} generates"
-        " (prefill and decode together); the generation section has each phase apart",
+        f"the layer table is per forward of the model over {LAYER_GENERATES} generates"
+        " (prefill and decode together"
+        + (
+            "; the encoder, which generate() runs before the first forward, is counted in"
+            " that forward: its calls are a fraction of one per forward"
+            if folded
+            else ""
+        )
+        + "); the generation section has each phase apart",
     )
     meta = replace(
         recorded.meta, source="layerprof.generate", warmup=warmup, iters=len(whole),
@@ -215,44 +218,51 @@ def _shared_modules(model: Any, recorded: Profile) -> tuple[Note, ...]:
     return tuple(notes)
 
 
-def _per_generate(recorded: Profile, generates: int) -> tuple[Profile, int | None]:
-    """The per-layer pass's samples summed per generate (each generate runs the same
-    forwards: exactly N tokens, an encoder once), so that a layer's calls count whole
-    calls per generate: per outermost call, an encoder-decoder's encoder run apart read
-    as an iteration of its own, and the model's root showed 0.97 calls. Unchanged (None)
-    when the iterations do not split evenly."""
+def _per_forward(recorded: Profile, of_model: Sequence[int]) -> tuple[Profile, bool]:
+    """The per-layer pass's samples per forward of the model: an outermost call of a
+    submodule (the encoder ``generate()`` runs apart) is summed into the model's next
+    forward, so that each iteration is one forward and the root has 1 call (T5's read
+    0.97: its encoder's call was an iteration of its own). True when one was folded."""
     import numpy as np
 
     samples = recorded.samples
     lengths = {len(s.total_ns.values) for s in samples.values() if s.total_ns.values is not None}
-    if len(lengths) != 1 or not generates:
-        return recorded, None
+    if len(lengths) != 1 or not of_model:
+        return recorded, False
     (iterations,) = lengths
-    per = iterations // generates
-    if per < 1 or per * generates != iterations:
-        return recorded, None
+    forwards = len(of_model)
+    if forwards == iterations or any(
+        s.total_ns.values is None or s.self_ns.values is None for s in samples.values()
+    ):
+        return recorded, False
+    # iteration -> the forward it belongs to: its own, or the next one (the last, after it)
+    group = np.minimum(np.searchsorted(np.asarray(of_model), np.arange(iterations)), forwards - 1)
 
     def summed(series: Any) -> Any:
         if series is None or series.values is None:
             return None
-        return np.asarray(series.values, dtype=np.int64).reshape(generates, per).sum(axis=1)
+        values = np.asarray(series.values, dtype=np.int64)
+        return np.bincount(group, weights=values, minlength=forwards).round().astype(np.int64)
 
+    folded = np.ones(iterations, dtype=bool)
+    folded[np.asarray(of_model)] = False
     out = {}
     for path, s in samples.items():
-        if s.total_ns.values is None or s.self_ns.values is None:
-            return recorded, None
+        calls = round(s.calls * iterations / forwards, 9)
+        total = summed(s.total_ns)
+        # one call per forward on average and time in every forward: exactly one each
+        vary = not (calls == 1 and bool((total > 0).all())) and (
+            s.calls_vary or calls != round(calls) or bool(s.total_ns.values[folded].any())
+        )
         out[path] = LayerSamples(
-            summed(s.total_ns), summed(s.self_ns), s.calls * per, s.calls_vary,
+            total, summed(s.self_ns), calls, vary,
             summed(s.device_total_ns), summed(s.device_self_ns),
             summed(s.backward_total_ns), summed(s.backward_self_ns),
         )  # fmt: skip
     overhead = recorded.overhead
-    if overhead is not None:  # calls per forward of the model (encoder calls included)
-        forwards = max(round(recorded.samples[""].calls * iterations), 1) if "" in samples else None
-        if forwards:
-            calls = sum(s.calls for s in samples.values()) * iterations
-            overhead = replace(overhead, calls_per_forward=calls / forwards)
-    return replace(recorded, samples=out, overhead=overhead), per
+    if overhead is not None:  # calls per forward of the model, the encoder's share in it
+        overhead = replace(overhead, calls_per_forward=sum(x.calls for x in out.values()))
+    return replace(recorded, samples=out, overhead=overhead), True
 
 
 def _prompt(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:  # a 2-d token tensor
@@ -345,7 +355,7 @@ def _generate(
 def _layer_pass(
     model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], n: int, batch: int, prompt: int,
     correct: bool, clock: Clock | None,
-) -> tuple[Profile, tuple[Phase, ...]]:  # fmt: skip
+) -> tuple[Profile, tuple[Phase, ...], list[int]]:  # fmt: skip
     """A few generates under the Recorder, each forward tagged (phase, context position)."""
     from layerprof.capture.recording.recorder import Recorder
 
@@ -372,9 +382,9 @@ def _layer_pass(
     profile = rec.profile(correct=None if correct else False)  # None: a fake clock's own
     of_model, iterations = rec.model_forwards()
     encoder_decoder = bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False))
-    return profile, _phases(
-        profile, tags, of_model.tolist(), iterations, batch, prompt, encoder_decoder
-    )
+    forwards = of_model.tolist()
+    phases = _phases(profile, tags, forwards, iterations, batch, prompt, encoder_decoder)
+    return profile, phases, forwards
 
 
 def _phases(
