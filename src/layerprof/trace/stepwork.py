@@ -57,14 +57,11 @@ def step_work(
         on = np.flatnonzero(dev.device == d)
         check = _clock(int(d), on, tables, launched, launch_start, launch_end)
         clocks.append(check)
+        work = _Work(tables, on[launched[on]], launch_start, ordered)
         own: list[Window] = []
         prev_end: int | None = None
-        by_launch = on[launched[on]]
-        by_launch = by_launch[np.argsort(launch_start[by_launch], kind="stable")]
-        keys = launch_start[by_launch]
-        for s in ordered:
-            lo, hi = np.searchsorted(keys, [s.start_ns, s.end_ns], side="left")
-            row = _row(s, int(d), by_launch[lo:hi], tables, check.disagree, prev_end)
+        for i, s in enumerate(ordered):
+            row = _row(s, int(d), work, i, check.disagree, prev_end)
             rows.append(row)
             own.append((row.window_start_ns, row.window_start_ns + row.window_ns))
             prev_end = own[-1][1]
@@ -72,23 +69,63 @@ def step_work(
     return DeviceWork(tuple(rows), tuple(clocks)), windows
 
 
-def _row(
-    s: Step, device: int, mine: I64, tables: EventTables, skewed: bool, prev_end: int | None
-) -> StepWork:
-    dev = tables.device
-    if not len(mine):
+class _Work:
+    """Per step (in start order), the ops of one device it launched: how many, the
+    first one's start, the last one's end and the union of their intervals."""
+
+    def __init__(self, tables: EventTables, ops: I64, launch_start: I64, steps: list[Step]) -> None:
+        dev = tables.device
+        n = len(steps)
+        starts = np.asarray([s.start_ns for s in steps], dtype=np.int64)
+        ends = np.asarray([s.end_ns for s in steps], dtype=np.int64)
+        ops = ops[np.argsort(launch_start[ops], kind="stable")]
+        at = launch_start[ops]
+        group = np.searchsorted(starts, at, side="right") - 1
+        inside = (group >= 0) & (at < ends[np.clip(group, 0, None)])
+        ops, group = ops[inside], group[inside]
+        self.count = np.bincount(group, minlength=n)
+        self.first = np.zeros(n, dtype=np.int64)
+        self.last = np.zeros(n, dtype=np.int64)
+        self.busy = np.zeros(n, dtype=np.int64)
+        if not len(ops):
+            return
+        bounds = np.flatnonzero(np.diff(group, prepend=-1))  # each group's first op
+        held = group[bounds]
+        self.first[held] = np.minimum.reduceat(dev.start[ops], bounds)
+        self.last[held] = np.maximum.reduceat(dev.end[ops], bounds)
+        self.busy = _unions(dev.start[ops], dev.end[ops], group, n)
+
+
+def _unions(start: I64, end: I64, group: I64, n: int) -> I64:
+    """The length of the union of each group's intervals: the groups are moved apart on
+    one line (group g by g spans of the whole extent), so one union serves them all."""
+    base = int(start.min())
+    span = int(end.max()) - base + 1
+    if n * span >= 2**62:  # too far apart to share one line: one union per group
+        out = np.zeros(n, dtype=np.int64)
+        for g in np.unique(group).tolist():
+            seg_s, seg_e, _ = union(start[group == g], end[group == g])
+            out[g] = int((seg_e - seg_s).sum())
+        return out
+    shift = group * span - base
+    seg_s, seg_e, _ = union(start + shift, end + shift)
+    lengths: I64 = np.bincount(seg_s // span, weights=seg_e - seg_s, minlength=n).astype(np.int64)
+    return lengths
+
+
+def _row(s: Step, device: int, work: _Work, i: int, skewed: bool, prev_end: int | None) -> StepWork:
+    ops = int(work.count[i])
+    if not ops:
         lo, hi = _tiled(s.start_ns, s.end_ns, prev_end)
         return StepWork(s.name, device, 0, 0, None, None, 0, HOST, lo, hi - lo)
-    first, last = int(dev.start[mine].min()), int(dev.end[mine].max())
-    seg_s, seg_e, _ = union(dev.start[mine], dev.end[mine])
-    busy = int((seg_e - seg_s).sum())
+    first, last, busy = int(work.first[i]), int(work.last[i]), int(work.busy[i])
     after = max(0, last - s.end_ns)
     if not skewed and first >= s.start_ns and last <= s.end_ns:
         lo, hi = _tiled(s.start_ns, s.end_ns, prev_end)
-        return StepWork(s.name, device, len(mine), busy, first, last, 0, HOST, lo, hi - lo)
+        return StepWork(s.name, device, ops, busy, first, last, 0, HOST, lo, hi - lo)
     began_inside = not skewed and s.start_ns <= first <= s.end_ns
     lo, hi = _tiled(s.start_ns if began_inside else first, last, prev_end)
-    return StepWork(s.name, device, len(mine), busy, first, last, after, DEVICE, lo, hi - lo)
+    return StepWork(s.name, device, ops, busy, first, last, after, DEVICE, lo, hi - lo)
 
 
 def _tiled(lo: int, hi: int, prev_end: int | None) -> Window:
