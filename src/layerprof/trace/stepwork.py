@@ -191,7 +191,8 @@ def work_notes(work: DeviceWork | None) -> list[Note]:
         text = (
             f"{len({s.step for s in moved})} of {steps} steps ran device work outside their"
             f" host span (up to {human_time(after)} after it): their idle, utilization and"
-            " breakdown are measured over that work's own span on the device"
+            " breakdown are measured over that work's own span on the device (the step"
+            " times are still their host spans)"
         )
         notes.append(Note("device-window", text, {"steps": len(moved), "after_ns": after}))
     for c in work.clocks:
