@@ -169,6 +169,19 @@ def test_hostile_steps_are_left_out_with_a_note(tmp_path: Path) -> None:
     assert back.serving == s
 
 
+def test_an_annotation_inside_a_profiler_step_names_its_phase(tmp_path: Path) -> None:
+    """prof.step() around the engine: ProfilerStep#n holds the execute_ annotation."""
+    events: list[dict[str, Any]] = []
+    for i, (pre, dec, lin) in enumerate(STEPS):
+        inner = step_events(i, 200.0 * i + 10, name_of(pre, dec), pre[1] + dec[0], lin)
+        events += [span("user_annotation", f"ProfilerStep#{i}", 200.0 * i, 150), *inner]
+    p = profile_of(tmp_path, {"traceEvents": events})
+    assert p.steps is not None and p.steps.source == "ProfilerStep"
+    assert p.serving is not None
+    assert [x.phase for x in p.serving.steps] == [PREFILL, DECODE, DECODE, MIXED, DECODE]
+    assert p.serving.steps[0].name.startswith("execute_300_context_2(")
+
+
 def test_a_trace_without_annotations_has_no_serving_section(tmp_path: Path) -> None:
     events = step_events(0, 0.0, "forward", 4, 20.0) + step_events(1, 200.0, "forward", 4, 20.0)
     assert profile_of(tmp_path, {"traceEvents": events}).serving is None
@@ -191,6 +204,10 @@ def test_diff_compares_the_phases_apart(tmp_path: Path) -> None:
     assert rows[("prefill steps", "Model.Linear")].delta_ns == 0
     labels = {r.label for r in d.phases}
     assert "decode steps: step time" in labels and "decode steps: Model.Linear" in labels
+    plain = {"traceEvents": step_events(0, 0.0, "forward", 4, 20.0)}
+    one_sided = diff(base, profile_of(tmp_path, plain, "plain.json"))
+    assert not one_sided.phases
+    assert any("no serving steps" in w for w in one_sided.warnings)
 
 
 @pytest.mark.parametrize(

@@ -120,6 +120,9 @@ def diff(base: Profile, new: Profile, *, threshold_pct: float = 5.0) -> Diff:
         warnings += said
     ops, op_metric, op_key = _ops(base, new, judge)
     phases = _phases(base, new, judge)
+    if (base.serving is None) != (new.serving is None):
+        side = "base" if base.serving is None else "new"
+        warnings.append(f"the {side} profile has no serving steps: their phases are not compared")
     if (base.generation is None) != (new.generation is None):
         side = "base" if base.generation is None else "new"
         warnings.append(
