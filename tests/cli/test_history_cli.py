@@ -184,6 +184,7 @@ def test_a_repeat_profile_is_one_run_per_process(tmp_path: Path) -> None:
         ),
         (["show", "--db", "{text}"], "not a layerprof history database"),
         (["export"], "history export needs --csv OUT or --json OUT"),
+        (["add", "{prof}", "--commit", " "], "--commit: empty"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
@@ -309,3 +310,20 @@ def test_show_says_which_environments_the_history_holds(
     other = out.err.split("; ")[1].split(" ")[0]
     assert main(["history", "show", "--db", str(db), "--env", other]) == 0
     assert "torch 2.x" in capsys.readouterr().out
+
+
+def test_run_checks_its_history_before_measuring(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A foreign --history file or a missing --commit fails before the model loads (the
+    model named here does not exist: reaching it would be another error)."""
+    foreign = tmp_path / "notes.db"
+    foreign.write_text("hello")
+    base = ["run", "--arch", "no_such_module:Net", "--input", "2x4"]
+    assert main([*base, "--history", str(foreign), "--commit", "abc"]) == 2
+    assert "not a layerprof history database" in capsys.readouterr().err
+    assert main([*base, "--history", str(tmp_path / "h.db")]) == 2
+    assert "--history needs --commit SHA" in capsys.readouterr().err
+    assert main([*base, "--commit", "abc"]) == 2
+    assert "--commit names the commit of a run added with --history" in capsys.readouterr().err
+    assert foreign.read_text() == "hello"

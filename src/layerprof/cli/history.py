@@ -142,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
 def _add(args: argparse.Namespace) -> int:
     from layerprof.history.ingest import entries, when_of
 
+    _check_commit(args.commit)
     when = _when(args.when) if args.when else None
     profiles = [(path, _profile(path, args.max_input_size)) for path in args.profiles]
     runs = [
@@ -176,11 +177,21 @@ def record(profile: Profile, db: str, *, commit: str, branch: str | None) -> Non
 
 
 def check_run_options(args: argparse.Namespace) -> None:
-    """``run``'s --history and --commit go together (checked before a long run)."""
-    if getattr(args, "history", None) and not getattr(args, "commit", None):
+    """``run``'s --history and --commit go together, and the history opens (created if
+    new): a typo or a foreign file fails in a second, not after the measurement."""
+    db, commit = getattr(args, "history", None), getattr(args, "commit", None)
+    if db and not commit:
         raise UsageError("--history needs --commit SHA: the commit the run measures")
-    if getattr(args, "commit", None) and not getattr(args, "history", None):
+    if commit is not None and not db:
         raise UsageError("--commit names the commit of a run added with --history DB")
+    if db:
+        _check_commit(commit)
+        _open(db, create=True).close()
+
+
+def _check_commit(commit: str | None) -> None:
+    if commit is None or not commit.strip():
+        raise UsageError("--commit: empty; give the commit the profile measured")
 
 
 def _profile(path: str, max_input_size: int | None) -> Profile:
