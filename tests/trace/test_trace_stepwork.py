@@ -183,6 +183,25 @@ def test_a_pipelined_loop_counts_no_device_time_twice(tmp_path: Path) -> None:
         assert sum(ns for _, ns in r.parts()) == r.wall_ns
 
 
+def test_a_trace_missing_most_launches_keeps_the_host_window(tmp_path: Path) -> None:
+    """Three device ops, one with its launch in the trace (HTA's filtered trace_compare
+    keeps 2 of 18): the step's work is not known, so the host span stays its window
+    although the one known op ran after it."""
+    events = [
+        span("user_annotation", "step", 0, 100),
+        launch("cudaLaunchKernel", 90, 5, 1),
+        gpu_op("kernel", "a", 150, 10, 1, 0, 7),
+        gpu_op("kernel", "b", 20, 10, 2, 0, 7),
+        gpu_op("kernel", "c", 40, 10, 3, 0, 7),
+    ]
+    p = profile_of(tmp_path, events)
+    (dev,) = p.devices
+    assert (dev.window_ns, dev.busy_in_window_ns) == (100 * US, 20 * US)
+    assert p.device_work is not None
+    (work,) = p.device_work.steps
+    assert (work.window, work.ops, work.after_ns) == (HOST, 1, 60 * US)
+
+
 def test_device_work_survives_a_save(tmp_path: Path) -> None:
     p = profile_of(tmp_path, graph_after_step())
     back = codec.profile_from_dict(codec.to_dict(p))
