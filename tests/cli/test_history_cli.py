@@ -185,6 +185,7 @@ def test_a_repeat_profile_is_one_run_per_process(tmp_path: Path) -> None:
         (["show", "--db", "{text}"], "not a layerprof history database"),
         (["export"], "history export needs --csv OUT or --json OUT"),
         (["add", "{prof}", "--commit", " "], "--commit: empty"),
+        (["show", "--clock", "device"], "--clock device: no run of environment"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(

@@ -267,6 +267,11 @@ def _view(store: HistoryStore, args: argparse.Namespace) -> HistoryView:
         others = "; ".join(f"{e.env.key} ({e.runs} runs: {e.env.describe()})" for e in envs[:4])
         say(f"layerprof: {len(envs)} environments in {args.db}, judged apart (--env KEY): {others}")
     window = store.window(chosen.env, args.window)
+    if args.clock == "device" and window.device_self_ns is None:
+        raise UsageError(
+            f"--clock device: no run of environment {chosen.env.key} recorded device times",
+            hint="device times come from CUDA runs (run --device cuda) or GPU traces",
+        )
     layer = getattr(args, "layer", None)
     return analyze(
         window,
