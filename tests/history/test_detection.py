@@ -129,3 +129,31 @@ def test_two_changes_in_one_layer_are_both_located(tmp_path: Path) -> None:
         view = analyze(store.window(ENV, 100))
     found = [(c.series, c.index, c.ratio > 1) for c in sorted(view.changes, key=lambda c: c.index)]
     assert found == [("embed", 15, True), ("embed", 30, True)]
+
+
+def test_device_times_are_judged_with_clock_device(tmp_path: Path) -> None:
+    """A step in one layer's device time only: --clock device finds it, host does not."""
+    from dataclasses import replace
+
+    runs = entries(Shape(runs=40), 6)
+    with_device = [
+        replace(
+            r,
+            layers=tuple(
+                replace(
+                    x,
+                    device_self_ns=round(
+                        x.self_ns * (1.5 if x.path == "head" and i >= 25 else 1.0)
+                    ),
+                )
+                for x in r.layers
+            ),
+        )
+        for i, r in enumerate(runs)
+    ]
+    with HistoryStore(tmp_path / "h.db", create=True) as store:
+        store.add(with_device)
+        window = store.window(ENV, 100)
+    assert analyze(window).changes == ()
+    found = analyze(window, clock="device").changes
+    assert [(c.series, c.index) for c in found] == [("head", 25)]
