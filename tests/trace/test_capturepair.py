@@ -57,8 +57,10 @@ def test_sglang_replay_matches_the_other_tools_merge_per_module_class() -> None:
         for row in csv.DictReader(f):
             module = row["parent_module"].removeprefix("nn.Module: ")
             theirs[module] += round(float(row["total_direct_kernel_time_ms"]) * 1e6)
+    # the graph's kernels through the capture; the Sampler's argmax, launched one by one
+    # after the graph, on the replay's own Sampler module
     for cls in ("MergedColumnParallelLinear", "RadixAttention", "RowParallelLinear",
-                "QKVParallelLinear", "RMSNorm", "SiluAndMul", "RotaryEmbedding"):  # fmt: skip
+                "QKVParallelLinear", "RMSNorm", "SiluAndMul", "RotaryEmbedding", "Sampler"):  # fmt: skip
         assert mine[cls] == pytest.approx(theirs[cls], rel=0.01), cls
     # 36 decoder layers, each with its attention and MLP, one layer per module instance
     assert sum(1 for x in p.layers if x.type == "Qwen3DecoderLayer") == 36
@@ -78,6 +80,10 @@ def test_vllm_compiled_capture_is_read_per_compiled_piece() -> None:
     heavy = p.samples[pieces["CompiledFxGraph_f4ii27dd"]]
     assert heavy.calls == 23
     assert heavy.device_self_ns is not None and heavy.device_self_ns.median > 9e6
+    # the logits' GEMM, launched one by one after the graph, on the replay's own module
+    # (TraceLens: LogitsProcessor 0.2767 ms)
+    logits = _self_by_type(p)["LogitsProcessor"]
+    assert logits == pytest.approx(276_678, rel=0.01)
     assert any(n.kind == "graph-capture-compiled" for n in p.notes)
 
 

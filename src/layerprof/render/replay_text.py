@@ -43,7 +43,7 @@ def replay_lines(r: GraphReplay) -> list[str]:
     if r.outside_ops:
         lines.append(
             f"outside the graphs: {r.outside_ops} device ops, {human_time(r.outside_ns)}"
-            " (launched one by one; not on the layers read from the capture)"
+            " (launched one by one: on the replay's own modules where it has them)"
         )
     for c in r.captures:
         if c.graphs > 1:

@@ -150,25 +150,20 @@ class _Capture:
         return self.input.mode or next((g.mode for g in self.graphs if g.mode), "")
 
 
-def read_capture(source: CaptureInput, *, max_input_size: int | None = None) -> _Capture:
+def read_capture(
+    source: CaptureInput, *, keep_shapes: bool = False, max_input_size: int | None = None
+) -> _Capture:
     """Decode a capture trace, keeping what each launch call's ``args.kernel`` names."""
     data = read_input(Path(source.path), limit=max_input_size, error=TraceError)
-    collector = EventCollector(keep_shapes=True)
-    kernels: dict[int, str] = {}
-
-    def consume(batch: list[Any], text: Any) -> None:
-        for e in batch:
-            args = e.get("args") if type(e) is dict else None
-            if type(args) is dict and "kernel" in args:
-                corr, name = args.get("correlation"), args["kernel"]
-                if type(corr) is int and type(name) is str:
-                    kernels[corr] = name
-        collector.add_batch(batch, text)
-
-    header = decode(data, consume, source.path)
+    collector = EventCollector(keep_shapes=keep_shapes, keep_launch_kernels=True)
+    header = decode(data, collector.add_batch, source.path)
     del data
     tables = collector.finish()
-    cleaned = {c: _clean(n) for c, n in kernels.items()}
+    cleaned = {
+        c: _clean(n)
+        for c, n in (collector.launch_kernels or {}).items()
+        if type(c) is int and type(n) is str
+    }
     graphs = tuple(captured_graphs(tables, cleaned))
     if not any(len(g.rows) for g in graphs):
         raise TraceError(
@@ -294,7 +289,9 @@ def analyze_pair(
             f"{name}: no graph launch (cudaGraphLaunch / hipGraphLaunch) to read through"
             f" {', '.join(c.path for c in captures)}: is it a graph replay?"
         )
-    read = [read_capture(c, max_input_size=max_input_size) for c in captures]
+    read = [
+        read_capture(c, keep_shapes=group_by_shape, max_input_size=max_input_size) for c in captures
+    ]
     pairings = _pairings(trace.tables, graphs, read)
     if all(p.capture is None for p in pairings):
         best = max((p.best for p in pairings if p.best), key=lambda b: b[1])
@@ -350,61 +347,44 @@ def _merged(
     pairings: list[_Pairing],
     used: list[int],
 ) -> tuple[EventTables, dict[str, Any]]:
-    """The captures' host spans with the replay's graph ops, each paired op carrying its
-    captured launch's correlation id (the others none: they stay off the layers)."""
-    host, names, shapes, threads, offsets = _host(captures)
+    """The captures' host spans, then the replay's own, with every device op of the
+    replay: a graph's op carrying the correlation id of the captured launch it paired
+    with (one that paired with nothing, none: it stays off the layers), any other op
+    its own launch's (the replay's modules, a sampler say, keep their kernels)."""
+    parts = _host([*(c.tables for c in captures), replay])
+    names, extra = parts.names, list[str]()
     name_ids = {n: i for i, n in enumerate(names)}
-    extra: list[str] = []
-    host = _one_step(_pieces_as_modules(host, names, name_ids, extra), names, name_ids, extra)
-    rows: list[np.ndarray] = []
-    corrs: list[np.ndarray] = []
+    host = _pieces_as_modules(_quiet_tail(parts.host, len(replay.host)), names, name_ids, extra)
+    host = _one_step(host, names, name_ids, extra)
+    dev = replay.device
+    mine = parts.offsets[-1]
+    corr = np.where(dev.corr >= 0, dev.corr + mine, -1)
     slot = {c: k for k, c in enumerate(used)}
     for p in pairings:
-        ops = p.graph.ops
-        corr = np.full(len(ops), -1, dtype=np.int64)
+        corr[p.graph.ops] = -1
         if p.capture is not None and p.pairs:
             k = slot[p.capture]
             launch_rows = captures[k].graphs[p.window].rows
             got, at = (np.asarray(x, dtype=np.int64) for x in zip(*p.pairs, strict=True))
-            corr[got] = captures[k].tables.host.ref[launch_rows[at]] + offsets[k]
-        rows.append(ops)
-        corrs.append(corr)
-    sel = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
-    dev = replay.device
-    kernel_names = []
-    for n in dev.name[sel].tolist():
-        text = replay.names[n]
-        i = name_ids.get(text)
-        if i is None:
-            i = name_ids[text] = len(names) + len(extra)
-            extra.append(text)
-        kernel_names.append(i)
-    # The replay's ops follow the last captured launch (their spacing kept): they ran
-    # after it, and a kernel before its launch would read as disagreeing clocks.
-    start = dev.start[sel]
-    shift = int(host.end.max()) - int(start.min()) if len(sel) else 0
+            corr[p.graph.ops[got]] = captures[k].tables.host.ref[launch_rows[at]] + parts.offsets[k]
     device = replace(
         dev,
-        kind=dev.kind[sel],
-        device=dev.device[sel],
-        stream=dev.stream[sel],
-        start=start + shift,
-        dur=dev.dur[sel],
-        name=np.asarray(kernel_names, dtype=np.int64),
-        corr=np.concatenate(corrs) if corrs else np.zeros(0, dtype=np.int64),
-        ext=np.full(len(sel), -1, dtype=np.int64),
-        bytes=dev.bytes[sel],
+        start=dev.start + parts.shifts[-1],
+        name=parts.name_maps[-1][dev.name],
+        corr=corr,
+        ext=np.where(dev.ext >= 0, dev.ext + mine, -1),
     )
-    first = captures[0].tables
     tables = replace(
-        first,
+        captures[0].tables,
         names=(*names, *extra),
-        threads=threads,
-        shapes=shapes,
+        threads=parts.threads,
+        shapes=parts.shapes,
         host=host,
         device=device,
+        window_end_ns=None,
         device_annotations=None,
         device_categories=dict(replay.device_categories),
+        runtime_categories=replay.runtime_categories | captures[0].tables.runtime_categories,
         comm_args={},
     )
     return tables, captures[0].header
@@ -434,6 +414,18 @@ def _pieces_as_modules(
     return replace(host, kind=kind, name=name)
 
 
+def _quiet_tail(host: HostSpans, count: int) -> HostSpans:
+    """The host spans less the annotations of the last ``count`` (the replay's): its
+    steps are not the merge's, and what the reducer derives from them (a serving
+    step's phases per layer, ~90 ms at 500 layers) is the replay's own reduce's."""
+    keep = np.ones(len(host), dtype=bool)
+    keep[len(host) - count :] = host.kind[len(host) - count :] != ANNOTATION
+    if keep.all():
+        return host
+    cols = ("kind", "thread", "start", "dur", "name", "ref", "shape", "seq")
+    return HostSpans(*(getattr(host, c)[keep] for c in cols))
+
+
 def _one_step(
     host: HostSpans, names: tuple[str, ...], name_ids: dict[str, int], extra: list[str]
 ) -> HostSpans:
@@ -461,37 +453,57 @@ def _one_step(
     )
 
 
-def _host(
-    captures: list[_Capture],
-) -> tuple[HostSpans, tuple[str, ...], tuple[str, ...], tuple[tuple[str, str], ...], list[int]]:
-    """The captures' host spans as one table on one clock (their epoch times), names,
-    shapes and threads renumbered, each capture's ids offset so none collide."""
-    if len(captures) == 1:
-        t = captures[0].tables
-        return t.host, t.names, t.shapes, t.threads, [0]
+@dataclass(frozen=True)
+class _Parts:
+    """Several traces' host spans as one table, each trace after the one before."""
+
+    host: HostSpans
+    names: tuple[str, ...]
+    shapes: tuple[str, ...]
+    threads: tuple[tuple[str, str], ...]
+    offsets: list[int]  # what each trace's ids (correlation, External id) were moved by
+    shifts: list[int]  # what each trace's times (ns) were moved by
+    name_maps: list[np.ndarray]  # each trace's name ids -> the merged ones
+
+
+#: the gap left between one trace's spans and the next one's
+_GAP_NS = 1_000_000
+
+
+def _host(traces: list[EventTables]) -> _Parts:
+    """The traces' host spans as one table: names, shapes and threads renumbered, ids
+    offset so none collide, and each trace's times moved to start after the previous
+    one ends (a capture and its replay run on one thread, at times of their own)."""
     names: dict[str, int] = {}
     shapes: dict[str, int] = {}
     threads: dict[tuple[str, str], int] = {}
     parts: list[HostSpans] = []
     offsets: list[int] = []
-    base = min(c.tables.origin_us for c in captures)
+    shifts: list[int] = []
+    maps: list[np.ndarray] = []
     next_id = 0
-    for c in captures:
-        t, h = c.tables, c.tables.host
+    end = 0
+    for t in traces:
+        h = t.host
         name_map = np.asarray([names.setdefault(n, len(names)) for n in t.names], dtype=np.int64)
         shape_map = np.asarray(
-            [shapes.setdefault(s, len(shapes)) for s in t.shapes], dtype=np.int64
+            [shapes.setdefault(x, len(shapes)) for x in t.shapes], dtype=np.int64
         )
         thread_map = np.asarray(
             [threads.setdefault(x, len(threads)) for x in t.threads], dtype=np.int64
         )
+        lo, hi = t.extent()
+        shift = end - lo
+        end = hi + shift + _GAP_NS
         offsets.append(next_id)
+        shifts.append(shift)
+        maps.append(name_map)
         parts.append(
             replace(
                 h,
                 thread=thread_map[h.thread] if len(thread_map) else h.thread,
-                start=h.start + (t.origin_us - base) * 1000,
-                name=name_map[h.name],
+                start=h.start + shift,
+                name=name_map[h.name] if len(name_map) else h.name,
                 ref=np.where(h.ref >= 0, h.ref + next_id, -1),
                 shape=np.where(h.shape >= 0, shape_map[np.maximum(h.shape, 0)], -1)
                 if len(shape_map)
@@ -500,12 +512,14 @@ def _host(
                 hierarchy=None,
             )
         )
-        next_id += int(h.ref.max(initial=0)) + 1
+        top = max(int(h.ref.max(initial=0)), int(t.device.corr.max(initial=0)),
+                  int(t.device.ext.max(initial=0)))  # fmt: skip
+        next_id += top + 1
     host = HostSpans(
         *(np.concatenate([getattr(p, f) for p in parts]) for f in
           ("kind", "thread", "start", "dur", "name", "ref", "shape", "seq"))
     )  # fmt: skip
-    return host, tuple(names), tuple(shapes), tuple(threads), offsets
+    return _Parts(host, tuple(names), tuple(shapes), tuple(threads), offsets, shifts, maps)
 
 
 def _section(

@@ -456,9 +456,17 @@ class EventCollector:
     """Reads batches of decoded events; ``finish`` returns the tables."""
 
     def __init__(
-        self, *, keep_shapes: bool = False, keep_hierarchy: bool = False, keep_flops: bool = False
+        self,
+        *,
+        keep_shapes: bool = False,
+        keep_hierarchy: bool = False,
+        keep_flops: bool = False,
+        keep_launch_kernels: bool = False,
     ) -> None:
         self.keep_shapes = keep_shapes
+        # a launch call's ``args.kernel`` by its correlation id (ROCm writes it): a graph
+        # capture's launches name the kernels they recorded (trace/capturepair.py)
+        self.launch_kernels: dict[Any, Any] | None = {} if keep_launch_kernels else None
         self.keep_hierarchy = keep_hierarchy
         # an op's "flops" argument: torch writes none, ops mode adds the in-memory
         # events' estimates where it reads its own export (RawTrace.tables)
@@ -518,6 +526,7 @@ class EventCollector:
         keep_hierarchy = self.keep_hierarchy
         keep_flops = self.keep_flops
         comm_host = COMM_HOST.match
+        launch_kernels = self.launch_kernels
         n = 0
         for e in batch:
             n += 1
@@ -568,6 +577,8 @@ class EventCollector:
                         h_ref.append(args.get("correlation"))
                         h_seq.append(None)
                         runtime_categories.add(cat)
+                        if launch_kernels is not None and "kernel" in args:
+                            launch_kernels[args.get("correlation")] = args["kernel"]
                     else:
                         ref = args.get("External id")
                         h_ref.append(args.get("external id") if ref is None else ref)
