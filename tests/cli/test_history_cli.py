@@ -213,49 +213,50 @@ def test_bad_input_is_one_line_and_exit_2(
 
 @pytest.mark.slow
 def test_run_adds_real_processes_to_the_history(tmp_path: Path) -> None:
-    """Two real ``layerprof run --history`` processes of a small model, then show."""
+    """A real ``layerprof run --history`` of a small model, then ``--repeat 2`` (two
+    child processes: two runs of one commit, recorded by the parent only)."""
     db = tmp_path / "h.db"
-    for i in range(2):
+    base = [
+        sys.executable,
+        "-m",
+        "layerprof",
+        "run",
+        "--arch",
+        "tests.support.cli_models:Net",
+        "--input",
+        "2x4",
+        "--iters",
+        "5",
+        "--warmup",
+        "1",
+        "-q",
+        "--history",
+        str(db),
+    ]
+    for extra, said in (
+        (["--commit", "real0"], "added 1 run of real0"),
+        (["--commit", "real1", "--repeat", "2"], "added 2 runs of real1"),
+    ):
         done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "layerprof",
-                "run",
-                "--arch",
-                "tests.support.cli_models:Net",
-                "--input",
-                "2x4",
-                "--iters",
-                "5",
-                "--warmup",
-                "1",
-                "-q",
-                "--history",
-                str(db),
-                "--commit",
-                f"real{i}",
-            ],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=300,
+            [*base, *extra], cwd=ROOT, capture_output=True, text=True, timeout=300
         )
         assert done.returncode == 0, done.stderr
-        assert f"added 1 run of real{i}" in done.stderr
+        assert said in done.stderr
     conn = sqlite3.connect(db)
     paths = {p for (p,) in conn.execute("SELECT path FROM paths")}
     assert {"", "fc1", "block2", "block2.1"} <= paths
-    assert conn.execute("SELECT COUNT(*) FROM figures WHERE name = 'latency'").fetchone()[0] == 2
+    rows = conn.execute("SELECT commit_sha, process FROM runs ORDER BY id").fetchall()
+    assert rows == [("real0", None), ("real1", 0), ("real1", 1)]
+    assert conn.execute("SELECT COUNT(*) FROM figures WHERE name = 'latency'").fetchone()[0] == 3
     conn.close()
-    show = subprocess.run(
+    check = subprocess.run(
         [sys.executable, "-m", "layerprof", "history", "check", "--db", str(db)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=300,
     )
-    assert show.returncode == 0 and "too short to judge: 2 runs" in show.stdout
+    assert check.returncode == 0 and "too short to judge: 3 runs" in check.stdout
 
 
 def test_history_never_imports_torch(stepped: Path, tmp_path: Path) -> None:
