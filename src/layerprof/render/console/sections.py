@@ -43,7 +43,6 @@ from layerprof.render.console.ranks import (
     reported_ranks,
 )
 from layerprof.render.console.replay import print_graph_replay
-from layerprof.render.console.serving import print_serving
 from layerprof.render.console.stepwork import print_device_work
 from layerprof.render.console.trace import (
     print_devices,
@@ -135,6 +134,15 @@ def _loop(p: Profile, out: Console, o: ReportOptions) -> None:
     print_loop(out, p)
 
 
+def _serving(p: Profile, out: Console, o: ReportOptions) -> None:
+    if p.serving is None:
+        return
+    # here, not at the top: only a serving trace's report creates the generate's types
+    from layerprof.render.console.serving import print_serving
+
+    print_serving(p, out, o.rows)
+
+
 def _findings(p: Profile, out: Console, o: ReportOptions) -> None:
 
     if o.findings:
@@ -150,7 +158,7 @@ PROFILE_SECTIONS: tuple[Section[Profile], ...] = (
     Section("layers", ("Profile.layers", "Profile.flops"), _layers),
     Section("training loop", ("Profile.loop",), _loop),
     Section("generation", ("Profile.generation",), lambda p, out, o: print_generation(out, p)),
-    Section("serving", ("Profile.serving",), lambda p, out, o: print_serving(p, out, o.rows)),
+    Section("serving", ("Profile.serving",), _serving),
     Section("compiled", ("Profile.compiled",), lambda p, out, o: print_compiled(out, p)),
     Section(
         "graph replay",
