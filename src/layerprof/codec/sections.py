@@ -20,8 +20,8 @@ from layerprof.codec.inputs import encode_signatures, read_signatures
 from layerprof.codec.loop import encode_loop, read_loop
 from layerprof.codec.memory import encode_activation_memory, read_activation_memory
 from layerprof.codec.passes import encode_passes, read_passes
-from layerprof.codec.replay import encode_replay, read_replay
 from layerprof.codec.repeats import encode_repeats, read_repeats
+from layerprof.codec.replay import encode_replay, read_replay
 from layerprof.codec.serving import encode_serving, read_serving
 from layerprof.codec.stepwork import encode_device_work, read_device_work
 from layerprof.codec.trace import encode_trace, read_trace
