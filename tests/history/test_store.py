@@ -256,3 +256,26 @@ def test_a_writer_killed_mid_transaction_loses_nothing_committed(tmp_path: Path)
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert conn.execute("SELECT COUNT(*) FROM layer_times").fetchone()[0] == 3 * 7
     conn.close()
+
+
+@pytest.mark.parametrize(
+    ("message", "words"),
+    [
+        ("attempt to write a readonly database", "cannot write the history or its log"),
+        ("unable to open database file", "cannot write the history or its log"),
+        ("database is locked", "stayed locked by another writer"),
+        ("disk I/O error", "damaged history database"),
+    ],
+)
+def test_sqlite_errors_read_as_one_line_naming_the_file(
+    tmp_path: Path, message: str, words: str
+) -> None:
+    """What sqlite says while reading or adding, as the one line the CLI prints (a
+    read-only folder cannot be made here: the tests may run as root)."""
+    with (
+        HistoryStore(tmp_path / "h.db", create=True) as store,
+        pytest.raises(HistoryError, match=words) as info,
+        store._guard(),
+    ):
+        raise sqlite3.OperationalError(message)
+    assert str(info.value).startswith(f"{tmp_path / 'h.db'}: ") and "\n" not in str(info.value)

@@ -135,6 +135,11 @@ class HistoryStore:
                     f" {BUSY_TIMEOUT_S:.0f} s",
                     hint="try again when the other job has finished adding",
                 ) from exc
+            if "readonly" in str(exc) or "unable to open" in str(exc):
+                raise HistoryError(
+                    f"{self.path}: cannot write the history or its log beside it (sqlite: {exc})",
+                    hint="the file and its folder must be writable (the write-ahead log lives there)",
+                ) from exc
             raise _damaged(self.path, exc) from exc
         except sqlite3.DatabaseError as exc:
             raise _damaged(self.path, exc) from exc
