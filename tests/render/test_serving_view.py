@@ -4,6 +4,7 @@ HTML page, with the numbers the trace gives (tests/data/serving, a vLLM decode r
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 from rich.console import Console
 
@@ -11,6 +12,7 @@ from layerprof.pivot.profile import Profile
 from layerprof.render.console import print_report
 from layerprof.render.html import render_html
 from layerprof.trace import analyze
+from tests.support.kineto_docs import gpu_op, span, write
 from tests.support.paths import DATA
 
 
@@ -36,3 +38,22 @@ def test_html_has_the_device_work_and_serving_cards() -> None:
     assert 'id="device-work"' in page and 'id="serving"' in page
     assert "55,086" in page  # KV positions
     assert "device&#x27;s own" in page
+
+
+def test_many_steps_on_the_device_are_cut_to_the_top_rows(tmp_path: Path) -> None:
+    """12 steps whose kernels run past their host spans: the console lists 10 of them and
+    says so; the HTML page lists all 12 (its table limit is 50)."""
+    events = []
+    for n in range(1, 13):
+        t = 100.0 * n
+        events += [
+            span("user_annotation", f"ProfilerStep#{n}", t, 100),
+            span("cuda_runtime", "cudaLaunchKernel", t + 10, 5, correlation=n),
+            gpu_op("kernel", "gemm", t + 70, 80, n, 0, 7),
+        ]
+    p = analyze(write(tmp_path, {"traceEvents": events})).rank()
+    buf = io.StringIO()
+    print_report(p, Console(file=buf, width=160, color_system=None), top=10)
+    assert "steps measured on the device's own timeline (10 of 12)" in buf.getvalue()
+    page = render_html(p)
+    assert "ProfilerStep#12" in page and "(10 of 12)" not in page

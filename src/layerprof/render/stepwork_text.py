@@ -19,9 +19,18 @@ def shown(work: DeviceWork | None) -> bool:
     return bool(work.on_device) or any(_odd(c) for c in work.clocks)
 
 
-def work_rows(work: DeviceWork) -> list[tuple[str, ...]]:
-    """One row per step and device measured over its work's own span."""
-    return [_row(s) for s in work.on_device]
+def work_rows(work: DeviceWork, most: int) -> list[tuple[str, ...]]:
+    """One row per step and device measured over its work's own span (the first
+    ``most``; ``work_title`` says how many there are)."""
+    return [_row(s) for s in work.on_device[:most]]
+
+
+def work_title(work: DeviceWork, most: int) -> str:
+    moved = len(work.on_device)
+    shown = f" ({most} of {moved})" if moved > most else ""
+    return (
+        f"steps measured on the device's own timeline{shown} (their work ran outside the host step)"
+    )
 
 
 def _row(s: StepWork) -> tuple[str, ...]:

@@ -183,7 +183,9 @@ PROFILE_SECTIONS: tuple[Section[Profile], ...] = (
         ("Profile.kernels", "Profile.kinds"),
         lambda p, out, o: print_kernels(p, out, o.rows),
     ),
-    Section("device work", ("Profile.device_work",), lambda p, out, o: print_device_work(p, out)),
+    Section(
+        "device work", ("Profile.device_work",), lambda p, out, o: print_device_work(p, out, o.rows)
+    ),
     Section("launches", ("Profile.launches",), lambda p, out, o: print_launches(p, out, o.rows)),
     Section("memory", ("Profile.memory",), lambda p, out, o: print_memory(p, out, o.rows)),
     Section("breakdown", ("Profile.breakdown",), lambda p, out, o: print_breakdown(p, out)),

@@ -11,7 +11,13 @@ from rich.table import Table
 from rich.text import Text
 
 from layerprof.render.console.columns import Col, Row, Shrink, print_table
-from layerprof.render.stepwork_text import WORK_HEADERS, clock_lines, shown, work_rows
+from layerprof.render.stepwork_text import (
+    WORK_HEADERS,
+    clock_lines,
+    shown,
+    work_rows,
+    work_title,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -19,13 +25,13 @@ if TYPE_CHECKING:
     from layerprof.pivot.profile import Profile
 
 
-def print_device_work(profile: Profile, console: Console) -> None:
+def print_device_work(profile: Profile, console: Console, most: int) -> None:
     work = profile.device_work
     if work is None or not shown(work):
         return
-    rows = work_rows(work)
+    rows = work_rows(work, most)
     if rows:
-        title = "steps measured on the device's own timeline (their work ran outside the host step)"
+        title = work_title(work, most)
         columns = [Col(WORK_HEADERS[0], key="name", cap=60)] + [
             Col(h, number=True) for h in WORK_HEADERS[1:]
         ]

@@ -4,9 +4,9 @@ and each device's clock check (see docs/trace.md, "A step's device work")."""
 
 from __future__ import annotations
 
-from layerprof.render.html.page import Col, Section, esc, table, text_col
+from layerprof.render.html.page import TABLE_LIMIT, Col, Section, esc, table, text_col
 from layerprof.render.html.subject import Subject
-from layerprof.render.stepwork_text import WORK_HEADERS, clock_lines, shown, work_rows
+from layerprof.render.stepwork_text import WORK_HEADERS, clock_lines, shown, work_rows, work_title
 
 
 def device_work_section(s: Subject) -> Section | None:
@@ -14,8 +14,9 @@ def device_work_section(s: Subject) -> Section | None:
     if work is None or not shown(work):
         return None
     body = ""
-    rows = work_rows(work)
+    rows = work_rows(work, TABLE_LIMIT)
     if rows:
+        body += f"<p>{esc(work_title(work, TABLE_LIMIT))}</p>"
         cols: list[Col[tuple[str, ...]]] = [_column(i, h) for i, h in enumerate(WORK_HEADERS)]
         body += table("lp-device-work", cols, rows)
     body += "".join(f"<p>{esc('clocks, ' + line)}</p>" for line in clock_lines(work))
