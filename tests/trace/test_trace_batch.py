@@ -204,6 +204,7 @@ def test_diff_compares_the_phases_apart(tmp_path: Path) -> None:
     assert rows[("prefill steps", "Model.Linear")].delta_ns == 0
     labels = {r.label for r in d.phases}
     assert "decode steps: step time" in labels and "decode steps: Model.Linear" in labels
+    assert d.phases_title.startswith("Serving steps")
     plain = {"traceEvents": step_events(0, 0.0, "forward", 4, 20.0)}
     one_sided = diff(base, profile_of(tmp_path, plain, "plain.json"))
     assert not one_sided.phases

@@ -232,6 +232,18 @@ class Diff(sinks.Output):
         rows = [r for r in self.kernels if r.status not in ("added", "removed")]
         return _top(rows, top)
 
+    @property
+    def serving_phases(self) -> bool:
+        """Whether the phases are a serving trace's steps (``decode steps``, ...), not a
+        generate's prefill and decode."""
+        return any(r.phase.endswith(" steps") for r in self.phases)
+
+    @property
+    def phases_title(self) -> str:
+        if self.serving_phases:
+            return "Serving steps (prefill, decode and mixed steps apart)"
+        return "Generation (prefill and decode apart)"
+
     def changed_phases(self, top: int | None = None) -> list[PhaseDelta]:
         """Each phase's own time first (time to first token, inter-token latency), then
         its layers, largest absolute change first."""

@@ -38,7 +38,7 @@ def diff_to_markdown(diff: Diff, *, top: int = 20, gate: GateResult | None = Non
     if diff.latency is not None:
         out += [_latency(diff.latency), ""]
     out += _steps(diff.steps)
-    out += _section("Generation (prefill and decode apart)", diff.changed_phases(), top)
+    out += _section(diff.phases_title, diff.changed_phases(), top)
     out += _section(f"Layers (self time, {diff.layer_clock})", diff.changed_layers(), top)
     out += _one_sided("layers", diff.added_layers(), diff.removed_layers())
     ops_title = "Operators (device time)" if diff.op_metric == "device" else "Operators (self time)"

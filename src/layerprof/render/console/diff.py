@@ -60,7 +60,7 @@ def _print_diff(diff: Diff, console: Console, top: int, gate: GateResult | None)
         _print_table(console, "Steps", steps, len(diff.steps))
     if diff.phases:
         phases = diff.changed_phases()
-        _print_table(console, "Generation (prefill and decode apart)", phases[:top], len(phases))
+        _print_table(console, diff.phases_title, phases[:top], len(phases))
     changed_layers = diff.changed_layers()
     if changed_layers:
         title = f"Layers (self time, {diff.layer_clock})"

@@ -183,8 +183,16 @@ def diff_phases_section(s: Subject) -> Section | None:
         " token and inter-token latency (their samples), then each layer's self time per"
         " forward of each phase (judged on the saved medians' spread and interval)."
     )
+    heading = "Generation changes"
+    if d.serving_phases:
+        intro = (
+            "A serving trace's prefill, decode and mixed steps compared apart: each phase's"
+            " step time (its steps' times), then each layer's self time per step of each"
+            " phase (judged on the saved medians' spread and interval)."
+        )
+        heading = "Serving step changes"
     body = table("lp-diff-phases", cols, rows, filter_label="Filter layers")
-    return Section("diff-phases", "Generation changes", body, intro)
+    return Section("diff-phases", heading, body, intro)
 
 
 def diff_layers_section(s: Subject) -> Section | None:
