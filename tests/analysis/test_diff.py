@@ -22,8 +22,9 @@ from hypothesis import strategies as st
 from rich.console import Console
 from torch import nn
 
-from layerprof.analysis.diff import diff, parse_percent
+from layerprof.analysis.diff import diff
 from layerprof.capture.platform.clocks import FakeClock
+from layerprof.cli.options import parse_percent
 from layerprof.errors import UsageError
 from layerprof.pivot.change import ALPHA
 from layerprof.pivot.diff import Diff

@@ -61,24 +61,6 @@ from layerprof.stats import (
 )
 from layerprof.units import fmt_ms, fmt_num
 
-# ---- percent strings ----------------------------------------------------------
-
-
-def parse_percent(text: str) -> float:
-    """``'5%'``, ``'5'``, ``'0.5 %'`` -> a percentage as a float; UsageError otherwise."""
-    cleaned = text.strip().removesuffix("%").strip()
-    try:
-        value = float(cleaned)
-    except ValueError:
-        value = math.nan
-    if not cleaned or not math.isfinite(value) or value < 0:
-        raise UsageError(
-            f"{text!r} is not a percentage",
-            hint="write a number >= 0, with or without '%', e.g. 5% or 0.5",
-        )
-    return value
-
-
 # ---- the comparison ------------------------------------------------------------
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from layerprof.cli import outputs, sources
 from layerprof.cli.emission import console, inert_document, say
-from layerprof.cli.options import COUNT, NON_NEGATIVE, seconds_arg
+from layerprof.cli.options import COUNT, NON_NEGATIVE, parse_percent, seconds_arg
 from layerprof.errors import UsageError
 
 #: diff --run's default limit for one process (generous: a big model on a CPU takes minutes)
@@ -90,11 +90,11 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Compare BASE with NEW; exit 1 when --fail-above finds a regression."""
     from layerprof import sinks
-    from layerprof.analysis.diff import diff, parse_percent
+    from layerprof.analysis.diff import diff
     from layerprof.cli import inputfiles
 
-    threshold = parse_percent(args.threshold)
-    fail_above = parse_percent(args.fail_above) if args.fail_above else None
+    threshold = parse_percent(args.threshold, "--threshold")
+    fail_above = parse_percent(args.fail_above, "--fail-above") if args.fail_above else None
     printed = f"--format {args.format}" if args.format != "console" else None
     sides = _sides(args) if args.run else None
     if sides is not None:  # what each side's processes read: its model, @inputs, --arch

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from layerprof.cli.emission import say
-from layerprof.cli.options import COUNT
+from layerprof.cli.options import COUNT, parse_percent
 from layerprof.errors import UsageError
 
 if TYPE_CHECKING:
@@ -227,19 +227,6 @@ def _when(text: str) -> int:
     return when
 
 
-def _percent(text: str, flag: str) -> float:
-    """``'5%'``, ``'5'`` -> 5.0 (as diff's --fail-above reads it; that parser lives with
-    the diff analysis, whose import costs a third of a second)."""
-    cleaned = text.strip().removesuffix("%").strip()
-    try:
-        value = float(cleaned)
-    except ValueError:
-        value = -1.0
-    if not value >= 0 or value == float("inf"):
-        raise UsageError(f"{flag} {text!r}: not a percentage", hint="e.g. 5% or 0.5")
-    return value
-
-
 def _open(db: str, *, create: bool = False) -> HistoryStore:
     from layerprof.history.store import HistoryStore
 
@@ -276,7 +263,7 @@ def _view(store: HistoryStore, args: argparse.Namespace) -> HistoryView:
     return analyze(
         window,
         Detection(fdr=args.fdr),
-        min_share=_percent(args.min_share, "--min-share") / 100,
+        min_share=parse_percent(args.min_share, "--min-share") / 100,
         clock=args.clock,
         layers=(layer,) if layer is not None else (),
     )
@@ -316,7 +303,7 @@ def _report(view: HistoryView, args: argparse.Namespace) -> int:
 def _check(view: HistoryView, args: argparse.Namespace) -> int:
     from layerprof.history.gate import describe, judge
 
-    fail_above = _percent(args.fail_above, "--fail-above")
+    fail_above = parse_percent(args.fail_above, "--fail-above")
     verdict = judge(view, fail_above=fail_above, recent=args.recent)
     print(f"layerprof history check: {'FAIL' if verdict.failed else 'ok'}: {verdict.reason}")
     for change in verdict.regressions[1:]:

@@ -9,6 +9,7 @@ when an argument is parsed.
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any, NoReturn
 
 from layerprof.cli import outputs
@@ -51,6 +52,23 @@ def seconds_arg(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
     if not (value > 0 and math.isfinite(value)):
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
+
+def parse_percent(text: str, flag: str = "") -> float:
+    """``'5%'``, ``'5'``, ``'0.5 %'`` -> a percentage as a float; UsageError otherwise
+    (naming ``flag`` when given). Here, not beside the diff analysis, so a command that
+    only reads a percentage (``history check``) does not import the diff."""
+    cleaned = text.strip().removesuffix("%").strip()
+    try:
+        value = float(cleaned)
+    except ValueError:
+        value = math.nan
+    if not cleaned or not math.isfinite(value) or value < 0:
+        raise UsageError(
+            f"{flag + ' ' if flag else ''}{text!r} is not a percentage",
+            hint="write a number >= 0, with or without '%', e.g. 5% or 0.5",
+        )
     return value
 
 
