@@ -13,17 +13,26 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from layerprof.errors import TraceError
 from layerprof.pivot.notes import Note
 from layerprof.pivot.profile import Profile, Run
-from layerprof.trace.capturepair import CaptureInput, analyze_pair, paired_captures, replay_in
 from layerprof.trace.executors import SerialExecutor, default_executor, parse_executor
 from layerprof.trace.ranks import merge, with_rank
-from layerprof.trace.reader import NotATraceError, TraceFile, rank_rules, read_trace_file
+from layerprof.trace.reader import (
+    NotATraceError,
+    TraceFile,
+    rank_rules,
+    read_trace_file,
+    unreadable,
+)
 from layerprof.trace.reduce import reduce
 from layerprof.trace.remote import TraceInput, list_inputs, read_trace_bytes, shown
 from layerprof.trace.tasks import Executor, Failed
+
+if TYPE_CHECKING:
+    from layerprof.trace.capturepair import CaptureInput
 
 #: progress(done, total): called on the client each time a rank's result comes in
 _ProgressFn = Callable[[int, int], None]
@@ -49,10 +58,20 @@ class RankJob:
     timeout: float | None = None
 
     def __call__(self, source: TraceInput) -> RankResult:
-        data = read_trace_bytes(source, limit=self.max_input_size, timeout=self.timeout)
+        # A local file is decoded as it is read (memory flat in its size); a remote
+        # one is read whole first (remote.py).
+        data = None
+        if source.remote:
+            data = read_trace_bytes(source, limit=self.max_input_size, timeout=self.timeout)
+        elif source.listed and (why := unreadable(source.location)) is not None:
+            raise TraceError(f"{source.name}: {why}")  # a FIFO would block, /dev/zero fill
         try:
             trace = read_trace_file(
-                source.name, keep_shapes=self.group_by_shape, data=data, name=source.name
+                source.location,
+                keep_shapes=self.group_by_shape,
+                max_input_size=self.max_input_size,
+                data=data,
+                name=source.name,
             )
         except NotATraceError as exc:
             return RankResult(name=source.name, skipped=str(exc))
@@ -108,6 +127,8 @@ def analyze(
     """
     pair = graph_pair(path, capture) if data is None else None
     if pair is not None:
+        from layerprof.trace.capturepair import analyze_pair  # see graph_pair
+
         replay, captures = pair
         return analyze_pair(
             replay, captures, group_by_shape=group_by_shape, max_input_size=max_input_size
@@ -145,12 +166,23 @@ def graph_pair(
     folder's ``capture_traces/``; None when neither applies (a plain analysis)."""
     local = isinstance(path, os.PathLike) or "://" not in str(path)
     folder = local and os.path.isdir(path)
+    if capture is None and not (folder and os.path.isfile(_details(path))):
+        return None
+    # here, not at the top: the pairing's dataclasses and difflib (~15 ms at start-up)
+    # only for a graph replay
+    from layerprof.trace.capturepair import CaptureInput, paired_captures, replay_in
+
     if capture is not None:
         files = [capture] if isinstance(capture, (str, os.PathLike)) else list(capture)
         replay = replay_in(path) if folder else str(path)
         return replay, [CaptureInput(str(c)) for c in files]
     found = paired_captures(path) if folder else None
     return (replay_in(path), found) if found else None
+
+
+def _details(folder: str | os.PathLike[str]) -> str:
+    """Where a replay's folder names its captures (``capture_traces/execution_details.json``)."""
+    return os.path.join(folder, "capture_traces", "execution_details.json")
 
 
 def _executor(executor: Executor | str | None, sources: list[TraceInput]) -> Executor:

@@ -13,14 +13,15 @@ both sides in the event tables and aligns them by kernel name
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from difflib import SequenceMatcher
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from layerprof.pivot.notes import Note
-from layerprof.pivot.sections.replay import GraphMatch, GraphReplay
 from layerprof.trace.events import ANNOTATION, I64, KERNEL, MEMCPY, RUNTIME, EventTables
+
+if TYPE_CHECKING:
+    from layerprof.pivot.sections.replay import GraphReplay
 
 GRAPH_LAUNCH = re.compile(r"^(?:cuda|hip|cu)GraphLaunch")
 _BEGIN_CAPTURE = re.compile(r"^(?:cuda|hip|cu)StreamBeginCapture")
@@ -41,8 +42,7 @@ _LAUNCH_CALL = re.compile(r"Launch")
 SET_TOKEN = "(memset)"
 
 
-@dataclass(frozen=True)
-class GraphLaunch:
+class GraphLaunch(NamedTuple):
     """One graph launch in a replay: its call and the device ops it replayed."""
 
     host: int  # host row of the launch call
@@ -118,8 +118,7 @@ def device_tokens(tables: EventTables, ops: I64) -> list[str]:
     ]
 
 
-@dataclass(frozen=True)
-class CapturedLaunches:
+class CapturedLaunches(NamedTuple):
     """The launches one capture window recorded into its graph, in call order."""
 
     rows: I64  # host rows of the launch calls
@@ -208,6 +207,9 @@ def align(replayed: list[str], captured: tuple[str, ...] | list[str]) -> list[tu
     """Pairs (replayed index, captured index) of the longest matching blocks of names
     (difflib's SequenceMatcher, no junk heuristic): a kernel dropped from or added to
     either side leaves the rest paired; a name never pairs with another name."""
+    # here: difflib (1 ms to import) only for a graph replay read through a capture
+    from difflib import SequenceMatcher
+
     ids: dict[str, int] = {}
     a = [ids.setdefault(t, len(ids)) for t in replayed]
     b = [ids.setdefault(t, len(ids)) for t in captured]
@@ -227,6 +229,10 @@ def replay_section(
     launches = graph_launches(tables) if launches is None else launches
     if not launches:
         return None
+    # here: the section's four dataclasses (~6 ms to create) only for a trace that has
+    # graph launches, as the sections package loads its modules on first use
+    from layerprof.pivot.sections.replay import GraphMatch, GraphReplay
+
     dev = tables.device
     inside = np.zeros(len(dev), dtype=bool)
     for g in launches:
