@@ -202,6 +202,22 @@ def test_a_trace_missing_most_launches_keeps_the_host_window(tmp_path: Path) -> 
     assert (work.window, work.ops, work.after_ns) == (HOST, 1, 60 * US)
 
 
+def test_a_device_never_reads_idle_through_steps_that_ran_its_kernels(tmp_path: Path) -> None:
+    """As above, but every op runs after the step (none inside its host span): the one
+    known op's span is the window, so the device is not called idle."""
+    events = [
+        span("user_annotation", "step", 0, 100),
+        launch("cudaLaunchKernel", 90, 5, 1),
+        gpu_op("kernel", "a", 150, 10, 1, 0, 7),
+        gpu_op("kernel", "b", 170, 10, 2, 0, 7),
+        gpu_op("kernel", "c", 190, 10, 3, 0, 7),
+    ]
+    p = profile_of(tmp_path, events)
+    (dev,) = p.devices
+    assert dev.utilization > 0
+    assert (dev.window_ns, dev.busy_in_window_ns) == (10 * US, 10 * US)
+
+
 def test_device_work_survives_a_save(tmp_path: Path) -> None:
     p = profile_of(tmp_path, graph_after_step())
     back = codec.profile_from_dict(codec.to_dict(p))

@@ -13,7 +13,9 @@ starts inside the step's host span, on any thread. Per device and complete step:
   before ended, so no device time counts in two steps.
 
 A device most of whose ops have no launch call in the trace (a filtered or sampled
-trace) keeps the host spans: what its steps launched is not known.
+trace) keeps the host spans: what its steps launched is not known; unless none of
+its ops runs inside them while the steps launched some, since a device that ran the
+steps' kernels is never called idle through them.
 
 The clocks disagree on a device when one of its ops starts before its launch call
 began (``before_launch``). An op starting inside its launch call is not counted as
@@ -31,7 +33,7 @@ from layerprof.pivot.sections import Step, Steps
 from layerprof.pivot.sections.stepwork import DEVICE, HOST, ClockCheck, DeviceWork, StepWork
 from layerprof.trace.columns import unique
 from layerprof.trace.events import I64, EventTables
-from layerprof.trace.gpu import union
+from layerprof.trace.gpu import overlap, union
 from layerprof.trace.links import Links
 from layerprof.units import human_time
 
@@ -64,8 +66,12 @@ def step_work(
         check = _clock(int(d), on, tables, launched, launch_start, launch_end)
         clocks.append(check)
         work = _Work(tables, on[launched[on]], launch_start, ordered)
-        # most of its ops' launches missing (a filtered trace): a step's work is not known
-        known = bool(launched[on].mean() >= KNOWN_SHARE)
+        # most of its ops' launches missing (a filtered trace): a step's work is not known,
+        # unless the host spans would hold none of the device's time while the steps
+        # launched some of it (never 0 % for a device that ran the steps' kernels)
+        known = bool(launched[on].mean() >= KNOWN_SHARE) or (
+            bool(work.count.any()) and not _busy_inside(tables, on, ordered)
+        )
         own: list[Window] = []
         prev_end: int | None = None
         for i, s in enumerate(ordered):
@@ -102,6 +108,12 @@ class _Work:
         self.first[held] = np.minimum.reduceat(dev.start[ops], bounds)
         self.last[held] = np.maximum.reduceat(dev.end[ops], bounds)
         self.busy = _unions(dev.start[ops], dev.end[ops], group, n)
+
+
+def _busy_inside(tables: EventTables, on: I64, steps: list[Step]) -> bool:
+    """Whether any of the device's ops runs inside a step's host span."""
+    seg_s, seg_e, _ = union(tables.device.start[on], tables.device.end[on])
+    return overlap(seg_s, seg_e, [(s.start_ns, s.end_ns) for s in steps]) > 0
 
 
 def _unions(start: I64, end: I64, group: I64, n: int) -> I64:
