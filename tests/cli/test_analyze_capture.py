@@ -70,3 +70,11 @@ def test_a_folder_whose_details_name_a_missing_file_says_so(
     assert main(["analyze", str(tmp_path)]) != 0
     err = capsys.readouterr().err
     assert "gone.json.gz" in err and err.count("\n") == 1
+
+
+def test_capture_with_a_url_says_it_reads_local_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capture = write_trace(tmp_path / "capture.json.gz", capture_events())
+    assert main(["analyze", "s3://bucket/replay.json.gz", "--capture", str(capture)]) != 0
+    assert "--capture reads a local replay trace" in capsys.readouterr().err

@@ -168,6 +168,8 @@ def graph_pair(
     folder = local and os.path.isdir(path)
     if capture is None and not (folder and os.path.isfile(_details(path))):
         return None
+    if not local:
+        raise TraceError(f"{shown(path)}: --capture reads a local replay trace, not a URL")
     # here, not at the top: the pairing's dataclasses and difflib (~15 ms at start-up)
     # only for a graph replay
     from layerprof.trace.capturepair import CaptureInput, paired_captures, replay_in
