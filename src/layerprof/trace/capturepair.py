@@ -615,8 +615,8 @@ def _notes(section: GraphReplay, captures: list[_Capture], pairings: list[_Pairi
             f"layers read through the capture: {section.matched} of {section.kernels} replayed"
             f" device ops ({section.matched_ns / 1e6:.3f} of {section.device_ns / 1e6:.3f} ms,"
             f" {100 * (share or 0):.1f} %) sit where their launch was captured; the layers'"
-            " device times are the replay's, their host times the capture's (Python at"
-            " capture time, not the replay's latency)",
+            " device times are the replay's; the host times of the captured layers are the"
+            " capture's (Python at capture time, not the replay's latency)",
             {
                 "matched": section.matched,
                 "kernels": section.kernels,

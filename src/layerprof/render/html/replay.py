@@ -32,5 +32,6 @@ def graph_replay_section(s: Subject) -> Section | None:
         title(r),
         body,
         intro="Each replayed kernel sits on the layer whose launch made it at capture time;"
-        " the layers' device times are the replay's, their host times the capture's.",
+        " the layers' device times are the replay's; the captured layers' host times are"
+        " the capture's.",
     )
