@@ -8,6 +8,10 @@ string cannot parse, so a batch that parses ended on a real element boundary;
 one that does not is retried at the next boundary. The last batch is parsed
 together with every other top-level key (which may come before or after
 ``traceEvents``) by splicing the document around the events already read.
+
+A local file is not read whole first: :func:`decode_chunks` cuts the same batches
+from text that arrives in chunks (``trace/stream.py``), dropping what it decoded,
+so memory stays flat as files grow; the unread tail is capped (:data:`MAX_RECORD`).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +32,10 @@ import orjson
 
 from layerprof.errors import TraceError
 from layerprof.pivot.notes import Note
-from layerprof.reading import check_decodable, read_input
+from layerprof.reading import check_decodable, format_size
 from layerprof.trace.commargs import MAX_RANKS, rank_id
 from layerprof.trace.events import EventCollector, EventTables
+from layerprof.trace.stream import Progress, text_chunks
 from layerprof.traceformat import EVENTS_KEY
 
 # orjson's parser briefly needs about 12x the text it parses (on top of the
@@ -39,6 +45,10 @@ BATCH_BYTES = 1 << 18
 _MAX_RETRIES = 16
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+#: The most undecoded text :func:`decode_chunks` holds past a chunk: one event (or the
+#: keys after ``traceEvents``) this long is refused (torch's largest are a few KB, and
+#: orjson needs about 13x a text to decode it in one piece).
+MAX_RECORD = 1 << 26
 _RANK_IN_NAME = re.compile(r"rank[-_](\d+)", re.IGNORECASE)
 TRACE_SUFFIXES = (".json", ".json.gz")
 
@@ -116,12 +126,136 @@ def _decode_bare(data: bytearray, consume: _Consumer, source: str) -> dict[str, 
     return dict(doc)  # pragma: no cover - _require_trace raises
 
 
-def _batches(data: bytearray, pos: int, consume: _Consumer) -> int:
+def decode_file(
+    path: str | os.PathLike[str],
+    consume: _Consumer,
+    source: str,
+    *,
+    limit: int | None = None,
+    chunk: int | None = None,
+    max_record: int = MAX_RECORD,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """:func:`decode` of a local file as it is read (``trace/stream.py``): memory flat
+    in its size; returns the other top-level keys. ``limit``: the input ceiling;
+    ``chunk``: bytes of JSON text read at a time; ``max_record``: the most undecoded
+    text held past a chunk."""
+    with text_chunks(path, source, limit=limit, chunk=chunk, progress=progress) as chunks:
+        return decode_chunks(chunks, consume, source, max_record=max_record)
+
+
+class _Buffer:
+    """The undecoded text: what is read is appended, what is decoded dropped."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self.chunks = chunks
+        self.data = bytearray()
+        self.eof = False
+        self.dropped = 0  # bytes of the file's text dropped from the front
+
+    def more(self) -> bool:
+        """Append the next chunk; False at the end of the file."""
+        piece = next(self.chunks, None)
+        if piece is None:
+            self.eof = True
+            return False
+        self.data += piece
+        return True
+
+    def drop(self, n: int) -> None:
+        del self.data[:n]
+        self.dropped += n
+
+
+def decode_chunks(
+    chunks: Iterator[bytes], consume: _Consumer, source: str, *, max_record: int = MAX_RECORD
+) -> dict[str, Any]:
+    """:func:`decode` over text that arrives in chunks; returns the other top-level keys."""
+    buf = _Buffer(chunks)
+    with _gc_paused():
+        found = _front(buf)
+        if not buf.eof:
+            buf.more()  # a file that fits in what is read by now takes the whole-file path
+        opening = _JSON_START.match(buf.data)
+        bare = found is None and opening is not None and opening.group(1) == b"["
+        if buf.eof or not (found or bare):
+            while buf.more():  # neither a keyed trace nor a bare array: decode says what
+                pass
+            return decode(buf.data, consume, source)
+        if found is not None:
+            head, start = bytes(buf.data[: found.start()]) + b'"traceEvents":[', found.end()
+        else:
+            assert opening is not None  # bare
+            head, start = b"[", opening.end()
+        buf.drop(start - 1)  # keep the array's "[": a batch is parsed in place over it
+        _events(buf, consume, source, max_record)
+        rest = head + bytes(buf.data[1:])
+        buf.drop(len(buf.data))
+        doc = _loads(rest, source)
+        if bare and isinstance(doc, list):
+            consume(doc, rest)
+            return {}
+        _require_trace(doc, source)
+        events = doc.pop(EVENTS_KEY)
+        consume(events, rest)
+        return dict(doc)
+
+
+def _front(buf: _Buffer) -> re.Match[bytes] | None:
+    """Read until the ``traceEvents`` key is found (its match), the text opens with
+    something other than an object (None), or the file ends (None)."""
+    while True:
+        found = _EVENTS_KEY.search(buf.data)
+        if found is not None:
+            return found
+        opening = _JSON_START.match(buf.data)
+        if opening is not None and opening.group(1) != b"{":
+            return None
+        if not buf.more():
+            return None
+
+
+def _events(buf: _Buffer, consume: _Consumer, source: str, max_record: int) -> None:
+    """Decode and drop whole batches until the file ends; ``buf.data[0]`` is the byte
+    before the unread events (``[`` or a separator) on entry and on return.
+
+    When every boundary the cut tries fails to parse, the text is not JSON as it
+    stands (torch's unescaped quotes): the next try requotes its batch, as
+    :func:`decode` requotes the rest it cannot parse."""
+    requote = False
+    while True:
+        pos = _batches(buf.data, 1, consume, requote=requote)
+        if pos > 1:
+            buf.drop(pos - 1)
+            requote = False
+        else:
+            requote = _tried_all(buf.data)
+        if len(buf.data) > max_record + BATCH_BYTES:
+            raise TraceError(
+                f"{source}: no event ends within {format_size(max_record)} of text from"
+                f" byte {buf.dropped:,} of its JSON (one event, or the keys after"
+                " traceEvents, this large is not a trace torch writes; or the text there"
+                " is not JSON)"
+            )
+        if not buf.more():
+            return
+
+
+def _tried_all(data: bytearray) -> bool:
+    """Whether the cut had every boundary it tries: failing there means the text does
+    not parse as it is, not that more of the file is needed."""
+    found = _BOUNDARY.finditer(data, 1 + BATCH_BYTES)
+    return sum(1 for _ in islice(found, _MAX_RETRIES)) >= _MAX_RETRIES
+
+
+def _batches(data: bytearray, pos: int, consume: _Consumer, *, requote: bool = False) -> int:
     """Consume whole batches from ``pos``; return where the unread events start.
 
     ``data[pos - 1]`` is the array's ``[`` or a separator byte, and so is the
     byte after a boundary's ``}``: writing ``[`` and ``]`` there turns the
     batch into a JSON array in place, parsed from a memoryview without a copy.
+    ``requote``: the first batch may be parsed :func:`requoted` where it is not JSON
+    as it stands (:func:`decode_chunks`, which never holds the whole rest to requote).
     """
     size = len(data)
     view = memoryview(data)
@@ -136,11 +270,12 @@ def _batches(data: bytearray, pos: int, consume: _Consumer) -> int:
                 saved = data[pos - 1], data[end]
                 data[pos - 1], data[end] = 0x5B, 0x5D  # "[" and "]"
                 try:
-                    batch = orjson.loads(view[pos - 1 : end + 1])
+                    batch = _parsed(view[pos - 1 : end + 1], requote)
                 except orjson.JSONDecodeError:
                     continue  # the boundary was inside a nested value or string
                 finally:
                     data[pos - 1], data[end] = saved
+                requote = False
                 with view[pos - 1 : end + 1] as text:
                     consume(batch, text)
                 del batch
@@ -151,6 +286,15 @@ def _batches(data: bytearray, pos: int, consume: _Consumer) -> int:
         return pos
     finally:
         view.release()
+
+
+def _parsed(text: memoryview, requote: bool) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        if not requote:
+            raise
+        return orjson.loads(requoted(text))
 
 
 def _loads(data: bytes | bytearray, source: str) -> Any:
@@ -173,7 +317,7 @@ _BARE_QUOTE = re.compile(rb'(?<!\\)"')
 _NAME_BEFORE_PID = re.compile(rb'("name": ")([^\n]*)(", "pid": )')
 
 
-def requoted(data: bytes | bytearray) -> bytes:
+def requoted(data: bytes | bytearray | memoryview) -> bytes:
     """``data`` with the quotes inside each line's one string value escaped, as torch's
     Chrome-trace export should have written them (the whole value is what lies
     between the key and the line's last quote, so a name holding ``", "ph": "i``
@@ -207,20 +351,26 @@ def read_trace_file(
     max_input_size: int | None = None,
     data: bytearray | None = None,
     name: str | None = None,
+    progress: Progress | None = None,
 ) -> TraceFile:
     """Decode one ``.json`` / ``.json.gz`` trace into typed tables.
 
     ``max_input_size``: the ceiling on its JSON size (see ``layerprof.reading``);
     ``data``: its bytes when already read (a pipe can be read only once, a
-    remote file is read by ``trace/remote.py``); ``name``: what errors call it
-    (default: the path).
+    remote file is read by ``trace/remote.py``); without it the file is decoded
+    as it is read, in memory flat in its size (``trace/stream.py``); ``name``:
+    what errors call it (default: the path); ``progress(read, size)``: the bytes
+    of the file read so far, and its size when known.
     """
     p = Path(path)
-    if data is None:
-        data = read_input(p, limit=max_input_size, error=TraceError)
     source = name or str(p)
     collector = EventCollector(keep_shapes=keep_shapes)
-    header = decode(data, collector.add_batch, source)
+    if data is None:
+        header = decode_file(
+            p, collector.add_batch, source, limit=max_input_size, progress=progress
+        )
+    else:
+        header = decode(data, collector.add_batch, source)
     del data
     tables = collector.finish()
     if len(tables.host) == 0 and len(tables.device) == 0:
