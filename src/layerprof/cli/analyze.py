@@ -64,13 +64,20 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "--group-by-shape", action="store_true", help="group operators by input shapes"
     )
     parser.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
+    parser.add_argument(
+        "--verbose",
+        "-v",
+        action="store_true",
+        help="also print this run's peak memory (resident, of this process and of its"
+        " largest worker process) on stderr",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     """Analyze the trace(s) on the chosen executor, write the files, print the report."""
     from layerprof import sinks
     from layerprof.capture.progress import Progress
-    from layerprof.cli import inputfiles
+    from layerprof.cli import inputfiles, readbar
     from layerprof.trace import analyze
     from layerprof.trace.analysis import graph_pair
     from layerprof.trace.executors import parse_executor
@@ -79,14 +86,17 @@ def run(args: argparse.Namespace) -> int:
     inputs = [pair[0], *(c.path for c in pair[1])] if pair else []
     outputs.check_outputs(args, inputs=[*inputfiles.trace_inputs(args.trace), *inputs])
     executor = parse_executor(args.executor) if args.executor else None
-    bar = Progress(enabled=sys.stderr.isatty() and not args.quiet, total=0, description="ranks")
+    shown = sys.stderr.isatty() and not args.quiet
+    bar = Progress(enabled=shown, total=0, description="ranks")
+    reading = readbar.BytesRead(enabled=shown)
     try:
         analyzed = analyze(
             args.trace, group_by_shape=args.group_by_shape, max_input_size=args.max_input_size,
             executor=executor, progress=bar.update, partial=args.partial, timeout=args.timeout,
-            capture=args.capture,
+            capture=args.capture, read_progress=reading.update,
         )  # fmt: skip
     finally:
+        reading.close()
         bar.close()
     written = [
         sinks.write(analyzed, path, fmt)
@@ -96,4 +106,6 @@ def run(args: argparse.Namespace) -> int:
     outputs.report_written(written, args)
     if not args.quiet:
         sinks.show(analyzed, console=console(args), top=args.top)
+    if args.verbose:
+        print(readbar.peak_memory(), file=sys.stderr)
     return 0

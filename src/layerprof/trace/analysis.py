@@ -29,6 +29,7 @@ from layerprof.trace.reader import (
 )
 from layerprof.trace.reduce import reduce
 from layerprof.trace.remote import TraceInput, list_inputs, read_trace_bytes, shown
+from layerprof.trace.stream import Progress as ReadProgress
 from layerprof.trace.tasks import Executor, Failed
 
 if TYPE_CHECKING:
@@ -56,6 +57,9 @@ class RankJob:
     group_by_shape: bool = False
     max_input_size: int | None = None
     timeout: float | None = None
+    # bytes of a local file read so far (a serial run's one file: a callback does not
+    # travel to a worker process)
+    read_progress: ReadProgress | None = None
 
     def __call__(self, source: TraceInput) -> RankResult:
         # A local file is decoded as it is read (memory flat in its size); a remote
@@ -72,6 +76,7 @@ class RankJob:
                 max_input_size=self.max_input_size,
                 data=data,
                 name=source.name,
+                progress=self.read_progress,
             )
         except NotATraceError as exc:
             return RankResult(name=source.name, skipped=str(exc))
@@ -98,6 +103,7 @@ def analyze(
     partial: bool = False,
     timeout: float | None = None,
     capture: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
+    read_progress: ReadProgress | None = None,
 ) -> Run:
     """Analyze a ``.json`` / ``.json.gz`` trace, a directory or glob of per-rank traces,
     or an fsspec URL naming any of those (``s3://bucket/job/``, ``gs://b/*.json.gz``).
@@ -120,6 +126,8 @@ def analyze(
     ``partial=True`` the Run merges the ranks that worked and its notes name
     the ones that failed. ``timeout``: seconds an http(s) server may take to
     connect or to send the next bytes (default ``remote.DEFAULT_TIMEOUT``).
+    ``read_progress(read, size)``: the bytes of the file read so far, called as one
+    local file is read in this process (not for several files or a pool's workers).
 
     A URL's user name, password and query string values open the files and
     go nowhere else: the Run, its messages and its errors name the URL
@@ -142,7 +150,13 @@ def analyze(
     sources = list_inputs(path, limit=max_input_size, timeout=timeout)
     del path
     runner = _executor(executor, sources)
-    job = RankJob(group_by_shape=group_by_shape, max_input_size=max_input_size, timeout=timeout)
+    here = isinstance(runner, SerialExecutor) and len(sources) == 1
+    job = RankJob(
+        group_by_shape=group_by_shape,
+        max_input_size=max_input_size,
+        timeout=timeout,
+        read_progress=read_progress if here else None,
+    )
     results: dict[int, RankResult] = {}
     failed: dict[int, Failed] = {}
     labels = [s.name for s in sources]
