@@ -77,9 +77,9 @@ if TYPE_CHECKING:
     from layerprof.pivot.sections.compiled import CompiledSection
     from layerprof.pivot.sections.flops import FlopSummary, LayerFlops
     from layerprof.pivot.sections.generation import Generation
-    from layerprof.pivot.sections.replay import GraphReplay
     from layerprof.pivot.sections.loop import TrainingLoop
     from layerprof.pivot.sections.memory import ActivationMemory
+    from layerprof.pivot.sections.replay import GraphReplay
     from layerprof.pivot.sections.serving import Serving
     from layerprof.pivot.sections.stepwork import DeviceWork
 
