@@ -26,6 +26,11 @@ Prints, from one run:
 
     python benchmarks/analyze_speed.py [--trace PATH] [--repeat 5] [--hta-python /tmp/hta-venv/bin/python]
         [--baseline ../main/src]
+    python benchmarks/analyze_speed.py --scale [--repeat 2] [--scale-dir /tmp] [--copies 8,40,160]
+
+``--scale``: whole ``layerprof analyze`` processes on big_trace.py copies of 0.16,
+0.82 and 3.3 GB, interleaved with the floor process where it fits in memory,
+printing seconds and peak RSS (``wait4``), each per GB of JSON.
 
 ``--trace`` defaults to HTA's 26 MB ``negative_queue_length_values_check``
 trace, checked in under ``tests/data/hta``; an epoch-float trace (``ns_resolution_trace``) times the exact
@@ -226,6 +231,69 @@ def hta_rounds(path: Path, repeat: int, python: str | None) -> list[tuple[float,
     return rounds
 
 
+def _process_run(command: list[str], env: dict[str, str]) -> tuple[float, int]:
+    """(seconds, peak resident bytes) of one whole process (``wait4``: its own rusage)."""
+    start = time.perf_counter()
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    _, status, usage = os.wait4(child.pid, 0)
+    took = time.perf_counter() - start
+    err = child.stderr.read().decode(errors="replace") if child.stderr else ""
+    if child.stderr:
+        child.stderr.close()
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode != 0:
+        raise RuntimeError((err.strip().splitlines()[-1:] or ["?"])[0])
+    return took, usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+
+
+#: Copies of the 26 MB trace (big_trace.py) for the --scale sizes: 0.16, 0.82, 3.3 GB.
+SCALE_COPIES = (8, 40, 160)
+#: The floor process needs about 9x the file (1.47 GB for 0.16 GB; 7.3 GB for 0.82 GB).
+FLOOR_MEMORY_PER_BYTE = 10
+
+
+def scale(folder: Path, copies: tuple[int, ...], repeat: int) -> int:
+    """Whole ``layerprof analyze`` processes on big_trace.py copies of growing size, each
+    round interleaved with the floor process (read + ``orjson.loads``) where the floor
+    fits in memory: time and peak RSS, and both per GB of JSON. Files are made in
+    ``folder`` when missing (and left there: delete them when done)."""
+    import big_trace  # beside this script
+
+    from layerprof.machine import available_memory
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    print("trace | events | layerprof s | s/GB | peak RSS GB | RSS/GB | floor s | floor RSS GB"
+          " | ours/floor")  # fmt: skip
+    for n in copies:
+        path = folder / f"big_trace_{n}.json"
+        if not path.exists():
+            made = big_trace.write(DEFAULT_TRACE, path, n)
+            print(f"(made {path}: {made} events)")
+        gb = path.stat().st_size / 1e9
+        room = available_memory() or 0
+        floor_fits = room > FLOOR_MEMORY_PER_BYTE * path.stat().st_size
+        commands = {"ours": [sys.executable, "-m", "layerprof", "analyze", str(path), "-q"]}
+        if floor_fits:
+            commands["floor"] = [sys.executable, "-c", FLOOR_SNIPPET, str(path)]
+        runs: dict[str, list[tuple[float, int]]] = {name: [] for name in commands}
+        names = list(commands)
+        for i in range(repeat):  # taking turns, the order rotating
+            for name in names[i % len(names) :] + names[: i % len(names)]:
+                runs[name].append(_process_run(commands[name], env))
+        ours, floor = runs["ours"], runs.get("floor", [])
+        t, rss = median(o[0] for o in ours), max(o[1] for o in ours)
+        line = f"{gb:.2f} GB | {n} copies | {t:.1f} | {t / gb:.1f} | {rss / 1e9:.2f} | {rss / 1e9 / gb:.2f}"
+        if floor:
+            ft, frss = median(f[0] for f in floor), max(f[1] for f in floor)
+            ratio = median(o[0] / f[0] for o, f in zip(ours, floor, strict=True))
+            line += f" | {ft:.1f} | {frss / 1e9:.2f} | {ratio:.2f}x"
+        else:
+            line += f" | (needs ~{FLOOR_MEMORY_PER_BYTE * gb:.0f} GB, {room / 1e9:.0f} GB free) | |"
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+        print(line + f"   ({repeat} rounds, load {load:.1f})", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
@@ -246,7 +314,21 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="skip the peak-memory figures (tracemalloc is slow on a big trace: big_trace.py)",
     )
+    parser.add_argument(
+        "--scale",
+        action="store_true",
+        help="time whole processes on big_trace.py copies (0.16, 0.82, 3.3 GB; made in"
+        " --scale-dir when missing) against the floor process where it fits in memory:"
+        " seconds and peak RSS, per GB",
+    )
+    parser.add_argument("--scale-dir", type=Path, default=Path(tempfile.gettempdir()))
+    parser.add_argument(
+        "--copies", default=",".join(map(str, SCALE_COPIES)), help="--scale's sizes, in copies"
+    )
     args = parser.parse_args(argv)
+    if args.scale:
+        copies = tuple(int(c) for c in args.copies.split(","))
+        return scale(args.scale_dir, copies, args.repeat)
     path: Path = args.trace
     if not path.is_file():
         print(f"trace not found: {path}")
