@@ -182,6 +182,19 @@ def test_an_annotation_inside_a_profiler_step_names_its_phase(tmp_path: Path) ->
     assert p.serving.steps[0].name.startswith("execute_300_context_2(")
 
 
+def test_steps_of_one_name_keep_their_own_times(tmp_path: Path) -> None:
+    """Two decode steps with the same batch (the same annotation): the first's kernel runs
+    inside its 100 µs span, the second's 1,000 µs after its launch, so the second lasts
+    its work's own span (a 30 µs kernel: 30 µs) and the first its host span."""
+    name = name_of((0, 0, 0), (8, 4000))
+    first = step_events(0, 0.0, name, 8, 20.0)
+    second = step_events(1, 200.0, name, 8, 20.0)
+    second[-1]["ts"] = 200.0 + 1004
+    s = profile_of(tmp_path, {"traceEvents": first + second}).serving
+    assert s is not None
+    assert [x.time_ns for x in s.steps] == [100 * US, 30 * US]
+
+
 def test_a_trace_without_annotations_has_no_serving_section(tmp_path: Path) -> None:
     events = step_events(0, 0.0, "forward", 4, 20.0) + step_events(1, 200.0, "forward", 4, 20.0)
     assert profile_of(tmp_path, {"traceEvents": events}).serving is None

@@ -23,6 +23,7 @@ import numpy as np
 
 from layerprof.pivot.notes import Note
 from layerprof.pivot.sections import Steps
+from layerprof.pivot.sections.stepwork import DEVICE as DEVICE_WINDOW
 from layerprof.stats import median
 from layerprof.trace.events import ANNOTATION, MATMUL_OPS, OP, EventTables
 from layerprof.trace.links import Links
@@ -143,11 +144,18 @@ def _step_names(tables: EventTables, done: tuple[Any, ...], thread: int | None) 
 
 def _step_times(done: tuple[Any, ...], work: DeviceWork | None) -> list[int]:
     """Each step's time: its device work's own span where that ran outside the host
-    span (the longest over the devices), else the host span."""
-    longest: dict[str, int] = {}
-    for w in work.on_device if work is not None else ():
-        longest[w.step] = max(longest.get(w.step, 0), w.window_ns)
-    return [longest.get(s.name, s.dur_ns) for s in done]
+    span (the longest over the devices), else the host span. ``work`` holds one row
+    per device and step, the steps in start order (names may repeat: matched by place)."""
+    times = [s.dur_ns for s in done]
+    if work is None or not done:
+        return times
+    order = sorted(range(len(done)), key=lambda i: done[i].start_ns)
+    longest: dict[int, int] = {}
+    for k, row in enumerate(work.steps):
+        if row.window == DEVICE_WINDOW:
+            i = order[k % len(done)]
+            longest[i] = max(longest.get(i, 0), row.window_ns)
+    return [longest.get(i, t) for i, t in enumerate(times)]
 
 
 class _Flops:
