@@ -190,9 +190,12 @@ def test_steps_of_one_name_keep_their_own_times(tmp_path: Path) -> None:
     first = step_events(0, 0.0, name, 8, 20.0)
     second = step_events(1, 200.0, name, 8, 20.0)
     second[-1]["ts"] = 200.0 + 1004
-    s = profile_of(tmp_path, {"traceEvents": first + second}).serving
+    p = profile_of(tmp_path, {"traceEvents": first + second})
+    s = p.serving
     assert s is not None
     assert [x.time_ns for x in s.steps] == [100 * US, 30 * US]
+    (note,) = [n for n in p.notes if n.kind == "device-window"]
+    assert note.text.startswith("1 of 2 steps")
 
 
 def test_a_trace_without_annotations_has_no_serving_section(tmp_path: Path) -> None:

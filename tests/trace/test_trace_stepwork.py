@@ -174,6 +174,9 @@ def test_a_pipelined_loop_counts_no_device_time_twice(tmp_path: Path) -> None:
     (dev,) = p.devices
     assert (dev.window_ns, dev.busy_in_window_ns) == (350 * US, 240 * US)
     assert p.breakdown is not None
+    (note,) = [n for n in p.notes if n.kind == "device-window"]
+    assert note.data == {"steps": 3, "after_ns": 50 * US}
+    assert note.text.startswith("3 of 3 steps")
     t0 = p.breakdown.steps[0].start_ns  # the reader's clock starts at the first event
     walls = [((r.start_ns - t0) // US, r.wall_ns // US) for r in p.breakdown.steps]
     assert walls == [(0, 150), (150, 100), (250, 100)]

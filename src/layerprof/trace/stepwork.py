@@ -211,15 +211,17 @@ def work_notes(work: DeviceWork | None) -> list[Note]:
     notes: list[Note] = []
     moved = work.on_device
     if moved:
-        steps = len({s.step for s in work.steps})
+        # one row per device and step, the steps in the same order on every device
+        steps = len(work.steps) // max(1, len(work.clocks))
+        places = {k % steps for k, s in enumerate(work.steps) if s.window == DEVICE}
         after = max(s.after_ns for s in moved)
         text = (
-            f"{len({s.step for s in moved})} of {steps} steps ran device work outside their"
+            f"{len(places)} of {steps} steps ran device work outside their"
             f" host span (up to {human_time(after)} after it): their idle, utilization and"
             " breakdown are measured over that work's own span on the device (the step"
             " times are still their host spans)"
         )
-        notes.append(Note("device-window", text, {"steps": len(moved), "after_ns": after}))
+        notes.append(Note("device-window", text, {"steps": len(places), "after_ns": after}))
     for c in work.clocks:
         if c.disagree:
             text = (
