@@ -750,12 +750,13 @@ class EventCollector:
             keep_d &= ~early[1]
             keep_m &= m_ts > 0
             keep_a &= a_ts > 0
-        host = tuple(col[keep_h] for col in host)
-        device = tuple(col[keep_d] for col in device)
-        memory = tuple(col[keep_m] for col in memory)
-        notes = tuple(col[keep_a] for col in notes)
-        all_ts = np.concatenate([host[2], device[3], memory[1], notes[2]])
-        origin_us = int(all_ts.min()) // 1000 if len(all_ts) else 0
+        del h_ts, d_ts, m_ts, a_ts, positive  # so that _keep_rows frees each column it cuts
+        _keep_rows(host, keep_h)
+        _keep_rows(device, keep_d)
+        _keep_rows(memory, keep_m)
+        _keep_rows(notes, keep_a)
+        firsts = [int(ts.min()) for ts in (host[2], device[3], memory[1], notes[2]) if len(ts)]
+        origin_us = min(firsts) // 1000 if firsts else 0
         origin = origin_us * 1000
         window_end = None
         ends = np.concatenate(self._window) if self._window else np.zeros(0, dtype=np.int64)
@@ -811,12 +812,32 @@ def _kept_flops(column: I64) -> I64 | None:
     return flops if flops.any() else None
 
 
-def _concat(chunks: list[tuple[Any, ...]], dtypes: tuple[Any, ...]) -> tuple[Any, ...]:
+def _concat(chunks: list[tuple[Any, ...]], dtypes: tuple[Any, ...]) -> list[Any]:
+    """The batches' columns joined, column by column, each batch's column let go once
+    joined (and ``chunks`` emptied): the peak is the columns plus one joined column,
+    not twice the columns."""
     if not chunks:
-        return tuple(np.zeros(0, dtype=t) for t in dtypes)
-    if len(chunks) == 1:
-        return chunks[0]
-    return tuple(np.concatenate([c[i] for c in chunks]) for i in range(len(dtypes)))
+        return [np.zeros(0, dtype=t) for t in dtypes]
+    parts = [list(c) for c in chunks]
+    chunks.clear()
+    joined = []
+    for i in range(len(dtypes)):
+        column = [p[i] for p in parts]
+        for p in parts:
+            p[i] = None
+        joined.append(column[0] if len(column) == 1 else np.concatenate(column))
+        del column
+    return joined
+
+
+def _keep_rows(columns: list[Any], keep: npt.NDArray[np.bool_]) -> None:
+    """Only the rows ``keep`` marks, one column at a time (each replaced as it is cut);
+    nothing copied when it marks them all."""
+    if keep.all():
+        return
+    for i, column in enumerate(columns):
+        columns[i] = column[keep]
+        del column
 
 
 def _shape_text(dims: Any) -> str:
