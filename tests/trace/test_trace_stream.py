@@ -269,3 +269,52 @@ def test_not_json_is_refused_at_once(tmp_path: Path) -> None:
     with pytest.raises(TraceError) as exc:
         _streamed(path, 64)
     assert "not JSON or gzip" in _one_line(exc)
+
+
+# ---- saying it: bytes read, peak memory ----------------------------------------
+
+
+def test_read_progress_counts_the_file_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One local file read here: the callback sees the file's bytes (compressed, as on
+    disk) rise to its size."""
+    path = DATA / "hta" / "trace_filter" / "sampled_rank-0.json.gz"
+    monkeypatch.setattr(stream_mod, "CHUNK_BYTES", 1 << 16)
+    seen: list[tuple[int, int | None]] = []
+    analyze(path, read_progress=lambda done, size: seen.append((done, size)))
+    size = path.stat().st_size
+    assert len(seen) > 2
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+    assert seen[-1] == (size, size)
+
+
+def test_verbose_prints_peak_memory_and_no_bar_off_a_terminal(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from layerprof.cli import main
+
+    path = DATA / "hta" / "trace_filter" / "sampled_rank-0.json.gz"
+    assert main(["analyze", str(path), "-q", "--verbose"]) == 0
+    out, err = capsys.readouterr()
+    assert out == ""
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("layerprof: peak memory "), err
+    assert "(resident, this process)" in lines[0]
+
+
+def test_the_bytes_bar_shows_only_when_enabled_and_after_a_second(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from layerprof.cli import readbar
+
+    off = readbar.BytesRead(enabled=False)
+    off.update(10, 100)
+    assert off._bar is None
+    clock = iter([0.0, 0.5, 2.0])
+    monkeypatch.setattr(readbar, "monotonic", lambda: next(clock))
+    on = readbar.BytesRead(enabled=True)
+    on.update(10, 100)  # half a second in: nothing yet
+    assert on._bar is None
+    on.update(50, 100)
+    assert on._bar is not None
+    on.close()
+    assert on._bar is None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import resource
 import sys
-import time
+from time import monotonic
 from typing import Any
 
 from layerprof.reading import format_size
@@ -19,7 +19,7 @@ class BytesRead:
 
     def __init__(self, *, enabled: bool) -> None:
         self.enabled = enabled
-        self._start = time.monotonic()
+        self._start = monotonic()
         self._bar: Any = None
         self._task: Any = None
 
@@ -27,7 +27,7 @@ class BytesRead:
         if not self.enabled:
             return
         if self._bar is None:
-            if time.monotonic() - self._start < SHOW_AFTER_S:
+            if monotonic() - self._start < SHOW_AFTER_S:
                 return
             # rich is imported only when a bar is shown (start-up time of a small run)
             from rich.console import Console
