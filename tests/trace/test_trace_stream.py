@@ -105,7 +105,8 @@ def test_small_chunks_and_batches_split_records_anywhere(
 
 def _events(n: int, *, name: str = "op") -> list[dict[str, Any]]:
     return [
-        {"ph": "X", "cat": "cpu_op", "name": f"{name}{i % 7}", "pid": 1, "tid": 2,
+        {"ph": "X", "cat": "cpu_op", "name": f"{name}{i % 7}" + "\x00\x1f\u202e"[: i % 4],
+         "pid": 1, "tid": 2,
          "ts": 1_712_195_495_519_689.047 + 3 * i, "dur": 2.5,
          "args": {"External id": i, "Input Dims": [[i % 5, 3], []], "s": '}, {"x": ['}}
         for i in range(n)
