@@ -319,3 +319,26 @@ def test_the_bytes_bar_shows_only_when_enabled_and_after_a_second(
     assert on._bar is not None
     on.close()
     assert on._bar is None
+
+
+def test_a_batch_view_that_outlives_its_call_does_not_stop_the_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Dask's sampling profiler holds the frames it reads, and with them a batch's
+    memoryview of the buffer: the buffer can then not be resized (BufferError, one
+    rank in 64 failed so). Every view is kept here; the tables are still the same."""
+    path = DATA / "hta" / "trace_filter" / "sampled_rank-0.json.gz"
+    header, tables = _whole(path)
+    held: list[Any] = []
+    parsed = reader_mod._parsed
+
+    def holding(text: memoryview, requote: bool) -> Any:
+        held.append(text)
+        return parsed(text, requote)
+
+    monkeypatch.setattr(reader_mod, "_parsed", holding)
+    monkeypatch.setattr(reader_mod, "BATCH_BYTES", 1 << 12)
+    s_header, s_tables = _streamed(path, 5000)
+    assert len(held) > 10
+    assert s_header == header
+    _same(s_tables, tables)
