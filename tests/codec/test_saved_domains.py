@@ -131,6 +131,31 @@ def test_repeats_outside_their_domain(
     assert code == 2 and said in err and "internal error" not in err, err
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [
+        ("calls", -5, "calls: expected a number from 0"),
+        ("calls", 1e308, "calls: expected a number from 0"),
+        ("params", -5, "params: expected a count >= 0"),
+        ("params_own", -5, "params_own: expected a count >= 0"),
+        ("flops", -5, "flops: expected a count >= 0"),
+        ("output_bytes", -5, "output_bytes: expected a count >= 0"),
+        ("flops_elementwise", -5, "flops_elementwise: expected a count >= 0"),
+        ("bytes_moved", -5, "bytes_moved: expected a count >= 0"),
+    ],
+)
+def test_a_layer_row_outside_its_domain(
+    field: str, value: float, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A layer's calls, parameters, FLOPs and bytes cannot be negative: a file saying -5
+    calls or -5 FLOPs loaded and printed them (and '-131 kFLOP/s' in the roofline), and
+    1e308 calls read 'calls per forward 1 -> 1e+308' in a diff."""
+    doc = json.loads((PROFILES / "hooks.json").read_text())
+    row = next(r for r in doc["layers"] if r["path"] and "flops_elementwise" in r)
+    row[field] = value
+    fails_cleanly(doc, f"profile.layers[{doc['layers'].index(row)}].{said}", tmp_path, capsys)
+
+
 def test_a_tree_deeper_than_the_recursion_limit_prints(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

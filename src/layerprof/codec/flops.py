@@ -51,14 +51,14 @@ def read_layer_flops(f: Fields) -> LayerFlops | None:
     if not f.has("flops_elementwise"):
         return None
     return LayerFlops(
-        elementwise=f.integer("flops_elementwise"),
-        bytes=f.integer("bytes_moved", 0),
+        elementwise=f.count("flops_elementwise"),
+        bytes=f.count("bytes_moved", 0),
         counted_ns=f.ns("op_counted_ms") if f.has("op_counted_ms") else 0,
         uncounted_ns=f.ns("op_uncounted_ms") if f.has("op_uncounted_ms") else 0,
         uncounted=f.opt_text("uncounted_op"),
         label=f.opt_text("flops_label"),
-        backward=f.opt_integer("flops_backward"),
-        backward_elementwise=f.opt_integer("flops_backward_elementwise"),
+        backward=f.opt_count("flops_backward"),
+        backward_elementwise=f.opt_count("flops_backward_elementwise"),
     )
 
 

@@ -43,6 +43,8 @@ _LAYER_SERIES = (
     ("backward_total_ns", "backward_total_ms"),
     ("backward_self_ns", "backward_self_ms"),
 )
+#: The most calls per forward a saved layer may say (2**53: whole numbers stay exact).
+_MAX_CALLS = 2.0**53
 _OP_SERIES = (("self_ns", "self_ms"), ("total_ns", "total_ms"), ("device_ns", "device_ms"))
 
 
@@ -254,16 +256,18 @@ def _read_layer(lf: Fields, legacy: bool) -> tuple[LayerInfo, LayerSamples | Non
         path=path,
         type=lf.text("type"),
         parent=parent,
-        params=lf.integer("params", 0),
-        params_own=lf.integer("params_own", 0),
+        params=lf.count("params", 0),
+        params_own=lf.count("params_own", 0),
         input_shapes=lf.shapes("input_shapes"),
         output_shapes=lf.shapes("output_shapes"),
-        flops=lf.opt_integer("flops"),
-        output_bytes=lf.opt_integer("output_bytes"),
-        peak_bytes=lf.opt_integer("peak_bytes"),
+        flops=lf.opt_count("flops"),
+        output_bytes=lf.opt_count("output_bytes"),
+        peak_bytes=lf.opt_count("peak_bytes"),
         flop_detail=read_layer_flops(lf),
     )
-    calls = lf.number("calls", 0)
+    # calls per forward: a mean (T5's encoder reads 1/N), never negative, and bounded
+    # so that no ratio of two files' calls overflows
+    calls = lf.within("calls", 0, _MAX_CALLS) if lf.has("calls") else 0.0
     kept = lf.obj("samples")
     series = lf.obj("series")
     if legacy and series is None and lf.has("total_spread_ms") and kept is None:
