@@ -462,6 +462,10 @@ def measured(prof: Profile) -> dict[str, tuple[int, ...]]:
     return out
 
 
+# Real busy-waits against the host clock: on a loaded machine a descheduled wait or hook
+# moves a part by more than 5 % (issue 43), so the real-clock check runs in the slow set
+# (a quiet machine); test_parts_sum_to_the_step_exactly_with_known_costs is its fake-clock twin.
+@pytest.mark.slow
 def test_known_costs_within_five_percent() -> None:
     """Busy-waits of 16 to 28 ms in the loader, each layer's forward and backward, the
     optimizer and the loop's own code: each part of the step and each layer's forward
