@@ -87,6 +87,10 @@ def test_latency_only_for_unhookable_models() -> None:
     assert [r.path for r in prof.rows()] == [""]
 
 
+# calibrate() takes medians of real timings: on a loaded machine its figures can read 0
+# (issue 43), so this runs in the slow set; the default set checks what a 0 does
+# (test_a_calibration_that_reads_zero_twice_corrects_nothing_and_says_so).
+@pytest.mark.slow
 def test_calibration_is_positive_and_inside_part_smaller() -> None:
     c = calibrate("cpu", children=10, repeats=10)
     assert c.per_call_ns > 0
