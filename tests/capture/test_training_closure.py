@@ -18,7 +18,7 @@ import layerprof
 from layerprof.capture.platform.clocks import FakeClock
 from layerprof.pivot.profile import Profile
 from layerprof.pivot.sections.loop import STEP_PARTS
-from tests.support.fake_clock_models import FakeSpinLayer
+from tests.support.fake_clock_models import FakeSpin, FakeSpinLayer
 
 FORWARD_S, BACKWARD_S, OPTIMIZER_S = 0.002, 0.003, 0.004
 MS = 1_000_000
@@ -113,6 +113,10 @@ def test_a_closure_called_twice_counts_both_passes() -> None:
         assert parts["backward"] >= 2 * BACKWARD_S * 1e9, parts
 
 
+# Sleeps on the host clock: the backward's lower bound holds on any machine, but ``rest``
+# (the loop's own code) can take a descheduled 3 ms on a loaded one (issue 43), so this runs
+# in the slow set; test_the_backward_of_the_roots_own_code_on_a_fake_clock is its exact twin.
+@pytest.mark.slow
 def test_the_backward_of_the_roots_own_code_is_backward_not_rest() -> None:
     """The root's forward hook closes its call after its output's graph was hooked, so the
     nodes its own code made (here the slow op and the loss) belonged to no call."""
@@ -244,7 +248,9 @@ def _compiled_steps(model: nn.Module, called: nn.Module) -> tuple[list[dict[str,
     x = torch.randn(8, 16)
     called(x).sum().backward()  # compiled before the Recorder, as a user's loop would be
     counters.clear()
-    with layerprof.Recorder(called, backward=True) as rec:
+    # No calibration: on a loaded machine it can read 0 and add its own note (issue 43),
+    # and an over-estimate could correct a part to 0; what is checked here is uncorrected.
+    with layerprof.Recorder(called, backward=True, correct=False) as rec:
         for _ in range(3):
             called(x).sum().backward()
             opt.step()
@@ -636,6 +642,46 @@ def test_a_loss_kept_past_its_backward_leaves_the_roots_backward_alone() -> None
         assert layer is not None and layer.backward_total_ns == (4 * BWD,) * 2, path
     backward = prof.samples[""].backward_total_ns
     assert backward is not None and backward.tolist() == [BWD] * 8
+
+
+class _OwnCode(nn.Module):
+    """A layer, then in the root's own code an op of known cost (forward ``OWN``, backward
+    ``3 * BWD``) and, with ``loss=True``, the loss, as GPT-2 does with ``labels=``."""
+
+    def __init__(self, clock: FakeClock, loss: bool) -> None:
+        super().__init__()
+        self.clock, self.loss = clock, loss
+        self.spin = FakeSpinLayer(clock, FWD, BWD)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = FakeSpin.apply(self.spin(x), self.clock, OWN, 3 * BWD)
+        return out.square().mean() if self.loss else out
+
+
+def test_the_backward_of_the_roots_own_code_on_a_fake_clock() -> None:
+    """The root's own nodes' backward is the step's and the root's backward, exactly, with
+    nothing of it left in ``rest`` (it was: no call owned those nodes)."""
+    for loss in (False, True):
+        clock = FakeClock()
+        model = _OwnCode(clock, loss)
+        opt = _UpdateSGD(model.parameters(), clock)
+        with layerprof.Recorder(model, backward=True, clock=clock) as rec:
+            for _ in range(3):
+                out = model(torch.ones(2, 4))
+                (out if loss else out.sum()).backward()
+                opt.step()
+                opt.zero_grad()
+                clock.advance(AFTER)  # logging
+                rec.step()
+        loop = rec.profile().loop
+        assert loop is not None and len(loop.steps) == 3
+        for step in loop.steps:
+            assert dict(step.parts()) == {
+                "data_wait": 0, "forward": FWD + OWN, "backward": 4 * BWD, "closure": 0,
+                "optimizer": UPDATE, "rest": AFTER,
+            }, (loss, dict(step.parts()))  # fmt: skip
+        root = loop.layer("")
+        assert root is not None and root.backward_total_ns == (4 * BWD,) * 3, loss
 
 
 # ---- issue 43, item 6: a raising optimizer step, a nested ``with rec:`` ------------------------
