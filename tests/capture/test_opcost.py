@@ -63,8 +63,12 @@ def test_never_below_zero() -> None:
 # and its note is checked on known figures below.
 @pytest.mark.slow
 def test_calibration_is_non_negative() -> None:
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    c = calibrate_ops("cpu", iters=5)
+    try:
+        c = calibrate_ops("cpu", iters=5)
+    finally:
+        torch.set_num_threads(threads)  # later tests (shuffled) get the thread count they had
     assert c.per_op_ns > 0
     assert c.range_inside_ns >= 0 and c.range_leak_ns >= 0
     note = c.note()
