@@ -292,3 +292,44 @@ def test_ops_carry_the_capture_shapes_and_the_replay_times() -> None:
     mm = {o.input_shapes: o for o in p.ops if o.name == "aten::mm"}
     up = mm["[32, 4096], [4096, 24576]"]  # the MLP's gate/up projection, batch 32
     assert up.calls == 36 and up.device_ns == pytest.approx(2_417_659, abs=1)
+
+
+def _decode_name(kv: int) -> str:
+    return f"execute_8_context_0(sq0sk0sqsq0sqsk0)_generation_8(sq8sk{kv}sqsq8sqsk{kv})"
+
+
+def test_serving_phases_are_the_captured_layers_kernel_time_per_step(tmp_path: Path) -> None:
+    """Three decode steps each replaying the graph, its kernels 20, 22 and 24 µs (gemm_up
+    3x): the MLP's kernels are 100, 110 and 120 µs of each step, so its decode time is
+    110 µs per step on the device's clock (the replay has no module spans: these are the
+    captured layers') and it grows 10 µs per 8 KV positions (1,250 µs per 1k)."""
+    replay = []
+    for i, us in enumerate((20.0, 22.0, 24.0)):
+        events = replay_events(base=BASE_US + 1e6 + 10_000 * i, corr=9000 + i, kernel_us=us)
+        replay += [{**events[0], "name": _decode_name(4000 + 8 * i)}, *events[1:]]
+    p = _pair(tmp_path, replay, capture_events())
+    s = p.serving
+    assert s is not None and s.phase_clock == "device"
+    (decode,) = s.phases
+    assert decode.forwards == 3
+    mlp = decode.layer("Decoder.Layer[1].MLP")
+    assert mlp is not None and mlp.self_ns == 110_000
+    assert mlp.growth_ns_per_1k == pytest.approx(1_250_000)
+    # 7 kernels, gemm_up 3x: 9 kernel times, all under the layer's children
+    layer = decode.layer("Decoder.Layer[0]")
+    assert layer is not None and (layer.total_ns, layer.self_ns) == (9 * 22_000, 0)
+
+
+def test_a_real_replays_phase_times_are_its_captured_layers(tmp_path: Path) -> None:
+    """The SGLang decode step read through its capture: the decode phase's layers are the
+    capture's (36 RadixAttention, ...) with the replay's kernel time, the same as the
+    layer table's device self time (one step), summing to the graph's 9.656 ms."""
+    p = _pair_dir(SGLANG)
+    s = p.serving
+    assert s is not None and s.phase_clock == "device"
+    (decode,) = s.phases
+    attention = [x for x in decode.layers if x.path.endswith("RadixAttention")]
+    assert len(attention) == 36
+    for x in decode.layers:
+        assert x.self_ns == _device_self(p, x.path), x.path
+    assert sum(x.self_ns for x in decode.layers) == pytest.approx(9.656e6 + 122e3, rel=0.01)

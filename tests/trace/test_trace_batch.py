@@ -36,7 +36,7 @@ def name_of(pre: tuple[int, int, int], dec: tuple[int, int]) -> str:
 
 
 def step_events(
-    i: int, t0: float, name: str, tokens: int, linear_us: float
+    i: int, t0: float, name: str, tokens: int, linear_us: float, kernel_us: float | None = 30.0
 ) -> list[dict[str, Any]]:
     """One engine step at t0 (µs), 100 µs on the host:
 
@@ -44,8 +44,11 @@ def step_events(
     1     nn.Module: Model_0                 98
     2       nn.Module: Linear_0              linear_us
     3         aten::mm [tokens,K]x[K,N]      linear_us - 2   launch 4..5 -> gemm 10..40
+
+    (the gemm lasts ``kernel_us``; None: no device ops)
     """
     c = 100 + i
+    gemm = [] if kernel_us is None else [gpu_op("kernel", "gemm", t0 + 10, kernel_us, c, 0, 7)]
     return [
         span("user_annotation", name, t0, 100),
         span("python_function", "nn.Module: Model_0", t0 + 1, 98),
@@ -58,7 +61,7 @@ def step_events(
             **{"External id": c, "Input Dims": [[tokens, K], [K, N]]},
         ),
         span("cuda_runtime", "cudaLaunchKernel", t0 + 4, 1, correlation=c),
-        gpu_op("kernel", "gemm", t0 + 10, 30, c, 0, 7),
+        *gemm,
     ]
 
 
@@ -72,11 +75,20 @@ STEPS = (
 )
 
 
-def serving_doc(extra: list[dict[str, Any]] | None = None, slower: float = 0.0) -> dict[str, Any]:
+def serving_doc(
+    extra: list[dict[str, Any]] | None = None,
+    slower: float = 0.0,
+    *,
+    kernels: str = "fixed",
+) -> dict[str, Any]:
+    """``kernels``: each step's gemm 30 µs (``fixed``), half its Linear's host time
+    (``half``), or none (``none``: a host-only trace)."""
     events: list[dict[str, Any]] = []
     for i, (pre, dec, lin) in enumerate(STEPS):
         name = name_of(pre, dec)
-        events += step_events(i, 200.0 * i, name, pre[1] + dec[0], lin + (slower if dec[0] else 0))
+        host = lin + (slower if dec[0] else 0)
+        gemm = {"fixed": 30.0, "half": host / 2, "none": None}[kernels]
+        events += step_events(i, 200.0 * i, name, pre[1] + dec[0], host, gemm)
     return {"traceEvents": events + (extra or [])}
 
 
@@ -123,9 +135,9 @@ def test_steps_are_classed_and_measured_by_phase(tmp_path: Path) -> None:
 def test_layers_per_phase_reuse_the_generate_views(tmp_path: Path) -> None:
     """Linear's self time is 60 µs in the prefill step, 20/22/24 µs in the decode steps
     (median 22) and 40 µs in the mixed one; decode's growth is per 1,000 KV positions
-    (2 µs per 8 positions -> 250 µs per 1k)."""
-    s = profile_of(tmp_path, serving_doc()).serving
-    assert s is not None
+    (2 µs per 8 positions -> 250 µs per 1k). A host-only trace: the host's clock."""
+    s = profile_of(tmp_path, serving_doc(kernels="none")).serving
+    assert s is not None and s.phase_clock == "host"
     assert [ph.name for ph in s.phases] == [PREFILL, DECODE, MIXED]
     linear = {ph.name: ph.layer("Model.Linear") for ph in s.phases}
     assert all(x is not None for x in linear.values()), [ph.layers for ph in s.phases]
@@ -136,6 +148,24 @@ def test_layers_per_phase_reuse_the_generate_views(tmp_path: Path) -> None:
     assert growth == pytest.approx(250 * US)
     decode = s.phase(DECODE)
     assert decode is not None and (decode.forwards, decode.tokens_per_forward) == (3, 8)
+
+
+def test_layers_per_phase_are_their_kernels_time_where_the_trace_has_them(
+    tmp_path: Path,
+) -> None:
+    """Each step's gemm lasts half its Linear's host time: 30 µs in the prefill step,
+    10/11/12 µs in the decode steps (median 11), 20 µs in the mixed one, and decode
+    grows 125 µs per 1k KV positions: the device's clock, named as such."""
+    s = profile_of(tmp_path, serving_doc(kernels="half")).serving
+    assert s is not None and s.phase_clock == "device"
+    linear = {ph.name: ph.layer("Model.Linear") for ph in s.phases}
+    assert {k: x.self_ns for k, x in linear.items() if x is not None} == {
+        PREFILL: 30 * US,
+        DECODE: 11 * US,
+        MIXED: 20 * US,
+    }
+    growth = linear[DECODE].growth_ns_per_1k  # type: ignore[union-attr]
+    assert growth == pytest.approx(125 * US)
 
 
 HOSTILE = (
@@ -210,13 +240,13 @@ def test_serving_survives_a_save(tmp_path: Path) -> None:
 
 
 def test_diff_compares_the_phases_apart(tmp_path: Path) -> None:
-    """Decode steps' Linear 30 µs slower, prefill's unchanged: the diff's decode rows
-    move, its prefill rows do not."""
-    base = profile_of(tmp_path, serving_doc(), "base.json")
-    new = profile_of(tmp_path, serving_doc(slower=30.0), "new.json")
+    """Decode steps' Linear 30 µs slower, its kernel 15 µs (the phases' clock: the
+    device's), prefill's unchanged: the diff's decode rows move, its prefill rows do not."""
+    base = profile_of(tmp_path, serving_doc(kernels="half"), "base.json")
+    new = profile_of(tmp_path, serving_doc(slower=30.0, kernels="half"), "new.json")
     d = diff(base, new)
     rows = {(r.phase, r.path): r.change for r in d.phases}
-    assert rows[("decode steps", "Model.Linear")].delta_ns == 30 * US
+    assert rows[("decode steps", "Model.Linear")].delta_ns == 15 * US
     assert rows[("prefill steps", "Model.Linear")].delta_ns == 0
     labels = {r.label for r in d.phases}
     assert "decode steps: step time" in labels and "decode steps: Model.Linear" in labels

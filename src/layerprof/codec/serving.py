@@ -13,7 +13,9 @@ from layerprof.codec.generation import encode_phase, read_phase
 from layerprof.errors import ProfileFormatError
 from layerprof.pivot.sections.serving import (
     DECODE,
+    HOST_CLOCK,
     MIXED,
+    PHASE_CLOCKS,
     PREFILL,
     BatchPart,
     Serving,
@@ -31,6 +33,7 @@ def encode_serving(s: Serving | None) -> dict[str, Any] | None:
     out: dict[str, Any] = {
         "steps": [_step(x) for x in s.steps],
         "phases": [encode_phase(p) for p in s.phases],
+        "phase_clock": s.phase_clock,
     }
     if s.ignored_count:
         out["ignored"] = list(s.ignored)
@@ -66,11 +69,15 @@ def read_serving(f: Fields | None) -> Serving | None:
     ignored = f.items("ignored")
     if not all(isinstance(n, str) for n in ignored):
         raise ProfileFormatError(f"{f.where}.ignored: expected a list of names")
+    clock = f.text("phase_clock", HOST_CLOCK)
+    if clock not in PHASE_CLOCKS:
+        raise ProfileFormatError(f"{f.where}.phase_clock: expected host or device, found {clock!r}")
     return Serving(
         steps=tuple(_read_step(x) for x in f.objects("steps")),
         phases=tuple(read_phase(p) for p in f.objects("phases")),
         ignored=tuple(ignored),
         ignored_count=f.count("ignored_count", 0),
+        phase_clock=clock,
     )
 
 

@@ -3,7 +3,7 @@ console and the HTML report share."""
 
 from __future__ import annotations
 
-from layerprof.pivot.sections.serving import Serving, ServingStep
+from layerprof.pivot.sections.serving import DEVICE_CLOCK, Serving, ServingStep
 from layerprof.stats import median
 from layerprof.units import human_si, human_time
 
@@ -70,6 +70,16 @@ def layer_rows(s: Serving, most: int) -> tuple[tuple[str, ...], list[tuple[str, 
             cells.append(human_time(row.self_ns) if row is not None else "-")
         rows.append((path or "(model)", *cells))
     return names, rows
+
+
+def layer_title(s: Serving) -> str:
+    """The per-phase layer table's title, naming its clock."""
+    if s.phase_clock == DEVICE_CLOCK:
+        return (
+            "layers' device self time per step of each phase (the kernels each layer"
+            " launched, by the step that launched them)"
+        )
+    return "layers' host self time per step of each phase (no device ops in the trace)"
 
 
 def summary_line(s: Serving) -> str:

@@ -16,7 +16,7 @@ counted from its matrix products' input shapes (``MATMUL_OPS``: kept even withou
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -71,15 +71,14 @@ def serving_steps(
 ) -> tuple[Serving | None, list[Note]]:
     """The serving section of a trace whose steps carry roofline annotations, or None."""
     done = steps.complete
-    names = _step_names(tables, done, steps.thread)
+    names = step_names(tables, done, steps.thread)
     if not any(n.startswith(PREFIX) for n in names if n):
         return None, []
     # here, not at the top: a trace with no serving steps never creates these types
     from layerprof.pivot.sections.generation import phase_views
     from layerprof.pivot.sections.serving import (  # as above: created only when used
-        DECODE,
-        MIXED,
-        PREFILL,
+        DEVICE_CLOCK,
+        HOST_CLOCK,
         Serving,
         ServingStep,
     )
@@ -87,19 +86,13 @@ def serving_steps(
     times = _step_times(done, work)
     flops = _Flops(tables, links)
     rows: list[ServingStep] = []
-    phases: list[str | None] = []
-    positions: list[float | None] = []
-    ignored: list[str] = []
-    for s, name, time in zip(done, names, times, strict=True):
-        parsed = parse(name) if name else None
-        if parsed is None or not (parsed[1].requests or parsed[2].requests):
-            if name and name.startswith(PREFIX):
-                ignored.append(name)
-            phases.append(None)
-            positions.append(None)
+    phases, positions = step_phases(names)
+    ignored = [n for n, p in zip(names, phases, strict=True) if p is None and n.startswith(PREFIX)]
+    for s, name, time, phase in zip(done, names, times, phases, strict=True):
+        parsed = parse(name) if phase is not None else None
+        if parsed is None or phase is None:
             continue
         tokens, pre, dec = parsed
-        phase = MIXED if pre.requests and dec.requests else PREFILL if pre.requests else DECODE
         counted, flop_ns, busy = flops.within(s.start_ns, s.end_ns)
         rows.append(
             ServingStep(
@@ -108,20 +101,51 @@ def serving_steps(
                 flop_coverage=flop_ns / busy if counted and busy else None,
             )
         )  # fmt: skip
-        phases.append(phase)
-        positions.append(float(dec.kv + pre.kv))
     if not rows:
         return None, _ignored_notes(ignored)
-    per_forward = {
-        p: int(median([r.prefill.tokens + r.decode.tokens for r in rows if r.phase == p]))
-        for p in dict.fromkeys(r.phase for r in rows)
-    }
-    views = phase_views(samples, phases, positions, per_forward) if samples else ()
-    section = Serving(tuple(rows), views, tuple(ignored[:_SHOWN]), len(ignored))
+    # a serving step's kernels run after its host span (queued, or a graph replayed):
+    # each layer's phase time is its kernels' where the trace has them
+    device = tables.has_device and any(x.device_self_ns is not None for x in samples.values())
+    views = (
+        phase_views(samples, phases, positions, tokens_per_forward(rows), device=device)
+        if samples
+        else ()
+    )
+    clock = DEVICE_CLOCK if device else HOST_CLOCK
+    section = Serving(tuple(rows), views, tuple(ignored[:_SHOWN]), len(ignored), clock)
     return section, [*_ignored_notes(ignored), *_flop_notes(section)]
 
 
-def _step_names(tables: EventTables, done: tuple[Any, ...], thread: int | None) -> list[str]:
+def step_phases(names: list[str]) -> tuple[list[str | None], list[float | None]]:
+    """Per step annotation (``step_names``): its phase and KV positions (None: not a
+    serving step, or one of no request)."""
+    from layerprof.pivot.sections.serving import DECODE, MIXED, PREFILL  # see serving_steps
+
+    phases: list[str | None] = []
+    positions: list[float | None] = []
+    for name in names:
+        parsed = parse(name) if name else None
+        if parsed is None or not (parsed[1].requests or parsed[2].requests):
+            phases.append(None)
+            positions.append(None)
+            continue
+        _, pre, dec = parsed
+        phases.append(
+            MIXED if pre.requests and dec.requests else PREFILL if pre.requests else DECODE
+        )
+        positions.append(float(dec.kv + pre.kv))
+    return phases, positions
+
+
+def tokens_per_forward(rows: Sequence[ServingStep]) -> dict[str, int]:
+    """Per phase, the median query tokens of its steps."""
+    return {
+        p: int(median([r.prefill.tokens + r.decode.tokens for r in rows if r.phase == p]))
+        for p in dict.fromkeys(r.phase for r in rows)
+    }
+
+
+def step_names(tables: EventTables, done: tuple[Any, ...], thread: int | None) -> list[str]:
     """Each step's annotation: its own name when it is one, else the first annotation
     starting inside it that begins with ``execute_`` ("" when none)."""
     host = tables.host

@@ -317,9 +317,22 @@ def analyze_pair(
         ops=merged.ops,
         graph_replay=section,
         notes=_layer_notes(replay_profile, merged),
-        trace=_layer_source(replay_profile, merged),
+        trace=_serving(_layer_source(replay_profile, merged), trace.tables, merged_tables, header),
     ).with_notes(*_notes(section, read, pairings))
     return merge(name, [profile])
+
+
+def _serving(
+    trace: TraceSections | None, replay: EventTables, merged: EventTables, header: dict[str, Any]
+) -> TraceSections | None:
+    """The replay's sections, its serving steps' layer times per phase taken from the
+    captured layers (the replay's own have none but its sampler's)."""
+    if trace is None or trace.serving is None or trace.steps is None:
+        return trace
+    from layerprof.trace.replaysteps import serving_through_capture  # serving replays only
+
+    serving = serving_through_capture(trace.serving, replay, trace.steps, merged, header)
+    return replace(trace, serving=serving)
 
 
 #: the reducer's notes on where the layers came from: the capture's, once merged

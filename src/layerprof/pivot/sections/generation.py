@@ -202,13 +202,16 @@ def phase_views(
     names: Sequence[str | None],
     positions: Sequence[float | None],
     tokens: Mapping[str, int],
+    *,
+    device: bool = False,
 ) -> tuple[Phase, ...]:
     """Per phase (in first-seen order), each layer's total and self per forward of that
     phase, and in decode its growth with the position. ``names`` and ``positions`` hold
     one entry per iteration of ``samples`` (None: a forward of no phase, or no known
     position); ``tokens``: tokens per forward of each phase. Shared by
     ``profile(..., generate=N)``, the Recorder around a user's own decode loop and
-    the trace of a generate."""
+    the trace of a generate. ``device``: each layer's device times (the kernels it
+    launched) instead of its host times; a layer without them is left out."""
     import numpy as np
 
     order = list(dict.fromkeys(n for n in names if n is not None))
@@ -222,7 +225,7 @@ def phase_views(
         picked = np.flatnonzero(labels == number[name])
         layers = []
         for path, s in samples.items():
-            total, self_ = s.total_ns.values, s.self_ns.values
+            total, self_ = _series(s, device)
             if total is None or self_ is None or len(total) != len(names):
                 continue  # a layer not called once per forward: no per-forward split
             if not total[picked].any() and not self_[picked].any():
@@ -244,3 +247,13 @@ def phase_views(
             )
         out.append(Phase(name, len(picked), tokens.get(name, 0), tuple(layers)))
     return tuple(out)
+
+
+def _series(s: Any, device: bool) -> tuple[Any, Any]:
+    """A layer's per-iteration total and self times (numpy arrays or None) on one clock."""
+    if not device:
+        return s.total_ns.values, s.self_ns.values
+    total, self_ = s.device_total_ns, s.device_self_ns
+    if total is None or self_ is None:
+        return None, None
+    return total.values, self_.values

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from layerprof.pivot.sections.generation import Phase
 
 PREFILL, DECODE, MIXED = "prefill", "decode", "mixed"
+#: The clock of a serving section's per-layer phase times (``Serving.phase_clock``).
+HOST_CLOCK, DEVICE_CLOCK = "host", "device"
+PHASE_CLOCKS = (HOST_CLOCK, DEVICE_CLOCK)
 
 
 @dataclass(frozen=True)
@@ -85,12 +88,16 @@ class ServingStep:
 class Serving:
     """The annotated steps (complete steps, in order), each layer's time per phase across
     them, and the annotations that were not read (``ignored``: names, at most a few;
-    ``ignored_count``: all of them)."""
+    ``ignored_count``: all of them). ``phase_clock``: what the layers' phase times are:
+    ``device`` (the kernels each layer launched, by the step that launched them: a
+    serving step's kernels run after its host span) where the trace has device ops,
+    ``host`` (the layers' host spans) where it has none."""
 
     steps: tuple[ServingStep, ...]
     phases: tuple[Phase, ...] = ()
     ignored: tuple[str, ...] = ()
     ignored_count: int = 0
+    phase_clock: str = HOST_CLOCK
 
     def phase(self, name: str) -> Phase | None:
         return next((p for p in self.phases if p.name == name), None)

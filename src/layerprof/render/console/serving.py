@@ -15,6 +15,7 @@ from layerprof.render.serving_text import (
     PHASE_HEADERS,
     STEP_HEADERS,
     layer_rows,
+    layer_title,
     phase_rows,
     step_rows,
     summary_line,
@@ -38,7 +39,7 @@ def print_serving(profile: Profile, console: Console, most: int) -> None:
     _table(console, title, STEP_HEADERS, step_rows(s, most))
     phases, rows = layer_rows(s, most)
     if rows:
-        _table(console, "layers' self time per step of each phase", ("layer", *phases), rows)
+        _table(console, layer_title(s), ("layer", *phases), rows)
 
 
 def _table(

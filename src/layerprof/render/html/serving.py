@@ -9,6 +9,7 @@ from layerprof.render.serving_text import (
     PHASE_HEADERS,
     STEP_HEADERS,
     layer_rows,
+    layer_title,
     phase_rows,
     step_rows,
     summary_line,
@@ -24,11 +25,13 @@ def serving_section(s: Subject) -> Section | None:
     body += table("lp-serving-steps", _columns(STEP_HEADERS), step_rows(serving, TABLE_LIMIT))
     phases, rows = layer_rows(serving, TABLE_LIMIT)
     if rows:
+        body += f"<p>{esc(layer_title(serving))}</p>"
         body += table("lp-serving-layers", _columns(("layer", *phases)), rows)
     intro = (
         "A serving engine's steps read from their roofline annotations: prefill, decode or"
         " mixed by their batch, each phase's step time and throughput, and each layer's self"
-        " time per step of each phase. FLOPs are counted from the steps' matrix products"
+        " time per step of each phase (the device's: its kernels, where the trace has device"
+        " ops). FLOPs are counted from the steps' matrix products"
         " (attention and graph-replayed kernels are not)."
     )
     return Section("serving", "Serving steps by phase", body, intro)
