@@ -333,3 +333,16 @@ def test_a_real_replays_phase_times_are_its_captured_layers(tmp_path: Path) -> N
     for x in decode.layers:
         assert x.self_ns == _device_self(p, x.path), x.path
     assert sum(x.self_ns for x in decode.layers) == pytest.approx(9.656e6 + 122e3, rel=0.01)
+
+
+def test_the_vllm_replays_graph_launch_is_not_launch_bound() -> None:
+    """vLLM's decode replay: 421 device ops from one hipGraphLaunch and 13 launched one by
+    one. Each replayed op against the ~507 µs launch read '429 of 434 ops shorter than
+    their launch call' and a launch-bound finding; the graph launch counts once."""
+    from layerprof.analysis.diagnose import diagnose
+
+    p = analyze(VLLM / "graph_execution.json.gz").ranks[0]
+    q = p.queues
+    assert q is not None and (q.graph_launches, q.graph_ops, q.kernels) == (1, 421, 14)
+    assert q.short_kernels <= q.kernels
+    assert not [f for f in diagnose(p) if "shorter than their launch" in f.title]

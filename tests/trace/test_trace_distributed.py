@@ -229,6 +229,43 @@ def test_launch_bound_finding(tmp_path: Path) -> None:
     assert "100% of device ops run shorter than their launch call" in titles
 
 
+def _graph_replays(launches: int, ops: int, call_us: float) -> list[dict[str, Any]]:
+    """``launches`` graph launches of ``call_us`` each, replaying ``ops`` kernels of 1 µs."""
+    events = [span("user_annotation", f"{STEP_PREFIX}0", 0, launches * (ops + call_us + 20))]
+    t = 5.0
+    for k in range(launches):
+        events.append(span("cuda_runtime", "cudaGraphLaunch", t, call_us, correlation=k))
+        events += [gpu_op("kernel", f"k{j}", t + 1 + j * 1.1, 1, k, 0, 7) for j in range(ops)]
+        t += ops * 1.1 + call_us + 10
+    return events
+
+
+def test_a_graph_launch_counts_once_against_its_replayed_ops(tmp_path: Path) -> None:
+    """One 500 µs graph launch replaying 300 kernels of 1 µs: each kernel against the call
+    read '100% of device ops run shorter than their launch call' (300 of 300); the
+    launch counts once, against the 300 µs it replayed, and no launch-bound finding."""
+    p = analyze(write(tmp_path, {"traceEvents": _graph_replays(1, 300, 500)})).rank()
+    q = p.queues
+    assert q is not None
+    assert (q.kernels, q.short_kernels, q.short_kernel_ns) == (1, 1, 300 * US)
+    assert (q.graph_launches, q.graph_ops) == (1, 300)
+    assert not [f for f in diagnose(p) if "shorter than their launch" in f.title]
+    assert codec.profile_from_dict(codec.to_dict(p)).queues == q
+    text = " ".join(ConsoleRenderer().render(p, width=400).split())
+    assert "1 of 1 launches shorter than their call" in text
+    assert "1 graph launch counted once against its 300 replayed ops summed" in text
+
+
+def test_graph_launches_longer_than_their_replay_are_launch_bound(tmp_path: Path) -> None:
+    """120 graph launches of 20 µs each replaying 10 kernels of 1 µs: each launch is
+    longer than what it replayed, so the run is launch-bound, counted per launch."""
+    p = analyze(write(tmp_path, {"traceEvents": _graph_replays(120, 10, 20)})).rank()
+    q = p.queues
+    assert q is not None and (q.kernels, q.short_kernels) == (120, 120)
+    (f,) = [f for f in diagnose(p) if "shorter than their launch" in f.title]
+    assert "Each graph launch counts once" in f.detail and "1,200 ops" in f.detail
+
+
 def test_full_queue_and_delay_outliers(tmp_path: Path) -> None:
     """1100 launches 1 µs apart, kernels start much later: the queue passes 1024."""
     events = [span("user_annotation", f"{STEP_PREFIX}0", 0, 10_000)]

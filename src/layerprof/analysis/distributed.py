@@ -39,7 +39,13 @@ def distributed_findings(profile: Profile) -> list[Finding]:
                     f"{100 * share:.0f}% of device ops run shorter than their launch call",
                     f"{q.short_kernels} of {q.kernels} kernels/copies"
                     f" ({human_time(q.short_kernel_ns)} of device time) finish faster than the"
-                    " host launches them: the run is launch-bound.",
+                    " host launches them: the run is launch-bound."
+                    + (
+                        f" Each graph launch counts once, against its replayed ops' summed"
+                        f" time ({q.graph_launches} launches, {q.graph_ops:,} ops)."
+                        if q.graph_launches
+                        else ""
+                    ),
                     "fuse small ops (torch.compile), capture steps in CUDA graphs,"
                     " or give each kernel more work (larger batch)",
                 )

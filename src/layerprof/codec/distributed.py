@@ -90,6 +90,9 @@ def _queues(q: Queues) -> dict[str, Any]:
         "short_kernels": q.short_kernels,
         "short_kernel_ms": q.short_kernel_ns / NS_PER_MS,
         "kernels": q.kernels,
+        # only where a graph launch was counted once (files without them read 0)
+        **({"graph_launches": q.graph_launches, "graph_ops": q.graph_ops}
+           if q.graph_launches else {}),
         "streams": [
             {**asdict_ms(s, skip=("series",)),
              "series": _points(s.series, NS_PER_MS)}
@@ -185,6 +188,8 @@ def _read_queues(q: Fields) -> Queues:
         short_kernels=q.integer("short_kernels"),
         short_kernel_ns=q.ns("short_kernel_ms"),
         kernels=q.integer("kernels"),
+        graph_launches=q.count("graph_launches", 0),
+        graph_ops=q.count("graph_ops", 0),
     )
 
 

@@ -235,7 +235,9 @@ class Queues:
 
     ``blocked_ns``: host time in synchronizations plus launch calls made while
     their stream's queue was full; ``short_kernels``: device ops shorter than
-    the call that launched them (launch-bound work), ``short_kernel_ns`` their time.
+    the call that launched them (launch-bound work), ``short_kernel_ns`` their time,
+    of ``kernels`` launches compared: one per op, but a graph launch once, against its
+    replayed ops' summed time (``graph_launches`` of them, replaying ``graph_ops``).
     """
 
     streams: tuple[StreamQueue, ...]
@@ -248,6 +250,8 @@ class Queues:
     short_kernels: int
     short_kernel_ns: int
     kernels: int
+    graph_launches: int = 0
+    graph_ops: int = 0
 
     @property
     def blocked_ns(self) -> int:

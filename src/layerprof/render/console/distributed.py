@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.text import Text
 
 from layerprof.pivot.profile import Profile, Run
-from layerprof.pivot.sections import BREAKDOWN_PARTS, CollectiveGroup, StepBreakdown
+from layerprof.pivot.sections import BREAKDOWN_PARTS, CollectiveGroup, Queues, StepBreakdown
 from layerprof.render.console.columns import Cell, print_named_table
 from layerprof.units import MS, US, fmt_calls, human_bytes
 
@@ -106,8 +106,7 @@ def print_queues(p: Profile, console: Console) -> None:
     parts = [
         f"host blocked {MS.fmt(q.blocked_ns)} ms (sync {MS.fmt(q.sync_ns)},"
         f" launches on a full queue {MS.fmt(q.full_launch_ns)})",
-        f"{q.short_kernels} of {q.kernels} device ops shorter than their launch call"
-        f" ({MS.fmt(q.short_kernel_ns)} ms)",
+        _short_line(q),
         f"{q.delay_outliers} launch delays above {US.fmt(q.delay_threshold_ns)} us",
     ]
     console.print(Text("; ".join(parts)))
@@ -158,3 +157,22 @@ def print_stragglers(run: Run, console: Console) -> None:
     )  # fmt: skip
     for note in s.notes:
         console.print(Text.assemble(("note: ", "yellow"), note.text))
+
+
+def _short_line(q: Queues) -> str:
+    """The ops shorter than their launch call; a graph launch counts once, its replayed
+    ops summed (many ops from one call: each against the call would read launch-bound)."""
+    if not q.graph_launches:
+        return (
+            f"{q.short_kernels} of {q.kernels} device ops shorter than their launch call"
+            f" ({MS.fmt(q.short_kernel_ns)} ms)"
+        )
+    graphs = (
+        "1 graph launch counted once against its"
+        if q.graph_launches == 1
+        else f"{q.graph_launches} graph launches counted once each against their"
+    )
+    return (
+        f"{q.short_kernels} of {q.kernels} launches shorter than their call"
+        f" ({MS.fmt(q.short_kernel_ns)} ms; {graphs} {q.graph_ops:,} replayed ops summed)"
+    )

@@ -301,7 +301,8 @@ def _queues(s: Subject) -> str:
         caption=(
             "Host blocked = synchronizations + launch calls made while their stream's queue was"
             f" full ({' / '.join(map(str, limits))} ops). Device ops shorter than the call that"
-            " launched them are launch-bound work."
+            " launched them are launch-bound work; a graph launch counts once, against its"
+            " replayed ops' summed time."
         ),
     )
     streams, _ = per_rank(s, lambda p: p.queues.streams if p.queues is not None else ())
