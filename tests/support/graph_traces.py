@@ -39,9 +39,11 @@ def capture_events(
     batch: int = 8,
     base: float = BASE_US,
     corr0: int = 100,
+    shapes: bool = False,
 ) -> list[dict[str, Any]]:
     """A capture of ``layers`` decoder layers: modules ``Decoder_0 > Layer_k > X_k``,
-    each kernel's launch under its op; ``prefix`` renames every kernel (another model)."""
+    each kernel's launch under its op; ``prefix`` renames every kernel (another model);
+    ``shapes``: each ``aten::mm`` records its inputs, ``[batch, 64] x [64, 64]``."""
     events = [_x("user_annotation", f"capture_{batch}_FULL", base, 10_000.0)]
     events.append(_x("cuda_runtime", "cudaStreamBeginCapture", base + 1, 1.0, correlation=1))
     t = base + 10
@@ -52,7 +54,8 @@ def capture_events(
         layer_start = t
         for module, op, kernel in LAYER:
             body.append(_x("python_function", f"nn.Module: {module}_{k}", t, 8.0))
-            body.append(_x("cpu_op", op, t + 1, 6.0, **{"External id": corr}))
+            dims = {"Input Dims": [[batch, 64], [64, 64]]} if shapes and op == "aten::mm" else {}
+            body.append(_x("cpu_op", op, t + 1, 6.0, **{"External id": corr}, **dims))
             body.append(
                 _x("cuda_runtime", "cudaLaunchKernel", t + 2, 3.0, correlation=corr,
                    kernel=prefix + kernel, **{"External id": corr})

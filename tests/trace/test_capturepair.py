@@ -346,3 +346,44 @@ def test_the_vllm_replays_graph_launch_is_not_launch_bound() -> None:
     assert q is not None and (q.graph_launches, q.graph_ops, q.kernels) == (1, 421, 14)
     assert q.short_kernels <= q.kernels
     assert not [f for f in diagnose(p) if "shorter than their launch" in f.title]
+
+
+def test_serving_flops_come_from_the_captured_ops_shapes(tmp_path: Path) -> None:
+    """Three decode steps replaying a graph whose capture recorded its products' shapes
+    ([8, 64] x [64, 64], 4 per layer, 2 layers): each step counts 8 x 2*8*64*64 FLOPs
+    from the captured ops (the replay has none), its products' kernels 12 of its 18
+    kernel times (gemm_up 3x); the other ops are named as what stays uncounted."""
+    replay = []
+    for i, us in enumerate((20.0, 22.0, 24.0)):
+        events = replay_events(base=BASE_US + 1e6 + 10_000 * i, corr=9000 + i, kernel_us=us)
+        replay += [{**events[0], "name": _decode_name(4000 + 8 * i)}, *events[1:]]
+    p = _pair(tmp_path, replay, capture_events(shapes=True))
+    s = p.serving
+    assert s is not None
+    assert [x.flops for x in s.steps] == [8 * 2 * 8 * 64 * 64] * 3
+    assert [x.flop_device_ns for x in s.steps] == [12 * 20_000, 12 * 22_000, 12 * 24_000]
+    assert all(x.flop_coverage == pytest.approx(12 / 18) for x in s.steps)
+    assert "serving-flops" not in {n.kind for n in p.notes}  # over half the time counted
+    # without the capture's shapes nothing is counted, and the note names what was not
+    bare = _pair(tmp_path, replay, capture_events())
+    assert bare.serving is not None and [x.flops for x in bare.serving.steps] == [None] * 3
+    (note,) = [n for n in bare.notes if n.kind == "serving-flops"]
+    assert "mostly in aten::mm 67%, aten::rms_norm 11%, attn::decode 11%" in note.text
+
+
+def test_a_real_replays_flops_are_its_captured_products() -> None:
+    """SGLang's Qwen3-8B decode step of 32 tokens read through its capture: 36 layers of
+    QKV (4096 -> 6144), o (4096 -> 4096), gate/up (4096 -> 24576) and down (12288 ->
+    4096) products, plus the LM head (4096 -> 151936) outside the graph, all counted:
+    484.4 GFLOP, 59 % of the step's device time (the replay alone counted none). vLLM's
+    GPT-OSS step: its experts are one custom op, named in the note."""
+    p = _pair_dir(SGLANG)
+    assert p.serving is not None
+    (step,) = p.serving.steps
+    layer = 2 * 4096 * (6144 + 4096 + 24576) + 2 * 12288 * 4096
+    assert step.flops == 32 * (36 * layer + 2 * 4096 * 151936)
+    assert step.flop_coverage == pytest.approx(0.59, abs=0.01)
+    vllm = _pair_dir(VLLM)
+    assert vllm.serving is not None and (vllm.serving.steps[0].flops or 0) > 37.1e9
+    (note,) = [n for n in vllm.notes if n.kind == "serving-flops"]
+    assert "vllm::moe_forward" in note.text

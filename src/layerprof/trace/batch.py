@@ -113,7 +113,7 @@ def serving_steps(
     )
     clock = DEVICE_CLOCK if device else HOST_CLOCK
     section = Serving(tuple(rows), views, tuple(ignored[:_SHOWN]), len(ignored), clock)
-    return section, [*_ignored_notes(ignored), *_flop_notes(section)]
+    return section, [*_ignored_notes(ignored), *flop_notes(section)]
 
 
 def step_phases(names: list[str]) -> tuple[list[str | None], list[float | None]]:
@@ -191,7 +191,7 @@ class _Flops:
         ids = [i for i, n in enumerate(tables.names) if n in MATMUL_OPS]
         idx = np.flatnonzero(np.isin(host.name, ids) & (host.kind == OP) & (host.shape >= 0))
         counts = np.asarray(
-            [_matmul_flops(tables.names[int(host.name[i])], tables.shapes[int(host.shape[i])])
+            [matmul_flops(tables.names[int(host.name[i])], tables.shapes[int(host.shape[i])])
              for i in idx.tolist()], dtype=np.int64,
         ).reshape(-1)  # fmt: skip
         kernel_ns = np.zeros(len(host), dtype=np.int64)
@@ -217,7 +217,7 @@ class _Flops:
         return int(self.flops[a:b].sum()), int(self.kernel_ns[a:b].sum()), device
 
 
-def _matmul_flops(name: str, shapes: str) -> int:
+def matmul_flops(name: str, shapes: str) -> int:
     """2·m·k·n (times the batch) from the inputs' dims; 0 when they do not fit."""
     dims = [[int(x) for x in d.split(",") if x.strip()] for d in _DIMS.findall(shapes)]
     if name in ("aten::addmm", "aten::baddbmm"):
@@ -244,7 +244,10 @@ def _ignored_notes(ignored: list[str]) -> list[Note]:
     return [Note("serving-annotations-ignored", text, {"count": len(ignored)})]
 
 
-def _flop_notes(section: Serving) -> list[Note]:
+def flop_notes(section: Serving, uncounted: Sequence[str] = ()) -> list[Note]:
+    """The note on steps whose FLOPs are not counted or cover under half their device
+    time; ``uncounted``: the ops (or kernels) holding most of the uncounted time, where
+    known (a replay read through its capture)."""
     steps = section.steps
     counted = [s for s in steps if s.flops]
     if len(counted) == len(steps) and all((s.flop_coverage or 0) >= 0.5 for s in counted):
@@ -255,11 +258,20 @@ def _flop_notes(section: Serving) -> list[Note]:
         if low
         else ""
     )
+    why = (
+        "; attention (Σq·k) and kernels with no op shapes (a CUDA/HIP graph replay: its"
+        " kernels have no ops; analyze --capture gives them the captured ops') are not"
+        " counted, so a step's roofline covers only those products"
+    )
+    if uncounted:
+        why = (
+            "; read through the capture, the device time not counted is mostly in "
+            + ", ".join(uncounted)
+            + " (custom ops, attention, and products captured without record_shapes have no"
+            " shapes to count), so a step's roofline covers only the counted products"
+        )
     text = (
         f"serving steps' FLOPs: counted for {len(counted)} of {len(steps)} steps, from the"
-        " input shapes of their matrix products (aten::mm, addmm, bmm, baddbmm)"
-        + share
-        + "; attention (Σq·k) and kernels with no op shapes (a CUDA/HIP graph replay: its"
-        " kernels have no ops) are not counted, so a step's roofline covers only those products"
+        " input shapes of their matrix products (aten::mm, addmm, bmm, baddbmm)" + share + why
     )
     return [Note("serving-flops", text, {"counted": len(counted), "steps": len(steps)})]

@@ -317,22 +317,25 @@ def analyze_pair(
         ops=merged.ops,
         graph_replay=section,
         notes=_layer_notes(replay_profile, merged),
-        trace=_serving(_layer_source(replay_profile, merged), trace.tables, merged_tables, header),
+        trace=_layer_source(replay_profile, merged),
     ).with_notes(*_notes(section, read, pairings))
+    profile = _serving(profile, trace.tables, merged_tables, header)
     return merge(name, [profile])
 
 
 def _serving(
-    trace: TraceSections | None, replay: EventTables, merged: EventTables, header: dict[str, Any]
-) -> TraceSections | None:
-    """The replay's sections, its serving steps' layer times per phase taken from the
-    captured layers (the replay's own have none but its sampler's)."""
+    profile: Profile, replay: EventTables, merged: EventTables, header: dict[str, Any]
+) -> Profile:
+    """The replay's profile, its serving steps' layer times per phase and FLOPs taken
+    from the captured layers and ops (the replay's own have none but its sampler's)."""
+    trace = profile.trace
     if trace is None or trace.serving is None or trace.steps is None:
-        return trace
+        return profile
     from layerprof.trace.replaysteps import serving_through_capture  # serving replays only
 
-    serving = serving_through_capture(trace.serving, replay, trace.steps, merged, header)
-    return replace(trace, serving=serving)
+    serving, notes = serving_through_capture(trace.serving, replay, trace.steps, merged, header)
+    kept = tuple(n for n in profile.notes if n.kind != "serving-flops")
+    return replace(profile, trace=replace(trace, serving=serving), notes=kept).with_notes(*notes)
 
 
 #: the reducer's notes on where the layers came from: the capture's, once merged
