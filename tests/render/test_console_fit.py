@@ -35,6 +35,7 @@ from layerprof.render.console.columns import (
     Row,
     Shrink,
     abbreviate,
+    distinct_head,
     fit_table,
     print_table,
 )
@@ -386,3 +387,27 @@ def test_number_cells_print_whole_at_any_width(
     assert all(cell_len(ln) <= max(width, fitted.width) for ln in lines)
     if fitted.width > width:
         assert "columns wide" in re.sub(r"\s+", " ", text)  # the note may wrap
+
+
+def test_shrinking_keeps_distinct_names_distinct() -> None:
+    """Two layers whose paths differ only in their middle (``model.layers.0.self_attn.k_proj``
+    and ``...1...``) read as the same ``model.layers.…lf_attn.k_proj`` in an 80-column
+    generate report: a name column gives way only as far as its names stay distinct."""
+    names = [f"model.layers.{i}.self_attn.{p}_proj" for i in range(2) for p in "kvo"]
+    cols = [Col("Layer", key="name"), Col("ms", number=True)]
+    rows = [Row((n, f"{k}.125")) for k, n in enumerate(names)]
+
+    def frame() -> Table:
+        return Table(show_edge=False, pad_edge=False, box=box.ASCII)
+
+    fitted = fit_table(console(30), frame, cols, rows, [Shrink(("name",), 8)])
+    out = console(30)
+    out.print(fitted)
+    shown = [ln.split("|")[0].strip() for ln in out.export_text().splitlines() if ".125" in ln]
+    assert len(shown) == len(names) and len(set(shown)) == len(names), shown
+    assert fitted.width <= 30 and shown[0].startswith("model.layers.0…"), shown
+    # names that half-and-half keeps apart are cut as before
+    assert abbreviate("bert.encoder.layer.11.attention", 15) == "bert.en…tention"
+    assert distinct_head(["a" * 30, "b" * 30], 15) is None
+    # no place keeps these apart at 4 cells: half, as before
+    assert distinct_head([f"x{i:03d}yyyyyyy" for i in range(30)], 4) is None

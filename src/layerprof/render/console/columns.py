@@ -99,15 +99,19 @@ class _FittedTable:
         yield from console.render(self.table, options.update_width(self.width) if wide else options)
 
 
-def abbreviate(text: str, width: int, where: Literal["middle", "end"] = "middle") -> str:
-    """``text`` in at most ``width`` cells, an ellipsis in the middle (or at the end)."""
+def abbreviate(
+    text: str, width: int, where: Literal["middle", "end"] = "middle", head: int | None = None
+) -> str:
+    """``text`` in at most ``width`` cells, an ellipsis in the middle (or at the end);
+    ``head``: the cells kept before a middle ellipsis (default: half)."""
     if cell_len(text) <= width:
         return text
     if width <= 1:
         return _ELLIPSIS[:width]
     if where == "end":
         return set_cell_size(text, width - 1) + _ELLIPSIS
-    head = (width - 1) // 2
+    if head is None or not 0 <= head <= width - 1:
+        head = (width - 1) // 2
     tail = width - 1 - head
     return set_cell_size(text, head) + _ELLIPSIS + set_cell_size(text[::-1], tail)[::-1]
 
@@ -190,9 +194,26 @@ def _cell_len(cell: Cell) -> int:
     return cell_len(cell)
 
 
-def _cut(cell: Cell, width: int, col: Col) -> str:
+def distinct_head(names: Sequence[str], width: int) -> int | None:
+    """Where a middle ellipsis keeps ``names`` apart at ``width`` cells: the head
+    (cells before it) nearest half that does, or None for half. Halves make
+    ``model.layers.0.self_attn.k_proj`` and its layer-1 twin both read
+    ``model.layers.…lf_attn.k_proj`` at 28 cells: two rows of one name, where a head
+    of 14 keeps the layer's index. None too when no head keeps them all apart."""
+    unique = set(names)
+    if width <= 2 or len(unique) < 2:
+        return None
+    half = (width - 1) // 2
+    heads = sorted(range(width), key=lambda h: (abs(h - half), h))
+    for head in heads:
+        if len({abbreviate(n, width, head=head) for n in unique}) == len(unique):
+            return None if head == half else head
+    return None
+
+
+def _cut(cell: Cell, width: int, col: Col, head: int | None = None) -> str:
     if isinstance(cell, str):
-        return abbreviate(cell, width, col.ellipsis)
+        return abbreviate(cell, width, col.ellipsis, head)
     whole = cell.guides + cell.name
     if cell_len(whole) <= width:
         return whole
@@ -287,10 +308,21 @@ class _Layout:
                 justify="right" if col.number else "left",
                 width=self.widths[i],
             )
+        heads = {i: self._head(i) for i in shown}
         for row, cells in zip(rows, self.cells, strict=True):
-            texts = [Text(_cut(cells[i], self.widths[i], self.columns[i])) for i in shown]
+            texts = [Text(_cut(cells[i], self.widths[i], self.columns[i], heads[i])) for i in shown]
             table.add_row(*texts, style=row.style)
         return table
+
+    def _head(self, i: int) -> int | None:
+        """The middle ellipsis's place in column ``i``: half, unless that makes two of
+        its names one (tree labels are told apart by their place)."""
+        if self.columns[i].number or self.columns[i].ellipsis != "middle":
+            return None
+        names = [c for row in self.cells if isinstance(c := row[i], str)]
+        if not any(cell_len(n) > self.widths[i] for n in names):
+            return None
+        return distinct_head(names, self.widths[i])
 
     def _shown(self) -> list[int]:
         return [i for i in range(len(self.columns)) if i not in self.hidden]
