@@ -8,7 +8,8 @@ step's host span. Each step's kernels are linked alone and the layer tree summed
 so a layer's time in a step is the time of the replayed kernels its captured launches
 made, on the device's clock (the replay's host spans hold no layer). A step's FLOPs
 are counted the same way: each replayed kernel's captured op, a matrix product with
-its input shapes (``record_shapes`` at capture), once per step.
+its input shapes (``record_shapes`` at capture), once per step. Loaded only for a
+serving replay read through its capture (``capturepair._serving``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,15 @@ import numpy as np
 
 from layerprof.pivot.notes import Note
 from layerprof.pivot.records import LayerSamples
+from layerprof.pivot.sections.generation import phase_views
+from layerprof.pivot.sections.serving import DEVICE_CLOCK, Serving
+from layerprof.trace.batch import (
+    flop_notes,
+    matmul_flops,
+    step_names,
+    step_phases,
+    tokens_per_forward,
+)
 from layerprof.trace.events import I64, MATMUL_OPS, MODULE, OP, RUNTIME, EventTables
 from layerprof.trace.links import Links, link
 from layerprof.trace.modules import module_paths, renamed, structural, tree
@@ -29,7 +39,6 @@ from layerprof.trace.steps import find_steps
 
 if TYPE_CHECKING:
     from layerprof.pivot.sections import Steps
-    from layerprof.pivot.sections.serving import Serving
 
 #: ops named in the FLOP note as holding the uncounted time
 _NAMED = 3
@@ -106,8 +115,6 @@ def step_flops(m: Linked, step_of: I64, n: int) -> tuple[list[StepFlops], list[s
     """Per step, the FLOPs of the matrix products (with input shapes: the captured ops'
     for the replayed kernels) whose kernels it ran, each product once per step; and the
     ops (or kernels, where no op launched them) holding most uncounted device time."""
-    from layerprof.trace.batch import matmul_flops  # serving replays only, as above
-
     tables, op = m.tables, m.links.op
     host, dev = tables.host, tables.device
     safe = np.clip(op, 0, None)
@@ -156,9 +163,6 @@ def serving_through_capture(
     """The replay's serving section with each layer's phase times taken from the
     merged tables (the captured layers), on the device's clock, and each step's FLOPs
     from the captured ops' shapes; with its FLOP note."""
-    from layerprof.pivot.sections.generation import phase_views  # as batch.serving_steps
-    from layerprof.pivot.sections.serving import DEVICE_CLOCK
-    from layerprof.trace.batch import flop_notes, step_names, step_phases, tokens_per_forward
 
     done = steps.complete
     phases, positions = step_phases(step_names(replay, done, steps.thread))
