@@ -267,3 +267,45 @@ def test_lightning_closure_steps_on_the_host_clock(tmp_path: Path) -> None:
         assert step.data_wait_ns >= COLLATE_S * 1e9, dict(step.parts())
         assert step.closure_ns > 0 and step.forward_ns > 0 and step.backward_ns > 0
         assert sum(ns for _, ns in step.parts()) == step.wall_ns
+
+
+def test_lightning_training_step_calling_a_part_names_the_module_option(tmp_path: Path) -> None:
+    """A training_step that calls ``self.net(x)`` (common: no ``forward`` of its own) never
+    runs the LightningModule's forward, so the profile has no layers and forward and
+    backward read 0. The profile's note said 'record that submodule', which a callback
+    user cannot do without knowing ``module=``: the callback says which, by name."""
+    lightning = pytest.importorskip("lightning")
+    from torch import nn
+
+    from layerprof.integrations.lightning import LayerprofCallback
+
+    class Module(lightning.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 2))
+            self.loss = nn.CrossEntropyLoss()
+
+        def training_step(self, batch: list[torch.Tensor], _: int) -> torch.Tensor:
+            x, y = batch
+            out: torch.Tensor = self.loss(self.net(x), y)
+            return out
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    data = torch.utils.data.TensorDataset(torch.randn(32, 16), torch.randint(0, 2, (32,)))
+    loader = torch.utils.data.DataLoader(data, batch_size=8)
+    callback = LayerprofCallback(tmp_path / "fit.json")
+    trainer = lightning.Trainer(
+        max_steps=3, accelerator="cpu", logger=False, callbacks=[callback],
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        default_root_dir=str(tmp_path),
+    )  # fmt: skip
+    with pytest.warns(RuntimeWarning, match=r"LayerprofCallback\(module='net'\)") as caught:
+        trainer.fit(Module(), loader)
+    said = [str(w.message) for w in caught if "module=" in str(w.message)]
+    assert len(said) == 1 and "'loss'" not in said[0], said  # no parameters: not a candidate
+    prof = callback.profile
+    assert prof is not None
+    (note,) = [n.text for n in prof.notes if "own forward" in n.text]
+    assert "LayerprofCallback(module='net')" in note, note

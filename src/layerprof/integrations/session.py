@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from layerprof.capture.recording.loop import StepSchedule
 from layerprof.errors import LayerprofError, UsageError
+from layerprof.pivot.notes import Note
 
 if TYPE_CHECKING:
     from layerprof.capture.recording.recorder import Recorder
@@ -37,14 +38,18 @@ class TrainingSession:
         self,
         path: str | os.PathLike[str] | None,
         module: Callable[[Any], Any] | str | None = None,
+        *,
+        owner: str = "LayerprofCallback",
         **recorder_options: Any,
     ) -> None:
+        """``owner``: the callback's class name, for the hint that names ``module=``."""
         if "backward" in recorder_options:
             raise UsageError("a training callback always records backward: leave out backward=")
         if recorder_options.get("schedule") is None:
             recorder_options["schedule"] = default_schedule()
         self.path = None if path is None else Path(path)
         self.module = module
+        self.owner = owner
         self.options = recorder_options
         self.recorder: Recorder | None = None
         self.profile: Profile | None = None
@@ -75,6 +80,7 @@ class TrainingSession:
             warnings.warn(f"layerprof: no profile: {exc}", RuntimeWarning, stacklevel=2)
             self.profile = None
             return
+        self._name_the_part(rec.model)
         if not write:
             return
         path = self.path or Path(default_dir) / "layerprof-profile.json"
@@ -82,6 +88,38 @@ class TrainingSession:
             self.profile.write(path)
         except Exception as exc:  # the training ran; a failed write must not fail it
             warnings.warn(f"layerprof: could not write {path}: {exc}", RuntimeWarning, stacklevel=2)
+
+    def _name_the_part(self, model: Any) -> None:
+        """When no step ran the recorded model's own forward (a ``training_step`` that
+        calls ``self.net(x)``: no layers, forward and backward 0), say which ``module=``
+        to pass, naming the model's parts that hold parameters, in a warning and in the
+        profile's note: the note alone told a callback user to 'record that submodule'."""
+        prof = self.profile
+        if prof is None or self.module is not None:
+            return
+        found = [i for i, n in enumerate(prof.notes) if n.kind == "no-model-forward"]
+        parts = [
+            name
+            for name, child in model.named_children()
+            if next(child.parameters(), None) is not None
+        ]
+        if not found or not parts:
+            return
+        hint = f"{self.owner}(module={parts[0]!r})"
+        if len(parts) > 1:
+            hint += f" (its parts with parameters: {', '.join(parts)})"
+        note = prof.notes[found[0]]
+        prof.notes = (
+            *prof.notes[: found[0]],
+            Note(note.kind, f"{note.text}: {hint}", {**note.data, "parts": parts}),
+            *prof.notes[found[0] + 1 :],
+        )
+        warnings.warn(
+            f"layerprof: no training step ran {type(model).__name__}'s own forward, so the"
+            f" profile has no layers: record the part the training step calls, {hint}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
     def _recorded(self, model: Any) -> Any:
         """The module to record: the framework's model, or the part ``module`` names (a
