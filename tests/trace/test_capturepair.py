@@ -7,6 +7,7 @@ import csv
 import json
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -387,3 +388,31 @@ def test_a_real_replays_flops_are_its_captured_products() -> None:
     assert vllm.serving is not None and (vllm.serving.steps[0].flops or 0) > 37.1e9
     (note,) = [n for n in vllm.notes if n.kind == "serving-flops"]
     assert "vllm::moe_forward" in note.text
+
+
+def test_one_steps_layer_times_are_the_merges_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replay of one step that launched every device op takes the merge's samples
+    (a shortcut): they equal what the per-step split gives, layer by layer."""
+    import layerprof.trace.replaysteps as rs
+
+    seen: list[tuple[object, ...]] = []
+    real = rs.serving_through_capture
+
+    def spy(*args: Any) -> Any:
+        seen.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(rs, "serving_through_capture", spy)
+    p = _pair_dir(SGLANG)
+    ((_, replay, steps, merged, header, samples),) = seen
+    done = steps.complete  # type: ignore[attr-defined]
+    step_of = rs.launch_steps(replay, done)  # type: ignore[arg-type]
+    assert len(done) == 1 and (step_of == 0).all()
+    per_step = rs.step_device_samples(rs.linked(merged, header), step_of, 1)  # type: ignore[arg-type]
+    assert samples is p.samples and set(per_step) == set(p.samples)
+    for path, s in per_step.items():
+        mine = p.samples[path]
+        assert mine.device_total_ns is not None and mine.device_self_ns is not None
+        assert s.device_total_ns is not None and s.device_self_ns is not None
+        assert s.device_total_ns.values.tolist() == mine.device_total_ns.values.tolist(), path
+        assert s.device_self_ns.values.tolist() == mine.device_self_ns.values.tolist(), path

@@ -7,7 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from layerprof import codec
 from layerprof.analysis.diff import diff
@@ -276,3 +279,12 @@ def test_real_replays_are_decode_steps(folder: str, file: str, kv: int, time_ms:
     assert step.time_ns / 1e6 == pytest.approx(time_ms, abs=1e-3)
     # the graph's kernels have no ops: FLOPs are counted for the few products outside it
     assert "serving-flops" in {n.kind for n in p.notes}
+
+
+@given(st.lists(st.integers(-(2**60), 2**60), min_size=1, max_size=40))
+def test_phase_medians_are_numpys(values: list[int]) -> None:
+    """The per-phase median's Python path (a few integers) is np.median's, bit for bit."""
+    from layerprof.pivot.sections.generation import _median
+
+    a = np.asarray(values, dtype=np.int64)
+    assert _median(a) == float(np.median(a))

@@ -333,7 +333,9 @@ def _serving(
         return profile
     from layerprof.trace.replaysteps import serving_through_capture  # serving replays only
 
-    serving, notes = serving_through_capture(trace.serving, replay, trace.steps, merged, header)
+    serving, notes = serving_through_capture(
+        trace.serving, replay, trace.steps, merged, header, profile.samples
+    )
     kept = tuple(n for n in profile.notes if n.kind != "serving-flops")
     return replace(profile, trace=replace(trace, serving=serving), notes=kept).with_notes(*notes)
 

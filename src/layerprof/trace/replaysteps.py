@@ -15,6 +15,7 @@ serving replay read through its capture (``capturepair._serving``).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -83,25 +84,32 @@ def step_device_samples(m: Linked, step_of: I64, n: int) -> dict[str, LayerSampl
     merged, links = m.tables, m.links
     steps = find_steps(merged, m.nesting, whole_steps=True)
     mapping = module_paths(m.header)
-    totals: dict[str, list[int]] = {}
-    selfs: dict[str, list[int]] = {}
+    place: dict[str, int] = {}
+    cells: list[tuple[int, int, int, int]] = []  # (layer, step, total, self)
     for k in range(n):
         keep = step_of == k
         alone = Links(*(np.where(keep, a, -1) for a in (links.runtime, links.op, links.module)))
         rows = tree(merged, m.nesting, alone, steps, MODULE)
         rows = renamed(rows, mapping) if mapping else structural(rows)
         for r in rows:
-            totals.setdefault(r.path, [0] * n)[k] = r.device_ns or 0
-            selfs.setdefault(r.path, [0] * n)[k] = r.device_self_ns or 0
+            i = place.setdefault(r.path, len(place))
+            cells.append((i, k, r.device_ns or 0, r.device_self_ns or 0))
+    # one read-only int64 matrix per clock: each layer's row is its samples, no copy
+    total = np.zeros((len(place), n), dtype=np.int64)
+    own = np.zeros((len(place), n), dtype=np.int64)
+    if cells:
+        i, k, t, s = (np.asarray(c, dtype=np.int64) for c in zip(*cells, strict=True))
+        total[i, k], own[i, k] = t, s
+    total.flags.writeable = own.flags.writeable = False
     return {
         p: LayerSamples(
-            total_ns=totals[p],
-            self_ns=selfs[p],
+            total_ns=total[i],
+            self_ns=own[i],
             calls=1.0,
-            device_total_ns=totals[p],
-            device_self_ns=selfs[p],
+            device_total_ns=total[i],
+            device_self_ns=own[i],
         )
-        for p in totals
+        for p, i in place.items()
     }
 
 
@@ -159,6 +167,7 @@ def serving_through_capture(
     steps: Steps,
     merged: EventTables,
     header: dict[str, Any],
+    merged_samples: Mapping[str, LayerSamples],
 ) -> tuple[Serving, list[Note]]:
     """The replay's serving section with each layer's phase times taken from the
     merged tables (the captured layers), on the device's clock, and each step's FLOPs
@@ -168,7 +177,9 @@ def serving_through_capture(
     phases, positions = step_phases(step_names(replay, done, steps.thread))
     step_of = launch_steps(replay, done)
     m = linked(merged, header)
-    samples = step_device_samples(m, step_of, len(done))
+    # one step that launched every device op: the merge's own samples are that step's
+    whole = len(done) == 1 and bool((step_of == 0).all())
+    samples = merged_samples if whole else step_device_samples(m, step_of, len(done))
     views = phase_views(samples, phases, positions, tokens_per_forward(serving.steps), device=True)
     counted, uncounted = step_flops(m, step_of, len(done))
     flops = [f for f, p in zip(counted, phases, strict=True) if p is not None]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from layerprof.pivot.sections.flops import Peak
-from layerprof.stats import Series, Summary, median
+from layerprof.stats import SMALL_SUMMARY, Series, Summary, median
 
 
 @dataclass(frozen=True)
@@ -236,17 +236,33 @@ def phase_views(
             known = ~np.isnan(at)
             if name == DECODE and known.sum() >= 3 and np.ptp(at[known]) > 0:
                 growth = float(np.polyfit(at[known], own[known], 1)[0]) * 1000
+            # integer samples take Summary's exact small path (bit for bit numpy's)
+            summary = Summary.of(self_[picked] if self_.dtype == np.int64 else own.tolist())
             layers.append(
                 PhaseLayer(
                     path=path,
-                    total_ns=float(np.median(total[picked])),
-                    self_ns=float(np.median(own)),
-                    self_summary=Summary.of(own.tolist()),
+                    total_ns=_median(total[picked]),
+                    self_ns=float(summary.median),
+                    self_summary=summary,
                     growth_ns_per_1k=growth,
                 )
             )
         out.append(Phase(name, len(picked), tokens.get(name, 0), tuple(layers)))
     return tuple(out)
+
+
+def _median(values: Any) -> float:
+    """np.median of a numpy array; a few integers (below 2**52: their sums are exact) in
+    Python, bit for bit the same without numpy's per-call cost (a merged replay has ~500
+    layers)."""
+    import numpy as np
+
+    if values.dtype == np.int64 and 0 < len(values) <= SMALL_SUMMARY:
+        s = sorted(values.tolist())
+        k = len(s) // 2
+        if max(-s[0], s[-1]) < 2**52:
+            return float(s[k]) if len(s) % 2 else (s[k - 1] + s[k]) / 2
+    return float(np.median(values))
 
 
 def _series(s: Any, device: bool) -> tuple[Any, Any]:
