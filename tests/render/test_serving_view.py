@@ -57,3 +57,23 @@ def test_many_steps_on_the_device_are_cut_to_the_top_rows(tmp_path: Path) -> Non
     assert "steps measured on the device's own timeline (10 of 12)" in buf.getvalue()
     page = render_html(p)
     assert "ProfilerStep#12" in page and "(10 of 12)" not in page
+
+
+def test_the_serving_tables_of_a_replay_read_through_its_capture_fit_100_columns() -> None:
+    """The SGLang pair at 100 columns: the steps table (with its counted FLOPs) and the
+    phase tables fit, the layer table names its clock, and the queue line counts the
+    graph launch once."""
+    p = analyze(DATA / "serving" / "sglang_decode").rank()
+    buf = io.StringIO()
+    print_report(p, Console(file=buf, width=100, color_system=None))
+    text = buf.getvalue()
+    serving = text[text.index("serving steps by phase") : text.index("graph replay read")]
+    assert "columns wide" not in serving
+    assert "0/0" in serving and "484 G" in serving and "83.8 T" in serving
+    assert "layers' device self time per step of each phase" in serving
+    assert "RadixAttention" in serving  # a captured layer, not only the replay's Sampler
+    assert "1 graph launch counted once against its 544 replayed ops summed" in " ".join(
+        text.split()
+    )
+    page = render_html(p)
+    assert "device self time per step of each phase" in page
