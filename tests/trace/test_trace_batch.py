@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from layerprof import codec
 from layerprof.analysis.diff import diff
+from layerprof.errors import ProfileFormatError
 from layerprof.pivot.profile import Profile
 from layerprof.pivot.sections.serving import DECODE, MIXED, PREFILL, BatchPart
 from layerprof.trace import analyze
@@ -288,3 +289,24 @@ def test_phase_medians_are_numpys(values: list[int]) -> None:
 
     a = np.asarray(values, dtype=np.int64)
     assert _median(a) == float(np.median(a))
+
+
+def test_phases_on_different_clocks_compare_only_their_step_times(tmp_path: Path) -> None:
+    """A host-only trace against one with kernels: the layers' phase times are not
+    compared (host against device time), the step times are, and a warning says so."""
+    base = profile_of(tmp_path, serving_doc(kernels="none"), "base.json")
+    new = profile_of(tmp_path, serving_doc(kernels="half"), "new.json")
+    assert base.serving is not None and new.serving is not None
+    assert (base.serving.phase_clock, new.serving.phase_clock) == ("host", "device")
+    d = diff(base, new)
+    assert d.phases and all(r.path is None for r in d.phases)
+    assert any("host's in the base and the device's" in w for w in d.warnings)
+
+
+def test_a_saved_phase_clock_is_checked(tmp_path: Path) -> None:
+    """An unknown phase clock in a saved file is a one-line error naming the key."""
+    p = profile_of(tmp_path, serving_doc())
+    doc = codec.to_dict(p)
+    doc["serving"]["phase_clock"] = "wall"
+    with pytest.raises(ProfileFormatError, match="phase_clock: expected host or device"):
+        codec.profile_from_dict(doc)

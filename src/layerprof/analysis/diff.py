@@ -105,6 +105,13 @@ def diff(base: Profile, new: Profile, *, threshold_pct: float = 5.0) -> Diff:
     if (base.serving is None) != (new.serving is None):
         side = "base" if base.serving is None else "new"
         warnings.append(f"the {side} profile has no serving steps: their phases are not compared")
+    elif base.serving is not None and new.serving is not None:
+        b_clock, n_clock = base.serving.phase_clock, new.serving.phase_clock
+        if b_clock != n_clock:
+            warnings.append(
+                f"the serving phases' layer times are the {b_clock}'s in the base and the"
+                f" {n_clock}'s in the new profile: only the phases' step times are compared"
+            )
     if (base.generation is None) != (new.generation is None):
         side = "base" if base.generation is None else "new"
         warnings.append(
@@ -482,6 +489,8 @@ def _serving_phases(base: Profile, new: Profile, judge: Judge) -> tuple[PhaseDel
         if times[0] and times[1]:
             change = judge.compare(Series(times[0]), Series(times[1]), what=f"{label} time")
             out.append(PhaseDelta(label, None, change))
+        if b.phase_clock != n.phase_clock:
+            continue  # host against device time is no change (a warning says so)
         for row in bp.layers:
             other = np_.layer(row.path)
             change = judge.compare(_phase_series(row), _phase_series(other))
