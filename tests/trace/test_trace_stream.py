@@ -299,7 +299,7 @@ def test_verbose_prints_peak_memory_and_no_bar_off_a_terminal(
     assert out == ""
     lines = err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("layerprof: peak memory "), err
-    assert "(resident, this process)" in lines[0]
+    assert "(resident, this process; worker processes" in lines[0]
 
 
 def test_the_bytes_bar_shows_only_when_enabled_and_after_a_second(

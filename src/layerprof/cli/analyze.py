@@ -68,8 +68,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "--verbose",
         "-v",
         action="store_true",
-        help="also print this run's peak memory (resident, of this process and of its"
-        " largest worker process) on stderr",
+        help="also print this process's peak memory (resident; not a pool's worker"
+        " processes) on stderr",
     )
 
 
