@@ -98,18 +98,18 @@ def step_device_samples(m: Linked, step_of: I64, n: int) -> dict[str, LayerSampl
     total = np.zeros((len(place), n), dtype=np.int64)
     own = np.zeros((len(place), n), dtype=np.int64)
     if cells:
-        i, k, t, s = (np.asarray(c, dtype=np.int64) for c in zip(*cells, strict=True))
-        total[i, k], own[i, k] = t, s
+        rows_, cols, t, s = (np.asarray(c, dtype=np.int64) for c in zip(*cells, strict=True))
+        total[rows_, cols], own[rows_, cols] = t, s
     total.flags.writeable = own.flags.writeable = False
     return {
         p: LayerSamples(
-            total_ns=total[i],
-            self_ns=own[i],
+            total_ns=total[j],
+            self_ns=own[j],
             calls=1.0,
-            device_total_ns=total[i],
-            device_self_ns=own[i],
+            device_total_ns=total[j],
+            device_self_ns=own[j],
         )
-        for p, i in place.items()
+        for p, j in place.items()
     }
 
 
