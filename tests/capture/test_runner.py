@@ -78,6 +78,21 @@ def test_model_error_names_layer_and_leaves_no_hooks() -> None:
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
 
 
+def test_token_ids_beyond_the_embedding_name_its_size() -> None:
+    """``--input 1x8:int64[0,1000)`` into a 100-token embedding said only 'index out of
+    range in self', with no hint (the words of a shape error were not in it): the hint
+    names the embedding's rows and the --input range that fits them."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(100, 8), nn.Linear(8, 4))
+    with pytest.raises(ModelRunError) as info:
+        layerprof.profile(model, torch.tensor([[3, 250, 7]]), warmup=0, iters=1)
+    assert info.value.layer == "0"
+    assert str(info.value).startswith("0 (Embedding): index out of range"), str(info.value)
+    assert info.value.hint is not None
+    assert "100 rows" in info.value.hint, info.value.hint
+    assert "int64[0,100)" in info.value.hint, info.value.hint
+
+
 def test_latency_only_for_unhookable_models() -> None:
     scripted = torch.jit.script(small_mlp())
     prof = profile_model(

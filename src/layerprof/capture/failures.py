@@ -25,7 +25,19 @@ def model_error(model: torch.nn.Module, path: str | None, exc: BaseException) ->
     return ModelRunError(
         f"{where} ({type(module).__name__}): {message}",
         layer=path,
-        hint=_input_hint(message),
+        hint=_ids_hint(module, message) or _input_hint(message),
+    )
+
+
+def _ids_hint(module: torch.nn.Module, message: str) -> str | None:
+    """Token ids past an embedding's rows (``--input 1x8:int64[0,1000)`` into a
+    100-token vocabulary): torch says only 'index out of range in self'."""
+    rows = getattr(module, "num_embeddings", None)
+    if not isinstance(rows, int) or "index out of range" not in message.lower():
+        return None
+    return (
+        f"the ids given to this embedding must be below its {rows} rows (num_embeddings):"
+        f" e.g. --input 1x8:int64[0,{rows})"
     )
 
 
