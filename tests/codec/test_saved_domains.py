@@ -156,6 +156,16 @@ def test_a_layer_row_outside_its_domain(
     fails_cleanly(doc, f"profile.layers[{doc['layers'].index(row)}].{said}", tmp_path, capsys)
 
 
+@pytest.mark.parametrize("value", [-5, 1e308])
+def test_an_operator_calls_outside_their_domain(
+    value: float, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An operator's -5 calls per forward printed as -5 in the ops table."""
+    doc = json.loads((PROFILES / "ops.json").read_text())
+    doc["ops"][0]["calls"] = value
+    fails_cleanly(doc, "profile.ops[0].calls: expected a number from 0", tmp_path, capsys)
+
+
 def test_a_tree_deeper_than_the_recursion_limit_prints(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -344,7 +344,7 @@ def _read_op(f: Fields) -> OpStat:
             )
     return OpStat(
         name=f.text("name"),
-        calls=f.number("calls"),
+        calls=f.within("calls", 0, _MAX_CALLS),
         self_ns=f.ns_float("self_ms"),
         total_ns=f.ns_float("total_ms"),
         device_ns=f.opt_ns_float("device_ms"),
