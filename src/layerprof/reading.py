@@ -27,6 +27,7 @@ import re
 import stat
 import zlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from io import BufferedReader
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -91,20 +92,27 @@ def read_input(
     """
     p = Path(path)
     ceiling = default_limit() if limit is None else limit
+    with read_errors(str(p), ceiling, error), p.open("rb") as handle:
+        info = os.fstat(handle.fileno())
+        size = info.st_size if stat.S_ISREG(info.st_mode) else None
+        return _Reader(handle, str(p), ceiling, error, size).read()
+
+
+@contextmanager
+def read_errors(name: str, ceiling: int, error: type[LayerprofError]) -> Iterator[None]:
+    """The OS's errors while ``name`` is opened and read, as one-line ``error``s naming
+    it (``read_input`` and the chunked trace reader, ``trace/stream.py``)."""
     try:
-        with p.open("rb") as handle:
-            info = os.fstat(handle.fileno())
-            size = info.st_size if stat.S_ISREG(info.st_mode) else None
-            return _Reader(handle, str(p), ceiling, error, size).read()
+        yield
     except FileNotFoundError as exc:
-        raise error(f"{p}: no such file") from exc
+        raise error(f"{name}: no such file") from exc
     except IsADirectoryError as exc:
-        raise error(f"{p}: is a directory") from exc
+        raise error(f"{name}: is a directory") from exc
     except OSError as exc:
-        raise error(f"{p}: cannot read ({exc.strerror or exc})") from exc
+        raise error(f"{name}: cannot read ({exc.strerror or exc})") from exc
     except MemoryError as exc:
         raise error(
-            f"{p}: out of memory while reading it (limit {format_size(ceiling)})",
+            f"{name}: out of memory while reading it (limit {format_size(ceiling)})",
             hint="free memory, or read a smaller trace",
         ) from exc
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from layerprof.errors import TraceError
-from layerprof.reading import default_limit, format_size
+from layerprof.reading import default_limit, format_size, read_errors
 
 #: JSON text read and appended to the buffer at a time. Measured reading the 0.82 GB
 #: big_trace.py copy (4.36M events) into tables, two runs each: 4 MiB 10.1-10.4 s,
@@ -139,28 +139,16 @@ def text_chunks(
     ``chunk``: bytes of text at a time (default :data:`CHUNK_BYTES`)."""
     p = Path(path)
     ceiling = default_limit() if limit is None else limit
-    try:
-        with p.open("rb") as handle:
-            info = os.fstat(handle.fileno())
-            size = info.st_size if stat.S_ISREG(info.st_mode) else None
-            yield iter(
-                TextChunks(
-                    handle,
-                    source,
-                    ceiling=ceiling,
-                    size=size,
-                    chunk=CHUNK_BYTES if chunk is None else chunk,
-                    progress=progress,
-                )
+    with read_errors(source, ceiling, TraceError), p.open("rb") as handle:
+        info = os.fstat(handle.fileno())
+        size = info.st_size if stat.S_ISREG(info.st_mode) else None
+        yield iter(
+            TextChunks(
+                handle,
+                source,
+                ceiling=ceiling,
+                size=size,
+                chunk=CHUNK_BYTES if chunk is None else chunk,
+                progress=progress,
             )
-    except FileNotFoundError as exc:
-        raise TraceError(f"{source}: no such file") from exc
-    except IsADirectoryError as exc:
-        raise TraceError(f"{source}: is a directory") from exc
-    except OSError as exc:
-        raise TraceError(f"{source}: cannot read ({exc.strerror or exc})") from exc
-    except MemoryError as exc:
-        raise TraceError(
-            f"{source}: out of memory while reading it (limit {format_size(ceiling)})",
-            hint="free memory, or read a smaller trace",
-        ) from exc
+        )
