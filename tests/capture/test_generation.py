@@ -16,6 +16,7 @@ from layerprof.capture.generate import LAYER_GENERATES
 from layerprof.capture.platform.clocks import FakeClock
 from layerprof.errors import UsageError
 from tests.support.paths import ROOT
+from tests.support.zoo_models import ToyLM
 
 transformers = pytest.importorskip("transformers")
 
@@ -241,17 +242,6 @@ def test_a_recorder_around_generate_splits_prefill_and_decode() -> None:
     assert PREFILL_S * 1e9 <= row_p.self_ns <= PREFILL_S * 1e9 + 10 * TICK_NS
     assert DECODE_S * 1e9 <= row_d.self_ns <= DECODE_S * 1e9 + 10 * TICK_NS
     assert "recorded in your own loop" in str(rec.profile().render("console"))
-
-
-class ToyLM(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(64, 16)
-        self.head = nn.Linear(16, 64)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.head(self.embed(ids))
-        return out
 
 
 def test_a_hand_written_decode_loop_with_a_named_phase() -> None:

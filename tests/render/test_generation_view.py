@@ -8,23 +8,12 @@ import json
 from dataclasses import replace
 
 import torch
-from torch import nn
 
 import layerprof
 from layerprof import codec
 from layerprof.pivot.sections.flops import Peak
 from layerprof.pivot.sections.generation import Phase, PhaseLayer
-
-
-class ToyLM(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(64, 16)
-        self.head = nn.Linear(16, 64)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.head(self.embed(ids))
-        return out
+from tests.support.zoo_models import ToyLM
 
 
 def recorded(named: tuple[str, ...]) -> layerprof.Profile:

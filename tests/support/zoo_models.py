@@ -174,3 +174,16 @@ class Tied(nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return self.out(self.embed(ids))
+
+
+class ToyLM(nn.Module):
+    """A token-id model (an embedding and a head): what the generate phase tagger reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(64, 16)
+        self.head = nn.Linear(16, 64)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.head(self.embed(ids))
+        return out
