@@ -108,8 +108,16 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    folder = tempfile.mkdtemp(prefix="lp-history-")
-    path = args.db or Path(folder) / "history.db"
+    if args.db is not None:
+        measure(args, args.db)
+        return
+    # without --db the history (hundreds of MB at full size) lives and dies with the run
+    with tempfile.TemporaryDirectory(prefix="lp-history-") as folder:
+        measure(args, Path(folder) / "history.db")
+
+
+def measure(args: argparse.Namespace, path: Path) -> None:
+    """Build (unless --keep finds it) and time the history at ``path``."""
     if not (args.keep and path.exists()):
         if path.exists():
             path.unlink()
