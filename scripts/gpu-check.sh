@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The CUDA truth check (issue 37): on a machine with one GPU, in one call, in under
-# 8 minutes, with nothing from the network. Runs every test marked `cuda` (they skip
+# The CUDA truth check (issue 37): on a machine with one GPU, in one call, within about
+# 8 minutes (the budgets below), with nothing from the network. Runs every test marked `cuda` (they skip
 # without a GPU), then scripts/gpu_checks.py's known-cost checks, and writes a report
 # (gpu-report.txt, gpu-report.json, the tests' junit XML and output) into $OUT.
 # Exits non-zero when a check or a CUDA test failed. On a CPU-only machine every GPU
