@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from layerprof.pivot.notes import Note
 from layerprof.pivot.records import LayerInfo
+from layerprof.trace.attribution import other_ops_notes
 
 if TYPE_CHECKING:
     from layerprof.capture.profiling.profiler import RawTrace
@@ -27,8 +28,10 @@ def with_trace(
     """The run's Profile with the per-layer rows, operators and device sections of its trace.
 
     The trace's own notes (written for ``analyze`` readers) are left out: the
-    run's notes say how its rows were measured.
+    run's notes say how its rows were measured. The operator cap's note is the
+    exception: the rows it kept are the ones shown, so it says so as ``analyze`` does.
     """
+    capped = other_ops_notes(traced.ops) if ops else []
     known = {i.path for i in layers}
     samples = {p: s for p, s in traced.samples.items() if p in known}
     with_trace = base.with_trace(
@@ -44,6 +47,6 @@ def with_trace(
         layers=layers,
         samples=samples,
         ops=traced.ops if ops else (),
-        notes=(*base.notes, *notes),
+        notes=(*base.notes, *notes, *capped),
         events=raw,
     )
