@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -27,10 +27,10 @@ from layerprof.capture.memory.allocator import CudaMemory
 from layerprof.capture.options import GivenPeak, RunOptions
 from layerprof.capture.platform.device import device_of
 from layerprof.capture.platform.hostload import host_load
+from layerprof.capture.recording.forwards import per_forward
 from layerprof.errors import UsageError
 from layerprof.pivot.notes import Note
 from layerprof.pivot.profile import Profile
-from layerprof.pivot.records import LayerSamples
 from layerprof.pivot.sections.flops import Peak
 from layerprof.pivot.sections.generation import (
     DECODE,
@@ -138,7 +138,7 @@ def profile_generate(
         peak=found_peak,
         peak_bytes=peaks,
     )
-    recorded, folded = _per_forward(recorded, of_model)
+    recorded, folded = per_forward(recorded, of_model)
     recorded = recorded.with_notes(*_shared_modules(model, recorded))
     note = Note(
         "generation-phases",
@@ -216,53 +216,6 @@ def _shared_modules(model: Any, recorded: Profile) -> tuple[Note, ...]:
             )
         )
     return tuple(notes)
-
-
-def _per_forward(recorded: Profile, of_model: Sequence[int]) -> tuple[Profile, bool]:
-    """The per-layer pass's samples per forward of the model: an outermost call of a
-    submodule (the encoder ``generate()`` runs apart) is summed into the model's next
-    forward, so that each iteration is one forward and the root has 1 call (T5's read
-    0.97: its encoder's call was an iteration of its own). True when one was folded."""
-    import numpy as np
-
-    samples = recorded.samples
-    lengths = {len(s.total_ns.values) for s in samples.values() if s.total_ns.values is not None}
-    if len(lengths) != 1 or not of_model:
-        return recorded, False
-    (iterations,) = lengths
-    forwards = len(of_model)
-    if forwards == iterations or any(
-        s.total_ns.values is None or s.self_ns.values is None for s in samples.values()
-    ):
-        return recorded, False
-    # iteration -> the forward it belongs to: its own, or the next one (the last, after it)
-    group = np.minimum(np.searchsorted(np.asarray(of_model), np.arange(iterations)), forwards - 1)
-
-    def summed(series: Any) -> Any:
-        if series is None or series.values is None:
-            return None
-        values = np.asarray(series.values, dtype=np.int64)
-        return np.bincount(group, weights=values, minlength=forwards).round().astype(np.int64)
-
-    folded = np.ones(iterations, dtype=bool)
-    folded[np.asarray(of_model)] = False
-    out = {}
-    for path, s in samples.items():
-        calls = round(s.calls * iterations / forwards, 9)
-        total = summed(s.total_ns)
-        # one call per forward on average and time in every forward: exactly one each
-        vary = not (calls == 1 and bool((total > 0).all())) and (
-            s.calls_vary or calls != round(calls) or bool(s.total_ns.values[folded].any())
-        )
-        out[path] = LayerSamples(
-            total, summed(s.self_ns), calls, vary,
-            summed(s.device_total_ns), summed(s.device_self_ns),
-            summed(s.backward_total_ns), summed(s.backward_self_ns),
-        )  # fmt: skip
-    overhead = recorded.overhead
-    if overhead is not None:  # calls per forward of the model, the encoder's share in it
-        overhead = replace(overhead, calls_per_forward=sum(x.calls for x in out.values()))
-    return replace(recorded, samples=out, overhead=overhead), True
 
 
 def _prompt(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:  # a 2-d token tensor
@@ -379,7 +332,8 @@ def _layer_pass(
                 _guarded_generate(model, args, kwargs, n, None, rec)
     finally:
         handle.remove()
-    profile = rec.profile(correct=None if correct else False)  # None: a fake clock's own
+    # per iteration: _phases reads the encoder's own call; per_forward folds it after
+    profile = rec.profile_per_iteration(correct=None if correct else False)  # None: fake clock's
     of_model, iterations = rec.model_forwards()
     encoder_decoder = bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False))
     forwards = of_model.tolist()

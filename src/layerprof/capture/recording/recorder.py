@@ -55,6 +55,7 @@ from layerprof.capture.platform.clocks import Clock, CudaEventClock, HostClock, 
 from layerprof.capture.platform.device import device_of
 from layerprof.capture.platform.distributed import unwrap
 from layerprof.capture.recording.forwardlog import ForwardLog
+from layerprof.capture.recording.forwards import per_forward
 from layerprof.capture.recording.layerinfo import default_meta, layer_infos
 from layerprof.capture.recording.layertimes import (
     EXIT,
@@ -868,6 +869,41 @@ class Recorder:
 
     def profile(self, meta: Meta | None = None, *, correct: bool | None = None) -> Profile:
         """A Profile of everything recorded (no latency pass: see ``layerprof.profile``).
+
+        See ``profile_per_iteration``; when the record is a generation (it has a
+        generation section, or the model is an encoder-decoder), its layer table is per forward of the model: an encoder
+        that ``generate()`` runs outside the model's forward is counted in the next
+        forward, as ``--generate`` does, so the root has 1 call and the encoder 1/N.
+        """
+        profile = self.profile_per_iteration(meta, correct=correct)
+        if not self._generates(profile):
+            return profile
+        of_model, _ = self._model_forwards()
+        folded, done = per_forward(profile, of_model.tolist())
+        if not done:
+            return folded
+        return folded.with_notes(
+            Note(
+                "generation-per-forward",
+                "the layer table is per forward of the model: the encoder, which generate()"
+                " runs before the first forward, is counted in that forward (its calls are"
+                " a fraction of one per forward); the generation section has each phase apart",
+            )
+        )
+
+    def _generates(self, profile: Profile) -> bool:
+        """Whether the record is one of generate()'s: a generation section, or an
+        encoder-decoder (T5's forwards take ``decoder_input_ids``, so they get no tag)
+        recorded outside a training loop or a stream."""
+        if self._stream is not None or self._step_index:
+            return False
+        config = getattr(self.model, "config", None)
+        return profile.generation is not None or bool(getattr(config, "is_encoder_decoder", False))
+
+    def profile_per_iteration(
+        self, meta: Meta | None = None, *, correct: bool | None = None
+    ) -> Profile:
+        """A Profile of everything recorded, each outermost call an iteration of its own.
 
         ``correct`` removes the wrappers' calibrated cost from host times (see
         docs/definitions.md); by default it is done for the real host clock and
