@@ -871,9 +871,10 @@ class Recorder:
         """A Profile of everything recorded (no latency pass: see ``layerprof.profile``).
 
         See ``profile_per_iteration``; when the record is a generation (it has a
-        generation section, or the model is an encoder-decoder), its layer table is per forward of the model: an encoder
-        that ``generate()`` runs outside the model's forward is counted in the next
-        forward, as ``--generate`` does, so the root has 1 call and the encoder 1/N.
+        generation section, or the model is an encoder-decoder), its layer table is
+        per forward of the model: an encoder that ``generate()`` runs outside the
+        model's forward is counted in the next forward, as ``--generate`` does, so
+        the root has 1 call and the encoder 1/N.
         """
         profile = self.profile_per_iteration(meta, correct=correct)
         if not self._generates(profile):
@@ -887,7 +888,8 @@ class Recorder:
                 "generation-per-forward",
                 "the layer table is per forward of the model: the encoder, which generate()"
                 " runs before the first forward, is counted in that forward (its calls are"
-                " a fraction of one per forward); the generation section has each phase apart",
+                " a fraction of one per forward)"
+                + ("; the generation section has each phase apart" if profile.generation else ""),
             )
         )
 
