@@ -12,6 +12,7 @@ in the file: those runs have no spread).
 from __future__ import annotations
 
 import datetime as dt
+from functools import partial
 
 from layerprof.history.records import Environment, Figure, LayerPoint, RunEntry
 from layerprof.pivot.profile import LayerRow, Profile, ancestors
@@ -59,30 +60,23 @@ def entries(
     profile: Profile, *, commit: str, when_ns: int, branch: str | None, source: str | None
 ) -> list[RunEntry]:
     """The runs ``profile`` brings: one, or one per process of a ``run --repeat``."""
-    env = environment(profile)
+    entry = partial(
+        RunEntry,
+        commit=commit,
+        env=environment(profile),
+        when_ns=when_ns,
+        branch=branch,
+        source=source,
+    )
     repeats = profile.repeats
     if repeats is not None and repeats.n > 1:
         return [
-            RunEntry(
-                commit=commit,
-                env=env,
-                when_ns=when_ns,
-                branch=branch,
-                source=source,
-                process=i,
-                figures=_process_figures(r),
-                layers=_process_layers(r),
-            )
+            entry(process=i, figures=_process_figures(r), layers=_process_layers(r))
             for i, r in enumerate(repeats.runs)
         ]
     samples = profile.latency_ns.values if profile.latency_ns is not None else None
     return [
-        RunEntry(
-            commit=commit,
-            env=env,
-            when_ns=when_ns,
-            branch=branch,
-            source=source,
+        entry(
             figures=figures(profile),
             layers=layers(profile),
             latency_samples_ns=tuple(samples.tolist()) if samples is not None else None,
