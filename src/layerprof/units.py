@@ -47,15 +47,6 @@ def ns_from_ms(value: Any) -> int | None:
     return round(number)
 
 
-def _ns_from_us(value: Any) -> int | None:
-    """Microseconds -> integer nanoseconds, with the checks of :func:`ns_from_ms`."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{value!r} is not a number of microseconds")
-    return ns_from_ms(float(value) / 1000)
-
-
 # ---- text for people ---------------------------------------------------------------
 
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from layerprof.capture.modules import _is_script, hookable_modules, is_compiled, visible_modules
+from layerprof.capture.modules import hookable_modules, is_compiled, is_script, visible_modules
 from layerprof.pivot.notes import Note
 from layerprof.pivot.sections import FusedLayer, PassCheck
 
@@ -63,7 +63,7 @@ def _has_fast_path(model: torch.nn.Module) -> bool:
     """Whether a module type with a known fast path is in the model (and no opaque one)."""
     found = False
     for _, module in visible_modules(model):
-        if is_compiled(module) or _is_script(module):
+        if is_compiled(module) or is_script(module):
             return False  # dynamo would trace the probe's hooks and dispatch mode
         names = {cls.__name__ for cls in type(module).__mro__}
         found = found or bool(names & _FAST_PATH_TYPES)

@@ -69,7 +69,7 @@ def visible_modules(
     for path, module in user_modules(model):  # DDP/FSDP wrappers left out of the paths
         if any(_inside(path, o) for o in opaque):
             continue
-        if (path and _is_script(module)) or (compiled_leaves and is_compiled(module)):
+        if (path and is_script(module)) or (compiled_leaves and is_compiled(module)):
             opaque.append(path)
         out.append((path, module))
     return out
@@ -83,23 +83,23 @@ def hookable_modules(
     model: torch.nn.Module, *, compiled_leaves: bool = True
 ) -> list[tuple[str, torch.nn.Module]]:
     """The visible modules that take forward hooks (not scripted ones)."""
-    if _is_script(model):
+    if is_script(model):
         return []  # a whole scripted model: runner.py's TorchScript path handles it
     visible = visible_modules(model, compiled_leaves=compiled_leaves)
-    return [(p, m) for p, m in visible if not _is_script(m)]
+    return [(p, m) for p, m in visible if not is_script(m)]
 
 
 def wrappable_modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
     """The visible modules a forward wrapper times: scripted and compiled ones too,
     as leaves (the wrapper runs outside TorchScript and outside dynamo)."""
-    if _is_script(model):
+    if is_script(model):
         return []  # a whole scripted model: runner.py's TorchScript path handles it
     return visible_modules(model)
 
 
 def is_opaque(module: Any) -> bool:
     """Whether a module is timed as one leaf (scripted or compiled)."""
-    return _is_script(module) or is_compiled(module)
+    return is_script(module) or is_compiled(module)
 
 
 def is_compiled(module: Any) -> bool:
@@ -197,7 +197,7 @@ def _entry_point(module: Any) -> str:
     return "forward"
 
 
-def _is_script(module: Any) -> bool:
+def is_script(module: Any) -> bool:
     import torch
 
     return isinstance(module, torch.jit.ScriptModule)

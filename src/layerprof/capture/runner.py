@@ -164,7 +164,7 @@ def _meta(
     return Meta(
         model=opts.model_name or type(unwrap(model)).__name__,
         device=device,
-        dtype=opts.dtype or _dtype_of(model),
+        dtype=opts.dtype or dtype_of(model),
         torch=torch.__version__,
         inputs=opts.input_descriptions or _describe(args, kwargs),
         warmup=opts.warmup,
@@ -230,7 +230,7 @@ def _forward(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Calla
     return lambda: model(*args, **kwargs)
 
 
-def _dtype_of(model: torch.nn.Module) -> str:
+def dtype_of(model: torch.nn.Module) -> str:
     for p in model.parameters():
         return str(p.dtype).removeprefix("torch.")
     return "float32"

@@ -110,11 +110,11 @@ def run_sweep(
     """Run every point of the grid; ``progress`` is told each point's label as it starts."""
     import torch
 
-    from layerprof.capture.runner import _dtype_of
+    from layerprof.capture.runner import dtype_of
 
     parsed = [parse_input_spec(s) for s in specs]
     notes = _check_specs(parsed, options)
-    own = _dtype_of(model)
+    own = dtype_of(model)
     points: list[SweepPoint] = []
     facts: list[_Facts] = []
     for dtype in options.dtypes or (own,):

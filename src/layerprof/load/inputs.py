@@ -275,7 +275,7 @@ def build_inputs(
     import torch
 
     parsed = [s if isinstance(s, InputSpec) else parse_input_spec(s) for s in specs]
-    cast = _float_dtype(float_dtype)
+    cast = torch_float_dtype(float_dtype)
     problem = seed_problem(seed)
     if problem is not None:
         raise UsageError(f"--seed: {problem}")
@@ -303,7 +303,7 @@ def example_inputs(
             hint="e.g. --input 1x3x224x224",
         )
     args, kwargs = example
-    cast = _float_dtype(float_dtype)
+    cast = torch_float_dtype(float_dtype)
     args = tuple(move_inputs(move_inputs(a, None, float_dtype=cast), device) for a in args)
     kwargs = {
         k: move_inputs(move_inputs(v, None, float_dtype=cast), device) for k, v in kwargs.items()
@@ -315,7 +315,7 @@ def example_inputs(
     return BuiltInputs(args, kwargs, tuple(descriptions))
 
 
-def _float_dtype(name: str | None) -> torch.dtype | None:
+def torch_float_dtype(name: str | None) -> torch.dtype | None:
     if name is None:
         return None
     canonical = _ALIASES.get(name.lower(), name.lower())

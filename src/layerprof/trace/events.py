@@ -311,7 +311,7 @@ class EventTables:
         return (int(min(starts)), int(max(ends)))
 
 
-class _Interner:
+class Interner:
     """Small ints for repeated strings (names, threads, shapes)."""
 
     def __init__(self) -> None:
@@ -471,10 +471,10 @@ class EventCollector:
         # an op's "flops" argument: torch writes none, ops mode adds the in-memory
         # events' estimates where it reads its own export (RawTrace.tables)
         self.keep_flops = keep_flops
-        self.names = _Interner()
-        self.threads = _Interner()
-        self.shapes = _Interner()
-        self.mem_devices = _Interner()
+        self.names = Interner()
+        self.threads = Interner()
+        self.shapes = Interner()
+        self.mem_devices = Interner()
         self.events = 0
         self.layer_labels: dict[str, str] = {}
         self.device_categories: dict[str, int] = {}
@@ -585,11 +585,11 @@ class EventCollector:
                         h_seq.append(args.get("Sequence number"))
                     if keep_shapes:
                         dims = args.get("Input Dims") if kind == OP else None
-                        h_shape.append(-1 if dims is None else shape_id(_shape_text(dims)))
+                        h_shape.append(-1 if dims is None else shape_id(shape_text(dims)))
                     elif kind == OP and name in _SHAPED_OPS:
                         dims = args.get("Input Dims")
                         if dims is not None:
-                            token_shapes[len(h_name) - 1] = shape_id(_shape_text(dims))
+                            token_shapes[len(h_name) - 1] = shape_id(shape_text(dims))
                     if keep_hierarchy:
                         tag = args.get("Module Hierarchy") if kind == OP else None
                         h_hierarchy.append(name_id(str(tag)) if tag else -1)
@@ -641,7 +641,7 @@ class EventCollector:
                     m_alloc.append(args.get("Total Allocated"))
                     m_dev.append(
                         self.mem_devices.add(
-                            _memory_device(args.get("Device Type"), args.get("Device Id"))
+                            memory_device(args.get("Device Type"), args.get("Device Id"))
                         )
                     )
                 elif name == "Record Window End":
@@ -840,14 +840,14 @@ def _keep_rows(columns: list[Any], keep: npt.NDArray[np.bool_]) -> None:
         del column
 
 
-def _shape_text(dims: Any) -> str:
+def shape_text(dims: Any) -> str:
     """``[[5, 128], [], [128]]`` -> ``"[5, 128], [], [128]"`` (stable, compact)."""
     if isinstance(dims, list):
         return ", ".join(str(d) for d in dims)
     return str(dims)
 
 
-def _memory_device(kind: Any, index: Any) -> str:
+def memory_device(kind: Any, index: Any) -> str:
     # Kineto's c10::DeviceType numbering: 0 CPU, 1 CUDA; others are kept by number.
     if kind == 0 or index == -1:
         return "cpu"

@@ -31,10 +31,10 @@ from layerprof.trace.events import (
     EventCollector,
     EventTables,
     HostSpans,
+    Interner,
     MemoryEvents,
-    _Interner,
-    _memory_device,
-    _shape_text,
+    memory_device,
+    shape_text,
 )
 from layerprof.traceformat import EVENTS_KEY, LAYER_RANGE
 
@@ -73,10 +73,10 @@ class _Builder:
 
     def __init__(self, keep_shapes: bool) -> None:
         self.keep_shapes = keep_shapes
-        self.names = _Interner()
-        self.threads = _Interner()
-        self.shapes = _Interner()
-        self.mem_devices = _Interner()
+        self.names = Interner()
+        self.threads = Interner()
+        self.shapes = Interner()
+        self.mem_devices = Interner()
         self.events = 0
         self.host: list[tuple[int, int, int, int, int, int, int, int]] = []
         self.flops: list[int] = []  # per host row: the profiler's estimate (with_flops)
@@ -88,7 +88,7 @@ class _Builder:
         kind_name = e.activity_type()
         name = e.name()
         if name == _MEMORY:
-            device = _memory_device(int(e.device_type()), int(e.device_index()))
+            device = memory_device(int(e.device_type()), int(e.device_index()))
             self.memory.append(
                 (
                     self.threads.add((0, int(e.start_thread_id()))),
@@ -127,7 +127,7 @@ class _Builder:
         if self.keep_shapes and kind == OP:
             dims = e.shapes()
             if dims and any(dims):
-                shape = self.shapes.add(_shape_text(list(dims)))
+                shape = self.shapes.add(shape_text(list(dims)))
         seq = int(e.sequence_nr()) if kind == OP else -1
         self.flops.append(int(e.flops()) if kind == OP and hasattr(e, "flops") else 0)
         self.host.append(

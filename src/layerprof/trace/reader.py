@@ -438,11 +438,6 @@ class Ranks:
     notes: tuple[Note, ...] = ()
 
 
-def _assign_ranks(files: list[TraceFile]) -> Ranks:
-    """Rank of each decoded file and how it was found (see :func:`rank_rules`)."""
-    return rank_rules([str(f.path) for f in files], [f.distributed_rank for f in files])
-
-
 def rank_rules(
     names: list[str], distributed: list[int | None], claim: str = "distributedInfo.rank"
 ) -> Ranks:

@@ -6,7 +6,7 @@ from typing import Any
 
 from layerprof.capture.platform.distributed import rank_info
 from layerprof.errors import DeviceError, UsageError
-from layerprof.load.inputs import _float_dtype, move_inputs
+from layerprof.load.inputs import move_inputs, torch_float_dtype
 
 
 def resolve_device(spec: str) -> str:
@@ -76,7 +76,7 @@ def placed(
 
     dev = resolve_device(str(device)) if device is not None else None
     name = str(dtype).removeprefix("torch.") if dtype is not None else None
-    torch_dtype = _float_dtype(name)  # UsageError for int/bool or unknown names
+    torch_dtype = torch_float_dtype(name)  # UsageError for int/bool or unknown names
     params = [*model.parameters(), *model.buffers()]
     moves = dev is not None and any(str(p.device) != dev for p in params)
     casts = torch_dtype is not None and any(
