@@ -55,13 +55,12 @@ from pathlib import Path
 from statistics import median
 
 import orjson
+from big_trace import DEFAULT_TRACE, plain_text  # beside this script
+from big_trace import write as write_big_trace
 
 from layerprof.trace import analyze
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_TRACE = (
-    ROOT / "tests" / "data" / "hta" / "negative_queue_length_values_check" / "rank0.json.gz"
-)
 
 # Run inside HTA's interpreter: time load + the analyses layerprof's analyze also
 # does (temporal breakdown, comm/comp overlap, kernel breakdown); print seconds.
@@ -137,11 +136,6 @@ def read_only(path: Path) -> object:
 
         return read_bytes(path)
     return read_input(path)
-
-
-def plain_text(path: Path) -> bytes:
-    raw = path.read_bytes()
-    return gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
 
 
 def _timed_snippet(interpreter: str, snippet: str, arg: str, env: dict[str, str]) -> float:
@@ -257,8 +251,6 @@ def scale(folder: Path, copies: tuple[int, ...], repeat: int) -> int:
     round interleaved with the floor process (read + ``orjson.loads``) where the floor
     fits in memory: time and peak RSS, and both per GB of JSON. Files are made in
     ``folder`` when missing (and left there: delete them when done)."""
-    import big_trace  # beside this script
-
     from layerprof.machine import available_memory
 
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
@@ -267,7 +259,7 @@ def scale(folder: Path, copies: tuple[int, ...], repeat: int) -> int:
     for n in copies:
         path = folder / f"big_trace_{n}.json"
         if not path.exists():
-            made = big_trace.write(DEFAULT_TRACE, path, n)
+            made = write_big_trace(DEFAULT_TRACE, path, n)
             print(f"(made {path}: {made} events)")
         gb = path.stat().st_size / 1e9
         room = available_memory() or 0

@@ -22,7 +22,18 @@ from pathlib import Path
 from typing import IO, Any
 
 import orjson
-from analyze_speed import DEFAULT_TRACE, plain_text  # beside this script
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_TRACE = (
+    ROOT / "tests" / "data" / "hta" / "negative_queue_length_values_check" / "rank0.json.gz"
+)
+
+
+def plain_text(path: Path) -> bytes:
+    """A trace file's JSON text, gunzipped when gzip."""
+    raw = path.read_bytes()
+    return gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+
 
 _IDS = ("External id", "correlation", "external id")
 
