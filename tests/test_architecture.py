@@ -12,7 +12,6 @@ library never prints (only the CLI does).
 from __future__ import annotations
 
 import ast
-import importlib
 from pathlib import Path
 
 import pytest
@@ -342,26 +341,3 @@ def test_a_light_module_imported_inside_a_function_says_why() -> None:
             if not _heavy(target):
                 unexplained.append(f"{name}:{line_no} imports {module}")
     assert unexplained == [], "\n".join(unexplained)
-
-
-def test_the_sections_package_finds_every_name_it_lists() -> None:
-    """``layerprof.pivot.sections`` imports its modules on first use: each name of its
-    ``__all__`` is found in the module its map names, and the map names no other (the
-    type checker reads the ``TYPE_CHECKING`` imports, the program reads the map)."""
-    import layerprof.pivot.sections as sections
-
-    tree = ast.parse(Path(sections.__file__).read_text())
-    checked = {
-        (node.module or "").rsplit(".", 1)[-1]: [a.name for a in node.names]
-        for block in tree.body
-        if isinstance(block, ast.If)
-        for node in block.body
-        if isinstance(node, ast.ImportFrom)
-    }
-    assert {n: m for m, names in checked.items() for n in names} == sections._HOME
-    assert set(sections._HOME) == set(sections.__all__)
-    for name, home in sections._HOME.items():
-        module = importlib.import_module(f"layerprof.pivot.sections.{home}")
-        assert getattr(sections, name) is getattr(module, name), name
-    with pytest.raises(AttributeError, match="no_such_section"):
-        _ = sections.no_such_section

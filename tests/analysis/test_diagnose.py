@@ -12,7 +12,7 @@ from layerprof.analysis.diagnose import MIN_FINDING_NS, checks, diagnose, diagno
 from layerprof.capture.platform.clocks import FakeClock
 from layerprof.pivot.profile import Profile, Run, TraceSections
 from layerprof.pivot.records import LayerInfo, LayerSamples, Meta, Overhead
-from layerprof.pivot.sections import CrossRank, DeviceUse, KindRow, RankLine
+from layerprof.pivot.sections.trace import CrossRank, DeviceUse, KindRow, RankLine
 from tests.support import zoo_models as zoo
 
 

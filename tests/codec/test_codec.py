@@ -191,7 +191,7 @@ def test_trace_sections_read_and_set_as_profile_attributes(tmp_path: Path) -> No
     """The thirteen trace-only fields live in one ``TraceSections`` value; the Profile
     reads and sets each as before, a live profile holds None, and a save keeps both."""
     from layerprof.pivot.profile import TraceSections
-    from layerprof.pivot.sections import KindRow
+    from layerprof.pivot.sections.trace import KindRow
 
     live = fake_profile()
     assert live.trace is None and live.kernels == () and live.steps is None

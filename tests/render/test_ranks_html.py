@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from layerprof.pivot.sections import LayerAcrossRanks
+from layerprof.pivot.sections.ranks import LayerAcrossRanks
 from layerprof.render.html import render_html
 from layerprof.render.html.ranks import RANK_COLUMNS
 from layerprof.units import fmt_share

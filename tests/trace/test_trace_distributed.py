@@ -17,7 +17,7 @@ from layerprof import codec
 from layerprof.analysis.diagnose import diagnose, diagnose_run
 from layerprof.pivot.notes import Note
 from layerprof.pivot.profile import Run
-from layerprof.pivot.sections import BREAKDOWN_PARTS, bus_factor
+from layerprof.pivot.sections.distributed import BREAKDOWN_PARTS, bus_factor
 from layerprof.render.formats import ConsoleRenderer
 from layerprof.trace import analyze
 from layerprof.trace.comm import collective_kind
@@ -459,7 +459,7 @@ def test_collective_groups_sum_and_take_median_bandwidths() -> None:
     the median over the calls (algbw bytes/ns; busbw x 2(n-1)/n = 1.5 for a 4-way all-reduce)."""
     from dataclasses import replace
 
-    from layerprof.pivot.sections import Collective, Communication
+    from layerprof.pivot.sections.distributed import Collective, Communication
     from layerprof.units import fmt_gb_s
 
     one = Collective(kind="all_reduce", name="nccl", group="0", group_size=4, step=None,

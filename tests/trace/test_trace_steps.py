@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from layerprof.pivot.notes import texts
-from layerprof.pivot.sections import STEP_DEFINITIONS
+from layerprof.pivot.sections.trace import STEP_DEFINITIONS
 from layerprof.trace import analyze
 from layerprof.trace.steps import FRAMEWORK_ANNOTATION
 from layerprof.traceformat import STEP_PREFIX

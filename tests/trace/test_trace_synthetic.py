@@ -13,7 +13,7 @@ import pytest
 from layerprof import codec
 from layerprof.pivot.profile import Profile
 from layerprof.pivot.records import OpStat
-from layerprof.pivot.sections import DeviceMemory
+from layerprof.pivot.sections.trace import DeviceMemory
 from layerprof.trace import analyze
 from layerprof.trace import reader as reader_mod
 from layerprof.traceformat import STEP_PREFIX

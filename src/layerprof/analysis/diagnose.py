@@ -48,7 +48,7 @@ from layerprof.units import human_count, human_time
 if TYPE_CHECKING:
     from layerprof.pivot.profile import LayerRow, Profile, Run
     from layerprof.pivot.records import Overhead
-    from layerprof.pivot.sections import CrossRank, DeviceUse
+    from layerprof.pivot.sections.trace import CrossRank, DeviceUse
 
 __all__ = [
     "RULES",

@@ -14,8 +14,8 @@ In rounds, a layer row is tested on its self time relative to the rest of its
 own forward (``RunMedians.rest_ratio``), so the speed of each process cancels.
 Every other row, and every row of a single-run comparison, is judged inside
 the runs by the rule below, carries no p-value (it would ignore drift), and
-fails the gate only above ``DRIFT_ALLOWANCE_PCT`` (``Diff.evidence`` says which
-case a diff is).
+fails the gate only above the drift allowance (``DRIFT_ALLOWANCE_PCT`` of
+``layerprof.analysis.gate``; ``Diff.evidence`` says which case a diff is).
 
 Noise rule inside runs
 ----------------------
@@ -63,8 +63,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import cast
 
-from layerprof.pivot.change import ALPHA, Basis, Change, Evidence, Status, between_floor
-from layerprof.pivot.sections import Repeats
+from layerprof.pivot.change import Basis, Change, Evidence, Status
+from layerprof.pivot.sections.repeats import Repeats
 from layerprof.stats import (
     Series,
     Summary,
@@ -76,6 +76,26 @@ from layerprof.stats import (
     welch_t_test,
 )
 from layerprof.units import fmt_num
+
+ALPHA = 0.001
+"""Two-sided significance level of the rank test, per row."""
+
+FLOOR_MIN_NS = 1_000
+"""Smallest absolute change that can count: 1 µs."""
+
+FLOOR_SHARE = 0.005
+"""Or 0.5 % of the whole forward, when that is larger."""
+
+BETWEEN_FLOOR_FACTOR = 0.5
+"""Rows judged between runs need only half the floor (0.25 % of the forward): the
+t-test already carries the run-to-run spread, and a 10 % slower layer that takes
+5 % of the forward changes it by 0.5 %, which the full floor would not let pass."""
+
+
+def between_floor(floor_ns: int) -> int:
+    """The floor for rows judged on the spread between runs."""
+    return max(FLOOR_MIN_NS, round(floor_ns * BETWEEN_FLOOR_FACTOR))
+
 
 _NOISE_K = 1.0
 """The change must exceed NOISE_K robust standard deviations of (new iteration - base iteration)."""

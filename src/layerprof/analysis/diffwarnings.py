@@ -6,7 +6,7 @@ from __future__ import annotations
 from layerprof.pivot.change import ALPHA, Evidence
 from layerprof.pivot.profile import Profile
 from layerprof.pivot.records import Meta
-from layerprof.pivot.sections import Repeats
+from layerprof.pivot.sections.repeats import Repeats
 
 RUNS_ADVISED = 5
 """Fewer processes per side than this rarely reach p < ALPHA on a t-test."""

@@ -13,7 +13,7 @@ from layerprof.units import human_time
 
 if TYPE_CHECKING:
     from layerprof.pivot.profile import Profile, Run
-    from layerprof.pivot.sections import Breakdown, RankLateness, Stragglers
+    from layerprof.pivot.sections.distributed import Breakdown, RankLateness, Stragglers
 
 _EXPOSED_SHARE = 0.10  # exposed communication, of the steps' wall time
 _DATALOADER_SHARE = 0.10

@@ -27,7 +27,7 @@ from layerprof.units import human_time
 if TYPE_CHECKING:
     from layerprof.pivot.profile import LayerRow, Profile
     from layerprof.pivot.records import Meta, Overhead
-    from layerprof.pivot.sections import FusedLayer
+    from layerprof.pivot.sections.passes import FusedLayer
     from layerprof.stats import Summary
 
 _PASS_BOUND = 1.5  # passes whose forwards differ by more than this (beyond their CIs) disagree

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from layerprof.capture.modules import hookable_modules, is_compiled, is_script, visible_modules
 from layerprof.pivot.notes import Note
-from layerprof.pivot.sections import FusedLayer, PassCheck
+from layerprof.pivot.sections.passes import FusedLayer, PassCheck
 
 if TYPE_CHECKING:
     import torch

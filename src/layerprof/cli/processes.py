@@ -33,8 +33,7 @@ from layerprof import codec
 from layerprof.errors import LayerprofError, UsageError
 from layerprof.pivot.notes import Note
 from layerprof.pivot.profile import Profile
-from layerprof.pivot.sections import Repeats, RunMedians
-from layerprof.pivot.sections.repeats import Side
+from layerprof.pivot.sections.repeats import Repeats, RunMedians, Side
 from layerprof.stats import trimmed_mean
 
 _CHILD_OPTION = "--child-out"

@@ -15,7 +15,7 @@ from layerprof.codec.fields import Fields, asdict_ms, read_row, saved_notes
 from layerprof.errors import ProfileFormatError
 from layerprof.pivot.notes import texts
 from layerprof.pivot.profile import Profile
-from layerprof.pivot.sections import (
+from layerprof.pivot.sections.distributed import (
     BREAKDOWN_PARTS,
     Breakdown,
     Collective,

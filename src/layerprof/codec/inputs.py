@@ -10,7 +10,7 @@ from typing import Any
 
 from layerprof.codec.fields import Fields, strings
 from layerprof.errors import ProfileFormatError
-from layerprof.pivot.sections import InputSignature
+from layerprof.pivot.sections.inputs import InputSignature
 
 
 def encode_signatures(signatures: tuple[InputSignature, ...]) -> list[dict[str, Any]]:

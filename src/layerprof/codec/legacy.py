@@ -12,14 +12,7 @@ from layerprof.codec.trace import read_device, read_launches, read_memory
 from layerprof.pivot.notes import Note
 from layerprof.pivot.profile import Profile, Run, TraceSections
 from layerprof.pivot.records import LayerInfo, LayerSamples, Meta, OpStat
-from layerprof.pivot.sections import (
-    KernelRow,
-    KindRow,
-    MemcpyRow,
-    Step,
-    Steps,
-    TraceSource,
-)
+from layerprof.pivot.sections.trace import KernelRow, KindRow, MemcpyRow, Step, Steps, TraceSource
 from layerprof.stats import Series
 from layerprof.units import NS_PER_MS, ns_from_ms
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from layerprof.codec.fields import Fields, strings
-from layerprof.pivot.sections import FusedLayer, PassCheck
+from layerprof.pivot.sections.passes import FusedLayer, PassCheck
 
 
 def encode_passes(check: PassCheck | None) -> dict[str, Any] | None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from layerprof.codec.fields import Fields
 from layerprof.errors import ProfileFormatError
-from layerprof.pivot.sections import LayerAcrossRanks
+from layerprof.pivot.sections.ranks import LayerAcrossRanks
 from layerprof.units import NS_PER_MS
 
 KEY = "layers_across_ranks"

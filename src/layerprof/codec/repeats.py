@@ -9,7 +9,7 @@ from typing import Any
 
 from layerprof.codec.fields import Fields
 from layerprof.errors import ProfileFormatError
-from layerprof.pivot.sections import Repeats, RunMedians
+from layerprof.pivot.sections.repeats import Repeats, RunMedians
 from layerprof.units import NS_PER_MS, ms
 
 

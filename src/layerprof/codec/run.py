@@ -12,11 +12,7 @@ from layerprof.codec.schemas import PROFILE_SCHEMA, RUN_SCHEMA
 from layerprof.errors import ProfileFormatError
 from layerprof.pivot.notes import Note, texts
 from layerprof.pivot.profile import Profile, Run
-from layerprof.pivot.sections import (
-    CrossRank,
-    RankLine,
-    StepAcrossRanks,
-)
+from layerprof.pivot.sections.trace import CrossRank, RankLine, StepAcrossRanks
 from layerprof.units import NS_PER_MS, ms
 
 

@@ -17,7 +17,7 @@ from layerprof.codec.fields import (
     summary_us,
 )
 from layerprof.pivot.profile import Profile
-from layerprof.pivot.sections import (
+from layerprof.pivot.sections.trace import (
     AllocRow,
     AnnotationRow,
     DeviceMemory,

@@ -53,35 +53,37 @@ from layerprof.units import NS_PER_MS
 if TYPE_CHECKING:
     import pandas
 
-    from layerprof.pivot.sections import (
-        AnnotationRow,
+    from layerprof.pivot.sections.compiled import CompiledSection
+    from layerprof.pivot.sections.distributed import (
         Breakdown,
         Communication,
-        CrossRank,
-        DeviceUse,
-        InputSignature,
-        KernelRow,
-        KindRow,
-        Launches,
-        LayerAcrossRanks,
-        MemcpyRow,
-        MemorySummary,
         MemoryTimeline,
-        PassCheck,
         Queues,
-        Repeats,
-        Steps,
         Stragglers,
-        TraceSource,
     )
-    from layerprof.pivot.sections.compiled import CompiledSection
     from layerprof.pivot.sections.flops import FlopSummary, LayerFlops
     from layerprof.pivot.sections.generation import Generation
+    from layerprof.pivot.sections.inputs import InputSignature
     from layerprof.pivot.sections.loop import TrainingLoop
     from layerprof.pivot.sections.memory import ActivationMemory
+    from layerprof.pivot.sections.passes import PassCheck
+    from layerprof.pivot.sections.ranks import LayerAcrossRanks
+    from layerprof.pivot.sections.repeats import Repeats
     from layerprof.pivot.sections.replay import GraphReplay
     from layerprof.pivot.sections.serving import Serving
     from layerprof.pivot.sections.stepwork import DeviceWork
+    from layerprof.pivot.sections.trace import (
+        AnnotationRow,
+        CrossRank,
+        DeviceUse,
+        KernelRow,
+        KindRow,
+        Launches,
+        MemcpyRow,
+        MemorySummary,
+        Steps,
+        TraceSource,
+    )
 
 
 #: Where a Profile keeps the rows it derived last (``Profile.rows``), in its ``__dict__``.

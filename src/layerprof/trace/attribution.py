@@ -37,7 +37,7 @@ import numpy as np
 from layerprof.pivot.notes import Note
 from layerprof.pivot.profile import ancestors
 from layerprof.pivot.records import OpSamples, OpStat
-from layerprof.pivot.sections import Steps
+from layerprof.pivot.sections.trace import Steps
 from layerprof.stats import Series
 from layerprof.trace.columns import unique
 from layerprof.trace.events import I64, LAYER, OP, EventTables, HostSpans

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from layerprof.pivot.notes import Note
-from layerprof.pivot.sections import Steps
 from layerprof.pivot.sections.stepwork import DEVICE as DEVICE_WINDOW
+from layerprof.pivot.sections.trace import Steps
 from layerprof.stats import median
 from layerprof.trace.events import ANNOTATION, MATMUL_OPS, OP, EventTables
 from layerprof.trace.links import Links

@@ -35,7 +35,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from layerprof.pivot.sections import Breakdown, Step, StepBreakdown, Steps
+from layerprof.pivot.sections.distributed import Breakdown, StepBreakdown
+from layerprof.pivot.sections.trace import Step, Steps
 from layerprof.trace.columns import unique
 from layerprof.trace.comm import comm_kernels, host_compute, host_executions
 from layerprof.trace.events import (

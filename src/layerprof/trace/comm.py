@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from layerprof.pivot.sections import Collective, Communication, Steps
+from layerprof.pivot.sections.distributed import Collective, Communication
+from layerprof.pivot.sections.trace import Steps
 from layerprof.trace.columns import unique
 from layerprof.trace.commargs import COMM_HOST, HOST_EXECUTION, CommArgs, world_size
 from layerprof.trace.events import (

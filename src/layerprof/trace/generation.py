@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from layerprof.pivot.sections import Steps
+from layerprof.pivot.sections.trace import Steps
 from layerprof.stats import Series, median
 from layerprof.trace.events import OP, TOKEN_OP, EventTables
 

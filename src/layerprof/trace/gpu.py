@@ -20,7 +20,14 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from layerprof.pivot.sections import DeviceUse, KernelRow, KindRow, Launches, MemcpyRow, RuntimeRow
+from layerprof.pivot.sections.trace import (
+    DeviceUse,
+    KernelRow,
+    KindRow,
+    Launches,
+    MemcpyRow,
+    RuntimeRow,
+)
 from layerprof.stats import Summary
 from layerprof.trace.columns import unique
 from layerprof.trace.events import I64, KERNEL, MEMCPY, MEMSET, RUNTIME, SYNC, EventTables

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from layerprof.pivot.sections import AllocRow, DeviceMemory, MemorySummary
+from layerprof.pivot.sections.trace import AllocRow, DeviceMemory, MemorySummary
 from layerprof.trace.columns import unique
 from layerprof.trace.events import OP, EventTables
 from layerprof.trace.nesting import Nesting, enclosing_at

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from layerprof.pivot.sections import DeviceTimeline, MemoryTimeline, Steps
+from layerprof.pivot.sections.distributed import DeviceTimeline, MemoryTimeline
+from layerprof.pivot.sections.trace import Steps
 from layerprof.trace.columns import unique
 from layerprof.trace.events import LAYER, MODULE, OP, EventTables
 from layerprof.trace.intervals import thin

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from layerprof.pivot.sections import Steps
+from layerprof.pivot.sections.trace import Steps
 from layerprof.trace.events import ANNOTATION, I64, LAYER, MODULE, MODULE_PREFIX, EventTables
 from layerprof.trace.links import Links
 from layerprof.trace.nesting import Nesting, roll_up

@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from layerprof.pivot.sections import LaunchOutlier, Queues, StreamQueue
+from layerprof.pivot.sections.distributed import LaunchOutlier, Queues, StreamQueue
 from layerprof.trace.events import I64, RUNTIME, SYNC, EventTables
 from layerprof.trace.intervals import thin
 from layerprof.trace.links import Links

@@ -15,14 +15,8 @@ from dataclasses import replace
 
 from layerprof.pivot.notes import Note
 from layerprof.pivot.profile import Profile, Run, rank_order
-from layerprof.pivot.sections import (
-    CrossRank,
-    KindRow,
-    LayerAcrossRanks,
-    RankLine,
-    StepAcrossRanks,
-    Steps,
-)
+from layerprof.pivot.sections.ranks import LayerAcrossRanks
+from layerprof.pivot.sections.trace import CrossRank, KindRow, RankLine, StepAcrossRanks, Steps
 from layerprof.stats import median
 from layerprof.trace.stragglers import stragglers
 from layerprof.traceformat import GPU_STEP_SOURCE, STEP_SOURCE

@@ -31,7 +31,7 @@ import numpy as np
 from layerprof.pivot.notes import Note
 from layerprof.pivot.profile import Profile, TraceSections, parent_path
 from layerprof.pivot.records import LayerInfo, LayerSamples, Meta, OpStat
-from layerprof.pivot.sections import AnnotationRow, Steps, TraceSource
+from layerprof.pivot.sections.trace import AnnotationRow, Steps, TraceSource
 from layerprof.stats import Series
 from layerprof.trace.attribution import (
     BACKWARD_NODE,

@@ -39,7 +39,7 @@ from layerprof.trace.nesting import Nesting, nest
 from layerprof.trace.steps import find_steps
 
 if TYPE_CHECKING:
-    from layerprof.pivot.sections import Steps
+    from layerprof.pivot.sections.trace import Steps
 
 #: ops named in the FLOP note as holding the uncounted time
 _NAMED = 3

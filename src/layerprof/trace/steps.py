@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from layerprof.pivot.notes import Note
-from layerprof.pivot.sections import Step, Steps
+from layerprof.pivot.sections.trace import Step, Steps
 from layerprof.trace.columns import unique
 from layerprof.trace.events import ANNOTATION, I64, LAYER, MODULE, OP, EventTables, HostSpans
 from layerprof.trace.gpu import union

@@ -29,8 +29,8 @@ from __future__ import annotations
 import numpy as np
 
 from layerprof.pivot.notes import Note
-from layerprof.pivot.sections import Step, Steps
 from layerprof.pivot.sections.stepwork import DEVICE, HOST, ClockCheck, DeviceWork, StepWork
+from layerprof.pivot.sections.trace import Step, Steps
 from layerprof.trace.columns import unique
 from layerprof.trace.events import I64, EventTables
 from layerprof.trace.gpu import overlap, union

@@ -27,7 +27,7 @@ from statistics import median
 
 from layerprof.pivot.notes import Note
 from layerprof.pivot.profile import Profile
-from layerprof.pivot.sections import (
+from layerprof.pivot.sections.distributed import (
     Collective,
     CollectiveMatch,
     Communication,

@@ -74,8 +74,8 @@ from layerprof.errors import UsageError
 from layerprof.pivot.notes import Note
 from layerprof.pivot.profile import Profile
 from layerprof.pivot.records import LayerCall, Meta, Overhead
-from layerprof.pivot.sections import InputSignature
 from layerprof.pivot.sections.generation import Generation, phase_views
+from layerprof.pivot.sections.inputs import InputSignature
 from layerprof.stats import median
 
 if TYPE_CHECKING:

@@ -7,7 +7,12 @@ from rich.console import Console
 from rich.text import Text
 
 from layerprof.pivot.profile import Profile, Run
-from layerprof.pivot.sections import BREAKDOWN_PARTS, CollectiveGroup, Queues, StepBreakdown
+from layerprof.pivot.sections.distributed import (
+    BREAKDOWN_PARTS,
+    CollectiveGroup,
+    Queues,
+    StepBreakdown,
+)
 from layerprof.render.console.columns import Cell, print_named_table
 from layerprof.units import MS, US, fmt_calls, human_bytes
 

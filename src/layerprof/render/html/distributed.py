@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from layerprof.pivot.profile import Profile
-from layerprof.pivot.sections import (
+from layerprof.pivot.sections.distributed import (
     BREAKDOWN_PARTS,
     Breakdown,
     CollectiveGroup,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from layerprof.pivot.change import side_label
 from layerprof.pivot.records import Meta
-from layerprof.pivot.sections import TraceSource
+from layerprof.pivot.sections.trace import TraceSource
 from layerprof.render.html.page import esc
 from layerprof.render.html.subject import Subject
 from layerprof.units import fmt_calls, human_time

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from layerprof.pivot.sections import LayerAcrossRanks
+from layerprof.pivot.sections.ranks import LayerAcrossRanks
 from layerprof.render.html.page import Col, Section, table, text_col, time_col
 from layerprof.render.html.subject import Subject
 from layerprof.units import fmt_share, unit_for

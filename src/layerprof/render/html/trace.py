@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from layerprof.pivot.profile import Profile
-from layerprof.pivot.sections import (
+from layerprof.pivot.sections.trace import (
     AllocRow,
     AnnotationRow,
     DeviceMemory,
