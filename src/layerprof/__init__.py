@@ -39,18 +39,14 @@ if TYPE_CHECKING:
 
 
 def _register() -> None:
-    from layerprof import render  # noqa: F401  (registers the renderers and the codec)
-
-
-def _register_codec() -> None:
-    from layerprof import codec  # noqa: F401  (registers itself: save and load need no renderer)
+    from layerprof import render  # noqa: F401  (registers the renderers)
 
 
 # The renderers, the codec, numpy and the pivot load when first used, not at import:
 # ``layerprof --help`` and argument errors then cost about a bare Python (a test
-# checks which modules ``--help`` imports).
+# checks which modules ``--help`` imports); saving and loading import the codec where
+# they run (layerprof.sinks).
 sinks.on_first_use(_register)
-sinks.on_first_codec_use(_register_codec)
 
 
 def __getattr__(name: str) -> Any:

@@ -5,12 +5,14 @@ writes, and ``render(obj, **options) -> str | bytes`` for the pivot types it
 accepts (``Profile``, ``Run``, ``Diff``); ``write`` picks one by name or by
 the output file's extension (like pyinstrument's renderers). The pivot types
 offer ``save``/``load``/``print``/``render``/``write`` as conveniences that
-call the functions below, so the pivot never imports a renderer or the codec:
-the package registers them on first use (``layerprof/__init__`` hands
-:func:`on_first_use` an import of ``layerprof.render``, whose modules call
-:func:`register`, and :func:`on_first_codec_use` an import of
-``layerprof.codec``, which calls :func:`set_codec`): saving and loading a
-profile import the codec alone, never rich or the HTML report.
+call the functions below, so the pivot never imports a renderer: the package
+registers them on first use (``layerprof/__init__`` hands :func:`on_first_use`
+an import of ``layerprof.render``, whose modules call :func:`register`).
+
+Saving and loading import the codec where they run (:func:`to_dict`, :func:`save`,
+:func:`load`...): the one import from the pivot's layer up to the codec, inside a
+function, that ``tests/test_architecture.py`` allows. They import the codec alone,
+never rich or the HTML report.
 """
 
 from __future__ import annotations
@@ -36,32 +38,13 @@ class Renderer(Protocol):
     def render(self, obj: Any, **options: Any) -> str | bytes: ...
 
 
-class _Codec(Protocol):
-    """The JSON codec (``layerprof.codec``), registered under this interface."""
-
-    def to_dict(self, obj: Any, **options: Any) -> dict[str, Any]: ...
-
-    def from_dict(self, data: Any, *, source: str) -> Any: ...
-
-    def load(self, path: str | os.PathLike[str]) -> Any: ...
-
-    def layer_records(self, profile: Any) -> list[dict[str, Any]]: ...
-
-    def dumps(self, obj: Any, **options: Any) -> bytes: ...
-
-
 _RENDERERS: dict[str, Renderer] = {}
-_CODEC: list[_Codec] = []
 
 
 def register(renderer: Renderer) -> Renderer:
     """Make ``renderer`` available by its name and its extensions."""
     _RENDERERS[renderer.name] = renderer
     return renderer
-
-
-def set_codec(codec: _Codec) -> None:
-    _CODEC[:] = [codec]
 
 
 def names() -> list[str]:
@@ -117,39 +100,44 @@ def show(obj: Any, **options: Any) -> None:
     printer(obj, **options)
 
 
-def codec() -> _Codec:
-    if not _CODEC:
-        for registrar in _CODEC_REGISTRARS:
-            registrar()
-    if not _CODEC:  # pragma: no cover - a package import-order bug
-        raise UsageError("layerprof's codec is not registered yet (import layerprof)")
-    return _CODEC[0]
+# The codec sits above the pivot (it reads and builds pivot objects): these import it
+# where they run, the one upward import tests/test_architecture.py allows.
 
 
 def to_dict(obj: Any, **options: Any) -> dict[str, Any]:
-    return codec().to_dict(obj, **options)
+    from layerprof import codec  # upward, where it runs: see above
+
+    return codec.to_dict(obj, **options)
 
 
 def from_dict(data: Any, *, source: str) -> Any:
-    return codec().from_dict(data, source=source)
+    from layerprof import codec  # upward, where it runs: see above
+
+    return codec.from_dict(data, source=source)
 
 
 def load(path: str | os.PathLike[str]) -> Any:
-    return codec().load(path)
+    from layerprof import codec  # upward, where it runs: see above
+
+    return codec.load(path)
 
 
 def save(obj: Any, path: str | os.PathLike[str], *, samples: bool = False) -> Path:
     """The JSON document of ``obj``, written whole or not at all (gzipped for ``.gz``)."""
     import gzip
 
-    data = codec().dumps(obj, samples=samples)
+    from layerprof import codec  # upward, where it runs: see above
+
+    data = codec.dumps(obj, samples=samples)
     if str(path).endswith(".gz"):
         data = gzip.compress(data, mtime=0)
     return write_atomic(path, data)
 
 
 def layer_records(profile: Any) -> list[dict[str, Any]]:
-    return codec().layer_records(profile)
+    from layerprof import codec  # upward, where it runs: see above
+
+    return codec.layer_records(profile)
 
 
 class Output:
@@ -208,24 +196,17 @@ class Output:
 
 
 _REGISTRARS: list[Callable[[], None]] = []
-_CODEC_REGISTRARS: list[Callable[[], None]] = []
-
-
-def on_first_codec_use(registrar: Callable[[], None]) -> None:
-    """``registrar()`` registers the codec the first time it is needed (an import of
-    ``layerprof.codec`` alone: saving and loading need no renderer)."""
-    _CODEC_REGISTRARS[:] = [registrar]
 
 
 def on_first_use(registrar: Callable[[], None]) -> None:
     """``registrar()`` fills the registry the first time it is needed: the package
-    (``layerprof/__init__``) hands over an import of the renderers and the codec,
+    (``layerprof/__init__``) hands over an import of the renderers,
     so that importing layerprof (``--help``) does not pay for them."""
     _REGISTRARS[:] = [registrar]
 
 
 def _ensure_registered() -> None:
-    """Every renderer and the codec, registered on first use (any ``import layerprof.x``
+    """Every renderer, registered on first use (any ``import layerprof.x``
     runs the package's ``__init__``, which hands over the registrar, first)."""
     if not _RENDERERS:
         for registrar in _REGISTRARS:

@@ -27,7 +27,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from layerprof import sinks
 from layerprof.codec.diff import diff_to_dict, read_diff
 from layerprof.codec.legacy import read_legacy_run
 from layerprof.codec.profile import layer_records, profile_body, read_profile
@@ -153,20 +152,3 @@ def load(
     p = Path(path)
     data = read_json(p, max_input_size=max_input_size, error=ProfileFormatError)
     return from_dict(data, source=str(p))
-
-
-class _Codec:
-    """The codec's functions under the interface ``layerprof.sinks`` expects."""
-
-    to_dict = staticmethod(to_dict)
-    from_dict = staticmethod(from_dict)
-    load = staticmethod(load)
-    layer_records = staticmethod(layer_records)
-    dumps = staticmethod(dumps)
-
-
-def _register() -> None:
-    sinks.set_codec(_Codec())
-
-
-_register()

@@ -58,9 +58,10 @@ class _JsonRenderer:
     extensions: tuple[str, ...] = (".json",)
 
     def render(self, obj: Any, *, samples: bool = False, **options: Any) -> bytes:
-        # through the registry: the codec is imported when a JSON is written, not
-        # for every terminal report
-        return sinks.codec().dumps(obj, samples=samples, **options)
+        # imported when a JSON is written, not for every terminal report
+        from layerprof.codec import dumps
+
+        return dumps(obj, samples=samples, **options)
 
 
 class _CsvRenderer:
