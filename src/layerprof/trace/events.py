@@ -31,18 +31,20 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from layerprof.trace.batchcolumns import (
+    ANNOTATION_DTYPES,
+    DEVICE_DTYPES,
+    HOST_DTYPES,
+    MEMORY_DTYPES,
+    BatchColumns,
+    BatchRows,
+    ColumnStore,
+)
 from layerprof.trace.columns import F64 as F64  # the column types, for the analyses
 from layerprof.trace.columns import I64 as I64
-from layerprof.trace.columns import (
-    INVALID,
-    dur_from_us,
-    epoch_scale,
-    ints,
-    ts_from_ns,
-    ts_from_us,
-)
+from layerprof.trace.columns import INVALID
 from layerprof.trace.commargs import COMM_HOST, CommArgs, comm_args
-from layerprof.trace.timestamps import has_fraction, rewrite_exact
+from layerprof.trace.timestamps import rewrite_exact
 from layerprof.traceformat import (
     CPU_OP,
     CUDA_DRIVER,
@@ -126,9 +128,6 @@ TOKEN_OP = "aten::embedding"
 MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"})
 _SHAPED_OPS = MATMUL_OPS | {TOKEN_OP}
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-# Below this many epoch-scale times, a batch whose doubles all look whole may
-# still have had decimals in the text (each rounds to whole with odds 1/4).
-_FEW_TIMES = 64
 
 
 class _Spans:
@@ -327,131 +326,6 @@ class Interner:
         return i
 
 
-class _Rows:
-    """One batch's raw fields, column by column (a plain mutable helper)."""
-
-    def __init__(self) -> None:
-        # the 9th: hierarchy, the 10th: FLOPs (each only when the collector keeps it)
-        self.h: tuple[list[Any], ...] = tuple([] for _ in range(10))
-        self.d: tuple[list[Any], ...] = tuple([] for _ in range(9))
-        self.m: tuple[list[Any], ...] = tuple([] for _ in range(5))
-        self.a: tuple[list[Any], ...] = tuple([] for _ in range(5))  # device annotations
-        self.window: tuple[list[Any], list[Any]] = ([], [])  # ts, dur (0 for instants)
-        self.device_categories: dict[str, int] = {}
-        self.runtime_categories: set[str] = set()
-        self.events = 0
-        self.token_shapes: dict[int, int] = {}  # host row -> shape id (_SHAPED_OPS only)
-
-
-class _Columns:
-    """One batch's rows as numpy columns, times in absolute ns (a plain helper)."""
-
-    def __init__(self, rows: _Rows, *, ts_in_ns: bool, keep_shapes: bool) -> None:
-        self.events = rows.events
-        self.device_categories = rows.device_categories
-        self.runtime_categories = rows.runtime_categories
-        self.ts_in_ns = ts_in_ns
-        self.lossy = False
-        self.epoch_times = 0
-        self.bad_durations = 0
-        self.malformed = 0
-        self.host = self._host(rows.h, keep_shapes, rows.token_shapes) if rows.h[2] else None
-        self.device = self._device(rows.d) if rows.d[3] else None
-        self.memory = self._memory(rows.m) if rows.m[1] else None
-        self.annotations = self._annotations(rows.a) if rows.a[2] else None
-        self.window_ends = None
-        w_ts, w_dur = rows.window
-        if w_ts:
-            starts = self._ts(w_ts)
-            self.window_ends = (starts + self._dur(w_dur))[starts != INVALID]
-
-    def _host(
-        self, h: tuple[list[Any], ...], keep_shapes: bool, token_shapes: dict[int, int]
-    ) -> tuple[Any, ...]:
-        kind, thread, ts, dur, name, ref, shapes, seq, hierarchy, flops = h
-        shape = np.asarray(shapes, dtype=np.int64)
-        if not keep_shapes:
-            shape = np.full(len(ts), -1, dtype=np.int64)
-            if token_shapes:
-                shape[list(token_shapes)] = list(token_shapes.values())
-        return (
-            np.asarray(kind, dtype=np.int8),
-            np.asarray(thread, dtype=np.int64),
-            self._ts(ts),
-            self._dur(dur),
-            np.asarray(name, dtype=np.int64),
-            self._ids(ref),
-            shape,
-            self._ids(seq),
-            np.asarray(hierarchy, dtype=np.int64)
-            if hierarchy
-            else np.full(len(ts), -1, dtype=np.int64),
-            self._ids(flops, 0) if flops else np.zeros(len(ts), dtype=np.int64),
-        )
-
-    def _device(self, d: tuple[list[Any], ...]) -> tuple[Any, ...]:
-        kind, dev, stream, ts, dur, name, corr, ext, nbytes = d
-        return (
-            np.asarray(kind, dtype=np.int8),
-            self._ids(dev),
-            self._ids(stream),
-            self._ts(ts),
-            self._dur(dur),
-            np.asarray(name, dtype=np.int64),
-            self._ids(corr),
-            self._ids(ext),
-            self._ids(nbytes),
-        )
-
-    def _memory(self, m: tuple[list[Any], ...]) -> tuple[Any, ...]:
-        thread, ts, nbytes, allocated, dev = m
-        return (
-            np.asarray(thread, dtype=np.int64),
-            self._ts(ts),
-            self._ids(nbytes, missing=0),
-            self._ids(allocated),
-            np.asarray(dev, dtype=np.int64),
-        )
-
-    def _annotations(self, a: tuple[list[Any], ...]) -> tuple[Any, ...]:
-        dev, stream, ts, dur, name = a
-        return (
-            self._ids(dev),
-            self._ids(stream),
-            self._ts(ts),
-            self._dur(dur),
-            np.asarray(name, dtype=np.int64),
-        )
-
-    def loses_digits(self, text: Any) -> bool:
-        """Whether decoding rounded some epoch-µs float times (see ``columns``).
-
-        Few epoch-scale times that all decoded whole may still have had
-        decimals in the text (each rounds to a whole µs with odds 1/4).
-        """
-        if self.lossy:
-            return True
-        return 0 < self.epoch_times < _FEW_TIMES and has_fraction(text)
-
-    def _ts(self, values: list[Any]) -> I64:
-        if self.ts_in_ns:
-            return ts_from_ns(values)
-        out, lossy = ts_from_us(values)
-        self.lossy |= lossy
-        self.epoch_times += epoch_scale(out)
-        return out
-
-    def _dur(self, values: list[Any]) -> I64:
-        out, bad = dur_from_us(values)
-        self.bad_durations += bad
-        return out
-
-    def _ids(self, values: list[Any], missing: int = -1) -> I64:
-        out, bad = ints(values, missing)
-        self.malformed += bad
-        return out
-
-
 class EventCollector:
     """Reads batches of decoded events; ``finish`` returns the tables."""
 
@@ -483,10 +357,11 @@ class EventCollector:
         self.malformed = 0
         # Sticky: once a batch needed its ns digits from the text, all later ones do.
         self.exact = False
-        self._host: list[tuple[Any, ...]] = []
-        self._device: list[tuple[Any, ...]] = []
-        self._memory: list[tuple[Any, ...]] = []
-        self._annotations: list[tuple[Any, ...]] = []
+        extras = (np.int64,) * (keep_hierarchy + keep_flops)
+        self._host = ColumnStore((*HOST_DTYPES, *extras))
+        self._device = ColumnStore(DEVICE_DTYPES)
+        self._memory = ColumnStore(MEMORY_DTYPES)
+        self._annotations = ColumnStore(ANNOTATION_DTYPES)
         self._window: list[I64] = []
         self.comm_args: dict[tuple[int, int], CommArgs] = {}
 
@@ -494,19 +369,28 @@ class EventCollector:
         """Collect one batch; ``text`` is its JSON (for exact ns digits when needed)."""
         if self.exact and text is not None:
             rewrite_exact(batch, text)
-            self._keep(_Columns(self._collect(batch), ts_in_ns=True, keep_shapes=self.keep_shapes))
+            self._keep(self._columns(batch, ts_in_ns=True))
             return
-        columns = _Columns(self._collect(batch), ts_in_ns=False, keep_shapes=self.keep_shapes)
+        columns = self._columns(batch, ts_in_ns=False)
         if text is not None and columns.loses_digits(text):
             self.exact = True
             rewrite_exact(batch, text)
-            columns = _Columns(self._collect(batch), ts_in_ns=True, keep_shapes=self.keep_shapes)
+            columns = self._columns(batch, ts_in_ns=True)
         self._keep(columns)
+
+    def _columns(self, batch: list[Any], *, ts_in_ns: bool) -> BatchColumns:
+        return BatchColumns(
+            self._collect(batch),
+            ts_in_ns=ts_in_ns,
+            keep_shapes=self.keep_shapes,
+            keep_hierarchy=self.keep_hierarchy,
+            keep_flops=self.keep_flops,
+        )
 
     # One pass over a batch. Kept flat and branchy on purpose: it runs once
     # per event (100k+ per file), so every attribute lookup is hoisted.
-    def _collect(self, batch: Iterable[Any]) -> _Rows:
-        rows = _Rows()
+    def _collect(self, batch: Iterable[Any]) -> BatchRows:
+        rows = BatchRows()
         h_kind, h_thread, h_ts, h_dur, h_name, h_ref, h_shape, h_seq, h_hierarchy, h_flops = rows.h
         d_kind, d_dev, d_stream, d_ts, d_dur, d_name, d_corr, d_ext, d_bytes = rows.d
         m_thread, m_ts, m_bytes, m_alloc, m_dev = rows.m
@@ -658,7 +542,7 @@ class EventCollector:
             if found is not None:
                 self.comm_args[(name, ref)] = found
 
-    def _other_category(self, e: dict[str, Any], cat: str, rows: _Rows) -> int | None:
+    def _other_category(self, e: dict[str, Any], cat: str, rows: BatchRows) -> int | None:
         """The device op kind of a rarer category, or None (then it is not a device op).
 
         Also keeps the profiler window (``Trace`` spans) and device annotations.
@@ -685,7 +569,7 @@ class EventCollector:
             return KERNEL
         return None
 
-    def _device_annotation(self, e: dict[str, Any], args: dict[str, Any], rows: _Rows) -> None:
+    def _device_annotation(self, e: dict[str, Any], args: dict[str, Any], rows: BatchRows) -> None:
         name = e.get("name")
         if type(name) is not str:
             name = "" if name is None else str(name)
@@ -697,7 +581,7 @@ class EventCollector:
         a_dur.append(e.get("dur", 0))
         a_name.append(self.names.add(name))
 
-    def _keep(self, columns: _Columns) -> None:
+    def _keep(self, columns: BatchColumns) -> None:
         self.events += columns.events
         for cat, count in columns.device_categories.items():
             self.device_categories[cat] = self.device_categories.get(cat, 0) + count
@@ -729,11 +613,10 @@ class EventCollector:
         return name, pid, tid
 
     def finish(self) -> EventTables:
-        host = _concat(self._host, _HOST_DTYPES)
-        device = _concat(self._device, _DEVICE_DTYPES)
-        memory = _concat(self._memory, _MEMORY_DTYPES)
-        notes = _concat(self._annotations, _ANNOTATION_DTYPES)
-        self._host, self._device, self._memory, self._annotations = [], [], [], []
+        host = self._host.join()
+        device = self._device.join()
+        memory = self._memory.join()
+        notes = self._annotations.join()
         h_ts, d_ts, m_ts, a_ts = host[2], device[3], memory[1], notes[2]
         # Drop rows whose time is missing or not a usable number.
         keep_h, keep_d, keep_m, keep_a = (ts != INVALID for ts in (h_ts, d_ts, m_ts, a_ts))
@@ -771,7 +654,7 @@ class EventCollector:
             host=HostSpans.of(
                 host[:8],
                 origin,
-                flops=_kept_flops(host[9]) if self.keep_flops else None,
+                flops=_kept_flops(host[-1]) if self.keep_flops else None,
                 hierarchy=host[8] if self.keep_hierarchy else None,
             ),
             device=DeviceOps.of(device, origin),
@@ -800,34 +683,10 @@ class EventCollector:
         )
 
 
-_HOST_DTYPES = (np.int8, *([np.int64] * 9))
-_DEVICE_DTYPES = (np.int8, *([np.int64] * 8))
-_MEMORY_DTYPES = (np.int64,) * 5
-_ANNOTATION_DTYPES = (np.int64,) * 5
-
-
 def _kept_flops(column: I64) -> I64 | None:
     """FLOPs per host row as the in-memory events give them: None when no op has any."""
     flops = np.maximum(column, 0)  # an unusable value reads as none
     return flops if flops.any() else None
-
-
-def _concat(chunks: list[tuple[Any, ...]], dtypes: tuple[Any, ...]) -> list[Any]:
-    """The batches' columns joined, column by column, each batch's column let go once
-    joined (and ``chunks`` emptied): the peak is the columns plus one joined column,
-    not twice the columns."""
-    if not chunks:
-        return [np.zeros(0, dtype=t) for t in dtypes]
-    parts = [list(c) for c in chunks]
-    chunks.clear()
-    joined = []
-    for i in range(len(dtypes)):
-        column = [p[i] for p in parts]
-        for p in parts:
-            p[i] = None
-        joined.append(column[0] if len(column) == 1 else np.concatenate(column))
-        del column
-    return joined
 
 
 def _keep_rows(columns: list[Any], keep: npt.NDArray[np.bool_]) -> None:
