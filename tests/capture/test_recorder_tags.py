@@ -73,7 +73,7 @@ def test_a_streamed_token_id_record_keeps_no_tags() -> None:
         rec.stream(4)
         for _ in range(3):
             model(torch.zeros(1, 8, dtype=torch.long))
-        assert len(rec._tags) == 0 and rec._tags.nbytes == 0
+        assert len(rec.generate_phases.seen) == 0 and rec.generate_phases.seen.nbytes == 0
     assert rec.profile().generation is None
 
 

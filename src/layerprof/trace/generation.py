@@ -7,24 +7,27 @@ step's phase is, in order of precedence:
 1. its name, when it says ``prefill`` or ``decode`` (``record_function("decode")``);
 2. the token ids its first ``aten::embedding`` took (their shape is read even
    without ``record_shapes`` grouping; the trace needs ``record_shapes=True``):
-   more than one token per sequence is a prefill, one is a decode step.
+   more than one token per sequence is a prefill, one is a decode step, except
+   the trace's first forward, which is the prefill of a one-token prompt.
 
-The steps' per-layer samples are then split as the Recorder's are
-(``phase_views``). There is no time to first token (the trace does not see
-the ``generate`` call begin); the inter-token latency is the time from one
-forward's end to the next decode forward's end.
+The phase is decided and the section assembled by the same functions as the
+Recorder's and ``--generate``'s (``layerprof.pivot.sections.generation``:
+``tag_forwards``, ``assemble_generation``). There is no time to first token (the
+trace does not see the ``generate`` call begin); the inter-token latency is the
+time from one forward's end to the next decode forward's end.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from layerprof.pivot.sections.trace import Steps
-from layerprof.stats import Series, median
+from layerprof.stats import Series
 from layerprof.trace.events import OP, TOKEN_OP, EventTables
 
 if TYPE_CHECKING:
@@ -47,50 +50,32 @@ def trace_generation(
         return None  # no step can be told a phase: neither a name nor a token op
     # here, not at the top: a trace that is no generate never creates these types
     # (each dataclass costs ~1 ms of `layerprof analyze`'s start-up)
-    from layerprof.pivot.sections.generation import DECODE, PREFILL, Generation, phase_views
+    from layerprof.pivot.sections.generation import (
+        DECODE,
+        PREFILL,
+        assemble_generation,
+        is_generation,
+        tag_forwards,
+    )
 
-    tagged = [_phase(ops, s.name, s.start_ns, s.end_ns) for s in done]
-    if not any(t is not None and t[0] == DECODE for t in tagged):
+    # one generate as far as the trace tells: its first forward is the prefill
+    tags = tag_forwards([(_named(s.name), ops.first(s.start_ns, s.end_ns)) for s in done])
+    if not is_generation(tags):  # a step's name says prefill or decode, nothing else
         return None
-    names: list[str | None] = [t[0] if t else None for t in tagged]
-    positions: list[float | None] = []
-    seen = 0
-    for t in tagged:
-        if t is None:
-            positions.append(None)
-            continue
-        name, tokens, _ = t
-        seen = tokens if name == PREFILL else seen + max(tokens, 1)
-        positions.append(float(seen) if tokens else None)
-    prefill = [t for t in tagged if t is not None and t[0] == PREFILL]
-    decode = [t for t in tagged if t is not None and t[0] == DECODE]
-    prompt = int(median([t[1] for t in prefill])) if prefill else 0
-    batch = int(median([t[2] for t in (prefill or decode)]))
+    names = [t[0] if t is not None else None for t in tags]
     itl = [
         done[i].end_ns - done[i - 1].end_ns
         for i in range(1, len(done))
         if names[i] == DECODE and names[i - 1] in (PREFILL, DECODE)
     ]
-    return Generation(
-        new_tokens=len(prefill) + len(decode), prompt_tokens=prompt, batch=batch,
-        generates=len(prefill), ttft_ns=None, itl_ns=Series(itl) if itl else None,
-        generate_ns=None,
-        phases=phase_views(samples, names, positions, {PREFILL: prompt * batch, DECODE: batch}),
-    )  # fmt: skip
+    generation = assemble_generation(samples, tags)
+    return replace(generation, itl_ns=Series(itl)) if itl else generation
 
 
-def _phase(ops: _TokenOps, name: str, start: int, end: int) -> tuple[str, int, int] | None:
-    """(phase, tokens per sequence, batch) of one step; tokens and batch 0 when unknown."""
-    from layerprof.pivot.sections.generation import DECODE, PREFILL  # see trace_generation
-
+def _named(name: str) -> str | None:
+    """The phase a step's name says (``record_function("decode")``), or None."""
     named = _NAMED.search(name)
-    shape = ops.first(start, end)
-    tokens, batch = shape if shape is not None else (0, 0)
-    if named:
-        return named.group(1).lower(), tokens, batch
-    if shape is None:
-        return None
-    return (PREFILL if tokens > 1 else DECODE), tokens, batch
+    return named.group(1).lower() if named else None
 
 
 class _TokenOps:

@@ -11,7 +11,7 @@ cache). Times are integer ns.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -195,6 +195,104 @@ class Generation:
 PREFILL, DECODE = "prefill", "decode"
 #: An encoder-decoder's encoder, which ``generate()`` runs once before the first forward.
 ENCODE = "encode"
+
+#: One forward's phase: its name, and its token ids' tokens per sequence and batch (0, 0
+#: when its input was no token ids).
+PhaseTag = tuple[str, int, int]
+#: What one forward shows the tagger: the phase named for it (None: none) and its token
+#: ids' (tokens per sequence, batch) (None: its input was no batch x tokens integer tensor).
+Sighting = tuple[str | None, tuple[int, int] | None]
+
+
+def token_ids(shape: Sequence[int] | None, integer: bool) -> tuple[int, int] | None:
+    """(tokens per sequence, batch) of a forward's input when it is token ids, a batch x
+    tokens tensor of integers; None for anything else (floats, another rank)."""
+    if shape is None or len(shape) != 2 or not integer:
+        return None
+    return int(shape[1]), int(shape[0])
+
+
+def forward_phase(
+    named: str | None, ids: tuple[int, int] | None, prefilled: bool
+) -> PhaseTag | None:
+    """The phase of one forward of a generate, the one rule of the Recorder, ``--generate``
+    and a trace: the phase named for it (``rec.phase()``, a ``record_function`` mark);
+    else, for token ids, prefill when they hold more than one token per sequence or when
+    the generate has had no prefill yet (``prefilled``: its first forward takes the
+    prompt, a one-token prompt too, such as a lone BOS), and decode for one token after
+    it; None for a forward with neither."""
+    tokens, batch = ids if ids is not None else (0, 0)
+    if named is not None:
+        return named, tokens, batch
+    if ids is None:
+        return None
+    return (DECODE if prefilled and tokens <= 1 else PREFILL), tokens, batch
+
+
+def tag_forwards(
+    seen: Sequence[Sighting | None], starts: Container[int] = ()
+) -> list[PhaseTag | None]:
+    """Each forward's phase (``forward_phase``), in order. A generate begins at the first
+    forward and at each index in ``starts`` (where the caller knows one begins: each of
+    ``--generate``'s, an encoder-decoder's after its encoder ran); a prefill or decode
+    forward, named or told by its ids, means the generate's prefill is behind it."""
+    tags: list[PhaseTag | None] = []
+    prefilled = False
+    for k, sighting in enumerate(seen):
+        if k in starts:
+            prefilled = False
+        tag = forward_phase(*sighting, prefilled) if sighting is not None else None
+        if tag is not None and tag[0] in (PREFILL, DECODE):
+            prefilled = True
+        tags.append(tag)
+    return tags
+
+
+def is_generation(tags: Sequence[PhaseTag | None]) -> bool:
+    """Whether tagged forwards make a generation section: a decode step, or a phase the
+    user named (forwards that are all prefills are a model over token ids, such as a
+    classifier's, whatever their lengths)."""
+    return any(t is not None and t[0] != PREFILL for t in tags)
+
+
+def assemble_generation(samples: Mapping[str, Any], tags: Sequence[PhaseTag | None]) -> Generation:
+    """The generation section of per-iteration samples, each iteration's phase in ``tags``
+    (None: no phase), built alike for the Recorder, ``--generate`` and a trace: each
+    phase's layers (``phase_views``), the counts the tags give (prefills are generates,
+    prefill and decode forwards new tokens; the prompt and batch their medians) and no
+    clean-pass field (``--generate`` adds its time to first token, inter-token latency,
+    KV cache and peaks; a trace its inter-token latency).
+
+    A decode forward's context position is the tokens of its generate so far: the
+    prefill's, one or more per decode step and a named phase's own; a forward whose
+    token count is unknown (a named one without ids) has no position.
+    """
+    names: list[str | None] = []
+    positions: list[float | None] = []
+    seen = 0
+    for tag in tags:
+        name, tokens = (tag[0], tag[1]) if tag is not None else (None, 0)
+        if name == PREFILL:
+            seen = tokens
+        elif name == DECODE:
+            seen += max(tokens, 1)
+        else:
+            seen += tokens
+        names.append(name)
+        positions.append(float(seen) if tokens and name in (PREFILL, DECODE) else None)
+    tagged = [t for t in tags if t is not None]
+    prefill = [t for t in tagged if t[0] == PREFILL]
+    decode = [t for t in tagged if t[0] == DECODE]
+    prompt = int(median([t[1] for t in prefill])) if prefill else 0
+    batch = int(median([t[2] for t in (prefill or decode)])) if (prefill or decode) else 0
+    per_forward = {PREFILL: prompt * batch, DECODE: batch}
+    for name in dict.fromkeys(t[0] for t in tagged if t[0] not in per_forward):
+        per_forward[name] = int(median([t[1] * t[2] for t in tagged if t[0] == name]))
+    return Generation(
+        new_tokens=len(prefill) + len(decode), prompt_tokens=prompt, batch=batch,
+        generates=len(prefill), ttft_ns=None, itl_ns=None, generate_ns=None,
+        phases=phase_views(samples, names, positions, per_forward),
+    )  # fmt: skip
 
 
 def phase_views(
