@@ -102,3 +102,24 @@ def test_a_trace_of_steps_that_are_not_forwards_gets_no_generation(tmp_path: Pat
     out = tmp_path / "stepped.json"
     prof.export_chrome_trace(str(out))
     assert layerprof.analyze(out).ranks[0].generation is None
+
+
+def test_a_one_token_prompt_is_the_traces_prefill(tmp_path: Path) -> None:
+    """A generate from a lone start token: every forward's ids are one token, and the first
+    is the prefill (it took the prompt), as the Recorder and --generate decide it; it was
+    read as a decode step, with no prefill at all (issue 45, item 2)."""
+    model = _gpt2()
+    prompt = torch.zeros(2, 1, dtype=torch.long)
+
+    def run() -> None:
+        model.generate(prompt, max_new_tokens=4, min_new_tokens=4, do_sample=False,
+                       pad_token_id=0)  # fmt: skip
+
+    path = _trace(tmp_path, model, run, with_stack=True, record_shapes=True)
+    g = layerprof.analyze(path).ranks[0].generation
+    assert g is not None
+    assert [(p.name, p.forwards, p.tokens_per_forward) for p in g.phases] == [
+        ("prefill", 1, 2), ("decode", 3, 2),
+    ]  # fmt: skip
+    assert (g.generates, g.prompt_tokens, g.batch) == (1, 1, 2)
+    assert g.itl_ns is not None and g.itl_ns.n == 3

@@ -4,11 +4,13 @@ tokens, prefill and decode apart (see :mod:`layerprof.pivot.sections.generation`
 Two passes, as for a forward. The clean pass runs warm-up generates, then the timed
 ones with nothing on the model but a logits processor that reads the clock when
 each token's logits are ready: time to first token, the gaps between tokens, the
-whole call. The per-layer pass runs a few generates under a Recorder, with one
-forward pre-hook on the model that tags each of its forwards with its phase
-(``prefill``: the forward that takes the prompt; ``decode``: one new token against
-the cache) and its context position; each layer's per-forward times are then
-split by phase.
+whole call. The per-layer pass runs a few generates under a Recorder, which tags
+each of the model's forwards with its phase (``prefill``: the forward that takes the
+prompt, each generate's first; ``decode``: one new token against the cache) and
+assembles the generation section as it does around a user's own generate
+(``layerprof.pivot.sections.generation``: one rule for the Recorder, this pass and a
+trace); this module adds to it what only it measures: the clean pass's times, the
+KV cache, each phase's work and the allocator's peaks.
 """
 
 from __future__ import annotations
@@ -39,7 +41,6 @@ from layerprof.pivot.sections.generation import (
     Generation,
     KvCache,
     Phase,
-    phase_views,
 )
 from layerprof.stats import Series
 
@@ -113,9 +114,8 @@ def profile_generate(
                 ttft.append(stamps[0] - t0)
                 itl += [b - a for a, b in itertools.pairwise(stamps)]
                 whole.append(t1 - t0)
-            recorded, phases, of_model = _layer_pass(
-                model, args, kwargs, new_tokens, batch, prompt_tokens, correct, clock
-            )
+            recorded, of_model = _layer_pass(model, args, kwargs, new_tokens, correct, clock)
+            phases = _encoded(_assembled(recorded).phases, prompt_tokens * batch)
             phases, found_peak = _with_work(model, args, kwargs, phases, peak)
             peaks = (
                 _phase_peaks(model, args, kwargs, new_tokens, counter)
@@ -125,9 +125,11 @@ def profile_generate(
     finally:
         model.train(was_training)
         torch.set_num_threads(before)
-    generation = Generation(
+    # the per-layer pass's section, with what the clean pass and the request know
+    generation = replace(
+        _assembled(recorded),
         new_tokens=new_tokens,
-        prompt_tokens=prompt_tokens,
+        prompt_tokens=prompt_tokens,  # an encoder-decoder's: the encoder's prompt
         batch=batch,
         generates=len(whole),
         ttft_ns=Series(ttft),
@@ -306,58 +308,35 @@ def _generate(
 
 
 def _layer_pass(
-    model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], n: int, batch: int, prompt: int,
-    correct: bool, clock: Clock | None,
-) -> tuple[Profile, tuple[Phase, ...], list[int]]:  # fmt: skip
-    """A few generates under the Recorder, each forward tagged (phase, context position)."""
+    model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], n: int, correct: bool,
+    clock: Clock | None,
+) -> tuple[Profile, list[int]]:  # fmt: skip
+    """A few generates under the Recorder, each begun as a generate (its first forward is
+    the prefill, a one-token prompt too): the per-iteration record with its generation
+    section, and which iterations are the model's forwards."""
     from layerprof.capture.recording.recorder import Recorder
 
-    tags: list[tuple[str, int]] = []
-    seen = [0]  # tokens the current generate's forwards have taken so far
-
-    def tag(module: Any, f_args: Any, f_kwargs: Any) -> None:
-        ids: Any = f_kwargs.get("input_ids") if f_kwargs else None
-        if ids is None and f_args:
-            ids = f_args[0]
-        shape = getattr(ids, "shape", None)
-        length = int(shape[-1]) if shape else 1
-        tags.append((PREFILL if seen[0] == 0 else DECODE, seen[0] + length))
-        seen[0] += length
-
-    handle = model.register_forward_pre_hook(tag, with_kwargs=True)
-    try:
-        with Recorder(model, clock=clock) as rec:
-            for _ in range(LAYER_GENERATES):
-                seen[0] = 0
-                _guarded_generate(model, args, kwargs, n, None, rec)
-    finally:
-        handle.remove()
-    # per iteration: _phases reads the encoder's own call; per_forward folds it after
+    with Recorder(model, clock=clock) as rec:
+        for _ in range(LAYER_GENERATES):
+            rec.generate_phases.begin_generate()
+            _guarded_generate(model, args, kwargs, n, None, rec)
+    # per iteration: the phases read the encoder's own call; per_forward folds it after
     profile = rec.profile_per_iteration(correct=None if correct else False)  # None: fake clock's
-    of_model, iterations = rec.model_forwards()
-    encoder_decoder = bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False))
-    forwards = of_model.tolist()
-    phases = _phases(profile, tags, forwards, iterations, batch, prompt, encoder_decoder)
-    return profile, phases, forwards
+    of_model, _ = rec.model_forwards()
+    return profile, of_model.tolist()
 
 
-def _phases(
-    profile: Profile, tags: list[tuple[str, int]], of_model: list[int], iterations: int,
-    batch: int, prompt: int, encoder_decoder: bool,
-) -> tuple[Phase, ...]:  # fmt: skip
-    """Each layer's times split by the phase of each iteration: the model's forwards
-    (``of_model``, in order) by their tags; an outermost call of a submodule (the
-    encoder of an encoder-decoder, run by ``generate()`` before the first forward) is
-    ``encode``. An encoder-decoder's prefill is its decoder's first forward (one start
-    token per sequence); the prompt's tokens are the encoder's."""
-    names: list[str | None] = [ENCODE] * iterations
-    positions: list[float | None] = [None] * iterations
-    for i, (name, position) in zip(of_model, tags, strict=False):
-        names[i], positions[i] = name, float(position)
-    tokens = {PREFILL: prompt * batch, DECODE: batch}
-    if encoder_decoder:
-        tokens = {ENCODE: prompt * batch, PREFILL: batch, DECODE: batch}
-    return phase_views(profile.samples, names, positions, tokens)
+def _assembled(recorded: Profile) -> Generation:
+    """The generation section the Recorder assembled (always one: each generate was begun)."""
+    if recorded.generation is None:  # only if a forward raised, which raised here already
+        raise RuntimeError("generate: the per-layer pass recorded no whole generate")
+    return recorded.generation
+
+
+def _encoded(phases: tuple[Phase, ...], prompt: int) -> tuple[Phase, ...]:
+    """An encoder-decoder's ``encode`` phase with the prompt's tokens (batch x prompt): the
+    Recorder does not see them (the encoder's call is not the model's forward)."""
+    return tuple(replace(p, tokens_per_forward=prompt) if p.name == ENCODE else p for p in phases)
 
 
 def _with_work(
