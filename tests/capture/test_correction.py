@@ -17,7 +17,7 @@ from torch import nn
 
 from layerprof import Recorder
 from layerprof.capture.recording.layertimes import Correction
-from layerprof.capture.recording.recorder import calibrate
+from layerprof.capture.recording.calibration import calibrate
 
 
 class Leaf(nn.Module):

@@ -14,6 +14,7 @@ from torch import nn
 from layerprof import Recorder
 from layerprof.capture.platform.clocks import FakeClock
 from layerprof.capture.recording import recorder as recorder_module
+from layerprof.capture.recording.accumulators import StreamSums
 from layerprof.capture.recording.layertimes import EXIT, RAISED, SKIP, complete_prefix, parse_events
 from layerprof.errors import UsageError
 from tests.support import zoo_models as zoo
@@ -189,7 +190,8 @@ def test_streaming_sums_what_the_whole_record_sums(
 def test_streaming_holds_one_matrix_per_quantity(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(recorder_module, "COMPACT_AT", 8)
     _, rec = _streamed(50, 50, device=False)
-    sums = rec._stream.sums
+    assert isinstance(rec._record, StreamSums)
+    sums = rec._record.sums
     assert rec._log.tables == [] and sums.filled == 50
     assert sums.total.shape == sums.self_.shape == (len(rec._paths), 50)
     assert sums.total.dtype == np.int64

@@ -12,7 +12,7 @@ from torch.utils.checkpoint import checkpoint
 
 import layerprof
 from layerprof.capture.platform.clocks import FakeClock
-from layerprof.capture.recording import recorder as recorder_module
+from layerprof.capture.recording import training as training_module
 from layerprof.capture.recording.loop import StepSchedule
 from layerprof.errors import UsageError
 from layerprof.pivot.profile import Profile
@@ -106,16 +106,16 @@ def test_chunked_sums_equal_one_sum_at_the_end(
     if len(steps) <= skip + warmup:
         steps = steps + [(1, False, 5)] * (skip + warmup + 1 - len(steps))
     with monkeypatch.context() as m:
-        m.setattr(recorder_module, "LOOP_CHUNK", 1 << 40)
+        m.setattr(training_module, "LOOP_CHUNK", 1 << 40)
         whole = _run(steps, schedule, checkpointed, midway=False)
     with monkeypatch.context() as m:
-        m.setattr(recorder_module, "LOOP_CHUNK", chunk)
+        m.setattr(training_module, "LOOP_CHUNK", chunk)
         chunked = _run(steps, schedule, checkpointed, midway=midway)
     _same(whole, chunked)
 
 
 def test_known_costs_survive_the_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(recorder_module, "LOOP_CHUNK", 7)
+    monkeypatch.setattr(training_module, "LOOP_CHUNK", 7)
     prof = _run([(2, True, 10)] * 30, StepSchedule(), checkpointed=True, midway=True)
     assert prof.loop is not None and len(prof.loop.steps) == 30
     a = prof.loop.layer("a")
@@ -148,7 +148,7 @@ def test_steps_outside_the_window_keep_no_calls() -> None:
 
 def _chunked(monkeypatch: pytest.MonkeyPatch, chunk: int) -> tuple[Net, layerprof.Recorder]:
     """A two-layer loop model on a fake clock and its Recorder, summing every ``chunk`` calls."""
-    monkeypatch.setattr(recorder_module, "LOOP_CHUNK", chunk)
+    monkeypatch.setattr(training_module, "LOOP_CHUNK", chunk)
     clock = FakeClock()
     model = Net(clock, checkpointed=False)
     return model, layerprof.Recorder(model, backward=True, clock=clock)

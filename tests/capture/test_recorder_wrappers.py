@@ -316,7 +316,7 @@ def test_shapes_are_recorded_once_and_their_cost_taken_out(
 ) -> None:
     """The forward that records shapes times the same as the others: what recording
     the shapes cost (500 ns a layer on the fake clock here) is not in any layer."""
-    from layerprof.capture.recording import recorder
+    from layerprof.capture.recording import recorder, signatures
 
     clock = FakeClock()
     real = recorder.inputs_tree
@@ -326,6 +326,7 @@ def test_shapes_are_recorded_once_and_their_cost_taken_out(
         return real(args, kwargs)
 
     monkeypatch.setattr(recorder, "inputs_tree", slow_inputs_tree)
+    monkeypatch.setattr(signatures, "inputs_tree", slow_inputs_tree)
     model = zoo.Nested(clock)
     with Recorder(model, clock=clock) as rec:
         for _ in range(3):

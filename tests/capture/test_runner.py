@@ -10,7 +10,7 @@ from torch import nn
 
 import layerprof
 from layerprof.capture.options import RunOptions
-from layerprof.capture.recording.recorder import calibrate
+from layerprof.capture.recording.calibration import calibrate
 from layerprof.capture.runner import profile_model
 from layerprof.errors import ModelRunError
 from layerprof.pivot.profile import Profile
@@ -147,7 +147,7 @@ KNOWN_PER_CALL, KNOWN_INSIDE = 300.0, 100.0
 
 @pytest.fixture
 def known_calibration(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    from layerprof.capture.recording import recorder as recorder_module
+    from layerprof.capture.recording import calibration as calibration_module
     from layerprof.capture.recording.layertimes import Correction
 
     calls: list[str] = []
@@ -156,7 +156,7 @@ def known_calibration(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         calls.append(device)
         return Correction(per_call_ns=KNOWN_PER_CALL, inside_ns=KNOWN_INSIDE)
 
-    monkeypatch.setattr(recorder_module, "calibrate", known)
+    monkeypatch.setattr(calibration_module, "calibrate", known)
     return calls
 
 
@@ -331,7 +331,7 @@ def test_a_calibration_that_reads_zero_twice_corrects_nothing_and_says_so(
     """layerprof run's calibration read 0 on a busy machine (torch 2.11 suite, a loaded
     run) and the profile claimed "corrected" with 0 per call; as the Recorder does, it is
     measured again once, then the times are left uncorrected and a note says why."""
-    from layerprof.capture.recording import recorder as recorder_module
+    from layerprof.capture.recording import calibration as calibration_module
     from layerprof.capture.recording.layertimes import Correction
 
     tries: list[str] = []
@@ -340,7 +340,7 @@ def test_a_calibration_that_reads_zero_twice_corrects_nothing_and_says_so(
         tries.append(device)
         return Correction(per_call_ns=0.0, inside_ns=0.0)
 
-    monkeypatch.setattr(recorder_module, "calibrate", zero)
+    monkeypatch.setattr(calibration_module, "calibrate", zero)
     prof = layerprof.profile(small_mlp(), torch.randn(4, 32), warmup=1, iters=3)
     assert tries == ["cpu", "cpu"]
     assert prof.overhead is not None and not prof.overhead.corrected

@@ -432,7 +432,7 @@ def test_a_calibration_that_reads_zero_is_said_not_printed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """'0.0 µs per hooked call' was printed in 2 of 7 runs on a busy machine."""
-    from layerprof.capture.recording import recorder as recorder_module
+    from layerprof.capture.recording import calibration as calibration_module
     from layerprof.capture.recording.layertimes import Correction
 
     tries: list[int] = []
@@ -441,7 +441,7 @@ def test_a_calibration_that_reads_zero_is_said_not_printed(
         tries.append(1)
         return Correction(per_call_ns=0.0, inside_ns=0.0)
 
-    monkeypatch.setattr(recorder_module, "calibrate", zero)
+    monkeypatch.setattr(calibration_module, "calibrate", zero)
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
     with layerprof.Recorder(model) as rec:
         for _ in range(3):

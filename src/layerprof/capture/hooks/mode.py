@@ -18,7 +18,8 @@ from layerprof.capture.layerpass import AsGiven
 from layerprof.capture.platform.clocks import CudaEventClock, HostClock
 from layerprof.capture.platform.device import device_of
 from layerprof.capture.prelude import prelude
-from layerprof.capture.recording.recorder import Recorder, measured_calibration, unmeasured_note
+from layerprof.capture.recording.calibration import measured_calibration, unmeasured_note
+from layerprof.capture.recording.recorder import Recorder
 from layerprof.pivot.notes import Note
 from layerprof.pivot.records import LayerSamples, Overhead
 from layerprof.stats import Series

@@ -44,6 +44,9 @@ class ForwardLog:
         self.pending: list[Any] = []  # device marks of the open outermost call
         self.dev: list[int] = []  # resolved device times, one per pair
         self.open = [0]  # open calls (device clock only: when to resolve)
+        # 1 while the Recorder's bookkeeping around a forward of the model runs (the
+        # root wrapper reads it: the root called inside its own forward is a plain call)
+        self.running = [0]
         self.tables: list[CallTable] = []
         self.failed: str | None = None  # where the last failed forward raised
 
@@ -51,6 +54,10 @@ class ForwardLog:
     def calls_held(self) -> int:
         """Calls held in the pairs and the tables."""
         return len(self.pairs) // 2 + sum(len(t) for t in self.tables)
+
+    def inside_forward(self) -> bool:
+        """Whether a forward of the model may still have a call open (compact keeps it)."""
+        return self.running[0] > 0 or bool(self.pending)
 
     def skip(self, t0: int, t1: int) -> None:
         """Log [t0, t1] as recorder time inside the open layer (a SKIP pseudo-call)."""

@@ -9,8 +9,37 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from layerprof.capture.recording.layertimes import CallTable
+from layerprof.pivot.notes import Note
 from layerprof.pivot.profile import Profile
 from layerprof.pivot.records import LayerSamples
+
+
+def model_forwards(tables: Sequence[CallTable], root: int | None) -> tuple[Any, int]:
+    """Which iterations of ``tables`` are forwards of the model (outermost calls of the
+    layer ``root``), as indices in order, and how many iterations they hold."""
+    import numpy as np
+
+    outer = [t.layer[t.level == 1] for t in tables]
+    firsts = np.concatenate(outer) if outer else np.zeros(0, dtype=np.int64)
+    of_model = np.flatnonzero(firsts == root) if root is not None else firsts[:0]
+    return of_model, len(firsts)
+
+
+def per_forward_noted(recorded: Profile, of_model: Sequence[int]) -> Profile:
+    """``per_forward``, with a note saying so when a call was folded."""
+    folded, done = per_forward(recorded, of_model)
+    if not done:
+        return folded
+    return folded.with_notes(
+        Note(
+            "generation-per-forward",
+            "the layer table is per forward of the model: the encoder, which generate()"
+            " runs before the first forward, is counted in that forward (its calls are"
+            " a fraction of one per forward)"
+            + ("; the generation section has each phase apart" if recorded.generation else ""),
+        )
+    )
 
 
 def per_forward(recorded: Profile, of_model: Sequence[int]) -> tuple[Profile, bool]:

@@ -1,36 +1,19 @@
 """Times every module's forward: one instance-level wrapper per module, swapped in and out.
 
-Each recorded module's entry point (``forward``; ``_compiled_call_impl`` for
-a module compiled in place) is replaced by a small closure that appends
-``(layer index, clock)`` when the forward starts and ``(EXIT, clock)`` when
-it returns (``wrappers``) - the design HF accelerate uses (``add_hook_to_module``), measured
-by ``benchmarks/overhead.py`` at a fraction of what ``__call__`` hooks cost:
-a module with no hooks keeps ``nn.Module.__call__``'s fast path. Everything
-else (nesting, iterations, self times, the overhead correction) happens
-after the run, vectorized (``layerprof.capture.recording.layertimes``), into one
-of three accumulators (``accumulators``; a training loop's is ``training``).
+Each recorded module's entry point is replaced by a small closure that logs
+its start and end (``wrappers``, which also says what other code sees while a
+Recorder is attached); everything else (nesting, iterations, self times, the
+overhead correction) happens after the run, vectorized (``layertimes``), into
+one of three accumulators (``accumulators``; a training loop's is ``training``).
 
 The class reads in the order a recording runs: ``attach`` (the wrappers on),
-``_run`` (what each forward of the model adds around its timed call), ``detach``
-(everything off), then the results.
+``_run`` (what each forward of the model adds around its timed call, in one
+``try/finally``), ``detach`` (everything off, also after an error or Ctrl-C),
+then the results. A forward that raises is dropped from the record and the
+innermost layer it raised in is kept for the error message (``active_path``).
 
-What other code sees while a Recorder is attached, and why (tested in
-tests/capture/test_recorder_wrappers.py; docs/definitions.md says the same):
-
-* the module's hooks (and the user's) still fire, around the timed interval:
-  a layer's time is its ``forward``, hooks are its caller's time;
-* ``module.forward`` is an instance attribute carrying ``__wrapped__``, so
-  ``inspect.signature(module.forward)`` is the original's; ``type(module)``
-  and ``type(module).forward`` are untouched;
-* scripted and compiled modules are timed as one leaf, from outside
-  TorchScript and outside dynamo, so nothing inside a compiled region changes
-  and nothing recompiles;
-* every wrapper comes off in ``detach`` (``__exit__``), also after an error or
-  Ctrl-C; a forward that raises is dropped from the record and the innermost
-  layer it raised in is kept for the error message (``active_path``).
-
-Shapes are recorded once per distinct input signature of the model (the
-shapes of the root's inputs; ``signatures``): the first forward with a new signature runs with
+Shapes are recorded once per distinct input signature of the model
+(``signatures``): the first forward with a new signature runs with
 shape-recording wrappers, the forwards after it with the timing ones only.
 The time spent recording shapes is logged as ``SKIP`` pseudo-calls and taken
 out of the layers' times.
@@ -41,8 +24,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
-
-import numpy as np
 
 from layerprof.capture.compilewatch import dynamo_compiling
 from layerprof.capture.modules import (
@@ -57,29 +38,22 @@ from layerprof.capture.recording import wrappers
 from layerprof.capture.recording.accumulators import Accumulator, KeptTables, StreamSums
 from layerprof.capture.recording.calibration import (
     correction_for,
-    unmeasured_note,
+    overhead_of,
     wants_correction,
 )
 from layerprof.capture.recording.forwardlog import ForwardLog
-from layerprof.capture.recording.forwards import per_forward
+from layerprof.capture.recording.forwards import model_forwards, per_forward_noted
 from layerprof.capture.recording.layerinfo import default_meta, layer_infos
-from layerprof.capture.recording.layertimes import CallTable, Correction, SampleSums
+from layerprof.capture.recording.layertimes import CallTable, Correction
 from layerprof.capture.recording.loop import StepSchedule
-from layerprof.capture.recording.notes import (
-    compiled_caller_note,
-    compiled_note,
-    replaced_note,
-    replaced_paths,
-)
+from layerprof.capture.recording.notes import compiled_notes, replaced_note, replaced_paths
 from layerprof.capture.recording.phasetags import ForwardPhases, PhaseScope
-from layerprof.capture.recording.shapestore import ShapeStore, shape_wrapper
-from layerprof.capture.recording.signatures import Signatures
+from layerprof.capture.recording.signatures import Signatures, clear_overlays, overlay_shapes
 from layerprof.capture.recording.training import TrainingSteps
 from layerprof.capture.shapes import inputs_tree
 from layerprof.errors import UsageError
-from layerprof.pivot.notes import Note
 from layerprof.pivot.profile import Profile
-from layerprof.pivot.records import LayerCall, Meta, Overhead
+from layerprof.pivot.records import LayerCall, Meta
 from layerprof.pivot.sections.generation import Generation
 from layerprof.pivot.sections.inputs import InputSignature
 
@@ -103,18 +77,13 @@ class Recorder:
     first sums, see below).
 
     ``backward=True`` is for a training loop: call ``step()`` once per step.
-    Each layer's backward is timed by graph-node marks
-    (layerprof.capture.recording.nodes; on CUDA with CUDA events, resolved once per
-    step), each forward's graph is hooked right after the forward, and each
-    step is split into data wait, forward, backward, optimizer and rest
-    (layerprof.capture.recording.training); ``schedule`` picks the steps that count:
-    skipped and warm-up steps keep nothing, and the active ones are summed per
-    layer every few hundred steps (layerprof.capture.recording.looprecord), so
-    a long run holds 8 bytes per layer, step and quantity, not its calls.
+    Each layer's backward is timed (on CUDA by CUDA events, resolved once per
+    step) and each step is split into data wait, forward, backward, optimizer
+    and rest (layerprof.capture.recording.training); ``schedule`` picks the steps
+    that count, and the active ones are summed per layer as the loop runs.
     ``memory=True`` also counts each layer's activation, parameter, gradient and
-    optimizer-state bytes in every step (layerprof.capture.memory.activations; the
-    last active step's are kept); its hooks cost time in the timed steps, so it is
-    off by default and the profile says so when on.
+    optimizer-state bytes in every step (the last active step's are kept); its
+    hooks cost time in the timed steps, so the profile says so when on.
     A DDP/FSDP wrapper is unwrapped: the layers are the user's model's.
     """
 
@@ -239,7 +208,7 @@ class Recorder:
         shaping = sig is not None and not sig.store.shapes
         if shaping:
             assert sig is not None
-            self._shapes_on(sig.store)
+            overlay_shapes(self._by_path, sig.store, self._skip, self.clock.mark)
             ins = inputs_tree(args, kwargs)
         log, training = self._log, self._training
         log.running[0] = 1
@@ -250,7 +219,7 @@ class Recorder:
         finally:
             log.running[0] = 0
             if shaping:
-                self._shapes_off()
+                clear_overlays(self._by_path)
         if training is not None:
             training.forward_done(out)
         if shaping:
@@ -266,17 +235,6 @@ class Recorder:
     def _skip(self, t0: int) -> None:
         """Log [t0, now] as recorder time inside the open layer (a SKIP pseudo-call)."""
         self._log.skip(t0, self.clock.mark())
-
-    def _shapes_on(self, store: ShapeStore) -> None:
-        """Overlay shape-recording wrappers on every non-root module for one forward."""
-        mark = self.clock.mark
-        for path, wrapper in self._by_path.items():
-            if path:
-                wrapper.overlay(shape_wrapper(path, store, wrapper.wrapper, self._skip, mark))
-
-    def _shapes_off(self) -> None:
-        for wrapper in self._by_path.values():
-            wrapper.clear_overlay()
 
     def _raised(self) -> None:
         """A recorded call raised: its log closes it (see ``ForwardLog.raised``)."""
@@ -384,12 +342,8 @@ class Recorder:
         self._compact()
         wanted = wants_correction(correct, self.correct, self.clock)
         correction = correction_for(wanted, self.correction)
-        sums = SampleSums(len(self._paths), iterations, self.device_clock is not None)
-        for table in self._log.tables:
-            sums.add(table, correction)
-        self._log.tables.clear()
+        self._record = StreamSums.of_log(self._log, self._paths, iterations, correction, wanted)
         self.generate_phases.clear()  # no generation section is made from sums
-        self._record = StreamSums(sums, correction, wanted, self._paths)
 
     def _decide(self, correct: bool | None) -> Correction | None:
         """The correction a record is reduced with (``correct``: ``profile(correct=...)``;
@@ -434,14 +388,8 @@ class Recorder:
         self._compact()
         return self._model_forwards()
 
-    def _model_forwards(self) -> tuple[Any, int]:
-        """Which recorded iterations are forwards of the model (outermost calls of the
-        root), as indices in order, and how many iterations were recorded."""
-        root = self._index.get("")
-        outer = [t.layer[t.level == 1] for t in self._log.tables]
-        firsts = np.concatenate(outer) if outer else np.zeros(0, dtype=np.int64)
-        of_model = np.flatnonzero(firsts == root) if root is not None else firsts[:0]
-        return of_model, len(firsts)
+    def _model_forwards(self) -> tuple[Any, int]:  # as model_forwards(), not compacted
+        return model_forwards(self._log.tables, self._index.get(""))
 
     @property
     def steps_done(self) -> int:
@@ -461,18 +409,7 @@ class Recorder:
         if not self._generates(profile):
             return profile
         of_model, _ = self._model_forwards()
-        folded, done = per_forward(profile, of_model.tolist())
-        if not done:
-            return folded
-        return folded.with_notes(
-            Note(
-                "generation-per-forward",
-                "the layer table is per forward of the model: the encoder, which generate()"
-                " runs before the first forward, is counted in that forward (its calls are"
-                " a fraction of one per forward)"
-                + ("; the generation section has each phase apart" if profile.generation else ""),
-            )
-        )
+        return per_forward_noted(profile, of_model.tolist())
 
     def _generates(self, profile: Profile) -> bool:
         """Whether the record is one of generate()'s: a generation section, or an
@@ -500,21 +437,12 @@ class Recorder:
         notes = training.step_notes(totals.loop, self._compiled[0]) if training else ()
         notes += (
             replaced_note(self._replaced_paths() if self._by_path else self._replaced)
-            + compiled_note(self.model)
-            + compiled_caller_note(self.model, self._compiled[0])
+            + compiled_notes(self.model, self._compiled[0])
             + (training.memory_notes() if training else ())
         )
-        correction, overhead = totals.correction, None
-        if correction is not None and not correction.measured and self.correction is None:
-            notes += (unmeasured_note(),)
-            correction = None
-        if correction is not None:
-            overhead = Overhead(
-                per_call_ns=correction.per_call_ns,
-                inside_ns=correction.inside_ns,
-                corrected=True,
-                calls_per_forward=totals.calls / max(totals.iterations, 1),
-            )
+        per_forward = totals.calls / max(totals.iterations, 1)
+        overhead, unmeasured = overhead_of(totals.correction, self.correction, per_forward)
+        notes += unmeasured
         main = self._signatures.main()
         generation = self._generation(totals.samples) if self._record.plain else None
         return Profile(
