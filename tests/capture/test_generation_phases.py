@@ -100,6 +100,24 @@ def test_a_recorded_decode_loop_from_a_one_token_prompt_starts_with_its_prefill(
     assert (g.generates, g.prompt_tokens, g.new_tokens) == (1, 1, 4)
 
 
+def test_named_phases_place_the_prefill_where_ids_cannot() -> None:
+    """What docs/definitions.md tells a user: a record that starts after its prefill names
+    its first step decode, and a later generate's one-token prompt is named prefill."""
+    model = ToyLM().eval()
+    one = torch.zeros(1, 1, dtype=torch.long)
+    with torch.no_grad(), layerprof.Recorder(model) as rec:
+        with rec.phase("decode"):
+            model(one)
+        model(one)
+        with rec.phase("prefill"):
+            model(one)
+        model(one)
+    g = rec.profile(correct=False).generation
+    assert g is not None
+    assert [(p.name, p.forwards) for p in g.phases] == [(DECODE, 3), (PREFILL, 1)]
+    assert g.generates == 1
+
+
 transformers = pytest.importorskip("transformers")
 
 
