@@ -44,7 +44,7 @@ from layerprof.capture.recording.calibration import (
 from layerprof.capture.recording.forwardlog import ForwardLog
 from layerprof.capture.recording.forwards import model_forwards, per_forward_noted
 from layerprof.capture.recording.layerinfo import default_meta, layer_infos
-from layerprof.capture.recording.layertimes import CallTable, Correction
+from layerprof.capture.recording.layertimes import Correction
 from layerprof.capture.recording.loop import StepSchedule
 from layerprof.capture.recording.notes import compiled_notes, replaced_note, replaced_paths
 from layerprof.capture.recording.phasetags import ForwardPhases, PhaseScope
@@ -117,11 +117,9 @@ class Recorder:
         self.model = unwrap(model)  # DDP / FSDP wrappers: the user's model inside
         self.clock: Clock = clock or HostClock()
         self.device_clock = device_clock
-        # a training loop (backward=True): rec.step() per step, see capture.recording.training
-        self.backward = backward
+        self.backward = backward  # a training loop: rec.step() per step
         self.schedule = schedule or StepSchedule()
-        # activation memory per layer, counted in every step (its hooks cost time)
-        self.memory = memory
+        self.memory = memory  # activation memory per layer, in every step
         self.record_shapes = record_shapes
         self.correction = correction
         # whether profile() removes the wrappers' cost (None: on the real clock); a long
@@ -205,10 +203,9 @@ class Recorder:
             self.generate_phases.see(self._root_forwards, args, kwargs)
         self._root_forwards += 1
         sig = self._signatures.of(args, kwargs) if self.record_shapes else None
-        shaping = sig is not None and not sig.store.shapes
-        if shaping:
-            assert sig is not None
-            overlay_shapes(self._by_path, sig.store, self._skip, self.clock.mark)
+        store = sig.store if sig is not None and not sig.store.shapes else None
+        if store is not None:  # the signature's first forward: the layers' shapes too
+            overlay_shapes(self._by_path, store, self._skip, self.clock.mark)
             ins = inputs_tree(args, kwargs)
         log, training = self._log, self._training
         log.running[0] = 1
@@ -218,13 +215,12 @@ class Recorder:
             out = timed(*args, **kwargs)
         finally:
             log.running[0] = 0
-            if shaping:
+            if store is not None:
                 clear_overlays(self._by_path)
         if training is not None:
             training.forward_done(out)
-        if shaping:
-            assert sig is not None
-            sig.store.keep("", ins, out)
+        if store is not None:
+            store.keep("", ins, out)
         if sig is not None:
             sig.forwards += 1
         log.zero = len(log.pairs)
@@ -241,8 +237,7 @@ class Recorder:
         self._log.raised(self.clock.mark())
 
     def _compact(self) -> None:
-        """Move the whole outermost calls in the log into a CallTable (or the accumulator's
-        sink: summed at once when streaming)."""
+        """Move the log's whole outermost calls into a CallTable, or the accumulator's sink."""
         self._log.compact(self._log.inside_forward(), self._record.sink())
 
     def step(self) -> None:
@@ -257,9 +252,8 @@ class Recorder:
         training.step(self._stop_recording)
 
     def _stop_recording(self) -> None:
-        """Past the schedule's active window nothing more is kept: every wrapper passes
-        through from now on (the hooks stay on until the Recorder exits, so nothing about
-        the model changes mid-run), and a run of 100k steps holds no more than its window."""
+        """Past the schedule's active window every wrapper passes through (the hooks stay on
+        until the Recorder exits): a run of 100k steps holds no more than its window."""
         for wrapper in self._by_path.values():
             disable = getattr(wrapper.wrapper, "disable", None)
             if disable is not None:
@@ -304,11 +298,7 @@ class Recorder:
     def calls(self) -> list[LayerCall]:
         self._compact()
         self._record.check_calls()
-        return self._table().records(self._paths)
-
-    def _table(self) -> CallTable:
-        self._compact()
-        return self._log.table()
+        return self._log.table().records(self._paths)
 
     @property
     def call_count(self) -> int:
@@ -346,8 +336,7 @@ class Recorder:
         self.generate_phases.clear()  # no generation section is made from sums
 
     def _decide(self, correct: bool | None) -> Correction | None:
-        """The correction a record is reduced with (``correct``: ``profile(correct=...)``;
-        see ``calibration.wants_correction``)."""
+        """The correction a record is reduced with (``correct``: ``profile(correct=...)``)."""
         return correction_for(wants_correction(correct, self.correct, self.clock), self.correction)
 
     @property

@@ -11,6 +11,24 @@ would be two attribute lookups per call, paid twice per layer call.
 ``disable()`` (set on each wrapper) turns one into a pass-through for good: left
 under another tool's wrapper at ``remove()`` (``ForwardWrapper``), or past a
 training loop's active steps (``Recorder.step``).
+
+Swapping the entry point (``forward``; ``_compiled_call_impl`` for a module
+compiled in place) is the design HF accelerate uses (``add_hook_to_module``),
+measured by ``benchmarks/overhead.py`` at a fraction of what ``__call__`` hooks
+cost: a module with no hooks keeps ``nn.Module.__call__``'s fast path. What
+other code sees while a Recorder is attached, and why (tested in
+tests/capture/test_recorder_wrappers.py; docs/definitions.md says the same):
+
+* the module's hooks (and the user's) still fire, around the timed interval:
+  a layer's time is its ``forward``, hooks are its caller's time;
+* ``module.forward`` is an instance attribute carrying ``__wrapped__``, so
+  ``inspect.signature(module.forward)`` is the original's; ``type(module)``
+  and ``type(module).forward`` are untouched;
+* scripted and compiled modules are timed as one leaf, from outside
+  TorchScript and outside dynamo, so nothing inside a compiled region changes
+  and nothing recompiles;
+* every wrapper comes off in ``Recorder.detach`` (``__exit__``), also after an
+  error or Ctrl-C.
 """
 
 from __future__ import annotations
