@@ -40,12 +40,12 @@ sys.path.insert(0, str(ROOT))  # tests.support.rank_traces
 from tests.support.rank_traces import cpu_trace, simulate_ranks  # noqa: E402
 
 from layerprof.trace import analyze  # noqa: E402
-from layerprof.trace.analysis import RankJob  # noqa: E402
-from layerprof.trace.executors import DaskExecutor  # noqa: E402
-from layerprof.trace.processpool import ProcessExecutor  # noqa: E402
-from layerprof.trace.ranks import merge  # noqa: E402
-from layerprof.trace.remote import TraceInput  # noqa: E402
-from layerprof.trace.tasks import cores  # noqa: E402
+from layerprof.trace.distributed.ranks import merge  # noqa: E402
+from layerprof.trace.jobs.executors import DaskExecutor  # noqa: E402
+from layerprof.trace.jobs.processpool import ProcessExecutor  # noqa: E402
+from layerprof.trace.jobs.rankjobs import RankJob  # noqa: E402
+from layerprof.trace.jobs.remote import TraceInput  # noqa: E402
+from layerprof.trace.jobs.tasks import cores  # noqa: E402
 
 SHARED = [
     ROOT.parent / "shared" / "traces" / "hta",

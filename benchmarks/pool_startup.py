@@ -3,7 +3,7 @@
 Analyzes a directory of ``--ranks`` tiny traces (kilobytes: the work itself is
 negligible) with ``serial`` and with ``processes=N``, interleaved, and prints
 the median difference: the start-up of the forkserver and the workers, each
-importing layerprof's reader. ``trace/executors.py`` runs ranks in a pool only
+importing layerprof's reader. ``trace/jobs/executors.py`` runs ranks in a pool only
 when its estimate of the serial work exceeds this plus the pool's share of the
 work.
 
@@ -23,8 +23,8 @@ from statistics import median
 import orjson
 
 from layerprof.trace import analyze
-from layerprof.trace.executors import POOL_START_SECONDS
-from layerprof.trace.tasks import cores
+from layerprof.trace.jobs.executors import POOL_START_SECONDS
+from layerprof.trace.jobs.tasks import cores
 
 
 def tiny_trace(rank: int) -> bytes:

@@ -188,10 +188,10 @@ def analyze(path: str | os.PathLike[str], **options: Any) -> Run:
     per-rank traces, or an fsspec URL (``s3://...``) -> a :class:`Run` (one Profile
     per rank). No torch import.
 
-    Options as for :func:`layerprof.trace.analysis.analyze` (``executor="serial"``,
+    Options as for :func:`layerprof.trace.jobs.rankjobs.analyze` (``executor="serial"``,
     ``"processes[=N]"`` or ``"dask[=ADDRESS]"``, ``partial``, ``group_by_shape``,
     ``max_input_size``, ...).
     """
-    from layerprof.trace.analysis import analyze as analyze_trace
+    from layerprof.trace.jobs.rankjobs import analyze as analyze_trace
 
     return analyze_trace(path, **options)

@@ -11,7 +11,7 @@ from layerprof.capture.platform.clocks import FakeClock
 from layerprof.capture.recording.recorder import Recorder
 from layerprof.pivot.records import Meta
 from layerprof.render.console.ranks import print_layers_across_ranks
-from layerprof.trace.ranks import merge_profiles
+from layerprof.trace.distributed.ranks import merge_profiles
 from tests.support import zoo_models as zoo
 from tests.support.golden_files import check_golden
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from layerprof.trace import analysis, executors
-from layerprof.trace.executors import SerialExecutor, default_executor
-from layerprof.trace.processpool import ProcessExecutor
-from layerprof.trace.remote import TraceInput
+from layerprof.trace.jobs import executors, rankjobs
+from layerprof.trace.jobs.executors import SerialExecutor, default_executor
+from layerprof.trace.jobs.processpool import ProcessExecutor
+from layerprof.trace.jobs.remote import TraceInput
 from tests.support.rank_traces import cpu_trace, simulate_ranks
 
 
@@ -48,7 +48,7 @@ def test_two_small_rank_traces_are_analyzed_here(
         raise AssertionError("a process pool was started for two small traces")
 
     monkeypatch.setattr(ProcessExecutor, "run", no_pool)
-    run = analysis.analyze(folder)
+    run = rankjobs.analyze(folder)
     assert [p.rank for p in run.ranks] == [0, 1]
 
 
@@ -56,7 +56,7 @@ def test_estimates_grow_with_size_and_gzip(tmp_path: Path) -> None:
     plain, packed = tmp_path / "a.json", tmp_path / "b.json.gz"
     plain.write_bytes(b" " * 1000)
     packed.write_bytes(b" " * 1000)
-    got = analysis._estimated_seconds([TraceInput(str(plain), "a"), TraceInput(str(packed), "b")])
+    got = rankjobs._estimated_seconds([TraceInput(str(plain), "a"), TraceInput(str(packed), "b")])
     assert got is not None and got[1] > got[0] > 0
     remote = [TraceInput("s3://b/a.json", "s3://b/a.json"), TraceInput(str(plain), "a")]
-    assert analysis._estimated_seconds(remote) is None
+    assert rankjobs._estimated_seconds(remote) is None

@@ -22,7 +22,7 @@ import orjson
 import pytest
 
 from layerprof.errors import UsageError
-from layerprof.trace.executors import parse_executor
+from layerprof.trace.jobs.executors import parse_executor
 from tests.support.rank_traces import cpu_trace, simulate_ranks
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
@@ -322,7 +322,7 @@ def test_a_real_scheduler_address_still_works(rank_dir: Path, tmp_path: Path) ->
 def test_a_signal_during_submit_acts_once_the_workers_are_listed() -> None:
     """SIGTERM or Ctrl-C inside the held block (the pool's submits) is delivered after
     it, to the handler that was there, once; nothing is lost or doubled."""
-    from layerprof.trace.tasks import signals_held
+    from layerprof.trace.jobs.tasks import signals_held
 
     class Stop(Exception):
         pass

@@ -23,16 +23,16 @@ from layerprof import codec
 from layerprof.cli import main
 from layerprof.errors import TraceError, UsageError
 from layerprof.trace import analyze
-from layerprof.trace.analysis import RankJob
-from layerprof.trace.executors import (
+from layerprof.trace.jobs.executors import (
     DaskExecutor,
     SerialExecutor,
     default_executor,
     parse_executor,
 )
-from layerprof.trace.processpool import ProcessExecutor
-from layerprof.trace.remote import TraceInput, list_inputs
-from layerprof.trace.tasks import Failed
+from layerprof.trace.jobs.processpool import ProcessExecutor
+from layerprof.trace.jobs.rankjobs import RankJob
+from layerprof.trace.jobs.remote import TraceInput, list_inputs
+from layerprof.trace.jobs.tasks import Failed
 from tests.support.rank_traces import KillAlways, KillOnce, cpu_trace, simulate_ranks
 
 RANKS = 8

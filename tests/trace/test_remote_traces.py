@@ -17,7 +17,7 @@ from layerprof import codec
 from layerprof.cli import main
 from layerprof.errors import TraceError, UsageError
 from layerprof.trace import analyze
-from layerprof.trace.remote import list_inputs, redact, scrub, wildcard
+from layerprof.trace.jobs.remote import list_inputs, redact, scrub, wildcard
 from tests.support.http_servers import endless, serving, silent, stalling
 from tests.support.rank_traces import cpu_trace, simulate_ranks
 

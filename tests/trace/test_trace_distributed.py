@@ -20,7 +20,7 @@ from layerprof.pivot.profile import Run
 from layerprof.pivot.sections.distributed import BREAKDOWN_PARTS, bus_factor
 from layerprof.render.formats import ConsoleRenderer
 from layerprof.trace import analyze
-from layerprof.trace.comm import collective_kind
+from layerprof.trace.distributed.comm import collective_kind
 from layerprof.trace.intervals import lane, partition
 from layerprof.traceformat import STEP_PREFIX
 from tests.support.kineto_docs import gpu_op, rank_doc, span, write

@@ -79,8 +79,8 @@ def run(args: argparse.Namespace) -> int:
     from layerprof.capture.progress import Progress
     from layerprof.cli import inputfiles, readbar
     from layerprof.trace import analyze
-    from layerprof.trace.analysis import graph_pair
-    from layerprof.trace.executors import parse_executor
+    from layerprof.trace.jobs.executors import parse_executor
+    from layerprof.trace.jobs.rankjobs import graph_pair
 
     pair = graph_pair(args.trace, args.capture)
     inputs = [pair[0], *(c.path for c in pair[1])] if pair else []

@@ -106,7 +106,7 @@ def trace_inputs(spec: str) -> list[str]:
     """``spec`` and, for a local directory or glob, every trace file it lists (``analyze
     dir --json dir/t.rank-0.json`` would replace a rank). A URL is not a local file; a
     listing that fails names nothing more (the command reports it when it reads)."""
-    from layerprof.trace.remote import is_url, list_inputs
+    from layerprof.trace.jobs.remote import is_url, list_inputs
 
     if is_url(spec):
         return []

@@ -64,7 +64,7 @@ def load_ranks(paths: list[str], *, max_input_size: int | None = None) -> Run:
     """Saved profiles of one job's ranks (``p.rank-0.json p.rank-1.json``) as one Run."""
     from layerprof.codec import load
     from layerprof.pivot.profile import Profile
-    from layerprof.trace.ranks import merge_profiles
+    from layerprof.trace.distributed.ranks import merge_profiles
 
     profiles = []
     for path in paths:
@@ -83,7 +83,7 @@ def local_files(paths: list[str], command: str) -> None:
     """UsageError for a URL among ``paths`` (``command`` reads files on this machine),
     naming it without the user name, password and query string values it may carry:
     a mistyped argument must not put a secret on screen."""
-    from layerprof.trace.remote import is_url, redact
+    from layerprof.trace.jobs.remote import is_url, redact
 
     for path in paths:
         if is_url(path):

@@ -33,6 +33,7 @@ from layerprof.pivot.notes import Note
 from layerprof.pivot.profile import Profile, Run, TraceSections
 from layerprof.pivot.sections.replay import CaptureFile, GraphMatch, GraphReplay, MissedKernel
 from layerprof.reading import read_input
+from layerprof.trace.distributed.ranks import merge
 from layerprof.trace.events import (
     ANNOTATION,
     EventCollector,
@@ -45,7 +46,6 @@ from layerprof.trace.mergedspans import (
     quiet_tail,
     stacked,
 )
-from layerprof.trace.ranks import merge
 from layerprof.trace.reader import TRACE_SUFFIXES, decode, read_trace_file
 from layerprof.trace.reduce import reduce
 from layerprof.trace.replay import (

@@ -15,10 +15,10 @@ import numpy as np
 from layerprof.pivot.sections.distributed import DeviceTimeline, MemoryTimeline
 from layerprof.pivot.sections.trace import Steps
 from layerprof.trace.columns import unique
+from layerprof.trace.distributed.queue import MAX_POINTS
 from layerprof.trace.events import LAYER, MODULE, OP, EventTables
 from layerprof.trace.intervals import thin
 from layerprof.trace.nesting import Nesting, enclosing_at
-from layerprof.trace.queue import MAX_POINTS
 
 
 def memory_timeline(tables: EventTables, nesting: Nesting, steps: Steps) -> MemoryTimeline | None:

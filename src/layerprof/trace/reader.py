@@ -365,7 +365,7 @@ def read_trace_file(
 
     ``max_input_size``: the ceiling on its JSON size (see ``layerprof.reading``);
     ``data``: its bytes when already read (a pipe can be read only once, a
-    remote file is read by ``trace/remote.py``); without it the file is decoded
+    remote file is read by ``trace/jobs/remote.py``); without it the file is decoded
     as it is read, in memory flat in its size (``trace/stream.py``); ``name``:
     what errors call it (default: the path); ``progress(read, size)``: the bytes
     of the file read so far, and its size when known.

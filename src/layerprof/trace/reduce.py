@@ -33,6 +33,7 @@ from layerprof.pivot.profile import Profile, TraceSections, parent_path
 from layerprof.pivot.records import LayerInfo, LayerSamples, Meta, OpStat
 from layerprof.pivot.sections.trace import AnnotationRow, Steps, TraceSource
 from layerprof.stats import Series
+from layerprof.trace.allocator import allocator_summary
 from layerprof.trace.attribution import (
     BACKWARD_NODE,
     attribute,
@@ -42,13 +43,13 @@ from layerprof.trace.attribution import (
     other_ops_notes,
 )
 from layerprof.trace.batch import serving_steps
-from layerprof.trace.breakdown import breakdown
-from layerprof.trace.comm import communication
+from layerprof.trace.distributed.breakdown import breakdown
+from layerprof.trace.distributed.comm import communication
+from layerprof.trace.distributed.queue import queues
 from layerprof.trace.events import ANNOTATION, LAYER, MODULE, EventTables
 from layerprof.trace.generation import trace_generation
 from layerprof.trace.gpu import device_use, kernel_table, kind_table, launches, memcpy_table
 from layerprof.trace.links import Links, link
-from layerprof.trace.memory import memory_summary
 from layerprof.trace.memtimeline import memory_timeline
 from layerprof.trace.modules import (
     TreeRow,
@@ -60,7 +61,6 @@ from layerprof.trace.modules import (
 )
 from layerprof.trace.nesting import Nesting, nest
 from layerprof.trace.ops import device_times
-from layerprof.trace.queue import queues
 from layerprof.trace.replay import graph_facts
 from layerprof.trace.steps import find_steps
 from layerprof.trace.stepwork import step_work, work_notes
@@ -129,7 +129,7 @@ def reduce(
             kinds=kind_table(tables, kernels),
             memcpy=memcpy_table(tables),
             launches=launches(tables, links) if has_device else None,
-            memory=memory_summary(tables, nesting),
+            memory=allocator_summary(tables, nesting),
             annotations=tuple(_annotation(r) for r in annotation_rows),
             breakdown=breakdown(tables, nesting, steps, per_device),
             communication=communication(tables, nesting, links, steps, header),

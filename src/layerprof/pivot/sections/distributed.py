@@ -2,9 +2,9 @@
 and their overlap with compute, device queues and launches, the memory timeline
 (per rank), and stragglers across ranks.
 
-Value objects only (no numpy): ``layerprof.trace`` (breakdown, comm, queue,
-memtimeline, stragglers) fills them, renderers read them, ``codec/distributed``
-saves them. Times are integer ns; a rank's times are relative to its own trace
+Value objects only (no numpy): ``layerprof.trace.distributed`` (breakdown, comm,
+queue, stragglers) and ``trace/memtimeline.py`` fill them, renderers read them,
+``codec/distributed`` saves them. Times are integer ns; a rank's times are relative to its own trace
 origin (``Communication.origin_ns`` is that origin on the trace's clock).
 """
 

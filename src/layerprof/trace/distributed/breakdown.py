@@ -38,7 +38,7 @@ import numpy as np
 from layerprof.pivot.sections.distributed import Breakdown, StepBreakdown
 from layerprof.pivot.sections.trace import Step, Steps
 from layerprof.trace.columns import unique
-from layerprof.trace.comm import comm_kernels, host_compute, host_executions
+from layerprof.trace.distributed.comm import comm_kernels, host_compute, host_executions
 from layerprof.trace.events import (
     ANNOTATION,
     KERNEL,

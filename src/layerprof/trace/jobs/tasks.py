@@ -1,7 +1,7 @@
 """What every executor shares: the outcome of one item (a result or :class:`Failed`),
 the call that turns an exception into one, and what a worker's death is put down
-to. Apart from :mod:`layerprof.trace.executors` so that the process pool
-(:mod:`layerprof.trace.processpool`, imported only when one is used) and the
+to. Apart from :mod:`layerprof.trace.jobs.executors` so that the process pool
+(:mod:`layerprof.trace.jobs.processpool`, imported only when one is used) and the
 executors reach it without a circle."""
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from layerprof.errors import UsageError
-from layerprof.trace.tasks import Call, Executor, Failed, cores, reason_of
+from layerprof.trace.jobs.tasks import Call, Executor, Failed, cores, reason_of
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -265,7 +265,7 @@ def parse_executor(spec: str) -> Executor:
     if name == "serial" and not arg:
         return SerialExecutor()
     if name == "processes":
-        from layerprof.trace.processpool import ProcessExecutor
+        from layerprof.trace.jobs.processpool import ProcessExecutor
 
         return ProcessExecutor(_workers(arg, spec) if arg else None)
     if name == "dask":
@@ -319,7 +319,7 @@ def default_executor(n_items: int, seconds: Sequence[float] | None = None) -> Ex
     """
     if n_items < 2 or cores() < 2:
         return SerialExecutor()
-    from layerprof.trace.processpool import ProcessExecutor
+    from layerprof.trace.jobs.processpool import ProcessExecutor
 
     if seconds is None:
         return ProcessExecutor()

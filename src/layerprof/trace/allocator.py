@@ -1,4 +1,5 @@
-"""Memory from ``[memory]`` instants (``profile_memory=True``).
+"""The allocator's summary from ``[memory]`` instants (``profile_memory=True``): the
+trace's ``memory`` section, not the activation memory of ``capture/memory/``.
 
 Peak allocated per device is the largest "Total Allocated" the allocator
 reported (the running sum of "Bytes" when that field is missing). Each
@@ -16,7 +17,7 @@ from layerprof.trace.events import OP, EventTables
 from layerprof.trace.nesting import Nesting, enclosing_at
 
 
-def memory_summary(tables: EventTables, nesting: Nesting) -> MemorySummary | None:
+def allocator_summary(tables: EventTables, nesting: Nesting) -> MemorySummary | None:
     mem = tables.memory
     if len(mem) == 0:
         return None

@@ -2,10 +2,10 @@
 
 Each rank's file is read, decoded and reduced by one call of :class:`RankJob`
 (in this process, a worker process, or a Dask worker; see
-``trace/executors.py``), which hands back only that rank's compact Profile
+``trace/jobs/executors.py``), which hands back only that rank's compact Profile
 (about 1 % of the JSON: no event arrays cross a process boundary). The
 client folds the results in as they finish, then numbers the ranks (which
-needs every file's claim) and merges them (``trace/ranks.py``).
+needs every file's claim) and merges them (``trace/distributed/ranks.py``).
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING
 from layerprof.errors import TraceError
 from layerprof.pivot.notes import Note
 from layerprof.pivot.profile import Profile, Run
-from layerprof.trace.executors import SerialExecutor, default_executor, parse_executor
-from layerprof.trace.ranks import merge, with_rank
+from layerprof.trace.distributed.ranks import merge, with_rank
+from layerprof.trace.jobs.executors import SerialExecutor, default_executor, parse_executor
+from layerprof.trace.jobs.remote import TraceInput, list_inputs, read_trace_bytes, shown
+from layerprof.trace.jobs.tasks import Executor, Failed
 from layerprof.trace.reader import (
     NotATraceError,
     TraceFile,
@@ -28,9 +30,7 @@ from layerprof.trace.reader import (
     unreadable,
 )
 from layerprof.trace.reduce import reduce
-from layerprof.trace.remote import TraceInput, list_inputs, read_trace_bytes, shown
 from layerprof.trace.stream import Progress as ReadProgress
-from layerprof.trace.tasks import Executor, Failed
 
 if TYPE_CHECKING:
     from layerprof.trace.capturepair import CaptureInput
@@ -117,9 +117,9 @@ def analyze(
     (default: ``layerprof.reading.default_limit()``, on each worker);
     ``data``: the bytes of the single file ``path`` when already read (a pipe
     can be read once). ``executor``: ``"serial"``, ``"processes[=N]"``,
-    ``"dask[=ADDRESS]"`` or an :class:`~layerprof.trace.tasks.Executor`
+    ``"dask[=ADDRESS]"`` or an :class:`~layerprof.trace.jobs.tasks.Executor`
     (default: ``processes`` for files big enough to repay a pool's start-up, else
-    ``serial``; see :func:`~layerprof.trace.executors.default_executor`). ``progress(done, total)``
+    ``serial``; see :func:`~layerprof.trace.jobs.executors.default_executor`). ``progress(done, total)``
     is called as ranks finish. Raises :class:`layerprof.errors.TraceError`
     (naming every file that failed, with why) for anything that is not a
     readable, non-empty trace, after the other ranks finished; with

@@ -1,5 +1,5 @@
 """The ``processes`` executor: a local pool of worker processes (see
-:mod:`layerprof.trace.executors`). Apart from the executors' module so that a
+:mod:`layerprof.trace.jobs.executors`). Apart from the executors' module so that a
 single trace's ``analyze`` never imports ``multiprocessing`` and
 ``concurrent.futures`` (about 16 ms of every start)."""
 
@@ -18,7 +18,7 @@ from multiprocessing.context import ForkServerContext, ForkServerProcess, set_sp
 from typing import Any, Generic, TypeVar
 
 from layerprof.pivot.notes import Note
-from layerprof.trace.tasks import Call, Failed, cores, death_causes, reason_of, signals_held
+from layerprof.trace.jobs.tasks import Call, Failed, cores, death_causes, reason_of, signals_held
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -176,7 +176,7 @@ class _MainlessPopen(popen_forkserver.Popen):
     defined there unpickle. For a user's script that calls ``analyze()`` without a
     ``__main__`` guard, that re-ran the script (profiling their model again, and
     writing their output files) in every worker. The work sent to our workers
-    lives in importable modules (``layerprof.trace.analysis.RankJob``), so the
+    lives in importable modules (``layerprof.trace.jobs.rankjobs.RankJob``), so the
     child needs no ``__main__`` at all. This is ``popen_forkserver.Popen._launch``
     (unchanged from 3.10 to 3.13) with the main module left out.
     """

@@ -18,7 +18,7 @@ from layerprof.pivot.profile import Profile, Run, rank_order
 from layerprof.pivot.sections.ranks import LayerAcrossRanks
 from layerprof.pivot.sections.trace import CrossRank, KindRow, RankLine, StepAcrossRanks, Steps
 from layerprof.stats import median
-from layerprof.trace.stragglers import stragglers
+from layerprof.trace.distributed.stragglers import stragglers
 from layerprof.traceformat import GPU_STEP_SOURCE, STEP_SOURCE
 
 _NAMED_STEPS = (STEP_SOURCE, GPU_STEP_SOURCE)  # ProfilerStep#N names one step on every rank
