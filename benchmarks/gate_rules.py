@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from layerprof.analysis.diff import diff  # noqa: E402
+from layerprof.analysis.gate import gate as gate_of  # noqa: E402
 from layerprof.cli.processes import gather  # noqa: E402
 from layerprof.pivot.profile import Profile  # noqa: E402
 
@@ -75,7 +76,7 @@ def judge(base: list[Profile], new: list[Profile], ratios: bool) -> tuple[bool, 
             replace(r, rest_ratio=None) for r in n.repeats.runs)))  # fmt: skip
     d = diff(b, n)
     row = next(r for r in d.layers if r.path == SLOWED).change
-    return d.gate(5.0, "layers").failed, row.delta_pct or 0.0, row.p_value or 1.0
+    return gate_of(d, 5.0, "layers").failed, row.delta_pct or 0.0, row.p_value or 1.0
 
 
 def evaluate(src: Path, rounds: int, draws: int) -> None:

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 import layerprof
+from layerprof.analysis.gate import gate
 from layerprof.cli import main
 from layerprof.errors import LayerprofError, UsageError
 from tests.support.cli_models import Net
@@ -51,6 +52,22 @@ def test_profile_and_diff_render_themselves(prof: layerprof.Profile) -> None:
     assert d.to_markdown().startswith("### ") and d.headline() in d.to_markdown()
     saved = d.to_dict()
     assert saved["schema"].startswith("layerprof.diff/")
+
+
+def test_a_diff_is_gated_by_the_public_gate_function(
+    prof: layerprof.Profile, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The gate is ``layerprof.gate(diff, pct, metric)``, beside the value, not a method of it."""
+    d = layerprof.diff(prof, prof)
+    assert layerprof.gate is gate and not hasattr(d, "gate")
+    result = layerprof.gate(d, 5.0, "layers")
+    assert not result.failed and result.metric == "layers" and result.fail_above_pct == 5.0
+    assert result.message.startswith("pass: no regression beyond noise above 5 % in layers")
+    assert d.to_dict(gate=result)["gate"] == result.to_dict()
+    d.print(gate=result)
+    assert result.message in " ".join(capsys.readouterr().out.split())
+    with pytest.raises(UsageError, match="unknown gate metric"):
+        layerprof.gate(d, 5.0, "kernels")  # type: ignore[arg-type]
 
 
 def test_a_profile_writes_what_the_cli_writes(

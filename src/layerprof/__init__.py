@@ -9,7 +9,7 @@ Public API::
     with layerprof.Recorder(model) as rec:                     # your own loop
         model(x)
     rec.profile().print()
-    layerprof.diff(base, new).gate(5.0)                        # compare two profiles
+    layerprof.gate(layerprof.diff(base, new), 5.0)             # compare two profiles, gate
     layerprof.analyze("trace.json.gz").rank().print()          # a torch.profiler trace -> Run
 
 Importing this package does not import torch; running a model does.
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     import torch
 
     from layerprof.analysis.diff import diff
+    from layerprof.analysis.gate import gate
     from layerprof.capture.options import CompileOptions, OpOptions
     from layerprof.capture.recording.loop import StepSchedule
     from layerprof.capture.recording.recorder import Recorder
@@ -61,6 +62,10 @@ def __getattr__(name: str) -> Any:
         from layerprof.pivot.diff import Diff
 
         value = Diff if name == "Diff" else diff
+    elif name == "gate":
+        from layerprof.analysis.gate import gate
+
+        value = gate
     elif name == "Recorder":
         from layerprof.capture.recording.recorder import Recorder
 
@@ -87,6 +92,7 @@ __all__ = [
     "__version__",
     "analyze",
     "diff",
+    "gate",
     "profile",
     "write_tensorboard",
 ]

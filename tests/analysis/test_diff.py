@@ -23,10 +23,11 @@ from rich.console import Console
 from torch import nn
 
 from layerprof.analysis.diff import diff
+from layerprof.analysis.diffjudge import ALPHA
+from layerprof.analysis.gate import gate as gate_of
 from layerprof.capture.platform.clocks import FakeClock
 from layerprof.cli.options import parse_percent
 from layerprof.errors import UsageError
-from layerprof.pivot.change import ALPHA
 from layerprof.pivot.diff import Diff
 from layerprof.pivot.profile import Profile
 from layerprof.pivot.records import LayerSamples, Meta, OpStat
@@ -106,7 +107,7 @@ def test_same_distribution_flags_nothing_over_seeds(
         d = diff(synth(model, seed=2 * seed, cv=cv), synth(model, seed=2 * seed + 1, cv=cv))
         assert significant(d) == [], f"seed {seed}"
         assert d.verdict == "same"
-        assert not d.gate(5.0).failed
+        assert not gate_of(d, 5.0).failed
 
 
 def test_false_positive_rate_is_about_alpha() -> None:
@@ -127,8 +128,8 @@ def test_small_change_under_threshold_is_beyond_noise_but_not_significant() -> N
     row = next(r for r in d.layers if r.path == "0")
     assert row.change.beyond_noise and not row.significant and row.status == "same"
     # one run per side: a 3 % change is gated only above the drift allowance
-    assert not d.gate(2.0, "layers").failed
-    assert not d.gate(5.0, "layers").failed
+    assert not gate_of(d, 2.0, "layers").failed
+    assert not gate_of(d, 5.0, "layers").failed
 
 
 def test_drift_smaller_than_the_jitter_is_not_a_change() -> None:
@@ -186,7 +187,7 @@ def test_added_and_removed_layers_are_listed() -> None:
     # never dropped, also when the output is cut to the top rows
     data = back.to_dict(top=1)
     assert {r["path"] for r in data["layers"] if r["status"] == "removed"} == {"5", "6"}
-    assert not back.gate(5.0, "layers").failed  # structure changes are judged by latency
+    assert not gate_of(back, 5.0, "layers").failed  # structure changes are judged by latency
 
 
 def test_changed_type_is_compared_and_noted() -> None:
@@ -206,7 +207,7 @@ def test_different_models_are_not_comparable() -> None:
     assert d.verdict == "not comparable"
     md = diff_to_markdown(d)
     assert "Not comparable" in md and "| ---" not in md
-    gate = d.gate(5.0)
+    gate = gate_of(d, 5.0)
     assert gate.failed and "not comparable" in gate.reasons[0]
     console = Console(record=True, width=160)
     print_diff(d, console)
@@ -241,7 +242,7 @@ def test_ops_align_by_name_and_shapes_and_sum_per_layer() -> None:
     assert ops["aten::addmm"].change.basis == "threshold"
     assert ops["aten::relu"].status == "same"
     assert ops["aten::gelu"].status == "added" and ops["aten::gone"].status == "removed"
-    gate = d.gate(10.0, "ops")  # +67 %: above the single-run drift allowance too
+    gate = gate_of(d, 10.0, "ops")  # +67 %: above the single-run drift allowance too
     assert gate.failed and "aten::addmm" in gate.reasons[0]
     # one side without shapes: aligned by name only
     plain = tuple(replace(o, input_shapes=None) for o in new_ops)
@@ -319,20 +320,20 @@ def test_gate_per_metric() -> None:
     model = mlp()
     d = diff(*paired_rounds(model, {"2": 1.5}))
     assert d.evidence == "rounds"
-    layer_gate = d.gate(5.0, "layers")
+    layer_gate = gate_of(d, 5.0, "layers")
     assert layer_gate.failed and len(layer_gate.reasons) == 1
     assert "layer 2 (Linear)" in layer_gate.reasons[0]
     assert layer_gate.message.startswith("FAIL: ")
-    assert d.gate(5.0, "latency").failed
-    assert not d.gate(5.0, "ops").failed  # no ops recorded
-    assert not d.gate(80.0, "layers").failed  # +~50 % is not above 80 %
-    assert d.gate(5.0).failed and len(d.gate(5.0).reasons) == 2
+    assert gate_of(d, 5.0, "latency").failed
+    assert not gate_of(d, 5.0, "ops").failed  # no ops recorded
+    assert not gate_of(d, 80.0, "layers").failed  # +~50 % is not above 80 %
+    assert gate_of(d, 5.0).failed and len(gate_of(d, 5.0).reasons) == 2
     faster = diff(*paired_rounds(model, {"2": 0.5}))
-    assert not faster.gate(0.0).failed and faster.gate(0.0).message.startswith("pass")
+    assert not gate_of(faster, 0.0).failed and gate_of(faster, 0.0).message.startswith("pass")
     with pytest.raises(UsageError):
-        d.gate(5.0, "kernels")  # type: ignore[arg-type]
+        gate_of(d, 5.0, "kernels")  # type: ignore[arg-type]
     with pytest.raises(UsageError):
-        d.gate(-1.0)
+        gate_of(d, -1.0)
 
 
 # ---- JSON, Markdown, console ------------------------------------------------------------------
@@ -350,7 +351,7 @@ def _slow_diff() -> Diff:
 
 def test_json_round_trip() -> None:
     d = _slow_diff()
-    gate = d.gate(5.0)
+    gate = gate_of(d, 5.0)
     data = d.to_dict(gate=gate)
     assert data["schema"] == "layerprof.diff/1"
     assert data["base"]["meta"]["model"] == "TinyCNN"
@@ -380,7 +381,7 @@ def test_from_dict_rejects_other_documents() -> None:
 
 def test_markdown_has_verdict_latency_and_tables() -> None:
     d = _slow_diff()
-    md = diff_to_markdown(d, top=3, gate=d.gate(5.0))
+    md = diff_to_markdown(d, top=3, gate=gate_of(d, 5.0))
     first = md.splitlines()[0]
     assert first.startswith("### ") and "slower" in first
     assert "**Latency:**" in md
@@ -397,7 +398,7 @@ def test_markdown_has_verdict_latency_and_tables() -> None:
 def test_console_render_smoke() -> None:
     d = diff(synth(mlp(depth=3), seed=1), synth(mlp(depth=4), seed=2, factors={"0": 1.5}))
     console = Console(record=True, width=160)
-    print_diff(d, console, top=3, gate=d.gate(5.0))
+    print_diff(d, console, top=3, gate=gate_of(d, 5.0))
     text = console.export_text()
     assert text.splitlines()[0].startswith("layerprof diff")
     assert "latency" in text and "Layers (self time, host)" in text
@@ -555,13 +556,13 @@ def test_model_with_a_slower_layer_on_a_loaded_fake_clock() -> None:
         slow = next(r for r in d.layers if r.path == "2")
         assert slow.status == "slower" and slow.change.delta_ns > 1_500_000, (seed, why)
         assert slow.change.basis == "rank-test"
-        assert d.gate(5.0, "layers").failed, seed
+        assert gate_of(d, 5.0, "layers").failed, seed
         # the same model on both sides, with the same load: nothing is called a change
         again: list[dict[str, tuple[int, int]]] = []
         for _ in range(15):
             hook_times(base_model, x, again, clock.mark)
         same = diff(timed_profile(base_model, base_runs), timed_profile(base_model, again))
-        assert not same.gate(5.0, "layers").failed, (seed, same.gate(5.0, "layers").reasons)
+        assert not gate_of(same, 5.0, "layers").failed, (seed, gate_of(same, 5.0, "layers").reasons)
 
 
 @pytest.mark.slow
@@ -612,7 +613,7 @@ def _real_model_with_a_slower_layer() -> None:
             assert abs(r.change.delta_ns) < 0.1 * slow.change.delta_ns, why
     # the latency is not asserted: on a loaded machine, stalls outside the busy-wait can
     # make the whole forward too noisy to call at p < 0.001, which is the rule working
-    assert d.gate(5.0, "layers").failed
+    assert gate_of(d, 5.0, "layers").failed
 
 
 def test_threshold_only_op_changes_do_not_decide_verdict_or_default_gate() -> None:
@@ -626,8 +627,8 @@ def test_threshold_only_op_changes_do_not_decide_verdict_or_default_gate() -> No
     d = diff(a, b)
     assert [o.status for o in d.ops] == ["slower"]
     assert d.verdict == "same"
-    assert not d.gate(5.0).failed  # "any": noise-tested rows only
-    assert d.gate(5.0, "ops").failed  # asked for by name
+    assert not gate_of(d, 5.0).failed  # "any": noise-tested rows only
+    assert gate_of(d, 5.0, "ops").failed  # asked for by name
 
 
 def test_markdown_has_steps_for_traces_and_one_rule_text() -> None:

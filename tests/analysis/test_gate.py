@@ -26,9 +26,11 @@ from torch import nn
 
 from layerprof import Recorder
 from layerprof.analysis.diff import diff
+from layerprof.analysis.diffjudge import ALPHA
+from layerprof.analysis.gate import DRIFT_ALLOWANCE_PCT
+from layerprof.analysis.gate import gate as gate_of
 from layerprof.capture.platform.clocks import FakeClock
 from layerprof.cli.processes import gather, rest_ratios
-from layerprof.pivot.change import ALPHA, DRIFT_ALLOWANCE_PCT
 from layerprof.pivot.diff import Diff
 from layerprof.pivot.profile import Profile
 from layerprof.render.console.diff import print_diff
@@ -96,7 +98,7 @@ def test_single_run_drift_does_not_fail_the_gate_and_says_why() -> None:
     d = diff(base, new)
     assert d.evidence == "single-run"
     assert d.latency is not None and d.latency.beyond_noise  # the old rule's verdict
-    gate = d.gate(5.0)
+    gate = gate_of(d, 5.0)
     assert not gate.failed
     assert "one run per side cannot separate a change from drift" in gate.message
     assert "diff --run" in gate.message
@@ -118,11 +120,11 @@ def test_single_run_gates_only_beyond_the_drift_allowance() -> None:
     model = mlp()
     base = synth(model, seed=1, cv=0.02)
     doubled = diff(base, synth(model, seed=2, cv=0.02, factors={"2": 2.0}))
-    gate = doubled.gate(5.0, "layers")
+    gate = gate_of(doubled, 5.0, "layers")
     assert gate.failed and f"above {DRIFT_ALLOWANCE_PCT:g} %" in gate.reasons[0]
     mild = diff(base, synth(model, seed=2, cv=0.02, factors={"2": 1.3}))
     assert next(r for r in mild.layers if r.path == "2").change.beyond_noise
-    assert not mild.gate(5.0, "layers").failed
+    assert not gate_of(mild, 5.0, "layers").failed
 
 
 def test_quiet_verdict_line_of_a_single_run_gate_says_so(
@@ -160,8 +162,8 @@ def test_identical_models_never_fail_over_seeds(paired: bool) -> None:
         base, new = rounds(model, seed=seed, paired=paired)
         d = diff(base, new)
         assert d.evidence == ("rounds" if paired else "repeats")
-        if d.gate(5.0).failed:
-            failures.append((seed, d.gate(5.0).reasons))
+        if gate_of(d, 5.0).failed:
+            failures.append((seed, gate_of(d, 5.0).reasons))
     assert failures == []
 
 
@@ -174,7 +176,7 @@ def test_a_ten_percent_slower_layer_fails_despite_drift() -> None:
         row = next(r for r in d.layers if r.path == "2")
         assert row.change.basis == "rounds" and row.status == "slower", (seed, row.change)
         assert row.change.p_value is not None and row.change.p_value < ALPHA
-        gate = d.gate(5.0, "layers")
+        gate = gate_of(d, 5.0, "layers")
         assert gate.failed and "layer 2 (Linear)" in gate.reasons[0], seed
         assert "between runs" in gate.reasons[0]
         assert [r.path for r in d.layers if r.significant] == ["2"], seed
@@ -190,8 +192,8 @@ def test_a_process_speed_of_30_percent_does_not_fail_identical_models() -> None:
         base, new = rounds(model, n_rounds=10, seed=300 + seed, process_speed=0.3)
         d = diff(base, new)
         assert d.evidence == "rounds"
-        if d.gate(5.0, "layers").failed:
-            failures.append((seed, d.gate(5.0, "layers").reasons))
+        if gate_of(d, 5.0, "layers").failed:
+            failures.append((seed, gate_of(d, 5.0, "layers").reasons))
     assert failures == []
 
 
@@ -206,7 +208,7 @@ def test_a_ten_percent_slower_layer_fails_despite_the_speed_of_each_process() ->
         assert row.change.basis == "rounds" and row.status == "slower", (seed, row.change)
         assert row.change.p_value is not None and row.change.p_value < ALPHA
         assert row.change.delta_pct is not None and 5 < row.change.delta_pct < 15, seed
-        assert d.gate(5.0, "layers").failed, seed
+        assert gate_of(d, 5.0, "layers").failed, seed
         assert [r.path for r in d.layers if r.significant] == ["2"], seed
         # the same rounds judged on the plain per-process medians cannot tell
         assert base.repeats is not None and new.repeats is not None
@@ -226,7 +228,7 @@ def test_a_large_layer_made_faster_does_not_make_the_others_fail() -> None:
         )
         d = diff(base, new)
         assert next(r for r in d.layers if r.path == "2").status == "faster", seed
-        assert not d.gate(5.0).failed, (seed, d.gate(5.0).reasons)
+        assert not gate_of(d, 5.0).failed, (seed, gate_of(d, 5.0).reasons)
         assert [r.path for r in d.layers if r.significant] == ["2"], seed
 
 
@@ -297,7 +299,7 @@ def test_repeats_survive_json_and_old_files_load_without(tmp_path: Path) -> None
     assert Profile.load(tmp_path / "old.json").repeats is None
     d = diff(back, Profile.load(new.save(tmp_path / "n.json")))
     assert d.evidence == "rounds" and d.runs_base == 4
-    gate = d.gate(5.0)
+    gate = gate_of(d, 5.0)
     doc = d.to_dict(gate=gate)
     assert doc["evidence"]["kind"] == "rounds" and doc["gate"]["evidence"] == "rounds"
     again = Diff.from_dict(json.loads(json.dumps(doc)))
@@ -371,12 +373,12 @@ def test_recorded_identical_trees_pass_and_a_slowed_layer_fails(seed: int) -> No
     of this measures its power on a real machine: benchmarks/gate_false_alarms.py)."""
     slowed = clocked_rounds(1_000_000, 1_300_000, seed=seed)
     row = next(r for r in slowed.layers if r.path == "1")
-    assert slowed.gate(5.0, "layers").failed, row.change
+    assert gate_of(slowed, 5.0, "layers").failed, row.change
     assert row.change.basis == "rounds" and row.status == "slower"
     assert row.change.delta_pct == pytest.approx(30, abs=3)
     same = clocked_rounds(1_000_000, 1_000_000, seed=seed)
     assert same.evidence == "rounds"
-    assert not same.gate(5.0).failed, same.gate(5.0).reasons
+    assert not gate_of(same, 5.0).failed, gate_of(same, 5.0).reasons
 
 
 # ---- the command line, end to end -----------------------------------------------------------

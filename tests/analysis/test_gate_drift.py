@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from layerprof.analysis.diff import diff
+from layerprof.analysis.gate import gate as gate_of
 from layerprof.cli import main
 from layerprof.cli.processes import gather
 from layerprof.pivot.profile import Profile
@@ -78,7 +79,7 @@ def test_identical_generate_rounds_pass_despite_one_stalled_process(seed: int) -
     base, new = generate_rounds(seed=seed)
     d = diff(base, new)
     assert d.evidence == "rounds"
-    gate = d.gate(5.0)
+    gate = gate_of(d, 5.0)
     assert not gate.failed, gate.reasons
     own = {r.label: r.change for r in d.changed_phases() if r.path is None}
     assert set(own) == {"prefill: time to first token", "decode: inter-token latency"}
@@ -92,7 +93,7 @@ def test_identical_generate_rounds_pass_despite_one_stalled_process(seed: int) -
 def test_a_slower_decode_in_every_round_still_fails() -> None:
     base, new = generate_rounds(itl_factor=1.3)
     d = diff(base, new)
-    gate = d.gate(5.0, "latency")
+    gate = gate_of(d, 5.0, "latency")
     assert gate.failed and any(r.startswith("decode: inter-token latency") for r in gate.reasons)
     itl = next(r.change for r in d.phases if r.label == "decode: inter-token latency")
     assert itl.basis == "rounds" and itl.delta_pct == pytest.approx(30, abs=5)
@@ -156,7 +157,7 @@ def test_a_latency_the_layer_pass_does_not_share_is_not_gated(factor: float) -> 
     assert d.latency is not None and d.latency.status == "same" and not d.latency.beyond_noise
     assert abs(d.latency.delta_pct or 0) > 50  # still shown as it was measured
     assert d.verdict == "same"
-    gate = d.gate(5.0)
+    gate = gate_of(d, 5.0)
     assert not gate.failed, gate.reasons
     said = [w for w in d.warnings if "no layer's change explains it" in w]
     assert len(said) == 1 and "taken for the machine" in said[0], d.warnings
@@ -166,7 +167,7 @@ def test_a_latency_a_slower_layer_explains_still_fails() -> None:
     base, new = single_runs(1.0, factors={"2": 4.0})  # +0.45 -> 1.8 ms in layer 2
     d = diff(base, new)
     assert d.latency is not None and d.latency.status == "slower"
-    gate = d.gate(5.0)
+    gate = gate_of(d, 5.0)
     assert gate.failed and any(r.startswith("latency ") for r in gate.reasons), gate.reasons
     assert not any("explains" in w for w in d.warnings)
 

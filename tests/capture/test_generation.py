@@ -380,11 +380,11 @@ def test_diff_compares_prefill_and_decode_apart(tmp_path: object) -> None:
         "decode: lm_head": "slower",
     }
     assert d.verdict == "mixed"
-    gate = d.gate(5.0)
+    gate = layerprof.gate(d, 5.0)
     assert gate.failed
     assert any(r.startswith("decode: inter-token latency") for r in gate.reasons)
     assert any(r.startswith("decode: lm_head self time") for r in gate.reasons)
-    assert not d.gate(5.0, "ops").failed
+    assert not layerprof.gate(d, 5.0, "ops").failed
     text = str(d.render("console"))
     assert "Generation (prefill and decode apart)" in text and "inter-token latency" in text
     assert "| `decode: lm_head` |" in d.to_markdown()

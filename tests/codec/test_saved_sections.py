@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from layerprof import codec, sinks
 from layerprof.analysis.diff import diff
+from layerprof.analysis.gate import gate as gate_of
 from layerprof.cli import main
 from layerprof.errors import LayerprofError
 from tests.support.saved_sections import DOCUMENTS, document
@@ -153,7 +154,7 @@ def test_any_changed_number_loads_or_fails_in_one_line(name: str, pick: int, val
     good = codec.from_dict(document(name), source="good.json")
     for a, b in ((good, profile), (profile, good)):
         d = diff(a, b)
-        d.gate(5.0)
+        gate_of(d, 5.0)
         sinks.render(d, "console")
         sinks.render(d, "md")
     sinks.render(profile, "console")

@@ -17,6 +17,7 @@ import pytest
 from layerprof import codec, sinks
 from layerprof.analysis.diagnose import diagnose, diagnose_run
 from layerprof.analysis.diff import diff
+from layerprof.analysis.gate import gate as gate_of
 from layerprof.cli import main
 from layerprof.errors import UsageError
 from layerprof.pivot.change import Change, judgement
@@ -277,7 +278,7 @@ def test_diff_tables_are_the_typed_changes() -> None:
 
 def test_diff_gate_and_status_badges() -> None:
     d = slow_diff()
-    gate = d.gate(5.0, "layers")
+    gate = gate_of(d, 5.0, "layers")
     page = render_html(d, gate=gate)
     if gate.failed:
         assert "FAIL: regression beyond noise above 5 %" in page
@@ -383,7 +384,7 @@ def test_cli_analyze_and_diff_write_html(tmp_path: Path) -> None:
     out = tmp_path / "d.html"
     code = main(["diff", str(a), str(b), "--html", str(out), "--fail-above", "5%"])
     # the two ranks' timings are whatever the machine gave: the page shows the CLI's gate
-    gate = diff(Profile.load(a), Profile.load(b)).gate(5.0)
+    gate = gate_of(diff(Profile.load(a), Profile.load(b)), 5.0)
     assert code == (1 if gate.failed else 0)
     text = out.read_text(encoding="utf-8")
     assert 'id="diff"' in text

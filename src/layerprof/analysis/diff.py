@@ -25,13 +25,13 @@ compared and a warning says so, instead of listing every row as added.
 How each row is judged is :mod:`layerprof.analysis.diffjudge`'s (the noise rule,
 inside runs and between them); what the diff warns about is
 :mod:`layerprof.analysis.diffwarnings`'s; the value types (``Diff``, its rows and
-the gate) are :mod:`layerprof.pivot.diff`'s, and the words every renderer and the
-JSON use for a change :mod:`layerprof.pivot.change`'s.
+a gate's outcome) are :mod:`layerprof.pivot.diff`'s, and the words every renderer and
+the JSON use for a change :mod:`layerprof.pivot.change`'s.
 
-The regression gate (:meth:`Diff.gate`) fails on a row that is beyond noise,
-slower, and more than ``fail_above_pct`` slower. Added and removed layers or
-operators never fail the gate by themselves: the latency row judges what they
-cost.
+The regression gate (:func:`layerprof.analysis.gate.gate`) fails on a row that is
+beyond noise, slower, and more than ``fail_above_pct`` slower. Added and removed
+layers or operators never fail the gate by themselves: the latency row judges what
+they cost.
 
 No torch import here: a diff runs on saved profiles. Times are integer
 nanoseconds inside and milliseconds in JSON.
@@ -44,15 +44,23 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any, Literal, cast
 
-from layerprof.analysis.diffjudge import Judge, evidence_of
+from layerprof.analysis.diffjudge import (
+    ALPHA,
+    FLOOR_MIN_NS,
+    FLOOR_SHARE,
+    Judge,
+    between_floor,
+    evidence_of,
+)
 from layerprof.analysis.diffwarnings import (
     comparability,
     meta_warnings,
     overlap_warning,
     runs_warnings,
 )
+from layerprof.analysis.gate import DRIFT_ALLOWANCE_PCT
 from layerprof.errors import UsageError
-from layerprof.pivot.change import ALPHA, FLOOR_MIN_NS, FLOOR_SHARE, Change, fmt_pct
+from layerprof.pivot.change import Change, fmt_pct
 from layerprof.pivot.diff import Diff, KernelDelta, LayerDelta, OpDelta, PhaseDelta, StepDelta
 from layerprof.pivot.profile import Profile
 from layerprof.pivot.records import LayerSamples, OpStat
@@ -142,7 +150,9 @@ def diff(base: Profile, new: Profile, *, threshold_pct: float = 5.0) -> Diff:
         reason=reason,
         threshold_pct=threshold_pct,
         floor_ns=floor_ns,
+        between_floor_ns=between_floor(floor_ns),
         alpha=ALPHA,
+        drift_allowance_pct=DRIFT_ALLOWANCE_PCT,
         layer_clock=layer_clock,
         op_metric=op_metric,
         op_key=op_key,

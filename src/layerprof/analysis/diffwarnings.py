@@ -3,7 +3,8 @@ different settings, and too few runs for a between-run verdict."""
 
 from __future__ import annotations
 
-from layerprof.pivot.change import ALPHA, Evidence
+from layerprof.analysis.diffjudge import ALPHA
+from layerprof.pivot.change import Evidence
 from layerprof.pivot.profile import Profile
 from layerprof.pivot.records import Meta
 from layerprof.pivot.sections.repeats import Repeats

@@ -91,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
     """Compare BASE with NEW; exit 1 when --fail-above finds a regression."""
     from layerprof import sinks
     from layerprof.analysis.diff import diff
+    from layerprof.analysis.gate import gate as gate_of
     from layerprof.cli import inputfiles
 
     threshold = parse_percent(args.threshold, "--threshold")
@@ -116,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         for line in (*said_base, *said_new) if not args.quiet else ():
             say(f"layerprof: {line}")
     result = diff(base, new, threshold_pct=threshold)
-    gate = result.gate(fail_above, args.fail_metric) if fail_above is not None else None
+    gate = gate_of(result, fail_above, args.fail_metric) if fail_above is not None else None
     if args.quiet:
         pass
     elif args.format == "console":

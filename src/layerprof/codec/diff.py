@@ -5,11 +5,13 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from layerprof.analysis.diffjudge import between_floor
+from layerprof.analysis.gate import DRIFT_ALLOWANCE_PCT
 from layerprof.codec.fields import Fields, required, strings
 from layerprof.codec.profile import read_meta
 from layerprof.codec.schemas import DIFF_SCHEMA
 from layerprof.errors import ProfileFormatError
-from layerprof.pivot.change import BASES, DRIFT_ALLOWANCE_PCT, EVIDENCES, STATUSES, Change
+from layerprof.pivot.change import BASES, EVIDENCES, STATUSES, Change
 from layerprof.pivot.diff import (
     METRICS,
     Diff,
@@ -50,7 +52,7 @@ def diff_to_dict(
         },
         "settings": {
             "threshold_pct": d.threshold_pct,
-            "drift_allowance_pct": DRIFT_ALLOWANCE_PCT,
+            "drift_allowance_pct": d.drift_allowance_pct,
             "alpha": d.alpha,
             "floor_ms": d.floor_ns / NS_PER_MS,
             "layer_clock": d.layer_clock,
@@ -169,6 +171,9 @@ def read_diff(data: Any, source: str) -> Diff:
         raise ProfileFormatError(f"{settings.where}: unknown clock, metric or key")
     evidence = f.obj("evidence")
     kind = evidence.text("kind") if evidence is not None else "single-run"
+    # the gate's allowance the diff was saved with (a diff saved before the key: today's)
+    drift = settings.number("drift_allowance_pct", DRIFT_ALLOWANCE_PCT)
+    floor_ns = settings.ns("floor_ms")
     if kind not in EVIDENCES:
         raise ProfileFormatError(f"diff.evidence.kind: unknown {kind!r}")
     return Diff(
@@ -215,12 +220,15 @@ def read_diff(data: Any, source: str) -> Diff:
         comparable=f.flag("comparable", True),
         reason=f.opt_text("reason"),
         threshold_pct=settings.number("threshold_pct"),
-        floor_ns=settings.ns("floor_ms"),
+        floor_ns=floor_ns,
+        # not saved: the judge's rule for the floor of rows judged between runs
+        between_floor_ns=between_floor(floor_ns),
         alpha=settings.number("alpha"),
+        drift_allowance_pct=drift,
         layer_clock=layer_clock,  # type: ignore[arg-type]
         op_metric=op_metric,  # type: ignore[arg-type]
         op_key=op_key,  # type: ignore[arg-type]
-        gate_result=_read_gate(f.obj("gate")),
+        gate_result=_read_gate(f.obj("gate"), drift),
     )
 
 
@@ -232,7 +240,7 @@ def _runs(evidence: Fields | None, key: str) -> int:
     return runs
 
 
-def _read_gate(f: Fields | None) -> GateResult | None:
+def _read_gate(f: Fields | None, drift_allowance_pct: float) -> GateResult | None:
     if f is None:
         return None
     metric = f.text("metric")
@@ -245,4 +253,5 @@ def _read_gate(f: Fields | None) -> GateResult | None:
         fail_above_pct=f.number("fail_above_pct", 0),
         metric=metric,  # type: ignore[arg-type]
         evidence=evidence,  # type: ignore[arg-type]
+        drift_allowance_pct=drift_allowance_pct,
     )

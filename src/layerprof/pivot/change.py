@@ -1,7 +1,8 @@
-"""How one time moved between two runs (``Change``), the constants its verdict is read
-against, and the words for it that every renderer, the gate's reasons and the diff's
-JSON use: one place, so the console, Markdown, HTML and the saved verdict say the same.
-How a change is judged is ``layerprof.analysis.diffjudge``'s."""
+"""How one time moved between two runs (``Change``) and the words for it that every
+renderer, the gate's reasons and the diff's JSON use: one place, so the console,
+Markdown, HTML and the saved verdict say the same. How a change is judged, and the
+constants its verdict is read against, are ``layerprof.analysis.diffjudge``'s; what
+fails the gate is ``layerprof.analysis.gate``'s."""
 
 from __future__ import annotations
 
@@ -9,32 +10,6 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 from layerprof.pivot.records import Meta
-from layerprof.units import fmt_ms, fmt_num
-
-ALPHA = 0.001
-"""Two-sided significance level of the rank test, per row."""
-
-FLOOR_MIN_NS = 1_000
-"""Smallest absolute change that can count: 1 µs."""
-
-FLOOR_SHARE = 0.005
-"""Or 0.5 % of the whole forward, when that is larger."""
-
-BETWEEN_FLOOR_FACTOR = 0.5
-"""Rows judged between runs need only half the floor (0.25 % of the forward): the
-t-test already carries the run-to-run spread, and a 10 % slower layer that takes
-5 % of the forward changes it by 0.5 %, which the full floor would not let pass."""
-
-
-def between_floor(floor_ns: int) -> int:
-    """The floor for rows judged on the spread between runs."""
-    return max(FLOOR_MIN_NS, round(floor_ns * BETWEEN_FLOOR_FACTOR))
-
-
-DRIFT_ALLOWANCE_PCT = 50.0
-"""What a row judged on one run per side must exceed to fail the gate: the same
-model's separate processes differed by up to 40 % on this project's machine
-(latency 17.5 -> 20.8 ms back to back), a drift no within-run statistic sees."""
 
 Status = Literal["slower", "faster", "same", "added", "removed"]
 
@@ -90,37 +65,12 @@ class Change:
         return self.basis in BETWEEN_RUNS
 
 
-def gate_pct(change: Change, fail_above_pct: float) -> float:
-    """The percentage a row must exceed to fail: ``fail_above_pct`` when it was judged on
-    the run-to-run spread, else no less than the drift allowance."""
-    return fail_above_pct if change.between_runs else max(fail_above_pct, DRIFT_ALLOWANCE_PCT)
-
-
-def over_gate(change: Change, fail_above_pct: float) -> bool:
-    pct = change.delta_pct
-    return change.regressed and (pct is None or pct > gate_pct(change, fail_above_pct))
-
-
 SINGLE_RUN = "one run per side cannot separate a change from drift between processes"
 
 HOW_TO_GATE = (
     "for a gate, compare several processes per side: layerprof diff --run 'BASE ARGS'"
     " 'NEW ARGS' --rounds 10 (interleaved), or run --repeat N on both sides"
 )
-
-
-def describe(change: Change, fail_above_pct: float) -> str:
-    pct = "new time" if change.delta_pct is None else f"{change.delta_pct:+.1f} %"
-    noise = "" if change.p_value is None else f", p={change.p_value:.1g} between runs"
-    limit = gate_pct(change, fail_above_pct)
-    above = f"above {fmt_num(limit)} %"
-    if limit != fail_above_pct:
-        # not "single-run": a gathered diff's row without per-process medians lands here too
-        above += " (the drift allowance of a row judged inside the runs)"
-    return (
-        f"{fmt_ms(change.base_ns)} -> {fmt_ms(change.new_ns)} ms ({pct}{noise})"
-        f" is beyond noise and {above}"
-    )
 
 
 def fmt_pct(change: Change) -> str:

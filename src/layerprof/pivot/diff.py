@@ -1,31 +1,18 @@
 """Two profiles compared (``Diff``): its rows per latency, step, layer, operator,
-kernel and generate phase, each with how its time moved (``Change``), and the gate.
-``layerprof.analysis.diff.diff`` builds one; this module only holds it."""
+kernel and generate phase, each with how its time moved (``Change``), the settings it
+was judged with, and a gate's outcome (``GateResult``). ``layerprof.analysis.diff.diff``
+builds a Diff and ``layerprof.analysis.gate.gate`` gates one; this module only holds
+them and says them in words."""
 
 from __future__ import annotations
 
-import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 from layerprof import sinks
-from layerprof.errors import UsageError
-from layerprof.pivot.change import (
-    ALPHA,
-    DRIFT_ALLOWANCE_PCT,
-    FLOOR_MIN_NS,
-    HOW_TO_GATE,
-    SINGLE_RUN,
-    Change,
-    Evidence,
-    Status,
-    between_floor,
-    describe,
-    fmt_pct,
-    over_gate,
-)
+from layerprof.pivot.change import HOW_TO_GATE, SINGLE_RUN, Change, Evidence, Status, fmt_pct
 from layerprof.pivot.records import Meta
 from layerprof.stats import CI_LEVEL
 from layerprof.units import fmt_ms, fmt_num
@@ -137,13 +124,18 @@ class KernelDelta(_Judged):
 
 @dataclass(frozen=True)
 class GateResult:
-    """Outcome of :meth:`Diff.gate`: ``failed`` with one reason per offending row."""
+    """Outcome of :func:`layerprof.gate`: ``failed`` with one reason per offending row.
+
+    ``drift_allowance_pct`` is what a row judged inside one run per side had to exceed
+    (the gate's, ``layerprof.analysis.gate.DRIFT_ALLOWANCE_PCT``), for the message.
+    """
 
     failed: bool
     reasons: tuple[str, ...]
     fail_above_pct: float = 0.0
     metric: Metric = "any"
     evidence: Evidence = "rounds"
+    drift_allowance_pct: float = field(kw_only=True)
 
     @property
     def message(self) -> str:
@@ -152,7 +144,7 @@ class GateResult:
         caveat = ""
         if self.evidence == "single-run":
             caveat = (
-                f" ({SINGLE_RUN}: gated only above the {fmt_num(DRIFT_ALLOWANCE_PCT)} %"
+                f" ({SINGLE_RUN}: gated only above the {fmt_num(self.drift_allowance_pct)} %"
                 f" drift allowance; {HOW_TO_GATE})"
             )
         if not self.failed:
@@ -172,13 +164,17 @@ class GateResult:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Diff(sinks.Output):
     """Two profiles compared; build with :func:`diff`, never by hand.
 
     ``comparable`` is ``False`` (with ``reason``) when the two sides have no
     layer paths in common: they profile different models, and renderers say
-    so instead of listing every layer as added and removed.
+    so instead of listing every layer as added and removed. ``threshold_pct``,
+    ``floor_ns`` (and ``between_floor_ns``, the floor of rows judged between runs),
+    ``alpha`` and ``drift_allowance_pct`` are the settings the rows were judged with
+    (the judge's and the gate's, ``layerprof.analysis.diffjudge`` and ``.gate``),
+    kept so that every renderer states the rule they followed.
     """
 
     base_meta: Meta
@@ -193,8 +189,10 @@ class Diff(sinks.Output):
     comparable: bool = True
     reason: str | None = None
     threshold_pct: float = 5.0
-    floor_ns: int = FLOOR_MIN_NS
-    alpha: float = ALPHA
+    floor_ns: int
+    between_floor_ns: int
+    alpha: float
+    drift_allowance_pct: float
     layer_clock: Literal["host", "device"] = "host"
     op_metric: Literal["self", "device"] = "self"
     op_key: Literal["name", "name+shapes"] = "name"
@@ -328,7 +326,7 @@ class Diff(sinks.Output):
                 f" {100 * CI_LEVEL:g} % confidence interval of the difference) and"
                 f" |Δ %| > {self.threshold_pct:g} %. {SINGLE_RUN[0].upper()}{SINGLE_RUN[1:]},"
                 " so no p-value is given and the gate fails only on changes above the"
-                f" {fmt_num(DRIFT_ALLOWANCE_PCT)} % drift allowance."
+                f" {fmt_num(self.drift_allowance_pct)} % drift allowance."
             )
         else:
             design = (
@@ -340,11 +338,11 @@ class Diff(sinks.Output):
                 f"significant = beyond the run-to-run noise of {self.runs_base} vs"
                 f" {self.runs_new} processes ({design}, p < {self.alpha:g}, |Δ| outside its"
                 f" {100 * CI_LEVEL:g} % confidence interval and above"
-                f" {fmt_ms(between_floor(self.floor_ns))} ms; layers: their time relative to"
+                f" {fmt_ms(self.between_floor_ns)} ms; layers: their time relative to"
                 " the rest of the same forward, so a process slower throughout cancels)"
                 f" and |Δ %| > {self.threshold_pct:g} %."
                 " Rows without per-process medians are judged inside each run, without a"
-                f" p-value, and fail the gate only above the {fmt_num(DRIFT_ALLOWANCE_PCT)} %"
+                f" p-value, and fail the gate only above the {fmt_num(self.drift_allowance_pct)} %"
                 " drift allowance."
             )
         return (
@@ -360,49 +358,6 @@ class Diff(sinks.Output):
         how = "interleaved rounds" if self.evidence == "rounds" else "separate processes"
         return f"judged on the run-to-run spread: {self.runs_base} vs {self.runs_new} {how}" + (
             " (drift between the sides is not paired away)" if self.evidence == "repeats" else ""
-        )
-
-    # ---- the gate ---------------------------------------------------------
-    def gate(self, fail_above_pct: float, metric: Metric = "any") -> GateResult:
-        """Fail on a regression beyond noise larger than ``fail_above_pct`` in ``metric``.
-
-        A non-comparable diff fails with its reason: a gate that compares two
-        different models has nothing to pass on.
-        """
-        if metric not in METRICS:
-            raise UsageError(f"unknown gate metric {metric!r}", hint="one of " + ", ".join(METRICS))
-        if not math.isfinite(fail_above_pct) or fail_above_pct < 0:
-            raise UsageError(f"--fail-above must be a percentage >= 0, not {fail_above_pct!r}")
-        reasons: list[str] = []
-        if not self.comparable:
-            reasons.append(f"profiles are not comparable: {self.reason}")
-        else:
-            lat = self.latency
-            if metric in ("latency", "any") and lat is not None and over_gate(lat, fail_above_pct):
-                reasons.append("latency " + describe(lat, fail_above_pct))
-            for row in self.changed_phases():
-                wanted = "latency" if row.path is None else "layers"
-                if metric in (wanted, "any") and over_gate(row.change, fail_above_pct):
-                    what = row.label if row.path is None else f"{row.label} self time"
-                    reasons.append(f"{what} " + describe(row.change, fail_above_pct))
-            if metric in ("layers", "any"):
-                for layer in self.changed_layers():
-                    if over_gate(layer.change, fail_above_pct):
-                        what = f"layer {layer.label} ({layer.type}) self time "
-                        reasons.append(what + describe(layer.change, fail_above_pct))
-            if metric in ("ops", "any"):
-                for op in self.changed_ops():
-                    # threshold-only op rows gate only when asked for by name
-                    if metric == "any" and op.change.basis == "threshold":
-                        continue
-                    if over_gate(op.change, fail_above_pct):
-                        reasons.append(f"op {op.label} " + describe(op.change, fail_above_pct))
-        return GateResult(
-            failed=bool(reasons),
-            reasons=tuple(reasons),
-            fail_above_pct=fail_above_pct,
-            metric=metric,
-            evidence=self.evidence,
         )
 
 
