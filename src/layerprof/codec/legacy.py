@@ -8,7 +8,7 @@ from typing import Any
 
 from layerprof.codec.fields import Fields, read_row, saved_notes, strings
 from layerprof.codec.run import run_of
-from layerprof.codec.trace import read_device, read_launches, read_memory
+from layerprof.codec.trace import read_allocator, read_device, read_launches
 from layerprof.pivot.notes import Note
 from layerprof.pivot.profile import Profile, Run, TraceSections
 from layerprof.pivot.records import LayerInfo, LayerSamples, Meta, OpStat
@@ -102,6 +102,6 @@ def _legacy_rank(f: Fields, source: str) -> Profile:
             kinds=tuple(read_row(KindRow, k) for k in f.objects("kernel_kinds")),
             memcpy=tuple(read_row(MemcpyRow, m) for m in f.objects("memcpy")),
             launches=read_launches(f.obj("launch")),
-            memory=read_memory(f.obj("memory")),
+            memory=read_allocator(f.obj("memory")),
         ),
     )

@@ -18,6 +18,7 @@ from layerprof.codec.fields import (
 )
 from layerprof.pivot.profile import Profile
 from layerprof.pivot.sections.trace import (
+    AllocatorSummary,
     AllocRow,
     AnnotationRow,
     DeviceMemory,
@@ -26,7 +27,6 @@ from layerprof.pivot.sections.trace import (
     KindRow,
     Launches,
     MemcpyRow,
-    MemorySummary,
     RuntimeRow,
     Step,
     Steps,
@@ -120,7 +120,7 @@ def _launches(launch: Launches | None, top: int | None) -> dict[str, Any] | None
     }
 
 
-def _memory(m: MemorySummary | None, top: int | None) -> dict[str, Any] | None:
+def _allocator(m: AllocatorSummary | None, top: int | None) -> dict[str, Any] | None:
     if m is None:
         return None
     return {
@@ -187,10 +187,10 @@ def read_launches(f: Fields | None) -> Launches | None:
     )
 
 
-def read_memory(f: Fields | None) -> MemorySummary | None:
+def read_allocator(f: Fields | None) -> AllocatorSummary | None:
     if f is None:
         return None
-    return MemorySummary(
+    return AllocatorSummary(
         devices=tuple(
             DeviceMemory(
                 device=d.text("device"),
@@ -221,7 +221,7 @@ def encode_trace(p: Profile, top: int | None) -> dict[str, Any]:
         "kernel_kinds": [asdict_ms(k) for k in p.kinds],
         "memcpy": [asdict_ms(m) for m in p.memcpy],
         "launch": _launches(p.launches, top),
-        "memory": _memory(p.memory, top),
+        "memory": _allocator(p.memory, top),
         "annotations": [asdict_ms(a) for a in p.annotations],
     }
 
@@ -240,6 +240,6 @@ def read_trace(f: Fields) -> dict[str, Any]:
     out["kinds"] = tuple(read_row(KindRow, k) for k in f.objects("kernel_kinds"))
     out["memcpy"] = tuple(read_row(MemcpyRow, m) for m in f.objects("memcpy"))
     out["launches"] = read_launches(f.obj("launch"))
-    out["memory"] = read_memory(f.obj("memory"))
+    out["memory"] = read_allocator(f.obj("memory"))
     out["annotations"] = tuple(read_row(AnnotationRow, a) for a in f.objects("annotations"))
     return out

@@ -73,6 +73,7 @@ if TYPE_CHECKING:
     from layerprof.pivot.sections.serving import Serving
     from layerprof.pivot.sections.stepwork import DeviceWork
     from layerprof.pivot.sections.trace import (
+        AllocatorSummary,
         AnnotationRow,
         CrossRank,
         DeviceUse,
@@ -80,7 +81,6 @@ if TYPE_CHECKING:
         KindRow,
         Launches,
         MemcpyRow,
-        MemorySummary,
         Steps,
         TraceSource,
     )
@@ -130,7 +130,7 @@ class TraceSections:
     kinds: tuple[KindRow, ...] = ()
     memcpy: tuple[MemcpyRow, ...] = ()
     launches: Launches | None = None
-    memory: MemorySummary | None = None
+    memory: AllocatorSummary | None = None
     annotations: tuple[AnnotationRow, ...] = ()
     breakdown: Breakdown | None = None
     communication: Communication | None = None
@@ -391,7 +391,7 @@ class Profile(sinks.Output):
     kinds: ClassVar[_FromTrace[tuple[KindRow, ...]]] = _FromTrace(())
     memcpy: ClassVar[_FromTrace[tuple[MemcpyRow, ...]]] = _FromTrace(())
     launches: ClassVar[_FromTrace[Launches | None]] = _FromTrace(None)
-    memory: ClassVar[_FromTrace[MemorySummary | None]] = _FromTrace(None)
+    memory: ClassVar[_FromTrace[AllocatorSummary | None]] = _FromTrace(None)
     annotations: ClassVar[_FromTrace[tuple[AnnotationRow, ...]]] = _FromTrace(())
     breakdown: ClassVar[_FromTrace[Breakdown | None]] = _FromTrace(None)
     communication: ClassVar[_FromTrace[Communication | None]] = _FromTrace(None)

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from layerprof.pivot.sections.trace import AllocRow, DeviceMemory, MemorySummary
+from layerprof.pivot.sections.trace import AllocatorSummary, AllocRow, DeviceMemory
 from layerprof.trace.columns import unique
 from layerprof.trace.events import OP, EventTables
 from layerprof.trace.nesting import Nesting, enclosing_at
 
 
-def allocator_summary(tables: EventTables, nesting: Nesting) -> MemorySummary | None:
+def allocator_summary(tables: EventTables, nesting: Nesting) -> AllocatorSummary | None:
     mem = tables.memory
     if len(mem) == 0:
         return None
@@ -48,4 +48,4 @@ def allocator_summary(tables: EventTables, nesting: Nesting) -> MemorySummary | 
         a[0] += 1
         a[1] += nbytes
     rows = sorted((AllocRow(k, c, b) for k, (c, b) in acc.items()), key=lambda r: -r.bytes)
-    return MemorySummary(devices=tuple(devices), top_ops=tuple(rows))
+    return AllocatorSummary(devices=tuple(devices), top_ops=tuple(rows))

@@ -156,7 +156,10 @@ class AllocRow:
 
 
 @dataclass(frozen=True)
-class MemorySummary:
+class AllocatorSummary:
+    """The allocator's figures from a trace's ``[memory]`` instants (the trace's
+    ``memory`` section): not the activation memory of ``pivot/sections/memory.py``."""
+
     devices: tuple[DeviceMemory, ...]
     top_ops: tuple[AllocRow, ...]
 

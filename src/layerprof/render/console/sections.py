@@ -45,10 +45,10 @@ from layerprof.render.console.ranks import (
 from layerprof.render.console.replay import print_graph_replay
 from layerprof.render.console.stepwork import print_device_work
 from layerprof.render.console.trace import (
+    print_allocator,
     print_devices,
     print_kernels,
     print_launches,
-    print_memory,
     print_steps,
 )
 from layerprof.render.terminal import escaping
@@ -187,7 +187,7 @@ PROFILE_SECTIONS: tuple[Section[Profile], ...] = (
         "device work", ("Profile.device_work",), lambda p, out, o: print_device_work(p, out, o.rows)
     ),
     Section("launches", ("Profile.launches",), lambda p, out, o: print_launches(p, out, o.rows)),
-    Section("memory", ("Profile.memory",), lambda p, out, o: print_memory(p, out, o.rows)),
+    Section("memory", ("Profile.memory",), lambda p, out, o: print_allocator(p, out, o.rows)),
     Section("breakdown", ("Profile.breakdown",), lambda p, out, o: print_breakdown(p, out)),
     Section(
         "communication",

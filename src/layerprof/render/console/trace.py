@@ -123,7 +123,7 @@ def _replayed(p: Profile) -> dict[str, int]:
     return out
 
 
-def print_memory(p: Profile, console: Console, top: int) -> None:
+def print_allocator(p: Profile, console: Console, top: int) -> None:
     m = p.memory
     if m is None:
         return

@@ -47,13 +47,13 @@ from layerprof.render.html.serving import serving_section
 from layerprof.render.html.stepwork import device_work_section
 from layerprof.render.html.subject import Subject
 from layerprof.render.html.trace import (
+    allocator_section,
     annotations_section,
     cross_rank_section,
     devices_section,
     kernels_section,
     launches_section,
     memcpy_section,
-    memory_section,
     rank_ops_section,
     steps_section,
 )
@@ -121,7 +121,7 @@ SECTIONS: tuple[Registered, ...] = (
     Registered(memcpy_section, ("Profile.memcpy",)),
     Registered(kernels_section, ("Profile.kernels", "Profile.kinds")),
     Registered(launches_section, ("Profile.launches",)),
-    Registered(memory_section, ("Profile.memory",)),
+    Registered(allocator_section, ("Profile.memory",)),
     Registered(annotations_section, ("Profile.annotations",)),
     Registered(rank_ops_section, ("Run.ranks",)),
     # last; the diagnosis reads the passes check (and every other section) into findings

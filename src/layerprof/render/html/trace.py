@@ -371,7 +371,7 @@ def _replayed_text(a: At[RuntimeRow]) -> str:
 # ---------------------------------------------------------------- memory
 
 
-def memory_section(s: Subject) -> Section | None:
+def allocator_section(s: Subject) -> Section | None:
     devices, _ = per_rank(s, lambda p: p.memory.devices if p.memory is not None else ())
     allocs, _ = per_rank(s, lambda p: p.memory.top_ops if p.memory is not None else ())
     if not devices and not allocs:
