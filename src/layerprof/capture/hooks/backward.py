@@ -31,9 +31,13 @@ from typing import TYPE_CHECKING, Any
 from layerprof.capture.options import OpOptions
 from layerprof.capture.platform.clocks import Clock, HostClock, synchronizer
 from layerprof.capture.platform.device import device_of
-from layerprof.capture.recording import nodes
 from layerprof.capture.recording.layertimes import build_samples
-from layerprof.capture.recording.nodes import NodeHooksUnavailable, NodeMarks, nest_intervals
+from layerprof.capture.recording.nodes import (
+    NodeHooksUnavailable,
+    NodeMarks,
+    nest_intervals,
+    next_sequence_nr,
+)
 from layerprof.capture.step import LossFn, backward_state, backward_step
 from layerprof.errors import ModelRunError, UsageError
 from layerprof.pivot.notes import Note
@@ -52,9 +56,9 @@ __all__ = [
 
 _BackwardTimes = dict[str, tuple[tuple[int, ...], tuple[int, ...]]]
 
-#: torch's sequence counter (layerprof.capture.recording.nodes); a name here so tests can
-#: make it unavailable
-next_sequence_nr = nodes.next_sequence_nr
+SequenceCounter = Callable[[], Callable[[], int]]
+"""torch's autograd sequence counter, or ``NodeHooksUnavailable`` where graph-node hooks
+cannot be used (``layerprof.capture.recording.nodes.next_sequence_nr``)."""
 
 
 @dataclass(frozen=True)
@@ -75,15 +79,20 @@ def profile_backward(
     iters: int,
     loss: LossFn | None,
     clock: Clock | None = None,
+    sequence_counter: SequenceCounter = next_sequence_nr,
 ) -> BackwardProfile:
     """Backward total and self time of every layer that ran forward, per iteration.
 
     Graph-node hooks (see the module docstring); where they cannot be used,
     ops mode (torch.profiler). One untimed step runs first (autograd warm-up).
     Forward hooks are removed and ``.grad`` restored also on errors and Ctrl-C.
+    ``sequence_counter`` is asked first whether torch offers graph-node hooks (a test
+    passes one that says no, as a torch without them does).
     """
     try:
-        times = _node_hook_times(model, args, kwargs, iters, loss, clock or HostClock())
+        times = _node_hook_times(
+            model, args, kwargs, iters, loss, clock or HostClock(), sequence_counter
+        )
     except NodeHooksUnavailable as why:
         return _ops_backward(model, args, kwargs, iters, loss, str(why))
     note = Note(
@@ -103,9 +112,10 @@ def _node_hook_times(
     iters: int,
     loss: LossFn | None,
     clock: Clock,
+    sequence_counter: SequenceCounter,
 ) -> _BackwardTimes:
     device = device_of(model)
-    next_sequence_nr()  # NodeHooksUnavailable on a torch without graph-node hooks
+    sequence_counter()  # NodeHooksUnavailable on a torch without graph-node hooks
     with backward_state(model), NodeMarks(model, clock) as marks:
         step = backward_step(
             model, args, kwargs or {}, loss, synchronizer(device), before_backward=marks.hook_graph
