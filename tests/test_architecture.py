@@ -363,3 +363,73 @@ def test_a_light_module_imported_inside_a_function_says_why() -> None:
             if not _heavy(target):
                 unexplained.append(f"{name}:{line_no} imports {module}")
     assert unexplained == [], "\n".join(unexplained)
+
+
+#: ``(module, imported name) -> why`` for a private name one module may take from another.
+#: Empty: a helper another module needs is public where it belongs (issue 45, item 7).
+PRIVATE_IMPORT_EXCEPTIONS: dict[tuple[str, str], str] = {}
+
+
+def private_uses(tree: ast.Module, name: str) -> list[str]:
+    """``line: what`` for each private name (``_x``, not a dunder) that module ``name``
+    takes from another layerprof module: ``from m import _x``, or ``m._x`` on an
+    imported module ``m``. Tests may reach into internals; the package may not."""
+
+    def private(attr: str) -> bool:
+        return attr.startswith("_") and not attr.startswith("__")
+
+    found: list[str] = []
+    modules: dict[str, str] = {}  # local name -> the layerprof module it is bound to
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("layerprof"):
+            base = node.module or ""
+            for alias in node.names:
+                whole = f"{base}.{alias.name}"
+                if whole in MODULES:
+                    modules[alias.asname or alias.name] = whole
+                elif private(alias.name) and base != name:
+                    found.append(f"{node.lineno}: from {base} import {alias.name}")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("layerprof") and alias.asname:
+                    modules[alias.asname] = alias.name
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute) or not private(node.attr):
+            continue
+        owner = ast.unparse(node.value)  # an alias, or a dotted ``import layerprof.x`` path
+        module = modules.get(owner, owner if owner in MODULES else name)
+        if module != name:
+            found.append(f"{node.lineno}: {module}.{node.attr}")
+    return found
+
+
+def test_no_private_name_crosses_modules() -> None:
+    """A module's ``_private`` names are its own: another module that needs one gets a
+    public helper instead (an explicit, reasoned exception otherwise)."""
+    crossing = []
+    for name, path in MODULES.items():
+        for use in private_uses(ast.parse(path.read_text(), str(path)), name):
+            imported = use.rsplit(" ", 1)[-1].rsplit(".", 1)[-1]
+            if (name, imported) not in PRIVATE_IMPORT_EXCEPTIONS:
+                crossing.append(f"{name}:{use}")
+    assert crossing == [], "\n".join(crossing)
+
+
+def test_the_private_name_check_finds_both_forms() -> None:
+    """The check above can fail: an imported private name and one read off a module."""
+    code = (
+        "from layerprof.units import _scale, fmt_ms\n"
+        "from layerprof.capture.recording import nodes\n"
+        "import layerprof.stats as st\n"
+        "import layerprof.pivot.records\n"
+        "def f():\n"
+        "    return nodes._Call, st._cache, nodes.NodeMarks, layerprof.pivot.records._x\n"
+    )
+    found = private_uses(ast.parse(code), "layerprof.somewhere")
+    assert found == [
+        "1: from layerprof.units import _scale",
+        "6: layerprof.capture.recording.nodes._Call",
+        "6: layerprof.stats._cache",
+        "6: layerprof.pivot.records._x",
+    ]
+    assert private_uses(ast.parse("from layerprof.units import _scale"), "layerprof.units") == []
