@@ -7,6 +7,10 @@ to first token, the inter-token latencies and the whole generate; the per-layer
 pass (the Recorder) times every forward, each tagged with its phase: ``prefill``
 (the forward that takes the prompt) or ``decode`` (one new token against the
 cache). Times are integer ns.
+
+The rule that tags a forward (``forward_phase``, ``tag_forwards``) and the
+section's assembly (``assemble_generation``, on ``phase_views``) are here, pure and
+free of torch, so that the Recorder, ``--generate`` and a trace decide them alike.
 """
 
 from __future__ import annotations
