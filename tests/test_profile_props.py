@@ -48,36 +48,6 @@ def test_json_round_trip_keeps_rows(prof: Profile) -> None:
         assert a.path == b.path and abs(a.total_ns - b.total_ns) <= 1e-6 * max(1, a.total_ns) + 1
 
 
-@settings(max_examples=300, deadline=None, derandomize=True)
-@given(st.lists(st.integers(min_value=0, max_value=2**52), min_size=1, max_size=60))
-def test_series_median_alone_equals_the_summary_median(values: list[int]) -> None:
-    """Series.median skips the whole summary when nothing else is asked: same number."""
-    import numpy as np
-
-    from layerprof.stats import Series, Summary
-
-    array = np.asarray(values, dtype=np.int64)
-    assert Series.of(array).median == Summary.of(array).median == float(np.median(array))
-
-
-def test_median_interval_covers_the_true_median_about_95_percent() -> None:
-    """Order-statistic CI of the median (stats.median_ci): coverage on skewed samples
-    with a known median, seeded, for the sample counts runs use."""
-    import numpy as np
-
-    from layerprof.stats import Summary
-
-    rng = np.random.default_rng(0)
-    for n in (10, 20, 50, 200):
-        draws = rng.lognormal(mean=0.0, sigma=0.5, size=(2000, n)) * 1e6  # true median 1e6
-        covered = 0
-        for row in draws:
-            s = Summary.of(row)
-            assert s.ci_low is not None and s.ci_high is not None
-            covered += s.ci_low <= 1e6 <= s.ci_high
-        assert 0.93 <= covered / len(draws) <= 0.995, (n, covered)
-
-
 @settings(max_examples=60, deadline=None)
 @given(profiles(), profiles())
 def test_rows_follow_every_change_of_layers_or_samples(prof: Profile, other: Profile) -> None:

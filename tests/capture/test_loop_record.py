@@ -167,18 +167,6 @@ def test_correct_is_decided_before_the_first_sums(monkeypatch: pytest.MonkeyPatc
     assert rec.profile(correct=False).loop is not None
 
 
-def test_int_values_compare_as_tuples() -> None:
-    import numpy as np
-
-    values = IntValues(np.array([3, 1, 2]))
-    assert values == (3, 1, 2) and values == [3, 1, 2] and values != (3, 1)
-    assert list(values) == [3, 1, 2] and values[0] == 3 and values[1:] == (1, 2)
-    assert hash(values) == hash((3, 1, 2)) and repr(values) == "(3, 1, 2)"
-    assert np.asarray(values).dtype == np.int64
-    with pytest.raises(ValueError):
-        np.asarray(values)[0] = 5  # read-only
-
-
 def test_samples_are_four_bytes_until_a_step_does_not_fit(monkeypatch: pytest.MonkeyPatch) -> None:
     """A loop's per-step sums are int32 (16 bytes per module and step, all four) while a
     layer's part of a step fits; the first that does not (2.1 s) widens them, exactly."""
