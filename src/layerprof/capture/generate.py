@@ -223,7 +223,9 @@ def _shared_modules(model: Any, recorded: Profile) -> tuple[Note, ...]:
 def _prompt(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:  # a 2-d token tensor
     import torch
 
-    ids = args[0] if args else kwargs.get("input_ids")
+    ids = kwargs.get("input_ids")  # the Recorder's order (ForwardPhases.see)
+    if ids is None and args:
+        ids = args[0]
     if not isinstance(ids, torch.Tensor) or ids.ndim != 2:
         raise UsageError(
             "generate: the prompt is the first input (or input_ids=), a batch x tokens tensor"
