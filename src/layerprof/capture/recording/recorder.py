@@ -183,9 +183,8 @@ class Recorder:
         return made
 
     def __enter__(self) -> Recorder:
-        # re-entrant: a nested ``with rec:`` (a helper entering the Recorder its caller
-        # entered) records on, and only the outermost exit takes the hooks off (the
-        # inner exit stopped the recording silently)
+        # re-entrant: a nested ``with rec:`` (a helper entering its caller's Recorder)
+        # records on; only the outermost exit takes the hooks off (an inner one stopped it)
         self._entered += 1
         try:
             return self.attach()
