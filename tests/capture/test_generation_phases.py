@@ -23,6 +23,7 @@ from layerprof.pivot.sections.generation import (
     tag_forwards,
     token_ids,
 )
+from layerprof.render.generation_text import phase_table
 from tests.support.zoo_models import ToyLM
 
 # ---- the rule, as a pure function ---------------------------------------------------
@@ -162,3 +163,6 @@ def test_a_recorder_around_t5_generate_has_a_prefill_per_generate() -> None:
     ]  # fmt: skip
     assert g.phase("encode").layer("encoder") is not None  # type: ignore[union-attr]
     assert g.phase(DECODE).layer("encoder") is None  # type: ignore[union-attr]
+    # the table says the encoder's tokens are unknown rather than 0
+    rows = {row[0]: row for row in phase_table(g, "T5ForConditionalGeneration")}
+    assert (rows["encode"][2], rows[PREFILL][2], rows[DECODE][2]) == ("-", "2", "2")

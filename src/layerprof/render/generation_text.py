@@ -108,8 +108,11 @@ def phase_table(g: Generation, model: str) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
     for phase in g.phases:
         top = max(phase.layers, key=lambda x: x.self_ns, default=None)
+        # A forward takes at least one token, so 0 means the source never saw them (a
+        # Recorder around T5's generate() does not see the encoder's input): "-", not 0.
+        tokens = f"{phase.tokens_per_forward:,}" if phase.tokens_per_forward else "-"
         rows.append((
-            phase.name, f"{phase.forwards:,}", f"{phase.tokens_per_forward:,}",
+            phase.name, f"{phase.forwards:,}", tokens,
             human_time(phase.forward_ns) if phase.layers else "-",
             (top.path or model) if top is not None else "-",
             human_time(top.self_ns) if top is not None else "-",
