@@ -272,6 +272,17 @@ def test_the_public_api_is_what_the_docs_list() -> None:
     assert all(hasattr(__import__("layerprof"), n) for n in public)
 
 
+def test_the_trace_engine_never_reaches_its_job_machinery() -> None:
+    """trace/jobs/ runs the engine on executors; the engine and trace/distributed/
+    never import it (only the package's ``__init__`` re-exports ``analyze``), so a
+    worker or a reader of one rank's trace needs none of the job machinery."""
+    for name, deps in ALL_EDGES.items():
+        if not name.startswith("layerprof.trace.") or name.startswith("layerprof.trace.jobs"):
+            continue
+        bad = sorted(d for d in deps if d.startswith("layerprof.trace.jobs"))
+        assert not bad, f"{name} imports the job machinery: {bad}"
+
+
 def test_trace_and_sections_never_import_torch() -> None:
     """The trace engine and the value objects run without torch (``analyze``, the
     torch-free CI): no import of it anywhere in them, inside functions included."""
