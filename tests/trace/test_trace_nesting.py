@@ -236,6 +236,23 @@ def test_sweep_per_kind_equals_the_one_pass_sweep(host: Any) -> None:
         assert getattr(fast, field).tolist() == getattr(slow, field).tolist(), field
 
 
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.one_of(host_spans(), nested_spans()), st.integers(1, 3))
+def test_walks_in_chunks_equal_one_walk(host: Any, chunk: int) -> None:
+    """The enclosing-span walks take QUERY_CHUNK spans at a time (issue 47: bounded
+    memory); any chunk size gives the same nesting."""
+    from unittest import mock
+
+    from layerprof.trace import nesting
+
+    whole = nesting.nest(host)
+    with mock.patch.object(nesting, "QUERY_CHUNK", chunk):
+        chunked = nesting.nest(host)
+    for field in ("order", "parent_op", "parent_module", "parent_annotation", "parent_layer",
+                  "self_ns", "detached"):  # fmt: skip
+        assert getattr(chunked, field).tolist() == getattr(whole, field).tolist(), field
+
+
 def test_deeper_than_the_vectorized_rounds_takes_the_loop() -> None:
     """A recursion MAX_ROUNDS + 50 ops deep, then a sibling of its root: the same
     parents and self times as the one-pass sweep."""

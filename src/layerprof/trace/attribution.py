@@ -39,7 +39,7 @@ from layerprof.pivot.profile import ancestors
 from layerprof.pivot.records import OpSamples, OpStat
 from layerprof.pivot.sections.trace import Steps
 from layerprof.stats import Series
-from layerprof.trace.columns import unique
+from layerprof.trace.columns import unique, unset
 from layerprof.trace.events import I64, LAYER, OP, EventTables, HostSpans
 from layerprof.trace.modules import step_index
 from layerprof.trace.nesting import MAX_LEVELS, Nesting
@@ -76,6 +76,9 @@ def attribute(tables: EventTables, nesting: Nesting) -> _Attribution:
     host = tables.host
     n = len(host)
     layer_spans = np.flatnonzero(host.kind == LAYER)
+    node = _backward_nodes(tables, nesting)
+    if len(layer_spans) == 0:  # every op, forward or backward, is unattributed
+        return _Attribution(paths=(), layer=unset(n), node=node)
     paths = tuple(sorted({tables.names[int(i)] for i in unique(host.name[layer_spans])}))
     path_id = {p: k for k, p in enumerate(paths)}
     span_path = np.full(n, -1, dtype=np.int64)
@@ -85,7 +88,7 @@ def attribute(tables: EventTables, nesting: Nesting) -> _Attribution:
     is_op = host.kind == OP
     inside = is_op & (nesting.parent_layer >= 0)
     layer[inside] = span_path[nesting.parent_layer[inside]]
-    node = _backward_nodes(tables, nesting)
+    del span_path, inside
     backward = node >= 0
     forward_layer = _forward_layer_by_seq(host, layer, is_op & ~backward)
     node_ops = np.flatnonzero(backward)
@@ -102,9 +105,8 @@ def _backward_nodes(tables: EventTables, nesting: Nesting) -> I64:
         (i for i, name in enumerate(tables.names) if name.startswith(BACKWARD_NODE)),
         dtype=np.int64,
     )
-    node = np.full(len(host), -1, dtype=np.int64)
     if len(node_names) == 0:
-        return node
+        return unset(len(host))
     is_op = host.kind == OP
     is_node = is_op & np.isin(host.name, node_names)
     return _outermost(nesting.parent_op, nesting.order, is_op, is_node)
@@ -206,29 +208,40 @@ def layer_ops(
     idx, top, step = idx[keep], top[keep], step[keep]
     if len(idx) == 0:
         return ()
-    counted = (top == idx).astype(np.int64)
+    counted = top == idx
     n_paths = len(attribution.paths) + 1
     n_shapes = len(tables.shapes) + 1
-    layer = attribution.layer[top] + 1  # 0 = unattributed
-    phase = (attribution.node[top] >= 0).astype(np.int64)
-    shape = (host.shape[top] + 1) if by_shape else np.zeros(len(idx), dtype=np.int64)
-    key = ((host.name[top] * n_paths + layer) * n_shapes + shape) * 2 + phase
+    # The group key, built in place: a 4 GB trace has ~5M ops, 40 MB a column.
+    key = host.name[top] * n_paths
+    key += attribution.layer[top] + 1  # 0 = unattributed
+    key *= n_shapes
+    if by_shape:
+        key += host.shape[top] + 1
+    key *= 2
+    key += attribution.node[top] >= 0  # the phase: 1 = backward
+    del top
     uniq, group = np.unique(key, return_inverse=True)
+    del key
     cells = group * n_steps + step
+    del group, step
     size = len(uniq) * n_steps
 
-    def per_step(values: I64) -> np.ndarray:
-        sums = np.bincount(cells, weights=values.astype(np.float64), minlength=size)
+    def per_step(values: I64, inclusive: bool = False) -> np.ndarray:
+        weights = values[idx].astype(np.float64)
+        if inclusive:  # merged ops' totals are their top op's
+            weights[~counted] = 0.0
+        sums = np.bincount(cells, weights=weights, minlength=size)
         return np.rint(sums).astype(np.int64).reshape(len(uniq), n_steps)
 
-    calls = per_step(counted)
+    calls = np.rint(np.bincount(cells, weights=counted, minlength=size)).astype(np.int64)
+    calls = calls.reshape(len(uniq), n_steps)
     extra = {
-        key: per_step(values[idx] * counted if inclusive else values[idx])
+        key: per_step(values, inclusive)
         for key, (values, inclusive) in op_columns(tables, nesting).items()
     }
-    self_ns = per_step(nesting.self_ns[idx])
-    total_ns = per_step(host.dur[idx] * counted)
-    device_ns = per_step(times.device_total[idx] * counted) if has_device else None
+    self_ns = per_step(nesting.self_ns)
+    total_ns = per_step(host.dur, inclusive=True)
+    device_ns = per_step(times.device_total, inclusive=True) if has_device else None
     columns = _OpColumns(calls, self_ns, total_ns, device_ns, extra)
     kept = _kept_groups(self_ns)
     rows: list[OpStat] = []

@@ -60,6 +60,14 @@ def unique(values: Any) -> Any:
     return s[keep]
 
 
+def unset(n: int) -> I64:
+    """``n`` times -1 in no memory: a read-only view of one value, for a per-span column
+    that holds nothing in this trace (the parents of a kind it has no span of, the
+    layer of every op where it has no layer spans; ~100 MB each in a 4 GB trace)."""
+    column: I64 = np.broadcast_to(np.int64(-1), (n,))
+    return column
+
+
 def floats(values: list[Any], kinds: set[type] | None = None) -> F64:
     """A float64 column; anything but an int, a float or a numeric string becomes NaN.
     ``kinds``: the values' types when the caller already has them."""

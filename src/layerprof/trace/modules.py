@@ -87,25 +87,27 @@ def tree(
         own = np.bincount(owner[hit], weights=tables.device.dur[hit], minlength=len(host))
         own = own.astype(np.int64)
     inclusive = roll_up(own, parent, nesting.order, members)
-    step_of = step_index(steps, host.start)
     n_steps = len(steps.complete)
 
     is_member = np.zeros(len(host), dtype=bool)
     is_member[members] = True
+    seq = nesting.order[is_member[nesting.order]]  # the members, parents first
+    del is_member
+    # Python values of the members only (a trace's ops outnumber its modules or
+    # annotations by far): a list per column of every span cost ~130 B a span.
+    columns = (host.name, host.dur, nesting.self_ns, inclusive, own, parent)
+    name_ids, durs, selfs, incl, owns, parents = (c[seq].tolist() for c in columns)
+    step_list = step_index(steps, host.start[seq]).tolist()
+    del inclusive, own
+    order = seq.tolist()
+    par = dict(zip(order, parents, strict=True))
     paths: dict[int, str] = {}
     acc: dict[str, _Acc] = {}
     names = tables.names
-    par = parent.tolist()
-    name_ids = host.name.tolist()
-    durs = host.dur.tolist()
-    selfs = nesting.self_ns.tolist()
-    incl = inclusive.tolist()
-    owns = own.tolist()
-    step_list = step_of.tolist()
     types = types or {}
     labels = tables.layer_labels
-    for i in nesting.order[is_member[nesting.order]].tolist():
-        raw = names[name_ids[i]]
+    for k, i in enumerate(order):
+        raw = names[name_ids[k]]
         p = par[i]
         parent_path = paths.get(p) if p >= 0 else None
         if kind == LAYER:
@@ -117,9 +119,9 @@ def tree(
                 short = path.rsplit(".", 1)[-1] if path else labels.get(path, type_)
                 a = acc[path] = _Acc(short, type_, parent_path, n_steps)
             if _inside_same(i, path, par, paths):
-                a.add_nested(selfs[i], owns[i], step_list[i])
+                a.add_nested(selfs[k], owns[k], step_list[k])
             else:
-                a.add(durs[i], selfs[i], incl[i], owns[i], step_list[i])
+                a.add(durs[k], selfs[k], incl[k], owns[k], step_list[k])
             continue
         short = raw[len(MODULE_PREFIX) :] if kind == MODULE else raw.replace(".", "_")
         path = f"{parent_path}.{short}" if parent_path else short
@@ -130,7 +132,7 @@ def tree(
             # dots separate levels, spells an annotation's dots as "_"
             name = short if kind == MODULE else raw
             a = acc[path] = _Acc(name, _type_of(short, kind), parent_path, n_steps)
-        a.add(durs[i], selfs[i], incl[i], owns[i], step_list[i])
+        a.add(durs[k], selfs[k], incl[k], owns[k], step_list[k])
     return tuple(acc[path].row(path, has_device) for path in _pre_order(acc))
 
 
@@ -150,7 +152,7 @@ def _pre_order(acc: dict[str, _Acc]) -> list[str]:
     return out
 
 
-def _inside_same(i: int, path: str, par: list[int], paths: dict[int, str]) -> bool:
+def _inside_same(i: int, path: str, par: dict[int, int], paths: dict[int, str]) -> bool:
     """Whether a span of the same path encloses span ``i`` (a recursive call)."""
     p = par[i]
     while p >= 0:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from layerprof.trace.columns import unique
+from layerprof.trace.columns import unique, unset
 from layerprof.trace.events import ANNOTATION, I64, LAYER, MODULE, OP, RUNTIME, SYNC, HostSpans
 
 _TRACKED = (OP, MODULE, ANNOTATION, LAYER)
@@ -31,6 +31,9 @@ OVERRUN_SLACK_NS = 1_000  # integer-Âµs traces round ts and dur apart: up to 1 Â
 MAX_LEVELS = 64
 #: Rounds of _nested_kind's candidate jumps before the sweep's loop takes over.
 MAX_ROUNDS = 256
+#: Spans whose enclosing span one vectorized walk looks for at a time: the walk holds
+#: several int64 arrays per span, which for all of a 4 GB trace's ops is ~1 GB.
+QUERY_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -69,15 +72,22 @@ class Nesting:
 
 
 def nest(host: HostSpans) -> Nesting:
-    order = np.lexsort((-host.dur, host.start, host.thread)).astype(np.int64)
+    order = np.lexsort((-host.dur, host.start, host.thread)).astype(np.int64, copy=False)
     tracked = np.isin(host.kind[order], _TRACKED)
     parents, self_ns, detached = _sweep(host, order[tracked])
     # Runtime/sync calls never enclose anything that matters here: find their
     # enclosing spans with vectorized searches instead of the Python sweep.
     leaves = order[~tracked]
-    nested = order[tracked][~detached[order[tracked]]]
+    nested = order[tracked]
+    nested = nested[~detached[nested]]
+    del tracked
     for kind in _TRACKED:
-        parents[kind][leaves] = _enclosing(host, nested, parents[kind], kind, leaves)
+        if not parents[kind].flags.writeable:  # unset: the trace has no span of the kind
+            continue
+        members = nested[host.kind[nested] == kind]  # sorted by thread, then start
+        for lo in range(0, len(leaves), QUERY_CHUNK):
+            chunk = leaves[lo : lo + QUERY_CHUNK]
+            parents[kind][chunk] = _enclosing(host, members, parents[kind], chunk)
     _runtime_is_not_self(host, parents[OP], leaves, self_ns)
     return Nesting(
         order=order,
@@ -101,7 +111,9 @@ def _sweep(host: HostSpans, order: I64) -> tuple[dict[int, I64], I64, npt.NDArra
     one-pass sweep as the reference.
     """
     n = len(host)
-    parents = {k: np.full(n, -1, dtype=np.int64) for k in _TRACKED}
+    present = set(unique(host.kind).tolist())
+    parents = {k: np.full(n, -1, dtype=np.int64) if k in present else unset(n)
+               for k in _TRACKED}  # fmt: skip
     self_ns = host.dur.copy()
     detached = np.zeros(n, dtype=bool)
     ends = np.zeros(n, dtype=np.int64)  # each pushed span's end, clipped to its parent's
@@ -120,14 +132,15 @@ def _sweep(host: HostSpans, order: I64) -> tuple[dict[int, I64], I64, npt.NDArra
         self_ns[members] = own
         detached[members] = cut
         ends[members] = clipped
-    position = np.arange(len(order), dtype=np.int64)
     for kind in _TRACKED:
-        pushed = (kinds == kind) & ~detached[order]
-        if pushed.any():
-            others = kinds != kind
-            parents[kind][order[others]] = _open_at(
-                host, order, position[pushed], position[others], parents[kind], ends
-            )
+        pushed = np.flatnonzero((kinds == kind) & ~detached[order])
+        if len(pushed):
+            others = np.flatnonzero(kinds != kind)
+            # a chunk of queries at a time: the walk's arrays are ~8 a query
+            for lo in range(0, len(others), QUERY_CHUNK):
+                queries = others[lo : lo + QUERY_CHUNK]
+                found = _open_at(host, order, pushed, queries, parents[kind], ends)
+                parents[kind][order[queries]] = found
     return parents, self_ns, detached
 
 
@@ -231,20 +244,22 @@ def _runtime_is_not_self(host: HostSpans, parent_op: I64, leaves: I64, self_ns: 
     if len(calls) == 0:
         return
     owner = parent_op[calls]
-    inside = np.minimum(host.end[calls], host.end[owner]) - host.start[calls]
+    # the ends of these spans only (HostSpans.end would add up every span's)
+    ends = np.minimum(host.start[calls] + host.dur[calls], host.start[owner] + host.dur[owner])
+    inside = ends - host.start[calls]
     np.subtract.at(self_ns, owner, np.clip(inside, 0, None))
     np.maximum(self_ns, 0, out=self_ns)
 
 
-def _enclosing(host: HostSpans, swept: I64, parent: I64, kind: int, queries: I64) -> I64:
-    """Innermost span of ``kind`` open at each query span's start on its thread.
+def _enclosing(host: HostSpans, members: I64, parent: I64, queries: I64) -> I64:
+    """Innermost of ``members`` (one kind's spans, sorted by thread, then start) open at
+    each query span's start on its thread.
 
-    The candidate is the last span of ``kind`` that started at or before the
-    query on the same thread; its ancestors are the only other spans that can
-    contain the query, so walk up (all queries at once) until one is still open.
+    The candidate is the last member that started at or before the query on the
+    same thread; its ancestors are the only other spans that can contain the query,
+    so walk up (all queries at once) until one is still open.
     """
     out = np.full(len(queries), -1, dtype=np.int64)
-    members = swept[host.kind[swept] == kind]  # sorted by thread, then start
     if len(members) == 0 or len(queries) == 0:
         return out
     m_thread, m_start = host.thread[members], host.start[members]
@@ -256,9 +271,9 @@ def _enclosing(host: HostSpans, swept: I64, parent: I64, kind: int, queries: I64
         q = np.flatnonzero(q_thread == t)
         pos = np.searchsorted(m_start[lo:hi], q_start[q], side="right") - 1
         cand = np.where(pos >= 0, members[lo:hi][np.clip(pos, 0, None)], -1)
-        ends = host.end
         while True:
-            closed = (cand >= 0) & (ends[np.clip(cand, 0, None)] <= q_start[q])
+            at = np.clip(cand, 0, None)
+            closed = (cand >= 0) & (host.start[at] + host.dur[at] <= q_start[q])
             if not closed.any():
                 break
             cand[closed] = parent[cand[closed]]

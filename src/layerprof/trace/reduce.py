@@ -100,6 +100,7 @@ def reduce(
     layers, samples = _layers(modules or annotation_rows, module_source, header, steps)
     if module_source == LAYER_CATEGORY:
         samples = _with_backward(samples, backward_times(tables, attribution, steps, list(samples)))
+    del attribution, times  # two columns a span: not held through the sections below
     kernels = kernel_table(tables)
     graphs, graph_notes = graph_facts(tables)
     source = TraceSource(
@@ -349,7 +350,7 @@ def _no_device_ops(categories: dict[str, int]) -> Note:
 
 
 def _notes(tables: EventTables, steps: Steps, p: Profile) -> list[Note]:
-    source = p.source
+    source = p.trace.source
     assert source is not None
     notes: list[Note] = []
     if not source.has_device:
@@ -400,7 +401,7 @@ def _notes(tables: EventTables, steps: Steps, p: Profile) -> list[Note]:
          " not integers: read as unknown"),
     )  # fmt: skip
     notes += [Note(kind, text.format(n), {"count": n}) for kind, n, text in counted if n]
-    launch = p.launches
+    launch = p.trace.launches
     if launch is not None:
         if launch.unmatched_device_ops:
             notes.append(
