@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from layerprof.analysis.diffjudge import between_floor
-from layerprof.analysis.gate import DRIFT_ALLOWANCE_PCT
 from layerprof.codec.fields import Fields, required, strings
 from layerprof.codec.profile import read_meta
 from layerprof.codec.schemas import DIFF_SCHEMA
@@ -147,6 +145,12 @@ def _read_change(f: Fields) -> Change:
 
 
 def read_diff(data: Any, source: str) -> Diff:
+    # here, not at the top: only a saved diff's reader needs the judge's floor rule and
+    # the gate's allowance, and the judge's dataclasses cost ~3.5 ms to create on every
+    # import of the codec (each save and load of a Profile)
+    from layerprof.analysis.diffjudge import between_floor
+    from layerprof.analysis.gate import DRIFT_ALLOWANCE_PCT  # as the judge, above
+
     f = Fields(data, "diff")
     settings = f.obj("settings")
     base, new = f.obj("base"), f.obj("new")
