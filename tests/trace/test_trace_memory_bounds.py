@@ -9,10 +9,15 @@ import tracemalloc
 from pathlib import Path
 
 import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from layerprof.trace import intervals
 from layerprof.trace.attribution import attribute
 from layerprof.trace.columns import unset
 from layerprof.trace.events import MODULE, OP, RUNTIME, EventCollector, HostSpans
+from layerprof.trace.intervals import Lane, lane
 from layerprof.trace.nesting import nest
 from layerprof.trace.reader import read_trace_file
 from layerprof.trace.reduce import reduce
@@ -73,3 +78,44 @@ def test_reducing_a_real_trace_stays_within_its_bytes_per_span() -> None:
         tracemalloc.stop()
     assert spans > 50_000
     assert peak / spans < REDUCE_BYTES_PER_SPAN, f"{peak / spans:.0f} B per host span"
+
+
+@st.composite
+def _lanes_and_windows(draw: st.DrawFn) -> tuple[list[Lane], list[tuple[int, int]], list[int]]:
+    """A few lanes of random intervals (ties, empty ones, overlaps), windows that may
+    overlap or touch, and bit-mask classes over the lanes."""
+    times = st.integers(0, 60)
+    lanes = []
+    for _ in range(draw(st.integers(1, 4))):
+        pairs = draw(st.lists(st.tuples(times, st.integers(0, 9)), max_size=25))
+        starts = np.asarray([s for s, _ in pairs], dtype=np.int64)
+        ends = np.asarray([s + d for s, d in pairs], dtype=np.int64)
+        lanes.append(lane(starts, ends))
+    windows = [(lo, lo + d) for lo, d in draw(st.lists(st.tuples(times, st.integers(0, 30)),
+                                                      min_size=1, max_size=5))]  # fmt: skip
+    masks = st.integers(1, (1 << len(lanes)) - 1)
+    return lanes, windows, draw(st.lists(masks, min_size=1, max_size=4))
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(_lanes_and_windows(), st.integers(1, 6))
+def test_partition_in_ranges_equals_one_pass(
+    case: tuple[list[Lane], list[tuple[int, int]], list[int]], pieces: int
+) -> None:
+    """partition takes the time line PIECES lane boundaries at a time (issue 47): any
+    range size gives the table of one pass over all of it."""
+    lanes, windows, order = case
+    whole = intervals.partition(lanes, windows, order)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(intervals, "PIECES", pieces)
+        ranged = intervals.partition(lanes, windows, order)
+    assert ranged.tolist() == whole.tolist()
+
+
+def test_partition_cuts_a_long_lane_into_ranges(monkeypatch: pytest.MonkeyPatch) -> None:
+    starts = np.arange(0, 100, 10, dtype=np.int64)
+    busy = lane(starts, starts + 5)
+    monkeypatch.setattr(intervals, "PIECES", 4)
+    assert intervals._cuts([busy], 0, 100) == [0, 20, 40, 60, 80, 100]
+    table = intervals.partition([busy], [(0, 50), (50, 100)], [1])
+    assert table.tolist() == [[25, 25], [25, 25]]

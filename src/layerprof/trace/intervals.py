@@ -10,6 +10,7 @@ so each piece goes whole to the first lane that is on there.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 
 import numpy as np
 
@@ -74,6 +75,12 @@ def active(ln: Lane, points: I64) -> np.ndarray:
     return (k >= 0) & (seg_e[np.clip(k, 0, None)] > points)
 
 
+#: Lane boundaries one pass of :func:`partition` takes at a time, about: the time line
+#: is cut into ranges holding at most this many, so its working arrays (~10 int64 a
+#: boundary) stay ~100 MB where a 4 GB trace's lanes have tens of millions.
+PIECES = 1 << 20
+
+
 def partition(
     lanes: Sequence[Lane], windows: Sequence[tuple[int, int]], order: Sequence[int]
 ) -> np.ndarray:
@@ -82,14 +89,60 @@ def partition(
     A piece of time goes to the first bit combination in ``order`` whose
     lanes are all on there (``order`` holds bit masks over ``lanes``: lane i
     is bit ``1 << i``); a piece matching none goes to the last column (idle).
+    A piece goes to the window with the latest start at or before it.
+
+    The time line is taken a range at a time (``PIECES``): cutting a piece in two
+    moves none of its time to another window or class, and the sums are integers,
+    so every range size gives the same table.
     """
     out = np.zeros((len(windows), len(order) + 1), dtype=np.int64)
     if not windows:
         return out
     w_s = np.asarray([lo for lo, _ in windows], dtype=np.int64)
     w_e = np.asarray([hi for _, hi in windows], dtype=np.int64)
-    bounds = unique(np.concatenate([w_s, w_e, *[s for s, _ in lanes], *[e for _, e in lanes]]))
-    bounds = bounds[(bounds >= w_s.min()) & (bounds <= w_e.max())]
+    sums = out.reshape(-1)
+    cuts = _cuts(lanes, int(w_s.min()), int(w_e.max()))
+    for a, b in pairwise(cuts):
+        clipped = [_clipped(ln, a, b) for ln in lanes]
+        _partition_range(sums, clipped, w_s, w_e, (a, b), order)
+    return out
+
+
+def _cuts(lanes: Sequence[Lane], lo: int, hi: int) -> list[int]:
+    """``lo``, times between, ``hi``: each range between two holds at most about
+    ``PIECES`` segment starts and ends of all lanes together (every ``step``-th start
+    of each lane is a cut)."""
+    step = max(PIECES // (2 * max(len(lanes), 1)), 1)
+    inner = [s[::step] for s, _ in lanes if len(s) > step]
+    if not inner:
+        return [lo, hi]
+    points = unique(np.concatenate(inner))
+    return [lo, *points[(points > lo) & (points < hi)].tolist(), hi]
+
+
+def _clipped(ln: Lane, a: int, b: int) -> Lane:
+    """The lane's segments that overlap [a, b), cut to it."""
+    seg_s, seg_e = ln
+    i = int(np.searchsorted(seg_e, a, side="right"))  # ends are sorted too (disjoint)
+    j = int(np.searchsorted(seg_s, b, side="left"))
+    return np.maximum(seg_s[i:j], a), np.minimum(seg_e[i:j], b)
+
+
+def _partition_range(
+    sums: I64,
+    lanes: Sequence[Lane],
+    w_s: I64,
+    w_e: I64,
+    span: tuple[int, int],
+    order: Sequence[int],
+) -> None:
+    """Add the pieces of [a, b] (the lanes cut to it) to ``sums`` (flat ``out``)."""
+    a, b = span
+    edges = np.asarray([a, b], dtype=np.int64)
+    bounds = unique(
+        np.concatenate([edges, w_s, w_e, *[s for s, _ in lanes], *[e for _, e in lanes]])
+    )
+    bounds = bounds[(bounds >= a) & (bounds <= b)]
     left, size = bounds[:-1], np.diff(bounds)
     by_start = np.argsort(w_s, kind="stable")
     k = np.searchsorted(w_s[by_start], left, side="right") - 1
@@ -102,9 +155,7 @@ def partition(
     for c in reversed(range(len(order))):
         klass[(bits & order[c]) == order[c]] = c
     flat = w[inside] * (len(order) + 1) + klass[inside]
-    sums = np.zeros(out.size, dtype=np.int64)
     np.add.at(sums, flat, size[inside])  # integer sums: exact to the ns
-    return sums.reshape(out.shape)
 
 
 def thin(times: I64, values: I64, most: int) -> tuple[tuple[int, int], ...]:

@@ -84,8 +84,7 @@ def tree(
         via_op = (owner < 0) & (links.op >= 0)
         owner[via_op] = parent[links.op[via_op]]
         hit = owner >= 0
-        own = np.bincount(owner[hit], weights=tables.device.dur[hit], minlength=len(host))
-        own = own.astype(np.int64)
+        np.add.at(own, owner[hit], tables.device.dur[hit])  # int64 at once, as in ops.py
     inclusive = roll_up(own, parent, nesting.order, members)
     n_steps = len(steps.complete)
 
@@ -172,20 +171,21 @@ def _type_of(short: str, kind: int) -> str:
 def step_index(steps: Steps, starts: I64) -> I64:
     """Index of the complete step each start falls in, -1 outside all of them."""
     done = steps.complete
-    out = np.full(len(starts), -1, dtype=np.int64)
     if not done or steps.source == "trace":
-        if done:
-            out[:] = 0
-        return out
+        return np.full(len(starts), 0 if done else -1, dtype=np.int64)
     lo = np.asarray([s.start_ns for s in done], dtype=np.int64)
     hi = np.asarray([s.end_ns for s in done], dtype=np.int64)
     order = np.argsort(lo, kind="stable")
-    pos = np.searchsorted(lo[order], starts, side="right") - 1
+    # In place where it can be: ``starts`` may be every op of a 4 GB trace (5M).
+    pos = np.searchsorted(lo[order], starts, side="right")
+    pos -= 1  # the last step starting at or before, -1: none
     ok = pos >= 0
-    cand = np.where(ok, order[np.clip(pos, 0, None)], -1)
-    inside = ok & (starts < hi[np.clip(cand, 0, None)])
-    out[inside] = cand[inside]
-    return out
+    np.maximum(pos, 0, out=pos)
+    cand: I64 = order[pos]
+    del pos
+    ok &= starts < hi[cand]
+    cand[~ok] = -1
+    return cand
 
 
 class _Acc:

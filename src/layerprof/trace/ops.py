@@ -4,7 +4,6 @@ The per-layer, per-step operator rows are built in :mod:`layerprof.trace.attribu
 from these. Host total = sum of the op's span durations; self = total minus the union
 of its direct child ops on the same thread. Device time is inclusive: the
 kernels, memcpys and memsets launched inside the op or any op it encloses.
-``device_self`` counts only those launched by the op itself.
 
 Like torch's ``key_averages()`` (``EventList._remove_dup_nodes``), an op
 whose parent has the same name and no other child (``aten::sum`` ->
@@ -26,10 +25,10 @@ from layerprof.trace.nesting import Nesting, roll_up
 
 @dataclass(frozen=True)
 class OpTimes:
-    """Per op span (HostSpans indexing): inclusive and own device time."""
+    """Per op span (HostSpans indexing): inclusive device time (its own kernels' and
+    those of the ops it encloses)."""
 
     device_total: I64
-    device_self: I64
 
 
 def device_times(tables: EventTables, nesting: Nesting, links: Links) -> OpTimes:
@@ -37,11 +36,11 @@ def device_times(tables: EventTables, nesting: Nesting, links: Links) -> OpTimes
     n = len(host)
     own = np.zeros(n, dtype=np.int64)
     hit = links.op >= 0
-    if hit.any():
-        own = np.bincount(links.op[hit], weights=dev.dur[hit], minlength=n).astype(np.int64)
+    if hit.any():  # in int64 at once: a float64 bincount would be a second column
+        np.add.at(own, links.op[hit], dev.dur[hit])
     members = np.flatnonzero(host.kind == OP)
-    total = roll_up(own, nesting.parent_op, nesting.order, members)
-    return OpTimes(device_total=total, device_self=own)
+    total = roll_up(own, nesting.parent_op, nesting.order, members, in_place=True)
+    return OpTimes(device_total=total)
 
 
 def merged_roots(tables: EventTables, nesting: Nesting) -> I64:
@@ -56,7 +55,7 @@ def merged_roots(tables: EventTables, nesting: Nesting) -> I64:
     root = np.arange(n, dtype=np.int64)
     ops = np.flatnonzero(host.kind == OP)
     parent = nesting.parent_op
-    children = np.zeros(n, dtype=np.int64)
+    children = np.zeros(n, dtype=np.int32)  # only "one child" matters: a count fits
     under = ops[parent[ops] >= 0]
     np.add.at(children, parent[under], 1)
     # An annotation is a direct child of the innermost of its enclosing op and annotation.
