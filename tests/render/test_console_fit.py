@@ -37,6 +37,7 @@ from layerprof.render.console.columns import (
     Row,
     Shrink,
     abbreviate,
+    compact_path,
     distinct_head,
     fit_table,
     print_table,
@@ -430,3 +431,39 @@ def test_shrinking_keeps_distinct_names_distinct() -> None:
     assert distinct_head(["a" * 30, "b" * 30], 15) is None
     # no place keeps these apart at 4 cells: half, as before
     assert distinct_head([f"x{i:03d}yyyyyyy" for i in range(30)], 4) is None
+
+
+def test_paths_no_single_ellipsis_keeps_apart_are_cut_by_segment() -> None:
+    """A 12-layer BERT's ``bert.encoder.layer.N.attention.output.dense`` and
+    ``bert.encoder.layer.N.output.dense`` differ at the index and near the end: at 23
+    cells every place of one ellipsis makes rows of one name (``bert.encod…output.dense``
+    for all of them in an 80-column diff). Such paths are cut by their segments."""
+    names = [
+        f"bert.encoder.layer.{i}.{part}"
+        for i in range(12)
+        for part in ("attention.output.dense", "output.dense", "attention.self.query")
+    ]
+    cols = [Col("Layer", key="name")] + [Col(f"c{k}", number=True) for k in range(6)]
+    rows = [Row((n, *(f"{k}.0063" for _ in range(6)))) for k, n in enumerate(names)]
+
+    def frame() -> Table:
+        return Table(box=box.HEAVY_HEAD)
+
+    out = console(80)
+    fitted = print_table(out, frame, cols, rows, steps=[Shrink(("name",), 12)])
+    lines = [ln for ln in out.export_text().splitlines() if ".0063" in ln]
+    shown = [ln.split("│")[1].strip() for ln in lines]
+    assert len(set(shown)) == len(names), shown
+    assert fitted.width <= 80
+    # each keeps its layer's index and its tail
+    for name, text in zip(names, shown, strict=True):
+        index = name.split(".")[3]
+        head = f"b.e.l.{index}"
+        assert text.startswith(head) and text[len(head)] in ".…", (name, text)
+        assert text[-3:] == name[-3:], (name, text)
+    assert compact_path("bert.encoder.layer.11.attention.output.dense", 23) == (
+        "b.e.l.11.a.output.dense"
+    )
+    assert compact_path("short.name", 23) == "short.name"
+    # too long even by its segments: as short as segments go (the ellipsis comes after)
+    assert compact_path("a" * 40 + "." + "b" * 40, 12) == "a." + "b" * 40

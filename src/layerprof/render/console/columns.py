@@ -211,9 +211,46 @@ def distinct_head(names: Sequence[str], width: int) -> int | None:
     return None
 
 
-def _cut(cell: Cell, width: int, col: Col, head: int | None = None) -> str:
+def compact_path(name: str, width: int) -> str:
+    """A dotted module path cut towards ``width`` cells by its segments: leading ones
+    to their first character, left to right, until it fits (an index such as ``11``
+    and the last segment stay whole): ``bert.encoder.layer.11.attention.output.dense``
+    at 23 cells reads ``b.e.l.11.a.output.dense``. May stay wider than ``width``."""
+    if cell_len(name) <= width:
+        return name
+    parts = name.split(".")
+    for k in range(len(parts) - 1):
+        if not parts[k].isdigit():
+            parts[k] = parts[k][:1]
+            if cell_len(short := ".".join(parts)) <= width:
+                return short
+    return ".".join(parts)
+
+
+def distinct_cut(names: Sequence[str], width: int) -> Callable[[str], str]:
+    """How a column of ``names`` is cut to ``width`` cells so that no two read as one:
+    a middle ellipsis (at half, or where ``distinct_head`` finds a place that keeps
+    them apart); failing that, dotted paths by their segments first (``compact_path``:
+    the twelve ``bert.encoder.layer.N.attention.output.dense`` of a BERT all read
+    ``bert.encod…output.dense`` wherever one ellipsis goes); failing both, half."""
+    unique = set(names)
+    head = distinct_head(names, width)
+    if head is not None or len(unique) < 2:
+        return lambda n: abbreviate(n, width, "middle", head)
+    if len({abbreviate(n, width) for n in unique}) == len(unique):
+        return lambda n: abbreviate(n, width)
+    compact = {n: compact_path(n, width) for n in unique}
+    if len(set(compact.values())) == len(unique):
+        after = distinct_head(list(compact.values()), width)
+        cut = {n: abbreviate(c, width, "middle", after) for n, c in compact.items()}
+        if len(set(cut.values())) == len(unique):
+            return lambda n: cut[n] if n in cut else abbreviate(n, width)
+    return lambda n: abbreviate(n, width)
+
+
+def _cut(cell: Cell, width: int, col: Col, short: Callable[[str], str] | None = None) -> str:
     if isinstance(cell, str):
-        return abbreviate(cell, width, col.ellipsis, head)
+        return short(cell) if short is not None else abbreviate(cell, width, col.ellipsis)
     whole = cell.guides + cell.name
     if cell_len(whole) <= width:
         return whole
@@ -308,21 +345,24 @@ class _Layout:
                 justify="right" if col.number else "left",
                 width=self.widths[i],
             )
-        heads = {i: self._head(i) for i in shown}
+        shorts = {i: self._short(i) for i in shown}
         for row, cells in zip(rows, self.cells, strict=True):
-            texts = [Text(_cut(cells[i], self.widths[i], self.columns[i], heads[i])) for i in shown]
+            texts = [
+                Text(_cut(cells[i], self.widths[i], self.columns[i], shorts[i])) for i in shown
+            ]
             table.add_row(*texts, style=row.style)
         return table
 
-    def _head(self, i: int) -> int | None:
-        """The middle ellipsis's place in column ``i``: half, unless that makes two of
-        its names one (tree labels are told apart by their place)."""
+    def _short(self, i: int) -> Callable[[str], str] | None:
+        """How column ``i``'s names are cut: ``distinct_cut``, which keeps two of them
+        from reading as one (tree labels are told apart by their place), or None for
+        the column's plain ellipsis."""
         if self.columns[i].number or self.columns[i].ellipsis != "middle":
             return None
         names = [c for row in self.cells if isinstance(c := row[i], str)]
         if not any(cell_len(n) > self.widths[i] for n in names):
             return None
-        return distinct_head(names, self.widths[i])
+        return distinct_cut(names, self.widths[i])
 
     def _shown(self) -> list[int]:
         return [i for i in range(len(self.columns)) if i not in self.hidden]
