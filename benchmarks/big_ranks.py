@@ -21,7 +21,8 @@ with ``RLIMIT_RSS`` = ``--worker-memory`` x cores, and each worker's nanny
 restarts it past 95 % of ``--worker-memory`` (Dask's ``terminate`` fraction).
 
     python benchmarks/big_ranks.py --size 250MB --ranks 64 --workers 2 \\
-        [--dir /tmp/ranks] [--keep] [--worker-memory 1GiB] [--executors dask,processes]
+        [--dir /tmp/ranks] [--keep] [--worker-memory 1GiB] [--executors dask,processes] \\
+        [--no-json] [--src SNAPSHOT/src]
 
 ``--trace`` defaults to HTA's 26 MB trace in ``tests/data/hta`` (about 10 copies
 per 250 MB rank). The folder is deleted at the end unless ``--keep`` (or
@@ -248,6 +249,11 @@ def main() -> None:
     ap.add_argument("--dir", type=Path, help="where the ranks go (default: a temporary folder)")
     ap.add_argument("--keep", action="store_true", help="keep the ranks and the JSON outputs")
     ap.add_argument(
+        "--no-json",
+        action="store_true",
+        help="write no output (the client's peak without the JSON writer's)",
+    )
+    ap.add_argument(
         "--src",
         type=Path,
         help="run layerprof from this source tree (e.g. a `git archive` of a commit, so that"
@@ -278,14 +284,14 @@ def main() -> None:
             spec = f"processes={a.workers}" if name == "processes" else name
             out = results / f"{name}.json"
             cmd = [sys.executable, "-m", "layerprof", "analyze", str(folder), "--quiet"]
-            cmd += ["--executor", spec, "--json", str(out)]
+            cmd += ["--executor", spec] + ([] if a.no_json else ["--json", str(out)])
             before = os.getloadavg()[0]
             dask = name == "dask"
             seconds, watch, rc, err = run(cmd, limit * cores if dask else None, a.src)
             report(name, seconds, watch, (before, os.getloadavg()[0]), limit if dask else 0)
             if rc:
                 print(f"{'':9}  exit {rc}: {err}")
-            else:
+            elif not a.no_json:
                 outputs[name] = out
         if len(outputs) > 1:
             first, *rest = outputs.values()
