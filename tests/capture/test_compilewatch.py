@@ -144,6 +144,20 @@ def test_a_compiled_caller_keeps_its_graph_and_the_profile_says_so(backward: boo
     assert profile.samples == {} or all(s.calls == 0 for s in profile.rows())
 
 
+def test_activation_memory_under_a_compiled_caller_keeps_its_graph_and_says_so() -> None:
+    """Recorder(memory=True): its saved-tensor pack hook and layer hooks, traced by
+    Dynamo, broke the caller's graph (the storage's data_ptr, torch's graph-task id):
+    7 breaks, 5 graphs. They step aside as the wrappers do, and the profile says the
+    compiled forwards' activations are not counted per layer."""
+    bare, _ = train_compiled(None)
+    counts, profile = train_compiled({"backward": True, "memory": True})
+    assert counts == bare
+    kinds = [n.kind for n in profile.notes]
+    assert "activation-memory-compiled" in kinds and "compiled-caller" in kinds
+    assert profile.activation_memory is not None
+    assert all(r.activations_self == 0 for r in profile.activation_memory.rows)
+
+
 def test_eager_forwards_are_recorded_beside_compiled_ones_and_reset_forgets() -> None:
     from torch._dynamo.utils import counters
 

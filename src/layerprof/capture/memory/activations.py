@@ -34,6 +34,7 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from layerprof.capture.compilewatch import dynamo_compiling
 from layerprof.capture.modules import HookHandles, hookable_modules, is_opaque, visible_modules
 from layerprof.capture.step import backward_state, default_loss
 from layerprof.pivot.profile import ancestors
@@ -71,6 +72,10 @@ class ActivationCapture:
         self._phase: tuple[str, int] | None = None
         self._peaks: list[PhasePeak] = []
         self._grads: dict[str, int] | None = None  # noted before an optimizer step
+        # While Dynamo traces a compiled caller the hooks do nothing: tracing the
+        # storage lookups would break its graph (as the Recorder's wrappers step aside);
+        # a compiled forward's activations live in its graph and are not counted.
+        self._compiling = dynamo_compiling()
 
     # ---- open / close ------------------------------------------------------------------
     def __enter__(self) -> ActivationCapture:
@@ -146,6 +151,8 @@ class ActivationCapture:
     # ---- hooks -------------------------------------------------------------------------
     def _pre(self, path: str) -> Callable[..., None]:
         def hook(module: Any, args: Any, kwargs: Any) -> None:
+            if self._compiling():
+                return
             if path == self._root and not self._stack:
                 self._end_forward()
                 self._forwards += 1
@@ -158,6 +165,8 @@ class ActivationCapture:
 
     def _post(self, path: str) -> Callable[..., None]:
         def hook(module: Any, args: Any, output: Any) -> None:
+            if self._compiling():
+                return
             while self._stack and self._stack[-1] != path:
                 self._stack.pop()  # a child that raised inside a caught error
             if self._stack:
@@ -170,7 +179,7 @@ class ActivationCapture:
         # reference back to the tensor's grad_fn, so a saved output makes no cycle that
         # would free its memory only at the next garbage collection.
         saved = tensor.detach()
-        if _in_backward():
+        if self._compiling() or _in_backward():
             # activation checkpointing's recompute: its tensors live only while the
             # backward that needs them runs; they were not held from forward to backward
             return saved

@@ -426,7 +426,7 @@ class Recorder:
         notes += (
             replaced_note(self._replaced_paths() if self._by_path else self._replaced)
             + compiled_notes(self.model, self._compiled[0])
-            + (training.memory_notes() if training else ())
+            + (training.memory_notes(self._compiled[0]) if training else ())
         )
         per_forward = totals.calls / max(totals.iterations, 1)
         overhead, unmeasured = overhead_of(totals.correction, self.correction, per_forward)

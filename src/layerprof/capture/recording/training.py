@@ -289,15 +289,28 @@ class TrainingSteps:
             ),
         )
 
-    def memory_notes(self) -> tuple[Note, ...]:
+    def memory_notes(self, compiled: bool = False) -> tuple[Note, ...]:
+        """What the activation counts rest on; ``compiled``: the model also ran inside
+        torch.compile of a caller, whose forwards the counting hooks never see."""
         if self.memory is None:
             return ()
+        cost = Note(
+            "activation-memory-cost",
+            "activation memory counted in every step (Recorder(memory=True)): its"
+            " saved-tensor and forward hooks ran in the timed steps, so step and layer"
+            " times include their cost; record without memory=True for times alone",
+        )
+        if not compiled:
+            return (cost,)
         return (
+            cost,
             Note(
-                "activation-memory-cost",
-                "activation memory counted in every step (Recorder(memory=True)): its"
-                " saved-tensor and forward hooks ran in the timed steps, so step and layer"
-                " times include their cost; record without memory=True for times alone",
+                "activation-memory-compiled",
+                "the forwards that ran inside torch.compile saved their tensors from"
+                " compiled code, which no layer's hook sees: their activations are not"
+                " counted per layer (a layer reads 0 there, and what the compiled graph"
+                " saved is counted outside every layer); to count them, record the"
+                " model uncompiled",
             ),
         )
 
