@@ -119,3 +119,11 @@ def test_partition_cuts_a_long_lane_into_ranges(monkeypatch: pytest.MonkeyPatch)
     assert intervals._cuts([busy], 0, 100) == [0, 20, 40, 60, 80, 100]
     table = intervals.partition([busy], [(0, 50), (50, 100)], [1])
     assert table.tolist() == [[25, 25], [25, 25]]
+
+
+def test_working_index_arrays_are_int32_only_where_every_index_fits() -> None:
+    from layerprof.trace.nesting import index_type
+
+    assert index_type(12_000_000) is np.int32  # a 4 GB trace's spans
+    assert index_type(2**31 - 2) is np.int32
+    assert index_type(2**31 - 1) is np.int64 and index_type(2**40) is np.int64
