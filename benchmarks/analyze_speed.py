@@ -355,7 +355,7 @@ def measure(path: Path, args: argparse.Namespace) -> int:
     vs_decode = median(r[2] / r[0] for r in rounds)
     vs_loads = median(r[2] / r[1] for r in rounds)
     report = analyze(path)
-    source = report.ranks[0].source
+    source = report.ranks[0].trace.source
     events = source.events if source is not None else "?"
     read_peak = 0 if args.no_memory else peak_memory(lambda: read_only(path))
     peak = 0 if args.no_memory else peak_memory(lambda: analyze(path))

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from layerprof.pivot.profile import Profile
+from layerprof.pivot.profile import Profile, TraceSections
 from layerprof.pivot.records import LayerInfo, LayerSamples, Meta
 
 PATHS = ["", "a", "b", "a.x", "a.y", "b.z"]
@@ -50,10 +53,10 @@ def test_json_round_trip_keeps_rows(prof: Profile) -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(profiles(), profiles())
-def test_rows_follow_every_change_of_layers_or_samples(prof: Profile, other: Profile) -> None:
-    """``rows()`` keeps what it derived while the layers and samples are the same
-    objects: whatever is set or replaced since, the rows are those of a Profile built
-    afresh from the same fields."""
+def test_rows_follow_every_replaced_field(prof: Profile, other: Profile) -> None:
+    """A Profile is frozen and derives its rows once: a copy with other layers or
+    samples (``dataclasses.replace``) derives its own, never the original's cached ones,
+    and the rows are those of a Profile built afresh from the same fields."""
 
     def fresh(p: Profile) -> list[object]:
         return Profile(meta=p.meta, layers=p.layers, samples=dict(p.samples)).rows()
@@ -61,18 +64,23 @@ def test_rows_follow_every_change_of_layers_or_samples(prof: Profile, other: Pro
     first = prof.rows()
     first.clear()  # a caller's list is its own
     assert prof.rows() == fresh(prof)
-    prof.layers = other.layers  # a field set anew
-    assert prof.rows() == fresh(prof)
-    for path, samples in other.samples.items():  # the dict edited in place
-        prof.samples[path] = samples
-        assert prof.rows() == fresh(prof)
-    if prof.samples:
-        del prof.samples[next(iter(prof.samples))]
-        assert prof.rows() == fresh(prof)
+    relaid = dataclasses.replace(prof, layers=other.layers)
+    assert relaid.rows() == fresh(relaid)
+    resampled = dataclasses.replace(prof, samples={**prof.samples, **other.samples})
+    assert resampled.rows() == fresh(resampled)
+    assert prof.rows() == fresh(prof)  # the original keeps its own
+
+
+def test_a_profile_is_frozen() -> None:
+    prof = Profile(meta=Meta(model="m"), layers=(LayerInfo("", "T", None),))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        prof.layers = ()  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        prof.kernels = ()  # type: ignore[attr-defined]  # trace sections: prof.trace.kernels
+    assert prof.trace == TraceSections() and prof.trace.kernels == ()
 
 
 def test_derived_rows_are_not_a_field_nor_pickled() -> None:
-    import dataclasses
     import pickle
 
     prof = Profile(
@@ -82,6 +90,7 @@ def test_derived_rows_are_not_a_field_nor_pickled() -> None:
     )
     rows = prof.rows()
     copy = pickle.loads(pickle.dumps(prof))
-    assert "_rows_cache" in prof.__dict__ and "_rows_cache" not in copy.__dict__
+    assert "_rows" in prof.__dict__ and "_rows" not in copy.__dict__
     assert copy == prof and copy.rows() == rows
+    assert "_rows" not in dataclasses.replace(prof).__dict__
     assert dataclasses.replace(prof).rows() == rows

@@ -93,7 +93,7 @@ def test_plain_file_over_the_ceiling_is_refused_before_reading(tmp_path: Path) -
     with pytest.raises(TraceError) as exc:
         analyze(path, max_input_size=100)
     one_line(exc, str(path), "is larger than the input size limit of 100 bytes")
-    assert analyze(path, max_input_size=1 << 20).ranks[0].source.events == 50
+    assert analyze(path, max_input_size=1 << 20).ranks[0].trace.source.events == 50
 
 
 def test_dev_zero_fails_at_once() -> None:
@@ -142,8 +142,8 @@ def test_fifo_is_read_with_the_same_ceiling(fifo: Callable[[bytes, int], Path]) 
 
 
 def test_fifo_trace_and_fifo_gzip_are_analyzed(fifo: Callable[[bytes, int], Path]) -> None:
-    assert analyze(fifo(trace_bytes(4), 0)).ranks[0].source.events == 4
-    assert analyze(fifo(gzip.compress(trace_bytes(5)), 0)).ranks[0].source.events == 5
+    assert analyze(fifo(trace_bytes(4), 0)).ranks[0].trace.source.events == 4
+    assert analyze(fifo(gzip.compress(trace_bytes(5)), 0)).ranks[0].trace.source.events == 5
 
 
 def test_diff_reads_a_pipe_once(fifo: Callable[[bytes, int], Path]) -> None:
@@ -280,5 +280,5 @@ def test_a_bare_array_trace_is_decoded_in_batches(tmp_path: Path) -> None:
     path.write_bytes(text)
     keyed = tmp_path / "keyed.json"
     keyed.write_bytes(trace_bytes(20_000))
-    sources = [analyze(p).ranks[0].source for p in (path, keyed)]
+    sources = [analyze(p).ranks[0].trace.source for p in (path, keyed)]
     assert [s.events if s else None for s in sources] == [20_000, 20_000]

@@ -125,7 +125,11 @@ def test_torchrun_two_ranks_ddp_training(
     assert [r.path for r in run.layer_ranks] == USER_PATHS
     assert all([k for k, _ in r.ns_by_rank] == [0, 1] for r in run.layer_ranks)
     # DDP's gloo collectives on every rank, matched across the ranks (stragglers)
-    kinds = [[c.kind for c in p.communication.collectives] for p in run.ranks if p.communication]
+    kinds = [
+        [c.kind for c in p.trace.communication.collectives]
+        for p in run.ranks
+        if p.trace.communication
+    ]
     assert len(kinds) == 2 and kinds[0] == kinds[1] and "all_reduce" in kinds[0]
     assert run.stragglers is not None and run.stragglers.matched == len(kinds[0])
     assert [r.rank for r in run.stragglers.ranks] == [0, 1]

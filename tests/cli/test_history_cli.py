@@ -161,7 +161,7 @@ def test_a_repeat_profile_is_one_run_per_process(tmp_path: Path) -> None:
     )
     saved = tmp_path / "r.json"
     prof = profile(times)
-    prof.repeats = Repeats(runs)
+    prof = replace(prof, repeats=Repeats(runs))
     prof.save(saved)
     db = tmp_path / "h.db"
     assert main(["history", "add", str(saved), "--commit", "abc", "--db", str(db)]) == 0
@@ -302,7 +302,7 @@ def test_show_says_which_environments_the_history_holds(
     for i, torch in enumerate(("2.x", "2.y")):
         saved = tmp_path / f"p{i}.json"
         prof = profile(times[i])
-        prof.meta = replace(prof.meta, torch=torch)
+        prof = replace(prof, meta=replace(prof.meta, torch=torch))
         prof.save(saved)
         assert main(["history", "add", str(saved), "--commit", f"c{i}", "--db", str(db)]) == 0
     capsys.readouterr()

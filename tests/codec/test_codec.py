@@ -56,12 +56,12 @@ def test_trace_1_documents_load_as_runs() -> None:
     assert len(cpu.ranks) == 1 and [n.kind for n in cpu.notes] == ["legacy-trace"]
     assert cpu.notes[0].data == {"source": "a_cpu.json"}
     rank = cpu.rank()
-    assert rank.steps is not None and rank.latency_ns is not None
+    assert rank.trace.steps is not None and rank.latency_ns is not None
     assert rank.layers and rank.ops
     gpu = codec.run_from_dict(old("a_gpu"), source="a_gpu.json")
     g = gpu.rank()
-    assert g.source is not None and g.source.has_device
-    assert g.devices and g.kernels and g.launches is not None
+    assert g.trace.source is not None and g.trace.source.has_device
+    assert g.trace.devices and g.trace.kernels and g.trace.launches is not None
     assert g.meta.dtype == ""  # a trace says nothing about the dtype
 
 
@@ -187,24 +187,22 @@ def test_unknown_schema_lists_the_known_ones() -> None:
     assert info.value.hint is not None and "layerprof.profile/2" in info.value.hint
 
 
-def test_trace_sections_read_and_set_as_profile_attributes(tmp_path: Path) -> None:
-    """The thirteen trace-only fields live in one ``TraceSections`` value; the Profile
-    reads and sets each as before, a live profile holds None, and a save keeps both."""
-    from layerprof.pivot.profile import TraceSections
+def test_trace_sections_are_read_through_the_trace(tmp_path: Path) -> None:
+    """The trace-only sections live in one ``TraceSections`` value, read as
+    ``profile.trace.kinds``; a live profile holds an empty one, ``with_trace`` gives a
+    copy, and a save keeps both."""
+    from layerprof.pivot.profile import NO_TRACE, TraceSections
     from layerprof.pivot.sections.trace import KindRow
 
     live = fake_profile()
-    assert live.trace is None and live.kernels == () and live.steps is None
-    assert Profile(meta=live.meta, trace=TraceSections()).trace is None  # one form for empty
+    assert live.trace == NO_TRACE and live.trace.kernels == () and live.trace.steps is None
     kinds = (KindRow("compute", 3, 1_000),)
     traced = live.with_trace(kinds=kinds)
-    assert traced.trace == TraceSections(kinds=kinds) and traced.kinds == kinds
-    assert live.trace is None  # with_trace copies
-    traced.kinds = ()
-    assert traced.trace is None  # emptied: back to None
-    traced.kinds = kinds
+    assert traced.trace == TraceSections(kinds=kinds) and traced.trace.kinds == kinds
+    assert live.trace == NO_TRACE  # with_trace copies
+    assert traced.with_trace(kinds=()) == live  # emptied: one form for no trace
     for p in (live, traced):
         path = tmp_path / "p.json"
         p.save(path)
         again = Profile.load(path)
-        assert again.trace == p.trace and again.kinds == p.kinds
+        assert again.trace == p.trace and again.trace.kinds == p.trace.kinds

@@ -3,6 +3,8 @@ spread, a generate's and a training loop's figures, and a --repeat's processes."
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from layerprof.history.ingest import entries, environment, parse_when
 from layerprof.pivot.sections.generation import Generation, Phase, PhaseLayer
 from layerprof.pivot.sections.loop import LoopStep, TrainingLoop
@@ -27,21 +29,24 @@ def test_one_profile_is_one_run_with_its_layers_and_latency() -> None:
 
 def test_a_generate_and_a_training_loop_bring_their_figures() -> None:
     prof = profile(self_times(Shape(runs=1), 0)[0])
-    prof.generation = Generation(
-        new_tokens=4,
-        prompt_tokens=8,
-        batch=1,
-        generates=3,
-        ttft_ns=[3 * MS, 3 * MS, 4 * MS],
-        itl_ns=[MS] * 9,
-        generate_ns=[6 * MS] * 3,
-        phases=(
-            Phase("prefill", 3, 8, (PhaseLayer("", 2.5 * MS, 0.1 * MS),)),
-            Phase("decode", 9, 1, (PhaseLayer("", 0.8 * MS, 0.1 * MS),)),
+    prof = replace(
+        prof,
+        generation=Generation(
+            new_tokens=4,
+            prompt_tokens=8,
+            batch=1,
+            generates=3,
+            ttft_ns=[3 * MS, 3 * MS, 4 * MS],
+            itl_ns=[MS] * 9,
+            generate_ns=[6 * MS] * 3,
+            phases=(
+                Phase("prefill", 3, 8, (PhaseLayer("", 2.5 * MS, 0.1 * MS),)),
+                Phase("decode", 9, 1, (PhaseLayer("", 0.8 * MS, 0.1 * MS),)),
+            ),
         ),
     )
     steps = tuple(LoopStep(i, i * 10 * MS, 10 * MS, MS, 3 * MS, 4 * MS, MS, MS) for i in range(4))
-    prof.loop = TrainingLoop(steps=steps)
+    prof = replace(prof, loop=TrainingLoop(steps=steps))
     (run,) = entries(prof, commit="abc", when_ns=0, branch=None, source=None)
     got = {f.name: f.median_ns for f in run.figures}
     assert got["generate.ttft"] == 3 * MS and got["generate.itl"] == MS
@@ -52,16 +57,19 @@ def test_a_generate_and_a_training_loop_bring_their_figures() -> None:
 
 def test_a_repeat_profile_is_one_run_per_process() -> None:
     prof = profile(self_times(Shape(runs=1), 0)[0])
-    prof.repeats = Repeats(
-        tuple(
-            RunMedians(
-                latency_ns=10 * MS + k,
-                self_ns={"": MS, "a": 2 * MS, "a.b": 3 * MS},
-                ttft_ns=MS,
-                phase_self_ns={"decode": {"": 1, "a": 2}},
+    prof = replace(
+        prof,
+        repeats=Repeats(
+            tuple(
+                RunMedians(
+                    latency_ns=10 * MS + k,
+                    self_ns={"": MS, "a": 2 * MS, "a.b": 3 * MS},
+                    ttft_ns=MS,
+                    phase_self_ns={"decode": {"": 1, "a": 2}},
+                )
+                for k in range(3)
             )
-            for k in range(3)
-        )
+        ),
     )
     runs = entries(prof, commit="abc", when_ns=0, branch=None, source=None)
     assert [r.process for r in runs] == [0, 1, 2]

@@ -161,32 +161,32 @@ def test_one_rank_trace_shows_step_time_and_trace_sections() -> None:
     assert {"latency", "steps", "gpu", "memory", "annotations", "findings", "notes"} <= set(ids)
     assert "ranks" not in ids and "rank-ops" not in ids  # one rank: nothing side by side
     assert "No GPU activity in this trace (CPU only)." in page
-    assert p.steps is not None and p.latency is not None
+    assert p.trace.steps is not None and p.latency is not None
     steps = tables(page)["lp-trace-steps"]
     assert "Rank" not in steps.headers
-    assert [c.text for c in steps.column("Steps")] == [str(len(p.steps.steps))]
+    assert [c.text for c in steps.column("Steps")] == [str(len(p.trace.steps.steps))]
     assert_times(steps, "Median (", [p.latency.median])
     assert_times(steps, "CI low (", [p.latency.ci_low])
-    assert steps.column("Step definition")[0].text == p.steps.definition
-    assert p.memory is not None
+    assert steps.column("Step definition")[0].text == p.trace.steps.definition
+    assert p.trace.memory is not None
     memory = tables(page)["lp-trace-memory"]
     assert_shows(
         [c.text for c in memory.column("Peak allocated")],
-        [d.peak_allocated for d in p.memory.devices],
+        [d.peak_allocated for d in p.trace.memory.devices],
     )
     allocs = tables(page)["lp-trace-memory-ops"]
-    assert [c.text for c in allocs.column("Operator")] == [a.op for a in p.memory.top_ops]
+    assert [c.text for c in allocs.column("Operator")] == [a.op for a in p.trace.memory.top_ops]
     ann = tables(page)["lp-trace-annotations"]
-    ranked = sorted(p.annotations, key=lambda a: -a.total_ns)[:50]
+    ranked = sorted(p.trace.annotations, key=lambda a: -a.total_ns)[:50]
     assert [c.text for c in ann.column("Annotation")] == [a.path for a in ranked]
     assert_times(ann, "Total (", [a.total_ns for a in ranked])
     chart = chart_data(page)["lp-steps"]
-    assert chart["series"][0]["ms"] == [s.dur_ns / 1e6 for s in p.steps.steps]
+    assert chart["series"][0]["ms"] == [s.dur_ns / 1e6 for s in p.trace.steps.steps]
     assert page.count('<div class="finding ') == len(diagnose_run(run))
-    assert p.source is not None
+    assert p.trace.source is not None
     details = dict(re.findall(r"<dt>(.*?)</dt><dd>(.*?)</dd>", page))
-    assert_shows([details["events"]], [p.source.events])
-    assert details["layers from"] == p.source.module_source
+    assert_shows([details["events"]], [p.trace.source.events])
+    assert details["layers from"] == p.trace.source.module_source
     assert f"<span>rank from</span>{run.rank_source}" in page
 
 
@@ -215,13 +215,13 @@ def test_hta_gpu_traces(hta_dir: Path) -> None:
     run = analyze(hta_dir / "trace_filter")
     page = render_html(run)
     t = tables(page)
-    devices = [(p, d) for p in run.ranks for d in p.devices]
+    devices = [(p, d) for p in run.ranks for d in p.trace.devices]
     assert devices
     gpu = t["lp-trace-devices"]
     assert_times(gpu, "Busy (", [d.busy_in_window_ns for _, d in devices])
     assert_percent([c.text for c in gpu.column("Utilization")], [d.utilization for _, d in devices])
     kernels = t["lp-trace-kernels"]
-    expect = [k for p in run.ranks for k in sorted(p.kernels, key=lambda k: -k.total_ns)[:50]]
+    expect = [k for p in run.ranks for k in sorted(p.trace.kernels, key=lambda k: -k.total_ns)[:50]]
     names = kernels.column("Kernel")  # long C++ signatures cut in the middle, whole on hover
     assert [c.tip or c.text for c in names] == [k.name for k in expect]
     for cell, k in zip(names, expect, strict=True):  # a long name keeps both ends, 160 at most
@@ -233,9 +233,9 @@ def test_hta_gpu_traces(hta_dir: Path) -> None:
     assert any(c.tip for c in names)
     assert_times(kernels, "Total (", [k.total_ns for k in expect])
     assert_times(kernels, "Mean (", [k.mean_ns for k in expect])
-    launches = [p.launches for p in run.ranks if p.launches is not None]
+    launches = [p.trace.launches for p in run.ranks if p.trace.launches is not None]
     assert_times(t["lp-trace-launch"], "Synchronize (", [x.sync_ns for x in launches])
-    memcpy = [m for p in run.ranks for m in p.memcpy]
+    memcpy = [m for p in run.ranks for m in p.trace.memcpy]
     assert [c.text for c in t["lp-trace-memcpy"].column("Kind")] == [m.kind for m in memcpy]
     kinds = chart_data(page)["lp-kernels"]
     assert kinds["kind"] == "bars" and len(kinds["labels"]) <= 20

@@ -67,7 +67,7 @@ def test_sglang_replay_matches_the_other_tools_merge_per_module_class() -> None:
     assert sum(1 for x in p.layers if x.type == "Qwen3DecoderLayer") == 36
     # the replay's own timeline stays: its step and the 14 device ops outside the graph
     assert r.outside_ops == 14
-    assert p.steps is not None and len(p.steps.steps) == 1
+    assert p.trace.steps is not None and len(p.trace.steps.steps) == 1
 
 
 def test_vllm_compiled_capture_is_read_per_compiled_piece() -> None:
@@ -275,7 +275,7 @@ def test_the_layer_source_is_the_captures(tmp_path: Path) -> None:
     p = _pair(tmp_path, replay_events(), capture_events())  # the replay has no module spans
     kinds = [n.kind for n in p.notes]
     assert "layer-source" in kinds and "no-module-events" not in kinds
-    assert p.source is not None and p.source.module_source == "nn.Module"
+    assert p.trace.source is not None and p.trace.source.module_source == "nn.Module"
 
 
 def test_a_step_batch_no_capture_has_is_named(tmp_path: Path) -> None:
@@ -309,7 +309,7 @@ def test_serving_phases_are_the_captured_layers_kernel_time_per_step(tmp_path: P
         events = replay_events(base=BASE_US + 1e6 + 10_000 * i, corr=9000 + i, kernel_us=us)
         replay += [{**events[0], "name": _decode_name(4000 + 8 * i)}, *events[1:]]
     p = _pair(tmp_path, replay, capture_events())
-    s = p.serving
+    s = p.trace.serving
     assert s is not None and s.phase_clock == "device"
     (decode,) = s.phases
     assert decode.forwards == 3
@@ -326,7 +326,7 @@ def test_a_real_replays_phase_times_are_its_captured_layers(tmp_path: Path) -> N
     capture's (36 RadixAttention, ...) with the replay's kernel time, the same as the
     layer table's device self time (one step), summing to the graph's 9.656 ms."""
     p = _pair_dir(SGLANG)
-    s = p.serving
+    s = p.trace.serving
     assert s is not None and s.phase_clock == "device"
     (decode,) = s.phases
     attention = [x for x in decode.layers if x.path.endswith("RadixAttention")]
@@ -343,7 +343,7 @@ def test_the_vllm_replays_graph_launch_is_not_launch_bound() -> None:
     from layerprof.analysis.diagnose import diagnose
 
     p = analyze(VLLM / "graph_execution.json.gz").ranks[0]
-    q = p.queues
+    q = p.trace.queues
     assert q is not None and (q.graph_launches, q.graph_ops, q.kernels) == (1, 421, 14)
     assert q.short_kernels <= q.kernels
     assert not [f for f in diagnose(p) if "shorter than their launch" in f.title]
@@ -359,7 +359,7 @@ def test_serving_flops_come_from_the_captured_ops_shapes(tmp_path: Path) -> None
         events = replay_events(base=BASE_US + 1e6 + 10_000 * i, corr=9000 + i, kernel_us=us)
         replay += [{**events[0], "name": _decode_name(4000 + 8 * i)}, *events[1:]]
     p = _pair(tmp_path, replay, capture_events(shapes=True))
-    s = p.serving
+    s = p.trace.serving
     assert s is not None
     assert [x.flops for x in s.steps] == [8 * 2 * 8 * 64 * 64] * 3
     assert [x.flop_device_ns for x in s.steps] == [12 * 20_000, 12 * 22_000, 12 * 24_000]
@@ -367,7 +367,9 @@ def test_serving_flops_come_from_the_captured_ops_shapes(tmp_path: Path) -> None
     assert "serving-flops" not in {n.kind for n in p.notes}  # over half the time counted
     # without the capture's shapes nothing is counted, and the note names what was not
     bare = _pair(tmp_path, replay, capture_events())
-    assert bare.serving is not None and [x.flops for x in bare.serving.steps] == [None] * 3
+    assert (
+        bare.trace.serving is not None and [x.flops for x in bare.trace.serving.steps] == [None] * 3
+    )
     (note,) = [n for n in bare.notes if n.kind == "serving-flops"]
     assert "mostly in aten::mm 67%, aten::rms_norm 11%, attn::decode 11%" in note.text
 
@@ -379,13 +381,13 @@ def test_a_real_replays_flops_are_its_captured_products() -> None:
     484.4 GFLOP, 59 % of the step's device time (the replay alone counted none). vLLM's
     GPT-OSS step: its experts are one custom op, named in the note."""
     p = _pair_dir(SGLANG)
-    assert p.serving is not None
-    (step,) = p.serving.steps
+    assert p.trace.serving is not None
+    (step,) = p.trace.serving.steps
     layer = 2 * 4096 * (6144 + 4096 + 24576) + 2 * 12288 * 4096
     assert step.flops == 32 * (36 * layer + 2 * 4096 * 151936)
     assert step.flop_coverage == pytest.approx(0.59, abs=0.01)
     vllm = _pair_dir(VLLM)
-    assert vllm.serving is not None and (vllm.serving.steps[0].flops or 0) > 37.1e9
+    assert vllm.trace.serving is not None and (vllm.trace.serving.steps[0].flops or 0) > 37.1e9
     (note,) = [n for n in vllm.notes if n.kind == "serving-flops"]
     assert "vllm::moe_forward" in note.text
 

@@ -58,8 +58,8 @@ def test_memory_directory_gives_the_local_answer(memory_job: str, rank_dir: Path
     assert names == [f"{memory_job}/trace.rank-{r}.json.gz" for r in range(3)]
     remote = analyze(memory_job + "/", executor="serial")
     _same_ranks(remote, analyze(rank_dir, executor="serial"))
-    assert remote.ranks[1].source is not None
-    assert remote.ranks[1].source.file == f"{memory_job}/trace.rank-1.json.gz"
+    assert remote.ranks[1].trace.source is not None
+    assert remote.ranks[1].trace.source.file == f"{memory_job}/trace.rank-1.json.gz"
 
 
 def test_memory_glob(memory_job: str) -> None:
@@ -71,8 +71,8 @@ def test_file_urls_with_worker_processes(rank_dir: Path) -> None:
     url = rank_dir.as_uri()  # file:///...: the workers open it themselves
     run = analyze(url, executor="processes=2")
     _same_ranks(run, analyze(rank_dir, executor="serial"))
-    assert run.ranks[0].source is not None
-    assert run.ranks[0].source.file.startswith("file://")
+    assert run.ranks[0].trace.source is not None
+    assert run.ranks[0].trace.source.file.startswith("file://")
 
 
 def test_remote_reads_keep_the_size_limit(memory_job: str) -> None:

@@ -114,7 +114,7 @@ def test_the_issue_example_parses() -> None:
 
 def test_steps_are_classed_and_measured_by_phase(tmp_path: Path) -> None:
     p = profile_of(tmp_path, serving_doc())
-    s = p.serving
+    s = p.trace.serving
     assert s is not None
     assert [x.phase for x in s.steps] == [PREFILL, DECODE, DECODE, MIXED, DECODE]
     first = s.steps[0]
@@ -140,7 +140,7 @@ def test_layers_per_phase_reuse_the_generate_views(tmp_path: Path) -> None:
     """Linear's self time is 60 µs in the prefill step, 20/22/24 µs in the decode steps
     (median 22) and 40 µs in the mixed one; decode's growth is per 1,000 KV positions
     (2 µs per 8 positions -> 250 µs per 1k). A host-only trace: the host's clock."""
-    s = profile_of(tmp_path, serving_doc(kernels="none")).serving
+    s = profile_of(tmp_path, serving_doc(kernels="none")).trace.serving
     assert s is not None and s.phase_clock == "host"
     assert [ph.name for ph in s.phases] == [PREFILL, DECODE, MIXED]
     linear = {ph.name: ph.layer("Model.Linear") for ph in s.phases}
@@ -160,7 +160,7 @@ def test_layers_per_phase_are_their_kernels_time_where_the_trace_has_them(
     """Each step's gemm lasts half its Linear's host time: 30 µs in the prefill step,
     10/11/12 µs in the decode steps (median 11), 20 µs in the mixed one, and decode
     grows 125 µs per 1k KV positions: the device's clock, named as such."""
-    s = profile_of(tmp_path, serving_doc(kernels="half")).serving
+    s = profile_of(tmp_path, serving_doc(kernels="half")).trace.serving
     assert s is not None and s.phase_clock == "device"
     linear = {ph.name: ph.layer("Model.Linear") for ph in s.phases}
     assert {k: x.self_ns for k, x in linear.items() if x is not None} == {
@@ -193,14 +193,14 @@ def test_hostile_steps_are_left_out_with_a_note(tmp_path: Path) -> None:
     for j, name in enumerate(HOSTILE):
         extra += step_events(50 + j, 2000.0 + 200 * j, name, 4, 20.0)
     p = profile_of(tmp_path, serving_doc(extra))
-    s = p.serving
+    s = p.trace.serving
     assert s is not None
     assert len(s.steps) == len(STEPS)
     assert s.ignored_count == len(HOSTILE)
     (note,) = [n for n in p.notes if n.kind == "serving-annotations-ignored"]
     assert note.data == {"count": len(HOSTILE)}
     back = codec.profile_from_dict(codec.to_dict(p))
-    assert back.serving == s
+    assert back.trace.serving == s
 
 
 def test_an_annotation_inside_a_profiler_step_names_its_phase(tmp_path: Path) -> None:
@@ -210,10 +210,10 @@ def test_an_annotation_inside_a_profiler_step_names_its_phase(tmp_path: Path) ->
         inner = step_events(i, 200.0 * i + 10, name_of(pre, dec), pre[1] + dec[0], lin)
         events += [span("user_annotation", f"ProfilerStep#{i}", 200.0 * i, 150), *inner]
     p = profile_of(tmp_path, {"traceEvents": events})
-    assert p.steps is not None and p.steps.source == "ProfilerStep"
-    assert p.serving is not None
-    assert [x.phase for x in p.serving.steps] == [PREFILL, DECODE, DECODE, MIXED, DECODE]
-    assert p.serving.steps[0].name.startswith("execute_300_context_2(")
+    assert p.trace.steps is not None and p.trace.steps.source == "ProfilerStep"
+    assert p.trace.serving is not None
+    assert [x.phase for x in p.trace.serving.steps] == [PREFILL, DECODE, DECODE, MIXED, DECODE]
+    assert p.trace.serving.steps[0].name.startswith("execute_300_context_2(")
 
 
 def test_steps_of_one_name_keep_their_own_times(tmp_path: Path) -> None:
@@ -225,7 +225,7 @@ def test_steps_of_one_name_keep_their_own_times(tmp_path: Path) -> None:
     second = step_events(1, 200.0, name, 8, 20.0)
     second[-1]["ts"] = 200.0 + 1004
     p = profile_of(tmp_path, {"traceEvents": first + second})
-    s = p.serving
+    s = p.trace.serving
     assert s is not None
     assert [x.time_ns for x in s.steps] == [100 * US, 30 * US]
     (note,) = [n for n in p.notes if n.kind == "device-window"]
@@ -234,13 +234,13 @@ def test_steps_of_one_name_keep_their_own_times(tmp_path: Path) -> None:
 
 def test_a_trace_without_annotations_has_no_serving_section(tmp_path: Path) -> None:
     events = step_events(0, 0.0, "forward", 4, 20.0) + step_events(1, 200.0, "forward", 4, 20.0)
-    assert profile_of(tmp_path, {"traceEvents": events}).serving is None
+    assert profile_of(tmp_path, {"traceEvents": events}).trace.serving is None
 
 
 def test_serving_survives_a_save(tmp_path: Path) -> None:
     p = profile_of(tmp_path, serving_doc())
     back = codec.profile_from_dict(codec.to_dict(p))
-    assert back.serving == p.serving
+    assert back.trace.serving == p.trace.serving
 
 
 def test_diff_compares_the_phases_apart(tmp_path: Path) -> None:
@@ -272,7 +272,7 @@ def test_real_replays_are_decode_steps(folder: str, file: str, kv: int, time_ms:
     """Both replays are one decode step of 32 requests; its time is its device work's own
     span (the kernels ran after the host step)."""
     p = analyze(DATA / "serving" / folder / file).rank()
-    s = p.serving
+    s = p.trace.serving
     assert s is not None
     (step,) = s.steps
     assert step.phase == DECODE
@@ -296,8 +296,8 @@ def test_phases_on_different_clocks_compare_only_their_step_times(tmp_path: Path
     compared (host against device time), the step times are, and a warning says so."""
     base = profile_of(tmp_path, serving_doc(kernels="none"), "base.json")
     new = profile_of(tmp_path, serving_doc(kernels="half"), "new.json")
-    assert base.serving is not None and new.serving is not None
-    assert (base.serving.phase_clock, new.serving.phase_clock) == ("host", "device")
+    assert base.trace.serving is not None and new.trace.serving is not None
+    assert (base.trace.serving.phase_clock, new.trace.serving.phase_clock) == ("host", "device")
     d = diff(base, new)
     assert d.phases and all(r.path is None for r in d.phases)
     assert any("host's in the base and the device's" in w for w in d.warnings)

@@ -73,14 +73,16 @@ def test_mtia_device_events_count(tmp_path: Path) -> None:
     rank = analyze(write(tmp_path, mtia_events())).ranks[0]
     assert rank.has_device and rank.meta.device == "mtia"
     assert not any(n.kind == "no-device-data" for n in rank.notes)
-    (use,) = rank.devices
+    (use,) = rank.trace.devices
     assert use.device == 9
     assert use.busy_ns == 30_000 + 15_000  # the kernel, then the two overlapping DMAs
-    assert [(k.name, k.calls) for k in rank.kernels] == [("aten::mul.out-dtype_Float", 1)]
-    assert [(m.kind, m.calls, m.total_ns) for m in rank.memcpy] == [("dma_request", 2, 20_000)]
+    assert [(k.name, k.calls) for k in rank.trace.kernels] == [("aten::mul.out-dtype_Float", 1)]
+    assert [(m.kind, m.calls, m.total_ns) for m in rank.trace.memcpy] == [
+        ("dma_request", 2, 20_000)
+    ]
     ops = {o.name: o for o in rank.ops}
     assert ops["aten::mul"].device_ns == 30_000  # linked through mtia_runtime's correlation
-    assert rank.launches is not None and rank.launches.launches == 1
+    assert rank.trace.launches is not None and rank.trace.launches.launches == 1
     assert rank.meta.device == "mtia"
 
 
@@ -95,7 +97,7 @@ def test_mtia_device_events_count(tmp_path: Path) -> None:
 def test_device_ops_of_other_categories(tmp_path: Path, event: dict[str, Any], kind: str) -> None:
     rank = analyze(write(tmp_path, [host("cpu_op", "aten::mm", 0, 100), event])).ranks[0]
     assert rank.has_device, kind
-    assert [k.name for k in rank.kernels] == ["k"]
+    assert [k.name for k in rank.trace.kernels] == ["k"]
 
 
 def test_device_markers_alone_are_not_a_cpu_only_trace(tmp_path: Path) -> None:

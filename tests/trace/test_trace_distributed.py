@@ -38,15 +38,18 @@ def two_ranks(tmp_path: Path, **rank1: Any) -> Run:
 def test_breakdown_partitions_each_step(tmp_path: Path) -> None:
     run = two_ranks(tmp_path)
     r0, r1 = run.ranks
-    assert r0.breakdown is not None and r1.breakdown is not None
+    assert r0.trace.breakdown is not None and r1.trace.breakdown is not None
     ms = S * US  # one unit in ns
     expect0 = dict(compute=20, overlap=10, communication=20, memcpy=5, memset=0, runtime=7,
                    dataloader=10, cpu=13, idle=15)  # fmt: skip
     expect1 = {**expect0, "compute": 30, "overlap": 0}
     for profile, expect in ((r0, expect0), (r1, expect1)):
-        assert profile.breakdown is not None
-        assert [s.step for s in profile.breakdown.steps] == ["ProfilerStep#1", "ProfilerStep#2"]
-        for s in profile.breakdown.steps:
+        assert profile.trace.breakdown is not None
+        assert [s.step for s in profile.trace.breakdown.steps] == [
+            "ProfilerStep#1",
+            "ProfilerStep#2",
+        ]
+        for s in profile.trace.breakdown.steps:
             assert s.wall_ns == 100 * ms and s.device == profile.rank
             assert dict(s.parts()) == {k: v * ms for k, v in expect.items()}
             assert sum(ns for _, ns in s.parts()) == s.wall_ns
@@ -54,7 +57,7 @@ def test_breakdown_partitions_each_step(tmp_path: Path) -> None:
 
 def test_collectives_kind_size_bandwidth_and_overlap(tmp_path: Path) -> None:
     r0, r1 = two_ranks(tmp_path).ranks
-    c0 = r0.communication
+    c0 = r0.trace.communication
     assert c0 is not None and c0.on_device
     (first, second) = c0.collectives
     assert (first.kind, first.group, first.group_size, first.bytes) == ("all_reduce", "0", 2, 4000)
@@ -72,7 +75,7 @@ def test_collectives_kind_size_bandwidth_and_overlap(tmp_path: Path) -> None:
     # whole trace: comm 2 x 30 units, overlapped 2 x 10 units
     assert (c0.comm_ns, c0.overlap_ns) == (60 * S * US, 20 * S * US)
     assert c0.overlap_pct == pytest.approx(100 / 3)
-    c1 = r1.communication
+    c1 = r1.trace.communication
     assert c1 is not None and c1.overlap_ns == 0 and c1.exposed_ns == c1.comm_ns
 
 
@@ -98,7 +101,7 @@ def test_straggler_found_across_clocks(tmp_path: Path) -> None:
 
 def test_queues_and_launches(tmp_path: Path) -> None:
     r0 = two_ranks(tmp_path).ranks[0]
-    q = r0.queues
+    q = r0.trace.queues
     assert q is not None
     streams = {s.stream: s for s in q.streams}
     assert set(streams) == {7, 99}
@@ -112,7 +115,7 @@ def test_queues_and_launches(tmp_path: Path) -> None:
 
 def test_memory_timeline_peak(tmp_path: Path) -> None:
     r0 = two_ranks(tmp_path).ranks[0]
-    m = r0.memory_timeline
+    m = r0.trace.memory_timeline
     assert m is not None
     (dev,) = m.devices
     assert dev.device == "cuda:0" and dev.peak_bytes == 5000 and dev.events == 6
@@ -127,8 +130,8 @@ def test_codec_round_trip(tmp_path: Path) -> None:
     assert isinstance(back, Run)
     assert back.stragglers == run.stragglers
     for a, b in zip(run.ranks, back.ranks, strict=True):
-        assert (b.breakdown, b.communication, b.queues, b.memory_timeline) == (
-            a.breakdown, a.communication, a.queues, a.memory_timeline)  # fmt: skip
+        assert (b.trace.breakdown, b.trace.communication, b.trace.queues, b.trace.memory_timeline) == (
+            a.trace.breakdown, a.trace.communication, a.trace.queues, a.trace.memory_timeline)  # fmt: skip
     # files written before these sections load with them empty
     old = codec.to_dict(run)
     old.pop("stragglers")
@@ -137,7 +140,7 @@ def test_codec_round_trip(tmp_path: Path) -> None:
             r.pop(key)
     plain = codec.from_dict(old)
     assert isinstance(plain, Run) and plain.stragglers is None
-    assert all(p.breakdown is None and p.communication is None for p in plain.ranks)
+    assert all(p.trace.breakdown is None and p.trace.communication is None for p in plain.ranks)
 
 
 def test_console_shows_the_sections(tmp_path: Path) -> None:
@@ -175,7 +178,7 @@ def test_rank_without_collectives(tmp_path: Path) -> None:
     doc["traceEvents"] = [e for e in doc["traceEvents"] if "nccl" not in e["name"]]
     write(tmp_path, doc, "r1.json")
     run = analyze(tmp_path)
-    assert run.ranks[1].communication is None
+    assert run.ranks[1].trace.communication is None
     assert (
         run.stragglers is not None
         and Note("no-collectives", "rank 1 has no collectives in its trace", {"rank": 1})
@@ -204,13 +207,13 @@ def test_cpu_only_gloo_breakdown(tmp_path: Path) -> None:
         ),
     ]
     p = analyze(write(tmp_path, {"traceEvents": events})).rank()
-    assert p.breakdown is not None
-    (row,) = p.breakdown.steps
+    assert p.trace.breakdown is not None
+    (row,) = p.trace.breakdown.steps
     assert row.device is None
     parts = {k: v // US for k, v in row.parts() if v}
     # overlap [30,40)+[50,60) 20; compute [10,30) 20; comm [40,50)+[60,70) 20; idle 35
     assert parts == {"dataloader": 5, "compute": 20, "overlap": 20, "communication": 20, "idle": 35}
-    c = p.communication
+    c = p.trace.communication
     assert c is not None and not c.on_device
     (x,) = c.collectives
     assert (x.kind, x.bytes, x.device, x.issue_ns) == ("all_reduce", 1024, None, None)
@@ -224,7 +227,7 @@ def test_launch_bound_finding(tmp_path: Path) -> None:
         events.append(span("cuda_runtime", "cudaLaunchKernel", 5 + 9 * k, 4, correlation=k))
         events.append(gpu_op("kernel", "tiny", 10 + 9 * k, 1, k, 0, 7))
     p = analyze(write(tmp_path, {"traceEvents": events})).rank()
-    assert p.queues is not None and p.queues.short_kernels == 200
+    assert p.trace.queues is not None and p.trace.queues.short_kernels == 200
     titles = [f.title for f in diagnose(p)]
     assert "100% of device ops run shorter than their launch call" in titles
 
@@ -245,12 +248,12 @@ def test_a_graph_launch_counts_once_against_its_replayed_ops(tmp_path: Path) -> 
     read '100% of device ops run shorter than their launch call' (300 of 300); the
     launch counts once, against the 300 µs it replayed, and no launch-bound finding."""
     p = analyze(write(tmp_path, {"traceEvents": _graph_replays(1, 300, 500)})).rank()
-    q = p.queues
+    q = p.trace.queues
     assert q is not None
     assert (q.kernels, q.short_kernels, q.short_kernel_ns) == (1, 1, 300 * US)
     assert (q.graph_launches, q.graph_ops) == (1, 300)
     assert not [f for f in diagnose(p) if "shorter than their launch" in f.title]
-    assert codec.profile_from_dict(codec.to_dict(p)).queues == q
+    assert codec.profile_from_dict(codec.to_dict(p)).trace.queues == q
     text = " ".join(ConsoleRenderer().render(p, width=400).split())
     assert "1 of 1 launches shorter than their call" in text
     assert "1 graph launch counted once against its 300 replayed ops summed" in text
@@ -260,7 +263,7 @@ def test_graph_launches_longer_than_their_replay_are_launch_bound(tmp_path: Path
     """120 graph launches of 20 µs each replaying 10 kernels of 1 µs: each launch is
     longer than what it replayed, so the run is launch-bound, counted per launch."""
     p = analyze(write(tmp_path, {"traceEvents": _graph_replays(120, 10, 20)})).rank()
-    q = p.queues
+    q = p.trace.queues
     assert q is not None and (q.kernels, q.short_kernels) == (120, 120)
     (f,) = [f for f in diagnose(p) if "shorter than their launch" in f.title]
     assert "Each graph launch counts once" in f.detail and "1,200 ops" in f.detail
@@ -273,7 +276,7 @@ def test_full_queue_and_delay_outliers(tmp_path: Path) -> None:
         events.append(span("cuda_runtime", "cudaLaunchKernel", 1 + k, 0.5, correlation=k))
         events.append(gpu_op("kernel", "slow", 2000 + 5 * k, 5, k, 0, 7))
     p = analyze(write(tmp_path, {"traceEvents": events})).rank()
-    q = p.queues
+    q = p.trace.queues
     assert q is not None
     (s,) = q.streams
     assert s.max_length == 1100 - 0 and s.full_ns > 0
@@ -350,10 +353,10 @@ def test_breakdown_of_random_traces_adds_up(
         events.append(gpu_op("gpu_memset", "Memset", 0, 1, 1, 0, 7))
     path = write(tmp_path_factory.mktemp("t"), {"traceEvents": events})
     p = analyze(path).rank()
-    assert p.breakdown is not None
+    assert p.trace.breakdown is not None
     K, C = brute(compute, 200), brute(comm, 200)
     origin = min(e["ts"] for e in events if e.get("ph") == "X")
-    for row in p.breakdown.steps:
+    for row in p.trace.breakdown.steps:
         assert sum(ns for _, ns in row.parts()) == row.wall_ns
         lo = row.start_ns // US + origin
         window = slice(lo, lo + row.wall_ns // US)
@@ -393,7 +396,7 @@ def test_html_numbers_are_the_typed_values(tmp_path: Path) -> None:
     run = two_ranks(tmp_path)
     page = render_html(run)
     bars = BAR.findall(page)
-    steps = [(p, row) for p in run.ranks if p.breakdown for row in p.breakdown.steps]
+    steps = [(p, row) for p in run.ranks if p.trace.breakdown for row in p.trace.breakdown.steps]
     assert [name for name, _, _ in bars] == [
         f"rank {p.rank} · device {row.device} · {row.step}" for p, row in steps
     ]
@@ -408,14 +411,14 @@ def test_html_numbers_are_the_typed_values(tmp_path: Path) -> None:
             label = PART_LABELS[part][0]
             assert tip == f"{label}: {MS.fmt(ns)} ms ({fmt_share(ns / row.wall_ns)})"
     t = tables(page)
-    totals = [p.breakdown.totals(p.rank) for p in run.ranks if p.breakdown]
+    totals = [p.trace.breakdown.totals(p.rank) for p in run.ranks if p.trace.breakdown]
     assert_times(t["lp-breakdown"], "Wall (", [x["wall"] for x in totals])
     for part in BREAKDOWN_PARTS:
         if part != "memset":  # zero in every step: left out (the caption says so)
             assert_times(t["lp-breakdown"], f"{PART_LABELS[part][0]} (", [x[part] for x in totals])
     assert "Memset (" not in " ".join(t["lp-breakdown"].headers)
     assert "Zero in every step: Memset." in page
-    comms = [p.communication for p in run.ranks if p.communication]
+    comms = [p.trace.communication for p in run.ranks if p.trace.communication]
     comm = t["lp-comm"]
     assert_times(comm, "Communication (", [c.comm_ns for c in comms])
     assert_times(comm, "Overlapped by compute (", [c.overlap_ns for c in comms])
@@ -429,13 +432,15 @@ def test_html_numbers_are_the_typed_values(tmp_path: Path) -> None:
     assert [c.text for c in groups.column("Bytes")] == [human_bytes(8000)] * 2
     algbw = [c.collectives[0].algbw for c in comms]  # both calls of a rank alike
     assert [c.text for c in groups.column("algbw (GB/s)")] == [fmt_gb_s(v) for v in algbw]
-    queues = [p.queues for p in run.ranks if p.queues]
+    queues = [p.trace.queues for p in run.ranks if p.trace.queues]
     assert_times(t["lp-queues"], "Host blocked (", [q.blocked_ns for q in queues])
     streams = [s for q in queues for s in q.streams]
     assert [c.text for c in t["lp-queue-streams"].column("Max queue")] == [
         str(s.max_length) for s in streams
     ]
-    peaks = [d for p in run.ranks if p.memory_timeline for d in p.memory_timeline.devices]
+    peaks = [
+        d for p in run.ranks if p.trace.memory_timeline for d in p.trace.memory_timeline.devices
+    ]
     peak = t["lp-memory-peak"]
     assert [c.text for c in peak.column("Peak allocated")] == [
         human_bytes(d.peak_bytes) for d in peaks
@@ -511,8 +516,10 @@ def test_html_single_cpu_rank_has_no_empty_distributed_part() -> None:
 
     run = one_rank_run()
     p = run.rank()
-    assert p.breakdown is not None and p.communication is None and p.queues is None
-    assert run.stragglers is None and p.memory_timeline is not None
+    assert (
+        p.trace.breakdown is not None and p.trace.communication is None and p.trace.queues is None
+    )
+    assert run.stragglers is None and p.trace.memory_timeline is not None
     page = render_html(run)
     start = page.index('id="distributed"')
     card = page[start : page.index("</section>", start)]
@@ -524,9 +531,9 @@ def test_html_single_cpu_rank_has_no_empty_distributed_part() -> None:
     t = tables(page)
     assert all(t[i].rows for i in ids)
     assert [c.text for c in t["lp-breakdown"].column("Device")] == ["host"]
-    assert_times(t["lp-breakdown"], "Wall (", [p.breakdown.totals(None)["wall"]])
+    assert_times(t["lp-breakdown"], "Wall (", [p.trace.breakdown.totals(None)["wall"]])
     names = [name for name, _, _ in BAR.findall(card)]
-    assert names == [f"host · {row.step}" for row in p.breakdown.steps]
+    assert names == [f"host · {row.step}" for row in p.trace.breakdown.steps]
     assert "distributed" not in section_ids(render_html(hooks_profile()))
 
 
@@ -537,9 +544,9 @@ def test_html_bars_stop_at_the_first_steps_the_table_sums_all(tmp_path: Path) ->
 
     run = analyze(write(tmp_path, rank_doc(0, late=0, steps=TOP_N + 5), "r0.json"))
     p = run.rank()
-    assert p.breakdown is not None and len(p.breakdown.steps) == TOP_N + 5
+    assert p.trace.breakdown is not None and len(p.trace.breakdown.steps) == TOP_N + 5
     page = render_html(run)
     names = [name for name, _, _ in BAR.findall(page)]
-    assert names == [f"device 0 · {row.step}" for row in p.breakdown.steps[:TOP_N]]
+    assert names == [f"device 0 · {row.step}" for row in p.trace.breakdown.steps[:TOP_N]]
     assert f"The first {TOP_N} steps of each rank and device; the table sums them all." in page
     assert [c.text for c in tables(page)["lp-breakdown"].column("Steps")] == [str(TOP_N + 5)]

@@ -59,7 +59,7 @@ def hta_view(src: Path, dst: Path, *, round_ns: bool = False) -> Path:
 
 def test_overlap_and_kernel_breakdown_agree_with_hta(hta_dir: Path, tmp_path: Path) -> None:
     run = analyze(hta_view(hta_dir / "trace_filter", tmp_path / "tf"))
-    comms = [p.communication for p in run.ranks]
+    comms = [p.trace.communication for p in run.ranks]
     assert all(c is not None for c in comms)
     # HTA get_comm_comp_overlap: rank 0 11.81 %, rank 1 20.05 %
     assert [round(c.overlap_pct or 0, 2) for c in comms if c] == [11.81, 20.05]
@@ -76,9 +76,9 @@ def test_overlap_and_kernel_breakdown_agree_with_hta(hta_dir: Path, tmp_path: Pa
 def test_queue_length_agrees_with_hta(hta_dir: Path, tmp_path: Path) -> None:
     run = analyze(hta_view(hta_dir / "trace_filter", tmp_path / "tf"))
     found = {
-        p.rank: {s.stream: (s.ops, s.max_length) for s in p.queues.streams}
+        p.rank: {s.stream: (s.ops, s.max_length) for s in p.trace.queues.streams}
         for p in run.ranks
-        if p.queues is not None
+        if p.trace.queues is not None
     }
     # HTA get_queue_length_summary: count (launches + kernels) and max per stream
     hta = {
@@ -95,19 +95,19 @@ def test_ns_resolution_overlap_differs_from_hta_by_its_rounding(
     rounded = analyze(
         hta_view(hta_dir / "nccl_parser_config", tmp_path / "rounded", round_ns=True)
     ).rank()
-    assert exact.communication is not None and rounded.communication is not None
+    assert exact.trace.communication is not None and rounded.trace.communication is not None
     # HTA: 14.31 %, from times rounded inward to whole µs; the ns times give 14.76 %
-    assert round(rounded.communication.overlap_pct or 0, 2) == 14.31
-    assert round(exact.communication.overlap_pct or 0, 2) == 14.76
+    assert round(rounded.trace.communication.overlap_pct or 0, 2) == 14.31
+    assert round(exact.trace.communication.overlap_pct or 0, 2) == 14.76
     # HTA's kernel breakdown there (µs): COMMUNICATION 20621 + 184 overlapping memory,
     # COMPUTATION overlapping COMMUNICATION 3473
-    c = rounded.communication
+    c = rounded.trace.communication
     assert (c.comm_ns - c.overlap_ns, c.overlap_ns) == ((20621 + 184) * 1000, 3473 * 1000)
 
 
 def test_nccl_collectives_from_trace_args(hta_dir: Path) -> None:
     p = analyze(hta_dir / "nccl_parser_config").rank()
-    c = p.communication
+    c = p.trace.communication
     assert c is not None
     kinds = {(x.kind, x.group, x.group_size) for x in c.collectives}
     assert kinds == {("all_reduce", "0", 2), ("broadcast", "0", 2)}
@@ -125,7 +125,7 @@ def test_nccl_collectives_from_trace_args(hta_dir: Path) -> None:
     big = max(c.collectives, key=lambda x: x.bytes or 0)
     assert big.busbw == pytest.approx(big.algbw)  # 2(n-1)/n = 1 for two ranks
     assert all(x.step is not None and x.step.startswith("ProfilerStep#") for x in c.collectives)
-    b = p.breakdown
+    b = p.trace.breakdown
     assert b is not None
     for row in b.steps:
         assert sum(ns for _, ns in row.parts()) == row.wall_ns

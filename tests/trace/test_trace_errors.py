@@ -148,7 +148,7 @@ def test_tree_rows_are_parent_first_even_when_a_child_is_seen_late(tmp_path: Pat
         {"ph": "X", "cat": "cpu_op", "name": "op", "ts": 103, "dur": 1, "pid": 1, "tid": 1},
     ]  # fmt: skip
     (tmp_path / "t.json").write_bytes(orjson.dumps({"traceEvents": events}))
-    rows = analyze(tmp_path / "t.json").ranks[0].annotations
+    rows = analyze(tmp_path / "t.json").ranks[0].trace.annotations
     assert [r.path for r in rows] == ["A", "A.a1", "B"]
 
 

@@ -105,14 +105,14 @@ def test_large_a100_trace(hta_dir: Path) -> None:
         for e in events
         if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")
     )
-    assert rank.steps is not None
-    assert [(s.name, s.dur_ns) for s in rank.steps.steps] == [
+    assert rank.trace.steps is not None
+    assert [(s.name, s.dur_ns) for s in rank.trace.steps.steps] == [
         (name, ns(dur)) for _, name, dur in steps
     ]
     # Busy: union of kernel/memcpy/memset intervals on device 0.
     dev = [e for e in events if e.get("cat") in GPU_CATS and e.get("ph") == "X"]
     busy = union_length([(ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])) for e in dev])
-    (device,) = rank.devices
+    (device,) = rank.trace.devices
     assert device.busy_ns == busy
     # Window: each step's device work (what its launches made) runs past its host span,
     # its last kernels ~160 ms after it (the device lags the host), so the steps are
@@ -142,7 +142,7 @@ def test_large_a100_trace(hta_dir: Path) -> None:
         if e["cat"] == "kernel":
             kernels[e["name"]] += 1
             kernel_ns[e["name"]] += ns(e["dur"])
-    top = rank.kernels[0]
+    top = rank.trace.kernels[0]
     assert top.calls == kernels[top.name]
     assert top.total_ns == kernel_ns[top.name]
     assert top.total_ns == max(kernel_ns.values())
@@ -158,7 +158,7 @@ def test_large_a100_trace(hta_dir: Path) -> None:
         assert 0 <= self_ns <= total_ns
     # Memcpy by kind: bytes summed from args.
     htod = sum(e["args"]["bytes"] for e in dev if e["name"].startswith("Memcpy HtoD"))
-    assert {m.kind: m.bytes for m in rank.memcpy}["HtoD"] == htod
+    assert {m.kind: m.bytes for m in rank.trace.memcpy}["HtoD"] == htod
 
 
 def test_ns_precision_trace(hta_dir: Path) -> None:
@@ -168,7 +168,7 @@ def test_ns_precision_trace(hta_dir: Path) -> None:
     assert any(e["dur"] != int(e["dur"]) for e in kernels)  # sub-µs durations exist
     expected = sum(ns(e["dur"]) for e in kernels)
     rank = analyze(path).rank()
-    assert sum(k.total_ns for k in rank.kernels) == expected
+    assert sum(k.total_ns for k in rank.trace.kernels) == expected
     assert expected % 1000 != 0  # never rounded to whole µs
 
 
@@ -177,10 +177,10 @@ def test_nccl_trace_has_communication(hta_dir: Path) -> None:
     events = raw_events(path)
     nccl = sum(ns(e["dur"]) for e in events if e.get("cat") == "kernel" and "nccl" in e["name"])
     rank = analyze(path).rank()
-    kinds = {k.kind: k.total_ns for k in rank.kinds}
+    kinds = {k.kind: k.total_ns for k in rank.trace.kinds}
     assert kinds["communication"] == nccl
-    assert rank.steps is not None
-    assert rank.steps.source == "ProfilerStep" and len(rank.steps.steps) == 3
+    assert rank.trace.steps is not None
+    assert rank.trace.steps.source == "ProfilerStep" and len(rank.trace.steps.steps) == 3
     # Device time attributed to ops can never exceed the device ops' total time.
     dev_total = sum(ns(e["dur"]) for e in events if e.get("cat") in GPU_CATS)
     assert not [o for o in rank.ops if o.name.startswith("ProfilerStep")]
@@ -199,16 +199,22 @@ def test_legacy_format(hta_dir: Path) -> None:
     ]
     rank = analyze(path).rank()
     assert rank.rank == 1
-    assert rank.launches is not None and rank.launches.launches == len(delays)
-    assert rank.launches.delay_ns is not None and rank.launches.delay_ns.max == max(delays)
-    assert rank.steps is not None and rank.steps.source == "trace"
+    assert rank.trace.launches is not None and rank.trace.launches.launches == len(delays)
+    assert rank.trace.launches.delay_ns is not None and rank.trace.launches.delay_ns.max == max(
+        delays
+    )
+    assert rank.trace.steps is not None and rank.trace.steps.source == "trace"
 
 
 def test_cpu_only(hta_dir: Path) -> None:
     path = next((hta_dir / "cpu_only").glob("*.json.gz"))
     rank = analyze(path).rank()
     assert rank.rank == 34
-    assert rank.devices == () and rank.source is not None and rank.source.has_device is False
+    assert (
+        rank.trace.devices == ()
+        and rank.trace.source is not None
+        and rank.trace.source.has_device is False
+    )
     assert any(n.kind == "no-device-data" for n in rank.notes)
     assert all(o.device_ns is None for o in rank.ops)
     assert rank.meta.device == "cpu"
@@ -216,12 +222,12 @@ def test_cpu_only(hta_dir: Path) -> None:
 
 def test_cut_off_steps(hta_dir: Path) -> None:
     amd = analyze(next((hta_dir / "amd_trace").glob("*.json.gz"))).rank()
-    assert amd.steps is not None
-    assert [s.cut_off for s in amd.steps.steps] == [False, True]  # 9.3 ms then 0.05 ms
+    assert amd.trace.steps is not None
+    assert [s.cut_off for s in amd.trace.steps.steps] == [False, True]  # 9.3 ms then 0.05 ms
     assert amd.latency is not None and amd.latency.n == 1
     triton = analyze(hta_dir / "triton_example").rank()
-    assert triton.steps is not None
-    assert triton.steps.steps[0].cut_off is True  # ends 13 s after the window closed
+    assert triton.trace.steps is not None
+    assert triton.trace.steps.steps[0].cut_off is True  # ends 13 s after the window closed
     assert triton.latency is None
 
 
@@ -253,7 +259,7 @@ def test_every_real_trace_analyzes(hta_dir: Path) -> None:
     for f in files:
         run = analyze(f)
         for rank in run.ranks:
-            for a in rank.annotations:
+            for a in rank.trace.annotations:
                 assert 0 <= a.self_ns <= a.total_ns
             for name, (_, total_ns, self_ns) in _op_totals(rank).items():
                 assert 0 <= self_ns <= total_ns, name

@@ -39,7 +39,7 @@ def test_async_annotation_does_not_adopt_what_follows_its_parent(tmp_path: Path)
         span("user_annotation", "## backward ##", 5_100, 2_000),
     ]
     rank = analyze(write(tmp_path, events)).ranks[0]
-    rows = {r.path: r for r in rank.annotations}
+    rows = {r.path: r for r in rank.trace.annotations}
     assert set(rows) == {"## sparse ##", "hccl:all_to_all", "## forward ##", "## backward ##"}
     assert rows["## forward ##"].parent is None  # was hccl:all_to_all's child
     assert rows["## backward ##"].parent is None
@@ -48,7 +48,7 @@ def test_async_annotation_does_not_adopt_what_follows_its_parent(tmp_path: Path)
     # It is not work inside "## sparse ##": the parent's self time keeps that range.
     assert rows["## sparse ##"].self_ns == 20_000
     assert rows["## forward ##"].self_ns == 5_000_000
-    steps = rank.steps.steps
+    steps = rank.trace.steps.steps
     assert [s.name for s in steps] == ["ProfilerStep#1"]
 
 
@@ -62,7 +62,7 @@ def test_rounding_overrun_is_clipped_to_the_parent(tmp_path: Path) -> None:
         span("cpu_op", "aten::mul", 10, 20.5),  # 0.5 µs past aten::add
     ]
     rank = analyze(write(tmp_path, events)).ranks[0]
-    rows = {r.path: r for r in rank.annotations}
+    rows = {r.path: r for r in rank.trace.annotations}
     assert rows["outer.inner"].parent == "outer"
     assert rows["outer"].self_ns == 50_000  # inner clipped to outer's end
     assert rows["next"].parent is None
@@ -97,8 +97,8 @@ def test_overrunning_op_is_not_subtracted_and_adopts_nothing(tmp_path: Path) -> 
     ops = {o.name: o for o in rank.ops}
     assert ops["aten::outer"].self_ns == 100_000
     assert ops["aten::async"].self_ns == 500_000  # aten::later is not its child
-    assert rank.memory is not None
-    by_op = {r.op: r.bytes for r in rank.memory.top_ops}
+    assert rank.trace.memory is not None
+    by_op = {r.op: r.bytes for r in rank.trace.memory.top_ops}
     assert by_op == {"aten::later": 64, "(outside ops)": 32}
 
 

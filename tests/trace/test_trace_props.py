@@ -98,17 +98,17 @@ def test_random_traces_keep_invariants(evs: list[dict[str, Any]]) -> None:
         assert op.samples is not None
         for self_ns, total_ns in zip(op.samples.self_ns, op.samples.total_ns, strict=True):
             assert 0 <= self_ns <= total_ns
-    for a in rank.annotations:
+    for a in rank.trace.annotations:
         assert 0 <= a.self_ns <= a.total_ns
     for root in rank.tree():
         root.self_check(tolerance_ns=1e-6)
-    for d in rank.devices:
+    for d in rank.trace.devices:
         assert 0 <= d.busy_in_window_ns <= d.window_ns
         assert d.idle_ns >= 0
         assert 0.0 <= d.utilization <= 1.0
         assert d.host_wait_ns + d.short_gap_ns + d.other_idle_ns == d.idle_ns
-    assert rank.steps is not None
-    assert all(s.dur_ns >= 0 for s in rank.steps.steps)
+    assert rank.trace.steps is not None
+    assert all(s.dur_ns >= 0 for s in rank.trace.steps.steps)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -38,7 +38,7 @@ def test_every_rule_clashing_leaves_file_order_and_says_why(tmp_path: Path) -> N
     b = write(tmp_path, "b_rank_3.json", 2)
     report = analyze(tmp_path)
     assert report.rank_source == "file order"
-    assert [(r.rank, Path(r.source.file).name) for r in report.ranks] == [
+    assert [(r.rank, Path(r.trace.source.file).name) for r in report.ranks] == [
         (0, "a_rank_3.json"),
         (1, "b_rank_3.json"),
     ]
@@ -59,7 +59,7 @@ def test_distinct_ranks_need_no_note(tmp_path: Path) -> None:
     write(tmp_path, "y.json", 0)
     report = analyze(tmp_path)
     assert report.rank_source == "distributedInfo.rank"
-    assert [Path(r.source.file).name for r in report.ranks] == ["y.json", "x.json"]
+    assert [Path(r.trace.source.file).name for r in report.ranks] == ["y.json", "x.json"]
     assert not any(
         n.kind in ("rank-clash", "bad-rank-claim") for r in report.ranks for n in r.notes
     )

@@ -95,9 +95,9 @@ def check_step_tree(p: Profile) -> None:
             while parent is not None and parent not in p.samples:  # never-called containers
                 parent = parent_of.get(parent)
             kids.setdefault(parent, []).append(info.path)
-    assert p.steps is not None
+    assert p.trace.steps is not None
     for path, s in p.samples.items():
-        for i in range(len(p.steps.complete)):
+        for i in range(len(p.trace.steps.complete)):
             assert 0 <= s.self_ns[i] <= s.total_ns[i], path
             children = sum(p.samples[c].total_ns[i] for c in kids.get(path, []))
             # µs floats with ns digits round to whole ns once per span end: 1 ns per child
@@ -154,9 +154,9 @@ def test_analyze_builds_the_tree_from_layer_spans(
 ) -> None:
     _, m, path, called = forward_run
     rank = analyze(path).rank()
-    assert rank.steps is not None and rank.steps.source == "ProfilerStep"
-    assert len(rank.steps.complete) == ITERS == m.meta.iters
-    assert rank.source is not None and rank.source.module_source == "layerprof_layer"
+    assert rank.trace.steps is not None and rank.trace.steps.source == "ProfilerStep"
+    assert len(rank.trace.steps.complete) == ITERS == m.meta.iters
+    assert rank.trace.source is not None and rank.trace.source.module_source == "layerprof_layer"
     assert called_rows(rank) == called  # module order, as the run's
     info = {i.path: i for i in rank.layers}
     assert info[""].type == "Net"
@@ -165,7 +165,7 @@ def test_analyze_builds_the_tree_from_layer_spans(
     assert "blocks" not in rank.samples  # ... but no span, no samples
     assert rank.samples["head"].calls == 2 and not rank.samples["head"].calls_vary
     check_step_tree(rank)
-    assert rank.source.producer == {"version": layerprof.__version__, "model": "Net"}
+    assert rank.trace.source.producer == {"version": layerprof.__version__, "model": "Net"}
     assert any(n.kind == "written-by-layerprof" for n in rank.notes)
     assert not any(n.kind == "no-module-events" for n in rank.notes)
     # the ops are unchanged by the layer lane: ProfilerStep/layers are not ops
@@ -210,8 +210,8 @@ def test_trace_profile_matches_the_live_profile(
 def test_backward_run_round_trips(tmp_path: Path) -> None:
     _, m, path, called = run(tmp_path, backward=True)
     rank = analyze(path).rank()
-    assert rank.steps is not None
-    assert rank.steps.source == "ProfilerStep" and len(rank.steps.complete) == ITERS
+    assert rank.trace.steps is not None
+    assert rank.trace.steps.source == "ProfilerStep" and len(rank.trace.steps.complete) == ITERS
     assert called_rows(rank) == called
     check_step_tree(rank)
     names = {o.name for o in rank.ops if o.phase == "backward"}
@@ -230,8 +230,8 @@ def test_schedule_keeps_torchs_own_step_spans(tmp_path: Path) -> None:
     steps = [e for e in doc["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")]
     assert steps and not any("layerprof" in s.get("args", {}) for s in steps)  # torch's own
     rank = analyze(path).rank()
-    assert rank.steps is not None and rank.steps.source == "ProfilerStep"
-    assert len(rank.steps.complete) == 2 == m.samples["head"].total_ns.n
+    assert rank.trace.steps is not None and rank.trace.steps.source == "ProfilerStep"
+    assert len(rank.trace.steps.complete) == 2 == m.samples["head"].total_ns.n
     assert called_rows(rank) == called
     check_step_tree(rank)
     d = diff(m, rank)
@@ -296,7 +296,7 @@ def test_layer_spans_give_device_time_and_win_over_nn_module(tmp_path: Path) -> 
     path = tmp_path / "cuda.json"
     path.write_bytes(orjson.dumps(cuda_like_trace()))
     prof = analyze(path).rank()
-    assert prof.source is not None and prof.source.module_source == "layerprof_layer"
+    assert prof.trace.source is not None and prof.trace.source.module_source == "layerprof_layer"
     assert set(prof.samples) == {"", "fc"}
     root, fc = prof.samples[""], prof.samples["fc"]
     assert root.total_ns == (60_000, 60_000) and root.self_ns == (20_000, 20_000)
@@ -326,9 +326,9 @@ def test_old_export_without_steps_or_marker(tmp_path: Path) -> None:
     path = tmp_path / "old.json"
     path.write_bytes(orjson.dumps(doc))
     rank = analyze(path).rank()
-    assert rank.steps is not None and rank.steps.source == "layerprof_layer"
-    assert [s.name for s in rank.steps.steps] == ["Net", "Net"]
-    assert rank.source is not None and rank.source.producer is None
+    assert rank.trace.steps is not None and rank.trace.steps.source == "layerprof_layer"
+    assert [s.name for s in rank.trace.steps.steps] == ["Net", "Net"]
+    assert rank.trace.source is not None and rank.trace.source.producer is None
     assert {i.path: i.type for i in rank.layers} == {"": "Net", "fc": "layer"}
     prof = Profile.from_dict(rank.to_dict())
     assert [i.path for i in prof.layers] == ["", "fc"]

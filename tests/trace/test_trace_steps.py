@@ -58,8 +58,8 @@ def test_optimizer_spans_are_never_steps(tmp_path: Path) -> None:
     """A training loop without prof.step(): Optimizer.zero_grad / Optimizer.step
     record_function spans (0.2 ms against whole iterations) used to be the steps."""
     rank = analyze(train(tmp_path, wrap=False)).ranks[0]
-    assert rank.steps.source == "trace"
-    assert [s.name for s in rank.steps.steps] == ["trace"]
+    assert rank.trace.steps.source == "trace"
+    assert [s.name for s in rank.trace.steps.steps] == ["trace"]
     (why,) = [n for n in rank.notes if n.kind == "framework-annotations"]
     names = why.data["names"]
     assert "Optimizer.step#SGD.step" in names and "Optimizer.zero_grad#SGD.zero_grad" in names
@@ -67,10 +67,10 @@ def test_optimizer_spans_are_never_steps(tmp_path: Path) -> None:
 
 def test_a_user_span_around_each_iteration_is_the_step(tmp_path: Path) -> None:
     rank = analyze(train(tmp_path, wrap=True)).ranks[0]
-    assert rank.steps.source == "record_function"
-    steps = rank.steps.steps
+    assert rank.trace.steps.source == "record_function"
+    steps = rank.trace.steps.steps
     assert [s.name for s in steps] == ["iteration"] * 3
-    (optimizer,) = [r for r in rank.annotations if r.name.startswith("Optimizer.step")]
+    (optimizer,) = [r for r in rank.trace.annotations if r.name.startswith("Optimizer.step")]
     # each step holds its iteration's optimizer step, and more
     per_step = rank.samples[optimizer.path].total_ns  # the annotation tree is the layer tree
     assert all(0 < o < s.dur_ns for o, s in zip(per_step, steps, strict=True))
@@ -81,8 +81,8 @@ def test_a_user_span_around_each_iteration_is_the_step(tmp_path: Path) -> None:
 
 def test_forward_passes_say_how_much_they_cover(tmp_path: Path) -> None:
     rank = analyze(train(tmp_path, wrap=False, with_stack=True)).ranks[0]
-    assert rank.steps.source == "nn.Module"
-    assert len(rank.steps.steps) == 3
+    assert rank.trace.steps.source == "nn.Module"
+    assert len(rank.trace.steps.steps) == 3
     (cover,) = [n for n in rank.notes if n.kind == "step-coverage"]
     assert 0 < cover.data["share"] < 1  # forward only: backward and the optimizer are outside
 
@@ -95,7 +95,7 @@ def test_spans_covering_little_are_not_steps(tmp_path: Path) -> None:
         span("cpu_op", "aten::mm", 110, 90),
     ]
     rank = analyze(write(tmp_path, events)).ranks[0]
-    assert rank.steps.source == "trace"
+    assert rank.trace.steps.source == "trace"
     (why,) = [n for n in rank.notes if n.kind == "annotations-not-steps"]
     assert why.data["names"] == "data_load" and round(why.data["share"], 2) == 0.05
 
@@ -136,11 +136,11 @@ def test_gpu_profiler_steps_when_they_are_the_only_markers(tmp_path: Path) -> No
             gpu("kernel", "gemm", t0 + 20, 40),
         ]
     rank = analyze(write(tmp_path, events)).ranks[0]
-    assert rank.steps.source == "GPU ProfilerStep"
-    assert [(s.name, s.dur_ns) for s in rank.steps.steps] == [
+    assert rank.trace.steps.source == "GPU ProfilerStep"
+    assert [(s.name, s.dur_ns) for s in rank.trace.steps.steps] == [
         (f"ProfilerStep#{i}", 80_000) for i in (1, 2, 3)
     ]
-    (device,) = rank.devices
+    (device,) = rank.trace.devices
     assert device.window_ns == 240_000 and device.busy_in_window_ns == 120_000
     assert STEP_DEFINITIONS["GPU ProfilerStep"] in " ".join(texts(rank.notes))
     assert any(

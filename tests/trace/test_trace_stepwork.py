@@ -51,22 +51,22 @@ def graph_after_step() -> list[dict[str, Any]]:
 
 def test_kernels_after_the_host_step_are_measured_over_their_own_span(tmp_path: Path) -> None:
     p = profile_of(tmp_path, graph_after_step())
-    (dev,) = p.devices
+    (dev,) = p.trace.devices
     assert dev.window_ns == 200 * US
     assert dev.busy_in_window_ns == 190 * US
     assert dev.idle_ns == 10 * US
     assert dev.utilization == pytest.approx(0.95)
-    assert p.breakdown is not None
-    (row,) = p.breakdown.steps
+    assert p.trace.breakdown is not None
+    (row,) = p.trace.breakdown.steps
     assert (row.start_ns, row.wall_ns) == (200 * US, 200 * US)
     assert (row.compute_ns, row.idle_ns) == (190 * US, 10 * US)
-    assert p.device_work is not None
-    (work,) = p.device_work.steps
+    assert p.trace.device_work is not None
+    (work,) = p.trace.device_work.steps
     assert (work.window, work.ops, work.busy_ns, work.after_ns) == (DEVICE, 3, 190 * US, 300 * US)
     assert {n.kind for n in p.notes} >= {"device-window"}
     assert "clocks-disagree" not in {n.kind for n in p.notes}
     # the three graph kernels start before the 40 µs launch call returns? No: after it.
-    clock = p.device_work.clock(0)
+    clock = p.trace.device_work.clock(0)
     assert clock is not None and (clock.launched, clock.before_launch) == (3, 0)
 
 
@@ -81,11 +81,11 @@ def test_work_inside_the_host_step_keeps_the_host_window(tmp_path: Path) -> None
         gpu_op("kernel", "b", 60, 10, 2, 0, 7),
     ]
     p = profile_of(tmp_path, events)
-    (dev,) = p.devices
+    (dev,) = p.trace.devices
     assert (dev.window_ns, dev.busy_in_window_ns, dev.idle_ns) == (100 * US, 40 * US, 60 * US)
-    assert p.device_work is not None
-    assert [w.window for w in p.device_work.steps] == [HOST]
-    assert not p.device_work.on_device
+    assert p.trace.device_work is not None
+    assert [w.window for w in p.trace.device_work.steps] == [HOST]
+    assert not p.trace.device_work.on_device
     assert "device-window" not in {n.kind for n in p.notes}
 
 
@@ -101,17 +101,17 @@ def test_clocks_that_disagree_are_named_and_measured(tmp_path: Path) -> None:
         gpu_op("kernel", "b", 100, 20, 2, 0, 7),
     ]
     p = profile_of(tmp_path, events)
-    assert p.device_work is not None
-    clock = p.device_work.clock(0)
+    assert p.trace.device_work is not None
+    clock = p.trace.device_work.clock(0)
     assert clock is not None
     assert (clock.before_launch, clock.lead_ns) == (2, 50 * US)
     assert clock.disagree
     (note,) = [n for n in p.notes if n.kind == "clocks-disagree"]
     assert note.data == {"device": 0, "ops": 2, "lead_ns": 50 * US}
     assert "50.0 µs" in note.text
-    (dev,) = p.devices
+    (dev,) = p.trace.devices
     assert (dev.window_ns, dev.busy_in_window_ns) == (70 * US, 50 * US)
-    (work,) = p.device_work.steps
+    (work,) = p.trace.device_work.steps
     assert (work.window, work.window_start_ns) == (DEVICE, work.first_ns)
 
 
@@ -127,8 +127,8 @@ def test_ops_inside_their_launch_call_are_not_called_skew(tmp_path: Path) -> Non
         gpu_op("gpu_memcpy", "Memcpy DtoH (Device -> Pageable)", 70, 15, 2, 0, 7),
     ]
     p = profile_of(tmp_path, events)
-    assert p.device_work is not None
-    clock = p.device_work.clock(0)
+    assert p.trace.device_work is not None
+    clock = p.trace.device_work.clock(0)
     assert clock is not None
     assert (clock.before_launch, clock.inside_launch) == (0, 3)
     assert "clocks-disagree" not in {n.kind for n in p.notes}
@@ -143,8 +143,8 @@ def test_a_device_idle_with_work_queued_is_named(tmp_path: Path) -> None:
         gpu_op("kernel", "a", 2015, 10, 1, 0, 7),
     ]
     p = profile_of(tmp_path, events)
-    assert p.device_work is not None
-    clock = p.device_work.clock(0)
+    assert p.trace.device_work is not None
+    clock = p.trace.device_work.clock(0)
     assert clock is not None and clock.queued_idle_ns == 2000 * US
     (note,) = [n for n in p.notes if n.kind == "queued-idle"]
     assert note.data == {"device": 0, "queued_idle_ns": 2000 * US}
@@ -171,18 +171,18 @@ def test_a_pipelined_loop_counts_no_device_time_twice(tmp_path: Path) -> None:
     (250..350), step 3 250..450 -> 350..450. Busy 240 of 350 µs; each step's breakdown
     wall is its own window and they add up to the device's window."""
     p = profile_of(tmp_path, pipelined(3))
-    (dev,) = p.devices
+    (dev,) = p.trace.devices
     assert (dev.window_ns, dev.busy_in_window_ns) == (350 * US, 240 * US)
-    assert p.breakdown is not None
+    assert p.trace.breakdown is not None
     (note,) = [n for n in p.notes if n.kind == "device-window"]
     assert note.data == {"steps": 3, "after_ns": 50 * US}
     assert note.text.startswith("3 of 3 steps")
-    t0 = p.breakdown.steps[0].start_ns  # the reader's clock starts at the first event
-    walls = [((r.start_ns - t0) // US, r.wall_ns // US) for r in p.breakdown.steps]
+    t0 = p.trace.breakdown.steps[0].start_ns  # the reader's clock starts at the first event
+    walls = [((r.start_ns - t0) // US, r.wall_ns // US) for r in p.trace.breakdown.steps]
     assert walls == [(0, 150), (150, 100), (250, 100)]
-    assert sum(r.wall_ns for r in p.breakdown.steps) == dev.window_ns
-    assert sum(r.compute_ns for r in p.breakdown.steps) == dev.busy_in_window_ns
-    for r in p.breakdown.steps:
+    assert sum(r.wall_ns for r in p.trace.breakdown.steps) == dev.window_ns
+    assert sum(r.compute_ns for r in p.trace.breakdown.steps) == dev.busy_in_window_ns
+    for r in p.trace.breakdown.steps:
         assert sum(ns for _, ns in r.parts()) == r.wall_ns
 
 
@@ -198,10 +198,10 @@ def test_a_trace_missing_most_launches_keeps_the_host_window(tmp_path: Path) -> 
         gpu_op("kernel", "c", 40, 10, 3, 0, 7),
     ]
     p = profile_of(tmp_path, events)
-    (dev,) = p.devices
+    (dev,) = p.trace.devices
     assert (dev.window_ns, dev.busy_in_window_ns) == (100 * US, 20 * US)
-    assert p.device_work is not None
-    (work,) = p.device_work.steps
+    assert p.trace.device_work is not None
+    (work,) = p.trace.device_work.steps
     assert (work.window, work.ops, work.after_ns) == (HOST, 1, 60 * US)
 
 
@@ -216,7 +216,7 @@ def test_a_device_never_reads_idle_through_steps_that_ran_its_kernels(tmp_path: 
         gpu_op("kernel", "c", 190, 10, 3, 0, 7),
     ]
     p = profile_of(tmp_path, events)
-    (dev,) = p.devices
+    (dev,) = p.trace.devices
     assert dev.utilization > 0
     assert (dev.window_ns, dev.busy_in_window_ns) == (10 * US, 10 * US)
 
@@ -224,7 +224,7 @@ def test_a_device_never_reads_idle_through_steps_that_ran_its_kernels(tmp_path: 
 def test_device_work_survives_a_save(tmp_path: Path) -> None:
     p = profile_of(tmp_path, graph_after_step())
     back = codec.profile_from_dict(codec.to_dict(p))
-    assert back.device_work == p.device_work
+    assert back.trace.device_work == p.trace.device_work
 
 
 def tracelens(path: Path) -> dict[str, float]:
@@ -239,13 +239,13 @@ def test_vllm_replay_is_busy_as_its_device_timeline_says() -> None:
     folder = SERVING / "vllm_decode_full"
     p = analyze(folder / "graph_execution.json.gz").rank()
     theirs = tracelens(folder / "tracelens_report" / "gpu_timeline.csv")
-    (dev,) = p.devices
+    (dev,) = p.trace.devices
     assert dev.busy_in_window_ns / 1e6 == pytest.approx(theirs["busy_time"], abs=1e-3)
     assert dev.window_ns / 1e6 == pytest.approx(theirs["total_time"], abs=1e-3)
     assert dev.idle_ns / 1e6 == pytest.approx(theirs["idle_time"], abs=1e-3)
     assert dev.utilization > 0.99
-    assert p.breakdown is not None
-    (row,) = p.breakdown.steps
+    assert p.trace.breakdown is not None
+    (row,) = p.trace.breakdown.steps
     assert row.compute_ns / 1e6 == pytest.approx(theirs["computation_time"], abs=1e-3)
     assert row.memcpy_ns / 1e6 == pytest.approx(theirs["exposed_memcpy_time"], abs=1e-3)
 
@@ -258,21 +258,21 @@ def test_sglang_replay_window_starts_with_its_host_step() -> None:
     folder = SERVING / "sglang_decode"
     p = analyze(folder / "sglang_Qwen3-8B_decode.json.gz").rank()
     theirs = tracelens(folder / "tracelens_report" / "gpu_timeline.csv")
-    (dev,) = p.devices
+    (dev,) = p.trace.devices
     assert dev.busy_in_window_ns / 1e6 == pytest.approx(theirs["busy_time"], abs=1e-3)
-    assert p.steps is not None
-    first_kernel_ns = p.steps.steps[0].start_ns + 81_000
+    assert p.trace.steps is not None
+    first_kernel_ns = p.trace.steps.steps[0].start_ns + 81_000
     lead_ms = 0.081
     assert dev.window_ns / 1e6 == pytest.approx(theirs["total_time"] + lead_ms, abs=2e-3)
     assert dev.idle_ns / 1e6 == pytest.approx(theirs["idle_time"] + lead_ms, abs=2e-3)
-    assert p.device_work is not None
-    (work,) = p.device_work.steps
+    assert p.trace.device_work is not None
+    (work,) = p.trace.device_work.steps
     assert work.first_ns is not None
     assert abs(work.first_ns - first_kernel_ns) < 1_000
     assert dev.utilization == pytest.approx(0.0206, abs=0.001)
     # 75 ops start before their launch call returned (the graph's kernels, a blocking
     # copy), none before it began: negative launch delays, not clocks that disagree
-    clock = p.device_work.clock(dev.device)
+    clock = p.trace.device_work.clock(dev.device)
     assert clock is not None and (clock.inside_launch, clock.before_launch) == (75, 0)
     kinds = {n.kind for n in p.notes}
     assert "negative-launch-delays" in kinds and "clocks-disagree" not in kinds

@@ -98,8 +98,8 @@ def test_steps(tmp_path: Path) -> None:
     assert run.rank_source == "distributedInfo.rank"
     rank = run.rank()
     assert rank.rank == 3
-    assert rank.steps is not None and rank.steps.source == "ProfilerStep"
-    assert [(s.name, s.dur_ns, s.cut_off) for s in rank.steps.steps] == [
+    assert rank.trace.steps is not None and rank.trace.steps.source == "ProfilerStep"
+    assert [(s.name, s.dur_ns, s.cut_off) for s in rank.trace.steps.steps] == [
         ("ProfilerStep#1", 100 * US, False),
         ("ProfilerStep#2", 100 * US, False),
     ]
@@ -143,7 +143,7 @@ def test_op_rows_are_medians_per_iteration_like_layer_rows(tmp_path: Path) -> No
 
 
 def test_device_busy_idle_and_gaps(rank: Profile) -> None:
-    (dev,) = rank.devices
+    (dev,) = rank.trace.devices
     assert dev.busy_ns == 53 * US  # 20+2+4 + 20+5+2
     assert dev.window_ns == 200 * US
     assert dev.idle_ns == 147 * US
@@ -160,19 +160,19 @@ def test_device_busy_idle_and_gaps(rank: Profile) -> None:
 
 
 def test_launch_memcpy_kernels(rank: Profile) -> None:
-    launch = rank.launches
+    launch = rank.trace.launches
     assert launch is not None and launch.launches == 6
     # delays: 5, 0, 7 and 5, 27, 0 µs
     assert launch.delay_ns is not None
     assert launch.delay_ns.median == 5 * US and launch.delay_ns.max == 27 * US
     assert launch.unmatched_device_ops == 0
-    (htod,) = rank.memcpy
+    (htod,) = rank.trace.memcpy
     assert (htod.kind, htod.calls, htod.bytes) == ("HtoD", 1, 4000)
     assert htod.gb_per_s == pytest.approx(1.0)
-    kernels = {k.name: k for k in rank.kernels}
+    kernels = {k.name: k for k in rank.trace.kernels}
     assert kernels["gemm"].calls == 2
     assert kernels["gemm"].mean_ns == 20 * US
-    assert {k.kind: k.total_ns for k in rank.kinds} == {"compute": 49 * US, "memory": 4 * US}
+    assert {k.kind: k.total_ns for k in rank.trace.kinds} == {"compute": 49 * US, "memory": 4 * US}
 
 
 def test_module_tree_and_profile(tmp_path: Path) -> None:
@@ -211,10 +211,10 @@ def test_cut_off_last_step(tmp_path: Path) -> None:
     # A third step that runs past the profiler window end (400 µs).
     doc["traceEvents"].append(span("user_annotation", f"{STEP_PREFIX}3", 300, 5000))
     rank = analyze(write(tmp_path, doc)).rank()
-    assert rank.steps is not None
-    assert [s.cut_off for s in rank.steps.steps] == [False, False, True]
+    assert rank.trace.steps is not None
+    assert [s.cut_off for s in rank.trace.steps.steps] == [False, False, True]
     assert rank.latency is not None and rank.latency.n == 2
-    assert rank.devices[0].window_ns == 200 * US
+    assert rank.trace.devices[0].window_ns == 200 * US
     assert any(n.kind == "step-cut-off" and n.data["step"] == f"{STEP_PREFIX}3" for n in rank.notes)
 
 
@@ -222,7 +222,7 @@ def test_short_last_step_is_cut_off(tmp_path: Path) -> None:
     doc = two_steps()
     doc["traceEvents"].append(span("user_annotation", f"{STEP_PREFIX}3", 300, 2))
     rank = analyze(write(tmp_path, doc)).rank()
-    assert rank.steps is not None and rank.steps.steps[-1].cut_off is True
+    assert rank.trace.steps is not None and rank.trace.steps.steps[-1].cut_off is True
 
 
 def test_quirks(tmp_path: Path) -> None:
@@ -254,9 +254,9 @@ def test_quirks(tmp_path: Path) -> None:
     # torch's event tree): the parent keeps its whole time as self time
     assert weird.self_ns == 50_001
     assert ops["nodur"].total_ns == 0
-    assert rank.steps is not None and rank.steps.steps[0].dur_ns == 100 * US
+    assert rank.trace.steps is not None and rank.trace.steps.steps[0].dur_ns == 100 * US
     assert any(n.kind == "no-device-data" for n in rank.notes)
-    assert rank.devices == () and rank.launches is None
+    assert rank.trace.devices == () and rank.trace.launches is None
     assert ops["overrun"].device_ns is None
 
 
@@ -268,9 +268,9 @@ def test_no_steps_uses_outermost_record_function(tmp_path: Path) -> None:
         span("user_annotation", "infer", 100, 70),
     ]
     prof = analyze(write(tmp_path, {"traceEvents": events})).rank()
-    assert prof.steps is not None and prof.steps.source == "record_function"
-    assert [s.dur_ns for s in prof.steps.steps] == [50 * US, 70 * US]
-    paths = {a.path: a for a in prof.annotations}
+    assert prof.trace.steps is not None and prof.trace.steps.source == "record_function"
+    assert [s.dur_ns for s in prof.trace.steps.steps] == [50 * US, 70 * US]
+    paths = {a.path: a for a in prof.trace.annotations}
     assert paths["infer.inner"].parent == "infer"
     assert paths["infer"].self_ns == 120 * US - 20 * US
     # no modules: the annotation tree is the layer tree
@@ -314,7 +314,7 @@ def test_memory_instants(tmp_path: Path) -> None:
         mem(28, -1024, 4096),
         mem(40, 100, 4196),  # outside any op
     ]
-    memory = analyze(write(tmp_path, {"traceEvents": events})).rank().memory
+    memory = analyze(write(tmp_path, {"traceEvents": events})).rank().trace.memory
     assert memory is not None
     assert memory.devices == (
         DeviceMemory(
@@ -358,7 +358,10 @@ def test_directory_ranks_from_file_order(tmp_path: Path) -> None:
         write(tmp_path, {"traceEvents": [span("cpu_op", name, 0, 1)]}, name)
     run = analyze(tmp_path)
     assert run.rank_source == "file order"
-    assert [Path(p.source.file).name for p in run.ranks if p.source] == ["a.json", "b.json"]
+    assert [Path(p.trace.source.file).name for p in run.ranks if p.trace.source] == [
+        "a.json",
+        "b.json",
+    ]
 
 
 def test_legacy_categories_and_bare_array(tmp_path: Path) -> None:
@@ -385,9 +388,11 @@ def test_legacy_categories_and_bare_array(tmp_path: Path) -> None:
         },
     ]
     rank = analyze(write(tmp_path, events)).rank()
-    assert rank.launches is not None and rank.launches.launches == 1
-    assert rank.launches.delay_ns is not None and rank.launches.delay_ns.median == 6 * US
-    assert rank.steps is not None and rank.steps.source == "trace"
+    assert rank.trace.launches is not None and rank.trace.launches.launches == 1
+    assert (
+        rank.trace.launches.delay_ns is not None and rank.trace.launches.delay_ns.median == 6 * US
+    )
+    assert rank.trace.steps is not None and rank.trace.steps.source == "trace"
 
 
 def test_to_dict_top_limits_lists(tmp_path: Path) -> None:

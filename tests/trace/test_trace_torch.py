@@ -78,20 +78,20 @@ def stack_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_steps_from_schedule(stack_trace: Path) -> None:
     rank = analyze(stack_trace).rank()
-    assert rank.steps is not None and rank.steps.source == "ProfilerStep"
-    assert len(rank.steps.steps) == 3
-    assert all(s.name.startswith("ProfilerStep#") for s in rank.steps.steps)
-    assert all(s.dur_ns > 0 for s in rank.steps.steps)
-    assert rank.source is not None and rank.source.has_device is False
+    assert rank.trace.steps is not None and rank.trace.steps.source == "ProfilerStep"
+    assert len(rank.trace.steps.steps) == 3
+    assert all(s.name.startswith("ProfilerStep#") for s in rank.trace.steps.steps)
+    assert all(s.dur_ns > 0 for s in rank.trace.steps.steps)
+    assert rank.trace.source is not None and rank.trace.source.has_device is False
 
 
 def test_module_tree(stack_trace: Path) -> None:
     prof = analyze(stack_trace).rank()
-    assert prof.source is not None and prof.source.module_source == "nn.Module"
-    assert prof.steps is not None
+    assert prof.trace.source is not None and prof.trace.source.module_source == "nn.Module"
+    assert prof.trace.steps is not None
     rows = {r.path: r for r in prof.rows()}
     assert set(rows) == EXPECTED_PATHS
-    n_steps = len(prof.steps.complete)
+    n_steps = len(prof.trace.steps.complete)
     assert rows["Net.Linear"].calls == 2  # head runs twice per forward (per step)
     assert rows["Net"].calls == 1
     assert rows["Net.Sequential.ReLU"].type == "ReLU"
@@ -118,7 +118,7 @@ def test_backward_and_memory(stack_trace: Path) -> None:
     names = {o.name for o in rank.ops}
     assert any("Backward" in n for n in names)
     assert any(o.input_shapes for o in rank.ops)
-    memory = rank.memory
+    memory = rank.trace.memory
     assert memory is not None
     assert memory.devices[0].device == "cpu"
     assert memory.devices[0].peak_allocated > 0
@@ -128,7 +128,7 @@ def test_backward_and_memory(stack_trace: Path) -> None:
 def test_without_stack_uses_steps(tmp_path: Path) -> None:
     path = record(tmp_path, with_stack=False, steps=True, backward=False)
     prof = analyze(path).rank()
-    assert prof.source is not None and prof.source.module_source is None
+    assert prof.trace.source is not None and prof.trace.source.module_source is None
     assert prof.meta.mode == ""  # forward only, and the trace does not say which mode
     assert any(n.kind == "no-module-events" for n in prof.notes)
     (layer,) = prof.layers
@@ -139,8 +139,8 @@ def test_without_stack_uses_steps(tmp_path: Path) -> None:
 def test_no_schedule_uses_outermost_modules(tmp_path: Path) -> None:
     path = record(tmp_path, with_stack=True, steps=False, backward=True)
     rank = analyze(path).rank()
-    assert rank.steps is not None and rank.steps.source == "nn.Module"
-    assert [s.name for s in rank.steps.steps] == ["nn.Module: Net_0"] * 2
+    assert rank.trace.steps is not None and rank.trace.steps.source == "nn.Module"
+    assert [s.name for s in rank.trace.steps.steps] == ["nn.Module: Net_0"] * 2
     assert {r.path for r in rank.rows()} == EXPECTED_PATHS
 
 
@@ -283,5 +283,5 @@ def test_two_traces_of_one_model_diff_as_the_same_model(tmp_path: Path) -> None:
     # a training trace is not said to have run in eval mode (issue 22.8)
     assert a.meta.mode == "train" and b.meta.mode == "train"
     # the optimizer's and the user's record_function spans keep their real names
-    names = {x.name for x in a.annotations}
+    names = {x.name for x in a.trace.annotations}
     assert "Optimizer.step#SGD.step" in names and "loss.fn" in names

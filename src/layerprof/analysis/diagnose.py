@@ -453,13 +453,13 @@ def diagnose_run(run: Run) -> list[Finding]:
 
 
 def _has_devices(profile: Profile) -> bool:
-    return bool(profile.devices) or bool(profile.kinds)
+    return bool(profile.trace.devices) or bool(profile.trace.kinds)
 
 
 def _devices(profile: Profile) -> list[Finding]:
     """GPU idle time, copies and communication, from a trace's (or ops mode's) sections."""
     out: list[Finding] = []
-    for dev in profile.devices:
+    for dev in profile.trace.devices:
         if dev.window_ns and dev.utilization < _GPU_UTIL_LOW:
             out.append(
                 Finding(
@@ -484,7 +484,7 @@ def _devices(profile: Profile) -> list[Finding]:
                     " keep tensors on the device",
                 )
             )
-    kinds = {k.kind: k.total_ns for k in profile.kinds}
+    kinds = {k.kind: k.total_ns for k in profile.trace.kinds}
     total = sum(kinds.values())
     comm = kinds.get("communication", 0)
     if total > 0 and comm / total > _COMM_SHARE:
@@ -584,7 +584,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "exposed communication, data loading, launch-bound queues",
-        lambda p: p.breakdown is not None or p.queues is not None,
+        lambda p: p.trace.breakdown is not None or p.trace.queues is not None,
         distributed_findings,
     ),
     Rule(

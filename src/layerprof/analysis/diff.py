@@ -110,11 +110,11 @@ def diff(base: Profile, new: Profile, *, threshold_pct: float = 5.0) -> Diff:
         warnings += said
     ops, op_metric, op_key = _ops(base, new, judge)
     phases = _phases(base, new, judge)
-    if (base.serving is None) != (new.serving is None):
-        side = "base" if base.serving is None else "new"
+    if (base.trace.serving is None) != (new.trace.serving is None):
+        side = "base" if base.trace.serving is None else "new"
         warnings.append(f"the {side} profile has no serving steps: their phases are not compared")
-    elif base.serving is not None and new.serving is not None:
-        b_clock, n_clock = base.serving.phase_clock, new.serving.phase_clock
+    elif base.trace.serving is not None and new.trace.serving is not None:
+        b_clock, n_clock = base.trace.serving.phase_clock, new.trace.serving.phase_clock
         if b_clock != n_clock:
             warnings.append(
                 f"the serving phases' layer times are the {b_clock}'s in the base and the"
@@ -486,7 +486,7 @@ def _serving_phases(base: Profile, new: Profile, judge: Judge) -> tuple[PhaseDel
     """A serving trace's prefill, decode and mixed steps apart (``prefill steps``, ...):
     each phase's step time over its steps, then each layer of each phase both sides ran
     (its self time per step of the phase)."""
-    b, n = base.serving, new.serving
+    b, n = base.trace.serving, new.trace.serving
     if b is None or n is None:
         return ()
     out: list[PhaseDelta] = []
@@ -519,7 +519,7 @@ def _phase_series(row: Any) -> Series | None:
 
 def _kernels(base: Profile, new: Profile, judge: Judge) -> tuple[KernelDelta, ...]:
     """Kernels by name, time per step (the trace's total over its complete steps)."""
-    if not base.kernels or not new.kernels:
+    if not base.trace.kernels or not new.trace.kernels:
         return ()
     b, n = _kernel_times(base), _kernel_times(new)
     return tuple(
@@ -535,7 +535,7 @@ def _kernels(base: Profile, new: Profile, judge: Judge) -> tuple[KernelDelta, ..
 
 def _kernel_times(p: Profile) -> dict[str, float]:
     steps = max(p.latency_ns.n if p.latency_ns is not None else 1, 1)
-    return {k.name: k.total_ns / steps for k in p.kernels}
+    return {k.name: k.total_ns / steps for k in p.trace.kernels}
 
 
 # ---- comparability and warnings ---------------------------------------------------

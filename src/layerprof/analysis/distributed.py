@@ -26,10 +26,10 @@ _STRAGGLER_HIGH = 0.10  # its lateness per step, of the median step: high severi
 def distributed_findings(profile: Profile) -> list[Finding]:
     """Exposed communication, data loading and launch-bound queues of one rank."""
     out: list[Finding] = []
-    if profile.breakdown is not None:
-        out += _exposed(profile, profile.breakdown)
-        out += _dataloader(profile.breakdown)
-    q = profile.queues
+    if profile.trace.breakdown is not None:
+        out += _exposed(profile, profile.trace.breakdown)
+        out += _dataloader(profile.trace.breakdown)
+    q = profile.trace.queues
     if q is not None and q.kernels >= _MIN_SHORT_KERNELS:
         share = q.short_kernels / q.kernels
         if share >= _SHORT_KERNEL_SHARE:
@@ -61,7 +61,7 @@ def _exposed(profile: Profile, b: Breakdown) -> list[Finding]:
         if t["wall"] <= 0 or t["communication"] / t["wall"] < _EXPOSED_SHARE:
             continue
         where = "the host" if device is None else f"device {device}"
-        c = profile.communication
+        c = profile.trace.communication
         pct = (
             f"; {c.overlap_pct:.0f}% of all communication overlaps compute"
             if c and c.overlap_pct is not None
@@ -106,7 +106,9 @@ def straggler_findings(run: Run) -> list[Finding]:
     if line is None or line.median_late_ns is None or line.median_late_ns < _STRAGGLER_LATE_NS:
         return []
     rank = next((p for p in run.ranks if p.rank == line.rank), None)
-    steps = len(rank.steps.complete) if rank is not None and rank.steps is not None else 0
+    steps = (
+        len(rank.trace.steps.complete) if rank is not None and rank.trace.steps is not None else 0
+    )
     return [_straggler(s, line, max(steps, 1))]
 
 

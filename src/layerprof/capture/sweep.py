@@ -427,7 +427,7 @@ def _cpu_peak(model: Any, args: Any, kwargs: Any, options: SweepOptions) -> int 
         model, tuple(args), dict(kwargs), iters=1, device="cpu",
         options=OpOptions(profile_memory=True), grad_ctx_factory=grad,
     )  # fmt: skip
-    memory = raw.profile().memory
+    memory = raw.profile().trace.memory
     if memory is None:
         return None
     peaks = [d.peak_allocated for d in memory.devices if d.device.startswith("cpu")]

@@ -36,21 +36,21 @@ from layerprof.units import NS_PER_MS, NS_PER_US, ms, ns_from_ms
 def encode_distributed(p: Profile) -> dict[str, Any]:
     """The distributed sections a profile has (absent ones are left out)."""
     out: dict[str, Any] = {}
-    if p.breakdown is not None:
+    if p.trace.breakdown is not None:
         out["breakdown"] = {
             "parts": list(BREAKDOWN_PARTS),
-            "steps": [asdict_ms(s) for s in p.breakdown.steps],
+            "steps": [asdict_ms(s) for s in p.trace.breakdown.steps],
         }
-    if p.communication is not None:
-        out["communication"] = _communication(p.communication)
-    if p.queues is not None:
-        out["queues"] = _queues(p.queues)
-    if p.memory_timeline is not None:
+    if p.trace.communication is not None:
+        out["communication"] = _communication(p.trace.communication)
+    if p.trace.queues is not None:
+        out["queues"] = _queues(p.trace.queues)
+    if p.trace.memory_timeline is not None:
         out["memory_timeline"] = {
             "devices": [
                 {**asdict_ms(d, skip=("points",)),
                  "points": _points(d.points, NS_PER_MS)}
-                for d in p.memory_timeline.devices
+                for d in p.trace.memory_timeline.devices
             ]
         }  # fmt: skip
     return out

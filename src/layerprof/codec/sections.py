@@ -44,9 +44,14 @@ def _one(
     """A section under one JSON key, read from that key's object."""
     return Registered(
         (f"Profile.{field}",),
-        lambda p, top: {key: encode(getattr(p, field))},
+        lambda p, top: {key: encode(_section(p, field))},
         lambda f: {field: read(f.obj(key))},
     )
+
+
+def _section(p: Profile, field: str) -> Any:
+    """A Profile's field, or its trace's section of that name (``profile.trace.serving``)."""
+    return getattr(p.trace if field in _TRACE_SECTIONS else p, field)
 
 
 _TRACE = ("source", "steps", "devices", "kernels", "kinds", "memcpy", "launches", "memory")
@@ -89,7 +94,7 @@ def encode_sections(p: Profile, top: int | None) -> dict[str, Any]:
 
 def read_sections(f: Fields) -> dict[str, Any]:
     """Every registered section of a profile body, by Profile field (the trace's sections
-    as one ``trace`` value: a Profile holds None for an empty one)."""
+    as one ``trace`` value: an empty one for a profile without a trace)."""
     out: dict[str, Any] = {}
     for section in SECTIONS:
         out.update(section.read(f))

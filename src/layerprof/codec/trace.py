@@ -214,15 +214,15 @@ def encode_trace(p: Profile, top: int | None) -> dict[str, Any]:
     """The trace sections a profile has, by JSON key (empty ones are dropped by the
     registry)."""
     return {
-        "source": _source(p.source) if p.source is not None else None,
-        "steps": _steps(p.steps) if p.steps is not None else None,
-        "devices": [_device(d) for d in p.devices],
-        "kernels": [_kernel(k) for k in first_rows(p.kernels, top)],
-        "kernel_kinds": [asdict_ms(k) for k in p.kinds],
-        "memcpy": [asdict_ms(m) for m in p.memcpy],
-        "launch": _launches(p.launches, top),
-        "memory": _allocator(p.memory, top),
-        "annotations": [asdict_ms(a) for a in p.annotations],
+        "source": _source(p.trace.source) if p.trace.source is not None else None,
+        "steps": _steps(p.trace.steps) if p.trace.steps is not None else None,
+        "devices": [_device(d) for d in p.trace.devices],
+        "kernels": [_kernel(k) for k in first_rows(p.trace.kernels, top)],
+        "kernel_kinds": [asdict_ms(k) for k in p.trace.kinds],
+        "memcpy": [asdict_ms(m) for m in p.trace.memcpy],
+        "launch": _launches(p.trace.launches, top),
+        "memory": _allocator(p.trace.memory, top),
+        "annotations": [asdict_ms(a) for a in p.trace.annotations],
     }
 
 

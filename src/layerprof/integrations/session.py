@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -109,11 +110,12 @@ class TrainingSession:
         if len(parts) > 1:
             hint += f" (its parts with parameters: {', '.join(parts)})"
         note = prof.notes[found[0]]
-        prof.notes = (
+        notes = (
             *prof.notes[: found[0]],
             Note(note.kind, f"{note.text}: {hint}", {**note.data, "parts": parts}),
             *prof.notes[found[0] + 1 :],
         )
+        self.profile = replace(prof, notes=notes)  # a Profile is frozen: a new one
         warnings.warn(
             f"layerprof: no training step ran {type(model).__name__}'s own forward, so the"
             f" profile has no layers: record the part the training step calls, {hint}",

@@ -8,11 +8,11 @@ Kineto traces fill the sections they know; everything else stays empty.
 * layers: static ``LayerInfo`` rows plus per-iteration ``LayerSamples``;
   ``rows()`` and ``tree()`` derive per-layer statistics on demand;
 * ops: per-iteration operator rows (``OpStat``), forward and backward;
-* trace (for traces and ops mode, a :class:`TraceSections`): where the trace
-  came from (``source``), steps, devices (GPU busy/idle), kernels, kernel
-  kinds, memcpy, launches, memory, record_function annotations and, across a
-  step, its breakdown, communication, queues and memory timeline; the Profile
-  reads each as an attribute of its own (``profile.kernels``);
+* trace (for traces and ops mode, a :class:`TraceSections`; empty for a live run):
+  where the trace came from (``source``), steps, devices (GPU busy/idle), kernels,
+  kernel kinds, memcpy, launches, memory, record_function annotations and, across a
+  step, its breakdown, communication, queues and memory timeline, each read through
+  it (``profile.trace.kernels``);
 * flops: the model's counted FLOPs, their coverage and the device's peak
   (per layer in ``LayerInfo.flops``/``flop_detail``);
 * compiled (``--compile``): how the compiled kernels' time was attributed;
@@ -29,9 +29,13 @@ Kineto traces fill the sections they know; everything else stays empty.
   layer's forward and backward per step;
 * notes: facts the user should read next to the numbers.
 
-Nothing here imports torch, a renderer or the codec: saving, loading and
-rendering go through ``layerprof.sinks`` (see ``Profile.save``), which the
-package fills with the codec and the renderers when it is imported.
+A Profile is frozen, like a Run and a Diff: a change is a new Profile
+(``dataclasses.replace``, ``with_trace``, ``with_notes``), and what it derives from
+its fields (``rows()``) is computed once per Profile.
+
+Nothing here imports torch or a renderer: saving, loading and rendering go through
+``layerprof.sinks`` (see ``Profile.save``), which imports the codec where it runs
+and has the renderers registered by the package when it is imported.
 """
 
 from __future__ import annotations
@@ -40,8 +44,9 @@ import datetime as _dt
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Protocol
 
 from layerprof import sinks
 from layerprof.errors import UsageError
@@ -86,28 +91,6 @@ if TYPE_CHECKING:
     )
 
 
-#: Where a Profile keeps the rows it derived last (``Profile.rows``), in its ``__dict__``.
-_ROWS = "_rows_cache"
-
-
-#: What a Profile's rows are derived from (its layers, sample paths and samples), held
-#: by reference: kept alive, no other object can take one's identity meanwhile.
-_RowInputs = tuple[tuple[LayerInfo, ...], tuple[str, ...], tuple[LayerSamples, ...]]
-
-
-def _row_inputs(profile: Profile) -> _RowInputs:
-    return tuple(profile.layers), tuple(profile.samples), tuple(profile.samples.values())
-
-
-def _same_inputs(a: _RowInputs, b: _RowInputs) -> bool:
-    return (
-        a[1] == b[1]
-        and len(a[0]) == len(b[0])
-        and all(x is y for x, y in zip(a[0], b[0], strict=True))
-        and all(x is y for x, y in zip(a[2], b[2], strict=True))
-    )
-
-
 class _RecordedTrace(Protocol):
     """The raw trace behind an ops-mode Profile (its Chrome-trace events), for exports."""
 
@@ -120,8 +103,8 @@ class _RecordedTrace(Protocol):
 @dataclass(frozen=True)
 class TraceSections:
     """What a torch.profiler trace gives a Profile beyond its layers and operators
-    (``analyze``, and ops mode's own trace): one value, so a live run's Profile holds
-    None instead of thirteen empty fields."""
+    (``analyze``, and ops mode's own trace), read as ``profile.trace.kernels``: one
+    value, empty (:data:`NO_TRACE`) for a live run's Profile."""
 
     source: TraceSource | None = None
     steps: Steps | None = None
@@ -140,40 +123,8 @@ class TraceSections:
     serving: Serving | None = None
 
 
-_T = TypeVar("_T")
-
-
-class _FromTrace(Generic[_T]):
-    """A Profile attribute kept in its ``trace`` (read and set as before the grouping)."""
-
-    def __init__(self, default: _T) -> None:
-        self.default = default
-        self.name = ""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    @overload
-    def __get__(self, obj: None, owner: type | None = None) -> _FromTrace[_T]: ...
-    @overload
-    def __get__(self, obj: Profile, owner: type | None = None) -> _T: ...
-    def __get__(self, obj: Profile | None, owner: type | None = None) -> Any:
-        if obj is None:
-            return self
-        trace = obj.trace
-        return self.default if trace is None else getattr(trace, self.name)
-
-    def __set__(self, obj: Profile, value: _T) -> None:
-        changes: dict[str, Any] = {self.name: value}
-        obj.trace = _or_none(replace(obj.trace or TraceSections(), **changes))
-
-
-def _or_none(trace: TraceSections | None) -> TraceSections | None:
-    """None for a trace with nothing in it: one Profile, one form (equal after a save)."""
-    return None if trace is None or trace == _NO_TRACE else trace
-
-
-_NO_TRACE = TraceSections()
+#: The trace sections of a Profile without a trace (a live run without ops mode).
+NO_TRACE = TraceSections()
 
 
 @dataclass(frozen=True)
@@ -353,14 +304,16 @@ def _mean(series: Series | None) -> float | None:
     return series.mean if series is not None else None
 
 
-@dataclass
+@dataclass(frozen=True)
 class Profile(sinks.Output):
     """Everything one profiling run (or one rank of an analyzed trace) produced.
 
     ``latency_ns`` holds the clean pass's whole-forward times (for a trace,
     the complete steps' durations); sequences are accepted and turned into a
     :class:`~layerprof.stats.Series`. ``events`` is the raw trace behind ops
-    mode (for trace exports); it is never saved.
+    mode (for trace exports); it is never saved. Frozen: a changed Profile is a new
+    one (``dataclasses.replace``), so rows derived from its fields stay true; keep
+    ``samples`` as built (the mapping itself is not frozen).
     """
 
     meta: Meta
@@ -371,7 +324,7 @@ class Profile(sinks.Output):
     overhead: Overhead | None = None
     ops: tuple[OpStat, ...] = ()
     notes: tuple[Note, ...] = ()
-    trace: TraceSections | None = None  # traces and ops mode: steps, devices, kernels, ...
+    trace: TraceSections = NO_TRACE  # traces and ops mode: steps, devices, kernels, ...
     signatures: tuple[InputSignature, ...] = ()
     passes: PassCheck | None = None  # live runs: did the per-layer pass run the clean code?
     flops: FlopSummary | None = None
@@ -383,31 +336,14 @@ class Profile(sinks.Output):
     graph_replay: GraphReplay | None = None  # analyze --capture: a graph replay's layers
     events: _RecordedTrace | None = field(default=None, compare=False, repr=False)
 
-    # the trace's sections, read (and set) as attributes of their own
-    source: ClassVar[_FromTrace[TraceSource | None]] = _FromTrace(None)
-    steps: ClassVar[_FromTrace[Steps | None]] = _FromTrace(None)
-    devices: ClassVar[_FromTrace[tuple[DeviceUse, ...]]] = _FromTrace(())
-    kernels: ClassVar[_FromTrace[tuple[KernelRow, ...]]] = _FromTrace(())
-    kinds: ClassVar[_FromTrace[tuple[KindRow, ...]]] = _FromTrace(())
-    memcpy: ClassVar[_FromTrace[tuple[MemcpyRow, ...]]] = _FromTrace(())
-    launches: ClassVar[_FromTrace[Launches | None]] = _FromTrace(None)
-    memory: ClassVar[_FromTrace[AllocatorSummary | None]] = _FromTrace(None)
-    annotations: ClassVar[_FromTrace[tuple[AnnotationRow, ...]]] = _FromTrace(())
-    breakdown: ClassVar[_FromTrace[Breakdown | None]] = _FromTrace(None)
-    communication: ClassVar[_FromTrace[Communication | None]] = _FromTrace(None)
-    queues: ClassVar[_FromTrace[Queues | None]] = _FromTrace(None)
-    memory_timeline: ClassVar[_FromTrace[MemoryTimeline | None]] = _FromTrace(None)
-    device_work: ClassVar[_FromTrace[DeviceWork | None]] = _FromTrace(None)
-    serving: ClassVar[_FromTrace[Serving | None]] = _FromTrace(None)
-
     def __post_init__(self) -> None:
         latency: SeriesLike | None = self.latency_ns
-        self.latency_ns = as_series(latency)
-        self.trace = _or_none(self.trace)
+        # the one normalization of a frozen value, before anything reads it
+        object.__setattr__(self, "latency_ns", as_series(latency))
 
     def with_trace(self, **sections: Any) -> Profile:
         """A copy with these of its trace's sections replaced (``source=``, ``kernels=``...)."""
-        return replace(self, trace=replace(self.trace or TraceSections(), **sections))
+        return replace(self, trace=replace(self.trace, **sections))
 
     def __repr__(self) -> str:
         lat = self.latency
@@ -427,35 +363,35 @@ class Profile(sinks.Output):
     @property
     def rank(self) -> int | None:
         """The rank this profile belongs to (a trace's, or torchrun's), if known."""
-        if self.source is not None:
-            return self.source.rank
+        if self.trace.source is not None:
+            return self.trace.source.rank
         rank = self.meta.extra.get("rank")
         return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
 
     @property
     def has_device(self) -> bool:
         """Whether device (GPU) times were recorded."""
-        if self.source is not None:
-            return self.source.has_device
-        return bool(self.devices) or any(
+        if self.trace.source is not None:
+            return self.trace.source.has_device
+        return bool(self.trace.devices) or any(
             s.device_total_ns is not None for s in self.samples.values()
         )
 
     def rows(self) -> list[LayerRow]:
         """One row per layer, in module order: a new list each call, of rows derived
-        again only when ``layers`` or ``samples`` hold other objects than last time (a
-        report reads the rows a dozen times; at 1,000 layers each derivation takes
-        ~45 ms). The records are frozen, so the same objects give the same rows."""
-        inputs = _row_inputs(self)
-        cached: tuple[_RowInputs, tuple[LayerRow, ...]] | None = self.__dict__.get(_ROWS)
-        if cached is None or not _same_inputs(cached[0], inputs):
-            cached = (inputs, tuple(self._derived_rows()))
-            self.__dict__[_ROWS] = cached  # beside the fields: equality and replace() skip it
-        return list(cached[1])
+        once per Profile (a report reads the rows a dozen times; at 1,000 layers each
+        derivation takes ~45 ms)."""
+        return list(self._rows)
+
+    @cached_property
+    def _rows(self) -> tuple[LayerRow, ...]:
+        # Kept in the instance's __dict__, beside the fields: equality, replace() and
+        # a pickle (below) skip it, and a replaced Profile derives its own.
+        return tuple(self._derived_rows())
 
     def __getstate__(self) -> dict[str, Any]:
         """A pickle (a worker's result) carries the fields, not the derived rows."""
-        return {k: v for k, v in self.__dict__.items() if k != _ROWS}
+        return {k: v for k, v in self.__dict__.items() if k != "_rows"}
 
     def _derived_rows(self) -> list[LayerRow]:
         out: list[LayerRow] = []

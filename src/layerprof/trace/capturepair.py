@@ -329,7 +329,7 @@ def _serving(
     """The replay's profile, its serving steps' layer times per phase and FLOPs taken
     from the captured layers and ops (the replay's own have none but its sampler's)."""
     trace = profile.trace
-    if trace is None or trace.serving is None or trace.steps is None:
+    if trace.serving is None or trace.steps is None:
         return profile
     from layerprof.trace.replaysteps import serving_through_capture  # serving replays only
 
@@ -352,10 +352,10 @@ def _layer_notes(replay: Profile, merged: Profile) -> tuple[Note, ...]:
     )
 
 
-def _layer_source(replay: Profile, merged: Profile) -> TraceSections | None:
+def _layer_source(replay: Profile, merged: Profile) -> TraceSections:
     """The replay's trace sections, naming the merge's source of the layers."""
-    trace, mine, theirs = replay.trace, replay.source, merged.source
-    if trace is None or mine is None or theirs is None:
+    trace, mine, theirs = replay.trace, replay.trace.source, merged.trace.source
+    if mine is None or theirs is None:
         return trace
     return replace(trace, source=replace(mine, module_source=theirs.module_source))
 

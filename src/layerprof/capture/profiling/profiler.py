@@ -458,7 +458,7 @@ def profile_from_capture(
     from dataclasses import replace
 
     traced = raw.profile()
-    iterations = len(traced.steps.complete) if traced.steps is not None else 0
+    iterations = len(traced.trace.steps.complete) if traced.trace.steps is not None else 0
     return replace(
         traced.with_trace(source=None, steps=None),
         meta=meta or replace(default_meta(model, iterations), source="layerprof.ops"),

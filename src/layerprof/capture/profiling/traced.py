@@ -35,12 +35,12 @@ def with_trace(
     known = {i.path for i in layers}
     samples = {p: s for p, s in traced.samples.items() if p in known}
     with_trace = base.with_trace(
-        devices=traced.devices,
-        kernels=traced.kernels,
-        kinds=traced.kinds,
-        memcpy=traced.memcpy,
-        launches=traced.launches,
-        communication=traced.communication,  # collectives (DDP's all-reduces): stragglers
+        devices=traced.trace.devices,
+        kernels=traced.trace.kernels,
+        kinds=traced.trace.kinds,
+        memcpy=traced.trace.memcpy,
+        launches=traced.trace.launches,
+        communication=traced.trace.communication,  # collectives (DDP's all-reduces): stragglers
     )
     return replace(
         with_trace,

@@ -24,7 +24,7 @@ def _pct(part: int, whole: int) -> str:
 
 
 def print_breakdown(p: Profile, console: Console) -> None:
-    b = p.breakdown
+    b = p.trace.breakdown
     if b is None or not b.steps:
         return
     devices = sorted({s.device for s in b.steps}, key=lambda d: -1 if d is None else d)
@@ -58,7 +58,7 @@ def _breakdown_cells(s: StepBreakdown, shown: list[str]) -> list[Cell]:
 
 
 def print_communication(p: Profile, console: Console, top: int) -> None:
-    c = p.communication
+    c = p.trace.communication
     if c is None:
         return
     pct = "-" if c.overlap_pct is None else f"{c.overlap_pct:.1f}%"
@@ -95,7 +95,7 @@ def _bw(value: float | None) -> str:
 
 
 def print_queues(p: Profile, console: Console) -> None:
-    q = p.queues
+    q = p.trace.queues
     if q is None:
         return
     print_named_table(
@@ -121,7 +121,7 @@ def print_queues(p: Profile, console: Console) -> None:
 
 
 def print_memory_timeline(p: Profile, console: Console) -> None:
-    m = p.memory_timeline
+    m = p.trace.memory_timeline
     if m is None:
         return
     for d in m.devices:

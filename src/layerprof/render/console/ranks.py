@@ -51,7 +51,7 @@ def print_run_header(run: Run, console: Console) -> None:
 
 
 def print_rank_rule(p: Profile, console: Console) -> None:
-    file = p.source.file if p.source is not None else p.meta.model
+    file = p.trace.source.file if p.trace.source is not None else p.meta.model
     with escaping(console) as out:
         out.rule(Text(escape_controls(f"rank {p.rank}: {file}")))
 

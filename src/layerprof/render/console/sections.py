@@ -135,7 +135,7 @@ def _loop(p: Profile, out: Console, o: ReportOptions) -> None:
 
 
 def _serving(p: Profile, out: Console, o: ReportOptions) -> None:
-    if p.serving is None:
+    if p.trace.serving is None:
         return
     # here, not at the top: only a serving trace's report creates the generate's types
     from layerprof.render.console.serving import print_serving

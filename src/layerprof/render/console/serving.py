@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 
 def print_serving(profile: Profile, console: Console, most: int) -> None:
-    s = profile.serving
+    s = profile.trace.serving
     if s is None:
         return
     console.print(Text("serving steps by phase (roofline annotations)", style="bold"))

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 
 def print_device_work(profile: Profile, console: Console, most: int) -> None:
-    work = profile.device_work
+    work = profile.trace.device_work
     if work is None or not shown(work):
         return
     rows = work_rows(work, most)

@@ -12,7 +12,7 @@ from layerprof.units import MS, US, fmt_calls, human_bytes
 
 
 def print_steps(p: Profile, console: Console) -> None:
-    steps = p.steps
+    steps = p.trace.steps
     if steps is None:
         return
     summary = p.latency
@@ -35,11 +35,11 @@ def print_steps(p: Profile, console: Console) -> None:
 
 
 def print_devices(p: Profile, console: Console) -> None:
-    if not p.devices:
+    if not p.trace.devices:
         return
-    names = p.source.device_names if p.source is not None else ()
+    names = p.trace.source.device_names if p.trace.source is not None else ()
     rows: list[list[Cell]] = []
-    for d in p.devices:
+    for d in p.trace.devices:
         name = str(d.device)
         if 0 <= d.device < len(names):
             name = f"{d.device} {names[d.device]}"
@@ -56,7 +56,7 @@ def print_devices(p: Profile, console: Console) -> None:
          "memset ms", "idle: host wait", "short gaps", "other"],
         rows,
     )  # fmt: skip
-    if p.memcpy:
+    if p.trace.memcpy:
         print_named_table(
             console,
             "memcpy / memset",
@@ -64,30 +64,30 @@ def print_devices(p: Profile, console: Console) -> None:
             [
                 [m.kind, fmt_calls(m.calls), MS.fmt(m.total_ns), human_bytes(m.bytes),
                  "-" if m.gb_per_s is None else f"{m.gb_per_s:.2f}"]
-                for m in p.memcpy
+                for m in p.trace.memcpy
             ],
         )  # fmt: skip
 
 
 def print_kernels(p: Profile, console: Console, top: int) -> None:
-    if not p.kernels:
+    if not p.trace.kernels:
         return
     print_named_table(
         console,
-        f"top {min(top, len(p.kernels))} of {len(p.kernels)} kernels (summed over the trace)",
+        f"top {min(top, len(p.trace.kernels))} of {len(p.trace.kernels)} kernels (summed over the trace)",
         ["kernel", "kind", "calls", "total ms", "mean us", "min us", "max us"],
         [
             [k.name, k.kind, fmt_calls(k.calls), MS.fmt(k.total_ns), US.fmt(k.mean_ns), US.fmt(k.min_ns),
              US.fmt(k.max_ns)]
-            for k in p.kernels[:top]
+            for k in p.trace.kernels[:top]
         ],
     )  # fmt: skip
-    kinds = ", ".join(f"{k.kind} {MS.fmt(k.total_ns)} ms ({k.calls})" for k in p.kinds)
+    kinds = ", ".join(f"{k.kind} {MS.fmt(k.total_ns)} ms ({k.calls})" for k in p.trace.kinds)
     console.print(Text(f"kernel kinds: {kinds}"))
 
 
 def print_launches(p: Profile, console: Console, top: int) -> None:
-    launch = p.launches
+    launch = p.trace.launches
     if launch is None:
         return
     # These are the runtime calls that launched GPU work: kernels, copies and
@@ -124,7 +124,7 @@ def _replayed(p: Profile) -> dict[str, int]:
 
 
 def print_allocator(p: Profile, console: Console, top: int) -> None:
-    m = p.memory
+    m = p.trace.memory
     if m is None:
         return
     peaks = ", ".join(f"{d.device} peak {human_bytes(d.peak_allocated)}" for d in m.devices)

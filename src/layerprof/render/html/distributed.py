@@ -123,7 +123,7 @@ def _where(device: int | None) -> str:
 
 
 def _breakdown(s: Subject) -> str:
-    groups, _ = per_rank(s, lambda p: _device_steps(p.breakdown) if p.breakdown else [])
+    groups, _ = per_rank(s, lambda p: _device_steps(p.trace.breakdown) if p.trace.breakdown else [])
     groups = [g for g in groups if g.row.steps]
     if not groups:
         return ""
@@ -213,9 +213,11 @@ def _segment(part: str, ns: int, wall_ns: int, longest: int, unit: TimeUnit) -> 
 
 
 def _communication(s: Subject) -> str:
-    ranks, _ = per_rank(s, lambda p: (p.communication,) if p.communication is not None else ())
+    ranks, _ = per_rank(
+        s, lambda p: (p.trace.communication,) if p.trace.communication is not None else ()
+    )
     if not ranks:
-        if any(p.breakdown is not None for p in s.ranks):
+        if any(p.trace.breakdown is not None for p in s.ranks):
             return heading("Communication") + paragraph("No collectives in this trace.", "empty")
         return ""
     unit = _unit([a.row.comm_ns for a in ranks] + [a.row.compute_ns for a in ranks])
@@ -239,7 +241,7 @@ def _communication(s: Subject) -> str:
     )
     groups, total = per_rank(
         s,
-        lambda p: p.communication.groups() if p.communication is not None else [],
+        lambda p: p.trace.communication.groups() if p.trace.communication is not None else [],
         limit=TABLE_LIMIT,
     )
     if groups:
@@ -279,7 +281,7 @@ def _group_cols(unit: TimeUnit) -> list[Col[CollectiveGroup]]:
 
 
 def _queues(s: Subject) -> str:
-    ranks, _ = per_rank(s, lambda p: (p.queues,) if p.queues is not None else ())
+    ranks, _ = per_rank(s, lambda p: (p.trace.queues,) if p.trace.queues is not None else ())
     if not ranks:
         return ""
     unit = _unit([a.row.blocked_ns for a in ranks] + [a.row.short_kernel_ns for a in ranks])
@@ -305,7 +307,7 @@ def _queues(s: Subject) -> str:
             " replayed ops' summed time."
         ),
     )
-    streams, _ = per_rank(s, lambda p: p.queues.streams if p.queues is not None else ())
+    streams, _ = per_rank(s, lambda p: p.trace.queues.streams if p.trace.queues is not None else ())
     if streams:
         full = _unit([a.row.full_ns for a in streams])
         stream_cols: list[Col[StreamQueue]] = [
@@ -324,7 +326,7 @@ def _queues(s: Subject) -> str:
         )
     outliers, total = per_rank(
         s,
-        lambda p: p.queues.outliers if p.queues is not None else (),
+        lambda p: p.trace.queues.outliers if p.trace.queues is not None else (),
         key=lambda o: o.delay_ns,
         limit=TABLE_LIMIT,
     )
@@ -351,7 +353,7 @@ def _queues(s: Subject) -> str:
 
 def _memory_peak(s: Subject) -> str:
     rows, _ = per_rank(
-        s, lambda p: p.memory_timeline.devices if p.memory_timeline is not None else ()
+        s, lambda p: p.trace.memory_timeline.devices if p.trace.memory_timeline is not None else ()
     )
     if not rows:
         return ""

@@ -34,9 +34,9 @@ def header(s: Subject, heading: str) -> str:
         if p is not None:
             more, details = _meta_facts(p.meta)
             facts += more
-            if p.source is not None:
-                facts.append(("file", p.source.file))
-                details += _source_details(p.source)
+            if p.trace.source is not None:
+                facts.append(("file", p.trace.source.file))
+                details += _source_details(p.trace.source)
             if s.multi_rank:
                 facts.append(("shown", f"rank {p.rank} of {len(s.ranks)}"))
     chips = "".join(

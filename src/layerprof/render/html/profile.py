@@ -62,7 +62,7 @@ def latency_section(s: Subject) -> Section | None:
     if p.overhead is not None:
         body += f'<p class="overhead">{overhead_text(p.overhead)}</p>'
     if trace:
-        rule = p.steps.definition if p.steps is not None else "the trace's steps"
+        rule = p.trace.steps.definition if p.trace.steps is not None else "the trace's steps"
         intro = (
             f"Duration of each complete step ({rule}), as recorded by torch.profiler:"
             " profiled time, not a clean pass."

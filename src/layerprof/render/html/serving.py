@@ -17,7 +17,7 @@ from layerprof.render.serving_text import (
 
 
 def serving_section(s: Subject) -> Section | None:
-    serving = s.profile.serving if s.profile is not None else None
+    serving = s.profile.trace.serving if s.profile is not None else None
     if serving is None:
         return None
     body = f"<p>{esc(summary_line(serving))}</p>"

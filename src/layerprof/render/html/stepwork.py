@@ -10,7 +10,7 @@ from layerprof.render.stepwork_text import WORK_HEADERS, clock_lines, shown, wor
 
 
 def device_work_section(s: Subject) -> Section | None:
-    work = s.profile.device_work if s.profile is not None else None
+    work = s.profile.trace.device_work if s.profile is not None else None
     if work is None or not shown(work):
         return None
     body = ""

@@ -116,11 +116,13 @@ def _unit(values: Sequence[float | None]) -> TimeUnit:
 
 def steps_section(s: Subject) -> Section | None:
     """Step times per rank: how steps were found, their statistics, and each step."""
-    ranks = [p for p in s.ranks if p.steps is not None]
+    ranks = [p for p in s.ranks if p.trace.steps is not None]
     if not ranks:
         return None
-    rows = [At(p, p.steps) for p in ranks if p.steps is not None]
-    unit = _unit([st.dur_ns for p in ranks if p.steps is not None for st in p.steps.steps])
+    rows = [At(p, p.trace.steps) for p in ranks if p.trace.steps is not None]
+    unit = _unit(
+        [st.dur_ns for p in ranks if p.trace.steps is not None for st in p.trace.steps.steps]
+    )
 
     def stat(name: str, pick: Callable[[Profile], float | None]) -> Col[At[Steps]]:
         return time_col(name, lambda a: pick(a.profile), unit)
@@ -130,7 +132,11 @@ def steps_section(s: Subject) -> Section | None:
     )
     cols: list[Col[At[Steps]]] = [
         *first,
-        text_col("File", lambda a: a.profile.source.file if a.profile.source else "", css="path"),
+        text_col(
+            "File",
+            lambda a: a.profile.trace.source.file if a.profile.trace.source else "",
+            css="path",
+        ),
         calls_col("Steps", lambda a: len(a.row.steps)),
         calls_col("Cut off", lambda a: sum(1 for st in a.row.steps if st.cut_off)),
         stat("Median", lambda p: p.latency.median if p.latency else None),
@@ -145,12 +151,12 @@ def steps_section(s: Subject) -> Section | None:
         StepSeries(
             name=label(rank_name(p)),
             steps=tuple(
-                label(st.name + (" (cut off)" if st.cut_off else "")) for st in p.steps.steps
+                label(st.name + (" (cut off)" if st.cut_off else "")) for st in p.trace.steps.steps
             ),
-            ms=tuple(st.dur_ns / NS_PER_MS for st in p.steps.steps),
+            ms=tuple(st.dur_ns / NS_PER_MS for st in p.trace.steps.steps),
         )
         for p in ranks
-        if p.steps is not None
+        if p.trace.steps is not None
     )
     chart = StepTimes(title="Step time" + (" per rank" if s.multi_rank else ""), series=series)
     body = chart_slot("lp-steps") + table("lp-trace-steps", cols, rows)
@@ -165,9 +171,9 @@ def steps_section(s: Subject) -> Section | None:
 
 
 def devices_section(s: Subject) -> Section | None:
-    rows, _ = per_rank(s, lambda p: p.devices)
+    rows, _ = per_rank(s, lambda p: p.trace.devices)
     if not rows:
-        if any(p.source is not None and not p.source.has_device for p in s.ranks):
+        if any(p.trace.source is not None and not p.trace.source.has_device for p in s.ranks):
             body = paragraph("No GPU activity in this trace (CPU only).", "empty")
             return Section("gpu", "GPU time", body)
         return None
@@ -231,14 +237,14 @@ def devices_section(s: Subject) -> Section | None:
 def _device_name_of(rows: Sequence[At[DeviceUse]]) -> Callable[[DeviceUse], str]:
     names: dict[int, str] = {}
     for a in rows:
-        known = a.profile.source.device_names if a.profile.source is not None else ()
+        known = a.profile.trace.source.device_names if a.profile.trace.source is not None else ()
         if 0 <= a.row.device < len(known):
             names[a.row.device] = f"{a.row.device} {known[a.row.device]}"
     return lambda d: names.get(d.device, str(d.device))
 
 
 def memcpy_section(s: Subject) -> Section | None:
-    rows, _ = per_rank(s, lambda p: p.memcpy)
+    rows, _ = per_rank(s, lambda p: p.trace.memcpy)
     if not rows:
         return None
     unit = _unit([a.row.total_ns for a in rows])
@@ -263,12 +269,14 @@ def _gb_per_s(m: MemcpyRow) -> str:
 
 
 def kernels_section(s: Subject) -> Section | None:
-    rows, total = per_rank(s, lambda p: p.kernels, key=lambda k: k.total_ns, limit=TABLE_LIMIT)
+    rows, total = per_rank(
+        s, lambda p: p.trace.kernels, key=lambda k: k.total_ns, limit=TABLE_LIMIT
+    )
     if not rows:
         return None
     summed: dict[str, int] = {}
     for p in s.ranks:
-        for k in p.kernels:
+        for k in p.trace.kernels:
             summed[k.name] = summed.get(k.name, 0) + k.total_ns
     top = sorted(summed.items(), key=lambda kv: -kv[1])[:TOP_N]
     title = "Top kernels (summed over ranks)" if s.multi_rank else "Top kernels"
@@ -294,7 +302,7 @@ def kernels_section(s: Subject) -> Section | None:
         "lp-trace-kernels", cols, rows, filter_label="Filter kernels",
         caption=top_caption(len(rows), total, "kernels"),
     )  # fmt: skip
-    kinds, _ = per_rank(s, lambda p: p.kinds)
+    kinds, _ = per_rank(s, lambda p: p.trace.kinds)
     if kinds:
         kind_unit = _unit([a.row.total_ns for a in kinds])
         kind_cols: list[Col[At[KindRow]]] = columns(
@@ -314,7 +322,7 @@ def kernels_section(s: Subject) -> Section | None:
 
 
 def launches_section(s: Subject) -> Section | None:
-    rows, _ = per_rank(s, lambda p: (p.launches,) if p.launches is not None else ())
+    rows, _ = per_rank(s, lambda p: (p.trace.launches,) if p.trace.launches is not None else ())
     if not rows:
         return None
     unit = _unit([a.row.call_total_ns for a in rows] + [a.row.sync_ns for a in rows])
@@ -332,7 +340,9 @@ def launches_section(s: Subject) -> Section | None:
         ],
     )
     body = table("lp-trace-launch", cols, rows)
-    runtime, _ = per_rank(s, lambda p: p.launches.runtime if p.launches is not None else ())
+    runtime, _ = per_rank(
+        s, lambda p: p.trace.launches.runtime if p.trace.launches is not None else ()
+    )
     if runtime:
         rt_unit = _unit([a.row.total_ns for a in runtime])
         rt_cols: list[Col[At[RuntimeRow]]] = columns(
@@ -372,8 +382,8 @@ def _replayed_text(a: At[RuntimeRow]) -> str:
 
 
 def allocator_section(s: Subject) -> Section | None:
-    devices, _ = per_rank(s, lambda p: p.memory.devices if p.memory is not None else ())
-    allocs, _ = per_rank(s, lambda p: p.memory.top_ops if p.memory is not None else ())
+    devices, _ = per_rank(s, lambda p: p.trace.memory.devices if p.trace.memory is not None else ())
+    allocs, _ = per_rank(s, lambda p: p.trace.memory.top_ops if p.trace.memory is not None else ())
     if not devices and not allocs:
         return None
     body = ""
@@ -409,12 +419,14 @@ def allocator_section(s: Subject) -> Section | None:
 
 
 def annotations_section(s: Subject) -> Section | None:
-    rows, total = per_rank(s, lambda p: p.annotations, key=lambda a: a.total_ns, limit=TABLE_LIMIT)
+    rows, total = per_rank(
+        s, lambda p: p.trace.annotations, key=lambda a: a.total_ns, limit=TABLE_LIMIT
+    )
     if not rows:
         return None
     unit = _unit([a.row.total_ns for a in rows])
     # a path spells dots as "_" (they separate levels); show the real names
-    rows_by_path = {a.path: a for p in s.ranks for a in p.annotations}
+    rows_by_path = {a.path: a for p in s.ranks for a in p.trace.annotations}
 
     def chain(a: AnnotationRow) -> str:
         out, parent = [a.name], a.parent
@@ -466,7 +478,7 @@ def cross_rank_section(s: Subject) -> Section | None:
     cross = run.cross if run is not None else None
     if run is None or cross is None:
         return None
-    files = {p.rank: p.source.file for p in run.ranks if p.source is not None}
+    files = {p.rank: p.trace.source.file for p in run.ranks if p.trace.source is not None}
     unit = _unit(
         [line.median_step_ns for line in cross.ranks]
         + [ns for step in cross.steps for _, ns in step.ns_by_rank]

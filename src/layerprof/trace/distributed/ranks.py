@@ -38,8 +38,10 @@ def merge(
     ranks = [p.rank or 0 for p in ordered]
     cross = None
     # Saved live profiles have no steps or kernel kinds: no table of dashes and zeros.
-    if len(ordered) > 1 and any(p.steps is not None or p.kinds for p in ordered):
-        cross = cross_rank(ranks, [p.steps for p in ordered], [p.kinds for p in ordered])
+    if len(ordered) > 1 and any(p.trace.steps is not None or p.trace.kinds for p in ordered):
+        cross = cross_rank(
+            ranks, [p.trace.steps for p in ordered], [p.trace.kinds for p in ordered]
+        )
     return Run(
         path=path,
         ranks=ordered,
@@ -67,7 +69,7 @@ def merge_profiles(path: str, names: Sequence[str], profiles: Sequence[Profile])
 
 def with_rank(profile: Profile, rank: int, notes: Sequence[Note] = ()) -> Profile:
     """The profile re-stamped as ``rank`` (its source and meta), with ``notes`` added."""
-    source = profile.source
+    source = profile.trace.source
     stamped = replace(
         profile.with_trace(source=replace(source, rank=rank)) if source is not None else profile,
         meta=replace(profile.meta, extra={**profile.meta.extra, "rank": rank}),

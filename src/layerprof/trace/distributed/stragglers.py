@@ -48,7 +48,7 @@ def _collective_key(c: Collective) -> _Key:
 def stragglers(profiles: Sequence[Profile]) -> Stragglers | None:
     """Collectives matched across the ranks' profiles; None with fewer than two ranks
     or no collective at all."""
-    comms = {p.rank or 0: p.communication for p in profiles}
+    comms = {p.rank or 0: p.trace.communication for p in profiles}
     present = {r: c for r, c in comms.items() if c is not None and c.collectives}
     if len(profiles) < 2 or not present:
         return None
@@ -118,7 +118,10 @@ def _rank_notes(profiles: Sequence[Profile], comms: dict[int, Communication | No
                 {"present": len(ranks), "expected": expected, "missing": tuple(first[:8])},
             )
         )
-    counts = {p.rank or 0: len(p.steps.complete) if p.steps is not None else 0 for p in profiles}
+    counts = {
+        p.rank or 0: len(p.trace.steps.complete) if p.trace.steps is not None else 0
+        for p in profiles
+    }
     if len(set(counts.values())) > 1:
         listed = ", ".join(f"rank {r}: {n}" for r, n in sorted(counts.items()))
         text = f"ranks have different numbers of complete steps ({listed})"
