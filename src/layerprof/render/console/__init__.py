@@ -16,24 +16,26 @@ from rich.console import Console
 
 from layerprof.errors import UsageError
 from layerprof.pivot.profile import Profile, Run
-from layerprof.render.console.sections import (
-    DIFF_SECTIONS,
-    PROFILE_SECTIONS,
-    RUN_SECTIONS,
-    ReportOptions,
-    Section,
-    print_sections,
-)
 
 if TYPE_CHECKING:
     from layerprof.pivot.diff import Diff
     from layerprof.pivot.sections.sweep import Sweep
+    from layerprof.render.console.sections import ReportOptions
 
-__all__ = ["ReportOptions", "Section", "print_report"]
+__all__ = ["print_report"]
 
 
 def print_report(obj: Profile | Run | Diff | Sweep, console: Console, **options: Any) -> None:
-    """The whole terminal report of ``obj`` (``options``: :class:`ReportOptions`' fields)."""
+    """The whole terminal report of ``obj`` (``options``: ``sections.ReportOptions``' fields)."""
+    # the section registry loads every printer: here, not at the package's import, so
+    # that one printer's module (``history show``'s) does not load them all (~0.1 s)
+    from layerprof.render.console.sections import (
+        PROFILE_SECTIONS,
+        RUN_SECTIONS,
+        ReportOptions,
+        print_sections,
+    )
+
     opts = ReportOptions.of(options)
     if isinstance(obj, Profile):
         print_sections(PROFILE_SECTIONS, obj, console, opts)
@@ -48,6 +50,7 @@ def _print_other(obj: Diff | Sweep, console: Console, opts: ReportOptions) -> No
     # report never creates them (each dataclass costs ~1 ms of start-up)
     from layerprof.pivot.diff import Diff
     from layerprof.pivot.sections.sweep import Sweep  # the same
+    from layerprof.render.console.sections import DIFF_SECTIONS, print_sections
 
     if isinstance(obj, Diff):
         print_sections(DIFF_SECTIONS, obj, console, opts)
