@@ -7,9 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TORCH_FREE_TESTS=(
-    tests/test_files.py tests/test_profile_props.py tests/test_reading.py
+    tests/test_files.py tests/pivot/test_profile_props.py tests/test_reading.py
     tests/trace/test_trace_errors.py tests/trace/test_trace_fuzz.py tests/trace/test_trace_nesting.py
-    tests/trace/test_trace_props.py tests/trace/test_trace_ranks.py tests/trace/test_trace_distributed_hta.py
+    tests/trace/test_trace_props.py tests/trace/test_trace_ranks.py tests/trace/distributed/test_trace_distributed_hta.py
 )
 for version in "$@"; do
     python=""

@@ -81,7 +81,7 @@ def test_rows_that_time_other_code_are_named() -> None:
     finding = next(f for f in diagnose(prof) if "other code" in f.title)
     assert finding.layer == "enc.layers.0" and "_transformer_encoder_layer_fwd" in finding.detail
     assert "forward hooks" in finding.detail
-    # the fused kernel is counted by layerprof's formula (tests/capture/test_flops.py checks the count)
+    # the fused kernel is counted by layerprof's formula (tests/capture/flops/test_flops.py checks the count)
     assert prof.row("enc.layers.0").flops and "FLOPs are counted from the fused" in finding.detail
     saved = json.loads(prof.render("json"))["passes"]
     assert saved["diverged"] == ["enc.layers.0", "enc.layers.1"]

@@ -4,7 +4,7 @@ The per-layer view of a compiled model reads inductor and Dynamo internals
 that are not public API (docs/compile.md lists why each is needed). A torch
 older than the one this was verified on, or one that moved any of them,
 gets one line naming what is missing instead of a wrong table.
-tests/capture/test_compiled_gate.py pins each of them, so a torch upgrade that
+tests/capture/compiled/test_compiled_gate.py pins each of them, so a torch upgrade that
 changes one fails loudly there first.
 """
 

@@ -17,7 +17,7 @@ compiled in place) is the design HF accelerate uses (``add_hook_to_module``),
 measured by ``benchmarks/overhead.py`` at a fraction of what ``__call__`` hooks
 cost: a module with no hooks keeps ``nn.Module.__call__``'s fast path. What
 other code sees while a Recorder is attached, and why (tested in
-tests/capture/test_recorder_wrappers.py; docs/definitions.md says the same):
+tests/capture/recording/test_recorder_wrappers.py; docs/definitions.md says the same):
 
 * the module's hooks (and the user's) still fire, around the timed interval:
   a layer's time is its ``forward``, hooks are its caller's time;

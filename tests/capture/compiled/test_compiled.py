@@ -468,7 +468,7 @@ def test_a_model_that_fails_to_compile_gets_one_line(
 ) -> None:
     monkeypatch.chdir(ROOT)
     out = tmp_path / "p.json"
-    argv = ["run", "--arch", "tests.capture.test_compiled:Uncompilable", "--input", "2x4",
+    argv = ["run", "--arch", "tests.capture.compiled.test_compiled:Uncompilable", "--input", "2x4",
             "--warmup", "0", "--iters", "1", "--compile", "--json", str(out)]  # fmt: skip
     assert main(argv) == 2
     err = capsys.readouterr().err
@@ -485,7 +485,7 @@ def test_a_model_that_fails_to_compile_gets_one_line(
 
 
 def test_cuda_graph_modes_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["run", "--arch", "tests.capture.test_compiled:Uncompilable", "--input", "2x4", "--compile",
+    argv = ["run", "--arch", "tests.capture.compiled.test_compiled:Uncompilable", "--input", "2x4", "--compile",
             "--compile-mode", "reduce-overhead"]  # fmt: skip
     assert main(argv) == 2
     err = capsys.readouterr().err

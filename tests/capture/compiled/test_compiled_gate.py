@@ -1,7 +1,7 @@
 """The torch internals ``--compile`` stands on, pinned: a torch upgrade that moves one
 fails here, by name, before any compiled table goes wrong (docs/compile.md).
 
-The end-to-end tests (tests/capture/test_compiled.py) pin what only a run shows: the
+The end-to-end tests (tests/capture/compiled/test_compiled.py) pin what only a run shows: the
 profiler's event names, the kernel profile, the provenance of each call site.
 """
 
