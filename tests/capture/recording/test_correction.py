@@ -16,8 +16,8 @@ import torch
 from torch import nn
 
 from layerprof import Recorder
-from layerprof.capture.recording.layertimes import Correction
 from layerprof.capture.recording.calibration import calibrate
+from layerprof.capture.recording.layertimes import Correction
 
 
 class Leaf(nn.Module):
