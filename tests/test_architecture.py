@@ -444,3 +444,22 @@ def test_the_private_name_check_finds_both_forms() -> None:
         "6: layerprof.pivot.records._x",
     ]
     assert private_uses(ast.parse("from layerprof.units import _scale"), "layerprof.units") == []
+
+
+def test_test_folders_mirror_the_packages() -> None:
+    """A test module sits in the folder of the module it tests, one level deeper too
+    (``tests/capture/recording/`` for ``capture/recording/``; docs/architecture.md,
+    "Tests"): every folder of ``tests/`` that holds test modules is a package of
+    layerprof's, and a package of the suite's own (an ``__init__.py``: test modules are
+    imported by their dotted names)."""
+    tests = SRC.parents[1] / "tests"
+    own = {"data", "golden", "support"}
+    folders = {
+        p.parent.relative_to(tests)
+        for p in tests.rglob("test_*.py")
+        if p.relative_to(tests).parts[0] not in own
+    } - {Path()}
+    stray = sorted(f.as_posix() for f in folders if not (SRC / f / "__init__.py").is_file())
+    assert not stray, f"test folders that mirror no package of src/layerprof: {stray}"
+    bare = sorted(f.as_posix() for f in folders if not (tests / f / "__init__.py").is_file())
+    assert not bare, f"test folders without an __init__.py: {bare}"
