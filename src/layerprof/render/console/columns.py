@@ -200,14 +200,21 @@ def distinct_head(names: Sequence[str], width: int) -> int | None:
     ``model.layers.0.self_attn.k_proj`` and its layer-1 twin both read
     ``model.layers.…lf_attn.k_proj`` at 28 cells: two rows of one name, where a head
     of 14 keeps the layer's index. None too when no head keeps them all apart."""
-    unique = set(names)
-    if width <= 2 or len(unique) < 2:
-        return None
+    head = _apart_head(set(names), width)
+    return None if head == (width - 1) // 2 else head
+
+
+def _apart_head(unique: set[str], width: int) -> int | None:
+    """The head nearest half at which a middle ellipsis keeps ``unique`` apart (half
+    itself included), or None when no head does."""
     half = (width - 1) // 2
-    heads = sorted(range(width), key=lambda h: (abs(h - half), h))
-    for head in heads:
+    if len(unique) < 2:
+        return half
+    if width <= 2:
+        return None
+    for head in sorted(range(width), key=lambda h: (abs(h - half), h)):
         if len({abbreviate(n, width, head=head) for n in unique}) == len(unique):
-            return None if head == half else head
+            return head
     return None
 
 
@@ -229,22 +236,19 @@ def compact_path(name: str, width: int) -> str:
 
 def distinct_cut(names: Sequence[str], width: int) -> Callable[[str], str]:
     """How a column of ``names`` is cut to ``width`` cells so that no two read as one:
-    a middle ellipsis (at half, or where ``distinct_head`` finds a place that keeps
-    them apart); failing that, dotted paths by their segments first (``compact_path``:
-    the twelve ``bert.encoder.layer.N.attention.output.dense`` of a BERT all read
+    a middle ellipsis (at half, or nearest half where it keeps them apart); failing
+    that, dotted paths by their segments first (``compact_path``: the twelve
+    ``bert.encoder.layer.N.attention.output.dense`` of a BERT all read
     ``bert.encod…output.dense`` wherever one ellipsis goes); failing both, half."""
     unique = set(names)
-    head = distinct_head(names, width)
-    if head is not None or len(unique) < 2:
+    head = _apart_head(unique, width)
+    if head is not None:
         return lambda n: abbreviate(n, width, "middle", head)
-    if len({abbreviate(n, width) for n in unique}) == len(unique):
-        return lambda n: abbreviate(n, width)
     compact = {n: compact_path(n, width) for n in unique}
-    if len(set(compact.values())) == len(unique):
-        after = distinct_head(list(compact.values()), width)
-        cut = {n: abbreviate(c, width, "middle", after) for n, c in compact.items()}
-        if len(set(cut.values())) == len(unique):
-            return lambda n: cut[n] if n in cut else abbreviate(n, width)
+    shortened = set(compact.values())
+    after = _apart_head(shortened, width) if len(shortened) == len(unique) else None
+    if after is not None:
+        return lambda n: abbreviate(compact[n], width, "middle", after)
     return lambda n: abbreviate(n, width)
 
 
